@@ -1,0 +1,46 @@
+"""specsim: plan, simulate and measure the cost of speculative decoding in LLM serving.
+
+Public names are loaded on first use (PEP 562), so ``import specsim`` imports neither Numba nor
+any optional dependency and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "SpecsimError": "specsim.errors",
+    "TableError": "specsim.errors",
+    "CalibrationError": "specsim.errors",
+    "KeyMismatchError": "specsim.errors",
+    "PlanError": "specsim.errors",
+    "TraceError": "specsim.errors",
+    "SimulationError": "specsim.errors",
+    "MeasureError": "specsim.errors",
+    "SCHEMA": "specsim.table",
+    "Cell": "specsim.table",
+    "CostTable": "specsim.table",
+    "KeyMismatch": "specsim.table",
+    "TableKey": "specsim.table",
+    "DrafterKey": "specsim.calibration",
+    "AcceptanceCalibration": "specsim.calibration",
+    "conditional_priors": "specsim.calibration",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specsim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

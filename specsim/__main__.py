@@ -1,0 +1,3 @@
+from specsim.cli import run
+
+run()

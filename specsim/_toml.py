@@ -1,0 +1,125 @@
+"""TOML reading and writing shared by the table and calibration formats.
+
+Reading goes through ``tomllib`` (``tomli`` before Python 3.11). The field checks mirror what the
+seed's serde reader accepts, so that a file is refused here exactly when it is refused there:
+integers are accepted where a float is expected (serde widens them), floats are not accepted
+where an integer is expected, booleans are never numbers, unknown fields are ignored.
+Writing produces TOML that any conforming reader parses back to the same values: floats by
+``repr`` (shortest round-trip), strings with every character TOML forbids escaped.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on 3.10
+    import tomli as tomllib
+
+MISSING = object()
+
+
+def loads(text: str, what: str, source: str, error_cls):
+    """Parse TOML text or raise ``error_cls`` naming the source and the parser's position."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise error_cls(f"{source}: {what} is not UTF-8 text ({e})") from e
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise error_cls(f"{source}: {what} is not valid TOML: {e}") from e
+
+
+def type_name(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__
+
+
+def as_float(value):
+    """A TOML value read as serde reads an f64: floats and integers, nothing else; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    return None
+
+
+def as_uint(value, bits: int = 64):
+    """A TOML value read as an unsigned integer of ``bits`` bits; else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if value < 0 or value >= 1 << bits:
+        return None
+    return value
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def string(value: str) -> str:
+    """A TOML basic string for ``value``: quotes, backslashes and control characters escaped.
+
+    Raises ``ValueError`` for a lone surrogate, which no TOML file can hold.
+    """
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"string {value!r} holds a lone surrogate, which TOML cannot encode")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def key(name: str) -> str:
+    """A TOML key: bare when it may be, else quoted."""
+    if name and all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
+        return name
+    return string(name)
+
+
+def number(value) -> str:
+    """A TOML literal for an int or float that parses back to exactly the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return repr(value)
+
+
+def scalar(value) -> str:
+    """A TOML literal for a string, bool, int, float or flat list of those."""
+    if isinstance(value, str):
+        return string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(scalar(v) for v in value) + "]"
+    if hasattr(value, "item"):  # numpy scalar
+        value = value.item()
+    return number(value)

@@ -1,0 +1,338 @@
+"""``AcceptanceCalibration``: confidence -> acceptance, fitted on one drafter (SPEC §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specsim import _toml
+from specsim.calibration._types import DrafterKey
+from specsim.errors import CalibrationError
+
+DRAFTER_STRINGS = ("weights_sha256", "quantization")
+
+
+class AcceptanceCalibration:
+    """How likely a draft is to be accepted, given the drafter's top-1 log-probability for it.
+
+    Parameters
+    ----------
+    drafter : DrafterKey
+    edges : array_like of float, shape (B,)
+        Ascending log-probability upper bounds, stored as float32; the last is >= 0.
+    p_accept : array_like of float, shape (B,)
+        P(accept) per bucket, in [0, 1].
+    prior_by_position : array_like of float, shape (P,)
+        P(draft j accepted | drafts before it accepted), j = 1, 2, ...
+
+    Raises
+    ------
+    CalibrationError
+        Listing every rule of SPEC §2.1 the arrays break.
+    """
+
+    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
+
+    def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>"):
+        with np.errstate(over="ignore"):
+            edges = np.asarray(np.asarray(edges, dtype=np.float64), dtype=np.float32).reshape(-1)
+        p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
+        priors = np.asarray(prior_by_position, dtype=np.float64).reshape(-1)
+        problems = _rule_problems(edges, p_accept, priors)
+        if problems:
+            raise CalibrationError(f"{source}: the acceptance calibration is refused", problems)
+        self.drafter = drafter
+        self.edges = np.ascontiguousarray(edges)
+        self.p_accept = np.ascontiguousarray(p_accept)
+        self.priors = np.ascontiguousarray(priors)
+        for a in (self.edges, self.p_accept, self.priors):
+            a.flags.writeable = False
+        self.meta = dict(meta or {})
+
+    # -- files ----------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, text, source: str = "<text>") -> "AcceptanceCalibration":
+        """Parse and validate calibration text (SPEC §2.1), listing every problem."""
+        doc = _toml.loads(text, "the acceptance calibration", source, CalibrationError)
+        problems = []
+        drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
+        arrays = _read_acceptance(doc.get("acceptance", _toml.MISSING), problems)
+        if problems:
+            raise CalibrationError(f"{source}: the acceptance calibration cannot be read", problems)
+        meta = doc.get("meta", {})
+        return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source)
+
+    @classmethod
+    def load(cls, path) -> "AcceptanceCalibration":
+        """Read and validate a calibration file."""
+        path = Path(path)
+        try:
+            text = path.read_bytes()
+        except OSError as e:
+            raise CalibrationError(f"{path}: cannot read the calibration ({e.strerror or e})") from e
+        return cls.parse(text, str(path))
+
+    def render(self, meta=None) -> str:
+        """The calibration file text; parses back to an equal calibration."""
+        d = self.drafter
+        meta = self.meta if meta is None else meta
+        try:
+            lines = [
+                "[drafter]",
+                f"weights_sha256 = {_toml.string(d.weights_sha256)}",
+                f"vocab = {_toml.number(int(d.vocab))}",
+                f"quantization = {_toml.string(d.quantization)}",
+                f"context = {_toml.number(bool(d.context))}",
+                "",
+                "[acceptance]",
+                "edges = [" + ", ".join(_f32(e) for e in self.edges) + "]",
+                "p_accept = [" + ", ".join(_toml.number(float(p)) for p in self.p_accept) + "]",
+                "prior_by_position = [" + ", ".join(_toml.number(float(p)) for p in self.priors) + "]",
+            ]
+            if meta:
+                lines += ["", "[meta]"] + [f"{_toml.key(k)} = {_toml.scalar(v)}" for k, v in meta.items()]
+        except ValueError as e:
+            raise CalibrationError(f"the calibration cannot be written as TOML: {e}") from e
+        text = "\n".join(lines) + "\n"
+        if AcceptanceCalibration.parse(text, "<rendered calibration>") != self:
+            raise CalibrationError("the rendered calibration does not read back identically")
+        return text
+
+    # -- queries (SPEC §2.2) --------------------------------------------------------------
+    def bucket(self, lp: float) -> int:
+        """Bucket index of a confidence: the first edge with ``lp <= edge`` in float32, else the last.
+
+        NaN compares false with every edge and so lands in the last bucket, as in the seed.
+        """
+        from specsim.calibration._kernels import bucket_nb
+
+        return int(bucket_nb(self.edges, np.float32(lp)))
+
+    def p_given_lp(self, lp: float) -> float:
+        """P(accept) of a draft whose top-1 log-probability is ``lp`` (SPEC §2.2).
+
+        This is the seed's bucket lookup, NaN included (last bucket). Where a position is known
+        (:meth:`expected_accepted`, the planner, the simulator) a NaN confidence is instead
+        treated as unmeasured and takes the position prior: SPEC §2.2's deviation.
+        """
+        return float(self.p_accept[self.bucket(lp)])
+
+    def prior(self, j: int) -> float:
+        """Prior of 1-based draft position ``j``; past the last fitted position, the last prior."""
+        i = min(max(int(j) - 1, 0), self.priors.shape[0] - 1)
+        return float(self.priors[i])
+
+    def expected_accepted(self, lps, k: int) -> float:
+        """Expected accepted drafts among the first ``k`` of a chain with confidences ``lps``.
+
+        Positions without a confidence (past the end of ``lps``, or NaN) take the position prior.
+        """
+        lps = np.asarray(lps, dtype=np.float32).reshape(1, -1)
+        out = self.expected_accepted_batch(lps, np.array([lps.shape[1]]), int(k))
+        return float(out[0])
+
+    def p_matrix(self, confidences, n_conf, m_out=None, out=None):
+        """P(accept) per row and draft position of a batch (SPEC §2.2).
+
+        Parameters
+        ----------
+        confidences : ndarray(float32, ndim=2), shape (n, m)
+        n_conf : ndarray(int64, ndim=1), shape (n,)
+            Real entries per row.
+        m_out : int, optional
+            Positions to return (default m); positions past a row's confidences take priors.
+
+        Returns
+        -------
+        ndarray(float64, ndim=2), shape (n, m_out)
+        """
+        from specsim.calibration._kernels import p_matrix_nb
+
+        conf, n_conf = _batch(confidences, n_conf)
+        if out is None:
+            out = np.empty((conf.shape[0], conf.shape[1] if m_out is None else int(m_out)))
+        p_matrix_nb(self.edges, self.p_accept, self.priors, conf, n_conf, out)
+        return out
+
+    def buckets(self, confidences):
+        """Bucket index of every confidence of a float32 matrix (-1 where NaN)."""
+        from specsim.calibration._kernels import buckets_nb
+
+        conf = np.ascontiguousarray(np.atleast_2d(confidences), dtype=np.float32)
+        out = np.empty(conf.shape, dtype=np.int64)
+        buckets_nb(self.edges, conf, out)
+        return out
+
+    def expected_accepted_batch(self, confidences, n_conf, depths, out=None):
+        """Expected accepted drafts per row of a batch.
+
+        Parameters
+        ----------
+        confidences : ndarray(float32, ndim=2), shape (n, m)
+        n_conf : ndarray(int64, ndim=1), shape (n,)
+        depths : int or ndarray(int64, ndim=1), shape (n,)
+            Drafts counted per row.
+        out : ndarray(float64, ndim=1), shape (n,), optional
+            Filled in place when given.
+        """
+        from specsim.calibration._kernels import expected_accepted_nb
+
+        conf, n_conf = _batch(confidences, n_conf)
+        n = conf.shape[0]
+        depths = np.ascontiguousarray(np.broadcast_to(np.asarray(depths, dtype=np.int64), (n,)))
+        if (depths < 0).any():
+            raise CalibrationError("draft depths must be >= 0")
+        if out is None:
+            out = np.empty(n)
+        expected_accepted_nb(self.edges, self.p_accept, self.priors, conf, n_conf, depths, out)
+        return out
+
+    # -- value semantics ------------------------------------------------------------------
+    def __eq__(self, other):
+        if not isinstance(other, AcceptanceCalibration):
+            return NotImplemented
+        return (
+            self.drafter == other.drafter
+            and np.array_equal(self.edges, other.edges, equal_nan=True)
+            and np.array_equal(self.p_accept, other.p_accept)
+            and np.array_equal(self.priors, other.priors)
+        )
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (
+            f"AcceptanceCalibration(buckets={self.edges.shape[0]}, "
+            f"positions={self.priors.shape[0]}, drafter={self.drafter!r})"
+        )
+
+
+def conditional_priors(rates, form: str = "marginal"):
+    """Per-position conditional priors from rates a serve reports (SPEC §2.2).
+
+    Parameters
+    ----------
+    rates : sequence of float
+        ``form="marginal"``: P(draft j accepted), unconditionally (vLLM's per-position rates);
+        ``form="conditional"``: P(draft j accepted | drafts before it accepted), returned as is.
+
+    Returns
+    -------
+    list of float
+        ``c_j = m_j / m_{j-1}`` with ``m_0 = 1``, clamped to [0, 1]; 0 after a zero marginal.
+    """
+    rates = [float(r) for r in rates]
+    bad = [f"position {j}: {r!r}" for j, r in enumerate(rates, 1) if not (0.0 <= r <= 1.0)]
+    if not rates:
+        raise CalibrationError("no acceptance rates given: pass at least position 1's rate")
+    if bad:
+        raise CalibrationError(f"{form} acceptance rates must be in [0, 1]", bad)
+    if form == "conditional":
+        return rates
+    if form != "marginal":
+        raise CalibrationError(f"rate form {form!r} is neither 'marginal' nor 'conditional'")
+    out, before = [], 1.0
+    for m in rates:
+        out.append(0.0 if before == 0.0 else min(max(m / before, 0.0), 1.0))
+        if before != 0.0:
+            before = m
+    return out
+
+
+def _batch(confidences, n_conf):
+    conf = np.ascontiguousarray(confidences, dtype=np.float32)
+    if conf.ndim != 2:
+        raise CalibrationError(f"confidences must be a 2-d float32 matrix (n, m), got shape {conf.shape}")
+    n_conf = np.ascontiguousarray(n_conf, dtype=np.int64).reshape(-1)
+    if n_conf.shape[0] != conf.shape[0]:
+        raise CalibrationError(f"n_conf has {n_conf.shape[0]} entries for {conf.shape[0]} rows of confidences")
+    if (n_conf < 0).any() or (n_conf > conf.shape[1]).any():
+        raise CalibrationError(f"n_conf entries must be in 0..={conf.shape[1]} (the matrix's columns)")
+    return conf, n_conf
+
+
+def _f32(value) -> str:
+    """Shortest decimal that reads back (through f64, then f32) as the same float32."""
+    v = np.float32(value)
+    if not np.isfinite(v):
+        return _toml.number(float(v))
+    short = np.format_float_positional(v, unique=True, trim="0")
+    if len(short) <= 24 and np.float32(float(short)) == v:
+        return short
+    return repr(float(v))  # the exact binary value: always reads back
+
+
+def _rule_problems(edges, p_accept, priors):
+    problems = []
+    if edges.shape[0] == 0:
+        problems.append("edges is empty: give at least one bucket edge (the last >= 0)")
+    if p_accept.shape[0] != edges.shape[0]:
+        problems.append(f"p_accept has {p_accept.shape[0]} entries for {edges.shape[0]} edges: one per bucket")
+    for i in range(1, edges.shape[0]):
+        if not edges[i - 1] < edges[i]:
+            problems.append(
+                f"edges[{i - 1}] = {float(edges[i - 1])!r} and edges[{i}] = {float(edges[i])!r} are not strictly ascending (as float32)"
+            )
+    if edges.shape[0] and edges[-1] < 0:
+        problems.append(f"the last edge {float(edges[-1])!r} is < 0: it must be >= 0 so every log-probability lands")
+    for name, arr in (("p_accept", p_accept), ("prior_by_position", priors)):
+        for i, p in enumerate(arr):
+            if not 0.0 <= p <= 1.0:
+                problems.append(f"{name}[{i}] = {float(p)!r} is not a probability in [0, 1]")
+    if priors.shape[0] == 0:
+        problems.append("prior_by_position is empty: give at least position 1's prior")
+    return problems
+
+
+def _read_drafter(raw, problems):
+    if raw is _toml.MISSING:
+        problems.append("there is no [drafter] table (weights_sha256, vocab, quantization, context)")
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"`drafter` is a {_toml.type_name(raw)}, not a table")
+        return None
+    values = {}
+    for name in ("weights_sha256", "vocab", "quantization", "context"):
+        value = raw.get(name, _toml.MISSING)
+        if value is _toml.MISSING:
+            problems.append(f"[drafter] has no `{name}`")
+            continue
+        if name in DRAFTER_STRINGS:
+            ok, want = isinstance(value, str), "a string"
+        elif name == "vocab":
+            ok, want = _toml.as_uint(value) is not None, "a non-negative integer"
+        else:
+            ok, want = isinstance(value, bool), "true or false"
+        if not ok:
+            problems.append(f"[drafter] {name} = {value!r} is not {want}")
+            continue
+        values[name] = value
+    return DrafterKey(**values) if len(values) == 4 else None
+
+
+def _read_acceptance(raw, problems):
+    if raw is _toml.MISSING:
+        problems.append("there is no [acceptance] table (edges, p_accept, prior_by_position)")
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"`acceptance` is a {_toml.type_name(raw)}, not a table")
+        return None
+    arrays = []
+    for name in ("edges", "p_accept", "prior_by_position"):
+        value = raw.get(name, _toml.MISSING)
+        if value is _toml.MISSING:
+            problems.append(f"[acceptance] has no `{name}` array")
+            continue
+        if not isinstance(value, list):
+            problems.append(f"[acceptance] {name} is a {_toml.type_name(value)}, not an array of numbers")
+            continue
+        nums = [_toml.as_float(v) for v in value]
+        bad = [i for i, v in enumerate(nums) if v is None]
+        if bad:
+            problems.append(f"[acceptance] {name}[{bad[0]}] = {value[bad[0]]!r} is not a number")
+            continue
+        arrays.append(nums)
+    return arrays if len(arrays) == 3 else None
+
+

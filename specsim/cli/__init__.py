@@ -1,0 +1,51 @@
+"""The ``specsim`` command: one sub-command module per domain, registered below."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specsim import __version__
+
+# Each module defines ``register(subparsers)``, adding its commands with ``set_defaults(func=...)``;
+# ``func(args)`` returns the exit code.
+COMMAND_MODULES = (
+    "specsim.cli.table",
+    "specsim.cli.calib",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specsim",
+        description="Plan, simulate and measure the cost of speculative decoding in LLM serving.",
+    )
+    parser.add_argument("--version", action="version", version=f"specsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (2 for any refused input)."""
+    from specsim.errors import SpecsimError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecsimError as e:
+        print(f"specsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Helpers shared by the command modules: option parsing and output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specsim.errors import SpecsimError
+
+
+def int_list(text: str):
+    """``"1,2,4"`` -> ``[1, 2, 4]`` for argparse ``type=``."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise argparse.ArgumentTypeError("the list is empty")
+    return values
+
+
+def slack(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"slack {value} is outside [0, 1): 0 = no slower than depth 1, near 1 = energy first")
+    return value
+
+
+def print_json(obj, out=None) -> None:
+    json.dump(obj, out or sys.stdout, indent=2, allow_nan=False)
+    (out or sys.stdout).write("\n")
+
+
+def format_grid(header, rows) -> str:
+    """A plain, aligned text table."""
+    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def refuse(message: str, problems=()):
+    raise SpecsimError(message, problems)

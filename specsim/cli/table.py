@@ -1,0 +1,127 @@
+"""``specsim table ...``: check, show and query cost tables."""
+
+from __future__ import annotations
+
+from specsim.cli._common import format_grid, print_json
+
+
+def register(sub):
+    table = sub.add_parser("table", help="check, show and query cost tables")
+    tsub = table.add_subparsers(dest="table_command", metavar="ACTION")
+    tsub.required = True
+
+    p = tsub.add_parser("check", help="validate a table; optionally check its key against a serve's")
+    p.add_argument("file", help="cost table TOML")
+    p.add_argument("--against", metavar="TABLE", help="a second table whose key is the serve's key")
+    p.add_argument("--schema", type=int, help="serve key: schema (default 1)")
+    p.add_argument("--box-class", help="serve key: box class")
+    p.add_argument("--recipe", help="serve key: recipe id")
+    p.add_argument("--digest", action="append", default=[], metavar="MODE=DIGEST",
+                   help="serve key: plan digest of one mode (repeat per mode)")
+    p.set_defaults(func=cmd_check)
+
+    p = tsub.add_parser("show", help="print a readable grid of step ms and J")
+    p.add_argument("file", help="cost table TOML")
+    p.add_argument("--json", action="store_true", help="print the key, meta and cells as JSON")
+    p.set_defaults(func=cmd_show)
+
+    p = tsub.add_parser("query", help="the (interpolated) cell at width N and depth K")
+    p.add_argument("file", help="cost table TOML")
+    p.add_argument("n", type=int, help="batch width")
+    p.add_argument("k", type=int, help="draft depth")
+    p.add_argument("--json", action="store_true", help="print the cell as JSON")
+    p.set_defaults(func=cmd_query)
+    return table
+
+
+def _serve_key(args, table_key):
+    from specsim.errors import TableError
+    from specsim.table import CostTable, TableKey
+
+    if args.against:
+        return CostTable.load(args.against).key
+    flags = (args.schema, args.box_class, args.recipe, args.digest)
+    if all(f in (None, []) for f in flags):
+        return None
+    digests = {}
+    for item in args.digest:
+        mode, sep, digest = item.partition("=")
+        if not sep or not mode:
+            raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
+        digests[mode] = digest
+    # Flags not given are taken from the table: the check is only about what the user named.
+    return TableKey(
+        table_key.schema if args.schema is None else args.schema,
+        table_key.box_class if args.box_class is None else args.box_class,
+        table_key.recipe if args.recipe is None else args.recipe,
+        digests if args.digest else table_key.plan_digests,
+    )
+
+
+def cmd_check(args):
+    from specsim.errors import KeyMismatchError
+    from specsim.table import CostTable
+
+    table = CostTable.load(args.file)
+    serve = _serve_key(args, table.key)
+    widths = ", ".join(map(str, table.widths.tolist()))
+    print(f"{args.file}: valid; widths {widths}; depths 0..{table.max_k}")
+    if serve is not None:
+        mismatches = table.key.check(serve)
+        if mismatches:
+            raise KeyMismatchError(f"{args.file}: the table's key does not match the serve's", map(str, mismatches))
+        print("key matches the serve's")
+    return 0
+
+
+def cmd_show(args):
+    from specsim.table import CostTable
+
+    table = CostTable.load(args.file)
+    if args.json:
+        print_json({
+            "key": {"schema": table.key.schema, "box_class": table.key.box_class, "recipe": table.key.recipe,
+                    "plan_digests": dict(table.key.plan_digests)},
+            "meta": table.meta,
+            "widths": table.widths.tolist(),
+            "max_k": table.max_k,
+            "cells": [c._asdict() | {"step_ms": c.step_ms, "step_j": c.step_j} for c in table.cells],
+        })
+        return 0
+    k = table.key
+    print(f"box class {k.box_class}   recipe {k.recipe}   schema {k.schema}")
+    for mode, digest in k.plan_digests.items():
+        print(f"  plan digest {mode}: {digest}")
+    source = table.meta.get("energy_source")
+    if source:
+        print(f"  energy source: {source}")
+    header = ["n"] + [f"k={d} ms" for d in range(table.max_k + 1)] + [f"k={d} J" for d in range(table.max_k + 1)]
+    rows = []
+    for i, n in enumerate(table.widths):
+        step = table.costs[i]
+        rows.append([int(n)] + [f"{step[d, 0] + step[d, 2]:.3f}" for d in range(table.max_k + 1)]
+                    + [f"{step[d, 1] + step[d, 3]:.3f}" for d in range(table.max_k + 1)])
+    print("step cost (verify + drafts):")
+    print(format_grid(header, rows))
+    return 0
+
+
+def cmd_query(args):
+    from specsim.errors import TableError
+    from specsim.table import CostTable
+
+    table = CostTable.load(args.file)
+    if args.n < 0 or args.k < 0:
+        raise TableError(f"N and K must be >= 0, got N={args.n}, K={args.k}")
+    cell = table.cell(args.n, args.k)
+    if cell is None:
+        raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest measured depth {table.max_k}")
+    if args.json:
+        print_json(cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j})
+        return 0
+    measured = int(args.n) in set(table.widths.tolist())
+    how = "measured" if measured else "interpolated" if table.widths[0] < args.n < table.widths[-1] else "nearest width"
+    print(f"n={cell.n} k={cell.k} ({how})")
+    for f in ("verify_ms", "verify_j", "draft_ms", "draft_j", "step_ms", "step_j"):
+        print(f"  {f:9} {getattr(cell, f)!r}")
+    return 0

@@ -1,0 +1,6 @@
+"""Cost tables: format, validation and lookup (SPEC §1)."""
+
+from specsim.table._types import COST_FIELDS, SCHEMA, Cell, KeyMismatch, TableKey
+from specsim.table.cost_table import CostTable
+
+__all__ = ["COST_FIELDS", "SCHEMA", "Cell", "CostTable", "KeyMismatch", "TableKey"]

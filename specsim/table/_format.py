@@ -1,0 +1,173 @@
+"""The TOML form of a cost table (SPEC §1.1): reading into plain values and writing back."""
+
+from __future__ import annotations
+
+import math
+
+from specsim import _toml
+from specsim.errors import TableError
+from specsim.table._types import COST_FIELDS, SCHEMA, Cell, TableKey
+
+CELL_INT_FIELDS = ("n", "k")
+
+
+def read(text, source: str = "<text>"):
+    """Parse table text into ``(key, cells, meta, extras)`` without applying §1.2's rules.
+
+    Every shape problem (a missing or mistyped field) is collected and raised together.
+    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the seed's reader ignores.
+    """
+    doc = _toml.loads(text, "the cost table", source, TableError)
+    problems = []
+    key = _read_key(doc.get("key", _toml.MISSING), problems)
+    cells, extras = [], {}
+    raw_cells = doc.get("cells", _toml.MISSING)
+    if raw_cells is _toml.MISSING:
+        problems.append("there is no [[cells]] array: add one [[cells]] table per measured (n, k)")
+    elif not isinstance(raw_cells, list):
+        problems.append(f"`cells` is a {_toml.type_name(raw_cells)}, not an array of tables ([[cells]])")
+    else:
+        for i, raw in enumerate(raw_cells):
+            cell = _read_cell(i, raw, problems)
+            if cell is not None:
+                cells.append(cell)
+                extra = {f: v for f, v in raw.items() if f not in Cell._fields}
+                if extra:
+                    extras[(cell.n, cell.k)] = extra
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        meta = {"value": meta}
+    if problems:
+        raise TableError(f"{source}: the cost table cannot be read", problems)
+    return key, cells, meta, extras
+
+
+def _read_key(raw, problems):
+    if raw is _toml.MISSING:
+        problems.append("there is no [key] table (schema, box_class, recipe, [key.plan_digests])")
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"`key` is a {_toml.type_name(raw)}, not a table")
+        return None
+    ok = True
+    schema = raw.get("schema", _toml.MISSING)
+    if schema is _toml.MISSING:
+        problems.append("[key] has no `schema` (this version reads schema = 1)")
+        ok = False
+    elif _toml.as_uint(schema, 32) is None:
+        problems.append(f"[key] schema = {schema!r} is not an unsigned 32-bit integer")
+        ok = False
+    strings = {}
+    for name in ("box_class", "recipe"):
+        value = raw.get(name, _toml.MISSING)
+        if value is _toml.MISSING:
+            problems.append(f"[key] has no `{name}` string")
+            ok = False
+        elif not isinstance(value, str):
+            problems.append(f"[key] {name} is a {_toml.type_name(value)}, not a string")
+            ok = False
+        strings[name] = value
+    digests = raw.get("plan_digests", _toml.MISSING)
+    if digests is _toml.MISSING:
+        problems.append("[key] has no [key.plan_digests] table (one digest per measured mode)")
+        ok = False
+    elif not isinstance(digests, dict):
+        problems.append(f"[key] plan_digests is a {_toml.type_name(digests)}, not a table")
+        ok = False
+    else:
+        for mode, digest in digests.items():
+            if not isinstance(digest, str):
+                problems.append(f"[key.plan_digests] {mode} is a {_toml.type_name(digest)}, not a string")
+                ok = False
+    if not ok:
+        return None
+    return TableKey(schema, strings["box_class"], strings["recipe"], digests)
+
+
+def _read_cell(i, raw, problems):
+    where = f"cells[{i}]"
+    if not isinstance(raw, dict):
+        problems.append(f"{where} is a {_toml.type_name(raw)}, not a table")
+        return None
+    values = {}
+    for name in Cell._fields:
+        value = raw.get(name, _toml.MISSING)
+        if value is _toml.MISSING:
+            problems.append(f"{where} has no `{name}`")
+            continue
+        conv = _toml.as_uint(value) if name in CELL_INT_FIELDS else _toml.as_float(value)
+        if conv is None:
+            want = "a non-negative integer" if name in CELL_INT_FIELDS else "a number"
+            problems.append(f"{where} {name} = {value!r} is not {want}")
+            continue
+        values[name] = conv
+    if len(values) != len(Cell._fields):
+        return None
+    return Cell(**values)
+
+
+def rule_problems(cells, where=lambda i: f"cells[{i}]"):
+    """Every breach of SPEC §1.2's cell rules, as messages; empty when the grid is valid."""
+    problems = []
+    seen = {}
+    for i, c in enumerate(cells):
+        costs = [getattr(c, f) for f in COST_FIELDS]
+        shown = f"{where(i)} (n={c.n}, k={c.k}, verify_ms={c.verify_ms!r}, verify_j={c.verify_j!r}, draft_ms={c.draft_ms!r}, draft_j={c.draft_j!r})"
+        if c.n == 0:
+            problems.append(f"{shown}: n = 0; a batch width is at least 1")
+        bad = [f for f, v in zip(COST_FIELDS, costs) if not math.isfinite(v)]
+        if bad:
+            problems.append(f"{shown}: {', '.join(bad)} not finite")
+        for f in ("verify_ms", "verify_j"):
+            v = getattr(c, f)
+            if math.isfinite(v) and not v > 0:
+                problems.append(f"{shown}: {f} must be > 0")
+        for f in ("draft_ms", "draft_j"):
+            v = getattr(c, f)
+            if not math.isfinite(v):
+                continue
+            if c.k == 0 and v != 0.0:
+                problems.append(f"{shown}: {f} must be exactly 0 at k = 0 (a plain decode step drafts nothing)")
+            elif c.k > 0 and not v > 0:
+                problems.append(f"{shown}: {f} must be > 0 at k > 0")
+        if (c.n, c.k) in seen:
+            problems.append(f"{shown}: duplicate of {where(seen[(c.n, c.k)])}")
+        else:
+            seen[(c.n, c.k)] = i
+    if not cells:
+        problems.append("there is no cell: a table needs at least one [[cells]] entry")
+        return problems
+    max_k = max(c.k for c in cells)
+    for n in sorted({c.n for c in cells}):
+        missing = [k for k in range(max_k + 1) if (n, k) not in seen]
+        if missing:
+            problems.append(
+                f"width n={n} lacks depth(s) {', '.join(map(str, missing))}: every width needs every k in 0..={max_k}"
+            )
+    return problems
+
+
+def key_problems(key):
+    if key.schema != SCHEMA:
+        return [f"[key] schema = {key.schema}; this version reads schema {SCHEMA}"]
+    return []
+
+
+def write(key, cells, meta=None, extras=None) -> str:
+    """The TOML text of a table, cells sorted by (n, k); no validation here."""
+    lines = ["[key]", f"schema = {_toml.number(key.schema)}", f"box_class = {_toml.string(key.box_class)}",
+             f"recipe = {_toml.string(key.recipe)}", "", "[key.plan_digests]"]
+    for mode, digest in key.plan_digests.items():
+        lines.append(f"{_toml.key(mode)} = {_toml.string(digest)}")
+    if meta:
+        lines += ["", "[meta]"]
+        for name, value in meta.items():
+            lines.append(f"{_toml.key(name)} = {_toml.scalar(value)}")
+    extras = extras or {}
+    for c in sorted(cells, key=lambda c: (c.n, c.k)):
+        lines += ["", "[[cells]]", f"n = {c.n}", f"k = {c.k}"]
+        for f in COST_FIELDS:
+            lines.append(f"{f} = {_toml.number(getattr(c, f))}")
+        for name, value in extras.get((c.n, c.k), {}).items():
+            lines.append(f"{_toml.key(name)} = {_toml.scalar(value)}")
+    return "\n".join(lines) + "\n"

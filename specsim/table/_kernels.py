@@ -1,0 +1,73 @@
+"""Numba kernels over a cost table's flat arrays (SPEC §1.3).
+
+A table is ``widths int64[W]`` (ascending, distinct, >= 1) and
+``costs float64[W, max_k + 1, 4]`` in the order (verify_ms, verify_j, draft_ms, draft_j).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim._jit import jit
+
+
+@jit
+def bracket_nb(widths, n):
+    """Indices of the largest width <= n and the smallest width >= n (-1 where none)."""
+    w = widths.shape[0]
+    # First index whose width is >= n.
+    lo_i, hi_i = 0, w
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) >> 1
+        if widths[mid] < n:
+            lo_i = mid + 1
+        else:
+            hi_i = mid
+    above = lo_i if lo_i < w else -1
+    if above >= 0 and widths[above] == n:
+        return above, above
+    below = lo_i - 1
+    return below, above
+
+
+@jit
+def cell_into_nb(widths, costs, n, k, out):
+    """Write the four costs of cell (n, k) into ``out[:4]``; False (out untouched) when k > max_k.
+
+    Between two measured widths ``a < n < b`` every cost is ``p + (q - p) * t`` with
+    ``t = (n - a) / (b - a)``; outside the measured range the nearest width's costs.
+    """
+    if k < 0 or k >= costs.shape[1]:
+        return False
+    a, b = bracket_nb(widths, n)
+    if a == b or b < 0:
+        src = a
+    elif a < 0:
+        src = b
+    else:
+        t = (n - widths[a]) / (widths[b] - widths[a])
+        for f in range(4):
+            p = costs[a, k, f]
+            out[f] = p + (costs[b, k, f] - p) * t
+        return True
+    for f in range(4):
+        out[f] = costs[src, k, f]
+    return True
+
+
+@jit
+def lookup_nb(widths, costs, ns, ks, out):
+    """Cells for arrays of widths and depths.
+
+    Parameters
+    ----------
+    widths : ndarray(int64, ndim=1), shape (W,)
+    costs : ndarray(float64, ndim=3), shape (W, K + 1, 4)
+    ns, ks : ndarray(int64, ndim=1), shape (N,)
+    out : ndarray(float64, ndim=2), shape (N, 4)
+        Modified in place; a row is NaN where ``k`` is outside ``0..=max_k``.
+    """
+    for i in range(ns.shape[0]):
+        if not cell_into_nb(widths, costs, ns[i], ks[i], out[i]):
+            for f in range(4):
+                out[i, f] = np.nan
