@@ -8,8 +8,9 @@ import sys
 
 from specsim import __version__
 
-# Each module defines ``register(subparsers)``, adding its commands with ``set_defaults(func=...)``;
-# ``func(args)`` returns the exit code.
+# Each module defines ``register(sub, groups)``: it adds its commands to ``sub`` with
+# ``set_defaults(func=...)`` (``func(args)`` returns the exit code), and may add actions to a group
+# an earlier module made (``groups["table"]``, ``groups["calib"]``: sub-parser collections).
 COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
@@ -24,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    groups = {}
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        importlib.import_module(name).register(sub, groups)
     return parser
 
 

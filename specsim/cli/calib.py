@@ -5,15 +5,15 @@ from __future__ import annotations
 from specsim.cli._common import format_grid, print_json
 
 
-def register(sub):
+def register(sub, groups):
     calib = sub.add_parser("calib", help="show and fit acceptance calibrations")
     csub = calib.add_subparsers(dest="calib_command", metavar="ACTION")
     csub.required = True
+    groups["calib"] = csub
     p = csub.add_parser("show", help="print a calibration's drafter, buckets and priors")
     p.add_argument("file", help="calibration TOML")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_show)
-    return csub
 
 
 def cmd_show(args):

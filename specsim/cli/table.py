@@ -5,10 +5,11 @@ from __future__ import annotations
 from specsim.cli._common import format_grid, print_json
 
 
-def register(sub):
+def register(sub, groups):
     table = sub.add_parser("table", help="check, show and query cost tables")
     tsub = table.add_subparsers(dest="table_command", metavar="ACTION")
     tsub.required = True
+    groups["table"] = tsub
 
     p = tsub.add_parser("check", help="validate a table; optionally check its key against a serve's")
     p.add_argument("file", help="cost table TOML")
@@ -31,7 +32,6 @@ def register(sub):
     p.add_argument("k", type=int, help="draft depth")
     p.add_argument("--json", action="store_true", help="print the cell as JSON")
     p.set_defaults(func=cmd_query)
-    return table
 
 
 def _serve_key(args, table_key):
