@@ -28,6 +28,11 @@ _EXPORTS = {
     "DrafterKey": "specsim.calibration",
     "AcceptanceCalibration": "specsim.calibration",
     "conditional_priors": "specsim.calibration",
+    "Planner": "specsim.plan",
+    "SpecCostState": "specsim.plan",
+    "propose_depth": "specsim.plan",
+    "sequence_depths": "specsim.plan",
+    "goodput_depth": "specsim.plan",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
