@@ -20,6 +20,7 @@ _EXPORTS = {
     "TraceError": "specsim.errors",
     "SimulationError": "specsim.errors",
     "MeasureError": "specsim.errors",
+    "CostModelError": "specsim.errors",
     "SCHEMA": "specsim.table",
     "Cell": "specsim.table",
     "CostTable": "specsim.table",
@@ -28,6 +29,7 @@ _EXPORTS = {
     "DrafterKey": "specsim.calibration",
     "AcceptanceCalibration": "specsim.calibration",
     "conditional_priors": "specsim.calibration",
+    "model_table": "specsim.costmodel",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
