@@ -14,8 +14,9 @@ cache, on ``tp`` GPUs in tensor parallel, costs
 Bandwidth and matrix rates are derated by the efficiencies of :class:`Overheads`. A verify step at
 width ``n`` and depth ``k`` is one pass over ``n(k+1)`` rows; its ``k`` draft steps are ``k``
 chained drafter passes over ``n`` rows. Energy is board power times time, summed over the ``tp``
-GPUs, with power between idle and TDP in proportion to the fraction of the step the GPU is busy
-streaming or multiplying (communication and host time count as idle).
+GPUs: idle power for the whole step, plus the dynamic power (TDP - idle) for the share of the step
+the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies (communication and
+host time count as idle). Power therefore stays between idle and TDP.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ class Overheads:
 
     The defaults are calibrated once, globally, on the Splitwise profiles of Llama-2-70B decode on
     A100 and H100 at tensor parallel 2, 4 and 8 and batch 1-64 (vLLM-era eager serving, fp16):
-    a coarse grid over the five constants that minimised the mean relative error of the
-    plain-decode step time, rounded. No point is fitted on its own; Bloom-176B from the same
-    profiles and a GB10 table from another serve are held out and reported by the tests.
+    a coarse grid over ``memory_efficiency``, ``step_ms``, ``seq_ms`` and ``hop_us`` that
+    minimised the mean relative error of the plain-decode step time (``matrix_efficiency`` is set,
+    not fitted: those steps never bind on compute), and ``memory_power`` set so the modelled A100
+    mean power has no bias against the same profiles' average power. No point is fitted on its
+    own; Bloom-176B from the same profiles and a GB10 table from another serve are held out and
+    their errors reported by the tests.
 
     Attributes
     ----------
