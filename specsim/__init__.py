@@ -20,6 +20,7 @@ _EXPORTS = {
     "TraceError": "specsim.errors",
     "SimulationError": "specsim.errors",
     "MeasureError": "specsim.errors",
+    "CostModelError": "specsim.errors",
     "SCHEMA": "specsim.table",
     "Cell": "specsim.table",
     "CostTable": "specsim.table",
@@ -33,6 +34,7 @@ _EXPORTS = {
     "propose_depth": "specsim.plan",
     "sequence_depths": "specsim.plan",
     "goodput_depth": "specsim.plan",
+    "model_table": "specsim.costmodel",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -54,3 +54,7 @@ class SimulationError(SpecsimError):
 
 class MeasureError(SpecsimError):
     """A measurement that cannot run here (no GPU, no meter, NVML failure) or bad sweep input."""
+
+
+class CostModelError(SpecsimError):
+    """A hardware, model or drafter spec that is unknown or malformed, or a modelled table that cannot be built."""
