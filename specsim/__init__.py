@@ -28,6 +28,14 @@ _EXPORTS = {
     "DrafterKey": "specsim.calibration",
     "AcceptanceCalibration": "specsim.calibration",
     "conditional_priors": "specsim.calibration",
+    "bench": "specsim.measure",
+    "CallableWorkload": "specsim.measure",
+    "ProxyWorkload": "specsim.measure",
+    "Recipe": "specsim.measure",
+    "SweepSettings": "specsim.measure",
+    "SweepInterrupted": "specsim.measure",
+    "merge_tables": "specsim.measure",
+    "plan_digest": "specsim.measure",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

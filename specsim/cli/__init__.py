@@ -14,6 +14,7 @@ from specsim import __version__
 COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
+    "specsim.cli.bench",
 )
 
 
