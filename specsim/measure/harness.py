@@ -107,8 +107,7 @@ def measure_step(backend, meter, step, settings: SweepSettings) -> dict:
         raise MeasureError(f"the step timed at {median} ms: too short for the clock to see; "
                            "measure a larger recipe or wider steps")
     mean = float(np.mean(samples))
-    e0, _ = _until_counter_moves(backend, meter, step, settings.align_s)
-    t0 = time.perf_counter()
+    e0, _, t0 = _until_counter_moves(backend, meter, step, settings.align_s)
     steps, batch = 0, max(1, math.ceil(settings.min_window_s * 1e3 / median))
     while True:
         for _ in range(batch):
@@ -119,8 +118,8 @@ def measure_step(backend, meter, step, settings: SweepSettings) -> dict:
         if elapsed >= settings.min_window_s:
             break
         batch = max(1, math.ceil((settings.min_window_s - elapsed) * steps / elapsed))
-    e1, tail = _until_counter_moves(backend, meter, step, settings.align_s)
-    window_s = time.perf_counter() - t0
+    e1, tail, t1 = _until_counter_moves(backend, meter, step, settings.align_s)
+    window_s = t1 - t0
     steps += tail
     joules = e1 - e0
     if not joules > 0:
@@ -144,15 +143,16 @@ def measure_step(backend, meter, step, settings: SweepSettings) -> dict:
 def _until_counter_moves(backend, meter, step, limit_s):
     """Run single steps until the meter's reading changes (or ``limit_s`` passes).
 
-    Returns the new reading and how many steps ran before it appeared.
+    Returns the new reading, how many steps ran before it appeared, and when it was read.
     """
     backend.synchronize()
     first = meter.read_j()
     t0, count = time.perf_counter(), 0
     while True:
         value = meter.read_j()
-        if value != first or time.perf_counter() - t0 > limit_s:
-            return value, count
+        now = time.perf_counter()
+        if value != first or now - t0 > limit_s:
+            return value, count, now
         step()
         backend.synchronize()
         count += 1

@@ -197,7 +197,7 @@ class AssumedPowerMeter:
 METERS = ("auto", "nvml", "rapl", "assumed")
 
 
-def open_meter(kind: str, backend, assume_power_w=None, powercap_root=POWERCAP):
+def open_meter(kind: str, backend, assume_power_w=None, powercap_root=None):
     """The energy meter for a run.
 
     ``auto`` picks NVML for a GPU backend and RAPL for the CPU; when that meter cannot be read,
@@ -237,7 +237,7 @@ def _open_real(kind, backend, powercap_root):
         if backend.name != "cupy":
             raise MeasureError("the NVML meter measures GPUs; a numpy run uses the CPU (use rapl or assumed)")
         return NvmlMeter(pci_bus_ids=backend.meter_targets())
-    return RaplMeter(powercap_root)
+    return RaplMeter(POWERCAP if powercap_root is None else powercap_root)
 
 
 def idle_power_w(meter, seconds: float, sleep=time.sleep) -> float:

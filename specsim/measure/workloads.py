@@ -84,13 +84,19 @@ class ProxyWorkload:
     def plans(self) -> dict:
         """Mode -> launch plan (plain JSON data): shapes, dtype, backend and library versions."""
         r = self.recipe
-        common = {"workload": "proxy", "proxy_version": PROXY_VERSION, "shapes": r.shapes(),
-                  "backend": self.backend.name, "compute_dtype": self.dtype, "versions": self.backend.versions()}
+        common = {"workload": "proxy", "proxy_version": PROXY_VERSION, "backend": self.backend.name,
+                  "compute_dtype": self.dtype, "versions": self.backend.versions()}
+        # Each mode's plan holds only what that mode launches: the drafter's depth is not part
+        # of a verify step, nor the target's depth part of a draft step, and the recipe's dtype
+        # enters as the dtype it computes in on this backend.
+        shapes = {f: v for f, v in r.shapes().items() if f != "dtype"}
+        verify_shapes = {f: v for f, v in shapes.items() if f != "drafter_layers"}
+        draft_shapes = {f: v for f, v in shapes.items() if f != "layers"}
         head = [f"rmsnorm x[rows,{r.hidden}]", f"gemm [rows,{r.hidden}]x[{r.hidden},{r.vocab}]", "argmax per row"]
         return {
-            "verify": common | {"mode": "verify", "rows": "n*(k+1)", "layers": r.layers,
+            "verify": common | {"mode": "verify", "shapes": verify_shapes, "rows": "n*(k+1)", "layers": r.layers,
                                 "layer_ops": self._layer_ops("n*(k+1)", "(k+1)"), "head_ops": head},
-            "draft": common | {"mode": "draft", "rows": "n", "layers": r.drafter_layers,
+            "draft": common | {"mode": "draft", "shapes": draft_shapes, "rows": "n", "layers": r.drafter_layers,
                                "layer_ops": self._layer_ops("n", "1"), "head_ops": head,
                                "chain": "k steps; each adds the chosen token's embedding to its normalised "
                                         "hidden state and feeds the next"},
