@@ -550,6 +550,16 @@ def test_cli_interrupt_leaves_a_resumable_file_and_says_how(tmp_path, monkeypatc
     assert len(CostTable.load(out).cells) == 4
 
 
+def test_interrupt_before_the_first_cell_says_nothing_was_kept(tmp_path):
+    def prepare(max_n, max_k):
+        raise KeyboardInterrupt
+
+    w = CallableWorkload(lambda n, k: None, None, "r", digests={"verify": "a", "draft": "b"}, prepare=prepare)
+    with pytest.raises(SweepInterrupted, match="before the sweep started") as err:
+        sweep(tmp_path, widths=(1,), max_k=0, workload=w)
+    assert err.value.done == 0 and not partial_path(tmp_path / "t.toml").exists()
+
+
 def test_a_corrupt_partial_file_is_refused_with_its_line(tmp_path):
     p = tmp_path / "x.toml.partial.jsonl"
     p.write_text('{"specsim_partial": 1}\n{"cell": {"n": 1}}\n')
@@ -698,6 +708,28 @@ def test_idle_power_goes_into_meta(tmp_path):
                       box_class="b", settings=settings, progress=False)
     assert table.meta["idle_power_w"] == pytest.approx(40.0, rel=1e-2)
     assert table.meta["energy_source"] == "rapl"
+
+
+def test_idle_power_is_read_between_counter_updates(monkeypatch):
+    class Clock:  # simulated time: sleeping advances it, every reading costs 10 us
+        now = 0.0
+
+        def sleep(self, dt):
+            self.now += dt
+
+        def perf_counter(self):
+            self.now += 1e-5
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(meters, "time", clock)
+
+    class Coarse:  # 100 W, but the counter moves only every 100 ms (as NVML's may)
+        def read_j(self):
+            return 100.0 * (clock.now // 0.1) * 0.1
+
+    clock.now = 0.05  # halfway between updates: an unaligned 0.25 s reading would say 120 W
+    assert meters.idle_power_w(Coarse(), 0.25) == pytest.approx(100.0, rel=0.01)
 
 
 # -- the GPU check script ----------------------------------------------------------------------------

@@ -76,10 +76,12 @@ class SweepInterrupted(KeyboardInterrupt):
 
     def __init__(self, done: int, total: int, partial: Path):
         self.done, self.total, self.partial = done, total, Path(partial)
-        super().__init__(
-            f"interrupted with {done} of {total} cells measured; they are kept in {partial}: "
-            "rerun the same command with --resume to measure the rest"
-        )
+        if self.partial.exists():
+            text = (f"interrupted with {done} of {total} cells measured; they are kept in {partial}: "
+                    "rerun the same command with --resume to measure the rest")
+        else:
+            text = "interrupted before the sweep started; nothing was measured or kept"
+        super().__init__(text)
 
 
 def partial_path(out) -> Path:
@@ -238,6 +240,7 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
 
     todo = [(n, k) for n in widths for k in range(max_k + 1) if (n, k) not in done]
     total = len(widths) * (max_k + 1)
+    saved = len(done)  # cells on disk: a cell interrupted while being written is not one
     try:
         workload.prepare(max(widths), max_k)
         if header is None:
@@ -246,7 +249,7 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
                 idle_s = settings.min_window_s if settings.idle_s is None else settings.idle_s
                 if idle_s > 0:
                     backend.synchronize()
-                    header["meta"]["idle_power_w"] = idle_power_w(meter, idle_s)
+                    header["meta"]["idle_power_w"] = idle_power_w(meter, idle_s, settings.align_s)
                     log(f"idle power {header['meta']['idle_power_w']:.1f} W over {idle_s} s")
         header["meta"]["sessions"] = header["meta"].get("sessions", 0) + 1
         _write_partial(partial, header, done)
@@ -256,9 +259,10 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
                     time.sleep(settings.cooldown_s)
                 done[(n, k)] = measure_cell(workload, backend, meter, n, k, settings)
                 _write_partial(partial, header, done)
+                saved = len(done)
                 bar.update()
     except KeyboardInterrupt:
-        raise SweepInterrupted(len(done), total, partial) from None
+        raise SweepInterrupted(saved, total, partial) from None
     finally:
         workload.close()
 

@@ -240,12 +240,26 @@ def _open_real(kind, backend, powercap_root):
     return RaplMeter(POWERCAP if powercap_root is None else powercap_root)
 
 
-def idle_power_w(meter, seconds: float, sleep=time.sleep) -> float:
-    """Mean power over ``seconds`` of doing nothing, in watts."""
-    e0, t0 = meter.read_j(), time.perf_counter()
-    sleep(seconds)
-    e1, t1 = meter.read_j(), time.perf_counter()
+def idle_power_w(meter, seconds: float, align_s: float = 0.25) -> float:
+    """Mean power over about ``seconds`` of doing nothing, in watts.
+
+    Both readings are taken just after the counter updates (polled for at most ``align_s``), so
+    a counter that updates every 100 ms does not make a 1 s reading 10 % wrong.
+    """
+    e0, t0 = _next_update(meter, align_s)
+    time.sleep(seconds)
+    e1, t1 = _next_update(meter, align_s)
     return (e1 - e0) / (t1 - t0)
+
+
+def _next_update(meter, limit_s):
+    first = meter.read_j()
+    start = time.perf_counter()
+    while True:
+        value, now = meter.read_j(), time.perf_counter()
+        if value != first or now - start > limit_s:
+            return value, now
+        time.sleep(0.001)
 
 
 def _import_pynvml():
