@@ -7,7 +7,6 @@ autospec mocks here, and for real in the ``gpu``-marked tests where a CUDA devic
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import subprocess
 import sys
@@ -637,7 +636,8 @@ def test_builtin_recipes_are_valid_and_real_shapes_are_as_published():
 
 
 def test_recipe_files_are_checked_listing_every_problem(tmp_path):
-    text = 'layers = 0\nhidden = 64\nffn = 1.5\nheads = 6\nkv_heads = 4\nhead_dim = 16\ncontext = 8\nvocab = 16\ndtype = "fp8"\nlayer = 2\n'
+    text = ('layers = 0\nhidden = 64\nffn = 1.5\nheads = 6\nkv_heads = 4\nhead_dim = 16\ncontext = 8\n'
+            'vocab = 16\ndtype = "fp8"\nlayer = 2\n')
     with pytest.raises(MeasureError, match="the recipe is refused") as err:
         parse_recipe(text, "bad.toml")
     text_problems = "\n".join(err.value.problems)
@@ -730,6 +730,43 @@ def test_idle_power_is_read_between_counter_updates(monkeypatch):
 
     clock.now = 0.05  # halfway between updates: an unaligned 0.25 s reading would say 120 W
     assert meters.idle_power_w(Coarse(), 0.25) == pytest.approx(100.0, rel=0.01)
+
+
+def test_energy_window_ends_are_aligned_on_counter_updates(monkeypatch):
+    class Clock:
+        now = 0.033
+
+        def perf_counter(self):
+            return self.now
+
+        def sleep(self, dt):
+            self.now += dt
+
+    clock = Clock()
+    monkeypatch.setattr(harness, "time", clock)
+
+    class Backend:  # every step takes 3 ms of simulated time
+        def synchronize(self):
+            pass
+
+        def time_ms(self, fn, count):
+            for _ in range(count):
+                fn()
+            return np.full(count, 3.0)
+
+    def step():
+        clock.now += 0.003
+
+    class Coarse:  # 100 W, counter moves every 50 ms
+        def read_j(self):
+            return 100.0 * (clock.now // 0.05) * 0.05
+
+    settings = SweepSettings(min_window_s=0.5, repeats=3, warmup=1, align_s=0.25)
+    got = harness.measure_step(Backend(), Coarse(), step, settings)
+    assert got["ms"] == 3.0 and got["samples"] == 3
+    # 0.3 J per step, to within one step's energy at each end of a ~170-step window
+    assert got["j"] == pytest.approx(0.3, rel=2 / 160)
+    assert got["window_s"] >= 0.5 and got["window_ms"] == pytest.approx(3.0, rel=2 / 160)
 
 
 # -- the GPU check script ----------------------------------------------------------------------------

@@ -226,7 +226,8 @@ def open_meter(kind: str, backend, assume_power_w=None, powercap_root=None):
                     [str(e), "pass --assume-power-w W to write joules from an assumed constant power "
                              "(the table then records energy_source = \"assumed\")"],
                 ) from e
-            return AssumedPowerMeter(assume_power_w), f"no {kind} meter ({e.headline}); joules assume {assume_power_w} W"
+            note = f"no {kind} meter ({e.headline}); joules assume {assume_power_w} W"
+            return AssumedPowerMeter(assume_power_w), note
         note = None if assume_power_w is None else f"--assume-power-w is unused: the {kind} meter is readable"
         return meter, note
     return _open_real(kind, backend, powercap_root), None

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from specsim.errors import MeasureError
-from specsim.measure.recipes import Recipe, load_recipe
+from specsim.measure.recipes import load_recipe
 
 MODES = ("verify", "draft")
 
