@@ -31,10 +31,10 @@ def _watts(text):
 def register(sub, groups):
     p = sub.add_parser(
         "bench", help="measure a cost table: time and meter verify and draft steps at each width and depth",
-        description="Measure a cost table (SPEC §7). For every width n and depth k: time one verify step "
+        description="Measure a cost table. For every width n and depth k: time one verify step "
                     "(n sequences of k+1 rows) and the k chained draft steps, and meter their energy over a "
-                    "window of repeated steps. Finished cells are kept in OUT.partial.jsonl; --resume "
-                    "continues an interrupted sweep.")
+                    "window of repeated steps. Finished cells are kept beside OUT (e.g. table.toml.partial.jsonl) "
+                    "until the table is written; --resume continues an interrupted sweep.")
     p.add_argument("--recipe", required=True, metavar="FILE|NAME",
                    help="recipe TOML, or a built-in: tiny, small, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b-tp8")
     p.add_argument("--widths", required=True, type=int_list, metavar="N,N,...", help="batch widths, e.g. 1,2,4,8")

@@ -8,6 +8,7 @@ a synchronisation point, the device's name and the library versions that go into
 from __future__ import annotations
 
 import importlib
+import os
 import platform
 import re
 import time
@@ -24,6 +25,9 @@ COMPUTE_DTYPES = {
     "numpy": {"bf16": "float32", "fp16": "float32", "fp32": "float32"},
     "cupy": {"bf16": "float16", "fp16": "float16", "fp32": "float32"},
 }
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def box_class_from_name(name: str) -> str:
@@ -103,8 +107,14 @@ class NumpyBackend:
         return out
 
     def describe(self) -> dict:
-        """``[meta]`` fields naming the device and software."""
-        return {"backend": self.name, "device": self.device_name(), "clock": self.clock} | self.versions()
+        """``[meta]`` fields naming the device, the software and the BLAS thread settings.
+
+        CPU timings depend strongly on BLAS threads (a threaded BLAS on a busy machine spins
+        against other work), so the thread variables that are set are recorded.
+        """
+        threads = {f"env_{v.lower()}": os.environ[v] for v in THREAD_VARIABLES if v in os.environ}
+        return ({"backend": self.name, "device": self.device_name(), "clock": self.clock, "cpus": os.cpu_count() or 0}
+                | self.versions() | threads)
 
     def meter_targets(self):
         """What an energy meter should cover: the CPU packages (RAPL)."""
