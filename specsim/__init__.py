@@ -35,6 +35,14 @@ _EXPORTS = {
     "sequence_depths": "specsim.plan",
     "goodput_depth": "specsim.plan",
     "model_table": "specsim.costmodel",
+    "bench": "specsim.measure",
+    "CallableWorkload": "specsim.measure",
+    "ProxyWorkload": "specsim.measure",
+    "Recipe": "specsim.measure",
+    "SweepSettings": "specsim.measure",
+    "SweepInterrupted": "specsim.measure",
+    "merge_tables": "specsim.measure",
+    "plan_digest": "specsim.measure",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "specsim.cli.calib",
     "specsim.cli.plan",
     "specsim.cli.model",
+    "specsim.cli.bench",
 )
 
 
