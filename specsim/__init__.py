@@ -28,6 +28,8 @@ _EXPORTS = {
     "DrafterKey": "specsim.calibration",
     "AcceptanceCalibration": "specsim.calibration",
     "conditional_priors": "specsim.calibration",
+    "MIN_OUTCOMES": "specsim.calibration.fit",
+    "fit_calibration": "specsim.calibration.fit",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
