@@ -280,7 +280,7 @@ def _accepted_column(values, source, n):
     if arr.shape[0] and (arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all()):
         bad = int(np.flatnonzero(~np.isin(arr, (0, 1)))[0]) if arr.dtype.kind in "iuf" else 0
         raise CalibrationError(
-            f"{source}: data row {bad + 1}: accepted = {arr[bad]!r} is not 1 or 0 (true or false)"
+            f"{source}: data row {bad + 1}: accepted = {arr[bad].item()!r} is not 1 or 0 (true or false)"
         )
     return np.ascontiguousarray(arr, dtype=np.int8)
 

@@ -24,7 +24,10 @@ def wilson(accepted: int, reached: int, z: float = Z95):
     z2 = z * z
     centre = (p + z2 / (2 * reached)) / (1 + z2 / reached)
     half = z / (1 + z2 / reached) * math.sqrt(p * (1 - p) / reached + z2 / (4 * reached * reached))
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At 0 or n successes the bound is exactly 0 or 1; rounding would leave a speck.
+    low = 0.0 if accepted == 0 else max(0.0, centre - half)
+    high = 1.0 if accepted == reached else min(1.0, centre + half)
+    return (low, high)
 
 
 def stderr(accepted: int, reached: int):

@@ -83,7 +83,7 @@ def register_fit(csub):
                    help="--rates are marginal P(j accepted) (default, as vLLM reports) or conditional")
     p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
     p.add_argument("--edges", type=_float_list, metavar="E1,E2,..",
-                   help="--drafts-log: bucket edges (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
+                   help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
     p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
     p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
