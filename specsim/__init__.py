@@ -43,6 +43,8 @@ _EXPORTS = {
     "SweepInterrupted": "specsim.measure",
     "merge_tables": "specsim.measure",
     "plan_digest": "specsim.measure",
+    "MIN_OUTCOMES": "specsim.calibration.fit",
+    "fit_calibration": "specsim.calibration.fit",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
