@@ -31,7 +31,7 @@ from specsim.calibration.report import brier, build_report, format_report, wilso
 from specsim.cli import main
 from specsim.errors import CalibrationError, SpecsimError
 
-from reference import (
+from tests.reference import (
     RefRefused,
     ref_bin_drafts,
     ref_conditional,
