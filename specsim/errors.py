@@ -54,3 +54,11 @@ class SimulationError(SpecsimError):
 
 class MeasureError(SpecsimError):
     """A measurement that cannot run here (no GPU, no meter, NVML failure) or bad sweep input."""
+
+
+class SpecsimWarning(UserWarning):
+    """Base class of specsim's warnings: input that is used, but not as written."""
+
+
+class TraceWarning(SpecsimWarning):
+    """A trace value that was clamped or reinterpreted (e.g. an accepted run above ``k_logged``)."""

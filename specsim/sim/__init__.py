@@ -1,0 +1,1 @@
+"""Simulation: request traces, acceptance-trace replay, policies (SPEC §5-§6)."""
