@@ -52,6 +52,10 @@ class SimulationError(SpecsimError):
     """Simulation options that cannot run."""
 
 
+class PolicyError(SimulationError):
+    """A policy string that cannot be parsed, or a policy that cannot run on the given inputs."""
+
+
 class MeasureError(SpecsimError):
     """A measurement that cannot run here (no GPU, no meter, NVML failure) or bad sweep input."""
 

@@ -14,6 +14,8 @@ from specsim import __version__
 COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
+    "specsim.cli.replay",
+    "specsim.cli.trace",
 )
 
 
