@@ -152,8 +152,10 @@ def parse_datetime_nb(buf, a, b):
 def parse_number_nb(buf, a, b):
     """``(ok, value)`` of a finite decimal number ``[+-]digits[.digits][(e|E)[+-]digits]``.
 
-    Up to 18 significant digits are kept, scaled by an exact power of ten: within an ulp or two
-    of the correctly rounded value, and exact for integers below 2**53.
+    Up to 18 significant digits are kept and scaled by a power of ten: within two ulps of the
+    correctly rounded value while that power is exact (|exponent| <= 22, which covers any
+    timestamp), a little looser beyond; exact for integers below 2**53. Values that overflow
+    (near 1.8e308) are refused.
     """
     if a >= b:
         return False, 0.0

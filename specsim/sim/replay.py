@@ -280,7 +280,7 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
         raise PolicyError(f"policy {policy.kind} needs a calibration for its priors")
     from specsim.plan import Planner
 
-    planner = Planner(table, calibration, slack=slack, max_seqs=width if max_seqs is None else max_seqs)
+    planner = Planner(table, calibration, slack=slack, max_seqs=max_seqs)
     return int(planner.propose(width) if policy.kind == "propose" else planner.goodput(width))
 
 
