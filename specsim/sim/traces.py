@@ -25,7 +25,8 @@ naming the file and line, or with ``skip_bad_rows`` is skipped and counted.
 
 Options apply in this order: the ``window`` (seconds from the trace start, in the file's own
 time; kept arrivals are re-based to the window's start), then ``limit`` (the first N requests
-by arrival), then ``rate_scale`` (arrivals divided by it: 2 means twice the traffic).
+by arrival), then ``rate_scale`` (arrivals divided by it: 2 means twice the traffic). They apply
+after the whole file is read, because a file need not be in time order (BurstGPT's is not).
 
 Files are parsed by Numba kernels in blocks of whole lines, so memory holds only the output
 arrays and one block of text, never a Python object per row.
