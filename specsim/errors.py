@@ -60,6 +60,10 @@ class MeasureError(SpecsimError):
     """A measurement that cannot run here (no GPU, no meter, NVML failure) or bad sweep input."""
 
 
+class CostModelError(SpecsimError):
+    """A hardware, model or drafter spec that is unknown or malformed, or a modelled table that cannot be built."""
+
+
 class SpecsimWarning(UserWarning):
     """Base class of specsim's warnings: input that is used, but not as written."""
 

@@ -1,0 +1,47 @@
+"""``specsim table model``: a cost table from the analytic roofline, for hardware you do not have."""
+
+from __future__ import annotations
+
+from specsim.cli._common import int_list
+
+
+def register(sub, groups):
+    p = groups["table"].add_parser(
+        "model", help="model a cost table from GPU, model and drafter specs (no hardware needed)",
+        description="Write a cost table from an analytic roofline over public specs. The table's [meta] "
+                    "says energy_source = \"model\": it is an estimate, never a measurement.")
+    p.add_argument("--gpu", required=True, help="GPU spec name (built-in or from --gpu-spec)")
+    p.add_argument("--model", required=True, help="model spec name (built-in or from --model-spec)")
+    p.add_argument("--drafter", required=True, help="drafter spec name (built-in or from --drafter-spec)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--context-tokens", type=int, default=None,
+                   help="KV-cache tokens per sequence the costs assume (default 2048)")
+    p.add_argument("--widths", type=int_list, default=None, help="batch widths, e.g. 1,2,4,8 (default 1..256)")
+    p.add_argument("--max-k", type=int, required=True, help="deepest draft depth")
+    p.add_argument("--dtype", help="override the model's weight format (bf16, fp8, nvfp4, ...)")
+    for kind in ("gpu", "model", "drafter"):
+        p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
+                       help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="table file to write")
+    p.set_defaults(func=cmd_model)
+
+
+def cmd_model(args):
+    from specsim._io import atomic_write_text
+    from specsim.costmodel import (DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table)
+
+    specs = {"gpu": {}, "model": {}, "drafter": {}}
+    for path in args.gpu_spec + args.model_spec + args.drafter_spec:
+        for kind, found in load_specs(path).items():
+            specs[kind].update(found)
+    table = model_table(
+        args.gpu, args.model, args.drafter, tp=args.tp,
+        context_tokens=DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens,
+        widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
+        max_k=args.max_k, dtype=args.dtype, specs=specs,
+    )
+    atomic_write_text(args.output, table.to_text())
+    widths = ", ".join(map(str, table.widths.tolist()))
+    print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
+          f"depths 0..{table.max_k} (energy_source = model: an estimate, not a measurement)")
+    return 0

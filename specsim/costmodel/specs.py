@@ -1,0 +1,431 @@
+"""Hardware, model and drafter specs for the analytic cost model: built-ins and TOML files.
+
+Every built-in number comes from a public datasheet or a published model config (the ``source``
+of each spec says which). Dense (non-sparse) matrix rates are used throughout: decode GEMMs do
+not use 2:4 structured sparsity. Users add or override specs with a TOML file::
+
+    [[gpu]]
+    name = "my-gpu"
+    memory_gb = 96
+    bandwidth_gbs = 4000
+    bf16_tflops = 900
+    tdp_w = 700
+    idle_w = 80
+
+    [[model]]
+    name = "my-model"
+    layers = 32
+    hidden = 4096
+    ...
+
+    [[drafter]]
+    name = "my-eagle"
+    layers = 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsim import _toml
+from specsim.errors import CostModelError
+
+# Bytes per weight (scales included) and the matrix-rate class each dtype runs at.
+# nvfp4: 4-bit values + one fp8 scale per 16 -> 4.5 bits; mxfp4: + one 8-bit scale per 32 -> 4.25;
+# int4: group-wise (128) fp16 scales -> 4.125 bits.
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
+               "nvfp4": 0.5625, "mxfp4": 0.53125, "int4": 0.515625}
+DTYPE_RATE = {"fp32": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "fp8",
+              "nvfp4": "fp4", "mxfp4": "fp4", "int4": "fp4"}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator, as its datasheet states it.
+
+    ``*_tflops`` are dense matrix rates (0 = no such tensor-core format: the weights are
+    dequantised and run at the next wider rate); ``link_gbs`` is the per-GPU, per-direction
+    bandwidth tensor-parallel collectives run over (NVLink, or PCIe where there is none);
+    ``idle_w`` the board power with nothing running.
+    """
+
+    name: str
+    memory_gb: float
+    bandwidth_gbs: float
+    bf16_tflops: float
+    tdp_w: float
+    idle_w: float
+    fp8_tflops: float = 0.0
+    fp4_tflops: float = 0.0
+    link_gbs: float = 32.0
+    source: str = ""
+
+    def matrix_tflops(self, dtype: str) -> float:
+        """Dense matrix rate for weights of ``dtype``, falling back to a wider format."""
+        rate = DTYPE_RATE[dtype]
+        if rate == "fp4" and self.fp4_tflops > 0:
+            return self.fp4_tflops
+        if rate in ("fp4", "fp8") and self.fp8_tflops > 0:
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape, as in its published config.
+
+    Attention: ``heads`` query heads and ``kv_heads`` key/value heads of ``head_dim``;
+    ``kv_layers`` layers keep a KV cache (0 = all; fewer for hybrids with linear attention).
+    MLP: ``mlp_matrices`` = 3 for gated (SwiGLU) MLPs, 2 for plain ones; dense layers use
+    ``intermediate``. MoE (``experts > 0``): ``layers - dense_layers`` layers have ``experts``
+    routed experts of ``expert_intermediate``, ``experts_per_token`` active, plus a shared
+    expert of ``shared_intermediate`` (0 = none).
+    ``dtype`` is the weights' format, ``head_dtype`` the LM head's (quantised checkpoints often
+    keep it in bf16; "" = same as ``dtype``), ``kv_dtype`` the KV cache's.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    mlp_matrices: int = 3
+    kv_layers: int = 0
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0
+    dense_layers: int = 0
+    dtype: str = "bf16"
+    head_dtype: str = ""
+    kv_dtype: str = "bf16"
+    source: str = ""
+
+    # -- parameter counts (biases and norms are < 0.1 % and left out) ---------------------
+    @property
+    def attention_params(self) -> int:
+        """Per layer: Q and O projections, K and V projections."""
+        return 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_matrices * self.hidden * self.intermediate
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.mlp_matrices * self.hidden * self.expert_intermediate
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def always_params(self) -> int:
+        """Layer parameters every token reads: attention, dense MLPs, shared experts, routers."""
+        moe = self.moe_layers
+        return (self.layers * self.attention_params
+                + (self.layers - moe) * self.dense_mlp_params
+                + moe * (self.mlp_matrices * self.hidden * self.shared_intermediate + self.hidden * self.experts))
+
+    @property
+    def head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params_total(self) -> int:
+        """All weights, with the input embedding counted once more (untied or not, it is stored)."""
+        return self.always_params + self.moe_layers * self.experts * self.expert_params + 2 * self.head_params
+
+    @property
+    def params_active(self) -> int:
+        """Weights one token's forward pass multiplies by (embedding lookup excluded)."""
+        return self.always_params + self.moe_layers * self.experts_per_token * self.expert_params + self.head_params
+
+    @property
+    def kv_layer_count(self) -> int:
+        return self.kv_layers or self.layers
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token adds, over all layers."""
+        return 2 * self.kv_layer_count * self.kv_heads * self.head_dim * DTYPE_BYTES[self.kv_dtype]
+
+    @property
+    def lm_head_dtype(self) -> str:
+        return self.head_dtype or self.dtype
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A draft head that runs on the target's hidden states (EAGLE-style or MTP).
+
+    ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer shape, as
+    MTP modules are; else a dense layer of the target's ``intermediate``); a fusing projection
+    of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab`` rows
+    (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+    """
+
+    name: str
+    layers: int = 1
+    fuse_inputs: int = 2
+    draft_vocab: int = 0
+    moe: bool = False
+    dtype: str = ""
+    source: str = ""
+
+
+# -- built-ins ------------------------------------------------------------------------------
+_GPUS = (
+    GpuSpec("h100-sxm", memory_gb=80, bandwidth_gbs=3350, bf16_tflops=989.4, fp8_tflops=1978.9,
+            tdp_w=700, idle_w=70, link_gbs=450,
+            source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
+                   "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
+    GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
+            tdp_w=700, idle_w=75, link_gbs=450,
+            source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
+                   "with sparsity (halved: dense), up to 700 W, NVLink 900 GB/s; idle power estimated as H100's"),
+    GpuSpec("a100-80gb", memory_gb=80, bandwidth_gbs=2039, bf16_tflops=312,
+            tdp_w=400, idle_w=55, link_gbs=300,
+            source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
+                   "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
+    GpuSpec("l40s", memory_gb=48, bandwidth_gbs=864, bf16_tflops=362.05, fp8_tflops=733,
+            tdp_w=350, idle_w=35, link_gbs=32,
+            source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "
+                   "(724 / 1,466 with sparsity), 350 W, PCIe Gen4 x16 (64 GB/s both ways), no NVLink"),
+    GpuSpec("b200", memory_gb=180, bandwidth_gbs=8000, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000,
+            tdp_w=1000, idle_w=120, link_gbs=900,
+            source="NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e, 8 TB/s, FP16/BF16 4.5 / FP8 9 / FP4 18 "
+                   "PFLOPS with sparsity (halved: dense), 1,000 W, NVLink 5 1.8 TB/s; idle power estimated"),
+    GpuSpec("gb10", memory_gb=128, bandwidth_gbs=273, bf16_tflops=62.5, fp8_tflops=250, fp4_tflops=500,
+            tdp_w=140, idle_w=10, link_gbs=25,
+            source="NVIDIA DGX Spark (GB10 Grace Blackwell Superchip) spec sheet: 128 GB LPDDR5x unified, "
+                   "273 GB/s, 1 PFLOP FP4 with sparsity (halved: 500 dense), 140 W SoC TDP; FP8 and BF16 rates "
+                   "are not published and are estimated at 1/2 and 1/8 of FP4 (Blackwell ratios); ConnectX-7 200 Gb/s"),
+)
+
+_MODELS = (
+    ModelSpec("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336,
+              vocab=128256, source="meta-llama/Llama-3.1-8B config.json"),
+    ModelSpec("llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672,
+              vocab=128256, source="meta-llama/Llama-3.1-70B config.json"),
+    ModelSpec("llama-2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672,
+              vocab=32000, dtype="fp16", kv_dtype="fp16", source="meta-llama/Llama-2-70b-hf config.json (float16)"),
+    ModelSpec("bloom-176b", layers=70, hidden=14336, heads=112, kv_heads=112, head_dim=128, intermediate=57344,
+              vocab=250880, mlp_matrices=2, dtype="fp16", kv_dtype="fp16",
+              source="bigscience/bloom config.json (n_embed 14336, n_layer 70, n_head 112, 4x GELU MLP)"),
+    ModelSpec("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600,
+              vocab=151936, source="Qwen/Qwen3-32B config.json"),
+    ModelSpec("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, intermediate=6144,
+              vocab=151936, experts=128, experts_per_token=8, expert_intermediate=768,
+              source="Qwen/Qwen3-30B-A3B config.json (30.5B total, 3.3B active)"),
+)
+
+_DRAFTERS = (
+    DrafterSpec("eagle-1l", layers=1, fuse_inputs=2, dtype="bf16",
+                source="EAGLE / EAGLE-2 (Li et al. 2024): one decoder layer of the target's shape, an FC fusing "
+                       "[feature; token embedding] (2h -> h), the target's LM head"),
+    DrafterSpec("eagle3-1l", layers=1, fuse_inputs=3, draft_vocab=32000, dtype="bf16",
+                source="EAGLE-3 (Li et al. 2025): one decoder layer, FC fusing three feature levels (3h -> h), "
+                       "a 32k-token draft vocabulary"),
+    DrafterSpec("mtp-1l", layers=1, fuse_inputs=2, moe=True,
+                source="DeepSeek-V3 / Qwen3-Next multi-token prediction: one module = a full target layer "
+                       "(MoE where the target is), an eh_proj (2h -> h), the shared LM head"),
+)
+
+BUILTIN_GPUS = {s.name: s for s in _GPUS}
+BUILTIN_MODELS = {s.name: s for s in _MODELS}
+BUILTIN_DRAFTERS = {s.name: s for s in _DRAFTERS}
+
+_KINDS = {"gpu": GpuSpec, "model": ModelSpec, "drafter": DrafterSpec}
+
+
+# -- lookup ---------------------------------------------------------------------------------
+def gpu_spec(name, extra=None) -> GpuSpec:
+    """The GPU spec called ``name`` (from ``extra`` first, then the built-ins); a spec passes through."""
+    return _find("gpu", name, BUILTIN_GPUS, extra)
+
+
+def model_spec(name, extra=None) -> ModelSpec:
+    """The model spec called ``name`` (from ``extra`` first, then the built-ins)."""
+    return _find("model", name, BUILTIN_MODELS, extra)
+
+
+def drafter_spec(name, extra=None) -> DrafterSpec:
+    """The drafter spec called ``name`` (from ``extra`` first, then the built-ins)."""
+    return _find("drafter", name, BUILTIN_DRAFTERS, extra)
+
+
+def _find(kind, name, builtins, extra):
+    cls = _KINDS[kind]
+    if isinstance(name, cls):
+        return check_spec(name)
+    known = dict(builtins)
+    known.update(extra or {})
+    if name in known:
+        return known[name]
+    raise CostModelError(
+        f"unknown {kind} {name!r}: known {kind}s are {', '.join(sorted(known))}; "
+        f"describe another in a TOML file ([[{kind}]] with a name) and pass it with --{kind}-spec"
+    )
+
+
+def digest(*specs, **values) -> str:
+    """``sha256:`` of the canonical JSON of every spec field (but ``source``) and the extra values."""
+    doc = []
+    for s in specs:
+        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"}
+        doc.append({"kind": type(s).__name__, **fields})
+    doc.append(values)
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# -- user specs from TOML -------------------------------------------------------------------
+def load_specs(path) -> dict:
+    """Specs from a TOML file: ``{"gpu": {name: GpuSpec}, "model": {...}, "drafter": {...}}``.
+
+    Raises
+    ------
+    CostModelError
+        Listing every problem: entry, field, value and what it must be.
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise CostModelError(f"{path}: cannot read the spec file ({e.strerror or e})") from e
+    return parse_specs(text, str(path))
+
+
+def parse_specs(text, source: str = "<text>") -> dict:
+    """Specs from TOML text (see :func:`load_specs`)."""
+    doc = _toml.loads(text, "the spec file", source, CostModelError)
+    out = {kind: {} for kind in _KINDS}
+    problems = []
+    unknown = sorted(set(doc) - set(_KINDS))
+    if unknown:
+        problems.append(f"unknown top-level entries {unknown}: use [[gpu]], [[model]] or [[drafter]] tables")
+    for kind, cls in _KINDS.items():
+        entries = doc.get(kind, [])
+        if isinstance(entries, dict):
+            entries = [entries]
+        if not isinstance(entries, list):
+            problems.append(f"`{kind}` is a {_toml.type_name(entries)}, not an array of tables ([[{kind}]])")
+            continue
+        for i, raw in enumerate(entries):
+            where = f"[[{kind}]] #{i + 1}"
+            spec = _spec_from_dict(cls, raw, where, problems)
+            if spec is None:
+                continue
+            if spec.name in out[kind]:
+                problems.append(f"{where}: name {spec.name!r} appears twice in the file")
+            out[kind][spec.name] = spec
+    if not problems and not any(out.values()):
+        problems.append("the file holds no [[gpu]], [[model]] or [[drafter]] table")
+    if problems:
+        raise CostModelError(f"{source}: the spec file is refused", problems)
+    return out
+
+
+def _spec_from_dict(cls, raw, where, problems):
+    if not isinstance(raw, dict):
+        problems.append(f"{where} is a {_toml.type_name(raw)}, not a table")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values, ok = {}, True
+    for name, value in raw.items():
+        f = fields.get(name)
+        if f is None:
+            problems.append(f"{where}: unknown field {name!r}; {cls.__name__} fields are {', '.join(fields)}")
+            ok = False
+            continue
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        if kind == "str":
+            good = isinstance(value, str)
+        elif kind == "int":
+            good = _toml.as_uint(value) is not None
+        elif kind == "bool":
+            good = isinstance(value, bool)
+        else:
+            good = _toml.as_float(value) is not None
+            value = _toml.as_float(value)
+        if not good:
+            problems.append(f"{where}: {name} = {raw[name]!r} is not a{'n' if kind == 'int' else ''} {kind}")
+            ok = False
+            continue
+        values[name] = value
+    missing = [n for n, f in fields.items()
+               if f.default is dataclasses.MISSING and n not in values and n not in raw]
+    if missing:
+        problems.append(f"{where}: missing required field(s) {', '.join(missing)}")
+        return None
+    if not ok:
+        return None
+    spec = cls(**values)
+    before = len(problems)
+    problems.extend(f"{where} ({spec.name!r}): {p}" for p in _value_problems(spec))
+    return spec if len(problems) == before else None
+
+
+def check_spec(spec):
+    """``spec`` itself, or CostModelError listing every out-of-range field."""
+    problems = _value_problems(spec)
+    if problems:
+        raise CostModelError(f"{type(spec).__name__} {spec.name!r} is refused", problems)
+    return spec
+
+
+def _value_problems(spec) -> list:
+    problems = []
+    if not spec.name:
+        problems.append("name is empty")
+    if isinstance(spec, GpuSpec):
+        for f in ("memory_gb", "bandwidth_gbs", "bf16_tflops", "tdp_w", "link_gbs"):
+            v = getattr(spec, f)
+            if not (math.isfinite(v) and v > 0):
+                problems.append(f"{f} = {v!r} must be > 0")
+        for f in ("fp8_tflops", "fp4_tflops", "idle_w"):
+            v = getattr(spec, f)
+            if not (math.isfinite(v) and v >= 0):
+                problems.append(f"{f} = {v!r} must be >= 0 (0 = none)")
+        if spec.idle_w >= spec.tdp_w:
+            problems.append(f"idle_w = {spec.idle_w!r} must be below tdp_w = {spec.tdp_w!r}")
+    elif isinstance(spec, ModelSpec):
+        for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab"):
+            if getattr(spec, f) < 1:
+                problems.append(f"{f} = {getattr(spec, f)!r} must be >= 1")
+        if spec.mlp_matrices not in (2, 3):
+            problems.append(f"mlp_matrices = {spec.mlp_matrices!r} must be 2 (plain MLP) or 3 (gated)")
+        if spec.kv_layers > spec.layers:
+            problems.append(f"kv_layers = {spec.kv_layers} exceeds layers = {spec.layers}")
+        if spec.heads % spec.kv_heads:
+            problems.append(f"heads = {spec.heads} is not a multiple of kv_heads = {spec.kv_heads}")
+        if spec.experts:
+            if not 1 <= spec.experts_per_token <= spec.experts:
+                problems.append(f"experts_per_token = {spec.experts_per_token} must be in 1..={spec.experts}")
+            if spec.expert_intermediate < 1:
+                problems.append("expert_intermediate must be >= 1 for an MoE model (experts > 0)")
+            if spec.dense_layers >= spec.layers:
+                problems.append(f"dense_layers = {spec.dense_layers} leaves no MoE layer of {spec.layers}")
+        elif spec.intermediate < 1:
+            problems.append("intermediate must be >= 1 for a dense model")
+        for f in ("dtype", "kv_dtype"):
+            if getattr(spec, f) not in DTYPE_BYTES:
+                problems.append(f"{f} = {getattr(spec, f)!r} is not one of {', '.join(DTYPE_BYTES)}")
+        if spec.head_dtype and spec.head_dtype not in DTYPE_BYTES:
+            problems.append(f"head_dtype = {spec.head_dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\")")
+    elif isinstance(spec, DrafterSpec):
+        if spec.layers < 1:
+            problems.append(f"layers = {spec.layers} must be >= 1")
+        if spec.dtype and spec.dtype not in DTYPE_BYTES:
+            problems.append(f"dtype = {spec.dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\" = the target's)")
+    return problems

@@ -1,0 +1,418 @@
+"""Numba kernels of the depth planner (SPEC §4).
+
+Every ratio, interpolation, product and sum is computed in float64 in the order SPEC §4 writes
+it, so answers are bit-identical to the plain reference; the speed comes from doing less work,
+never from reassociating arithmetic.
+
+Inputs are the table's flat arrays (``widths int64[W]``, ``costs float64[W, K + 1, 4]``), the
+calibration's (``edges float32[B]``, ``p_accept float64[B]``, ``priors float64[P]``) and
+``cum_priors float64[K + 1]`` with ``cum_priors[k] = sum_{j<=k} prod_{t<=j} prior(t)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim._jit import jit
+from specsim.calibration._kernels import bucket_fast_nb
+from specsim.table._kernels import bracket_nb
+
+VMS, VJ, DMS, DJ = 0, 1, 2, 3
+
+
+@jit
+def cum_priors_nb(priors, max_k, out):
+    """``out[k] = sum_{j=1..k} prod_{t<=j} prior(t)`` for k = 0..max_k (running, left to right)."""
+    run = 1.0
+    total = 0.0
+    out[0] = 0.0
+    last = priors.shape[0] - 1
+    for j in range(1, max_k + 1):
+        i = j - 1 if j - 1 < last else last
+        run *= priors[i]
+        total += run
+        out[j] = total
+
+
+@jit
+def width_costs_nb(widths, costs, n, out):
+    """Interpolate every depth's four costs at width ``n`` into ``out float64[K + 1, 4]``.
+
+    The same arithmetic as ``cell_into_nb``, bracketing the width once for all depths.
+    """
+    a, b = bracket_nb(widths, n)
+    if a == b or b < 0 or a < 0:
+        src = a if b < 0 or a == b else b
+        for k in range(costs.shape[1]):
+            for f in range(4):
+                out[k, f] = costs[src, k, f]
+        return
+    t = (n - widths[a]) / (widths[b] - widths[a])
+    for k in range(costs.shape[1]):
+        for f in range(4):
+            p = costs[a, k, f]
+            out[k, f] = p + (costs[b, k, f] - p) * t
+
+
+@jit
+def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
+    """One draft depth for a batch of width ``n`` before drafting (SPEC §4.1).
+
+    ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
+    """
+    if n > max_seqs:
+        return 0
+    max_k = costs.shape[1] - 1
+    width_costs_nb(widths, costs, n, scratch)
+    r = 1 if max_k >= 1 else 0
+    nf = float(n)
+    reference = nf * (1.0 + cum_priors[r]) / (scratch[r, VMS] + scratch[r, DMS])
+    floor_rate = (1.0 - slack) * reference
+    best_k = -1
+    best = 0.0
+    for k in range(max_k + 1):
+        tokens = nf * (1.0 + cum_priors[k])
+        if tokens / (scratch[k, VMS] + scratch[k, DMS]) < floor_rate:
+            continue
+        eff = tokens / (scratch[k, VJ] + scratch[k, DJ])
+        if best_k < 0 or eff > best:
+            best = eff
+            best_k = k
+    return r if best_k < 0 else best_k
+
+
+@jit
+def goodput_depth_nb(widths, costs, cum_priors, n, max_seqs, scratch):
+    """The depth with the most expected tokens per ms at width ``n``; energy ignored.
+
+    What throughput-only planners optimise (vLLM's dynamic speculation, SmartSpec): ties keep
+    the shallower depth, and above the speculation cap the batch plain-decodes.
+    """
+    if n > max_seqs:
+        return 0
+    width_costs_nb(widths, costs, n, scratch)
+    nf = float(n)
+    best_k = 0
+    best = -1.0
+    for k in range(costs.shape[1]):
+        rate = nf * (1.0 + cum_priors[k]) / (scratch[k, VMS] + scratch[k, DMS])
+        if rate > best:
+            best = rate
+            best_k = k
+    return best_k
+
+
+@jit
+def propose_table_nb(widths, costs, cum_priors, slack, max_seqs, out, scratch):
+    """``out[n] = propose_depth(n)`` for n = 0..len(out) - 1 (a Planner's memo)."""
+    for n in range(out.shape[0]):
+        out[n] = propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch)
+
+
+@jit
+def propose_many_nb(memo, widths, costs, cum_priors, slack, max_seqs, ns, out, scratch):
+    """Depths for an array of widths: the memo where it reaches, the kernel beyond."""
+    top = memo.shape[0]
+    for i in range(ns.shape[0]):
+        n = ns[i]
+        if n < top:
+            out[i] = memo[n]
+        else:
+            out[i] = propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch)
+
+
+@jit
+def _row_cost(vc, n, rows, max_k, sunk):
+    """Verify cost of ``rows`` draft rows over ``n`` sequences, plus the sunk draft cost.
+
+    ``vc`` holds one verify cost per depth at width ``n``; the depth ``rows / n`` falls between
+    two integer depths and the cost is interpolated between them (SPEC §4.2). This is the exact
+    arithmetic; the scan below only calls it when a cheaper bound cannot decide.
+    """
+    depth = rows / n
+    lo = np.floor(depth)
+    hi = np.ceil(depth)
+    f = depth - lo
+    ilo = int(lo) if lo < max_k else max_k
+    ihi = int(hi) if hi < max_k else max_k
+    v = vc[ilo] + (vc[ihi] - vc[ilo]) * f
+    return v + sunk
+
+
+# Buckets of the counting sort of gains, and the size above which a bucket is quicksorted.
+SORT_BUCKETS = 2048
+SMALL_BUCKET = 32
+# Relative width of the bounds that decide comparisons without dividing (see _scan_nb).
+TOL = 1e-9
+GUARD = 1e-12
+
+
+@jit
+def sort_gains_desc_nb(gains, count, ordered, counts):
+    """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are >= 0).
+
+    A counting sort on the leading bits of the float64 pattern (non-negative doubles order as
+    their bit patterns), then a small sort inside each bucket: linear time for the gains a
+    planner sees, where a comparison sort of n * K values would dominate the call.
+    ``counts`` is ``int64[SORT_BUCKETS + 1]`` workspace.
+    """
+    if count <= SMALL_BUCKET:
+        for t in range(count):
+            x = gains[t]
+            q = t - 1
+            while q >= 0 and ordered[q] < x:
+                ordered[q + 1] = ordered[q]
+                q -= 1
+            ordered[q + 1] = x
+        return
+    bits = gains[:count].view(np.int64)
+    zeros = 0
+    umin = np.int64(0x7FFFFFFFFFFFFFFF)
+    umax = np.int64(0)
+    for e in range(count):
+        u = bits[e]
+        if u == 0:
+            zeros += 1
+            continue
+        if u < umin:
+            umin = u
+        if u > umax:
+            umax = u
+    positive = count - zeros
+    if positive > 0:
+        # About one bucket per value: fewer buckets to clear and walk, few values per bucket.
+        limit = count if count < SORT_BUCKETS else SORT_BUCKETS
+        shift = 30
+        while (umax >> shift) - (umin >> shift) >= limit:
+            shift += 1
+        base = umin >> shift
+        nb = (umax >> shift) - base + 1
+        for b in range(nb + 1):
+            counts[b] = 0
+        for e in range(count):
+            u = bits[e]
+            if u != 0:
+                counts[(u >> shift) - base] += 1
+        # Bucket b starts after every bucket above it: descending order.
+        pos = 0
+        for b in range(nb - 1, -1, -1):
+            c = counts[b]
+            counts[b] = pos
+            pos += c
+        for e in range(count):
+            u = bits[e]
+            if u != 0:
+                b = (u >> shift) - base
+                ordered[counts[b]] = gains[e]
+                counts[b] += 1
+        # counts[b] is now the end of bucket b; sort inside each bucket.
+        start = 0
+        for b in range(nb - 1, -1, -1):
+            stop = counts[b]
+            size = stop - start
+            if size > SMALL_BUCKET:
+                seg = ordered[start:stop]
+                seg.sort()
+                for t in range(size // 2):
+                    x = seg[t]
+                    seg[t] = seg[size - 1 - t]
+                    seg[size - 1 - t] = x
+            elif size > 1:
+                for t in range(start + 1, stop):
+                    x = ordered[t]
+                    q = t - 1
+                    while q >= start and ordered[q] < x:
+                        ordered[q + 1] = ordered[q]
+                        q -= 1
+                    ordered[q + 1] = x
+            start = stop
+    for e in range(positive, count):
+        ordered[e] = 0.0
+
+
+@jit
+def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, k_max, row_budget,
+                       slack, out, gains, owner, counts, wc):
+    """How many of each sequence's drafts to verify, after drafting (SPEC §4.2).
+
+    Parameters
+    ----------
+    cells : ndarray(int64, ndim=1), shape (BUCKET_CELLS,)
+        The calibration's coarse bucket index (``calibration.bucket_cells(edges)``).
+    conf : ndarray(float32, ndim=2), shape (n, m)
+        Top-1 log-probabilities of each sequence's drafts; NaN or columns past ``n_conf`` are
+        unmeasured and take the position prior. C-contiguous.
+    n_conf, known : ndarray(int64, ndim=1), shape (n,)
+        Real confidences and drafts available per sequence.
+    k_max, row_budget : int
+    slack : float
+    out : ndarray(int64, ndim=1), shape (n,)
+        Modified in place: the depths.
+    gains : ndarray(float64, ndim=1), shape >= (2 * n * K,)
+    owner : ndarray(int64, ndim=1), shape >= (n * K,)
+    counts : ndarray(int64, ndim=1), shape >= (SORT_BUCKETS + 1,)
+    wc : ndarray(float64, ndim=2), shape (K + 1, 4)
+        Workspaces (overwritten).
+
+    Returns
+    -------
+    int
+        Total draft rows planned.
+    """
+    n = conf.shape[0]
+    max_k = costs.shape[1] - 1
+    kk = k_max if k_max < max_k else max_k
+    if kk < 0:
+        kk = 0
+    for i in range(n):
+        out[i] = 0
+    if n == 0:
+        return 0
+    base_rows = 0
+    for i in range(n):
+        cap = known[i] if known[i] < kk else kk
+        if cap >= 1:
+            base_rows += 1
+    if base_rows > row_budget:
+        return 0
+
+    # Base tokens and every extra row's gain, in sequence order then depth order. The position
+    # probabilities are p_draft_nb's, looked up through the coarse bucket index.
+    bits = conf.view(np.int32)
+    m = conf.shape[1]
+    last_prior = priors.shape[0] - 1
+    base_tokens = float(n)
+    extras = 0
+    for i in range(n):
+        cap = known[i] if known[i] < kk else kk
+        if cap < 1:
+            continue
+        out[i] = 1
+        real = n_conf[i] if n_conf[i] < m else m
+        run = 1.0
+        for j in range(1, cap + 1):
+            p = priors[j - 1 if j - 1 < last_prior else last_prior]
+            if j <= real:
+                lp = conf[i, j - 1]
+                if lp == lp:
+                    p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, j - 1])]
+            run *= p
+            if j == 1:
+                base_tokens += run
+            else:
+                gains[extras] = run
+                owner[extras] = i
+                extras += 1
+    take_max = row_budget - base_rows
+    if take_max > extras:
+        take_max = extras
+    if take_max <= 0:
+        return base_rows
+
+    # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
+    # the tie order matters only when rows are assigned, below.
+    ordered = gains[extras:2 * extras]
+    sort_gains_desc_nb(gains, extras, ordered, counts)
+    width_costs_nb(widths, costs, n, wc)
+    best_take = _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
+    if best_take == 0:
+        return base_rows
+
+    # Rows strictly above the cut gain are all in; of the rows equal to it, the first ones in
+    # (sequence, depth) order fill the remaining places: the stable order of SPEC §4.2.
+    cut = ordered[best_take - 1]
+    ties = 0
+    for t in range(best_take):
+        if ordered[t] == cut:
+            ties += 1
+    for e in range(extras):
+        g = gains[e]
+        if g > cut:
+            out[owner[e]] += 1
+        elif g == cut and ties > 0:
+            out[owner[e]] += 1
+            ties -= 1
+    return base_rows + best_take
+
+
+@jit
+def _bounds(vc, lo, f, max_k, sunk):
+    """Cheap estimate of a row cost and a bound on its distance from the exact one."""
+    v = vc[lo]
+    d = vc[lo + 1] - v if lo < max_k else 0.0
+    est = v + d * f + sunk
+    return est, TOL * (abs(v) + abs(d) + abs(sunk))
+
+
+@jit
+def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack):
+    """The best prefix of the descending gains (SPEC §4.2's scan), 0 for none.
+
+    Every prefix is visited. Each comparison is first decided from cost bounds with
+    multiplications only (``rows / n`` from a running quotient and remainder, no division);
+    when a bound cannot decide, the exact SPEC arithmetic decides, so the answer is the one the
+    plain scan gives, bit for bit.
+    """
+    vms = wc[:, VMS]
+    vj = wc[:, VJ]
+    sunk_ms = wc[kk, DMS]
+    sunk_j = wc[kk, DJ]
+    reference = base_tokens / _row_cost(vms, n, base_rows, max_k, sunk_ms)
+    floor_rate = (1.0 - slack) * reference
+    inv_n = 1.0 / n
+
+    lo = base_rows // n
+    rem = base_rows - lo * n
+    best_take = 0
+    best_tokens = base_tokens
+    best_rows = base_rows
+    best_j, best_tol = _bounds(vj, lo, rem * inv_n, max_k, sunk_j)
+    best_exact = -1.0  # fl(best_tokens / J(best_rows)), computed only when a tie needs it
+
+    tokens = base_tokens
+    for take in range(1, take_max + 1):
+        tokens += ordered[take - 1]
+        rem += 1
+        if rem == n:
+            rem = 0
+            lo += 1
+        rows = base_rows + take
+        f = rem * inv_n
+        ms, ms_tol = _bounds(vms, lo, f, max_k, sunk_ms)
+        if tokens < floor_rate * (ms - ms_tol) * (1.0 - GUARD):
+            continue
+        if not tokens > floor_rate * (ms + ms_tol) * (1.0 + GUARD):
+            if tokens / _row_cost(vms, n, rows, max_k, sunk_ms) < floor_rate:
+                continue
+        j, j_tol = _bounds(vj, lo, f, max_k, sunk_j)
+        if tokens * (best_j - best_tol) > best_tokens * (j + j_tol) * (1.0 + GUARD):
+            better = True
+        elif tokens * (best_j + best_tol) < best_tokens * (j - j_tol) * (1.0 - GUARD):
+            better = False
+        else:
+            if best_exact < 0.0:
+                best_exact = best_tokens / _row_cost(vj, n, best_rows, max_k, sunk_j)
+            better = tokens / _row_cost(vj, n, rows, max_k, sunk_j) > best_exact
+        if better:
+            best_take = take
+            best_tokens = tokens
+            best_rows = rows
+            best_j = j
+            best_tol = j_tol
+            best_exact = -1.0
+    return best_take
+
+
+@jit
+def sequence_depths_many_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, offsets, k_max,
+                            row_budget, slack, out, gains, owner, counts, wc):
+    """:func:`sequence_depths_nb` for many batches laid end to end.
+
+    ``offsets int64[B + 1]``: batch ``b`` is rows ``offsets[b]:offsets[b + 1]`` of ``conf``,
+    ``n_conf``, ``known`` and ``out``; ``k_max`` and ``row_budget`` are ``int64[B]``.
+    """
+    for b in range(offsets.shape[0] - 1):
+        s = offsets[b]
+        e = offsets[b + 1]
+        sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf[s:e], n_conf[s:e], known[s:e],
+                           k_max[b], row_budget[b], slack, out[s:e], gains, owner, counts, wc)
