@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "specsim.cli.plan",
     "specsim.cli.model",
     "specsim.cli.bench",
+    "specsim.cli.replay",
+    "specsim.cli.trace",
 )
 
 
