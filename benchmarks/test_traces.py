@@ -6,18 +6,14 @@ read is the ratio. The trace file is generated (Azure-2024 style, 200,000 rows),
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specsim.sim import read_trace  # noqa: E402
-from specsim.sim._kernels import replay_nb  # noqa: E402
-from tests import reference as ref  # noqa: E402
+from specsim.sim import read_trace
+from specsim.sim._kernels import replay_nb
+from tests import reference as ref
 
 ROWS = 200_000
 
