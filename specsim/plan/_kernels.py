@@ -148,86 +148,81 @@ GUARD = 1e-12
 
 
 @jit
+def _insertion_desc(ordered, start, stop):
+    for t in range(start + 1, stop):
+        x = ordered[t]
+        q = t - 1
+        while q >= start and ordered[q] < x:
+            ordered[q + 1] = ordered[q]
+            q -= 1
+        ordered[q + 1] = x
+
+
+@jit
 def sort_gains_desc_nb(gains, count, ordered, counts):
     """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are >= 0).
 
     A counting sort on the leading bits of the float64 pattern (non-negative doubles order as
-    their bit patterns), then a small sort inside each bucket: linear time for the gains a
-    planner sees, where a comparison sort of n * K values would dominate the call.
-    ``counts`` is ``int64[SORT_BUCKETS + 1]`` workspace.
+    their bit patterns) into about two buckets per value, then one insertion pass that only
+    has to fix order inside buckets: linear time for the gains a planner sees, where a
+    comparison sort of n * K values would dominate the call. A crowded bucket (values packed
+    far closer than their spread) is sorted on its own instead. ``counts`` is
+    ``int64[2 * SORT_BUCKETS + 1]`` workspace.
     """
     if count <= SMALL_BUCKET:
         for t in range(count):
-            x = gains[t]
-            q = t - 1
-            while q >= 0 and ordered[q] < x:
-                ordered[q + 1] = ordered[q]
-                q -= 1
-            ordered[q + 1] = x
+            ordered[t] = gains[t]
+        _insertion_desc(ordered, 0, count)
         return
     bits = gains[:count].view(np.int64)
-    zeros = 0
-    umin = np.int64(0x7FFFFFFFFFFFFFFF)
-    umax = np.int64(0)
-    for e in range(count):
+    umin = bits[0]
+    umax = bits[0]
+    for e in range(1, count):
         u = bits[e]
-        if u == 0:
-            zeros += 1
-            continue
-        if u < umin:
-            umin = u
-        if u > umax:
-            umax = u
-    positive = count - zeros
-    if positive > 0:
-        # About one bucket per value: fewer buckets to clear and walk, few values per bucket.
-        limit = count if count < SORT_BUCKETS else SORT_BUCKETS
-        shift = 30
-        while (umax >> shift) - (umin >> shift) >= limit:
-            shift += 1
-        base = umin >> shift
-        nb = (umax >> shift) - base + 1
-        for b in range(nb + 1):
-            counts[b] = 0
-        for e in range(count):
-            u = bits[e]
-            if u != 0:
-                counts[(u >> shift) - base] += 1
-        # Bucket b starts after every bucket above it: descending order.
-        pos = 0
-        for b in range(nb - 1, -1, -1):
-            c = counts[b]
-            counts[b] = pos
-            pos += c
-        for e in range(count):
-            u = bits[e]
-            if u != 0:
-                b = (u >> shift) - base
-                ordered[counts[b]] = gains[e]
-                counts[b] += 1
-        # counts[b] is now the end of bucket b; sort inside each bucket.
-        start = 0
-        for b in range(nb - 1, -1, -1):
-            stop = counts[b]
-            size = stop - start
-            if size > SMALL_BUCKET:
-                seg = ordered[start:stop]
-                seg.sort()
-                for t in range(size // 2):
-                    x = seg[t]
-                    seg[t] = seg[size - 1 - t]
-                    seg[size - 1 - t] = x
-            elif size > 1:
-                for t in range(start + 1, stop):
-                    x = ordered[t]
-                    q = t - 1
-                    while q >= start and ordered[q] < x:
-                        ordered[q + 1] = ordered[q]
-                        q -= 1
-                    ordered[q + 1] = x
-            start = stop
-    for e in range(positive, count):
-        ordered[e] = 0.0
+        umin = min(umin, u)
+        umax = max(umax, u)
+    limit = 2 * count if count < SORT_BUCKETS else 2 * SORT_BUCKETS
+    shift = 20
+    while (umax >> shift) - (umin >> shift) >= limit:
+        shift += 1
+    base = umin >> shift
+    nb = (umax >> shift) - base + 1
+    for b in range(nb):
+        counts[b] = 0
+    crowded = 0
+    for e in range(count):
+        b = (bits[e] >> shift) - base
+        c = counts[b] + 1
+        counts[b] = c
+        crowded = max(crowded, c)
+    # Bucket b starts after every bucket above it: descending order.
+    pos = 0
+    for b in range(nb - 1, -1, -1):
+        c = counts[b]
+        counts[b] = pos
+        pos += c
+    for e in range(count):
+        b = (bits[e] >> shift) - base
+        ordered[counts[b]] = gains[e]
+        counts[b] += 1
+    if crowded <= SMALL_BUCKET:
+        _insertion_desc(ordered, 0, count)
+        return
+    # counts[b] is now the end of bucket b.
+    start = 0
+    for b in range(nb - 1, -1, -1):
+        stop = counts[b]
+        size = stop - start
+        if size > SMALL_BUCKET:
+            seg = ordered[start:stop]
+            seg.sort()
+            for t in range(size // 2):
+                x = seg[t]
+                seg[t] = seg[size - 1 - t]
+                seg[size - 1 - t] = x
+        elif size > 1:
+            _insertion_desc(ordered, start, stop)
+        start = stop
 
 
 @jit
@@ -250,7 +245,7 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
         Modified in place: the depths.
     gains : ndarray(float64, ndim=1), shape >= (2 * n * K,)
     owner : ndarray(int64, ndim=1), shape >= (n * K,)
-    counts : ndarray(int64, ndim=1), shape >= (SORT_BUCKETS + 1,)
+    counts : ndarray(int64, ndim=1), shape >= (2 * SORT_BUCKETS + 1,)
     wc : ndarray(float64, ndim=2), shape (K + 1, 4)
         Workspaces (overwritten).
 
