@@ -57,9 +57,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     (FitCounts, FitCounts or None)
         The counts to fit, and the held-out counts (None without a holdout).
     """
-    from specsim.calibration._fit_kernels import (
-        BAD_NEXT, BAD_START, OK, bin_drafts_nb, drafts_sorted_nb,
-    )
+    from specsim.calibration._fit_kernels import BAD_NEXT, BAD_START, OK, bin_drafts_nb
 
     edges32 = check_edges(edges, source)
     step = _int_column(step, "step", source)
@@ -75,10 +73,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     acc = _accepted_column(accepted, source, n)
     if conf.shape[0] != n:
         raise CalibrationError(f"{source}: confidence has {conf.shape[0]} rows, step has {n}")
-    if n and drafts_sorted_nb(step, seq, position):
-        order = np.arange(n, dtype=np.int64)
-    else:
-        order = np.lexsort((position, seq, step)).astype(np.int64)
+    order, status, row = _row_order(step, seq, position)
     holdout_from = _holdout_from(step, holdout, source)
     # A chain is never longer than the log nor than its largest position (else it has a gap).
     depth = int(min(n, max(int(position.max()), 0))) if n else 0
@@ -87,12 +82,13 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     rej_out = np.zeros((2, b), dtype=np.int64)
     steps_out = np.zeros((2, depth + 1, depth + 1), dtype=np.int64)
     apart = np.zeros((2, 2), dtype=np.int64)
-    status, row = bin_drafts_nb(edges32, step, seq, position, conf, acc, order, holdout_from,
-                                acc_out, rej_out, steps_out, apart)
+    if status == OK:
+        status, row = bin_drafts_nb(edges32, step, seq, position, conf, acc, order, holdout_from,
+                                    acc_out, rej_out, steps_out, apart)
     if status != OK:
         where = f"{source}: data row {row + 1} (step {step[row]}, sequence {seq[row]}, position {position[row]})"
         if status == BAD_START:
-            raise CalibrationError(f"{where} starts its chain: a chain's positions must start at 1")
+            raise CalibrationError(f"{where} starts its chain: positions must run 1, 2, .. once each")
         assert status == BAD_NEXT
         raise CalibrationError(
             f"{where} repeats or skips a position of its chain: positions must run 1, 2, .. once each"
@@ -283,6 +279,28 @@ def _accepted_column(values, source, n):
             f"{source}: data row {bad + 1}: accepted = {arr[bad].item()!r} is not 1 or 0 (true or false)"
         )
     return np.ascontiguousarray(arr, dtype=np.int8)
+
+
+def _row_order(step, seq, position):
+    """Row visiting order ``(step, seq, position)``: as is, by counting sort, or by lexsort.
+
+    Returns ``(order, status, row)``; a status other than OK names a row whose position breaks
+    its chain (found while ordering).
+    """
+    from specsim.calibration._fit_kernels import OK, chain_order_nb, drafts_sorted_nb
+
+    n = step.shape[0]
+    if n == 0 or drafts_sorted_nb(step, seq, position):
+        return np.arange(n, dtype=np.int64), OK, -1
+    step_min, seq_min = int(step.min()), int(seq.min())
+    seq_span = int(seq.max()) - seq_min + 1
+    n_slots = (int(step.max()) - step_min + 1) * seq_span
+    if n_slots <= 4 * n + 1024:  # dense ids (the usual case): linear time, no comparisons
+        order = np.empty(n, dtype=np.int64)
+        status, row = chain_order_nb(step, seq, position, step_min, seq_min, seq_span, n_slots, order)
+        return order, status, row
+    # Sparse ids: a comparison sort. Chains are checked while binning.
+    return np.lexsort((position, seq, step)).astype(np.int64), OK, -1
 
 
 def _holdout_from(step, holdout, source):
