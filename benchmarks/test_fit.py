@@ -75,6 +75,20 @@ def test_reference_on_a_slice(benchmark, log):
     print(f"binning kernel vs reference: {fast_rate / ref_rate:.0f}x")
 
 
+def test_read_and_bin_jsonl(benchmark, tmp_path_factory):
+    import json
+
+    chains = 50_000
+    cols = make_log(chains, DEPTH, seed=3)
+    path = tmp_path_factory.mktemp("log") / "drafts.jsonl"
+    with open(path, "w") as f:
+        for s, q, p, c, a in zip(*(c.tolist() for c in cols)):
+            f.write(json.dumps({"step": s, "sequence": q, "position": p, "confidence": c, "accepted": bool(a)}) + "\n")
+    fit, _ = benchmark.pedantic(load_drafts_log, args=(path,), rounds=2, iterations=1)
+    assert fit.step_count == chains
+    _rate(benchmark, chains * DEPTH)
+
+
 def test_read_and_bin_csv(benchmark, tmp_path_factory):
     chains = 250_000
     cols = make_log(chains, DEPTH, seed=2)

@@ -397,10 +397,25 @@ def test_bad_csv_logs_are_refused(tmp_path, text, needle):
     assert str(path) in str(info.value)
 
 
-def test_bad_jsonl_line_is_named(tmp_path):
+ROW = '{"step": 1, "sequence": 0, "position": 1, "confidence": -1, "accepted": 1}'
+
+
+@pytest.mark.parametrize(
+    "second, needle",
+    [
+        ('{"step": 1', "line 3 is not one JSON object"),
+        (ROW.replace("1}", "1}, " + ROW.replace('"step": 1', '"step": 2')), "line 3 is not one JSON object"),
+        ("[1, 2]", "line 3 is a JSON list"),
+        (ROW.replace('"sequence": 0, ', ""), "line 3 has no 'sequence'"),
+        (ROW.replace('"step": 1', '"step": 1.0'), "line 3: step 1.0 is not an integer"),
+        (ROW.replace('"confidence": -1', '"confidence": "-1"'), "line 3: confidence '-1'"),
+        (ROW.replace('"accepted": 1', '"accepted": "yes"'), "line 3: accepted 'yes'"),
+    ],
+)
+def test_bad_jsonl_lines_are_named(tmp_path, second, needle):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"step": 1, "sequence": 0, "position": 1, "confidence": -1, "accepted": 1}\n{"step": 1\n')
-    with pytest.raises(CalibrationError, match="line 2"):
+    path.write_text(ROW + "\n\n" + second + "\n")
+    with pytest.raises(CalibrationError, match=re.escape(needle)):
         load_drafts_log(path)
 
 
