@@ -1,8 +1,8 @@
 """Fitting calibrations (SPEC §3), binning logs, importing rates, the report and `calib fit`."""
 
 import json
-import re
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
