@@ -35,6 +35,47 @@ def drafts_sorted_nb(step, seq, position):
 
 
 @jit
+def chain_order_nb(step, seq, position, step_min, seq_min, seq_span, n_slots, order):
+    """Rows in ``(step, seq, position)`` order without a comparison sort, for dense ids.
+
+    Each chain gets slot ``(step - step_min) * seq_span + (seq - seq_min)`` (< ``n_slots``); a
+    counting sort over slots, then each row's position, places every row directly.
+
+    Parameters
+    ----------
+    step, seq, position : ndarray(int64, ndim=1), shape (n,)
+    order : ndarray(int64, ndim=1), shape (n,)
+        Filled in place with row indices.
+
+    Returns
+    -------
+    (status, row) : (int, int)
+        ``(OK, -1)``; ``(BAD_START, row)`` for a position < 1; ``(BAD_NEXT, row)`` for a
+        position past its chain's row count (a gap) or one already taken (a repeat).
+    """
+    n = step.shape[0]
+    start = np.zeros(n_slots + 1, dtype=np.int64)
+    for i in range(n):
+        start[(step[i] - step_min) * seq_span + (seq[i] - seq_min) + 1] += 1
+    for s in range(n_slots):
+        start[s + 1] += start[s]
+    for i in range(n):
+        order[i] = -1
+    for i in range(n):
+        s = (step[i] - step_min) * seq_span + (seq[i] - seq_min)
+        p = position[i]
+        if p < 1:
+            return BAD_START, i
+        if p > start[s + 1] - start[s]:
+            return BAD_NEXT, i
+        dst = start[s] + p - 1
+        if order[dst] != -1:
+            return BAD_NEXT, i
+        order[dst] = i
+    return OK, -1
+
+
+@jit
 def bin_drafts_nb(edges, step, seq, position, conf, accepted, order, holdout_from,
                   acc_out, rej_out, steps_out, apart_out):
     """Bin a per-draft log into reached-draft bucket counts and a step histogram.

@@ -241,8 +241,7 @@ def steps_from_windows(windows, source="<windows>"):
     steps = {}
     for row in rows:
         for i, c in enumerate(row):
-            if len(row) == width:
-                steps[(k, k - i)] = steps.get((k, k - i), 0) + _count(c)
+            steps[(k, k - i)] = steps.get((k, k - i), 0) + _count(c)
     return steps
 
 

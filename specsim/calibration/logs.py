@@ -57,9 +57,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     (FitCounts, FitCounts or None)
         The counts to fit, and the held-out counts (None without a holdout).
     """
-    from specsim.calibration._fit_kernels import (
-        BAD_NEXT, BAD_START, OK, bin_drafts_nb, drafts_sorted_nb,
-    )
+    from specsim.calibration._fit_kernels import BAD_NEXT, BAD_START, OK, bin_drafts_nb
 
     edges32 = check_edges(edges, source)
     step = _int_column(step, "step", source)
@@ -75,10 +73,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     acc = _accepted_column(accepted, source, n)
     if conf.shape[0] != n:
         raise CalibrationError(f"{source}: confidence has {conf.shape[0]} rows, step has {n}")
-    if n and drafts_sorted_nb(step, seq, position):
-        order = np.arange(n, dtype=np.int64)
-    else:
-        order = np.lexsort((position, seq, step)).astype(np.int64)
+    order, status, row = _row_order(step, seq, position)
     holdout_from = _holdout_from(step, holdout, source)
     # A chain is never longer than the log nor than its largest position (else it has a gap).
     depth = int(min(n, max(int(position.max()), 0))) if n else 0
@@ -87,12 +82,13 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     rej_out = np.zeros((2, b), dtype=np.int64)
     steps_out = np.zeros((2, depth + 1, depth + 1), dtype=np.int64)
     apart = np.zeros((2, 2), dtype=np.int64)
-    status, row = bin_drafts_nb(edges32, step, seq, position, conf, acc, order, holdout_from,
-                                acc_out, rej_out, steps_out, apart)
+    if status == OK:
+        status, row = bin_drafts_nb(edges32, step, seq, position, conf, acc, order, holdout_from,
+                                    acc_out, rej_out, steps_out, apart)
     if status != OK:
         where = f"{source}: data row {row + 1} (step {step[row]}, sequence {seq[row]}, position {position[row]})"
         if status == BAD_START:
-            raise CalibrationError(f"{where} starts its chain: a chain's positions must start at 1")
+            raise CalibrationError(f"{where} starts its chain: positions must run 1, 2, .. once each")
         assert status == BAD_NEXT
         raise CalibrationError(
             f"{where} repeats or skips a position of its chain: positions must run 1, 2, .. once each"
@@ -221,39 +217,54 @@ def _bool_text(text):
 
 
 def _read_jsonl(path, columns):
-    values = {c: [] for c in columns}
     try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read the log ({e.strerror or e})") from e
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"{path}: cannot read the log ({e})") from e
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    linenos = [i for i, _ in numbered]
+    # One parse of all lines as an array is the fast path; per-line parsing finds a bad line
+    # (or a line holding two values) with its number.
+    try:
+        objs = json.loads("[" + ",".join(line for _, line in numbered) + "]")
+    except ValueError:
+        objs = None
+    if objs is None or len(objs) != len(numbered):
+        objs = []
+        for lineno, line in numbered:
             try:
-                obj = json.loads(line)
+                objs.append(json.loads(line))
             except ValueError as e:
-                raise CalibrationError(f"{path}: line {lineno} is not a JSON object: {e}") from e
-            if not isinstance(obj, dict):
-                raise CalibrationError(f"{path}: line {lineno} is a JSON {type(obj).__name__}, not an object")
-            for c in columns:
-                if c not in obj:
-                    raise CalibrationError(f"{path}: line {lineno} has no {c!r} (a row needs {', '.join(columns)})")
-                v = obj[c]
-                if c == "confidence":
-                    if v is None:
-                        v = math.nan
-                    elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                        raise CalibrationError(f"{path}: line {lineno}: confidence {v!r} is not a number or null")
-                elif c == "accepted" and isinstance(v, bool):
-                    v = int(v)
-                elif isinstance(v, bool) or not isinstance(v, int):
-                    raise CalibrationError(f"{path}: line {lineno}: {c} {v!r} is not an integer")
-                values[c].append(v)
+                raise CalibrationError(f"{path}: line {lineno} is not one JSON object: {e}") from e
+    if not set(map(type, objs)) <= {dict}:
+        i = next(i for i, o in enumerate(objs) if type(o) is not dict)
+        raise CalibrationError(f"{path}: line {linenos[i]} is a JSON {type(objs[i]).__name__}, not an object")
+    # Whole-column checks (type sets, then one conversion) keep a million lines to about a second.
+    return {c: _jsonl_column(objs, linenos, c, columns, path) for c in columns}
+
+
+def _jsonl_column(objs, linenos, name, columns, path):
     try:
-        return {c: np.asarray(v, dtype=np.float64 if c == "confidence" else np.int64) for c, v in values.items()}
+        col = [o[name] for o in objs]
+    except KeyError:
+        i = next(i for i, o in enumerate(objs) if name not in o)
+        raise CalibrationError(f"{path}: line {linenos[i]} has no {name!r} (a row needs {', '.join(columns)})") from None
+    if name == "confidence":
+        allowed, want, dtype = {int, float, type(None)}, "a number or null", np.float64
+    elif name == "accepted":
+        allowed, want, dtype = {int, bool}, "true, false, 1 or 0", np.int64
+    else:
+        allowed, want, dtype = {int}, "an integer", np.int64
+    types = set(map(type, col))
+    if not types <= allowed:
+        i = next(i for i, v in enumerate(col) if type(v) not in allowed)
+        raise CalibrationError(f"{path}: line {linenos[i]}: {name} {col[i]!r} is not {want}")
+    if type(None) in types:
+        col = [math.nan if v is None else v for v in col]
+    try:
+        return np.array(col, dtype=dtype)
     except OverflowError as e:
-        raise CalibrationError(f"{path}: an integer does not fit in 64 bits ({e})") from e
+        raise CalibrationError(f"{path}: the {name} column holds an integer past 64 bits ({e})") from e
 
 
 # -- columns --------------------------------------------------------------------------------
@@ -283,6 +294,28 @@ def _accepted_column(values, source, n):
             f"{source}: data row {bad + 1}: accepted = {arr[bad].item()!r} is not 1 or 0 (true or false)"
         )
     return np.ascontiguousarray(arr, dtype=np.int8)
+
+
+def _row_order(step, seq, position):
+    """Row visiting order ``(step, seq, position)``: as is, by counting sort, or by lexsort.
+
+    Returns ``(order, status, row)``; a status other than OK names a row whose position breaks
+    its chain (found while ordering).
+    """
+    from specsim.calibration._fit_kernels import OK, chain_order_nb, drafts_sorted_nb
+
+    n = step.shape[0]
+    if n == 0 or drafts_sorted_nb(step, seq, position):
+        return np.arange(n, dtype=np.int64), OK, -1
+    step_min, seq_min = int(step.min()), int(seq.min())
+    seq_span = int(seq.max()) - seq_min + 1
+    n_slots = (int(step.max()) - step_min + 1) * seq_span
+    if n_slots <= 4 * n + 1024:  # dense ids (the usual case): linear time, no comparisons
+        order = np.empty(n, dtype=np.int64)
+        status, row = chain_order_nb(step, seq, position, step_min, seq_min, seq_span, n_slots, order)
+        return order, status, row
+    # Sparse ids: a comparison sort. Chains are checked while binning.
+    return np.lexsort((position, seq, step)).astype(np.int64), OK, -1
 
 
 def _holdout_from(step, holdout, source):

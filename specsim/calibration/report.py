@@ -207,13 +207,15 @@ def plot_reliability(report: dict, path) -> None:
     FigureCanvasAgg(fig)
     ax, bx = fig.subplots(1, 2)
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="perfect calibration")
+    total = max(1, report["totals"]["reached_drafts"])
     for b in report["buckets"]:
         if b["observed"] is None:
             continue
         lo, hi = wilson(b["accepted"], b["reached"])
+        # Marker area grows with the bucket's share of reached drafts.
         ax.errorbar(b["p_accept"], b["observed"], yerr=[[b["observed"] - lo], [hi - b["observed"]]], fmt="o",
-                    color="C0", ms=3 + 6 * min(1.0, b["reached"] / max(1, report["totals"]["reached_drafts"])) ** 0.5,
-                    capsize=2, label="bucket (in sample)" if b["bucket"] == 0 else None)
+                    color="C0", ms=3 + 6 * (b["reached"] / total) ** 0.5, capsize=2)
+    ax.plot([], [], "o", color="C0", label="bucket (in sample)")
     held = report.get("holdout")
     if held is not None:
         for p, h in zip(report["pools"], held["pools"]):
