@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from reference import ref_bin_drafts  # noqa: E402
+from tests.reference import ref_bin_drafts  # noqa: E402
 
 from specsim.calibration.fit import DEFAULT_EDGES  # noqa: E402
 from specsim.calibration.logs import bin_drafts, load_drafts_log  # noqa: E402
