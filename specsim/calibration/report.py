@@ -128,7 +128,7 @@ def build_report(calibration, fit=None, holdout=None) -> dict:
 def format_report(report: dict) -> str:
     """The report as plain text."""
     from specsim.calibration.fit import MIN_OUTCOMES
-    from specsim.cli._common import format_grid
+    from specsim._text import format_grid
 
     d = report["drafter"]
     lines = [f"drafter sha256 {d['weights_sha256']}  vocab {d['vocab']}  {d['quantization']}  "
