@@ -52,9 +52,21 @@ class SimulationError(SpecsimError):
     """Simulation options that cannot run."""
 
 
+class PolicyError(SimulationError):
+    """A policy string that cannot be parsed, or a policy that cannot run on the given inputs."""
+
+
 class MeasureError(SpecsimError):
     """A measurement that cannot run here (no GPU, no meter, NVML failure) or bad sweep input."""
 
 
 class CostModelError(SpecsimError):
     """A hardware, model or drafter spec that is unknown or malformed, or a modelled table that cannot be built."""
+
+
+class SpecsimWarning(UserWarning):
+    """Base class of specsim's warnings: input that is used, but not as written."""
+
+
+class TraceWarning(SpecsimWarning):
+    """A trace value that was clamped or reinterpreted (e.g. an accepted run above ``k_logged``)."""

@@ -15,6 +15,8 @@ COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
     "specsim.cli.model",
+    "specsim.cli.replay",
+    "specsim.cli.trace",
 )
 
 

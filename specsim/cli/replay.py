@@ -1,0 +1,107 @@
+"""``specsim replay`` (acceptance-trace replay, SPEC §5) and ``specsim table import``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from specsim.cli._common import slack
+
+
+def register(sub, groups):
+    p = sub.add_parser(
+        "replay",
+        help="replay a policy on a logged acceptance trace at one width until a token budget",
+        description="Replay a draft-depth policy on a logged acceptance trace (SPEC §5). Costs come from "
+                    "--table, else from the file's per-depth step_ms list (no joules). propose and goodput "
+                    "take their priors from --calibration, else estimate them from the trace.",
+    )
+    p.add_argument("file", help="acceptance file (TOML with [[trace]] entries and optionally step_ms)")
+    p.add_argument("--trace", required=True, metavar="NAME", help="name of the [[trace]] to replay")
+    p.add_argument("--policy", required=True, metavar="P",
+                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose or goodput")
+    p.add_argument("--width", required=True, type=int, metavar="N", help="streams per step")
+    p.add_argument("--budget", required=True, type=int, metavar="TOKENS", help="tokens to emit")
+    p.add_argument("--table", metavar="T", help="cost table TOML (default: the file's step_ms list)")
+    p.add_argument("--calibration", metavar="C", help="calibration TOML for propose/goodput priors")
+    p.add_argument("--slack", type=slack, default=0.0, help="planner slack in [0, 1) (default 0)")
+    p.add_argument("--max-seqs", type=int, metavar="M", help="planner speculation cap (default: no cap)")
+    p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT")
+    p.set_defaults(func=cmd_replay)
+
+    t = groups["table"].add_parser("import", help="convert a measured [[run]] of cells into a cost table")
+    t.add_argument("file", help="TOML with [[run]] tables (name, cells = [[n, k, verify_ms, verify_j, draft_ms, draft_j]])")
+    t.add_argument("--run", required=True, metavar="NAME", help="name of the [[run]] to convert")
+    t.add_argument("-o", "--output", required=True, metavar="OUT", help="cost table TOML to write")
+    t.add_argument("--box-class", required=True, help="key: the hardware class the run was measured on")
+    t.add_argument("--recipe", required=True, help="key: model + drafter + precision recipe id")
+    t.add_argument("--digest", action="append", default=[], metavar="MODE=DIGEST",
+                   help="key: plan digest of one mode (repeat per mode)")
+    t.set_defaults(func=cmd_import)
+
+
+def cmd_replay(args):
+    from specsim._io import atomic_write_text
+    from specsim.errors import PolicyError, SpecsimWarning
+    from specsim.sim.replay import load_acceptance_file, replay
+
+    afile = load_acceptance_file(args.file)
+    trace = afile.trace(args.trace)
+    table = cal = None
+    if args.table:
+        from specsim.table import CostTable
+
+        table = CostTable.load(args.table)
+    elif afile.step_ms is None:
+        raise PolicyError(f"{args.file} has no step_ms list: give a cost table with --table")
+    if args.calibration:
+        from specsim.calibration import AcceptanceCalibration
+
+        cal = AcceptanceCalibration.load(args.calibration)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpecsimWarning)
+        result = replay(trace, args.policy, args.width, args.budget, table=table, step_ms=afile.step_ms,
+                        calibration=cal, slack=args.slack, max_seqs=args.max_seqs)
+    for w in caught:
+        if issubclass(w.category, SpecsimWarning):
+            print(f"specsim: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    costs = f"table {args.table}" if table is not None else "the file's step_ms list (no joules)"
+    per_j = "unknown" if result.tokens_per_j is None else f"{result.tokens_per_j:.3f}"
+    joules = "unknown" if result.joules is None else f"{result.joules:.3f}"
+    print(f"trace {trace.name} (k_logged {trace.k_logged}, {trace.accepted.shape[0]} steps logged), costs from {costs}")
+    print(f"policy {result.policy} at width {result.width}: depth {result.depth}")
+    print(f"  {result.tokens} tokens in {result.steps} steps ({result.plain_steps} plain), {result.ms:.3f} ms, "
+          f"{joules} J")
+    print(f"  {result.tokens_per_s:.2f} tok/s, {result.tokens_per_ms:.5f} tok/ms, {per_j} tok/J")
+    if args.json:
+        doc = result.to_dict() | {"file": Path(args.file).name, "costs": "table" if table is not None else "step_ms"}
+        atomic_write_text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return 0
+
+
+def cmd_import(args):
+    from specsim._io import atomic_write_text
+    from specsim.errors import TableError
+    from specsim.sim.replay import load_acceptance_file, run_table
+    from specsim.table import SCHEMA, CostTable, TableKey
+
+    digests = {}
+    for item in args.digest:
+        mode, sep, digest = item.partition("=")
+        if not sep or not mode:
+            raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
+        digests[mode] = digest
+    afile = load_acceptance_file(args.file)
+    cells = afile.run(args.run)
+    key = TableKey(SCHEMA, args.box_class, args.recipe, digests)
+    meta = {"imported_from": Path(args.file).name, "run": args.run}
+    table = run_table(cells, key, meta=meta, source=f"{args.file} run {args.run}")
+    text = CostTable.render(table.key, table.cells, table.meta)
+    atomic_write_text(args.output, text)
+    print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
+          f"depths 0..{table.max_k}")
+    return 0

@@ -1,0 +1,522 @@
+"""Numba kernels that parse request-trace text (CSV rows, JSONL objects) held as ``uint8`` bytes.
+
+Each kernel takes a buffer of whole lines and writes one value per good row into preallocated
+arrays; a bad row is either skipped and counted or stops the parse, reported through an
+``info`` array (status codes, not exceptions). Byte values are written as integer literals so a
+kernel sees no Python strings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim._jit import jit
+
+# Arrival field kinds.
+ARRIVAL_NUMBER = 0  # a decimal number (seconds, ms, ... scaled by the caller)
+ARRIVAL_DATETIME = 1  # "YYYY-MM-DD[ T]HH:MM:SS[.f...][Z|+HH:MM|-HH:MM]" -> int64 ns since 1970 (UTC)
+
+# Reasons a row is bad (info[2]).
+BAD_FIELDS = 1  # too few fields / a field missing
+BAD_ARRIVAL = 2
+BAD_PROMPT = 3
+BAD_OUTPUT = 4
+BAD_SHAPE = 5  # not a JSON object on one line
+
+# info layout
+INFO_BAD, INFO_FIRST_BAD_LINE, INFO_REASON, INFO_BAD_OFFSET, INFO_LINES = range(5)
+INFO_SIZE = 5
+
+_NL, _CR, _SP, _TAB, _QUOTE, _COMMA = 10, 13, 32, 9, 34, 44
+_ZERO, _NINE, _DOT, _PLUS, _MINUS, _COLON = 48, 57, 46, 43, 45, 58
+_LBRACE, _RBRACE, _LBRACK, _RBRACK, _BSLASH = 123, 125, 91, 93, 92
+
+
+@jit
+def _trim_nb(buf, a, b):
+    """Bounds of ``buf[a:b]`` without surrounding blanks and one pair of double quotes."""
+    while a < b and (buf[a] == _SP or buf[a] == _TAB):
+        a += 1
+    while b > a and (buf[b - 1] == _SP or buf[b - 1] == _TAB):
+        b -= 1
+    if b - a >= 2 and buf[a] == _QUOTE and buf[b - 1] == _QUOTE:
+        a += 1
+        b -= 1
+        while a < b and buf[a] == _SP:
+            a += 1
+        while b > a and buf[b - 1] == _SP:
+            b -= 1
+    return a, b
+
+
+@jit
+def _fixed_digits_nb(buf, a, count):
+    """The value of ``count`` ASCII digits at ``a``; -1 if any is not a digit."""
+    v = 0
+    for i in range(a, a + count):
+        c = buf[i]
+        if c < _ZERO or c > _NINE:
+            return -1
+        v = v * 10 + (c - _ZERO)
+    return v
+
+
+@jit
+def days_from_civil_nb(y, m, d):
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    if m <= 2:
+        y -= 1
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    mp = m - 3 if m > 2 else m + 9
+    doy = (153 * mp + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+@jit
+def _days_in_month_nb(y, m):
+    if m == 2:
+        leap = (y % 4 == 0 and y % 100 != 0) or y % 400 == 0
+        return 29 if leap else 28
+    if m == 4 or m == 6 or m == 9 or m == 11:
+        return 30
+    return 31
+
+
+@jit
+def parse_datetime_nb(buf, a, b):
+    """``(ok, ns)``: nanoseconds since 1970-01-01 UTC of an ISO-like timestamp in ``buf[a:b]``.
+
+    Accepts ``YYYY-MM-DD HH:MM:SS`` (or ``T`` between), an optional fraction of any length
+    (digits past the ninth are read but dropped) and an optional ``Z`` or ``+HH:MM``/``-HH:MM``
+    (or ``+HHMM``) offset; a naive timestamp is taken as UTC.
+    """
+    if b - a < 19:
+        return False, np.int64(0)
+    y = _fixed_digits_nb(buf, a, 4)
+    mo = _fixed_digits_nb(buf, a + 5, 2)
+    d = _fixed_digits_nb(buf, a + 8, 2)
+    hh = _fixed_digits_nb(buf, a + 11, 2)
+    mi = _fixed_digits_nb(buf, a + 14, 2)
+    ss = _fixed_digits_nb(buf, a + 17, 2)
+    sep = buf[a + 10]
+    if (y < 0 or mo < 1 or mo > 12 or d < 1 or hh < 0 or hh > 23 or mi < 0 or mi > 59 or ss < 0 or ss > 59
+            or buf[a + 4] != _MINUS or buf[a + 7] != _MINUS or buf[a + 13] != _COLON or buf[a + 16] != _COLON
+            or (sep != _SP and sep != 84)):  # 84 = 'T'
+        return False, np.int64(0)
+    if d > _days_in_month_nb(y, mo):
+        return False, np.int64(0)
+    p = a + 19
+    frac = np.int64(0)
+    if p < b and buf[p] == _DOT:
+        p += 1
+        ndig = 0
+        while p < b and _ZERO <= buf[p] <= _NINE:
+            if ndig < 9:
+                frac = frac * 10 + (buf[p] - _ZERO)
+            ndig += 1
+            p += 1
+        if ndig == 0:
+            return False, np.int64(0)
+        while ndig < 9:
+            frac *= 10
+            ndig += 1
+    offset_s = 0
+    if p < b:
+        c = buf[p]
+        if c == 90:  # 'Z'
+            p += 1
+        elif c == _PLUS or c == _MINUS:
+            sign = 1 if c == _PLUS else -1
+            if p + 3 > b:
+                return False, np.int64(0)
+            oh = _fixed_digits_nb(buf, p + 1, 2)
+            p += 3
+            if p < b and buf[p] == _COLON:
+                p += 1
+            if p + 2 > b:
+                return False, np.int64(0)
+            om = _fixed_digits_nb(buf, p, 2)
+            p += 2
+            if oh < 0 or oh > 23 or om < 0 or om > 59:
+                return False, np.int64(0)
+            offset_s = sign * (oh * 3600 + om * 60)
+    if p != b:
+        return False, np.int64(0)
+    secs = np.int64(days_from_civil_nb(y, mo, d)) * 86400 + hh * 3600 + mi * 60 + ss - offset_s
+    return True, secs * 1_000_000_000 + frac
+
+
+@jit
+def parse_number_nb(buf, a, b):
+    """``(ok, value)`` of a finite decimal number ``[+-]digits[.digits][(e|E)[+-]digits]``.
+
+    Up to 18 significant digits are kept and scaled by a power of ten: within two ulps of the
+    correctly rounded value while that power is exact (|exponent| <= 22, which covers any
+    timestamp), a little looser beyond; exact for integers below 2**53. Values that overflow
+    (near 1.8e308) are refused.
+    """
+    if a >= b:
+        return False, 0.0
+    neg = False
+    if buf[a] == _PLUS or buf[a] == _MINUS:
+        neg = buf[a] == _MINUS
+        a += 1
+    mant = np.int64(0)
+    sig = 0
+    exp10 = 0
+    ndig = 0
+    p = a
+    while p < b and _ZERO <= buf[p] <= _NINE:
+        if sig < 18:
+            mant = mant * 10 + (buf[p] - _ZERO)
+            if mant > 0:
+                sig += 1
+        else:
+            exp10 += 1
+        ndig += 1
+        p += 1
+    if p < b and buf[p] == _DOT:
+        p += 1
+        while p < b and _ZERO <= buf[p] <= _NINE:
+            if sig < 18:
+                mant = mant * 10 + (buf[p] - _ZERO)
+                if mant > 0:
+                    sig += 1
+                exp10 -= 1
+            ndig += 1
+            p += 1
+    if ndig == 0:
+        return False, 0.0
+    if p < b and (buf[p] == 101 or buf[p] == 69):  # 'e' 'E'
+        p += 1
+        eneg = False
+        if p < b and (buf[p] == _PLUS or buf[p] == _MINUS):
+            eneg = buf[p] == _MINUS
+            p += 1
+        e = 0
+        edig = 0
+        while p < b and _ZERO <= buf[p] <= _NINE:
+            if e < 10000:
+                e = e * 10 + (buf[p] - _ZERO)
+            edig += 1
+            p += 1
+        if edig == 0:
+            return False, 0.0
+        exp10 += -e if eneg else e
+    if p != b:
+        return False, 0.0
+    v = float(mant)
+    if exp10 > 0:
+        v = v * 10.0 ** exp10
+    elif exp10 < 0:
+        v = v / 10.0 ** (-exp10)
+    if not np.isfinite(v):
+        return False, 0.0
+    return True, -v if neg else v
+
+
+@jit
+def parse_count_nb(buf, a, b):
+    """``(ok, value)`` of a token count: digits, optionally ``.`` and zeros (``"12"``, ``"12.0"``)."""
+    if a >= b:
+        return False, np.int64(0)
+    v = np.int64(0)
+    p = a
+    while p < b and _ZERO <= buf[p] <= _NINE:
+        if p - a >= 18:
+            return False, np.int64(0)
+        v = v * 10 + (buf[p] - _ZERO)
+        p += 1
+    if p == a:
+        return False, np.int64(0)
+    if p < b and buf[p] == _DOT:
+        p += 1
+        while p < b and buf[p] == _ZERO:
+            p += 1
+    if p != b:
+        return False, np.int64(0)
+    return True, v
+
+
+@jit
+def _parse_arrival_nb(buf, a, b, kind):
+    if kind == ARRIVAL_DATETIME:
+        ok, ns = parse_datetime_nb(buf, a, b)
+        return ok, 0.0, ns
+    ok, v = parse_number_nb(buf, a, b)
+    return ok, v, np.int64(0)
+
+
+@jit
+def _line_end_nb(buf, s):
+    e = s
+    n = buf.shape[0]
+    while e < n and buf[e] != _NL:
+        e += 1
+    return e
+
+
+@jit
+def _bad_nb(info, line, reason, offset):
+    if info[INFO_BAD] == 0:
+        info[INFO_FIRST_BAD_LINE] = line
+        info[INFO_REASON] = reason
+        info[INFO_BAD_OFFSET] = offset
+    info[INFO_BAD] += 1
+
+
+@jit
+def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines, info):
+    """Parse comma-separated rows into arrival, prompt and output arrays.
+
+    Parameters
+    ----------
+    buf : ndarray(uint8, ndim=1)
+        Whole lines (the header already removed); a final line may lack its newline.
+    col_t, col_p, col_o : int
+        0-based column of the arrival, prompt tokens and output tokens.
+    kind : int
+        ``ARRIVAL_NUMBER`` or ``ARRIVAL_DATETIME``.
+    first_line : int
+        1-based line number of ``buf``'s first line in its file.
+    skip_bad : bool
+        Skip and count bad rows; else stop at the first.
+    t_num : ndarray(float64), t_ns : ndarray(int64), prompt, output : ndarray(int64)
+        Outputs, one slot per line at least; modified in place (``t_num`` for numbers, ``t_ns``
+        for datetimes: the other is not touched and may be any length).
+    bad_lines : ndarray(int64, ndim=1)
+        Line numbers of the first bad rows (as many as fit); modified in place.
+    info : ndarray(int64, ndim=1), shape (INFO_SIZE,)
+        Bad-row count, first bad line, its reason, its byte offset, lines consumed; modified in place.
+
+    Returns
+    -------
+    int
+        Good rows written. Blank lines are neither rows nor bad.
+    """
+    n = buf.shape[0]
+    s = 0
+    line = first_line
+    rows = 0
+    need = max(col_t, max(col_p, col_o)) + 1
+    while s < n:
+        e = _line_end_nb(buf, s)
+        le = e
+        if le > s and buf[le - 1] == _CR:
+            le -= 1
+        blank = True
+        for i in range(s, le):
+            if buf[i] != _SP and buf[i] != _TAB:
+                blank = False
+                break
+        if not blank:
+            ta, tb, pa, pb, oa, ob = -1, -1, -1, -1, -1, -1
+            field = 0
+            fs = s
+            inq = False
+            for i in range(s, le + 1):
+                if i < le:
+                    c = buf[i]
+                    if c == _QUOTE:
+                        inq = not inq
+                        continue
+                    if c != _COMMA or inq:
+                        continue
+                if field == col_t:
+                    ta, tb = fs, i
+                if field == col_p:
+                    pa, pb = fs, i
+                if field == col_o:
+                    oa, ob = fs, i
+                field += 1
+                fs = i + 1
+            reason = 0
+            if field < need:
+                reason = BAD_FIELDS
+            else:
+                ta, tb = _trim_nb(buf, ta, tb)
+                ok, tv, tn = _parse_arrival_nb(buf, ta, tb, kind)
+                pa, pb = _trim_nb(buf, pa, pb)
+                okp, pv = parse_count_nb(buf, pa, pb)
+                oa, ob = _trim_nb(buf, oa, ob)
+                oko, ov = parse_count_nb(buf, oa, ob)
+                if not ok:
+                    reason = BAD_ARRIVAL
+                elif not okp:
+                    reason = BAD_PROMPT
+                elif not oko:
+                    reason = BAD_OUTPUT
+                else:
+                    if kind == ARRIVAL_DATETIME:
+                        t_ns[rows] = tn
+                    else:
+                        t_num[rows] = tv
+                    prompt[rows] = pv
+                    output[rows] = ov
+                    rows += 1
+            if reason != 0:
+                if info[INFO_BAD] < bad_lines.shape[0]:
+                    bad_lines[info[INFO_BAD]] = line
+                _bad_nb(info, line, reason, s)
+                if not skip_bad:
+                    info[INFO_LINES] = line - first_line
+                    return rows
+        line += 1
+        s = e + 1
+    info[INFO_LINES] = line - first_line
+    return rows
+
+
+@jit
+def _skip_string_nb(buf, p, end):
+    """Index just past the JSON string whose opening quote is at ``p``; -1 if unterminated."""
+    p += 1
+    while p < end:
+        c = buf[p]
+        if c == _BSLASH:
+            p += 2
+            continue
+        if c == _QUOTE:
+            return p + 1
+        p += 1
+    return -1
+
+
+@jit
+def _key_is_nb(buf, a, b, key):
+    if b - a != key.shape[0]:
+        return False
+    for i in range(key.shape[0]):
+        if buf[a + i] != key[i]:
+            return False
+    return True
+
+
+@jit
+def _skip_ws_nb(buf, p, end):
+    while p < end and (buf[p] == _SP or buf[p] == _TAB):
+        p += 1
+    return p
+
+
+@jit
+def parse_jsonl_nb(buf, key_t, key_p, key_o, first_line, skip_bad, t_num, prompt, output, bad_lines, info):
+    """Parse one JSON object per line, reading three top-level number fields by key.
+
+    A scanner, not a validating JSON parser: it walks the object's top-level members (skipping
+    strings, arrays and nested objects whole) and reads the values of ``key_t`` (arrival, a
+    number), ``key_p`` and ``key_o`` (token counts). A line that is not ``{...}``, lacks a key, or
+    holds a non-number there is bad. Parameters and return as :func:`parse_csv_nb` (arrivals go
+    to ``t_num``); keys are ``ndarray(uint8)`` of the key's bytes without quotes.
+    """
+    n = buf.shape[0]
+    s = 0
+    line = first_line
+    rows = 0
+    while s < n:
+        e = _line_end_nb(buf, s)
+        a, b = s, e
+        while a < b and (buf[a] == _SP or buf[a] == _TAB):
+            a += 1
+        while b > a and (buf[b - 1] == _SP or buf[b - 1] == _TAB or buf[b - 1] == _CR):
+            b -= 1
+        if a < b:
+            reason = 0
+            found = 0
+            tv, pv, ov = 0.0, np.int64(0), np.int64(0)
+            if buf[a] != _LBRACE or buf[b - 1] != _RBRACE:
+                reason = BAD_SHAPE
+            else:
+                p = a + 1
+                end = b - 1
+                while p < end and reason == 0:
+                    p = _skip_ws_nb(buf, p, end)
+                    if p >= end:
+                        break
+                    if buf[p] != _QUOTE:
+                        reason = BAD_SHAPE
+                        break
+                    q = _skip_string_nb(buf, p, end)
+                    if q < 0:
+                        reason = BAD_SHAPE
+                        break
+                    ka, kb = p + 1, q - 1
+                    p = _skip_ws_nb(buf, q, end)
+                    if p >= end or buf[p] != _COLON:
+                        reason = BAD_SHAPE
+                        break
+                    p = _skip_ws_nb(buf, p + 1, end)
+                    # the value: [p, v_end)
+                    v0 = p
+                    if p < end and buf[p] == _QUOTE:
+                        p = _skip_string_nb(buf, p, end)
+                        if p < 0:
+                            reason = BAD_SHAPE
+                            break
+                    elif p < end and (buf[p] == _LBRACK or buf[p] == _LBRACE):
+                        depth = 0
+                        while p < end:
+                            c = buf[p]
+                            if c == _QUOTE:
+                                p = _skip_string_nb(buf, p, end)
+                                if p < 0:
+                                    break
+                                continue
+                            if c == _LBRACK or c == _LBRACE:
+                                depth += 1
+                            elif c == _RBRACK or c == _RBRACE:
+                                depth -= 1
+                                if depth == 0:
+                                    p += 1
+                                    break
+                            p += 1
+                        if p < 0 or depth != 0:
+                            reason = BAD_SHAPE
+                            break
+                    else:
+                        while p < end and buf[p] != _COMMA:
+                            p += 1
+                    v1 = p
+                    while v1 > v0 and (buf[v1 - 1] == _SP or buf[v1 - 1] == _TAB):
+                        v1 -= 1
+                    if _key_is_nb(buf, ka, kb, key_t):
+                        ok, tv = parse_number_nb(buf, v0, v1)
+                        if not ok:
+                            reason = BAD_ARRIVAL
+                        found |= 1
+                    elif _key_is_nb(buf, ka, kb, key_p):
+                        ok, pv = parse_count_nb(buf, v0, v1)
+                        if not ok:
+                            reason = BAD_PROMPT
+                        found |= 2
+                    elif _key_is_nb(buf, ka, kb, key_o):
+                        ok, ov = parse_count_nb(buf, v0, v1)
+                        if not ok:
+                            reason = BAD_OUTPUT
+                        found |= 4
+                    p = _skip_ws_nb(buf, p, end)
+                    if p < end:
+                        if buf[p] != _COMMA:
+                            reason = BAD_SHAPE
+                            break
+                        p += 1
+                if reason == 0 and found != 7:
+                    reason = BAD_FIELDS
+            if reason == 0:
+                t_num[rows] = tv
+                prompt[rows] = pv
+                output[rows] = ov
+                rows += 1
+            else:
+                if info[INFO_BAD] < bad_lines.shape[0]:
+                    bad_lines[info[INFO_BAD]] = line
+                _bad_nb(info, line, reason, s)
+                if not skip_bad:
+                    info[INFO_LINES] = line - first_line
+                    return rows
+        line += 1
+        s = e + 1
+    info[INFO_LINES] = line - first_line
+    return rows

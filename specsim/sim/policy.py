@@ -1,0 +1,155 @@
+"""Draft-depth policies, parsed once from their text form into a frozen value.
+
+Forms:
+
+``fixed:K``
+    Always depth ``K`` (``fixed:0`` is plain decoding).
+``schedule:1-16=3,17-64=2,65-=0``
+    Depth by batch width, as TensorRT-LLM and vLLM let users pin it: ``A-B=K`` covers widths
+    ``A..=B``, ``A-=K`` covers ``A`` and up, ``A=K`` covers width ``A`` alone. Ranges may not
+    overlap. A width that no range covers decodes plainly (depth 0), as a serve with no rule
+    for that batch size would.
+``propose``
+    SPEC §4.1: one depth for the batch from the cost table and the calibration's priors.
+``sequence``
+    §4.1 then §4.2: per-sequence depths from the drafts' confidences.
+``goodput``
+    Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import PolicyError
+
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput")
+# Integer codes for kernels.
+FIXED, SCHEDULE, PROPOSE, SEQUENCE, GOODPUT = range(5)
+# Upper bound of an open schedule range ("65-") in the flat arrays.
+OPEN_END = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed policy.
+
+    Attributes
+    ----------
+    kind : str
+        One of :data:`KINDS`.
+    depth : int
+        ``fixed`` only: the depth.
+    ranges : tuple of (int, int or None, int)
+        ``schedule`` only: ``(first_width, last_width or None for open, depth)``, sorted.
+    """
+
+    kind: str
+    depth: int = 0
+    ranges: tuple = ()
+
+    @property
+    def code(self) -> int:
+        """The kind as an integer for kernels (:data:`FIXED` ... :data:`GOODPUT`)."""
+        return KINDS.index(self.kind)
+
+    @property
+    def needs_planner(self) -> bool:
+        """Whether the depth comes from a cost table and a calibration (propose, sequence, goodput)."""
+        return self.kind in ("propose", "sequence", "goodput")
+
+    def depth_for_width(self, width: int) -> int:
+        """The depth of a ``fixed`` or ``schedule`` policy at batch ``width``."""
+        if self.kind == "fixed":
+            return self.depth
+        if self.kind == "schedule":
+            for lo, hi, k in self.ranges:
+                if lo <= width and (hi is None or width <= hi):
+                    return k
+            return 0
+        raise PolicyError(f"policy {self} picks its depth with the planner, not from the width alone")
+
+    def schedule_arrays(self):
+        """``(first, last, depth)`` as int64 arrays, shape (R,); ``last`` is OPEN_END for an open range."""
+        lo = np.array([r[0] for r in self.ranges], dtype=np.int64)
+        hi = np.array([OPEN_END if r[1] is None else r[1] for r in self.ranges], dtype=np.int64)
+        k = np.array([r[2] for r in self.ranges], dtype=np.int64)
+        return lo, hi, k
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed:{self.depth}"
+        if self.kind == "schedule":
+            parts = []
+            for lo, hi, k in self.ranges:
+                span = f"{lo}-" if hi is None else (f"{lo}" if hi == lo else f"{lo}-{hi}")
+                parts.append(f"{span}={k}")
+            return "schedule:" + ",".join(parts)
+        return self.kind
+
+
+def parse_policy(text) -> Policy:
+    """Parse a policy string (see the module docstring for the forms).
+
+    Raises
+    ------
+    PolicyError
+        Naming what is wrong and the accepted forms.
+    """
+    if isinstance(text, Policy):
+        return text
+    raw = str(text).strip()
+    kind, sep, arg = raw.partition(":")
+    kind = kind.strip().lower()
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"
+    if kind not in KINDS:
+        raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
+    if kind in ("propose", "sequence", "goodput"):
+        if sep:
+            raise PolicyError(f"policy {kind} takes no argument, got {raw!r} (slack and caps are separate options)")
+        return Policy(kind)
+    if not sep or not arg.strip():
+        example = "fixed:3" if kind == "fixed" else "schedule:1-16=3,17-64=2,65-=0"
+        raise PolicyError(f"policy {kind} needs an argument, e.g. {example}")
+    if kind == "fixed":
+        return Policy("fixed", depth=_int(arg, raw, "depth K"))
+    ranges = []
+    for part in arg.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        span, eq, depth = part.partition("=")
+        if not eq:
+            raise PolicyError(f"policy {raw!r}: {part!r} is not WIDTHS=DEPTH (e.g. 1-16=3 or 65-=0)")
+        k = _int(depth, raw, f"depth in {part!r}")
+        lo_text, dash, hi_text = span.strip().partition("-")
+        lo = _int(lo_text, raw, f"first width in {part!r}")
+        if lo < 1:
+            raise PolicyError(f"policy {raw!r}: widths start at 1, got {part!r}")
+        if not dash:
+            hi = lo
+        elif not hi_text.strip():
+            hi = None
+        else:
+            hi = _int(hi_text, raw, f"last width in {part!r}")
+            if hi < lo:
+                raise PolicyError(f"policy {raw!r}: range {span.strip()!r} ends before it starts")
+        ranges.append((lo, hi, k))
+    if not ranges:
+        raise PolicyError(f"policy {raw!r} has no WIDTHS=DEPTH range")
+    ranges.sort(key=lambda r: r[0])
+    for (lo1, hi1, _), (lo2, hi2, _) in zip(ranges, ranges[1:]):
+        if hi1 is None or hi1 >= lo2:
+            a = f"{lo1}-" if hi1 is None else f"{lo1}-{hi1}"
+            b = f"{lo2}-" if hi2 is None else f"{lo2}-{hi2}"
+            raise PolicyError(f"policy {raw!r}: width ranges {a} and {b} overlap")
+    return Policy("schedule", ranges=tuple(ranges))
+
+
+def _int(text, raw, what) -> int:
+    t = str(text).strip()
+    if not t.isdigit() or not t.isascii():
+        raise PolicyError(f"policy {raw!r}: {what} {t!r} is not a non-negative integer")
+    return int(t)

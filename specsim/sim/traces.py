@@ -1,0 +1,380 @@
+"""Request-trace readers (SPEC §6 "Traces"): one aligned structured array per trace.
+
+Every reader returns a :class:`~specsim.sim._types.TraceRead` whose ``requests`` is an array of
+:data:`~specsim.sim._types.REQUEST_DT` (``arrival_s``, ``prompt_tokens``, ``output_tokens``),
+sorted by arrival (stable: equal arrivals keep file order), with arrivals in seconds from the
+trace start, the earliest kept request.
+
+Formats (detected from the file's first line when not given):
+
+``azure2023`` / ``azure2024``
+    Azure LLM inference CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``; naive timestamps with
+    7 fractional digits (2023) or ``+00:00`` offsets with 6 (2024). One parser reads both;
+    offsets are honoured, naive stamps taken as UTC.
+``mooncake``
+    JSONL ``{"timestamp": ms from the trace start, "input_length", "output_length", ...}``.
+``burstgpt``
+    CSV ``Timestamp`` (seconds), ``Request tokens``, ``Response tokens`` among other columns.
+``csv``
+    Any CSV with a header; ``columns`` names the arrival, prompt and output columns and
+    ``arrival_unit`` says what the arrival is (``s``, ``ms``, ``us``, ``ns`` or ``datetime``).
+
+Rows with 0 prompt or 0 output tokens (failed or empty requests: nothing to prefill or nothing
+to decode) are skipped and counted. A row that cannot be parsed raises :class:`TraceError`
+naming the file and line, or with ``skip_bad_rows`` is skipped and counted.
+
+Options apply in this order: the ``window`` (seconds from the trace start, in the file's own
+time; kept arrivals are re-based to the window's start), then ``limit`` (the first N requests
+by arrival), then ``rate_scale`` (arrivals divided by it: 2 means twice the traffic).
+
+Files are parsed by Numba kernels in blocks of whole lines, so memory holds only the output
+arrays and one block of text, never a Python object per row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from specsim.errors import TraceError
+from specsim.sim._types import REQUEST_DT, TraceRead
+
+FORMATS = ("azure2023", "azure2024", "mooncake", "burstgpt", "csv")
+ARRIVAL_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "datetime": None}
+COLUMN_ROLES = ("arrival", "prompt", "output")
+
+# Column names (CSV) or keys (JSONL) of each fixed format, and its arrival unit.
+_FIXED = {
+    "azure2023": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "datetime"),
+    "azure2024": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "datetime"),
+    "burstgpt": (("Timestamp", "Request tokens", "Response tokens"), "s"),
+    "mooncake": (("timestamp", "input_length", "output_length"), "ms"),
+}
+
+_BLOCK_BYTES = 32 << 20
+_MAX_BAD_LINES = 20
+_BOM = b"\xef\xbb\xbf"
+
+
+def parse_columns(text: str) -> dict:
+    """``"arrival=COL,prompt=COL,output=COL"`` -> ``{"arrival": COL, ...}`` (all three required)."""
+    out = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        role, sep, col = part.partition("=")
+        role, col = role.strip(), col.strip()
+        if not sep or role not in COLUMN_ROLES or not col:
+            raise TraceError(
+                f"columns: {part!r} is not ROLE=COLUMN with ROLE one of {', '.join(COLUMN_ROLES)} "
+                "(e.g. arrival=ts,prompt=in_tokens,output=out_tokens)"
+            )
+        if role in out:
+            raise TraceError(f"columns: {role} is named twice")
+        out[role] = col
+    missing = [r for r in COLUMN_ROLES if r not in out]
+    if missing:
+        raise TraceError(f"columns: no column named for {', '.join(missing)} (give arrival=, prompt= and output=)")
+    return out
+
+
+def detect_format(path) -> str:
+    """The format of a trace file, from its first line (and the first data row for Azure).
+
+    Raises
+    ------
+    TraceError
+        When the file cannot be read or matches no known format.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
+    head = head.removeprefix(_BOM)
+    text = head.decode("utf-8", errors="replace")
+    stripped = text.lstrip()
+    if not stripped:
+        raise TraceError(f"{path}: the trace file is empty")
+    if stripped.startswith("{"):
+        first = stripped.splitlines()[0]
+        if all(f'"{k}"' in first for k in _FIXED["mooncake"][0]):
+            return "mooncake"
+        raise TraceError(
+            f"{path}: a JSON-lines file without the Mooncake keys (timestamp, input_length, output_length); "
+            "convert it to CSV and read it with format csv and columns"
+        )
+    rows = list(csv.reader(io.StringIO("\n".join(text.splitlines()[:2]))))
+    header = {h.strip().lower() for h in rows[0]} if rows else set()
+    if {"timestamp", "contexttokens", "generatedtokens"} <= header:
+        stamp = rows[1][0].strip() if len(rows) > 1 and rows[1] else ""
+        return "azure2024" if len(stamp) > 19 and any(c in stamp[19:] for c in "+-Z") else "azure2023"
+    if {"timestamp", "request tokens", "response tokens"} <= header:
+        return "burstgpt"
+    shown = ",".join(rows[0])[:200] if rows else ""
+    raise TraceError(
+        f"{path}: cannot tell the trace format from its header {shown!r}; give the format "
+        f"({', '.join(FORMATS)}) and, for a plain CSV, the columns (arrival=COL,prompt=COL,output=COL)"
+    )
+
+
+def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale=1.0, limit=None, window=None,
+               skip_bad_rows=False) -> TraceRead:
+    """Read a request trace file into one structured array.
+
+    Parameters
+    ----------
+    path : str or Path
+    format : str, optional
+        One of :data:`FORMATS`; detected from the file when None.
+    columns : dict or str, optional
+        Format ``csv`` only: ``{"arrival": COL, "prompt": COL, "output": COL}`` or its text form
+        ``"arrival=COL,prompt=COL,output=COL"``; COL is a header name.
+    arrival_unit : str, optional
+        Format ``csv`` only: ``s`` (default), ``ms``, ``us``, ``ns`` or ``datetime``.
+    rate_scale : float
+        Arrivals are divided by this (> 0): 2 compresses the trace to twice the request rate.
+    limit : int, optional
+        Keep the first ``limit`` requests by arrival.
+    window : (float, float or None), optional
+        Keep arrivals in ``[start_s, end_s)`` seconds from the trace start (before rate
+        scaling); kept arrivals are re-based to ``start_s``. None as the end: no end.
+    skip_bad_rows : bool
+        Skip and count rows that cannot be parsed instead of raising.
+
+    Returns
+    -------
+    TraceRead
+    """
+    path = Path(path)
+    rate_scale, limit, window = _check_options(rate_scale, limit, window)
+    fmt = detect_format(path) if format is None else str(format)
+    if fmt not in FORMATS:
+        raise TraceError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)} (or the synthetic generator)")
+    if fmt == "csv":
+        if columns is None:
+            raise TraceError(f"{path}: format csv needs columns (arrival=COL,prompt=COL,output=COL)")
+        cols = parse_columns(columns) if isinstance(columns, str) else dict(columns)
+        if sorted(cols) != sorted(COLUMN_ROLES):
+            raise TraceError(f"columns must name exactly {', '.join(COLUMN_ROLES)}, got {', '.join(cols)}")
+        names = tuple(str(cols[r]) for r in COLUMN_ROLES)
+        unit = "s" if arrival_unit is None else str(arrival_unit)
+        if unit not in ARRIVAL_UNITS:
+            raise TraceError(f"arrival unit {unit!r} is not one of {', '.join(ARRIVAL_UNITS)}")
+    else:
+        if columns is not None or arrival_unit is not None:
+            raise TraceError(f"columns and arrival unit apply to format csv only, not {fmt}")
+        names, unit = _FIXED[fmt]
+    if fmt == "mooncake":
+        times, prompt, output, bad, bad_lines = _read_jsonl(path, names, skip_bad_rows)
+    else:
+        times, prompt, output, bad, bad_lines = _read_csv(path, names, unit == "datetime", skip_bad_rows,
+                                                          exact=fmt != "csv")
+    return finish_trace(times, prompt, output, fmt, str(path), unit=unit, rate_scale=rate_scale, limit=limit,
+                        window=window, skipped_bad=bad, bad_lines=bad_lines)
+
+
+def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0, limit=None, window=None,
+                 skipped_bad=0, bad_lines=()) -> TraceRead:
+    """Sort, re-base, skip zero-token rows and apply window, limit and rate scale.
+
+    Parameters
+    ----------
+    times : ndarray(float64 or int64, ndim=1), shape (R,)
+        Arrivals in ``unit`` (``datetime``: int64 nanoseconds since any epoch).
+    prompt, output : ndarray(int64, ndim=1), shape (R,)
+    """
+    rate_scale, limit, window = _check_options(rate_scale, limit, window)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    rows = int(prompt.shape[0]) + int(skipped_bad)
+    keep = (prompt > 0) & (output > 0)
+    skipped_zero = int(keep.shape[0] - np.count_nonzero(keep))
+    if skipped_zero:
+        times, prompt, output = times[keep], prompt[keep], output[keep]
+    order = np.argsort(times, kind="stable")
+    n = order.shape[0]
+    arrival = np.empty(n)
+    if n:
+        t = times[order]
+        if unit == "datetime":
+            # int64 difference first: ns since 1970 do not fit a float64 exactly
+            np.divide(t - t[0], 1e9, out=arrival)
+        else:
+            np.divide(np.asarray(t, dtype=np.float64) - float(t[0]), ARRIVAL_UNITS[unit], out=arrival)
+    good = n
+    if window is not None:
+        start, end = window
+        lo = int(np.searchsorted(arrival, start, side="left"))
+        hi = n if end is None else int(np.searchsorted(arrival, end, side="left"))
+        order, arrival = order[lo:hi], arrival[lo:hi] - start
+    if limit is not None:
+        order, arrival = order[:limit], arrival[:limit]
+    if rate_scale != 1.0:
+        arrival = arrival / rate_scale
+    out = np.empty(order.shape[0], dtype=REQUEST_DT)
+    out["arrival_s"] = arrival
+    out["prompt_tokens"] = prompt[order]
+    out["output_tokens"] = output[order]
+    return TraceRead(out, fmt, source, rows, skipped_zero, int(skipped_bad), tuple(int(x) for x in bad_lines),
+                     good - out.shape[0])
+
+
+def _check_options(rate_scale, limit, window):
+    try:
+        rate_scale = float(rate_scale)
+    except (TypeError, ValueError):
+        raise TraceError(f"rate scale {rate_scale!r} is not a number") from None
+    if not (math.isfinite(rate_scale) and rate_scale > 0):
+        raise TraceError(f"rate scale must be a finite number > 0 (2 = twice the traffic), got {rate_scale!r}")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+            raise TraceError(f"request limit must be an integer >= 0, got {limit!r}")
+        limit = int(limit)
+    if window is not None:
+        try:
+            start, end = window
+            start = float(start)
+            end = None if end is None else float(end)
+        except (TypeError, ValueError):
+            raise TraceError(f"window must be (start_s, end_s or None), got {window!r}") from None
+        if not math.isfinite(start) or start < 0 or (end is not None and not end > start):
+            raise TraceError(f"window [{start}, {end}) must have 0 <= start < end (seconds from the trace start)")
+        if end is not None and math.isinf(end):
+            end = None
+        window = (start, end)
+    return rate_scale, limit, window
+
+
+_REASONS = {
+    1: "{fields}",
+    2: "the arrival is not {what}",
+    3: "the prompt token count is not a non-negative integer",
+    4: "the output token count is not a non-negative integer",
+    5: "not one JSON object on one line",
+}
+
+
+def _bad_row_error(path, line, reason, text, what, fields):
+    why = _REASONS[reason].format(what=what, fields=fields)
+    shown = text[:200] + ("..." if len(text) > 200 else "")
+    return TraceError(
+        f"{path}:{line}: {why}: {shown!r}; fix or delete the row, or skip bad rows "
+        "(--skip-bad-rows / skip_bad_rows=True) to count them instead"
+    )
+
+
+def _blocks(f, first_block=b""):
+    """Yield blocks of whole lines from a binary file (the last may lack a final newline)."""
+    carry = first_block
+    while True:
+        chunk = f.read(_BLOCK_BYTES)
+        if not chunk:
+            if carry:
+                yield carry
+            return
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        carry = data[cut + 1:]
+        yield data[:cut + 1]
+
+
+def _open(path):
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
+
+
+def _run_blocks(path, f, first_line, first_block, parse, datetime_kind, what, fields):
+    from specsim.sim._parse_kernels import INFO_BAD, INFO_BAD_OFFSET, INFO_FIRST_BAD_LINE, INFO_LINES, INFO_REASON, INFO_SIZE
+
+    info = np.zeros(INFO_SIZE, dtype=np.int64)
+    bad_lines = np.zeros(_MAX_BAD_LINES, dtype=np.int64)
+    times, prompts, outputs = [], [], []
+    line = first_line
+    for block in _blocks(f, first_block):
+        buf = np.frombuffer(block, dtype=np.uint8)
+        size = block.count(b"\n") + 1
+        t_num = np.empty(1 if datetime_kind else size)
+        t_ns = np.empty(size if datetime_kind else 1, dtype=np.int64)
+        prompt = np.empty(size, dtype=np.int64)
+        output = np.empty(size, dtype=np.int64)
+        bad_before = int(info[INFO_BAD])
+        rows = parse(buf, line, t_num, t_ns, prompt, output, bad_lines, info)
+        if not parse.skip_bad and info[INFO_BAD] > bad_before:
+            off = int(info[INFO_BAD_OFFSET])
+            end = block.find(b"\n", off)
+            text = block[off:end if end >= 0 else len(block)].rstrip(b"\r").decode("utf-8", errors="replace")
+            raise _bad_row_error(path, int(info[INFO_FIRST_BAD_LINE]), int(info[INFO_REASON]), text, what, fields)
+        times.append((t_ns if datetime_kind else t_num)[:rows])
+        prompts.append(prompt[:rows])
+        outputs.append(output[:rows])
+        line += int(info[INFO_LINES])
+    nbad = int(info[INFO_BAD])
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.empty(0, dtype=dt))
+    return (cat(times, np.int64 if datetime_kind else np.float64), cat(prompts, np.int64), cat(outputs, np.int64),
+            nbad, bad_lines[:min(nbad, _MAX_BAD_LINES)].tolist())
+
+
+class _Parse:
+    """A kernel call with its fixed arguments bound (keeps ``_run_blocks`` format-free)."""
+
+    def __init__(self, fn, args, skip_bad):
+        self.fn, self.args, self.skip_bad = fn, args, skip_bad
+
+    def __call__(self, buf, line, t_num, t_ns, prompt, output, bad_lines, info):
+        return self.fn(buf, line, t_num, t_ns, prompt, output, bad_lines, info, *self.args, self.skip_bad)
+
+
+def _read_csv(path, names, datetime_kind, skip_bad, exact):
+    from specsim.sim._parse_kernels import ARRIVAL_DATETIME, ARRIVAL_NUMBER, parse_csv_nb
+
+    with _open(path) as f:
+        header_bytes = f.readline().removeprefix(_BOM)
+        header_text = header_bytes.decode("utf-8", errors="replace")
+        header = next(csv.reader([header_text.rstrip("\r\n")]), [])
+        cols = [_column_index(path, header, name, exact) for name in names]
+        kind = ARRIVAL_DATETIME if datetime_kind else ARRIVAL_NUMBER
+        what = "a timestamp YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]" if datetime_kind else "a number"
+
+        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, kd, skip):
+            return parse_csv_nb(buf, c0, c1, c2, kd, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
+
+        parse = _Parse(call, (cols[0], cols[1], cols[2], kind), bool(skip_bad))
+        fields = f"too few fields (the header names {len(header)}; column {max(cols) + 1} is needed)"
+        return _run_blocks(path, f, 2, b"", parse, datetime_kind, what, fields)
+
+
+def _column_index(path, header, name, exact):
+    stripped = [h.strip() for h in header]
+    if name in stripped:
+        return stripped.index(name)
+    lowered = [h.lower() for h in stripped]
+    if name.lower() in lowered:
+        return lowered.index(name.lower())
+    hint = "" if exact else "; name columns as they appear in the header"
+    raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {', '.join(stripped)}){hint}")
+
+
+def _read_jsonl(path, keys, skip_bad):
+    from specsim.sim._parse_kernels import parse_jsonl_nb
+
+    key_arrays = tuple(np.frombuffer(k.encode("utf-8"), dtype=np.uint8) for k in keys)
+
+    def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, kt, kp, ko, skip):
+        return parse_jsonl_nb(buf, kt, kp, ko, line, skip, t_num, prompt, output, bad_lines, info)
+
+    with _open(path) as f:
+        first = f.read(len(_BOM)).removeprefix(_BOM)
+        parse = _Parse(call, key_arrays, bool(skip_bad))
+        return _run_blocks(path, f, 1, first, parse, False, "a number (milliseconds)",
+                           "the object lacks one of the keys " + ", ".join(keys))

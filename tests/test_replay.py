@@ -1,0 +1,305 @@
+"""Acceptance-trace replay (SPEC §5), policy strings, and ``table import``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
+from specsim.sim import AcceptanceTrace, load_acceptance_file, parse_acceptance_file, parse_policy, replay
+from specsim.sim.policy import OPEN_END, Policy
+from specsim.table import CostTable
+from tests import reference as ref
+
+GLM = "metrale/glm53_flash_dflash2_gb10x3.toml"
+QWEN = "metrale/qwen38_27b_mtp_gb10.toml"
+
+
+def make_trace(digits, k_logged, name="t"):
+    arr = np.array(digits, dtype=np.int8)
+    arr.flags.writeable = False
+    return AcceptanceTrace(name, "", k_logged, arr)
+
+
+# -- hand-computed cases -----------------------------------------------------------------------------
+
+def test_hand_computed_width_one():
+    # entries 0,1,2,3 at depth 2 emit 1,2,3,3 (3 clamps to 2); then 0 -> 1: 10 tokens in 5 steps
+    r = replay(make_trace([0, 1, 2, 3], 3), "fixed:2", 1, 10, step_ms=[10.0, 20.0, 30.0, 40.0])
+    assert (r.tokens, r.steps, r.plain_steps, r.depth, r.by_depth) == (10, 5, 0, 2, (0, 0, 5, 0))
+    assert r.ms == 150.0 and r.joules is None and r.tokens_per_j is None
+    assert r.tokens_per_ms == pytest.approx(10 / 150)
+
+
+def test_hand_computed_width_three_cycles():
+    # step 1 uses entries 2,0,1 -> 3+1+2 = 6; step 2 uses 3,1 and wraps to 2 -> 4+2+3 = 9; 15 >= 12
+    r = replay(make_trace([2, 0, 1, 3, 1], 3), "fixed:3", 3, 12, step_ms=[1.0, 2.0, 3.0, 4.0])
+    assert (r.tokens, r.steps, r.ms) == (15, 2, 8.0)
+
+
+def test_plain_steps_use_no_entry():
+    r = replay(make_trace([5, 5, 5], 5), "fixed:0", 4, 10, step_ms=[7.0, 9.0])
+    assert (r.tokens, r.steps, r.plain_steps, r.by_depth, r.ms) == (12, 3, 3, (3, 0), 21.0)
+
+
+def test_depth_clamped_to_k_logged():
+    r = replay(make_trace([2, 2], 2), "fixed:6", 1, 6, step_ms=[1.0] * 8)
+    assert r.depth == 2 and (r.tokens, r.steps) == (6, 2)
+
+
+def test_schedule_policy_and_table_costs(shared_data):
+    table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
+    trace = make_trace([1, 0, 3, 2], 3)
+    r = replay(trace, "schedule:1-2=3,3-6=1,7-=0", 4, 100, table=table)
+    cell = table.cell(4, 1)
+    steps = 0
+    tokens = 0
+    while tokens < 100:
+        tokens += 2 + 1 + 2 + 2
+        steps += 1
+    assert (r.depth, r.tokens, r.steps) == (1, tokens, steps)
+    assert r.ms == pytest.approx(steps * cell.step_ms) and r.joules == pytest.approx(steps * cell.step_j)
+    assert r.tokens_per_j == pytest.approx(tokens / r.joules)
+    # width 5 is interpolated between 4 and 8
+    r5 = replay(trace, "fixed:2", 5, 50, table=table)
+    c5 = table.cell(5, 2)
+    assert r5.ms == pytest.approx(r5.steps * c5.step_ms)
+
+
+def test_depth_beyond_the_costs_warns_and_clamps(shared_data):
+    table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
+    with pytest.warns(SpecsimWarning, match="price depths up to 3"):
+        r = replay(make_trace([4, 4, 4], 4), "fixed:4", 1, 9, table=table)
+    assert r.depth == 3 and r.tokens == 12
+
+
+def test_digit_above_k_logged_warns_not_raises():
+    trace = make_trace([7, 0, 1], 5)
+    with pytest.warns(TraceWarning, match="above k_logged = 5"):
+        r = replay(trace, "fixed:5", 1, 8, step_ms=[1.0] * 6)
+    assert (r.tokens, r.steps) == (6 + 1 + 2, 3)
+
+
+def test_replay_refusals():
+    trace = make_trace([1, 2], 2)
+    with pytest.raises(TraceError, match="needs step costs"):
+        replay(trace, "fixed:1", 1, 10)
+    for bad in ({"width": 0}, {"budget": 0}, {"width": 1.5}):
+        kwargs = {"width": 1, "budget": 10} | bad
+        with pytest.raises(TraceError):
+            replay(trace, "fixed:1", kwargs["width"], kwargs["budget"], step_ms=[1.0, 2.0])
+    with pytest.raises(TraceError, match="step_ms"):
+        replay(trace, "fixed:1", 1, 10, step_ms=[1.0, -2.0])
+    with pytest.raises(PolicyError, match="confidence"):
+        replay(trace, "sequence", 1, 10, step_ms=[1.0, 2.0])
+    with pytest.raises(PolicyError, match="cost table"):
+        replay(trace, "propose", 1, 10, step_ms=[1.0, 2.0])
+    with pytest.raises(PolicyError, match="cost table"):
+        replay(trace, "goodput", 1, 10, step_ms=[1.0, 2.0])
+    with pytest.raises(PolicyError, match="unknown policy"):
+        replay(trace, "greedy", 1, 10, step_ms=[1.0, 2.0])
+
+
+# -- against the reference ------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(0, 9), st.integers(1, 9),
+       st.integers(1, 12), st.integers(1, 500))
+def test_kernel_matches_reference(digits, k_logged, depth, width, budget):
+    from specsim.sim._kernels import replay_nb
+
+    got = replay_nb(np.array(digits, dtype=np.int8), width, min(depth, k_logged), budget, 0.1, 0.3)
+    want = ref.ref_replay(digits, width, min(depth, k_logged), budget, 0.1, 0.3)
+    assert got[:4] == want
+
+
+def test_real_glm_traces_against_reference(shared_data):
+    afile = load_acceptance_file(shared_data / GLM)
+    assert len(afile.traces) == 6 and len(afile.step_ms) == 8
+    for trace in afile.traces.values():
+        digits = trace.accepted.tolist()
+        for width in (1, 3, 8):
+            for k in range(trace.k_logged + 1):
+                if trace.above_k_logged and k:
+                    with pytest.warns(TraceWarning):
+                        r = replay(trace, f"fixed:{k}", width, 20000, step_ms=afile.step_ms)
+                else:
+                    r = replay(trace, f"fixed:{k}", width, 20000, step_ms=afile.step_ms)
+                tokens, steps, ms, _ = ref.ref_replay(digits, width, k, 20000, afile.step_ms[k], 0.0)
+                assert (r.tokens, r.steps, r.ms) == (tokens, steps, ms), (trace.name, width, k)
+                assert r.by_depth[k] == steps and sum(r.by_depth) == steps
+        assert trace.priors() == pytest.approx(ref.ref_trace_priors(trace.accepted.tolist(), trace.k_logged))
+
+
+def test_real_trace_sizes_and_the_k_logged_quirk(shared_data):
+    afile = load_acceptance_file(shared_data / GLM)
+    fk7 = afile.trace("glm53_dflash_fk7")
+    assert fk7.k_logged == 5 and int(fk7.accepted.max()) == 7 and fk7.above_k_logged > 0
+    assert fk7.accepted.dtype == np.int8 and not fk7.accepted.flags.writeable
+    assert sum(len(s) for s in __import__("tomllib").loads((shared_data / GLM).read_text())["trace"][0]["steps"]) \
+        == fk7.accepted.shape[0]
+    others = [t for t in afile.traces.values() if t.name != "glm53_dflash_fk7"]
+    assert all(t.above_k_logged == 0 for t in others)
+    with pytest.raises(TraceError, match="traces here"):
+        afile.trace("nope")
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+def test_acceptance_file_problems_all_listed():
+    text = """
+step_ms = [1.0, -2]
+[[trace]]
+name = "a"
+k_logged = 12
+steps = ["01x2"]
+[[trace]]
+k_logged = 1
+steps = ["0"]
+[[trace]]
+name = "c"
+k_logged = 2
+steps = []
+[[run]]
+name = "r"
+cells = [[1, 0, 1.0, 1.0, 0.0], [1.5, 0, 1, 1, 0, 0]]
+"""
+    with pytest.raises(TraceError) as e:
+        parse_acceptance_file(text, "f.toml")
+    problems = e.value.problems
+    assert any("step_ms" in p for p in problems)
+    assert any("k_logged = 12" in p for p in problems)
+    assert any("character 3 is 'x'" in p for p in problems)
+    assert any("trace[1] has no `name`" in p for p in problems)
+    assert any("no digit" in p for p in problems)
+    assert sum("cells[" in p for p in problems) == 2
+    with pytest.raises(TraceError, match="not valid TOML"):
+        parse_acceptance_file("x = [", "g.toml")
+    with pytest.raises(TraceError, match="not an acceptance file"):
+        parse_acceptance_file("a = 1", "h.toml")
+
+
+def test_qwen_file_has_runs_not_traces(shared_data):
+    afile = load_acceptance_file(shared_data / QWEN)
+    assert sorted(afile.runs) == ["qwen38_27b_mtp_r1", "qwen38_27b_mtp_r2"] and not afile.traces
+    assert len(afile.run("qwen38_27b_mtp_r2")) == 16
+    with pytest.raises(TraceError, match="table import"):
+        afile.trace("qwen38_27b_mtp_r1")
+
+
+def qwen_table(shared_data, run):
+    from specsim.sim.replay import run_table
+    from specsim.table import TableKey
+
+    cells = load_acceptance_file(shared_data / QWEN).run(run)
+    return run_table(cells, TableKey(1, "gb10", "qwen3.8-27b/mtp-nvfp4", {}))
+
+
+# -- policies -------------------------------------------------------------------------------------
+
+def test_parse_policies():
+    assert parse_policy("fixed:3") == Policy("fixed", depth=3)
+    assert parse_policy(" Propose ") == Policy("propose")
+    s = parse_policy("schedule:17-64=2,1-16=3,65-=0")
+    assert s.ranges == ((1, 16, 3), (17, 64, 2), (65, None, 0))
+    assert str(s) == "schedule:1-16=3,17-64=2,65-=0" and parse_policy(str(s)) == s
+    assert [s.depth_for_width(n) for n in (1, 16, 17, 64, 65, 10_000)] == [3, 3, 2, 2, 0, 0]
+    gap = parse_policy("schedule:2-4=3,8=5")
+    assert [gap.depth_for_width(n) for n in (1, 2, 4, 5, 8, 9)] == [0, 3, 3, 0, 5, 0]  # uncovered -> 0
+    lo, hi, k = s.schedule_arrays()
+    assert lo.tolist() == [1, 17, 65] and hi.tolist() == [16, 64, OPEN_END] and k.tolist() == [3, 2, 0]
+    assert lo.dtype == np.int64
+    assert parse_policy("sequence").needs_planner and not parse_policy("fixed:0").needs_planner
+    assert parse_policy("goodput").code == 4
+    with pytest.raises(PolicyError, match="planner"):
+        parse_policy("propose").depth_for_width(3)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "unknown policy"), ("fixed", "needs an argument"), ("fixed:", "needs an argument"),
+    ("fixed:-1", "not a non-negative integer"), ("fixed:two", "not a non-negative integer"),
+    ("propose:0.2", "takes no argument"), ("schedule:1-16", "WIDTHS=DEPTH"), ("schedule:0-4=1", "start at 1"),
+    ("schedule:5-4=1", "ends before"), ("schedule:1-8=2,8-=1", "overlap"), ("schedule:1-=2,100=1", "overlap"),
+    ("schedule:,", "no WIDTHS=DEPTH"), ("schedule:1-4=x", "depth"), ("beam:3", "unknown policy"),
+])
+def test_bad_policies(text, why):
+    with pytest.raises(PolicyError, match=why):
+        parse_policy(text)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+def test_cli_table_import_both_runs(shared_data, tmp_path, capsys):
+    from specsim.cli import main
+
+    raw = __import__("tomllib").loads((shared_data / QWEN).read_text())
+    for run in raw["run"]:
+        out = tmp_path / f"{run['name']}.toml"
+        rc = main(["table", "import", str(shared_data / QWEN), "--run", run["name"], "-o", str(out),
+                   "--box-class", "gb10", "--recipe", "qwen3.8-27b/mtp-nvfp4", "--digest", "verify=sha256:ab"])
+        assert rc == 0
+        table = CostTable.load(out)
+        assert table.key.box_class == "gb10" and dict(table.key.plan_digests) == {"verify": "sha256:ab"}
+        assert sorted(tuple(c) for c in table.cells) == sorted(tuple(c) for c in raw_cells(run))
+        assert table.widths.tolist() == [1, 2, 4, 8] and table.max_k == 3
+        assert main(["table", "check", str(out)]) == 0
+    capsys.readouterr()
+    base = ["table", "import", str(shared_data / QWEN), "-o", str(tmp_path / "x.toml"), "--box-class", "b", "--recipe", "r"]
+    assert main(base + ["--run", "nope"]) == 2
+    assert "runs here" in capsys.readouterr().err
+    assert main(base + ["--run", "qwen38_27b_mtp_r1", "--digest", "novalue"]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[run]]\nname = "r"\ncells = [[1, 0, 1.0, 1.0, 0.5, 0.0]]\n')
+    assert main(["table", "import", str(bad), "--run", "r", "-o", str(tmp_path / "y.toml"), "--box-class", "b",
+                 "--recipe", "r"]) == 2
+    assert "exactly 0 at k = 0" in capsys.readouterr().err
+    assert not (tmp_path / "y.toml").exists()
+
+
+def raw_cells(run):
+    return [(c[0], c[1], float(c[2]), float(c[3]), float(c[4]), float(c[5])) for c in run["cells"]]
+
+
+def test_cli_replay(shared_data, tmp_path, capsys):
+    from specsim.cli import main
+
+    out = tmp_path / "r.json"
+    rc = main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4", "--policy", "fixed:2", "--width", "4",
+               "--budget", "5000", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    afile = load_acceptance_file(shared_data / GLM)
+    tokens, steps, ms, _ = ref.ref_replay(afile.trace("glm53_dflash_fk4").accepted.tolist(), 4, 2, 5000,
+                                          afile.step_ms[2], 0.0)
+    assert (doc["tokens"], doc["steps"], doc["ms"], doc["joules"], doc["plain_steps"]) == (tokens, steps, ms, None, 0)
+    assert doc["by_depth"] == {"2": steps} and doc["tokens_per_ms"] == pytest.approx(tokens / ms)
+    assert "tok/s" in capsys.readouterr().out
+
+    table = tmp_path / "q.toml"
+    assert main(["table", "import", str(shared_data / QWEN), "--run", "qwen38_27b_mtp_r2", "-o", str(table),
+                 "--box-class", "gb10", "--recipe", "q"]) == 0
+    rc = main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk7", "--policy", "fixed:0", "--width", "2",
+               "--budget", "100", "--table", str(table), "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["plain_steps"] == doc["steps"] == 50 and doc["joules"] == pytest.approx(50 * CostTable.load(table).cell(2, 0).step_j)
+    capsys.readouterr()
+    rc = main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk7", "--policy", "fixed:3", "--width", "1",
+               "--budget", "100"])
+    assert rc == 0 and "warning: " in capsys.readouterr().err
+
+    base = ["replay", str(shared_data / GLM), "--width", "1", "--budget", "10"]
+    assert main(base + ["--trace", "nope", "--policy", "fixed:1"]) == 2
+    assert main(base + ["--trace", "glm53_dflash_fk4", "--policy", "fixed:x"]) == 2
+    assert main(base + ["--trace", "glm53_dflash_fk4", "--policy", "sequence"]) == 2
+    assert main(["replay", str(shared_data / QWEN), "--trace", "x", "--policy", "fixed:1", "--width", "1",
+                 "--budget", "1"]) == 2
+    assert main(["replay", str(tmp_path / "absent.toml"), "--trace", "x", "--policy", "fixed:1", "--width", "1",
+                 "--budget", "1"]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4"])
+    assert e.value.code == 2
