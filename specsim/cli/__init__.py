@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "specsim.cli.model",
     "specsim.cli.replay",
     "specsim.cli.trace",
+    "specsim.cli.simulate",
 )
 
 
