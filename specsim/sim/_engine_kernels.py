@@ -57,6 +57,25 @@ def seed_key_nb(seed):
 
 
 @jit
+def request_key_nb(key, request):
+    """The hash state of one request: ``mix64(key ^ request * C_REQUEST)``."""
+    return mix64_nb(np.uint64(key) ^ (np.uint64(request) * _C_REQUEST))
+
+
+@jit
+def token_key_nb(rkey, token):
+    """The hash state of one output-token index of a request: ``mix64(rkey ^ token * C_TOKEN)``."""
+    return mix64_nb(np.uint64(rkey) ^ (np.uint64(token) * _C_TOKEN))
+
+
+@jit
+def uniform_at_nb(tkey, position, stream):
+    """A uniform number in [0, 1): the top 53 bits of ``mix64(tkey ^ (8 * position + stream) * C_POSITION)``."""
+    h = mix64_nb(tkey ^ ((np.uint64(position) * np.uint64(8) + np.uint64(stream)) * _C_POSITION))
+    return float(h >> _S11) * _U53
+
+
+@jit
 def uniform_nb(key, request, token, position, stream):
     """A uniform number in [0, 1) that is a pure function of its arguments.
 
@@ -67,21 +86,20 @@ def uniform_nb(key, request, token, position, stream):
     request, token, position, stream : int
         Request index, output-token index the draft would produce, 1-based draft position,
         and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
+
+    The hash is a chain (request, then token, then position and stream), so the engine computes
+    each request's and each token's state once and shares it among the draws below it.
     """
-    h = mix64_nb(key ^ (np.uint64(request) * _C_REQUEST))
-    h = mix64_nb(h ^ (np.uint64(token) * _C_TOKEN))
-    h = mix64_nb(h ^ ((np.uint64(position) * np.uint64(8) + np.uint64(stream)) * _C_POSITION))
-    return float(h >> _S11) * _U53
+    return uniform_at_nb(token_key_nb(request_key_nb(key, request), token), position, stream)
 
 
 @jit
-def draw_bucket_nb(key, occ_cdf, request, token, position):
-    """The confidence bucket of a draft: inverse CDF of the position's occupancy row.
+def bucket_of_nb(occ_cdf, u, position):
+    """Inverse CDF of position ``position``'s occupancy row at ``u``.
 
     ``occ_cdf float64[J, B]``: row ``j - 1`` is position ``j``'s cumulative bucket weights, the
     last entry exactly 1; positions past J use the last row.
     """
-    u = uniform_nb(key, request, token, position, STREAM_BUCKET)
     row = position - 1 if position - 1 < occ_cdf.shape[0] else occ_cdf.shape[0] - 1
     last = occ_cdf.shape[1] - 1
     b = 0
@@ -168,7 +186,7 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
     widths, costs : the table's flat arrays (``int64[W]``, ``float64[W, K + 1, 4]``).
     edges, cells, p_accept, priors : the calibration's arrays and its coarse bucket index.
     occ_cdf : ndarray(float64, ndim=2), shape (J, B)
-        Cumulative bucket occupancy per draft position (see :func:`draw_bucket_nb`).
+        Cumulative bucket occupancy per draft position (see :func:`bucket_of_nb`).
     conf_values : ndarray(float32, ndim=1), shape (B,)
         The confidence the planner sees for a draft drawn in each bucket (inside that bucket).
     depth_memo : ndarray(int64, ndim=1), shape (max_batch + 1,)
@@ -269,8 +287,10 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 known[s] = d
                 n_conf[s] = d
                 e = emitted[r]
+                rkey = request_key_nb(key, r)
                 for j in range(1, d + 1):
-                    b = draw_bucket_nb(key, occ_cdf, r, e + j - 1, j)
+                    tkey = token_key_nb(rkey, e + j - 1)
+                    b = bucket_of_nb(occ_cdf, uniform_at_nb(tkey, j, STREAM_BUCKET), j)
                     bucket_buf[s, j - 1] = b
                     conf[s, j - 1] = conf_values[b]
                 if d > kd:
@@ -310,13 +330,15 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
             need = output_tokens[r] - e - 1
             lim = v if v < need else need
             acc = 0
+            rkey = request_key_nb(key, r)
             while acc < lim:
                 j = acc + 1
+                tkey = token_key_nb(rkey, e + acc)
                 if per_sequence:
                     b = bucket_buf[s, acc]
                 else:
-                    b = draw_bucket_nb(key, occ_cdf, r, e + acc, j)
-                if uniform_nb(key, r, e + acc, j, STREAM_ACCEPT) < p_accept[b]:
+                    b = bucket_of_nb(occ_cdf, uniform_at_nb(tkey, j, STREAM_BUCKET), j)
+                if uniform_at_nb(tkey, j, STREAM_ACCEPT) < p_accept[b]:
                     acc += 1
                 else:
                     break

@@ -177,25 +177,30 @@ def max_entropy_weights(p_accept, target) -> np.ndarray:
         w = (p == (lo if target <= lo else hi)).astype(np.float64)
         return w / w.sum()
 
+    # Solved on p rescaled to [0, 1]: the same exponential family (theta scaled by the span),
+    # and well conditioned however narrow the span of p_accept is.
+    q = (p - lo) / (hi - lo)
+    goal = (target - lo) / (hi - lo)
+
     def weights(theta):
-        # Shifted by the max exponent so nothing overflows.
-        x = theta * p
+        # Shifted by the largest exponent so nothing overflows.
+        x = theta * q
         w = np.exp(x - x.max())
         return w / w.sum()
 
     def mean(theta):
-        return float(weights(theta) @ p)
+        return float(weights(theta) @ q)
 
     a, b = -1.0, 1.0
-    while mean(a) > target:
+    while mean(a) > goal and a > -1e300:
         a *= 2.0
-    while mean(b) < target:
+    while mean(b) < goal and b < 1e300:
         b *= 2.0
     for _ in range(200):
         mid = 0.5 * (a + b)
         if mid in (a, b):
             break
-        if mean(mid) < target:
+        if mean(mid) < goal:
             a = mid
         else:
             b = mid
