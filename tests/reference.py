@@ -275,12 +275,13 @@ def ref_mix64(z):
 
 
 def ref_uniform(seed, request, token, position, stream):
-    """The engine's draw: a hash chain of (seed, request, token, position, stream), top 53 bits."""
-    h = ref_mix64(seed + _GOLDEN)
-    h = ref_mix64(h ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
-    h = ref_mix64(h ^ ((token * 0xA0761D6478BD642F) & _MASK64))
-    h = ref_mix64(h ^ (((position * 8 + stream) * 0xE7037ED1A0B428DB) & _MASK64))
-    return (h >> 11) / 2.0 ** 53
+    """The engine's draw: splitmix64 over (seed, request), then over (token << 8 | position);
+    stream 0 is the high 32 bits of that hash, stream 1 the low 32 bits."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ ((((token << 8) | position) * 0xA0761D6478BD642F) & _MASK64))
+    half = h >> 32 if stream == 0 else h & 0xFFFFFFFF
+    return half / 2.0 ** 32
 
 
 def ref_draft_bucket(occ_cdf, seed, request, token, position):

@@ -91,7 +91,6 @@ def runs(policies, slacks):
 
 
 def cmd_simulate(args):
-    from dataclasses import replace
     from pathlib import Path
 
     from specsim import __version__
@@ -99,7 +98,7 @@ def cmd_simulate(args):
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import summary as trace_summary
-    from specsim.sim.engine import ServerOptions, simulate
+    from specsim.sim.engine import ServerOptions
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
@@ -115,17 +114,8 @@ def cmd_simulate(args):
                          occupancy=args.occupancy)
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)
-    results = []
     with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar:
-        for pol, s in plan:
-            opts = replace(base, slack=s)
-            seen = [0]
-
-            def tick(finished, seen=seen):
-                bar.update(finished - seen[0])
-                seen[0] = finished
-
-            results.append(simulate(read.requests, table, cal, pol, options=opts, progress=tick))
+        results = run_all(read.requests, table, cal, plan, base, bar)
     summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
@@ -153,6 +143,36 @@ def cmd_simulate(args):
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def run_all(requests, table, cal, plan, base, bar):
+    """Simulate every ``(policy, slack)`` of ``plan``, in parallel threads (the engine releases the
+    GIL), and return the results in plan order; ``bar`` counts finished requests."""
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from specsim.sim.engine import simulate
+
+    lock = threading.Lock()
+
+    def one(item):
+        pol, s = item
+        seen = [0]
+
+        def tick(finished):
+            with lock:
+                bar.update(finished - seen[0])
+            seen[0] = finished
+
+        return simulate(requests, table, cal, pol, options=replace(base, slack=s), progress=tick)
+
+    workers = min(len(plan), os.cpu_count() or 1)
+    if workers <= 1:
+        return [one(item) for item in plan]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, plan))
 
 
 def trace_from_args(args):

@@ -22,16 +22,18 @@ from specsim.plan._kernels import DJ, DMS, VJ, VMS, goodput_depth_nb, row_cost_n
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-# Odd multipliers that spread each key field over all 64 bits before it is mixed in.
+# Odd multipliers that spread a key field over all 64 bits before it is mixed in.
 _C_REQUEST = np.uint64(0xD6E8FEB86659FD93)
-_C_TOKEN = np.uint64(0xA0761D6478BD642F)
-_C_POSITION = np.uint64(0xE7037ED1A0B428DB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-_U53 = 1.0 / 9007199254740992.0  # 2 ** -53
+_C_DRAFT = np.uint64(0xA0761D6478BD642F)
+_S30, _S27, _S31, _S32, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32), np.uint64(8)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_U32 = 1.0 / 4294967296.0  # 2 ** -32
+# Draft positions are packed into the low 8 bits of the draft key.
+MAX_POSITION = 255
 
-# Draw streams: which question a uniform number answers.
-STREAM_BUCKET = 0
-STREAM_ACCEPT = 1
+# Draw streams: which half of a draft's hash answers which question.
+STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
+STREAM_ACCEPT = 1  # the low 32 bits: the verdict
 
 # istate slots
 I_NEXT, I_ACTIVE, I_FINISHED, I_DECODE_STEPS, I_PREFILL_STEPS, I_SEQ_STEPS, I_EMITTED, I_ACCEPTED, \
@@ -63,16 +65,23 @@ def request_key_nb(key, request):
 
 
 @jit
-def token_key_nb(rkey, token):
-    """The hash state of one output-token index of a request: ``mix64(rkey ^ token * C_TOKEN)``."""
-    return mix64_nb(np.uint64(rkey) ^ (np.uint64(token) * _C_TOKEN))
+def draft_hash_nb(rkey, token, position):
+    """The 64-bit hash of one draft: ``mix64(rkey ^ (token << 8 | position) * C_DRAFT)``.
+
+    ``token`` is the output-token index the draft would produce, ``position`` its 1-based place
+    in the chain (<= MAX_POSITION, so the packing is one-to-one). One finaliser round per draft:
+    the engine draws millions of them, and its two halves answer the two questions.
+    """
+    x = (np.uint64(token) << _S8) | np.uint64(position)
+    return mix64_nb(np.uint64(rkey) ^ (x * _C_DRAFT))
 
 
 @jit
-def uniform_at_nb(tkey, position, stream):
-    """A uniform number in [0, 1): the top 53 bits of ``mix64(tkey ^ (8 * position + stream) * C_POSITION)``."""
-    h = mix64_nb(tkey ^ ((np.uint64(position) * np.uint64(8) + np.uint64(stream)) * _C_POSITION))
-    return float(h >> _S11) * _U53
+def half_uniform_nb(h, stream):
+    """The uniform number in [0, 1) of one stream of a draft hash (32 bits of resolution)."""
+    if stream == STREAM_BUCKET:
+        return float(h >> _S32) * _U32
+    return float(h & _LOW32) * _U32
 
 
 @jit
@@ -84,13 +93,10 @@ def uniform_nb(key, request, token, position, stream):
     key : uint64
         :func:`seed_key_nb` of the run's seed.
     request, token, position, stream : int
-        Request index, output-token index the draft would produce, 1-based draft position,
-        and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
-
-    The hash is a chain (request, then token, then position and stream), so the engine computes
-    each request's and each token's state once and shares it among the draws below it.
+        Request index, output-token index the draft would produce, 1-based draft position
+        (<= MAX_POSITION), and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
     """
-    return uniform_at_nb(token_key_nb(request_key_nb(key, request), token), position, stream)
+    return half_uniform_nb(draft_hash_nb(request_key_nb(key, request), token, position), stream)
 
 
 @jit
@@ -169,7 +175,7 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 prefill_ms_per_token, prefill_j_per_token, idle_w, seed, step_limit,
                 istate, fstate, active, emitted, first_s, finish_s, depth_hist,
                 log_t, log_width, log_depth, log_tokens,
-                conf, n_conf, known, vdepth, bucket_buf, gains, owner, counts, wc):
+                conf, n_conf, known, vdepth, verdict, gains, owner, counts, wc):
     """Run a request trace through a continuous-batching decode server (SPEC §6).
 
     Each iteration admits arrived requests first-come first-served up to ``max_batch``; if any
@@ -215,7 +221,8 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
         The step log (see :func:`_log_step`).
     conf : ndarray(float32, ndim=2), shape (max_batch, max(K, 1))
     n_conf, known, vdepth : ndarray(int64, ndim=1), shape (max_batch,)
-    bucket_buf : ndarray(int64, ndim=2), shape (max_batch, max(K, 1))
+    verdict : ndarray(bool, ndim=2), shape (max_batch, max(K, 1))
+        Whether each drafted draft is accepted (``sequence`` only).
     gains, owner, counts, wc : the planner's workspaces (see ``sequence_depths_nb``).
         Everything from ``istate`` on is modified in place.
 
@@ -289,10 +296,11 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 e = emitted[r]
                 rkey = request_key_nb(key, r)
                 for j in range(1, d + 1):
-                    tkey = token_key_nb(rkey, e + j - 1)
-                    b = bucket_of_nb(occ_cdf, uniform_at_nb(tkey, j, STREAM_BUCKET), j)
-                    bucket_buf[s, j - 1] = b
+                    h = draft_hash_nb(rkey, e + j - 1, j)
+                    b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), j)
                     conf[s, j - 1] = conf_values[b]
+                    # The verdict is drawn now and kept: the planner sees only the confidence.
+                    verdict[s, j - 1] = half_uniform_nb(h, STREAM_ACCEPT) < p_accept[b]
                 if d > kd:
                     kd = d
             if kd > 0:
@@ -306,8 +314,10 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
             joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, wcs[n, kd, DJ])
             if kd > 0:
                 istate[I_SPEC_STEPS] += 1
+            drafted = 0
             for s in range(n):
-                istate[I_DRAFTED] += known[s]
+                drafted += known[s]
+            istate[I_DRAFTED] += drafted
         else:
             rows = n * k
             ms = wcs[n, k, VMS] + wcs[n, k, DMS]
@@ -322,6 +332,8 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
         fstate[F_DECODE_J] += joules
         fstate[F_DECODE_S] += ms / 1000.0
         step_tokens = 0
+        step_accepted = 0
+        done_now = 0
         for s in range(n):
             r = active[s]
             v = vdepth[s]
@@ -330,30 +342,33 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
             need = output_tokens[r] - e - 1
             lim = v if v < need else need
             acc = 0
-            rkey = request_key_nb(key, r)
-            while acc < lim:
-                j = acc + 1
-                tkey = token_key_nb(rkey, e + acc)
-                if per_sequence:
-                    b = bucket_buf[s, acc]
-                else:
-                    b = bucket_of_nb(occ_cdf, uniform_at_nb(tkey, j, STREAM_BUCKET), j)
-                if uniform_at_nb(tkey, j, STREAM_ACCEPT) < p_accept[b]:
+            if per_sequence:
+                while acc < lim and verdict[s, acc]:
                     acc += 1
-                else:
-                    break
+            else:
+                rkey = request_key_nb(key, r)
+                while acc < lim:
+                    j = acc + 1
+                    h = draft_hash_nb(rkey, e + acc, j)
+                    b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), j)
+                    if half_uniform_nb(h, STREAM_ACCEPT) < p_accept[b]:
+                        acc += 1
+                    else:
+                        break
             emitted[r] = e + 1 + acc
             step_tokens += 1 + acc
-            istate[I_ACCEPTED] += acc
-            if emitted[r] == output_tokens[r]:
+            step_accepted += acc
+            if e + 1 + acc == output_tokens[r]:
                 finish_s[r] = t
-                istate[I_FINISHED] += 1
+                done_now += 1
+        istate[I_ACCEPTED] += step_accepted
+        istate[I_FINISHED] += done_now
         istate[I_EMITTED] += step_tokens
         istate[I_ROWS] += rows
         istate[I_DECODE_STEPS] += 1
         istate[I_SEQ_STEPS] += n
         _log_step(istate, log_t, log_width, log_depth, log_tokens, t, n, rows / n, step_tokens)
-        istate[I_ACTIVE] = _remove_finished(active, n, output_tokens, emitted)
+        istate[I_ACTIVE] = _remove_finished(active, n, output_tokens, emitted) if done_now else n
         fstate[F_T] = t
         steps += 1
     return istate[I_FINISHED] == n_req and istate[I_NEXT] == n_req

@@ -28,9 +28,10 @@ Draft outcomes
 Draft ``j`` of a sequence that has emitted ``e`` tokens would produce output token ``e + j - 1``.
 Its confidence bucket is drawn from the position's bucket occupancy and it is accepted with that
 bucket's ``p_accept``; the chain stops at the first rejection. The planner sees a confidence
-inside the drawn bucket (the bucket's upper edge, which maps back to it). Both draws are
-counter-based hashes of (seed, request, token index, position, stream), so every policy meets
-the same outcome for the same draft (common random numbers).
+inside the drawn bucket (the bucket's upper edge, which maps back to it). Both draws come from
+one counter-based hash of (seed, request, token index, position) -- splitmix64's finaliser --
+whose high 32 bits draw the bucket and low 32 bits the verdict (the two streams), so every
+policy meets the same outcome for the same draft (common random numbers).
 
 Default occupancy: for position ``j``, the maximum-entropy distribution over buckets whose mean
 acceptance equals ``prior(j)``: ``w_b ∝ exp(theta_j * p_accept[b])`` with ``theta_j`` found by
@@ -440,6 +441,9 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
     max_k = table.max_k
     k_cap = resolved["k_max"]
     row_budget = _NO_CAP if opts.row_budget is None else opts.row_budget
+    if k_cap > ek.MAX_POSITION:
+        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {ek.MAX_POSITION} drafts per "
+                              f"sequence per step; set k_max <= {ek.MAX_POSITION}")
 
     depth_memo = depth_by_width(pol, table, calibration, opts, max_batch, k_cap)
     wcs = np.empty((max_batch + 1, max_k + 1, 4))
@@ -467,7 +471,7 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
     n_conf = np.zeros(max_batch, dtype=np.int64)
     known = np.zeros(max_batch, dtype=np.int64)
     vdepth = np.zeros(max_batch, dtype=np.int64)
-    bucket_buf = np.zeros((max_batch, kw), dtype=np.int64)
+    verdict = np.zeros((max_batch, kw), dtype=np.bool_)
     gains = np.empty(2 * max_batch * kw)
     owner = np.empty(max_batch * kw, dtype=np.int64)
     counts = np.empty(SORT_BUCKETS + 1, dtype=np.int64)
@@ -481,7 +485,7 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
                               opts.prefill_ms_per_token, opts.prefill_j_per_token, opts.idle_w,
                               np.uint64(opts.seed), step_limit, istate, fstate, active, emitted, first_s, finish_s,
                               depth_hist, log_t, log_width, log_depth, log_tokens, conf, n_conf, known, vdepth,
-                              bucket_buf, gains, owner, counts, wc)
+                              verdict, gains, owner, counts, wc)
         if progress is not None:
             progress(int(istate[ek.I_FINISHED]))
         if done:
