@@ -14,7 +14,9 @@ from specsim import __version__
 COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
+    "specsim.cli.plan",
     "specsim.cli.model",
+    "specsim.cli.bench",
     "specsim.cli.replay",
     "specsim.cli.trace",
     "specsim.cli.simulate",
