@@ -24,6 +24,8 @@ def time_per_call(fn, min_time=0.2, max_calls=1_000_000):
 
 def record_ratio(benchmark, name, reference_s):
     """Put the reference time and the speed-up over it into the benchmark's extra info."""
+    if benchmark.stats is None:  # --benchmark-disable: the code ran once, nothing was timed
+        return
     mean = benchmark.stats.stats.mean
     benchmark.extra_info[f"{name}_us"] = reference_s * 1e6
     benchmark.extra_info[f"speedup_vs_{name}"] = reference_s / mean if mean > 0 else float("inf")

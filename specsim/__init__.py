@@ -46,6 +46,8 @@ _EXPORTS = {
     "SweepInterrupted": "specsim.measure",
     "merge_tables": "specsim.measure",
     "plan_digest": "specsim.measure",
+    "MIN_OUTCOMES": "specsim.calibration.fit",
+    "fit_calibration": "specsim.calibration.fit",
     "REQUEST_DT": "specsim.sim",
     "TraceRead": "specsim.sim",
     "read_trace": "specsim.sim",
