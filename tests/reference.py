@@ -460,6 +460,14 @@ def ref_uniform(seed, request, token, position, stream):
     return half / 2.0 ** 32
 
 
+def ref_trace_entry(seed, request, token, length):
+    """The acceptance-trace entry of a step state: the draft hash at position 0, top 53 bits, mod L."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ (((token << 8) * 0xA0761D6478BD642F) & _MASK64))
+    return (h >> 11) % length
+
+
 def ref_draft_bucket(occ_cdf, seed, request, token, position):
     """Bucket of a draft: the first whose cumulative weight exceeds the stream-0 draw."""
     u = ref_uniform(seed, request, token, position, 0)
@@ -477,15 +485,22 @@ def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
 
 def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
-                 idle_w=0.0, seed=0):
+                 idle_w=0.0, seed=0, digits=None, k_logged=None):
     """SPEC §6 with the engine's documented choices, one Python statement at a time.
 
     ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
     ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
-    Returns a dict of per-request lists and totals.
+    With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
+    from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
+    no confidences. Returns a dict of per-request lists and totals.
     """
     max_k = len(costs[0]) - 1
     k_cap = max_k if k_max is None else min(k_max, max_k)
+    if digits is not None:
+        k_cap = min(k_cap, k_logged)
+
+    def digit(r, e):
+        return digits[ref_trace_entry(seed, r, e, len(digits))]
     cap = float("inf") if max_seqs is None else max_seqs
     budget = float("inf") if row_budget is None else row_budget
     kind = policy[0]
@@ -550,8 +565,11 @@ def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, poli
         if kind == "sequence":
             drafts = [min(k, requests[r][2] - emitted[r] - 1) for r in active]
             kd = max(drafts)
-            confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
-                      for j in range(1, d + 1)] for r, d in zip(active, drafts)]
+            if digits is None:
+                confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
+                          for j in range(1, d + 1)] for r, d in zip(active, drafts)]
+            else:
+                confs = [[] for _ in active]
             if kd > 0:
                 verify = ref_sequence_depths(widths, costs, edges, p_accept, priors, confs, drafts, kd,
                                              budget if budget != float("inf") else 1 << 62, slack)
@@ -580,7 +598,10 @@ def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, poli
             need = requests[r][2] - e - 1
             acc = 0
             for j in range(1, min(v, need) + 1):
-                if not ref_draft_accepted(occ_cdf, p_accept, seed, r, e + j - 1, j):
+                if digits is not None:
+                    if j > digit(r, e):
+                        break
+                elif not ref_draft_accepted(occ_cdf, p_accept, seed, r, e + j - 1, j):
                     break
                 acc += 1
             emitted[r] = e + 1 + acc

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.errors import PolicyError, SimulationError
+from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim import REQUEST_DT, ServerOptions, simulate
 from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
@@ -69,8 +69,10 @@ def run_reference(reqs, table, cal, policy, **opts):
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
             **opts}
-    occ = occupancy_cdf(cal, min(opts.get("k_max") if opts.get("k_max") is not None else table.max_k, table.max_k),
-                        opts.pop("occupancy", None)).tolist()
+    k_cap = min(opts.get("k_max") if opts.get("k_max") is not None else table.max_k, table.max_k)
+    if opts.get("k_logged") is not None:
+        k_cap = min(k_cap, opts["k_logged"])
+    occ = occupancy_cdf(cal, k_cap, opts.pop("occupancy", None)).tolist()
     widths = table.widths.tolist()
     costs = table.costs.tolist()
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
@@ -402,3 +404,54 @@ def test_real_gb10_table_on_azure_conv(shared_data):
         assert out[p]["tpot_s"]["p99"] < out["fixed:0"]["tpot_s"]["p99"]
     # The planner never does worse on energy than its own depth-1 reference would allow.
     assert out["sequence"]["j_per_token"] <= out["propose"]["j_per_token"] * 1.001
+
+
+# -- draft outcomes from a replayed acceptance trace (SPEC §5) --------------------------------------
+
+def acceptance_trace(digits, k_logged, name="t"):
+    from specsim.sim import AcceptanceTrace
+
+    return AcceptanceTrace(name, "", k_logged, np.array(digits, dtype=np.int8), "<test>")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_acceptance_trace_matches_reference(policy):
+    reqs = random_requests(35, 21, rate=1.5)
+    table, cal = small_table(), small_calibration()
+    digits = [0, 1, 2, 2, 0, 1, 1, 0, 2, 1, 0, 0, 2]
+    trace = acceptance_trace(digits, 2)
+    opts = dict(max_batch=4, seed=4, slack=0.1)
+    res = simulate(reqs, table, cal, policy, acceptance=trace, **opts)
+    want = run_reference(reqs, table, cal, policy, digits=digits, k_logged=2, **opts)
+    assert_matches_reference(res, want)
+    assert res.options["acceptance_trace"] == "t" and res.options["k_max"] == 2
+    assert res.depth_histogram[3] == 0
+
+
+def test_acceptance_trace_common_draws_and_warning():
+    reqs = requests([(float(10 * i), 5, 6) for i in range(40)])
+    trace = acceptance_trace([3, 0, 1, 2, 3, 1, 0, 2], 3)
+    res = {k: simulate(reqs, small_table(), small_calibration(), f"fixed:{k}", max_batch=1, acceptance=trace)
+           for k in (1, 2, 3)}
+    # Every step's accepted run is min(entry, depth) of the same entry, so tokens per step grow with depth.
+    assert res[1].counters["accepted_drafts"] < res[2].counters["accepted_drafts"] < res[3].counters["accepted_drafts"]
+    with pytest.warns(TraceWarning, match="exceed k_logged"):
+        simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=acceptance_trace([5, 1], 3))
+    with pytest.raises(SimulationError, match="AcceptanceTrace"):
+        simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=[1, 2])
+
+
+def test_real_glm_acceptance_trace_on_azure_code(shared_data):
+    from specsim.sim import load_acceptance_file, read_trace
+
+    afile = load_acceptance_file(shared_data / "metrale" / "glm53_flash_dflash2_gb10x3.toml")
+    reqs = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_code.csv", limit=2000).requests
+    name = next(n for n, t in afile.traces.items() if t.above_k_logged == 0)
+    trace = afile.trace(name)
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=trace)
+    assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    # Over many steps the accepted run per step tends to the trace's mean run at depth min(3, k_logged).
+    depth = min(3, trace.k_logged)
+    want = np.minimum(trace.accepted, depth).mean()
+    got = res.counters["accepted_drafts"] / res.counters["sequence_steps"]
+    assert abs(got - want) < 0.15 * max(want, 0.1)

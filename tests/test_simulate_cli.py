@@ -128,3 +128,19 @@ def test_simulate_real_azure_code_trace(shared_data, files, tmp_path, capsys):
     assert tokens == {doc["trace"]["output_tokens"]["sum"]}
     assert np.isfinite([p["j_per_token"] for p in doc["policies"]]).all()
     capsys.readouterr()
+
+
+def test_simulate_with_a_real_acceptance_trace(shared_data, files, tmp_path, capsys):
+    t, c = files
+    out = tmp_path / "acc.json"
+    glm = shared_data / "metrale" / "glm53_flash_dflash2_gb10x3.toml"
+    rc = main(["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:3",
+               "--policy", "sequence", "--acceptance", str(glm), "--acceptance-trace", "glm53_dflash_fk7",
+               "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["options"]["acceptance_trace"] == "glm53_dflash_fk7"
+    assert "exceed k_logged" in capsys.readouterr().err
+    assert main(["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:3",
+                 "--acceptance", str(glm)]) == 2
+    assert "glm53_dflash_fk4" in capsys.readouterr().err

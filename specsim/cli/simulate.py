@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 from specsim.cli._common import slack
 from specsim.cli.trace import add_trace_options
@@ -69,6 +70,9 @@ def register(sub, groups):
     p.add_argument("--occupancy", type=_weights, metavar="W1,W2,...",
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
                         "whose mean acceptance is the calibration's prior)")
+    p.add_argument("--acceptance", metavar="FILE",
+                   help="draw draft outcomes from a logged acceptance trace in FILE (SPEC §5) instead of the calibration")
+    p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
     p.add_argument("--slo-ttft-s", type=_nonneg_float, metavar="S", help="TTFT target for SLO attainment")
     p.add_argument("--slo-tpot-s", type=_nonneg_float, metavar="S", help="TPOT target for SLO attainment")
     p.add_argument("--json", metavar="OUT", help="write the summaries and the run's inputs as JSON")
@@ -98,6 +102,7 @@ def cmd_simulate(args):
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import summary as trace_summary
+    from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.sim.report import comparison_table
@@ -112,10 +117,14 @@ def cmd_simulate(args):
                          row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
                          prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed,
                          occupancy=args.occupancy)
+    acceptance = _acceptance(args)
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)
-    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar:
-        results = run_all(read.requests, table, cal, plan, base, bar)
+    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \
+            warnings.catch_warnings():
+        # Said once above; the threads would repeat it per policy.
+        warnings.simplefilter("ignore", TraceWarning)
+        results = run_all(read.requests, table, cal, plan, base, bar, acceptance)
     summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
@@ -145,7 +154,26 @@ def cmd_simulate(args):
     return 0
 
 
-def run_all(requests, table, cal, plan, base, bar):
+def _acceptance(args):
+    from specsim.errors import TraceError
+    from specsim.sim.replay import load_acceptance_file
+
+    if args.acceptance is None:
+        if args.acceptance_trace is not None:
+            raise TraceError("--acceptance-trace needs --acceptance FILE")
+        return None
+    afile = load_acceptance_file(args.acceptance)
+    if args.acceptance_trace is None:
+        raise TraceError(f"--acceptance needs --acceptance-trace NAME; traces in {args.acceptance}: "
+                         f"{', '.join(afile.traces) or 'none'}")
+    trace = afile.trace(args.acceptance_trace)
+    if trace.above_k_logged:
+        print(f"specsim: warning: acceptance trace {trace.name!r}: {trace.above_k_logged} entries exceed k_logged = "
+              f"{trace.k_logged}; they count as {trace.k_logged}", file=sys.stderr)
+    return trace
+
+
+def run_all(requests, table, cal, plan, base, bar, acceptance=None):
     """Simulate every ``(policy, slack)`` of ``plan``, in parallel threads (the engine releases the
     GIL), and return the results in plan order; ``bar`` counts finished requests."""
     import os
@@ -166,7 +194,8 @@ def run_all(requests, table, cal, plan, base, bar):
                 bar.update(finished - seen[0])
             seen[0] = finished
 
-        return simulate(requests, table, cal, pol, options=replace(base, slack=s), progress=tick)
+        return simulate(requests, table, cal, pol, options=replace(base, slack=s), acceptance=acceptance,
+                        progress=tick)
 
     workers = min(len(plan), os.cpu_count() or 1)
     if workers <= 1:

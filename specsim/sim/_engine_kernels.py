@@ -27,6 +27,7 @@ _C_REQUEST = np.uint64(0xD6E8FEB86659FD93)
 _C_DRAFT = np.uint64(0xA0761D6478BD642F)
 _S30, _S27, _S31, _S32, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32), np.uint64(8)
 _LOW32 = np.uint64(0xFFFFFFFF)
+_S11 = np.uint64(11)
 _U32 = 1.0 / 4294967296.0  # 2 ** -32
 # Draft positions are packed into the low 8 bits of the draft key.
 MAX_POSITION = 255
@@ -74,6 +75,13 @@ def draft_hash_nb(rkey, token, position):
     """
     x = (np.uint64(token) << _S8) | np.uint64(position)
     return mix64_nb(np.uint64(rkey) ^ (x * _C_DRAFT))
+
+
+@jit
+def _entry(rkey, token, n_digits):
+    """The acceptance-trace entry of a step state: a hash of (request, token) with position 0,
+    which no draft uses, so it is independent of every draft's draws."""
+    return np.int64((draft_hash_nb(rkey, token, 0) >> _S11) % np.uint64(n_digits))
 
 
 @jit
@@ -170,7 +178,7 @@ def _log_step(istate, log_t, log_width, log_depth, log_tokens, t, width, depth, 
 @jit
 def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 widths, costs, edges, cells, p_accept, priors, occ_cdf, conf_values,
-                depth_memo, per_sequence, wcs,
+                depth_memo, per_sequence, wcs, acc_digits,
                 slack, max_batch, k_cap, row_budget,
                 prefill_ms_per_token, prefill_j_per_token, idle_w, seed, step_limit,
                 istate, fstate, active, emitted, first_s, finish_s, depth_hist,
@@ -202,6 +210,10 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
         True for ``sequence``: drafts ``min(k, left - 1)`` each, then §4.2 picks verify depths.
     wcs : ndarray(float64, ndim=3), shape (max_batch + 1, K + 1, 4)
         The table's costs interpolated at every width.
+    acc_digits : ndarray(int64, ndim=1), shape (L,)
+        Empty: draft outcomes come from the calibration. Otherwise a replayed acceptance trace
+        (SPEC §5): each (request, token index) step state takes the entry its hash picks, and
+        draft ``j`` is accepted when ``j <= entry``; the planner then sees no confidences.
     slack : float
     max_batch, k_cap, row_budget : int
         ``k_cap = min(k_max, max_k)``.
@@ -232,6 +244,7 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
         True when every request has finished.
     """
     n_req = arrival_s.shape[0]
+    n_digits = acc_digits.shape[0]
     max_k = costs.shape[1] - 1
     key = seed_key_nb(seed)
     steps = 0
@@ -295,6 +308,14 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 n_conf[s] = d
                 e = emitted[r]
                 rkey = request_key_nb(key, r)
+                if n_digits > 0:
+                    digit = acc_digits[_entry(rkey, e, n_digits)]
+                    n_conf[s] = 0
+                    for j in range(1, d + 1):
+                        verdict[s, j - 1] = j <= digit
+                    if d > kd:
+                        kd = d
+                    continue
                 for j in range(1, d + 1):
                     h = draft_hash_nb(rkey, e + j - 1, j)
                     b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), j)
@@ -345,6 +366,9 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
             if per_sequence:
                 while acc < lim and verdict[s, acc]:
                     acc += 1
+            elif n_digits > 0:
+                digit = acc_digits[_entry(request_key_nb(key, r), e, n_digits)]
+                acc = digit if digit < lim else lim
             else:
                 rkey = request_key_nb(key, r)
                 while acc < lim:

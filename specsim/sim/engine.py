@@ -367,6 +367,27 @@ def _request_arrays(requests):
     return arrival, prompt, output
 
 
+def _acceptance_digits(trace, k_cap):
+    """A trace's entries as int64, clamped to ``k_logged`` (with a warning where one is above it),
+    and the depth cap lowered to ``k_logged``."""
+    import warnings
+
+    from specsim.errors import TraceWarning
+    from specsim.sim.replay import AcceptanceTrace
+
+    if not isinstance(trace, AcceptanceTrace):
+        raise SimulationError(f"acceptance must be an AcceptanceTrace (specsim.load_acceptance_file(...).trace(NAME)), "
+                              f"got {type(trace).__name__}")
+    if trace.accepted.shape[0] == 0:
+        raise SimulationError(f"acceptance trace {trace.name!r} has no entries")
+    above = trace.above_k_logged
+    if above:
+        warnings.warn(f"acceptance trace {trace.name!r} ({trace.source}): {above} entries exceed k_logged = "
+                      f"{trace.k_logged}; they count as {trace.k_logged}", TraceWarning, stacklevel=3)
+    digits = np.minimum(trace.accepted.astype(np.int64), trace.k_logged)
+    return np.ascontiguousarray(digits), min(k_cap, trace.k_logged)
+
+
 def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int) -> np.ndarray:
     """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
 
@@ -398,7 +419,8 @@ def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: i
     return np.ascontiguousarray(out)
 
 
-def simulate(requests, table, calibration, policy, *, options=None, progress=None, **server_options) -> SimResult:
+def simulate(requests, table, calibration, policy, *, options=None, acceptance=None, progress=None,
+             **server_options) -> SimResult:
     """Simulate serving ``requests`` with one draft-depth policy (SPEC §6).
 
     Parameters
@@ -411,6 +433,13 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
         ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``.
     options : ServerOptions, optional
         The server options as one value (instead of keywords).
+    acceptance : AcceptanceTrace, optional
+        Draw draft outcomes from a logged acceptance trace (SPEC §5) instead of the
+        calibration: each (request, token index) step state takes the trace entry its hash
+        picks, and draft ``j`` is accepted when ``j <=`` that entry (drafts are prefix-stable,
+        so a deeper policy in the same state accepts the shallower one's run, extended). Depths
+        are clamped to the trace's ``k_logged``; the planner sees no confidences (it uses the
+        calibration's priors), and entries above ``k_logged`` warn and count as ``k_logged``.
     progress : callable, optional
         Called as ``progress(finished_requests)`` between chunks of steps (a long run is cut
         into chunks only when this is given; the result is the same either way).
@@ -441,6 +470,12 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
     max_k = table.max_k
     k_cap = resolved["k_max"]
     row_budget = _NO_CAP if opts.row_budget is None else opts.row_budget
+    digits = np.zeros(0, dtype=np.int64)
+    resolved["acceptance_trace"] = None
+    if acceptance is not None:
+        digits, k_cap = _acceptance_digits(acceptance, k_cap)
+        resolved["k_max"] = k_cap
+        resolved["acceptance_trace"] = acceptance.name
     if k_cap > ek.MAX_POSITION:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {ek.MAX_POSITION} drafts per "
                               f"sequence per step; set k_max <= {ek.MAX_POSITION}")
@@ -481,7 +516,7 @@ def simulate(requests, table, calibration, policy, *, options=None, progress=Non
     while True:
         done = ek.simulate_nb(arrival, prompt, output, table.widths, table.costs, calibration.edges, cells,
                               calibration.p_accept, calibration.priors, occ, conf_values, depth_memo,
-                              pol.kind == "sequence", wcs, opts.slack, max_batch, k_cap, row_budget,
+                              pol.kind == "sequence", wcs, digits, opts.slack, max_batch, k_cap, row_budget,
                               opts.prefill_ms_per_token, opts.prefill_j_per_token, opts.idle_w,
                               np.uint64(opts.seed), step_limit, istate, fstate, active, emitted, first_s, finish_s,
                               depth_hist, log_t, log_width, log_depth, log_tokens, conf, n_conf, known, vdepth,

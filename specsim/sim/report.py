@@ -17,7 +17,7 @@ def _f(value, spec):
 
 def comparison_table(summaries) -> str:
     """Policies side by side: throughput, energy, batch, acceptance, latency and SLO."""
-    from specsim.cli._common import format_grid
+    from specsim._text import format_grid
 
     header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "TTFT p50", "TTFT p99", "TPOT p50",
               "TPOT p99", "E2E p99", "SLO"]
