@@ -61,6 +61,9 @@ _EXPORTS = {
     "load_acceptance_file": "specsim.sim",
     "replay": "specsim.sim",
     "ReplayResult": "specsim.sim",
+    "simulate": "specsim.sim",
+    "SimResult": "specsim.sim",
+    "ServerOptions": "specsim.sim",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -434,3 +434,179 @@ def ref_trace_priors(digits, k_logged):
         reached = sum(1 for x in a if x >= j - 1)
         out.append(sum(1 for x in a if x >= j) / reached if reached else 0.0)
     return out
+
+
+# --- engine (§6) --------------------------------------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def ref_mix64(z):
+    """splitmix64's finaliser on a Python int, wrapping at 64 bits."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def ref_uniform(seed, request, token, position, stream):
+    """The engine's draw: splitmix64 over (seed, request), then over (token << 8 | position);
+    stream 0 is the high 32 bits of that hash, stream 1 the low 32 bits."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ ((((token << 8) | position) * 0xA0761D6478BD642F) & _MASK64))
+    half = h >> 32 if stream == 0 else h & 0xFFFFFFFF
+    return half / 2.0 ** 32
+
+
+def ref_trace_entry(seed, request, token, length):
+    """The acceptance-trace entry of a step state: the draft hash at position 0, top 53 bits, mod L."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ (((token << 8) * 0xA0761D6478BD642F) & _MASK64))
+    return (h >> 11) % length
+
+
+def ref_draft_bucket(occ_cdf, seed, request, token, position):
+    """Bucket of a draft: the first whose cumulative weight exceeds the stream-0 draw."""
+    u = ref_uniform(seed, request, token, position, 0)
+    row = occ_cdf[min(position - 1, len(occ_cdf) - 1)]
+    b = 0
+    while b < len(row) - 1 and u >= row[b]:
+        b += 1
+    return b
+
+
+def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
+    return ref_uniform(seed, request, token, position, 1) < p_accept[ref_draft_bucket(occ_cdf, seed, request, token,
+                                                                                      position)]
+
+
+def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
+                 max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
+                 idle_w=0.0, seed=0, digits=None, k_logged=None):
+    """SPEC §6 with the engine's documented choices, one Python statement at a time.
+
+    ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
+    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
+    With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
+    from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
+    no confidences. Returns a dict of per-request lists and totals.
+    """
+    max_k = len(costs[0]) - 1
+    k_cap = max_k if k_max is None else min(k_max, max_k)
+    if digits is not None:
+        k_cap = min(k_cap, k_logged)
+
+    def digit(r, e):
+        return digits[ref_trace_entry(seed, r, e, len(digits))]
+    cap = float("inf") if max_seqs is None else max_seqs
+    budget = float("inf") if row_budget is None else row_budget
+    kind = policy[0]
+
+    def depth_at(n):
+        if kind == "fixed":
+            k = policy[1]
+        elif kind == "schedule":
+            k = next((d for lo, hi, d in policy[1] if lo <= n and (hi is None or n <= hi)), 0)
+        elif kind == "goodput":
+            k = ref_goodput_depth(widths, costs, priors, n, cap)
+        else:
+            k = ref_propose_depth(widths, costs, priors, n, slack, cap)
+        k = min(k, k_cap)
+        if n > cap:
+            k = 0
+        if kind != "sequence" and budget != float("inf"):
+            k = min(k, int(budget) // n)
+        return k
+
+    def costs_at(n, k):
+        return ref_cell(widths, costs, n, k)
+
+    count = len(requests)
+    first = [math.nan] * count
+    finish = [math.nan] * count
+    emitted = [0] * count
+    hist = [0] * (max_k + 1)
+    tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, accepted=0, rows=0,
+               sequence_steps=0)
+    t = requests[0][0] if count else 0.0
+    nxt = 0
+    active = []
+    while True:
+        new = []
+        while nxt < count and len(active) < max_batch and requests[nxt][0] <= t:
+            active.append(nxt)
+            new.append(nxt)
+            nxt += 1
+        if new:
+            ptok = sum(requests[r][1] for r in new)
+            ms = prefill_ms_per_token * ptok
+            t = t + ms / 1000.0
+            tot["prefill_j"] += prefill_j_per_token * ptok
+            tot["prefill_steps"] += 1
+            for r in new:
+                emitted[r] = 1
+                first[r] = t
+                if requests[r][2] == 1:
+                    finish[r] = t
+            active = [r for r in active if emitted[r] < requests[r][2]]
+            continue
+        if not active:
+            if nxt >= count:
+                break
+            if requests[nxt][0] > t:
+                tot["idle_j"] += idle_w * (requests[nxt][0] - t)
+                t = requests[nxt][0]
+            continue
+        n = len(active)
+        k = depth_at(n)
+        if kind == "sequence":
+            drafts = [min(k, requests[r][2] - emitted[r] - 1) for r in active]
+            kd = max(drafts)
+            if digits is None:
+                confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
+                          for j in range(1, d + 1)] for r, d in zip(active, drafts)]
+            else:
+                confs = [[] for _ in active]
+            if kd > 0:
+                verify = ref_sequence_depths(widths, costs, edges, p_accept, priors, confs, drafts, kd,
+                                             budget if budget != float("inf") else 1 << 62, slack)
+            else:
+                verify = [0] * n
+            rows = sum(verify)
+            d = rows / n
+            lo, hi = min(math.floor(d), max_k), min(math.ceil(d), max_k)
+            f = d - math.floor(d)
+            c_lo, c_hi, c_kd = costs_at(n, lo), costs_at(n, hi), costs_at(n, kd)
+            ms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_kd[2]
+            joules = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_kd[3]
+        else:
+            verify = [k] * n
+            rows = n * k
+            c = costs_at(n, k)
+            ms, joules = c[0] + c[2], c[1] + c[3]
+        t = t + ms / 1000.0
+        tot["decode_j"] += joules
+        tot["decode_steps"] += 1
+        tot["rows"] += rows
+        tot["sequence_steps"] += n
+        for r, v in zip(active, verify):
+            hist[v] += 1
+            e = emitted[r]
+            need = requests[r][2] - e - 1
+            acc = 0
+            for j in range(1, min(v, need) + 1):
+                if digits is not None:
+                    if j > digit(r, e):
+                        break
+                elif not ref_draft_accepted(occ_cdf, p_accept, seed, r, e + j - 1, j):
+                    break
+                acc += 1
+            emitted[r] = e + 1 + acc
+            tot["accepted"] += acc
+            if emitted[r] == requests[r][2]:
+                finish[r] = t
+        active = [r for r in active if emitted[r] < requests[r][2]]
+    return dict(first=first, finish=finish, emitted=emitted, depth_histogram=hist, end_s=t, **tot)

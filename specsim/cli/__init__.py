@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "specsim.cli.bench",
     "specsim.cli.replay",
     "specsim.cli.trace",
+    "specsim.cli.simulate",
 )
 
 

@@ -139,6 +139,11 @@ def _row_cost(vc, n, rows, max_k, sunk):
     return v + sunk
 
 
+# Public name of the exact §4.2 row cost: the serving simulator (specsim.sim) prices a step of
+# per-sequence depths with it, so the step it charges is the cost the planner optimised.
+row_cost_nb = _row_cost
+
+
 # Buckets of the counting sort of gains, and the size above which a bucket is quicksorted.
 SORT_BUCKETS = 2048
 SMALL_BUCKET = 32

@@ -1,0 +1,210 @@
+"""``specsim simulate``: serve a request trace with one or more draft-depth policies (SPEC §6)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+from specsim.cli._common import slack
+from specsim.cli.trace import add_trace_options
+
+
+def _nonneg_float(text):
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _weights(text):
+    import argparse
+
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of weights") from None
+    if not values:
+        raise argparse.ArgumentTypeError("the weight list is empty")
+    return values
+
+
+def register(sub, groups):
+    from specsim.sim.engine import DEFAULT_IDLE_W, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
+
+    p = sub.add_parser(
+        "simulate",
+        help="serve a request trace with draft-depth policies: throughput, energy, latency",
+        description="Run a request trace through a continuous-batching decode server whose step costs come "
+                    "from a cost table and whose draft outcomes come from an acceptance calibration (SPEC §6). "
+                    "Every policy meets the same draft outcomes (common random numbers). propose and sequence "
+                    "run once per --slack; the others once.",
+    )
+    p.add_argument("--trace", metavar="FILE", help="request trace (format detected from the file unless --format)")
+    add_trace_options(p)
+    p.add_argument("--table", required=True, metavar="T", help="cost table TOML")
+    p.add_argument("--calibration", required=True, metavar="C", help="acceptance calibration TOML")
+    p.add_argument("--policy", required=True, action="append", metavar="P",
+                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence or goodput (repeat to compare)")
+    p.add_argument("--slack", type=slack, action="append", metavar="S",
+                   help="planner slack in [0, 1) for propose and sequence (repeat to sweep; default 0)")
+    p.add_argument("--max-batch", type=int, metavar="B",
+                   help="most sequences in a batch (default: the table's widest measured width)")
+    p.add_argument("--max-seqs", type=int, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
+    p.add_argument("--k-max", type=int, metavar="K", help="most drafts per sequence per step (default: the table's max_k)")
+    p.add_argument("--row-budget", type=int, metavar="R", help="most draft rows verified per step (default: no limit)")
+    p.add_argument("--prefill-ms-per-token", type=_nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
+                   help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN}: a placeholder, "
+                        "set it for your box)")
+    p.add_argument("--prefill-j-per-token", type=_nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
+                   help=f"prefill joules per prompt token (default {DEFAULT_PREFILL_J_PER_TOKEN})")
+    p.add_argument("--idle-w", type=_nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
+                   help=f"power while nothing is active (default {DEFAULT_IDLE_W})")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--occupancy", type=_weights, metavar="W1,W2,...",
+                   help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
+                        "whose mean acceptance is the calibration's prior)")
+    p.add_argument("--acceptance", metavar="FILE",
+                   help="draw draft outcomes from a logged acceptance trace in FILE (SPEC §5) instead of the calibration")
+    p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
+    p.add_argument("--slo-ttft-s", type=_nonneg_float, metavar="S", help="TTFT target for SLO attainment")
+    p.add_argument("--slo-tpot-s", type=_nonneg_float, metavar="S", help="TPOT target for SLO attainment")
+    p.add_argument("--json", metavar="OUT", help="write the summaries and the run's inputs as JSON")
+    p.add_argument("--requests-csv", metavar="OUT", help="write per-request times of every policy as CSV")
+    p.add_argument("--plot", metavar="OUT", help="draw J/token vs tok/s, latency CDFs and depth over time (matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_simulate)
+
+
+def runs(policies, slacks):
+    """``(policy, slack)`` pairs: the planner policies that read the slack once per slack."""
+    from specsim.sim.policy import parse_policy
+
+    out = []
+    for text in policies:
+        pol = parse_policy(text)
+        for s in (slacks if pol.kind in ("propose", "sequence") else slacks[:1]):
+            out.append((pol, s))
+    return out
+
+
+def cmd_simulate(args):
+    from pathlib import Path
+
+    from specsim import __version__
+    from specsim._io import atomic_write_text
+    from specsim._progress import Progress
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.cli.trace import summary as trace_summary
+    from specsim.errors import TraceWarning
+    from specsim.sim.engine import ServerOptions
+    from specsim.sim.metrics import requests_csv, summarize
+    from specsim.sim.report import comparison_table
+    from specsim.table import CostTable
+
+    read = trace_from_args(args)
+    table = CostTable.load(args.table)
+    cal = AcceptanceCalibration.load(args.calibration)
+    slacks = args.slack or [0.0]
+    plan = runs(args.policy, slacks)
+    base = ServerOptions(max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
+                         row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
+                         prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed,
+                         occupancy=args.occupancy)
+    acceptance = _acceptance(args)
+    n_req = int(read.requests.shape[0])
+    total = n_req * len(plan)
+    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \
+            warnings.catch_warnings():
+        # Said once above; the threads would repeat it per policy.
+        warnings.simplefilter("ignore", TraceWarning)
+        results = run_all(read.requests, table, cal, plan, base, bar, acceptance)
+    summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
+    print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
+          f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
+    print(comparison_table(summaries))
+    if args.json:
+        doc = {
+            "policies": summaries,
+            "trace": trace_summary(read),
+            "table": {"file": Path(args.table).name, "box_class": table.key.box_class, "recipe": table.key.recipe,
+                      "widths": table.widths.tolist(), "max_k": table.max_k},
+            "calibration": {"file": Path(args.calibration).name, "edges": [float(e) for e in cal.edges],
+                            "p_accept": cal.p_accept.tolist(), "prior_by_position": cal.priors.tolist()},
+            "options": {k: v for k, v in results[0].options.items() if k != "slack"} | {"slacks": slacks},
+            "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s},
+            "specsim_version": __version__,
+        }
+        atomic_write_text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if args.requests_csv:
+        atomic_write_text(args.requests_csv, requests_csv(results))
+    if args.plot:
+        from specsim.sim.report import plot
+
+        plot(results, summaries, args.plot)
+    for path in (args.json, args.requests_csv, args.plot):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _acceptance(args):
+    from specsim.errors import TraceError
+    from specsim.sim.replay import load_acceptance_file
+
+    if args.acceptance is None:
+        if args.acceptance_trace is not None:
+            raise TraceError("--acceptance-trace needs --acceptance FILE")
+        return None
+    afile = load_acceptance_file(args.acceptance)
+    if args.acceptance_trace is None:
+        raise TraceError(f"--acceptance needs --acceptance-trace NAME; traces in {args.acceptance}: "
+                         f"{', '.join(afile.traces) or 'none'}")
+    trace = afile.trace(args.acceptance_trace)
+    if trace.above_k_logged:
+        print(f"specsim: warning: acceptance trace {trace.name!r}: {trace.above_k_logged} entries exceed k_logged = "
+              f"{trace.k_logged}; they count as {trace.k_logged}", file=sys.stderr)
+    return trace
+
+
+def run_all(requests, table, cal, plan, base, bar, acceptance=None):
+    """Simulate every ``(policy, slack)`` of ``plan``, in parallel threads (the engine releases the
+    GIL), and return the results in plan order; ``bar`` counts finished requests."""
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from specsim.sim.engine import simulate
+
+    lock = threading.Lock()
+
+    def one(item):
+        pol, s = item
+        seen = [0]
+
+        def tick(finished):
+            with lock:
+                bar.update(finished - seen[0])
+            seen[0] = finished
+
+        return simulate(requests, table, cal, pol, options=replace(base, slack=s), acceptance=acceptance,
+                        progress=tick)
+
+    workers = min(len(plan), os.cpu_count() or 1)
+    if workers <= 1:
+        return [one(item) for item in plan]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, plan))
+
+
+def trace_from_args(args):
+    from specsim.cli.trace import trace_from_args as read
+
+    return read(args, args.trace)

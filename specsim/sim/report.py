@@ -1,0 +1,107 @@
+"""Reports of simulation results: a side-by-side terminal table and a figure (matplotlib,
+imported only when a figure is drawn)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from specsim.errors import SimulationError
+from specsim.sim.metrics import label
+
+
+def _f(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def comparison_table(summaries) -> str:
+    """Policies side by side: throughput, energy, batch, acceptance, latency and SLO."""
+    from specsim._text import format_grid
+
+    header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "TTFT p50", "TTFT p99", "TPOT p50",
+              "TPOT p99", "E2E p99", "SLO"]
+    rows = []
+    for s in summaries:
+        slo = s["slo"]["attainment"]
+        checked = s["slo"]["ttft_target_s"] is not None or s["slo"]["tpot_target_s"] is not None
+        rows.append([
+            s["label"], _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
+            _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"),
+            _f(s["ttft_s"]["p50"], ".3f"), _f(s["ttft_s"]["p99"], ".3f"),
+            _f(s["tpot_s"]["p50"], ".4f"), _f(s["tpot_s"]["p99"], ".4f"), _f(s["e2e_s"]["p99"], ".2f"),
+            f"{100 * slo:.1f}%" if checked and slo is not None else "-",
+        ])
+    return format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step)"
+
+
+def _cdf(ax, values, name):
+    v = np.sort(values[~np.isnan(values)])
+    if v.shape[0]:
+        ax.plot(v, np.arange(1, v.shape[0] + 1) / v.shape[0], label=name)
+
+
+def plot(results, summaries, path) -> None:
+    """Write a four-panel figure to ``path`` (format from its suffix, e.g. ``.png``).
+
+    Panels: J/token against tokens/s per policy (points of one policy at several slacks joined
+    by a line), TTFT and TPOT CDFs, and the verified depth (rows / width) over time from each
+    run's step log.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise SimulationError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
+    from specsim._io import atomic_write_bytes
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    ax = axes[0, 0]
+    by_policy = {}
+    for s in summaries:
+        by_policy.setdefault(s["policy"], []).append(s)
+    for name, group in by_policy.items():
+        pts = [(g["tokens_per_s"], g["j_per_token"], g["slack"]) for g in group if g["tokens_per_s"] is not None]
+        if not pts:
+            continue
+        pts.sort(key=lambda p: (p[2] is not None, p[2]))
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, marker="o", label=name)
+        for x, y, sl in pts:
+            if sl is not None and len(pts) > 1:
+                ax.annotate(f"{sl:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("tokens/s")
+    ax.set_ylabel("J/token")
+    ax.set_title("energy per token vs throughput (labels: slack)")
+    ax.legend(fontsize=8)
+    for ax, attr, title in ((axes[0, 1], "ttft_s", "TTFT"), (axes[1, 0], "tpot_s", "TPOT")):
+        lows = []
+        for r in results:
+            v = getattr(r, attr)
+            _cdf(ax, v, label(r))
+            v = v[~np.isnan(v)]
+            lows.append(v.min() if v.shape[0] else 1.0)
+        if lows and min(lows) > 0:
+            ax.set_xscale("log")
+        else:
+            ax.set_xscale("symlog", linthresh=1e-3)
+        ax.set_xlabel(f"{title} (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{title} CDF")
+        ax.legend(fontsize=8)
+    ax = axes[1, 1]
+    for r in results:
+        if r.step_t_s.shape[0]:
+            ax.plot(r.step_t_s, r.step_mean_depth, linewidth=0.7, label=label(r))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("verified drafts per sequence")
+    ax.set_title("depth over time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
+    fig.savefig(buf, format=suffix, dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

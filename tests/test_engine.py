@@ -1,0 +1,457 @@
+"""The serving simulation engine (SPEC §6): conservation, determinism, common random numbers,
+the plain reference engine step for step, the outcome model, metrics, and the real GB10 table on
+the Azure conversation hour."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.errors import PolicyError, SimulationError, TraceWarning
+from specsim.sim import REQUEST_DT, ServerOptions, simulate
+from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
+from specsim.sim.metrics import requests_csv, summarize
+from specsim.table import Cell, CostTable, TableKey
+from tests import reference as ref
+
+POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "schedule:1-2=3,3-4=1,5-=0")
+KEY = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
+
+
+def small_table():
+    """Widths 1, 2, 4, depths 0..3; verify cost rises with depth and width, drafting is cheap."""
+    cells = []
+    for n in (1, 2, 4):
+        for k in range(4):
+            cells.append(Cell(n, k, 10.0 + 0.5 * n + 1.5 * k * n ** 0.5, 2.0 + 0.3 * n + 0.4 * k * n,
+                              0.8 * k, 0.1 * k))
+    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
+
+
+def small_calibration():
+    return AcceptanceCalibration(KEY, [-2.0, -0.5, -0.1, 0.0], [0.1, 0.45, 0.8, 0.95], [0.75, 0.6, 0.55])
+
+
+def requests(rows):
+    out = np.zeros(len(rows), dtype=REQUEST_DT)
+    for i, (a, p, o) in enumerate(rows):
+        out[i] = (a, p, o)
+    return out
+
+
+def random_requests(n, seed, rate=2.0, max_out=40):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    arrivals -= arrivals[0]
+    return requests([(float(a), int(rng.integers(1, 300)), int(rng.integers(1, max_out))) for a in arrivals])
+
+
+def ref_policy(text):
+    from specsim.sim.policy import parse_policy
+
+    p = parse_policy(text)
+    if p.kind == "fixed":
+        return ("fixed", p.depth)
+    if p.kind == "schedule":
+        return ("schedule", list(p.ranges))
+    return (p.kind,)
+
+
+def run_reference(reqs, table, cal, policy, **opts):
+    from specsim.sim.engine import DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
+
+    opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
+            **opts}
+    k_cap = min(opts.get("k_max") if opts.get("k_max") is not None else table.max_k, table.max_k)
+    if opts.get("k_logged") is not None:
+        k_cap = min(k_cap, opts["k_logged"])
+    occ = occupancy_cdf(cal, k_cap, opts.pop("occupancy", None)).tolist()
+    widths = table.widths.tolist()
+    costs = table.costs.tolist()
+    rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
+    return ref.ref_simulate(rows, widths, costs, cal.edges.tolist(), cal.p_accept.tolist(), cal.priors.tolist(),
+                            occ, ref_policy(policy), **opts)
+
+
+def assert_matches_reference(res, want):
+    assert np.array_equal(res.first_token_s, np.array(want["first"]), equal_nan=True)
+    assert np.array_equal(res.finish_s, np.array(want["finish"]), equal_nan=True)
+    assert res.end_s == want["end_s"]
+    assert res.energy["decode_j"] == want["decode_j"]
+    assert res.energy["prefill_j"] == want["prefill_j"]
+    assert res.energy["idle_j"] == want["idle_j"]
+    assert res.depth_histogram.tolist() == want["depth_histogram"]
+    c = res.counters
+    assert (c["decode_steps"], c["prefill_steps"], c["accepted_drafts"], c["verified_rows"], c["sequence_steps"]) == \
+        (want["decode_steps"], want["prefill_steps"], want["accepted"], want["rows"], want["sequence_steps"])
+
+
+# -- conservation and special cases ----------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_conservation(policy):
+    reqs = random_requests(120, 1)
+    res = simulate(reqs, small_table(), small_calibration(), policy, max_batch=4, prefill_ms_per_token=0.01)
+    assert not np.isnan(res.finish_s).any()
+    assert (res.first_token_s >= res.arrival_s).all() and (res.finish_s >= res.first_token_s).all()
+    assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    # Every token is a first token, one per sequence-step, or an accepted draft.
+    c = res.counters
+    assert c["emitted_tokens"] == len(reqs) + c["sequence_steps"] + c["accepted_drafts"]
+    assert res.depth_histogram.sum() == c["sequence_steps"]
+    assert c["verified_rows"] == int((np.arange(res.depth_histogram.shape[0]) * res.depth_histogram).sum())
+
+
+def test_fixed_zero_is_one_token_per_sequence_per_step():
+    reqs = random_requests(80, 2)
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:0", max_batch=3, log_size=1 << 16)
+    c = res.counters
+    assert c["accepted_drafts"] == 0 and c["verified_rows"] == 0 and c["speculative_steps"] == 0
+    assert c["sequence_steps"] == int((reqs["output_tokens"] - 1).sum())
+    assert res.step_log_stride == 1 and res.step_t_s.shape[0] == c["decode_steps"]
+    assert np.array_equal(res.step_tokens, res.step_width)
+
+
+def test_one_token_requests_finish_at_prefill_and_empty_trace():
+    res = simulate(requests([(0.0, 10, 1), (0.5, 20, 1)]), small_table(), small_calibration(), "sequence",
+                   prefill_ms_per_token=1.0, prefill_j_per_token=0.5, idle_w=3.0)
+    assert res.finish_s.tolist() == pytest.approx([0.01, 0.52])
+    assert res.counters["decode_steps"] == 0 and res.energy["prefill_j"] == 15.0
+    assert res.energy["idle_j"] == pytest.approx(3.0 * 0.49)
+    assert math.isnan(res.summary()["tpot_s"]["p50"] or math.nan)
+    empty = simulate(requests([]), small_table(), small_calibration(), "propose")
+    assert empty.requests == 0 and empty.summary()["tokens_per_s"] is None
+
+
+def test_resumable_chunks_give_the_same_result(monkeypatch):
+    from specsim.sim import engine
+
+    reqs = random_requests(60, 3)
+    whole = simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4)
+    monkeypatch.setattr(engine, "PROGRESS_CHUNK", 7)
+    seen = []
+    cut = simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4, progress=seen.append)
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 60
+    assert np.array_equal(whole.finish_s, cut.finish_s) and whole.energy == cut.energy
+
+
+# -- determinism and common random numbers ---------------------------------------------------------
+
+def test_same_seed_identical_different_seed_different():
+    reqs = random_requests(100, 4)
+    runs = [simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4, seed=s) for s in (7, 7, 8)]
+    a, b, c = runs
+    assert np.array_equal(a.finish_s, b.finish_s) and a.energy == b.energy and a.counters == b.counters
+    assert not np.array_equal(a.finish_s, c.finish_s)
+    assert a.counters["accepted_drafts"] != c.counters["accepted_drafts"]
+
+
+def test_uniform_draws_match_reference_and_look_uniform():
+    from specsim.sim._engine_kernels import seed_key_nb, uniform_nb
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        seed, req, tok, pos, stream = (int(rng.integers(0, 2 ** 63)), int(rng.integers(0, 10 ** 7)),
+                                       int(rng.integers(0, 10 ** 5)), int(rng.integers(1, 9)), int(rng.integers(0, 2)))
+        got = uniform_nb(np.uint64(seed_key_nb(np.uint64(seed))), req, tok, pos, stream)
+        assert got == ref.ref_uniform(seed, req, tok, pos, stream)
+    u = np.array([uniform_nb(np.uint64(seed_key_nb(np.uint64(1))), r, 3, 1, 0) for r in range(4000)])
+    assert abs(u.mean() - 0.5) < 0.02 and u.min() >= 0.0 and u.max() < 1.0
+
+
+def first_step_accepted(policy, kmax=3, count=60, seed=0):
+    """Accepted drafts of each request's first decode step when it is served alone."""
+    reqs = requests([(float(10 * i), 5, kmax + 2) for i in range(count)])
+    res = simulate(reqs, small_table(), small_calibration(), policy, max_batch=1, seed=seed, log_size=1 << 12)
+    assert res.step_log_stride == 1
+    out, i, left = [], 0, None
+    for tok in res.step_tokens.tolist():
+        if left is None:
+            out.append(tok - 1)
+            left = kmax + 1
+        left -= tok
+        if left == 0:
+            left = None
+            i += 1
+    assert i == count
+    return np.array(out)
+
+
+def test_common_draws_across_policies():
+    a = {k: first_step_accepted(f"fixed:{k}") for k in range(4)}
+    assert (a[0] == 0).all()
+    for k in range(1, 4):
+        # A deeper policy meets the same drafts: its accepted run is the shallower one's, extended.
+        assert np.array_equal(np.minimum(a[3], k), a[k])
+    assert a[3].sum() > a[1].sum()
+    seq = first_step_accepted("sequence")
+    assert (seq <= a[3]).all()
+
+
+@given(seed=st.integers(0, 2 ** 64 - 1), req=st.integers(0, 10 ** 6), tok=st.integers(0, 10 ** 4))
+@settings(max_examples=50, deadline=None)
+def test_accepted_run_is_prefix_monotone(seed, req, tok):
+    cal = small_calibration()
+    occ = occupancy_cdf(cal, 3).tolist()
+    runs = []
+    for depth in range(4):
+        acc = 0
+        for j in range(1, depth + 1):
+            if not ref.ref_draft_accepted(occ, cal.p_accept.tolist(), seed, req, tok + j - 1, j):
+                break
+            acc += 1
+        runs.append(acc)
+    assert runs == sorted(runs)
+
+
+# -- against the plain reference engine --------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("opts", [
+    dict(max_batch=4),
+    dict(max_batch=3, max_seqs=2, k_max=2, prefill_ms_per_token=0.05, prefill_j_per_token=0.01, idle_w=7.5, seed=9),
+    dict(max_batch=6, row_budget=5, slack=0.3, prefill_ms_per_token=0.02, seed=3),
+])
+def test_engine_matches_reference(policy, opts):
+    reqs = random_requests(40, 11, rate=1.0)
+    table, cal = small_table(), small_calibration()
+    res = simulate(reqs, table, cal, policy, **opts)
+    want = run_reference(reqs, table, cal, policy, **opts)
+    assert_matches_reference(res, want)
+
+
+@given(
+    n=st.integers(1, 25), trace_seed=st.integers(0, 10 ** 6), seed=st.integers(0, 2 ** 64 - 1),
+    policy=st.sampled_from(POLICIES), max_batch=st.integers(1, 9), slack=st.sampled_from([0.0, 0.2, 0.6]),
+    row_budget=st.one_of(st.none(), st.integers(0, 12)), k_max=st.one_of(st.none(), st.integers(0, 4)),
+    rate=st.sampled_from([0.3, 3.0, 30.0]),
+)
+@settings(max_examples=30, deadline=None)
+def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch, slack, row_budget, k_max, rate):
+    reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
+                prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0)
+    assert_matches_reference(simulate(reqs, table, cal, policy, **opts), run_reference(reqs, table, cal, policy, **opts))
+
+
+def test_engine_matches_reference_with_explicit_occupancy():
+    reqs = random_requests(30, 12)
+    table, cal = small_table(), small_calibration()
+    occ = [[0.0, 0.2, 0.3, 0.5], [0.4, 0.4, 0.2, 0.0]]
+    res = simulate(reqs, table, cal, "sequence", max_batch=4, occupancy=occ)
+    assert_matches_reference(res, run_reference(reqs, table, cal, "sequence", max_batch=4, occupancy=occ))
+
+
+# -- the outcome model -----------------------------------------------------------------------------
+
+@given(p=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12), target=st.floats(0.0, 1.0))
+@settings(max_examples=80, deadline=None)
+def test_max_entropy_weights_hit_the_prior(p, target):
+    p = np.array(p)
+    w = max_entropy_weights(p, target)
+    assert w.shape == p.shape and (w >= 0).all() and w.sum() == pytest.approx(1.0)
+    lo, hi = p.min(), p.max()
+    assert float(w @ p) == pytest.approx(min(max(target, lo), hi), abs=1e-9)
+    # Maximum entropy: buckets with equal p_accept get equal weight.
+    for i in range(len(p)):
+        for j in range(len(p)):
+            if p[i] == p[j]:
+                assert w[i] == pytest.approx(w[j], abs=1e-12)
+
+
+def test_occupancy_rows_and_confidences_map_back():
+    cal = small_calibration()
+    cdf = occupancy_cdf(cal, 5)
+    assert cdf.shape == (5, 4) and (cdf[:, -1] == 1.0).all() and (np.diff(cdf, axis=1) >= 0).all()
+    weights = np.diff(np.concatenate([np.zeros((5, 1)), cdf], axis=1), axis=1)
+    assert (weights @ cal.p_accept).tolist() == pytest.approx([0.75, 0.6, 0.55, 0.55, 0.55])
+    assert [cal.bucket(v) for v in confidence_values(cal)] == [0, 1, 2, 3]
+    one = AcceptanceCalibration(KEY, [0.0], [0.6], [0.8, 0.5])
+    assert occupancy_cdf(one, 2).tolist() == [[1.0], [1.0]]
+    with pytest.raises(SimulationError, match="one per calibration bucket"):
+        occupancy_cdf(cal, 2, [1.0, 2.0])
+    with pytest.raises(SimulationError, match="positive sum"):
+        occupancy_cdf(cal, 2, [0.0, 0.0, 0.0, 0.0])
+
+
+def test_draw_frequencies_follow_the_occupancy():
+    cal = small_calibration()
+    occ = occupancy_cdf(cal, 1).tolist()
+    w = np.diff([0.0] + occ[0])
+    hits = np.bincount([ref.ref_draft_bucket(occ, 2, r, 0, 1) for r in range(6000)], minlength=4) / 6000
+    assert np.abs(hits - w).max() < 0.03
+
+
+def test_refusals():
+    reqs = random_requests(5, 1)
+    t, c = small_table(), small_calibration()
+    with pytest.raises(SimulationError, match="slack"):
+        simulate(reqs, t, c, "propose", slack=1.0)
+    with pytest.raises(SimulationError, match="max_batch"):
+        simulate(reqs, t, c, "propose", max_batch=0)
+    with pytest.raises(SimulationError, match="64 bits"):
+        simulate(reqs, t, c, "propose", seed=2 ** 64)
+    with pytest.raises(SimulationError, match="idle_w"):
+        simulate(reqs, t, c, "propose", idle_w=-1.0)
+    with pytest.raises(SimulationError, match="sorted"):
+        simulate(reqs[::-1].copy(), t, c, "propose")
+    with pytest.raises(SimulationError, match="record array"):
+        simulate(np.zeros(3), t, c, "propose")
+    with pytest.raises(SimulationError, match="not both"):
+        simulate(reqs, t, c, "propose", options=ServerOptions(), seed=1)
+    with pytest.raises(PolicyError):
+        simulate(reqs, t, c, "fastest")
+
+
+def test_default_max_batch_is_the_widest_width_and_caps_hold():
+    reqs = requests([(0.0, 1, 30)] * 10)
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:3", max_seqs=3, log_size=1 << 12)
+    assert res.options["max_batch"] == 4 and res.step_width.max() == 4
+    # Above the speculation cap every step is plain.
+    assert (res.step_mean_depth[res.step_width > 3] == 0).all()
+    assert (res.step_mean_depth[res.step_width <= 3] == 3).all()
+    capped = simulate(reqs, small_table(), small_calibration(), "sequence", row_budget=2, log_size=1 << 12)
+    assert (capped.step_mean_depth * capped.step_width <= 2 + 1e-12).all()
+
+
+def test_step_log_downsamples_to_its_capacity():
+    reqs = random_requests(50, 13)
+    full = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_batch=2, log_size=1 << 16)
+    small = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_batch=2, log_size=16)
+    s = small.step_log_stride
+    assert s > 1 and 8 <= small.step_t_s.shape[0] <= 16
+    assert np.array_equal(small.step_t_s, full.step_t_s[::s][:small.step_t_s.shape[0]])
+
+
+# -- results -----------------------------------------------------------------------------------------
+
+def test_summary_and_csv():
+    reqs = random_requests(70, 14)
+    res = simulate(reqs, small_table(), small_calibration(), "propose", max_batch=4, slack=0.2, idle_w=5.0)
+    s = summarize(res, slo_ttft_s=0.05, slo_tpot_s=0.02)
+    assert s["policy"] == "propose" and s["slack"] == 0.2 and s["label"] == "propose@0.2"
+    assert s["output_tokens"] == int(reqs["output_tokens"].sum()) and s["requests"] == 70
+    assert s["makespan_s"] == pytest.approx(np.nanmax(res.finish_s) - reqs["arrival_s"][0])
+    assert s["j_per_token"] == pytest.approx(s["energy_j"] / s["output_tokens"])
+    assert s["mean_power_w"] == pytest.approx(s["energy_j"] / s["makespan_s"])
+    assert s["tokens_per_s"] == pytest.approx(s["output_tokens"] / s["makespan_s"])
+    assert s["ttft_s"]["p90"] == pytest.approx(np.percentile(res.ttft_s, 90))
+    tpot = res.tpot_s[reqs["output_tokens"] > 1]
+    assert s["tpot_s"]["p99"] == pytest.approx(np.percentile(tpot, 99))
+    ok = (res.ttft_s <= 0.05) & (np.isnan(res.tpot_s) | (res.tpot_s <= 0.02))
+    assert s["slo"]["attainment"] == pytest.approx(ok.mean())
+    assert sum(s["depth_histogram"].values()) == res.counters["sequence_steps"]
+    assert s["energy_j"] == pytest.approx(sum(res.energy[k] for k in ("decode_j", "prefill_j", "idle_j")))
+
+    rows = list(csv.DictReader(io.StringIO(requests_csv([res, res]))))
+    assert len(rows) == 140 and rows[0]["policy"] == "propose" and rows[0]["slack"] == "0.2"
+    for i in (0, 33, 69):
+        assert float(rows[i]["finish_s"]) == res.finish_s[i]
+        assert int(rows[i]["output_tokens"]) == reqs["output_tokens"][i]
+        assert (rows[i]["tpot_s"] == "") == (reqs["output_tokens"][i] == 1)
+
+
+def test_simulate_is_exported():
+    import specsim
+
+    assert specsim.simulate is simulate and specsim.SimResult is not None
+
+
+# -- real data ---------------------------------------------------------------------------------------
+
+def gb10(shared_data):
+    """The real GB10 table (run 1) through the importer, and a calibration built from its windows:
+    priors from the accept-run histograms; buckets with p_accept ~ exp(log-prob midpoint)."""
+    import tomllib
+
+    from specsim.costmodel.defaults import DEMO_EDGES, demo_p_accept
+    from specsim.sim.replay import load_acceptance_file, run_table
+
+    path = shared_data / "metrale" / "qwen38_27b_mtp_gb10.toml"
+    table = run_table(load_acceptance_file(path).run("qwen38_27b_mtp_r1"), TableKey(1, "gb10", "qwen", {}))
+    windows = np.array(tomllib.loads(path.read_text())["run"][0]["windows"]).sum(axis=0)
+    a3, a2, a1, a0 = windows.tolist()
+    priors = [(a1 + a2 + a3) / (a0 + a1 + a2 + a3), (a2 + a3) / (a1 + a2 + a3), a3 / (a2 + a3)]
+    return table, AcceptanceCalibration(KEY, DEMO_EDGES, demo_p_accept(), priors)
+
+
+def test_real_gb10_table_on_azure_conv(shared_data):
+    from specsim.sim.traces import read_trace
+
+    table, cal = gb10(shared_data)
+    read = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv")
+    reqs = read.requests
+    assert reqs.shape[0] == 19366
+    out = {}
+    for policy in ("fixed:0", "fixed:3", "propose", "sequence"):
+        res = simulate(reqs, table, cal, policy, prefill_ms_per_token=0.5, prefill_j_per_token=0.03)
+        assert not np.isnan(res.finish_s).any()
+        assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum()) == 4088665
+        out[policy] = res.summary(slo_tpot_s=0.1)
+    # The measured table rewards speculating at every width it holds: MTP drafts are cheap next to
+    # an ~80-160 ms verify, so every speculating policy beats plain decoding on both axes.
+    for p in ("fixed:3", "propose", "sequence"):
+        assert out[p]["tokens_per_s"] > out["fixed:0"]["tokens_per_s"]
+        assert out[p]["j_per_token"] < out["fixed:0"]["j_per_token"]
+        assert out[p]["tpot_s"]["p99"] < out["fixed:0"]["tpot_s"]["p99"]
+    # The planner never does worse on energy than its own depth-1 reference would allow.
+    assert out["sequence"]["j_per_token"] <= out["propose"]["j_per_token"] * 1.001
+
+
+# -- draft outcomes from a replayed acceptance trace (SPEC §5) --------------------------------------
+
+def acceptance_trace(digits, k_logged, name="t"):
+    from specsim.sim import AcceptanceTrace
+
+    return AcceptanceTrace(name, "", k_logged, np.array(digits, dtype=np.int8), "<test>")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_acceptance_trace_matches_reference(policy):
+    reqs = random_requests(35, 21, rate=1.5)
+    table, cal = small_table(), small_calibration()
+    digits = [0, 1, 2, 2, 0, 1, 1, 0, 2, 1, 0, 0, 2]
+    trace = acceptance_trace(digits, 2)
+    opts = dict(max_batch=4, seed=4, slack=0.1)
+    res = simulate(reqs, table, cal, policy, acceptance=trace, **opts)
+    want = run_reference(reqs, table, cal, policy, digits=digits, k_logged=2, **opts)
+    assert_matches_reference(res, want)
+    assert res.options["acceptance_trace"] == "t" and res.options["k_max"] == 2
+    assert res.depth_histogram[3] == 0
+
+
+def test_acceptance_trace_common_draws_and_warning():
+    reqs = requests([(float(10 * i), 5, 6) for i in range(40)])
+    trace = acceptance_trace([3, 0, 1, 2, 3, 1, 0, 2], 3)
+    res = {k: simulate(reqs, small_table(), small_calibration(), f"fixed:{k}", max_batch=1, acceptance=trace)
+           for k in (1, 2, 3)}
+    # Every step's accepted run is min(entry, depth) of the same entry, so tokens per step grow with depth.
+    assert res[1].counters["accepted_drafts"] < res[2].counters["accepted_drafts"] < res[3].counters["accepted_drafts"]
+    with pytest.warns(TraceWarning, match="exceed k_logged"):
+        simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=acceptance_trace([5, 1], 3))
+    with pytest.raises(SimulationError, match="AcceptanceTrace"):
+        simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=[1, 2])
+
+
+def test_real_glm_acceptance_trace_on_azure_code(shared_data):
+    from specsim.sim import load_acceptance_file, read_trace
+
+    afile = load_acceptance_file(shared_data / "metrale" / "glm53_flash_dflash2_gb10x3.toml")
+    reqs = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_code.csv", limit=2000).requests
+    name = next(n for n, t in afile.traces.items() if t.above_k_logged == 0)
+    trace = afile.trace(name)
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:3", acceptance=trace)
+    assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    # Over many steps the accepted run per step tends to the trace's mean run at depth min(3, k_logged).
+    depth = min(3, trace.k_logged)
+    want = np.minimum(trace.accepted, depth).mean()
+    got = res.counters["accepted_drafts"] / res.counters["sequence_steps"]
+    assert abs(got - want) < 0.15 * max(want, 0.1)
