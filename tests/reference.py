@@ -144,6 +144,182 @@ def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, kno
     return depth
 
 
+# --- fitting (§3) -------------------------------------------------------------------------------
+REF_MIN_OUTCOMES = 100
+
+
+class RefRefused(Exception):
+    """The reference refuses the input."""
+
+
+def _is_count(v):
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, np.integer)):
+        return v >= 0
+    if isinstance(v, (float, np.floating)):
+        return math.isfinite(v) and float(v).is_integer() and v >= 0
+    return False
+
+
+def ref_fit(edges, accepted, rejected, steps):
+    """SPEC §3 fit: ``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
+    edges, accepted, rejected = list(edges), list(accepted), list(rejected)
+    if len(edges) == 0:
+        raise RefRefused("no edges")
+    if len(accepted) != len(edges) or len(rejected) != len(edges):
+        raise RefRefused("lengths differ")
+    if not all(_is_count(v) for v in accepted + rejected):
+        raise RefRefused("bad count")
+    accepted = [int(v) for v in accepted]
+    rejected = [int(v) for v in rejected]
+    for key, c in steps.items():
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise RefRefused("bad step key")
+        d, a = key
+        if not (_is_count(d) and _is_count(a) and _is_count(c)) or a > d:
+            raise RefRefused("bad step")
+    # The result must also be a valid calibration (§2.1): edges ascending as float32, last >= 0.
+    if not all(isinstance(e, (int, float, np.number)) and not isinstance(e, bool) for e in edges):
+        raise RefRefused("edge not a number")
+    e32 = [np.float32(e) for e in edges]
+    if any(not e32[i] < e32[i + 1] for i in range(len(e32) - 1)) or e32[-1] < 0 or math.isnan(e32[-1]):
+        raise RefRefused("bad edges")
+
+    # Pools: buckets from the last (most confident) down, each pool closing at >= 100 reached.
+    pools = []
+    open_pool = []
+    open_reached = 0
+    for b in reversed(range(len(edges))):
+        open_pool.append(b)
+        open_reached += accepted[b] + rejected[b]
+        if open_reached >= REF_MIN_OUTCOMES:
+            pools.append(open_pool)
+            open_pool = []
+            open_reached = 0
+    if not pools:
+        raise RefRefused("no pool")
+    pools[-1] = pools[-1] + open_pool  # the low-end remainder joins the last closed pool
+    p_accept = [None] * len(edges)
+    for pool in pools:
+        acc = sum(accepted[b] for b in pool)
+        reached = sum(accepted[b] + rejected[b] for b in pool)
+        for b in pool:
+            p_accept[b] = acc / reached
+
+    # Priors: position j reached by steps with d >= j and a >= j - 1.
+    priors = []
+    max_d = max([d for (d, a) in steps], default=0)
+    for j in range(1, max_d + 1):
+        reached = sum(int(c) for (d, a), c in steps.items() if d >= j and a >= j - 1)
+        if reached < REF_MIN_OUTCOMES:
+            break
+        priors.append(sum(int(c) for (d, a), c in steps.items() if d >= j and a >= j) / reached)
+    if not priors:
+        raise RefRefused("no prior")
+    return p_accept, priors
+
+
+def ref_bucket(edges, lp):
+    """SPEC §2.2 bucket: first edge with lp <= edge, comparing float32 values; else the last."""
+    with np.errstate(over="ignore"):
+        lp = np.float32(lp)
+    for i, e in enumerate(edges):
+        if lp <= np.float32(e):
+            return i
+    return len(edges) - 1
+
+
+def ref_bin_drafts(edges, rows, held_out_steps=()):
+    """Bin per-draft rows ``(step, seq, position, confidence, accepted)``.
+
+    Returns ``{group: (accepted, rejected, steps, nonfinite, unreached)}`` for groups "fit" and
+    "held" (steps whose id is in ``held_out_steps``), or raises RefRefused for a broken chain.
+    """
+    chains = {}
+    for step, seq, pos, conf, acc in rows:
+        chains.setdefault((int(step), int(seq)), []).append((int(pos), float(conf), int(bool(acc))))
+    out = {}
+    for group in ("fit", "held"):
+        out[group] = ([0] * len(edges), [0] * len(edges), {}, 0, 0)
+    for (step, seq), chain in chains.items():
+        chain.sort()
+        if [p for p, _, _ in chain] != list(range(1, len(chain) + 1)):
+            raise RefRefused(f"chain ({step}, {seq}) has positions {[p for p, _, _ in chain]}")
+        group = "held" if step in held_out_steps else "fit"
+        acc_b, rej_b, steps, nonfinite, unreached = out[group]
+        reached = True
+        run = 0
+        for pos, conf, acc in chain:
+            if not reached:
+                unreached += 1
+                continue
+            if math.isfinite(conf):
+                b = ref_bucket(edges, conf)
+                if acc:
+                    acc_b[b] += 1
+                else:
+                    rej_b[b] += 1
+            else:
+                nonfinite += 1
+            if acc:
+                run += 1
+            else:
+                reached = False
+        steps[(len(chain), run)] = steps.get((len(chain), run), 0) + 1
+        out[group] = (acc_b, rej_b, steps, nonfinite, unreached)
+    return out
+
+
+def ref_conditional(rates, form="marginal"):
+    """SPEC §2.2: conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
+    rates = [float(r) for r in rates]
+    if form == "conditional":
+        return rates
+    out = []
+    previous = 1.0
+    after_zero = False
+    for m in rates:
+        out.append(0.0 if after_zero else min(1.0, max(0.0, m / previous)))
+        if m == 0.0:
+            after_zero = True
+        previous = m
+    return out
+
+
+def ref_rate_per_reached(conditional):
+    """Acceptance per reached draft of a chain of len(conditional) drafts with these rates."""
+    reach = [1.0]
+    for c in conditional:
+        reach.append(reach[-1] * c)
+    return sum(reach[1:]) / sum(reach[:-1])
+
+
+def ref_steps_from_windows(rows):
+    """Rows ``[accepted k, .., accepted 1, rejected]`` -> ``{(k, a): count}``."""
+    steps = {}
+    for row in rows:
+        k = len(row) - 1
+        for a in range(k + 1):
+            steps[(k, a)] = steps.get((k, a), 0) + row[k - a]
+    return steps
+
+
+def ref_one_bucket_counts(steps):
+    """Reached drafts of a step histogram: a accepted, plus one rejected when a < d."""
+    accepted = sum(a * c for (d, a), c in steps.items())
+    rejected = sum(c for (d, a), c in steps.items() if a < d)
+    return accepted, rejected
+
+
+def ref_wilson(k, n, z=1.959963984540054):
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return centre - half, centre + half
+
+
 # --- traces and replay (§5, §6 readers) ---------------------------------------------------------
 
 import csv as _csv

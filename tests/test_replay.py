@@ -303,3 +303,54 @@ def test_cli_replay(shared_data, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4"])
     assert e.value.code == 2
+
+
+# -- planner policies (propose, goodput) --------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["propose", "goodput"])
+def test_planner_policies_in_replay(shared_data, kind):
+    plan = pytest.importorskip("specsim.plan")
+    from specsim.sim.replay import estimated_calibration
+
+    table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
+    afile = load_acceptance_file(shared_data / GLM)
+    trace = afile.trace("glm53_dflash_fk4")
+    cal = estimated_calibration(trace)
+    assert cal.priors.tolist() == pytest.approx(ref.ref_trace_priors(trace.accepted.tolist(), trace.k_logged))
+    for width in (1, 2, 3, 8, 20):
+        for slack in (0.0, 0.5, 0.95):
+            planner = plan.Planner(table, cal, slack=slack, max_seqs=None)
+            want = planner.propose(width) if kind == "propose" else planner.goodput(width)
+            r = replay(trace, kind, width, 3000, table=table, slack=slack)
+            assert r.depth == min(want, trace.k_logged), (width, slack)
+            tokens, steps, ms, joules = ref.ref_replay(trace.accepted.tolist(), width, r.depth, 3000,
+                                                       table.cell(width, r.depth).step_ms,
+                                                       table.cell(width, r.depth).step_j)
+            assert (r.tokens, r.steps, r.ms, r.joules) == (tokens, steps, ms, joules)
+    # a speculation cap below the width plain-decodes
+    if kind == "propose":
+        assert replay(trace, kind, 8, 100, table=table, max_seqs=4).depth == 0
+
+
+def test_propose_with_a_given_calibration(shared_data, tmp_path):
+    pytest.importorskip("specsim.plan")
+    from specsim.calibration import AcceptanceCalibration, DrafterKey
+    from specsim.cli import main
+
+    table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
+    trace = load_acceptance_file(shared_data / GLM).trace("glm53_dflash_fk4")
+    sure = AcceptanceCalibration(DrafterKey("x", 1, "bf16", True), [0.0], [1.0], [1.0, 1.0, 1.0])
+    never = AcceptanceCalibration(DrafterKey("x", 1, "bf16", True), [0.0], [0.0], [0.0])
+    deep = replay(trace, "goodput", 1, 500, table=table, calibration=sure).depth
+    shallow = replay(trace, "goodput", 1, 500, table=table, calibration=never).depth
+    assert deep == 3 and shallow == 0
+    cal_path = tmp_path / "c.toml"
+    cal_path.write_text(sure.render())
+    table_path = tmp_path / "t.toml"
+    table_path.write_text(table.to_text())
+    out = tmp_path / "r.json"
+    assert main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4", "--policy", "goodput", "--width", "1",
+                 "--budget", "500", "--table", str(table_path), "--calibration", str(cal_path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["depth"] == 3
+    assert main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4", "--policy", "propose", "--width", "1",
+                 "--budget", "500"]) == 2

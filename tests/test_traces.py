@@ -401,3 +401,47 @@ def test_cli_trace_show(shared_data, capsys, tmp_path):
     assert main(["trace", "show", str(bad), "--skip-bad-rows", "--window", "0:"]) == 0
     assert "first bad lines: 2" in capsys.readouterr().out
     assert main(["trace", "show", str(bad), "--window", "zero:1"]) == 2
+
+
+# -- whole readers against the references on random files ---------------------------------------
+
+_rows = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 5000), st.integers(0, 900)), max_size=30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_rows, st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_csv_reader_matches_reference(tmp_path_factory, rows, newline, quoted):
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    q = '"' if quoted else ""
+    body = "".join(f'{t},"GPT, 4",{q}{p}{q},{o},{p + o},log{newline}' for t, p, o in rows)
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type" + newline + body,
+                    newline="")
+    read = read_trace(path, "burstgpt")
+    want, zero = ref.ref_read_csv(path, "Timestamp", "Request tokens", "Response tokens", "s")
+    assert (read.rows, read.skipped_zero) == (len(rows), zero)
+    check_against(read, want)
+
+
+_junk = st.recursive(st.one_of(st.integers(), st.text(alphabet='ab{}[]",:\\ ', max_size=6), st.none()),
+                     lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                             st.dictionaries(st.text(alphabet="xyz", max_size=3), inner, max_size=3)),
+                     max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 10**5), st.integers(0, 10**4), _junk,
+                          st.booleans()), max_size=20))
+def test_jsonl_reader_matches_reference(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("jsonl") / "t.jsonl"
+    lines = []
+    for t, p, o, junk, junk_first in rows:
+        obj = {"hash_ids": junk} if junk_first else {}
+        obj.update({"timestamp": t, "input_length": p, "output_length": o})
+        if not junk_first:
+            obj["hash_ids"] = junk
+        lines.append(json.dumps(obj))
+    path.write_text("".join(line + "\n" for line in lines))
+    read = read_trace(path, "mooncake")
+    want, zero = ref.ref_read_mooncake(path)
+    assert (read.rows, read.skipped_zero) == (len(rows), zero)
+    check_against(read, want)

@@ -1,6 +1,35 @@
 """Acceptance calibrations: format, queries and fitting (SPEC §2-§3)."""
 
-from specsim.calibration._types import DrafterKey
+from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
+from specsim.calibration.fit import (
+    DEFAULT_EDGES,
+    MIN_OUTCOMES,
+    CalibrationFit,
+    calibration_from_rates,
+    counts_from_steps,
+    fit_calibration,
+    fit_counts,
+    load_counts,
+    make_counts,
+    steps_from_windows,
+)
 
-__all__ = ["AcceptanceCalibration", "DrafterKey", "conditional_priors"]
+__all__ = [
+    "DEFAULT_EDGES",
+    "MIN_OUTCOMES",
+    "AcceptanceCalibration",
+    "CalibrationFit",
+    "DrafterKey",
+    "FitCounts",
+    "Pool",
+    "PositionPrior",
+    "calibration_from_rates",
+    "conditional_priors",
+    "counts_from_steps",
+    "fit_calibration",
+    "fit_counts",
+    "load_counts",
+    "make_counts",
+    "steps_from_windows",
+]

@@ -13,3 +13,70 @@ class DrafterKey:
     vocab: int
     quantization: str
     context: bool
+
+
+@dataclass(frozen=True)
+class FitCounts:
+    """What a calibration is fitted from (SPEC §3): bucket counts of reached drafts and steps.
+
+    Counts are Python ints, so totals and the float64 divisions of the fit are exact at any size.
+
+    Attributes
+    ----------
+    edges : tuple of float, length B
+        Ascending log-probability upper bounds of the buckets.
+    accepted, rejected : tuple of int, length B
+        Reached drafts per bucket that the target accepted / rejected.
+    steps : dict
+        ``(drafts d, accepted a) -> count`` of verify steps (one sequence's chain each), ``a <= d``.
+    nonfinite : int
+        Reached drafts whose confidence was NaN or infinite: counted apart, not binned.
+    unreached : int
+        Logged drafts after their chain's first rejection: not reached, not binned.
+    source : str
+        Where the counts came from, for messages and reports.
+    """
+
+    edges: tuple
+    accepted: tuple
+    rejected: tuple
+    steps: dict
+    nonfinite: int = 0
+    unreached: int = 0
+    source: str = "<counts>"
+
+    @property
+    def reached(self) -> int:
+        """Reached drafts in all buckets (non-finite confidences not included)."""
+        return sum(self.accepted) + sum(self.rejected)
+
+    @property
+    def step_count(self) -> int:
+        return sum(self.steps.values())
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Buckets ``first..=last`` (0-based, ascending confidence) fitted together to one rate."""
+
+    first: int
+    last: int
+    accepted: int
+    reached: int
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.reached
+
+
+@dataclass(frozen=True)
+class PositionPrior:
+    """Draft position ``position`` (1-based): steps that reached it and accepted it."""
+
+    position: int
+    accepted: int
+    reached: int
+
+    @property
+    def prior(self) -> float:
+        return self.accepted / self.reached

@@ -18,6 +18,11 @@ COMMAND_MODULES = (
     "specsim.cli.replay",
     "specsim.cli.trace",
     "specsim.cli.simulate",
+    "specsim.cli.plan",
+    "specsim.cli.model",
+    "specsim.cli.bench",
+    "specsim.cli.replay",
+    "specsim.cli.trace",
 )
 
 

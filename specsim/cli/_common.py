@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError
 
 
@@ -33,15 +34,6 @@ def slack(text: str) -> float:
 def print_json(obj, out=None) -> None:
     json.dump(obj, out or sys.stdout, indent=2, allow_nan=False)
     (out or sys.stdout).write("\n")
-
-
-def format_grid(header, rows) -> str:
-    """A plain, aligned text table."""
-    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def refuse(message: str, problems=()):

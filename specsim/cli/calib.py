@@ -1,6 +1,8 @@
-"""``specsim calib ...``: show (and fit) acceptance calibrations."""
+"""``specsim calib ...``: show and fit acceptance calibrations."""
 
 from __future__ import annotations
+
+import argparse
 
 from specsim.cli._common import format_grid, print_json
 
@@ -14,6 +16,7 @@ def register(sub, groups):
     p.add_argument("file", help="calibration TOML")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_show)
+    register_fit(csub)
 
 
 def cmd_show(args):
@@ -44,3 +47,163 @@ def cmd_show(args):
         prow.append([j, f"{p:.4f}", f"{run:.4f}", f"{total:.4f}"])
     print(format_grid(["position", "prior (cond.)", "P(reached+acc.)", "E[accepted] to here"], prow))
     return 0
+
+
+FIT_EPILOG = """\
+inputs (exactly one):
+  --counts FILE       fitting counts, TOML or JSON (see below)
+  --drafts-log FILE   one row per draft: step, sequence, position, confidence, accepted
+                      (CSV with a header, or JSON Lines for .jsonl/.ndjson/.json); rows after a
+                      chain's first rejection are not reached and are counted apart
+  --steps-log FILE    one row per verify step: drafts, accepted (the accepted run); gives a
+                      one-bucket calibration (confidence ignored)
+  --rates R1,R2,..    per-position acceptance rates (--rates-form marginal, vLLM style, or
+                      conditional); gives a one-bucket calibration, no counts
+  --windows FILE      TOML with `windows` rows of step counts [accepted k, .., accepted 1,
+                      rejected], at top level or in [[run]] tables (all summed, or --run NAME)
+
+{counts}
+"""
+
+
+def register_fit(csub):
+    from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
+
+    p = csub.add_parser(
+        "fit", help="fit a calibration from counts, logs, rates or step histograms (SPEC §3)",
+        epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--counts", metavar="FILE", help="fitting counts (TOML or JSON)")
+    src.add_argument("--drafts-log", metavar="FILE", help="per-draft log (CSV or JSON Lines)")
+    src.add_argument("--steps-log", metavar="FILE", help="per-step log (CSV or JSON Lines)")
+    src.add_argument("--rates", type=_float_list, metavar="R1,R2,..", help="per-position acceptance rates")
+    src.add_argument("--windows", metavar="FILE", help="TOML with accept-run histograms (`windows`)")
+    p.add_argument("--rates-form", choices=("marginal", "conditional"), default="marginal",
+                   help="--rates are marginal P(j accepted) (default, as vLLM reports) or conditional")
+    p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
+    p.add_argument("--edges", type=_float_list, metavar="E1,E2,..",
+                   help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
+                   help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
+    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
+    p.add_argument("--vocab", required=True, type=int, help="drafter vocabulary size")
+    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
+    p.add_argument("--context", required=True, choices=("true", "false"),
+                   help="whether the drafter's prompt context was active")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
+    p.add_argument("--counts-out", metavar="FILE", help="also write the binned counts (TOML counts file)")
+    p.add_argument("--report", action="store_true", help="print the reliability report")
+    p.add_argument("--json", action="store_true", help="print the reliability report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write a reliability diagram (needs matplotlib)")
+    p.set_defaults(func=cmd_fit)
+
+
+def cmd_fit(args):
+    from specsim._io import atomic_write_text
+    from specsim.calibration import DrafterKey
+    from specsim.calibration.fit import (
+        calibration_from_rates, counts_from_steps, fit_counts, load_counts, render_counts,
+    )
+    from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
+    from specsim.errors import CalibrationError
+
+    if args.vocab < 0:
+        raise CalibrationError(f"--vocab {args.vocab} is negative: give the drafter's vocabulary size")
+    if args.holdout and not args.drafts_log:
+        raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
+    if args.edges is not None and not args.drafts_log:
+        raise CalibrationError("--edges applies to --drafts-log only (a counts file carries its own edges)")
+    if args.counts_out and args.rates is not None:
+        raise CalibrationError("--counts-out needs counts: --rates has none")
+    if args.plot:
+        require_matplotlib()  # before anything is written
+    drafter = DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
+    fit = holdout = None
+    if args.rates is not None:
+        cal = calibration_from_rates(drafter, args.rates, args.rates_form)
+    else:
+        if args.counts:
+            counts = load_counts(args.counts)
+        elif args.drafts_log:
+            from specsim.calibration.fit import DEFAULT_EDGES
+            from specsim.calibration.logs import load_drafts_log
+
+            counts, holdout = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout)
+        elif args.steps_log:
+            from specsim.calibration.logs import load_steps_log
+
+            counts = load_steps_log(args.steps_log)
+        else:
+            counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
+        fit = fit_counts(drafter, counts)
+        cal = fit.calibration
+    report = build_report(cal, fit, holdout)
+    text = cal.render()
+    atomic_write_text(args.output, text)
+    if args.counts_out:
+        atomic_write_text(args.counts_out, render_counts(fit.counts))
+    if args.plot:
+        plot_reliability(report, args.plot)
+    if args.json:
+        print_json(report)
+    elif args.report:
+        print(format_report(report), end="")
+    else:
+        what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
+                if fit else f"one bucket from {args.rates_form} rates")
+        print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
+    return 0
+
+
+def _read_windows(path, run):
+    from pathlib import Path
+
+    from specsim import _toml
+    from specsim.calibration.fit import steps_from_windows
+    from specsim.errors import CalibrationError
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise CalibrationError(f"{path}: cannot read the windows file ({e.strerror or e})") from e
+    doc = _toml.loads(raw, "the windows file", path, CalibrationError)
+    runs = doc.get("run", [])
+    if not isinstance(runs, list):
+        runs = []
+    tables = ([("", doc)] if "windows" in doc else []) + [
+        (r.get("name", f"run {i}"), r) for i, r in enumerate(runs) if isinstance(r, dict) and "windows" in r
+    ]
+    if run is not None:
+        tables = [(name, t) for name, t in tables if name == run]
+        if not tables:
+            raise CalibrationError(f"{path}: no [[run]] named {run!r} with windows")
+    if not tables:
+        raise CalibrationError(f"{path}: no `windows` array at top level or in any [[run]] table")
+    rows = []
+    for name, t in tables:
+        if not isinstance(t["windows"], list):
+            raise CalibrationError(f"{path}: {name or 'top-level'} windows is not an array of rows")
+        rows += t["windows"]
+    steps = steps_from_windows(rows, source=str(path))
+    k_logged = doc.get("k_logged")
+    depth = max(d for d, _ in steps)
+    if isinstance(k_logged, int) and not isinstance(k_logged, bool) and k_logged != depth:
+        raise CalibrationError(f"{path}: k_logged = {k_logged} but the windows have {depth + 1} counts per row "
+                               f"(k = {depth}): each row is [accepted k, .., accepted 1, rejected]")
+    return steps
+
+
+def _float_list(text):
+    import math
+
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least one finite number")
+    return values
+
+
+_RawEpilog = argparse.RawDescriptionHelpFormatter

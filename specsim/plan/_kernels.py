@@ -153,86 +153,81 @@ GUARD = 1e-12
 
 
 @jit
+def _insertion_desc(ordered, start, stop):
+    for t in range(start + 1, stop):
+        x = ordered[t]
+        q = t - 1
+        while q >= start and ordered[q] < x:
+            ordered[q + 1] = ordered[q]
+            q -= 1
+        ordered[q + 1] = x
+
+
+@jit
 def sort_gains_desc_nb(gains, count, ordered, counts):
     """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are >= 0).
 
     A counting sort on the leading bits of the float64 pattern (non-negative doubles order as
-    their bit patterns), then a small sort inside each bucket: linear time for the gains a
-    planner sees, where a comparison sort of n * K values would dominate the call.
-    ``counts`` is ``int64[SORT_BUCKETS + 1]`` workspace.
+    their bit patterns) into about two buckets per value, then one insertion pass that only
+    has to fix order inside buckets: linear time for the gains a planner sees, where a
+    comparison sort of n * K values would dominate the call. A crowded bucket (values packed
+    far closer than their spread) is sorted on its own instead. ``counts`` is
+    ``int64[2 * SORT_BUCKETS + 1]`` workspace.
     """
     if count <= SMALL_BUCKET:
         for t in range(count):
-            x = gains[t]
-            q = t - 1
-            while q >= 0 and ordered[q] < x:
-                ordered[q + 1] = ordered[q]
-                q -= 1
-            ordered[q + 1] = x
+            ordered[t] = gains[t]
+        _insertion_desc(ordered, 0, count)
         return
     bits = gains[:count].view(np.int64)
-    zeros = 0
-    umin = np.int64(0x7FFFFFFFFFFFFFFF)
-    umax = np.int64(0)
-    for e in range(count):
+    umin = bits[0]
+    umax = bits[0]
+    for e in range(1, count):
         u = bits[e]
-        if u == 0:
-            zeros += 1
-            continue
-        if u < umin:
-            umin = u
-        if u > umax:
-            umax = u
-    positive = count - zeros
-    if positive > 0:
-        # About one bucket per value: fewer buckets to clear and walk, few values per bucket.
-        limit = count if count < SORT_BUCKETS else SORT_BUCKETS
-        shift = 30
-        while (umax >> shift) - (umin >> shift) >= limit:
-            shift += 1
-        base = umin >> shift
-        nb = (umax >> shift) - base + 1
-        for b in range(nb + 1):
-            counts[b] = 0
-        for e in range(count):
-            u = bits[e]
-            if u != 0:
-                counts[(u >> shift) - base] += 1
-        # Bucket b starts after every bucket above it: descending order.
-        pos = 0
-        for b in range(nb - 1, -1, -1):
-            c = counts[b]
-            counts[b] = pos
-            pos += c
-        for e in range(count):
-            u = bits[e]
-            if u != 0:
-                b = (u >> shift) - base
-                ordered[counts[b]] = gains[e]
-                counts[b] += 1
-        # counts[b] is now the end of bucket b; sort inside each bucket.
-        start = 0
-        for b in range(nb - 1, -1, -1):
-            stop = counts[b]
-            size = stop - start
-            if size > SMALL_BUCKET:
-                seg = ordered[start:stop]
-                seg.sort()
-                for t in range(size // 2):
-                    x = seg[t]
-                    seg[t] = seg[size - 1 - t]
-                    seg[size - 1 - t] = x
-            elif size > 1:
-                for t in range(start + 1, stop):
-                    x = ordered[t]
-                    q = t - 1
-                    while q >= start and ordered[q] < x:
-                        ordered[q + 1] = ordered[q]
-                        q -= 1
-                    ordered[q + 1] = x
-            start = stop
-    for e in range(positive, count):
-        ordered[e] = 0.0
+        umin = min(umin, u)
+        umax = max(umax, u)
+    limit = 2 * count if count < SORT_BUCKETS else 2 * SORT_BUCKETS
+    shift = 20
+    while (umax >> shift) - (umin >> shift) >= limit:
+        shift += 1
+    base = umin >> shift
+    nb = (umax >> shift) - base + 1
+    for b in range(nb):
+        counts[b] = 0
+    crowded = 0
+    for e in range(count):
+        b = (bits[e] >> shift) - base
+        c = counts[b] + 1
+        counts[b] = c
+        crowded = max(crowded, c)
+    # Bucket b starts after every bucket above it: descending order.
+    pos = 0
+    for b in range(nb - 1, -1, -1):
+        c = counts[b]
+        counts[b] = pos
+        pos += c
+    for e in range(count):
+        b = (bits[e] >> shift) - base
+        ordered[counts[b]] = gains[e]
+        counts[b] += 1
+    if crowded <= SMALL_BUCKET:
+        _insertion_desc(ordered, 0, count)
+        return
+    # counts[b] is now the end of bucket b.
+    start = 0
+    for b in range(nb - 1, -1, -1):
+        stop = counts[b]
+        size = stop - start
+        if size > SMALL_BUCKET:
+            seg = ordered[start:stop]
+            seg.sort()
+            for t in range(size // 2):
+                x = seg[t]
+                seg[t] = seg[size - 1 - t]
+                seg[size - 1 - t] = x
+        elif size > 1:
+            _insertion_desc(ordered, start, stop)
+        start = stop
 
 
 @jit
@@ -255,7 +250,7 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
         Modified in place: the depths.
     gains : ndarray(float64, ndim=1), shape >= (2 * n * K,)
     owner : ndarray(int64, ndim=1), shape >= (n * K,)
-    counts : ndarray(int64, ndim=1), shape >= (SORT_BUCKETS + 1,)
+    counts : ndarray(int64, ndim=1), shape >= (2 * SORT_BUCKETS + 1,)
     wc : ndarray(float64, ndim=2), shape (K + 1, 4)
         Workspaces (overwritten).
 
@@ -341,22 +336,13 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
 
 
 @jit
-def _bounds(vc, lo, f, max_k, sunk):
-    """Cheap estimate of a row cost and a bound on its distance from the exact one."""
-    v = vc[lo]
-    d = vc[lo + 1] - v if lo < max_k else 0.0
-    est = v + d * f + sunk
-    return est, TOL * (abs(v) + abs(d) + abs(sunk))
-
-
-@jit
 def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack):
     """The best prefix of the descending gains (SPEC §4.2's scan), 0 for none.
 
-    Every prefix is visited. Each comparison is first decided from cost bounds with
-    multiplications only (``rows / n`` from a running quotient and remainder, no division);
-    when a bound cannot decide, the exact SPEC arithmetic decides, so the answer is the one the
-    plain scan gives, bit for bit.
+    Every prefix is visited. Rows advance through depth segments ``[lo, lo + 1)``, inside which
+    a row cost is affine in ``rem / n``; each comparison is first decided from bounds on the
+    cost, built with multiplications only. When a bound cannot decide (a near-tie), the exact
+    SPEC arithmetic decides, so the answer is bit for bit the plain scan's.
     """
     vms = wc[:, VMS]
     vj = wc[:, VJ]
@@ -364,6 +350,8 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     sunk_j = wc[kk, DJ]
     reference = base_tokens / _row_cost(vms, n, base_rows, max_k, sunk_ms)
     floor_rate = (1.0 - slack) * reference
+    floor_lo = floor_rate * (1.0 - GUARD)
+    floor_hi = floor_rate * (1.0 + GUARD)
     inv_n = 1.0 / n
 
     lo = base_rows // n
@@ -371,40 +359,59 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     best_take = 0
     best_tokens = base_tokens
     best_rows = base_rows
-    best_j, best_tol = _bounds(vj, lo, rem * inv_n, max_k, sunk_j)
-    best_exact = -1.0  # fl(best_tokens / J(best_rows)), computed only when a tie needs it
+    # Bounds on the best prefix's exact joules, and the exact tokens/J once a tie needs it.
+    d = vj[lo + 1] - vj[lo] if lo < max_k else 0.0
+    est = vj[lo] + sunk_j + d * (rem * inv_n)
+    tol = TOL * (abs(vj[lo]) + abs(d) + abs(sunk_j))
+    best_j_lo = est - tol
+    best_j_hi = est + tol
+    best_exact = -1.0
 
     tokens = base_tokens
-    for take in range(1, take_max + 1):
-        tokens += ordered[take - 1]
-        rem += 1
+    take = 0
+    while take < take_max:
+        # One depth segment: the row costs are a + d * rem / n for rem in (rem, n].
+        nxt = lo + 1 if lo < max_k else max_k
+        a_ms = vms[lo] + sunk_ms
+        d_ms = vms[nxt] - vms[lo]
+        tol_ms = TOL * (abs(vms[lo]) + abs(d_ms) + abs(sunk_ms))
+        a_j = vj[lo] + sunk_j
+        d_j = vj[nxt] - vj[lo]
+        tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
+        stop = n - rem
+        if stop > take_max - take:
+            stop = take_max - take
+        for step in range(1, stop + 1):
+            tokens += ordered[take + step - 1]
+            f = (rem + step) * inv_n
+            ms = a_ms + d_ms * f
+            if tokens < floor_lo * (ms - tol_ms):
+                continue
+            rows = base_rows + take + step
+            if not tokens > floor_hi * (ms + tol_ms):
+                if tokens / _row_cost(vms, n, rows, max_k, sunk_ms) < floor_rate:
+                    continue
+            j = a_j + d_j * f
+            if tokens * best_j_lo > best_tokens * (j + tol_j) * (1.0 + GUARD):
+                better = True
+            elif tokens * best_j_hi < best_tokens * (j - tol_j) * (1.0 - GUARD):
+                better = False
+            else:
+                if best_exact < 0.0:
+                    best_exact = best_tokens / _row_cost(vj, n, best_rows, max_k, sunk_j)
+                better = tokens / _row_cost(vj, n, rows, max_k, sunk_j) > best_exact
+            if better:
+                best_take = take + step
+                best_tokens = tokens
+                best_rows = rows
+                best_j_lo = j - tol_j
+                best_j_hi = j + tol_j
+                best_exact = -1.0
+        take += stop
+        rem += stop
         if rem == n:
             rem = 0
             lo += 1
-        rows = base_rows + take
-        f = rem * inv_n
-        ms, ms_tol = _bounds(vms, lo, f, max_k, sunk_ms)
-        if tokens < floor_rate * (ms - ms_tol) * (1.0 - GUARD):
-            continue
-        if not tokens > floor_rate * (ms + ms_tol) * (1.0 + GUARD):
-            if tokens / _row_cost(vms, n, rows, max_k, sunk_ms) < floor_rate:
-                continue
-        j, j_tol = _bounds(vj, lo, f, max_k, sunk_j)
-        if tokens * (best_j - best_tol) > best_tokens * (j + j_tol) * (1.0 + GUARD):
-            better = True
-        elif tokens * (best_j + best_tol) < best_tokens * (j - j_tol) * (1.0 - GUARD):
-            better = False
-        else:
-            if best_exact < 0.0:
-                best_exact = best_tokens / _row_cost(vj, n, best_rows, max_k, sunk_j)
-            better = tokens / _row_cost(vj, n, rows, max_k, sunk_j) > best_exact
-        if better:
-            best_take = take
-            best_tokens = tokens
-            best_rows = rows
-            best_j = j
-            best_tol = j_tol
-            best_exact = -1.0
     return best_take
 
 

@@ -140,7 +140,7 @@ class Planner:
         self._scratch = np.empty((table.max_k + 1, 4))
         self._gains = np.empty(0)
         self._owner = np.empty(0, dtype=np.int64)
-        self._counts = np.empty(SORT_BUCKETS + 1, dtype=np.int64)
+        self._counts = np.empty(2 * SORT_BUCKETS + 1, dtype=np.int64)
         self._reserve(64)
         size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
         self._memo = np.empty(size, dtype=np.int64)

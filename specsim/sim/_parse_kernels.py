@@ -302,36 +302,46 @@ def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_
     rows = 0
     need = max(col_t, max(col_p, col_o)) + 1
     while s < n:
-        e = _line_end_nb(buf, s)
-        le = e
-        if le > s and buf[le - 1] == _CR:
-            le -= 1
-        blank = True
-        for i in range(s, le):
-            if buf[i] != _SP and buf[i] != _TAB:
-                blank = False
+        # one pass over the line: field bounds of the wanted columns, and the line's end
+        ta, tb, pa, pb, oa, ob = -1, -1, -1, -1, -1, -1
+        field = 0
+        fs = s
+        inq = False
+        i = s
+        while i < n:
+            c = buf[i]
+            if c == _NL:
                 break
-        if not blank:
-            ta, tb, pa, pb, oa, ob = -1, -1, -1, -1, -1, -1
-            field = 0
-            fs = s
-            inq = False
-            for i in range(s, le + 1):
-                if i < le:
-                    c = buf[i]
-                    if c == _QUOTE:
-                        inq = not inq
-                        continue
-                    if c != _COMMA or inq:
-                        continue
+            if c == _QUOTE:
+                inq = not inq
+            elif c == _COMMA and not inq:
                 if field == col_t:
                     ta, tb = fs, i
-                if field == col_p:
+                elif field == col_p:
                     pa, pb = fs, i
-                if field == col_o:
+                elif field == col_o:
                     oa, ob = fs, i
                 field += 1
                 fs = i + 1
+            i += 1
+        e = i
+        le = e
+        if le > s and buf[le - 1] == _CR:
+            le -= 1
+        if field == col_t:
+            ta, tb = fs, le
+        elif field == col_p:
+            pa, pb = fs, le
+        elif field == col_o:
+            oa, ob = fs, le
+        field += 1
+        blank = field == 1
+        if blank:
+            for j in range(s, le):
+                if buf[j] != _SP and buf[j] != _TAB:
+                    blank = False
+                    break
+        if not blank:
             reason = 0
             if field < need:
                 reason = BAD_FIELDS

@@ -25,7 +25,8 @@ naming the file and line, or with ``skip_bad_rows`` is skipped and counted.
 
 Options apply in this order: the ``window`` (seconds from the trace start, in the file's own
 time; kept arrivals are re-based to the window's start), then ``limit`` (the first N requests
-by arrival), then ``rate_scale`` (arrivals divided by it: 2 means twice the traffic).
+by arrival), then ``rate_scale`` (arrivals divided by it: 2 means twice the traffic). They apply
+after the whole file is read, because a file need not be in time order (BurstGPT's is not).
 
 Files are parsed by Numba kernels in blocks of whole lines, so memory holds only the output
 arrays and one block of text, never a Python object per row.
@@ -197,32 +198,40 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
     skipped_zero = int(keep.shape[0] - np.count_nonzero(keep))
     if skipped_zero:
         times, prompt, output = times[keep], prompt[keep], output[keep]
-    order = np.argsort(times, kind="stable")
-    n = order.shape[0]
+    n = times.shape[0]
+    # Most traces are already in time order: then no sort and no gather.
+    ordered = n < 2 or bool(np.all(times[1:] >= times[:-1]))
+    order = None if ordered else np.argsort(times, kind="stable")
+    t = times if ordered else times[order]
     arrival = np.empty(n)
     if n:
-        t = times[order]
         if unit == "datetime":
             # int64 difference first: ns since 1970 do not fit a float64 exactly
             np.divide(t - t[0], 1e9, out=arrival)
         else:
             np.divide(np.asarray(t, dtype=np.float64) - float(t[0]), ARRIVAL_UNITS[unit], out=arrival)
-    good = n
+    lo, hi = 0, n
     if window is not None:
         start, end = window
         lo = int(np.searchsorted(arrival, start, side="left"))
         hi = n if end is None else int(np.searchsorted(arrival, end, side="left"))
-        order, arrival = order[lo:hi], arrival[lo:hi] - start
     if limit is not None:
-        order, arrival = order[:limit], arrival[:limit]
+        hi = min(hi, lo + limit)
+    arrival = arrival[lo:hi]
+    if window is not None and window[0]:
+        arrival = arrival - window[0]
     if rate_scale != 1.0:
         arrival = arrival / rate_scale
-    out = np.empty(order.shape[0], dtype=REQUEST_DT)
+    out = np.empty(hi - lo, dtype=REQUEST_DT)
     out["arrival_s"] = arrival
-    out["prompt_tokens"] = prompt[order]
-    out["output_tokens"] = output[order]
+    if ordered:
+        out["prompt_tokens"] = prompt[lo:hi]
+        out["output_tokens"] = output[lo:hi]
+    else:
+        out["prompt_tokens"] = prompt[order[lo:hi]]
+        out["output_tokens"] = output[order[lo:hi]]
     return TraceRead(out, fmt, source, rows, skipped_zero, int(skipped_bad), tuple(int(x) for x in bad_lines),
-                     good - out.shape[0])
+                     n - out.shape[0])
 
 
 def _check_options(rate_scale, limit, window):
@@ -269,22 +278,30 @@ def _bad_row_error(path, line, reason, text, what, fields):
     )
 
 
-def _blocks(f, first_block=b""):
-    """Yield blocks of whole lines from a binary file (the last may lack a final newline)."""
-    carry = first_block
+def _blocks(f):
+    """Yield ``(block, lines)``: buffers of whole lines from a binary file and a row capacity.
+
+    A block ends at its last newline and the file is re-read from there (a seek back), so no
+    block is copied to join it with the next; a line longer than a block grows the read.
+    """
+    size = _BLOCK_BYTES
+    pending = b""
     while True:
-        chunk = f.read(_BLOCK_BYTES)
+        got = f.read(size)
+        chunk = pending + got if pending else got
+        pending = b""
         if not chunk:
-            if carry:
-                yield carry
             return
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
+        if len(got) < size:  # the end of the file: all that is left
+            yield memoryview(chunk), chunk.count(b"\n") + 1
+            return
+        cut = chunk.rfind(b"\n")
         if cut < 0:
-            carry = data
+            pending = chunk
+            size *= 2
             continue
-        carry = data[cut + 1:]
-        yield data[:cut + 1]
+        f.seek(cut + 1 - len(chunk), 1)
+        yield memoryview(chunk)[:cut + 1], chunk.count(b"\n", 0, cut + 1)
 
 
 def _open(path):
@@ -294,16 +311,15 @@ def _open(path):
         raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
 
 
-def _run_blocks(path, f, first_line, first_block, parse, datetime_kind, what, fields):
+def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
     from specsim.sim._parse_kernels import INFO_BAD, INFO_BAD_OFFSET, INFO_FIRST_BAD_LINE, INFO_LINES, INFO_REASON, INFO_SIZE
 
     info = np.zeros(INFO_SIZE, dtype=np.int64)
     bad_lines = np.zeros(_MAX_BAD_LINES, dtype=np.int64)
     times, prompts, outputs = [], [], []
     line = first_line
-    for block in _blocks(f, first_block):
+    for block, size in _blocks(f):
         buf = np.frombuffer(block, dtype=np.uint8)
-        size = block.count(b"\n") + 1
         t_num = np.empty(1 if datetime_kind else size)
         t_ns = np.empty(size if datetime_kind else 1, dtype=np.int64)
         prompt = np.empty(size, dtype=np.int64)
@@ -312,8 +328,8 @@ def _run_blocks(path, f, first_line, first_block, parse, datetime_kind, what, fi
         rows = parse(buf, line, t_num, t_ns, prompt, output, bad_lines, info)
         if not parse.skip_bad and info[INFO_BAD] > bad_before:
             off = int(info[INFO_BAD_OFFSET])
-            end = block.find(b"\n", off)
-            text = block[off:end if end >= 0 else len(block)].rstrip(b"\r").decode("utf-8", errors="replace")
+            raw = bytes(block[off:off + 4096])
+            text = raw.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
             raise _bad_row_error(path, int(info[INFO_FIRST_BAD_LINE]), int(info[INFO_REASON]), text, what, fields)
         times.append((t_ns if datetime_kind else t_num)[:rows])
         prompts.append(prompt[:rows])
@@ -351,7 +367,7 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
 
         parse = _Parse(call, (cols[0], cols[1], cols[2], kind), bool(skip_bad))
         fields = f"too few fields (the header names {len(header)}; column {max(cols) + 1} is needed)"
-        return _run_blocks(path, f, 2, b"", parse, datetime_kind, what, fields)
+        return _run_blocks(path, f, 2, parse, datetime_kind, what, fields)
 
 
 def _column_index(path, header, name, exact):
@@ -374,7 +390,8 @@ def _read_jsonl(path, keys, skip_bad):
         return parse_jsonl_nb(buf, kt, kp, ko, line, skip, t_num, prompt, output, bad_lines, info)
 
     with _open(path) as f:
-        first = f.read(len(_BOM)).removeprefix(_BOM)
+        if f.read(len(_BOM)) != _BOM:
+            f.seek(0)
         parse = _Parse(call, key_arrays, bool(skip_bad))
-        return _run_blocks(path, f, 1, first, parse, False, "a number (milliseconds)",
+        return _run_blocks(path, f, 1, parse, False, "a number (milliseconds)",
                            "the object lacks one of the keys " + ", ".join(keys))

@@ -1,0 +1,12 @@
+"""Plain-text output shared by the library's reports and the command line."""
+
+from __future__ import annotations
+
+
+def format_grid(header, rows) -> str:
+    """A plain, aligned text table."""
+    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

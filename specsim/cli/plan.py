@@ -1,0 +1,127 @@
+"""``specsim plan``: the depth a serve would pick, with the figures that decided it."""
+
+from __future__ import annotations
+
+import json
+
+from specsim.cli._common import format_grid, print_json, slack
+
+
+def register(sub, groups):
+    p = sub.add_parser(
+        "plan",
+        help="pick a draft depth for a batch width (SPEC §4.1) or per-sequence depths (§4.2)",
+        description="Print the draft depth the planner picks at width N, with each depth's expected tokens/s "
+                    "and tokens/J, or (with --confidences) each sequence's verify depth.",
+    )
+    p.add_argument("table", help="cost table TOML")
+    p.add_argument("calibration", help="acceptance calibration TOML")
+    p.add_argument("--n", type=int, help="batch width (sequences in the step); default: the number of "
+                   "sequences in --confidences")
+    p.add_argument("--slack", type=slack, default=0.0, help="throughput slack in [0, 1) (default 0)")
+    p.add_argument("--max-seqs", type=int, default=None, help="speculation cap: above it, plain decode (default: none)")
+    p.add_argument("--confidences", metavar="FILE",
+                   help="JSON list of lists: each sequence's draft log-probabilities; prints per-sequence depths")
+    p.add_argument("--known-drafts", metavar="FILE",
+                   help="JSON list: drafts each sequence has (default: the length of its confidence list)")
+    p.add_argument("--k-max", type=int, default=None, help="deepest verify depth (default: the table's)")
+    p.add_argument("--row-budget", type=int, default=None, help="most draft rows in the batch (default: no limit)")
+    p.add_argument("--json", action="store_true", help="print the decision as JSON")
+    p.set_defaults(func=cmd_plan)
+
+
+def _read_json(path, what):
+    from specsim.errors import PlanError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise PlanError(f"{path}: cannot read the {what} ({e.strerror or e})") from e
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: the {what} is not JSON: line {e.lineno} column {e.colno}: {e.msg}") from e
+
+
+def _confidences(path):
+    from specsim.errors import PlanError
+
+    data = _read_json(path, "confidences")
+    if not isinstance(data, list):
+        raise PlanError(f"{path}: expected a JSON list of lists of numbers (one list per sequence)")
+    rows = []
+    for i, row in enumerate(data):
+        if not isinstance(row, list) or not all(
+            (isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in row
+        ):
+            raise PlanError(f"{path}: sequence {i} is not a list of numbers (null = unmeasured)")
+        rows.append([float("nan") if v is None else float(v) for v in row])
+    return rows
+
+
+def cmd_plan(args):
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.errors import PlanError
+    from specsim.plan import Planner, sequence_depths
+    from specsim.table import CostTable
+
+    table = CostTable.load(args.table)
+    cal = AcceptanceCalibration.load(args.calibration)
+    for name in ("n", "max_seqs", "k_max", "row_budget"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise PlanError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+
+    if args.confidences:
+        conf = _confidences(args.confidences)
+        known = [len(r) for r in conf]
+        if args.known_drafts:
+            known = _read_json(args.known_drafts, "known drafts")
+            if not isinstance(known, list) or len(known) != len(conf) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in known
+            ):
+                raise PlanError(f"{args.known_drafts}: expected a list of {len(conf)} non-negative integers")
+        k_max = table.max_k if args.k_max is None else args.k_max
+        budget = sum(known) if args.row_budget is None else args.row_budget
+        depths = sequence_depths(table, cal, conf, known, k_max, budget, args.slack)
+        if args.json:
+            print_json({"depths": depths, "rows": sum(depths), "k_max": k_max, "row_budget": budget,
+                        "slack": args.slack})
+            return 0
+        rows = [[i, len(c), known[i], d, f"{cal.expected_accepted(c, d):.3f}"] for i, (c, d) in enumerate(zip(conf, depths))]
+        print(format_grid(["seq", "confidences", "drafts", "verify depth", "E[accepted]"], rows))
+        print(f"{sum(depths)} draft rows (budget {budget}), k_max {k_max}, slack {args.slack}")
+        return 0
+
+    if args.n is None:
+        raise PlanError("give --n N (the batch width) or --confidences FILE")
+    planner = Planner(table, cal, slack=args.slack, max_seqs=args.max_seqs, memo=False)
+    n = args.n
+    depth = planner.propose(n)
+    capped = args.max_seqs is not None and n > args.max_seqs
+    rows, figures = [], []
+    r = min(1, table.max_k)
+    tokens_r = n * (1 + planner.cum_priors[r])
+    reference = tokens_r / table.cell(n, r).step_ms
+    for k in range(table.max_k + 1):
+        cell = table.cell(n, k)
+        tokens = n * (1 + planner.cum_priors[k])
+        tok_s = tokens / cell.step_ms * 1000.0
+        tok_j = tokens / cell.step_j
+        feasible = tokens / cell.step_ms >= (1 - args.slack) * reference
+        figures.append({"k": k, "tokens": tokens, "step_ms": cell.step_ms, "step_j": cell.step_j,
+                        "tokens_per_s": tok_s, "tokens_per_j": tok_j, "feasible": bool(feasible)})
+        mark = "<-" if k == depth and not capped else ""
+        rows.append([k, f"{tokens:.3f}", f"{cell.step_ms:.3f}", f"{cell.step_j:.4f}", f"{tok_s:.1f}",
+                     f"{tok_j:.3f}", "yes" if feasible else "no", mark])
+    if args.json:
+        print_json({"n": n, "depth": depth, "slack": args.slack, "max_seqs": args.max_seqs, "capped": bool(capped),
+                    "floor_tokens_per_s": (1 - args.slack) * reference * 1000.0, "depths": figures})
+        return 0
+    print(format_grid(["k", "E[tokens]", "step ms", "step J", "tok/s", "tok/J", "fast enough", ""], rows))
+    if capped:
+        print(f"n = {n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
+    else:
+        print(f"depth {depth}: the most tokens/J among depths with tok/s >= {(1 - args.slack) * reference * 1000.0:.1f} "
+              f"({1 - args.slack:g} x depth {r}'s)")
+
+    return 0
