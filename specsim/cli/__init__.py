@@ -14,15 +14,12 @@ from specsim import __version__
 COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
-    "specsim.cli.model",
-    "specsim.cli.replay",
-    "specsim.cli.trace",
-    "specsim.cli.simulate",
     "specsim.cli.plan",
     "specsim.cli.model",
     "specsim.cli.bench",
-    "specsim.cli.replay",
     "specsim.cli.trace",
+    "specsim.cli.replay",
+    "specsim.cli.simulate",
 )
 
 
