@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "specsim.cli.trace",
     "specsim.cli.replay",
     "specsim.cli.simulate",
+    "specsim.cli.sweep",
 )
 
 
