@@ -64,6 +64,8 @@ _EXPORTS = {
     "simulate": "specsim.sim",
     "SimResult": "specsim.sim",
     "ServerOptions": "specsim.sim",
+    "run_sweep": "specsim.sweep",
+    "load_grid": "specsim.sweep",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

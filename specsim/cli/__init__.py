@@ -17,9 +17,10 @@ COMMAND_MODULES = (
     "specsim.cli.plan",
     "specsim.cli.model",
     "specsim.cli.bench",
-    "specsim.cli.replay",
     "specsim.cli.trace",
     "specsim.cli.simulate",
+    "specsim.cli.replay",
+    "specsim.cli.sweep",
 )
 
 

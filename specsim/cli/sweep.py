@@ -1,0 +1,46 @@
+"""``specsim sweep``: a grid of simulations, on Dask or serially, resumable."""
+
+from __future__ import annotations
+
+
+def register(sub, groups):
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of simulations (policy x slack x batch cap x traffic x seed x trace)",
+        description="Cross the axes of GRID.toml and simulate every point, on a local Dask cluster (default), an "
+                    "existing one (--scheduler) or serially. Each finished point is saved at once; points already "
+                    "in RESULTS are skipped, so an interrupted sweep resumes. See specsim.sweep.grid for the "
+                    "grid format.",
+    )
+    p.add_argument("grid", help="grid TOML (traces, tables, calibrations, [server], [slo], [axes])")
+    p.add_argument("-o", "--out", required=True, metavar="RESULTS", help="results file: .csv, or .parquet (pyarrow)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    p.add_argument("--workers", type=int, default=None, help="worker processes of the local cluster (default: CPUs)")
+    p.add_argument("--serial", action="store_true", help="run in this process, without Dask")
+    p.add_argument("--plot", metavar="PNG", help="Pareto plot: J/token vs tokens/s, p99 TPOT as colour (matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args):
+    from specsim.errors import SpecsimError
+    from specsim.sweep import load_grid, read_results, run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise SpecsimError(f"--workers must be >= 1, got {args.workers}")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise SpecsimError("--plot needs matplotlib: pip install 'specsim[plot]'") from None
+    grid = load_grid(args.grid)
+    report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
+                       progress=not args.quiet)
+    print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
+          f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+    if args.plot:
+        from specsim.sweep.plot import pareto_plot
+
+        pareto_plot(read_results(args.out), args.plot)
+        print(f"plot written to {args.plot}")
+    return 0

@@ -1,0 +1,7 @@
+"""Sweeps: many what-if simulations over a grid, on a Dask cluster or serially (issue: sweeps)."""
+
+from specsim.sweep.grid import Grid, GridError, load_grid, parse_grid, point_id
+from specsim.sweep.run import SweepReport, read_results, run_point, run_sweep
+
+__all__ = ["Grid", "GridError", "SweepReport", "load_grid", "parse_grid", "point_id", "read_results", "run_point",
+           "run_sweep"]

@@ -1,0 +1,201 @@
+"""Sweep grids: which traces, tables and calibrations, and which axes to cross (one simulation
+per point).
+
+A grid is a TOML file; paths in it are relative to the file's folder::
+
+    [traces]                      # name -> path, or a table with reader options
+    conv = { path = "conv.csv", format = "azure2023", limit = 5000 }
+
+    [tables]
+    gb10 = "gb10.toml"
+
+    [calibrations]
+    gb10 = "gb10-calibration.toml"
+
+    [server]                      # options every point shares (see specsim.sim.ServerOptions)
+    max_batch = 8
+    prefill_ms_per_token = 0.2
+
+    [slo]                         # optional targets for SLO attainment
+    ttft_s = 2.0
+    tpot_s = 0.15
+
+    [axes]                        # crossed in this order; each is a list of values
+    trace = ["conv"]              # default: every trace (likewise table, calibration)
+    policy = ["propose", "sequence", "goodput"]
+    slack = [0.0, 0.3]
+    rate_scale = [1.0, 2.0]       # compress arrivals: 2 = twice the traffic
+    max_batch = [4, 8]            # any server option can be an axis
+
+Every point is identified by its axis values (``point_id``), so results from an earlier,
+interrupted run are recognised and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsim import _toml
+from specsim.errors import SimulationError
+
+INPUT_AXES = ("trace", "table", "calibration")
+READER_OPTIONS = ("format", "columns", "arrival_unit", "limit", "window", "skip_bad_rows")
+
+
+class GridError(SimulationError):
+    """A sweep grid that cannot run."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A parsed grid: named inputs, shared options, and the axes to cross."""
+
+    source: str
+    traces: dict            # name -> (path, reader options dict)
+    tables: dict            # name -> path
+    calibrations: dict      # name -> path
+    server: dict
+    slo: dict
+    axes: tuple             # ((axis, (values...)), ...)
+    points: list = field(default_factory=list, compare=False)
+
+
+def point_id(values: dict) -> str:
+    """A short, stable id of a point: the hash of its axis values as canonical JSON."""
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_grid(path) -> Grid:
+    """Read and check a grid file; every problem is listed at once."""
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise GridError(f"{path}: cannot read the sweep grid ({e.strerror or e})") from e
+    return parse_grid(text, path.parent, str(path))
+
+
+def parse_grid(text, folder, source="<grid>") -> Grid:
+    from specsim.sim.engine import ServerOptions
+    from specsim.sim.policy import parse_policy
+
+    doc = _toml.loads(text, "the sweep grid", source, GridError)
+    folder = Path(folder)
+    problems = []
+    known = {"traces", "tables", "calibrations", "server", "slo", "axes"}
+    for name in doc:
+        if name not in known:
+            problems.append(f"unknown section [{name}]: the sections are {', '.join(sorted(known))}")
+
+    def inputs(section, with_options=False):
+        raw = doc.get(section, {})
+        out = {}
+        if not isinstance(raw, dict) or not raw:
+            problems.append(f"[{section}] must name at least one input: name = \"path\"")
+            return out
+        for name, value in raw.items():
+            options = {}
+            if isinstance(value, dict) and with_options:
+                options = {k: v for k, v in value.items() if k != "path"}
+                bad = [k for k in options if k not in READER_OPTIONS]
+                if bad:
+                    problems.append(f"[{section}] {name}: unknown option(s) {', '.join(bad)}; "
+                                    f"known: path, {', '.join(READER_OPTIONS)}")
+                value = value.get("path")
+            if not isinstance(value, str):
+                problems.append(f"[{section}] {name}: give a path string"
+                                + (" or a table with `path`" if with_options else ""))
+                continue
+            p = Path(value)
+            p = p if p.is_absolute() else folder / p
+            if not p.is_file():
+                problems.append(f"[{section}] {name}: no file at {p}")
+            out[name] = (str(p), options) if with_options else str(p)
+        return out
+
+    traces = inputs("traces", with_options=True)
+    tables = inputs("tables")
+    calibrations = inputs("calibrations")
+
+    option_names = set(ServerOptions.__dataclass_fields__) - {"occupancy"}
+    server = doc.get("server", {})
+    if not isinstance(server, dict):
+        problems.append("[server] must be a table of server options")
+        server = {}
+    for name in server:
+        if name not in option_names:
+            problems.append(f"[server] {name}: not a server option; known: {', '.join(sorted(option_names))}")
+    slo = doc.get("slo", {})
+    if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
+        problems.append("[slo] takes ttft_s and tpot_s (seconds)")
+        slo = {}
+
+    raw_axes = doc.get("axes", {})
+    if not isinstance(raw_axes, dict):
+        problems.append("[axes] must be a table of lists")
+        raw_axes = {}
+    defaults = {"trace": list(traces), "table": list(tables), "calibration": list(calibrations)}
+    axes = []
+    for name in ("trace", "table", "calibration"):
+        values = raw_axes.get(name, defaults[name])
+        pool = {"trace": traces, "table": tables, "calibration": calibrations}[name]
+        if not isinstance(values, list) or not values:
+            problems.append(f"[axes] {name} must be a non-empty list of names")
+            continue
+        for v in values:
+            if v not in pool:
+                problems.append(f"[axes] {name} {v!r} is not defined in [{name}s]")
+        axes.append((name, tuple(values)))
+    for name, values in raw_axes.items():
+        if name in INPUT_AXES:
+            continue
+        if name not in option_names | {"policy", "rate_scale"}:
+            problems.append(f"[axes] {name}: not an axis; axes are trace, table, calibration, policy, rate_scale "
+                            f"and the server options ({', '.join(sorted(option_names))})")
+            continue
+        if name in server:
+            problems.append(f"{name} is both in [server] and in [axes]: keep one")
+        if not isinstance(values, list) or not values:
+            problems.append(f"[axes] {name} must be a non-empty list")
+            continue
+        if name == "policy":
+            for v in values:
+                try:
+                    parse_policy(v)
+                except Exception as e:  # the parser's own message says what is wrong
+                    problems.append(f"[axes] policy {v!r}: {e}")
+        if name == "rate_scale":
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                    problems.append(f"[axes] rate_scale {v!r} must be a number > 0")
+        axes.append((name, tuple(values)))
+    if "policy" not in raw_axes:
+        problems.append("[axes] policy is missing: list the policies to compare, e.g. [\"propose\", \"sequence\"]")
+    if problems:
+        raise GridError(f"{source}: the sweep grid cannot run", problems)
+    grid = Grid(source, traces, tables, calibrations, dict(server), dict(slo), tuple(axes))
+    names = [a for a, _ in grid.axes]
+    points = [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in grid.axes))]
+    # Check each point's options once here, so a bad value fails before any work starts.
+    for p in points:
+        try:
+            ServerOptions(**point_options(grid, p))
+        except SimulationError as e:
+            raise GridError(f"{source}: point {json.dumps(p)} has bad server options: {e}") from None
+    object.__setattr__(grid, "points", points)
+    return grid
+
+
+def point_options(grid: Grid, point: dict) -> dict:
+    """The server options of one point: [server] overridden by its option axes."""
+    opts = dict(grid.server)
+    for name, value in point.items():
+        if name not in INPUT_AXES and name not in ("policy", "rate_scale"):
+            opts[name] = value
+    return opts

@@ -1,0 +1,262 @@
+"""Running a sweep: one simulation per grid point, on a Dask cluster or serially, with results
+kept on disk after every point so that an interrupted sweep resumes where it stopped."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+from specsim._io import atomic_write_bytes, atomic_write_text
+from specsim.sweep.grid import INPUT_AXES, Grid, GridError, point_id, point_options
+
+SERIAL_NOTE = ("dask.distributed is not installed: running the sweep serially in this process "
+               "(pip install 'specsim[dist]' to spread it over workers)")
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: points in the grid, computed now, found already done, wall seconds."""
+
+    total: int
+    computed: int
+    skipped: int
+    seconds: float
+    out: str
+    workers: int
+
+
+def run_point(point: dict, requests, table, calibration, options: dict, slo: dict) -> dict:
+    """Simulate one grid point and return its result row (axis values + summary fields)."""
+    from specsim.sim.engine import simulate
+
+    scale = float(point.get("rate_scale", 1.0))
+    if scale != 1.0:
+        # The same division the trace reader applies for --rate-scale, so a point equals a
+        # `specsim simulate --rate-scale` run of the same file.
+        requests = requests.copy()
+        requests["arrival_s"] = requests["arrival_s"] / scale
+    result = simulate(requests, table, calibration, point["policy"], **options)
+    summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
+    return result_row(point, summary)
+
+
+def result_row(point: dict, summary: dict) -> dict:
+    """A flat row: ``point_id``, the axis values, then the summary with nested fields joined by
+    ``_`` (``ttft_s_p99``) and the depth histogram as JSON."""
+    row = {"point_id": point_id(point)}
+    row.update(point)
+    for key, value in summary.items():
+        if key in row:
+            continue
+        if key == "depth_histogram":
+            row[key] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, dict):
+            for sub, v in value.items():
+                row[f"{key}_{sub}"] = v
+        else:
+            row[key] = value
+    return row
+
+
+# -- results files ----------------------------------------------------------------------------------
+
+def _is_parquet(path) -> bool:
+    return str(path).lower().endswith((".parquet", ".pq"))
+
+
+def read_results(path) -> list:
+    """Rows of an existing results file (CSV or Parquet), or [] when there is none."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    if _is_parquet(path):
+        pq = _pyarrow_parquet()
+        return pq.read_table(path).to_pylist()
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if rows and "point_id" not in rows[0]:
+        raise GridError(f"{path}: not a sweep results file (no point_id column); choose another -o")
+    return [{k: _from_text(v) for k, v in r.items()} for r in rows]
+
+
+def write_results(path, rows, columns) -> None:
+    """All rows, atomically (a reader never sees a half-written file)."""
+    if _is_parquet(path):
+        pa = _pyarrow()
+        pq = _pyarrow_parquet()
+        table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows])
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        atomic_write_bytes(path, buf.getvalue())
+        return
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow(["" if r.get(c) is None else _to_text(r.get(c)) for c in columns])
+    atomic_write_text(path, out.getvalue())
+
+
+def _to_text(value):
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def _from_text(text):
+    if text == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    if text in ("True", "False"):
+        return text == "True"
+    return text
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError:
+        raise GridError("writing Parquet needs pyarrow (pip install pyarrow), or give a .csv path") from None
+    return pyarrow
+
+
+def _pyarrow_parquet():
+    _pyarrow()
+    import pyarrow.parquet as pq
+
+    return pq
+
+
+# -- the sweep --------------------------------------------------------------------------------------
+
+def _load_inputs(grid: Grid, points):
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.sim.traces import read_trace
+    from specsim.table import CostTable
+
+    used = {a: {p[a] for p in points} for a in INPUT_AXES}
+    traces = {}
+    for name in sorted(used["trace"]):
+        path, options = grid.traces[name]
+        traces[name] = read_trace(path, **options).requests
+    tables = {name: CostTable.load(grid.tables[name]) for name in sorted(used["table"])}
+    cals = {name: AcceptanceCalibration.load(grid.calibrations[name]) for name in sorted(used["calibration"])}
+    return traces, tables, cals
+
+
+def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, progress=True) -> SweepReport:
+    """Run every point of ``grid`` not already in ``out``; rows are saved after each point.
+
+    Parameters
+    ----------
+    grid : Grid
+    out : path
+        Results file (``.csv``, or ``.parquet`` with pyarrow). Points already in it are skipped.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:port``); default a local cluster.
+    workers : int, optional
+        Worker processes of the local cluster (default: the CPU count).
+    serial : bool
+        Run in this process without Dask.
+    """
+    from specsim._progress import Progress
+
+    start = time.monotonic()
+    done = {r["point_id"]: r for r in read_results(out)}
+    todo = [p for p in grid.points if point_id(p) not in done]
+    skipped = len(grid.points) - len(todo)
+    if skipped:
+        print(f"specsim sweep: {skipped} of {len(grid.points)} points already in {out}; computing the other "
+              f"{len(todo)}", file=sys.stderr)
+    columns = list(next(iter(done.values())).keys()) if done else None
+    rows = dict(done)
+
+    def save(row):
+        nonlocal columns
+        rows[row["point_id"]] = row
+        if columns is None:
+            columns = list(row.keys())
+        else:
+            columns += [c for c in row if c not in columns]
+        order = {point_id(p): i for i, p in enumerate(grid.points)}
+        ordered = sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
+        write_results(out, ordered, columns)
+
+    n_workers = 1
+    if todo:
+        traces, tables, cals = _load_inputs(grid, todo)
+        bar = Progress(len(todo), "sweep", enabled=progress, unit="points")
+        try:
+            dist = None
+            if not serial:
+                try:
+                    import dask.distributed as dist  # noqa: F401
+                except ImportError:
+                    print(f"specsim sweep: {SERIAL_NOTE}", file=sys.stderr)
+                    dist = None
+            if dist is None:
+                for p in todo:
+                    row = run_point(p, traces[p["trace"]], tables[p["table"]], cals[p["calibration"]],
+                                    point_options(grid, p), grid.slo)
+                    save(row)
+                    bar.update()
+            else:
+                n_workers = _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers)
+        except KeyboardInterrupt:
+            bar.close()
+            kept = len(rows) - skipped
+            print(f"specsim sweep: interrupted; {kept} new point(s) kept in {out}; run the same command again "
+                  "to compute the rest", file=sys.stderr)
+            raise
+        bar.close()
+    return SweepReport(len(grid.points), len(todo), skipped, time.monotonic() - start, str(out), n_workers)
+
+
+def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -> int:
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as e:
+            raise GridError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
+    else:
+        n = workers or os.cpu_count() or 1
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    try:
+        n_workers = len(client.scheduler_info()["workers"])
+        # Inputs travel once per worker, not once per task.
+        futs = {}
+        for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals)):
+            for name, value in pool.items():
+                futs[(kind, name)] = client.scatter(value, broadcast=True, hash=False)
+        tasks = []
+        for p in todo:
+            tasks.append(client.submit(
+                run_point, p, futs[("trace", p["trace"])], futs[("table", p["table"])],
+                futs[("calibration", p["calibration"])], point_options(grid, p), grid.slo,
+                pure=False, key=f"specsim-point-{point_id(p)}",
+            ))
+        for fut in as_completed(tasks):
+            save(fut.result())
+            bar.update()
+        return n_workers
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+

@@ -1,0 +1,192 @@
+"""Sweeps: grid parsing, serial and Dask runs equal to single simulations, resuming."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+
+import pytest
+
+from specsim.cli import main
+from specsim.sweep import GridError, load_grid, read_results, run_sweep
+from specsim.sweep.plot import pareto_front
+
+CONV = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.fixture
+def inputs(shared_data, tmp_path):
+    """A real table (GB10 run 1) and a calibration fitted on its real histograms."""
+    metrale = shared_data / "metrale" / "qwen38_27b_mtp_gb10.toml"
+    assert main(["table", "import", str(metrale), "--run", "qwen38_27b_mtp_r1", "-o", str(tmp_path / "gb10.toml"),
+                 "--box-class", "gb10", "--recipe", "qwen38-27b-mtp"]) == 0
+    assert main(["calib", "fit", "--windows", str(metrale), "--drafter-sha256", "unknown", "--vocab", "151936",
+                 "--quantization", "nvfp4", "--context", "true", "-o", str(tmp_path / "cal.toml")]) == 0
+    return tmp_path
+
+
+def write_grid(folder, trace, axes, server="max_batch = 8", limit=400):
+    text = f"""
+[traces]
+conv = {{ path = "{trace}", limit = {limit} }}
+[tables]
+gb10 = "gb10.toml"
+[calibrations]
+gb10 = "cal.toml"
+[server]
+{server}
+[slo]
+ttft_s = 5.0
+tpot_s = 0.2
+[axes]
+{axes}
+"""
+    path = folder / "grid.toml"
+    path.write_text(text)
+    return path
+
+
+AXES_12 = 'policy = ["propose", "sequence", "goodput"]\nslack = [0.0, 0.3]\nrate_scale = [0.05, 0.1]'
+
+
+def simulate_json(folder, trace, point, limit=400):
+    out = folder / f"single-{point['policy']}-{point['slack']}-{point['rate_scale']}.json"
+    args = ["simulate", "--trace", str(trace), "--limit", str(limit), "--table", str(folder / "gb10.toml"),
+            "--calibration", str(folder / "cal.toml"), "--policy", point["policy"], "--slack", str(point["slack"]),
+            "--rate-scale", str(point["rate_scale"]), "--max-batch", "8", "--slo-ttft-s", "5.0",
+            "--slo-tpot-s", "0.2", "--json", str(out), "--quiet"]
+    assert main(args) == 0
+    return json.loads(out.read_text())["policies"][0]
+
+
+def assert_row_matches(row, summary):
+    for key in ("requests", "output_tokens", "makespan_s", "tokens_per_s", "energy_j", "j_per_token",
+                "mean_width", "accepted_per_step"):
+        assert row[key] == summary[key], key
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for q in ("p50", "p90", "p99"):
+            assert row[f"{metric}_{q}"] == summary[metric][q]
+    assert json.loads(row["depth_histogram"]) == summary["depth_histogram"]
+    assert row["slo_attainment"] == summary["slo"]["attainment"]
+
+
+def test_grid_refusals_list_every_problem(tmp_path):
+    (tmp_path / "t.toml").write_text("")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("""
+[traces]
+a = "missing.csv"
+[tables]
+t = "t.toml"
+[calibrations]
+c = { path = "t.toml" }
+[server]
+warp = 9
+[axes]
+colour = ["red"]
+policy = ["fixed:x"]
+""")
+    with pytest.raises(GridError) as err:
+        load_grid(bad)
+    text = str(err.value)
+    for needle in ("missing.csv", "[calibrations] c", "warp", "colour", "fixed:x"):
+        assert needle in text
+    assert main(["sweep", str(bad), "-o", str(tmp_path / "r.csv")]) == 2
+
+
+def test_serial_sweep_equals_single_simulations_and_resumes(inputs, shared_data, capsys):
+    trace = shared_data / CONV
+    grid = load_grid(write_grid(inputs, trace, AXES_12))
+    assert len(grid.points) == 12
+    out = inputs / "serial.csv"
+    report = run_sweep(grid, out, serial=True, progress=False)
+    assert (report.total, report.computed, report.skipped) == (12, 12, 0)
+    rows = read_results(out)
+    assert [r["policy"] for r in rows] == [p["policy"] for p in grid.points]
+    for row in rows[::5]:
+        point = {k: row[k] for k in ("policy", "slack", "rate_scale")}
+        assert_row_matches(row, simulate_json(inputs, trace, point))
+
+    # Drop five rows: the next run computes exactly those and leaves the rest untouched.
+    kept = rows[:3] + rows[8:]
+    from specsim.sweep.run import write_results
+
+    write_results(out, kept, list(rows[0].keys()))
+    report = run_sweep(grid, out, serial=True, progress=False)
+    assert (report.computed, report.skipped) == (5, 7)
+    again = read_results(out)
+    assert again == rows
+
+
+def test_dask_sweep_on_two_workers_equals_serial(inputs, shared_data):
+    pytest.importorskip("dask.distributed")
+    trace = shared_data / CONV
+    grid_path = write_grid(inputs, trace, AXES_12)
+    grid = load_grid(grid_path)
+    serial = inputs / "serial.csv"
+    run_sweep(grid, serial, serial=True, progress=False)
+    out = inputs / "dask.csv"
+    report = run_sweep(grid, out, workers=2, progress=False)
+    assert (report.computed, report.workers) == (12, 2)
+    rows = read_results(out)
+    assert rows == read_results(serial)
+    point = {k: rows[7][k] for k in ("policy", "slack", "rate_scale")}
+    assert_row_matches(rows[7], simulate_json(inputs, trace, point))
+
+    # A partial file: the cluster computes only the missing points.
+    from specsim.sweep.run import write_results
+
+    write_results(out, rows[:4], list(rows[0].keys()))
+    assert main(["sweep", str(grid_path), "-o", str(out), "--workers", "2", "--quiet"]) == 0
+    assert read_results(out) == rows
+
+
+def test_without_dask_the_sweep_runs_serially_with_a_note(inputs, shared_data, monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def no_dask(name, *args, **kwargs):
+        if name.startswith("dask"):
+            raise ImportError("no dask here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:2"]', limit=50))
+    report = run_sweep(grid, inputs / "r.csv", progress=False)
+    assert report.computed == 2 and report.workers == 1
+    assert "running the sweep serially" in capsys.readouterr().err
+
+
+def test_server_axes_reach_the_simulation(inputs, shared_data):
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:2"]\nmax_batch = [1, 8]', server="",
+                                limit=100))
+    run_sweep(grid, inputs / "r.csv", serial=True, progress=False)
+    narrow, wide = read_results(inputs / "r.csv")
+    assert narrow["max_batch"] == 1 and wide["max_batch"] == 8
+    assert narrow["mean_width"] == 1.0 and wide["mean_width"] > 1.0
+    assert wide["makespan_s"] < narrow["makespan_s"]
+
+
+def test_parquet_results_round_trip(inputs, shared_data):
+    pytest.importorskip("pyarrow")
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:0", "goodput"]', limit=50))
+    run_sweep(grid, inputs / "r.parquet", serial=True, progress=False)
+    run_sweep(grid, inputs / "r.csv", serial=True, progress=False)
+    assert read_results(inputs / "r.parquet") == read_results(inputs / "r.csv")
+
+
+def test_pareto_front():
+    rows = [{"tokens_per_s": 10.0, "j_per_token": 1.0}, {"tokens_per_s": 20.0, "j_per_token": 2.0},
+            {"tokens_per_s": 15.0, "j_per_token": 2.5}, {"tokens_per_s": 20.0, "j_per_token": 1.5},
+            {"tokens_per_s": None, "j_per_token": 1.0}]
+    assert pareto_front(rows) == [0, 3]
+
+
+def test_sweep_plot(inputs, shared_data, tmp_path):
+    pytest.importorskip("matplotlib")
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:0", "fixed:2", "propose"]', limit=60)
+    png = tmp_path / "pareto.png"
+    assert main(["sweep", str(grid_path), "-o", str(tmp_path / "r.csv"), "--serial", "--quiet", "--plot",
+                 str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not math.isnan(read_results(tmp_path / "r.csv")[0]["tokens_per_s"])
