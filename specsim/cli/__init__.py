@@ -12,6 +12,7 @@ from specsim import __version__
 # ``set_defaults(func=...)`` (``func(args)`` returns the exit code), and may add actions to a group
 # an earlier module made (``groups["table"]``, ``groups["calib"]``: sub-parser collections).
 COMMAND_MODULES = (
+    "specsim.cli.demo",
     "specsim.cli.table",
     "specsim.cli.calib",
     "specsim.cli.plan",

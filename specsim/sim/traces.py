@@ -83,6 +83,10 @@ def parse_columns(text: str) -> dict:
     return out
 
 
+# The plain CSV layout specsim writes (arrival seconds, prompt and output tokens); detected as csv.
+SPECSIM_COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
+
+
 def detect_format(path) -> str:
     """The format of a trace file, from its first line (and the first data row for Azure).
 
@@ -117,6 +121,8 @@ def detect_format(path) -> str:
         return "azure2024" if len(stamp) > 19 and any(c in stamp[19:] for c in "+-Z") else "azure2023"
     if {"timestamp", "request tokens", "response tokens"} <= header:
         return "burstgpt"
+    if set(SPECSIM_COLUMNS.values()) <= header:
+        return "csv"  # specsim's own layout (as `specsim demo` writes it): columns are known
     shown = ",".join(rows[0])[:200] if rows else ""
     raise TraceError(
         f"{path}: cannot tell the trace format from its header {shown!r}; give the format "
@@ -158,6 +164,8 @@ def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)} (or the synthetic generator)")
     if fmt == "csv":
+        if columns is None and format is None:
+            columns = dict(SPECSIM_COLUMNS)  # detected as specsim's own layout
         if columns is None:
             raise TraceError(f"{path}: format csv needs columns (arrival=COL,prompt=COL,output=COL)")
         cols = parse_columns(columns) if isinstance(columns, str) else dict(columns)

@@ -1,0 +1,66 @@
+"""`specsim demo`: the main job on built-in defaults, and the files it leaves to start from."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from specsim import AcceptanceCalibration, CostTable
+from specsim.cli import main
+from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, demo_trace, run_demo
+from specsim.sim.traces import read_trace
+
+
+def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--requests", "400", "--no-plot"]) == 0
+    printed = capsys.readouterr().out
+    for policy in ("fixed:3", "goodput", "propose@0", "sequence@0", "schedule:"):
+        assert policy in printed
+    table = CostTable.load(out / "table.toml")
+    assert table.meta["energy_source"] == "model"
+    cal = AcceptanceCalibration.load(out / "calibration.toml")
+    assert "published" in cal.meta["source"]
+    results = json.loads((out / "results.json").read_text())
+    assert [p["policy"] for p in results["policies"]] == list(DEMO_POLICIES)
+    assert all(p["requests"] == 400 for p in results["policies"])
+
+    # The written trace reads back (format detected) to the generated one.
+    read = read_trace(out / "trace.csv")
+    generated = demo_trace(400).requests
+    assert read.format == "csv"
+    assert np.array_equal(read.requests["prompt_tokens"], generated["prompt_tokens"])
+    assert np.array_equal(read.requests["output_tokens"], generated["output_tokens"])
+    np.testing.assert_allclose(read.requests["arrival_s"], generated["arrival_s"], rtol=1e-15, atol=1e-12)
+
+    # The command the demo prints reproduces its sequence row from the files.
+    command = printed.strip().splitlines()[-1].split()
+    assert command[0] == "specsim"
+    single = tmp_path / "single.json"
+    assert main(command[1:] + ["--json", str(single), "--quiet"]) == 0
+    mine = json.loads(single.read_text())["policies"][0]
+    theirs = next(p for p in results["policies"] if p["policy"] == "sequence")
+    for key in ("output_tokens", "tokens_per_s", "j_per_token", "accepted_per_step"):
+        assert np.isclose(mine[key], theirs[key], rtol=1e-9), key
+
+
+def test_demo_trace_has_the_published_shape():
+    r = demo_trace(20000, seed=3).requests
+    rate = (r.shape[0] - 1) / r["arrival_s"][-1]
+    assert abs(rate / CONV_RATE_PER_S - 1) < 0.05
+    assert 900 < np.median(r["prompt_tokens"]) < 1150
+    assert 115 < np.median(r["output_tokens"]) < 145
+
+
+def test_demo_plot_when_matplotlib_is_present(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    run_demo(requests=150, out=tmp_path, plot=True)
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_refuses_bad_options(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--requests", "0"]) == 2
+    assert "--requests" in capsys.readouterr().err
