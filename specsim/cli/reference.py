@@ -29,16 +29,48 @@ def _walk(parser, prefix):
         yield from _walk(sub, prefix + [name])
 
 
+def _flags(action) -> str:
+    if action.option_strings:
+        names = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.nargs == 0:
+            return names
+        metavar = action.metavar or action.dest.upper()
+        return f"{names} `{metavar}`"
+    return f"`{action.metavar or action.dest}`"
+
+
+def _help(action) -> str:
+    text = " ".join((action.help or "").split())
+    if "%(" in text:
+        text = text % {"default": action.default, "prog": "specsim", "dest": action.dest}
+    if action.choices and not isinstance(action, argparse._SubParsersAction):
+        text += f" (one of: {', '.join(map(str, action.choices))})"
+    if action.required and action.option_strings:
+        text += " **required**"
+    return text.replace("|", "\\|")
+
+
 def render() -> str:
-    """Markdown: one section per leaf command with its usage and options, as ``--help`` prints them."""
+    """Markdown: one section per leaf command with its description and a table of its arguments.
+
+    Built from the parser's actions rather than argparse's help text, so it reads the same on
+    every Python version and terminal width.
+    """
     from specsim.cli import build_parser
 
     parser = build_parser()
     out = [BEGIN, ""]
     for path, sub in _walk(parser, ["specsim"]):
-        sub.prog = " ".join(path)
-        help_text = sub.format_help()
-        out += [f"### `{' '.join(path)}`", "", "```text", help_text.rstrip(), "```", ""]
+        out.append(f"### `{' '.join(path)}`")
+        out.append("")
+        if sub.description:
+            out += [" ".join(sub.description.split()), ""]
+        rows = [a for a in sub._actions
+                if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
+        if rows:
+            out += ["| argument | meaning |", "|---|---|"]
+            out += [f"| {_flags(a)} | {_help(a)} |" for a in rows]
+            out.append("")
     out.append(END)
     return "\n".join(out)
 
@@ -54,10 +86,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specsim.cli.reference", description=__doc__)
     ap.add_argument("--write", metavar="README", help="replace the reference block in this file")
     args = ap.parse_args(argv)
-    import os
-
-    # Fixed help width, so the generated text does not depend on the terminal.
-    os.environ["COLUMNS"] = "100"
     block = render()
     if args.write:
         from specsim._io import atomic_write_text
