@@ -289,20 +289,31 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
             continue
         out[i] = 1
         real = n_conf[i] if n_conf[i] < m else m
-        run = 1.0
-        for j in range(1, cap + 1):
-            p = priors[j - 1 if j - 1 < last_prior else last_prior]
-            if j <= real:
-                lp = conf[i, j - 1]
-                if lp == lp:
-                    p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, j - 1])]
-            run *= p
-            if j == 1:
-                base_tokens += run
+        if real > cap:
+            real = cap
+        # Position 1 feeds the base tokens; positions 2..cap are the extra rows' gains. Positions
+        # with a real confidence come first, then the ones that take the prior: two tight loops.
+        run = priors[0]
+        if real >= 1:
+            lp = conf[i, 0]
+            if lp == lp:
+                run = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, 0])]
+        base_tokens += run
+        for j in range(2, real + 1):
+            lp = conf[i, j - 1]
+            if lp == lp:
+                p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, j - 1])]
             else:
-                gains[extras] = run
-                owner[extras] = i
-                extras += 1
+                p = priors[j - 1 if j - 1 < last_prior else last_prior]
+            run *= p
+            gains[extras] = run
+            owner[extras] = i
+            extras += 1
+        for j in range(real + 1 if real >= 1 else 2, cap + 1):
+            run *= priors[j - 1 if j - 1 < last_prior else last_prior]
+            gains[extras] = run
+            owner[extras] = i
+            extras += 1
     take_max = row_budget - base_rows
     if take_max > extras:
         take_max = extras
