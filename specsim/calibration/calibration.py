@@ -35,8 +35,7 @@ class AcceptanceCalibration:
     __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
 
     def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>"):
-        with np.errstate(over="ignore"):
-            edges = np.asarray(np.asarray(edges, dtype=np.float64), dtype=np.float32).reshape(-1)
+        edges = _edges_f32(edges)
         p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
         priors = np.asarray(prior_by_position, dtype=np.float64).reshape(-1)
         problems = _rule_problems(edges, p_accept, priors)
@@ -252,6 +251,27 @@ def _batch(confidences, n_conf):
     return conf, n_conf
 
 
+def _edges_f32(values):
+    """Edges as float32, each rounded once from its own value (an integer is not first made a
+    float64: that double rounding can land on a different float32 above 2**53)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+        arr = values.reshape(-1)
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float64)
+        with np.errstate(over="ignore"):
+            return arr.astype(np.float32)
+    if np.ndim(values) == 0:
+        values = [values]
+    out = np.empty(len(values), dtype=np.float32)
+    with np.errstate(over="ignore"):
+        for i, v in enumerate(values):
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                out[i] = np.array(v, dtype=np.int64).astype(np.float32)
+            else:
+                out[i] = np.float32(float(v))
+    return out
+
+
 def _f32(value) -> str:
     """Shortest decimal that reads back (through f64, then f32) as the same float32."""
     v = np.float32(value)
@@ -332,7 +352,8 @@ def _read_acceptance(raw, problems):
         if bad:
             problems.append(f"[acceptance] {name}[{bad[0]}] = {value[bad[0]]!r} is not a number")
             continue
-        arrays.append(nums)
+        # Edges keep their integers so each is rounded to float32 once, as the seed's reader does.
+        arrays.append(_edges_f32(value) if name == "edges" else nums)
     return arrays if len(arrays) == 3 else None
 
 
