@@ -118,9 +118,12 @@ def test_batch_kernels_match_reference(c, rows, data):
     lps = [[float(x) for x in conf[i, :n_conf[i]]] for i in range(len(rows))]
 
     out = np.empty(len(rows))
-    _kernels.expected_accepted_nb(calib.edges, calib.p_accept, calib.priors, conf, n_conf, depths, out)
+    assert _kernels.expected_accepted_nb(calib.edges, calib.p_accept, calib.priors, conf, n_conf, depths, out) == 0
     want = [ref.ref_expected_accepted(edges, p, priors, lps[i], int(depths[i])) for i in range(len(rows))]
     assert [bits(x) for x in out] == [bits(x) for x in want]
+    k = int(depths[0])
+    assert _kernels.expected_accepted_k_nb(calib.edges, calib.p_accept, calib.priors, conf, n_conf, k, out) == 0
+    assert [bits(x) for x in out] == [bits(ref.ref_expected_accepted(edges, p, priors, l, k)) for l in lps]
     assert [bits(x) for x in calib.expected_accepted_batch(conf, n_conf, depths)] == [bits(x) for x in want]
     same_k = calib.expected_accepted_batch(conf, n_conf, 3)
     assert [bits(x) for x in same_k] == [bits(ref.ref_expected_accepted(edges, p, priors, l, 3)) for l in lps]
@@ -137,6 +140,27 @@ def test_batch_kernels_match_reference(c, rows, data):
             assert b[i, j] == (-1 if math.isnan(lp) else ref.ref_bucket(edges, lp))
 
 
+def test_kernels_count_bad_rows_without_reading_outside():
+    c = cal()
+    conf = np.array([[-0.05, -2.0], [-0.05, -2.0], [-0.05, -2.0]], dtype=np.float32)
+    out = np.empty(3)
+    n_conf = np.array([2, 5, -1], dtype=np.int64)
+    assert _kernels.expected_accepted_k_nb(c.edges, c.p_accept, c.priors, conf, n_conf, 3, out) == 2
+    # a count past the row reads the row and then priors; a negative count reads nothing
+    assert out[0] == out[1] == ref.ref_expected_accepted(EDGES, P, PRIORS, [-0.05, -2.0], 3)
+    assert out[2] == ref.ref_expected_accepted(EDGES, P, PRIORS, [], 3)
+    depths = np.array([1, -2, 0], dtype=np.int64)
+    assert _kernels.expected_accepted_nb(c.edges, c.p_accept, c.priors, conf, n_conf, depths, out) == 3
+    assert out.tolist() == [0.95, 0.0, 0.0]
+
+
+def test_empty_batches():
+    c = cal()
+    assert c.expected_accepted_batch(np.zeros((0, 4), dtype=np.float32), np.zeros(0, dtype=np.int64), 3).shape == (0,)
+    none = c.expected_accepted_batch(np.zeros((2, 0), dtype=np.float32), [0, 0], [2, 0])
+    assert none.tolist() == [0.8 + 0.8 * 0.6, 0.0]
+
+
 def test_batch_wrappers_check_shapes():
     c = cal()
     conf = np.zeros((2, 3), dtype=np.float32)
@@ -148,6 +172,13 @@ def test_batch_wrappers_check_shapes():
         c.expected_accepted_batch(conf, [1, 1], -1)
     with pytest.raises(CalibrationError):
         c.expected_accepted_batch(np.zeros(3, dtype=np.float32), [1], 2)
+    with pytest.raises(CalibrationError):
+        c.expected_accepted_batch(conf, [1, 1], 2, out=np.empty(3))
+    with pytest.raises(CalibrationError):
+        c.p_matrix(conf, [1, 1], out=np.empty((3, 3)))
+    # lists and other dtypes are converted; the kernel sees the same values
+    assert c.expected_accepted_batch(conf.tolist(), [1, 2], np.array([2, 3], dtype=np.int32)).tolist() == \
+        c.expected_accepted_batch(conf, np.array([1, 2], dtype=np.int64), np.array([2, 3], dtype=np.int64)).tolist()
     out = np.empty(2)
     assert c.expected_accepted_batch(conf, [0, 3], [1, 2], out=out) is out
 
