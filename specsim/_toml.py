@@ -10,6 +10,7 @@ Writing produces TOML that any conforming reader parses back to the same values:
 
 from __future__ import annotations
 
+import datetime
 import math
 import sys
 
@@ -28,10 +29,49 @@ def loads(text: str, what: str, source: str, error_cls):
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
             raise error_cls(f"{source}: {what} is not UTF-8 text ({e})") from e
+    # A byte-order mark from a Windows editor is not content; the seed's reader skips it too.
+    text = text.removeprefix("\ufeff")
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text, parse_float=_binary64)
     except tomllib.TOMLDecodeError as e:
         raise error_cls(f"{source}: {what} is not valid TOML: {e}") from e
+    except _FloatOverflow as e:
+        raise error_cls(
+            f"{source}: {what} is not valid TOML: the float {e} is beyond the largest 64-bit float "
+            f"(write inf if infinity is meant)"
+        ) from None
+    # TOML integers are 64-bit signed and a reader must refuse what does not fit (the seed's
+    # does); tomllib alone would hand back an arbitrarily large Python int.
+    big = _out_of_range_ints(doc, "")
+    if big:
+        raise error_cls(
+            f"{source}: {what} is not valid TOML: integers outside the 64-bit signed range",
+            [f"{path} = {value}" for path, value in big],
+        )
+    return doc
+
+
+class _FloatOverflow(ValueError):
+    pass
+
+
+def _binary64(literal: str) -> float:
+    """A TOML float literal as a binary64; a finite literal that rounds to infinity is refused,
+    as the seed's reader refuses it (TOML floats are binary64, and 1e400 is not one)."""
+    value = float(literal)
+    if math.isinf(value) and "inf" not in literal:
+        raise _FloatOverflow(literal)
+    return value
+
+
+def _out_of_range_ints(value, path):
+    if isinstance(value, dict):
+        return [hit for k, v in value.items() for hit in _out_of_range_ints(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [hit for i, v in enumerate(value) for hit in _out_of_range_ints(v, f"{path}[{i}]")]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+        return [(path, value)]
+    return []
 
 
 def type_name(value) -> str:
@@ -115,11 +155,18 @@ def number(value) -> str:
 
 
 def scalar(value) -> str:
-    """A TOML literal for a string, bool, int, float or flat list of those."""
+    """A TOML literal for any value ``tomllib`` reads: string, bool, number, date/time, array, table.
+
+    Tables become inline tables, so a ``[meta]`` read from a file can always be written back.
+    """
     if isinstance(value, str):
         return string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(scalar(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key(k)} = {scalar(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
     if hasattr(value, "item"):  # numpy scalar
         value = value.item()
     return number(value)

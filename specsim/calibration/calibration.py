@@ -35,8 +35,7 @@ class AcceptanceCalibration:
     __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
 
     def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>"):
-        with np.errstate(over="ignore"):
-            edges = np.asarray(np.asarray(edges, dtype=np.float64), dtype=np.float32).reshape(-1)
+        edges = _edges_f32(edges)
         p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
         priors = np.asarray(prior_by_position, dtype=np.float64).reshape(-1)
         problems = _rule_problems(edges, p_accept, priors)
@@ -131,8 +130,8 @@ class AcceptanceCalibration:
 
         Positions without a confidence (past the end of ``lps``, or NaN) take the position prior.
         """
-        lps = np.asarray(lps, dtype=np.float32).reshape(1, -1)
-        out = self.expected_accepted_batch(lps, np.array([lps.shape[1]]), int(k))
+        lps = np.ascontiguousarray(lps, dtype=np.float32).reshape(1, -1)
+        out = self.expected_accepted_batch(lps, np.array([lps.shape[1]], dtype=np.int64), int(k))
         return float(out[0])
 
     def p_matrix(self, confidences, n_conf, m_out=None, out=None):
@@ -155,6 +154,8 @@ class AcceptanceCalibration:
         conf, n_conf = _batch(confidences, n_conf)
         if out is None:
             out = np.empty((conf.shape[0], conf.shape[1] if m_out is None else int(m_out)))
+        elif not (_ready(out, _F64, 2) and out.shape[0] == conf.shape[0]):
+            raise CalibrationError(f"out must be a contiguous float64 array with {conf.shape[0]} rows")
         p_matrix_nb(self.edges, self.p_accept, self.priors, conf, n_conf, out)
         return out
 
@@ -170,25 +171,46 @@ class AcceptanceCalibration:
     def expected_accepted_batch(self, confidences, n_conf, depths, out=None):
         """Expected accepted drafts per row of a batch.
 
+        Arrays already in the kernel's dtype and layout go to the kernel as they are, and the
+        kernel checks ``n_conf`` itself, so a scheduler loop calling this every step pays no
+        conversion or extra pass.
+
         Parameters
         ----------
         confidences : ndarray(float32, ndim=2), shape (n, m)
         n_conf : ndarray(int64, ndim=1), shape (n,)
+            Real entries per row, each in ``0..=m``.
         depths : int or ndarray(int64, ndim=1), shape (n,)
             Drafts counted per row.
         out : ndarray(float64, ndim=1), shape (n,), optional
             Filled in place when given.
-        """
-        from specsim.calibration._kernels import expected_accepted_nb
 
-        conf, n_conf = _batch(confidences, n_conf)
+        Returns
+        -------
+        ndarray(float64, ndim=1), shape (n,)
+        """
+        kernels = _kernels()
+        conf = confidences if _ready(confidences, _F32, 2) else _as_conf(confidences)
+        nc = n_conf if _ready(n_conf, _I64, 1) else np.ascontiguousarray(n_conf, dtype=np.int64).reshape(-1)
         n = conf.shape[0]
-        depths = np.ascontiguousarray(np.broadcast_to(np.asarray(depths, dtype=np.int64), (n,)))
-        if (depths < 0).any():
-            raise CalibrationError("draft depths must be >= 0")
+        if nc.shape[0] != n:
+            raise CalibrationError(f"n_conf has {nc.shape[0]} entries for {n} rows of confidences")
         if out is None:
             out = np.empty(n)
-        expected_accepted_nb(self.edges, self.p_accept, self.priors, conf, n_conf, depths, out)
+        elif not (_ready(out, _F64, 1) and out.shape[0] == n):
+            raise CalibrationError(f"out must be a contiguous float64 array of shape ({n},)")
+        if isinstance(depths, (int, np.integer)) and not isinstance(depths, bool):
+            if depths < 0:
+                raise CalibrationError(f"draft depth {depths} is negative")
+            bad = kernels.expected_accepted_k_nb(self.edges, self.p_accept, self.priors, conf, nc, int(depths), out)
+        else:
+            d = depths if _ready(depths, _I64, 1) and depths.shape[0] == n else np.ascontiguousarray(
+                np.broadcast_to(np.asarray(depths, dtype=np.int64), (n,)))
+            bad = kernels.expected_accepted_nb(self.edges, self.p_accept, self.priors, conf, nc, d, out)
+            if bad and (d < 0).any():
+                raise CalibrationError("draft depths must be >= 0")
+        if bad:
+            raise CalibrationError(f"n_conf entries must be in 0..={conf.shape[1]} (the matrix's columns)")
         return out
 
     # -- value semantics ------------------------------------------------------------------
@@ -265,16 +287,62 @@ def conditional_priors(rates, form: str = "marginal"):
     return out
 
 
-def _batch(confidences, n_conf):
+_F32, _I64, _F64 = np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.float64)
+_KERNELS = None
+
+
+def _kernels():
+    """The kernel module, imported on first use (importing it loads Numba) and kept: an import
+    statement on every call would cost more than a small batch's kernel."""
+    global _KERNELS
+    if _KERNELS is None:
+        from specsim.calibration import _kernels as kernels
+
+        _KERNELS = kernels
+    return _KERNELS
+
+
+def _ready(a, dtype, ndim) -> bool:
+    """Whether ``a`` can go to a kernel as it is: an ndarray of this dtype, rank and C layout."""
+    return type(a) is np.ndarray and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous
+
+
+def _as_conf(confidences):
     conf = np.ascontiguousarray(confidences, dtype=np.float32)
     if conf.ndim != 2:
         raise CalibrationError(f"confidences must be a 2-d float32 matrix (n, m), got shape {conf.shape}")
+    return conf
+
+
+def _batch(confidences, n_conf):
+    conf = _as_conf(confidences)
     n_conf = np.ascontiguousarray(n_conf, dtype=np.int64).reshape(-1)
     if n_conf.shape[0] != conf.shape[0]:
         raise CalibrationError(f"n_conf has {n_conf.shape[0]} entries for {conf.shape[0]} rows of confidences")
     if (n_conf < 0).any() or (n_conf > conf.shape[1]).any():
         raise CalibrationError(f"n_conf entries must be in 0..={conf.shape[1]} (the matrix's columns)")
     return conf, n_conf
+
+
+def _edges_f32(values):
+    """Edges as float32, each rounded once from its own value (an integer is not first made a
+    float64: that double rounding can land on a different float32 above 2**53)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+        arr = values.reshape(-1)
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float64)
+        with np.errstate(over="ignore"):
+            return arr.astype(np.float32)
+    if np.ndim(values) == 0:
+        values = [values]
+    out = np.empty(len(values), dtype=np.float32)
+    with np.errstate(over="ignore"):
+        for i, v in enumerate(values):
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                out[i] = np.array(v, dtype=np.int64).astype(np.float32)
+            else:
+                out[i] = np.float32(float(v))
+    return out
 
 
 def _f32(value) -> str:
@@ -357,7 +425,8 @@ def _read_acceptance(raw, problems):
         if bad:
             problems.append(f"[acceptance] {name}[{bad[0]}] = {value[bad[0]]!r} is not a number")
             continue
-        arrays.append(nums)
+        # Edges keep their integers so each is rounded to float32 once, as the seed's reader does.
+        arrays.append(_edges_f32(value) if name == "edges" else nums)
     return arrays if len(arrays) == 3 else None
 
 

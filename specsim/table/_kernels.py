@@ -2,6 +2,7 @@
 
 A table is ``widths int64[W]`` (ascending, distinct, >= 1) and
 ``costs float64[W, max_k + 1, 4]`` in the order (verify_ms, verify_j, draft_ms, draft_j).
+The scalar helpers are inlined into the batch loop: as calls they cost more than their work.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 from specsim._jit import jit
 
 
-@jit
+@jit(inline="always")
 def bracket_nb(widths, n):
     """Indices of the largest width <= n and the smallest width >= n (-1 where none)."""
     w = widths.shape[0]
@@ -30,7 +31,7 @@ def bracket_nb(widths, n):
     return below, above
 
 
-@jit
+@jit(inline="always")
 def cell_into_nb(widths, costs, n, k, out):
     """Write the four costs of cell (n, k) into ``out[:4]``; False (out untouched) when k > max_k.
 

@@ -130,7 +130,9 @@ class CostTable:
         from specsim.table._kernels import cell_into_nb
 
         out = np.empty(4)
-        cell_into_nb(self.widths, self.costs, n, k, out)
+        # Every n at or above the widest measured width takes that width's costs, so clamping to
+        # int64 changes nothing but lets any Python int (the seed's usize) be asked.
+        cell_into_nb(self.widths, self.costs, min(n, _INT64_MAX), k, out)
         return Cell(n, k, *map(float, out))
 
     def lookup(self, ns, ks, out=None):
@@ -176,6 +178,9 @@ class CostTable:
             f"CostTable(box_class={self.key.box_class!r}, recipe={self.key.recipe!r}, "
             f"widths={self.widths.tolist()}, max_k={self.max_k})"
         )
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 def _check_index(value, name):
