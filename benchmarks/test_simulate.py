@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.conftest import record_ratio
+
 from specsim.sim import simulate, synthetic_trace
 from tests import reference as ref
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
@@ -56,8 +58,7 @@ def test_engine_vs_reference_ratio(benchmark, conv):
     ref_s = time.perf_counter() - t0
     res = benchmark.pedantic(simulate, args=(part, table, cal, "sequence"), rounds=20, iterations=1)
     assert np.array_equal(res.finish_s, np.array(want["finish"]))
-    benchmark.extra_info["reference_s"] = ref_s
-    benchmark.extra_info["speedup"] = ref_s / benchmark.stats.stats.min
+    record_ratio(benchmark, "reference", ref_s)
 
 
 def test_four_policies_whole_process(benchmark, conv, shared_data, tmp_path):  # noqa: F811
