@@ -190,3 +190,27 @@ def test_sweep_plot(inputs, shared_data, tmp_path):
                  str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not math.isnan(read_results(tmp_path / "r.csv")[0]["tokens_per_s"])
+
+
+def test_point_ids_stay_text_across_a_resume(tmp_path):
+    from specsim.sweep.run import write_results
+
+    rows = [{"point_id": "06575e0440645221", "policy": "fixed:1", "seed": 907, "tokens_per_s": 1.5},
+            {"point_id": "1234567890123456", "policy": "propose", "seed": 0, "tokens_per_s": 2.0},
+            {"point_id": "00000000000000ab", "policy": "goodput", "seed": 1034, "tokens_per_s": None}]
+    out = tmp_path / "r.csv"
+    write_results(out, rows, list(rows[0]))
+    assert read_results(out) == rows
+
+
+def test_results_paths_that_are_not_results_are_refused(tmp_path):
+    from specsim.sweep.run import check_results_path
+
+    (tmp_path / "one.csv").write_text("only one line\n")
+    (tmp_path / "latin.csv").write_bytes("point_id,x\n\xe9,1\n".encode("latin-1"))
+    (tmp_path / "empty.csv").write_text("")
+    for name in ("one.csv", "latin.csv", "r.txt", "r.toml"):
+        with pytest.raises(GridError):
+            check_results_path(tmp_path / name)
+    check_results_path(tmp_path / "empty.csv")
+    check_results_path(tmp_path / "new.csv")

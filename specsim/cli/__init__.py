@@ -50,6 +50,11 @@ def main(argv=None) -> int:
     except SpecsimError as e:
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        # A file we were told to write or read could not be: name it, no traceback.
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"specsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("specsim: interrupted", file=sys.stderr)
         return 130

@@ -21,6 +21,20 @@ def int_list(text: str):
     return values
 
 
+COUNT_MAX = 1 << 62
+
+
+def count(text: str) -> int:
+    """A whole number in ``0..2**62`` for argparse ``type=``: sizes, widths, budgets, depths."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..{COUNT_MAX}")
+    return value
+
+
 def slack(text: str) -> float:
     try:
         value = float(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.cli._common import format_grid, int_list
+from specsim.cli._common import count, format_grid, int_list
 
 
 def _seconds(text):
@@ -38,18 +38,18 @@ def register(sub, groups):
     p.add_argument("--recipe", required=True, metavar="FILE|NAME",
                    help="recipe TOML, or a built-in: tiny, small, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b-tp8")
     p.add_argument("--widths", required=True, type=int_list, metavar="N,N,...", help="batch widths, e.g. 1,2,4,8")
-    p.add_argument("--max-k", required=True, type=int, metavar="K", help="deepest draft depth (depths 0..K)")
+    p.add_argument("--max-k", required=True, type=count, metavar="K", help="deepest draft depth (depths 0..K)")
     p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
                    help="numpy: CPU, host clock; cupy: CUDA GPU, CUDA events (default numpy)")
-    p.add_argument("--device", type=int, default=0, help="CUDA device for --backend cupy (default 0)")
+    p.add_argument("--device", type=count, default=0, help="CUDA device for --backend cupy (default 0)")
     p.add_argument("--meter", choices=("auto", "nvml", "rapl", "assumed"), default="auto",
                    help="energy meter: auto (NVML on cupy, RAPL on numpy), nvml, rapl, assumed (default auto)")
     p.add_argument("--assume-power-w", type=_watts, metavar="W",
                    help="where no meter is readable, write joules as W watts times time (energy_source = assumed)")
     p.add_argument("--min-window-s", type=_seconds, default=1.0, metavar="S",
                    help="shortest energy window per mode and cell (default 1; NVML updates every ~10-100 ms)")
-    p.add_argument("--repeats", type=int, default=20, metavar="R", help="timed samples per mode and cell (default 20)")
-    p.add_argument("--warmup", type=int, default=3, metavar="W", help="untimed calls before timing (default 3)")
+    p.add_argument("--repeats", type=count, default=20, metavar="R", help="timed samples per mode and cell (default 20)")
+    p.add_argument("--warmup", type=count, default=3, metavar="W", help="untimed calls before timing (default 3)")
     p.add_argument("--cooldown-s", type=_seconds, default=0.0, metavar="S", help="pause between cells (default 0)")
     p.add_argument("--idle-s", type=_seconds, metavar="S",
                    help="length of the idle-power reading before the sweep (default: --min-window-s)")

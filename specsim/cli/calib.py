@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli._common import format_grid, print_json
+from specsim.cli._common import count, format_grid, print_json
 
 
 def register(sub, groups):
@@ -87,7 +87,7 @@ def register_fit(csub):
     p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
     p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
-    p.add_argument("--vocab", required=True, type=int, help="drafter vocabulary size")
+    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
     p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
     p.add_argument("--context", required=True, choices=("true", "false"),
                    help="whether the drafter's prompt context was active")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specsim.cli._common import count
+
 
 def register(sub, groups):
     from specsim.demo import DEMO_REQUESTS
@@ -15,7 +17,7 @@ def register(sub, groups):
     )
     p.add_argument("--out", default="specsim-demo", metavar="DIR",
                    help="folder for the table, calibration, trace, results and plot it used (default specsim-demo)")
-    p.add_argument("--requests", type=int, default=DEMO_REQUESTS, help=f"requests to simulate (default {DEMO_REQUESTS})")
+    p.add_argument("--requests", type=count, default=DEMO_REQUESTS, help=f"requests to simulate (default {DEMO_REQUESTS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the trace and of the draft outcomes (default 0)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot even when matplotlib is installed")
     p.set_defaults(func=cmd_demo)

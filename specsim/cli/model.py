@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import int_list
+from specsim.cli._common import count, int_list
 
 
 def register(sub, groups):
@@ -13,11 +13,11 @@ def register(sub, groups):
     p.add_argument("--gpu", required=True, help="GPU spec name (built-in or from --gpu-spec)")
     p.add_argument("--model", required=True, help="model spec name (built-in or from --model-spec)")
     p.add_argument("--drafter", required=True, help="drafter spec name (built-in or from --drafter-spec)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--context-tokens", type=int, default=None,
+    p.add_argument("--tp", type=count, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--context-tokens", type=count, default=None,
                    help="KV-cache tokens per sequence the costs assume (default 2048)")
     p.add_argument("--widths", type=int_list, default=None, help="batch widths, e.g. 1,2,4,8 (default 1..256)")
-    p.add_argument("--max-k", type=int, required=True, help="deepest draft depth")
+    p.add_argument("--max-k", type=count, required=True, help="deepest draft depth")
     p.add_argument("--dtype", help="override the model's weight format (bf16, fp8, nvfp4, ...)")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",

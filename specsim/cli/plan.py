@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specsim.cli._common import format_grid, print_json, slack
+from specsim.cli._common import count, format_grid, print_json, slack
 
 
 def register(sub, groups):
@@ -16,16 +16,16 @@ def register(sub, groups):
     )
     p.add_argument("table", help="cost table TOML")
     p.add_argument("calibration", help="acceptance calibration TOML")
-    p.add_argument("--n", type=int, help="batch width (sequences in the step); default: the number of "
+    p.add_argument("--n", type=count, help="batch width (sequences in the step); default: the number of "
                    "sequences in --confidences")
     p.add_argument("--slack", type=slack, default=0.0, help="throughput slack in [0, 1) (default 0)")
-    p.add_argument("--max-seqs", type=int, default=None, help="speculation cap: above it, plain decode (default: none)")
+    p.add_argument("--max-seqs", type=count, default=None, help="speculation cap: above it, plain decode (default: none)")
     p.add_argument("--confidences", metavar="FILE",
                    help="JSON list of lists: each sequence's draft log-probabilities; prints per-sequence depths")
     p.add_argument("--known-drafts", metavar="FILE",
                    help="JSON list: drafts each sequence has (default: the length of its confidence list)")
-    p.add_argument("--k-max", type=int, default=None, help="deepest verify depth (default: the table's)")
-    p.add_argument("--row-budget", type=int, default=None, help="most draft rows in the batch (default: no limit)")
+    p.add_argument("--k-max", type=count, default=None, help="deepest verify depth (default: the table's)")
+    p.add_argument("--row-budget", type=count, default=None, help="most draft rows in the batch (default: no limit)")
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
     p.set_defaults(func=cmd_plan)
 
@@ -71,8 +71,15 @@ def cmd_plan(args):
         if value is not None and value < 0:
             raise PlanError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
 
+    if not args.confidences:
+        extra = [f for f, v in (("--known-drafts", args.known_drafts), ("--k-max", args.k_max),
+                                ("--row-budget", args.row_budget)) if v is not None]
+        if extra:
+            raise PlanError(f"{', '.join(extra)} apply to per-sequence depths: give --confidences FILE too")
     if args.confidences:
         conf = _confidences(args.confidences)
+        if args.n is not None and args.n != len(conf):
+            raise PlanError(f"--n {args.n} disagrees with the {len(conf)} sequences in {args.confidences}")
         known = [len(r) for r in conf]
         if args.known_drafts:
             known = _read_json(args.known_drafts, "known drafts")
@@ -82,14 +89,18 @@ def cmd_plan(args):
                 raise PlanError(f"{args.known_drafts}: expected a list of {len(conf)} non-negative integers")
         k_max = table.max_k if args.k_max is None else args.k_max
         budget = sum(known) if args.row_budget is None else args.row_budget
-        depths = sequence_depths(table, cal, conf, known, k_max, budget, args.slack)
+        capped = args.max_seqs is not None and len(conf) > args.max_seqs
+        # Above the speculation cap the serve plain-decodes (SPEC §4.1): nothing is verified.
+        depths = [0] * len(conf) if capped else sequence_depths(table, cal, conf, known, k_max, budget, args.slack)
         if args.json:
             print_json({"depths": depths, "rows": sum(depths), "k_max": k_max, "row_budget": budget,
-                        "slack": args.slack})
+                        "slack": args.slack, "capped": capped})
             return 0
         rows = [[i, len(c), known[i], d, f"{cal.expected_accepted(c, d):.3f}"] for i, (c, d) in enumerate(zip(conf, depths))]
         print(format_grid(["seq", "confidences", "drafts", "verify depth", "E[accepted]"], rows))
         print(f"{sum(depths)} draft rows (budget {budget}), k_max {k_max}, slack {args.slack}")
+        if capped:
+            print(f"{len(conf)} sequences is above the speculation cap --max-seqs {args.max_seqs}: plain decode")
         return 0
 
     if args.n is None:

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import slack
+from specsim.cli._common import count, slack
 
 
 def register(sub, groups):
@@ -22,12 +22,12 @@ def register(sub, groups):
     p.add_argument("--trace", required=True, metavar="NAME", help="name of the [[trace]] to replay")
     p.add_argument("--policy", required=True, metavar="P",
                    help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose or goodput")
-    p.add_argument("--width", required=True, type=int, metavar="N", help="streams per step")
-    p.add_argument("--budget", required=True, type=int, metavar="TOKENS", help="tokens to emit")
+    p.add_argument("--width", required=True, type=count, metavar="N", help="streams per step")
+    p.add_argument("--budget", required=True, type=count, metavar="TOKENS", help="tokens to emit")
     p.add_argument("--table", metavar="T", help="cost table TOML (default: the file's step_ms list)")
     p.add_argument("--calibration", metavar="C", help="calibration TOML for propose/goodput priors")
     p.add_argument("--slack", type=slack, default=0.0, help="planner slack in [0, 1) (default 0)")
-    p.add_argument("--max-seqs", type=int, metavar="M", help="planner speculation cap (default: no cap)")
+    p.add_argument("--max-seqs", type=count, metavar="M", help="planner speculation cap (default: no cap)")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT")
     p.set_defaults(func=cmd_replay)
 

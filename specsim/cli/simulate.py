@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import slack
+from specsim.cli._common import count, slack
 from specsim.cli.trace import add_trace_options
 
 
@@ -54,11 +54,11 @@ def register(sub, groups):
                    help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence or goodput (repeat to compare)")
     p.add_argument("--slack", type=slack, action="append", metavar="S",
                    help="planner slack in [0, 1) for propose and sequence (repeat to sweep; default 0)")
-    p.add_argument("--max-batch", type=int, metavar="B",
+    p.add_argument("--max-batch", type=count, metavar="B",
                    help="most sequences in a batch (default: the table's widest measured width)")
-    p.add_argument("--max-seqs", type=int, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
-    p.add_argument("--k-max", type=int, metavar="K", help="most drafts per sequence per step (default: the table's max_k)")
-    p.add_argument("--row-budget", type=int, metavar="R", help="most draft rows verified per step (default: no limit)")
+    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
+    p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step (default: the table's max_k)")
+    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step (default: no limit)")
     p.add_argument("--prefill-ms-per-token", type=_nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
                    help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN}: a placeholder, "
                         "set it for your box)")
@@ -101,6 +101,7 @@ def cmd_simulate(args):
     from specsim._io import atomic_write_text
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
+    from specsim.errors import SimulationError
     from specsim.cli.trace import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions
@@ -141,7 +142,14 @@ def cmd_simulate(args):
             "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s},
             "specsim_version": __version__,
         }
-        atomic_write_text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        try:
+            text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        except ValueError:
+            raise SimulationError(
+                "the results hold infinite or NaN figures (a cost option so large that times overflow?); "
+                "check --prefill-ms-per-token, --prefill-j-per-token and --idle-w"
+            ) from None
+        atomic_write_text(args.json, text)
     if args.requests_csv:
         atomic_write_text(args.requests_csv, requests_csv(results))
     if args.plot:

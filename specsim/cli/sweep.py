@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specsim.cli._common import count
+
 
 def register(sub, groups):
     p = sub.add_parser(
@@ -15,7 +17,7 @@ def register(sub, groups):
     p.add_argument("grid", help="grid TOML (traces, tables, calibrations, [server], [slo], [axes])")
     p.add_argument("-o", "--out", required=True, metavar="RESULTS", help="results file: .csv, or .parquet (pyarrow)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
-    p.add_argument("--workers", type=int, default=None, help="worker processes of the local cluster (default: CPUs)")
+    p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run in this process, without Dask")
     p.add_argument("--plot", metavar="PNG", help="Pareto plot: J/token vs tokens/s, p99 TPOT as colour (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")

@@ -62,6 +62,10 @@ DEFAULT_LOG_SIZE = 4096
 # Steps per kernel call when a progress callback is given.
 PROGRESS_CHUNK = 1 << 17
 _NO_CAP = 1 << 62
+MAX_BATCH = 1 << 20
+# Upper bound of the per-token prefill costs and idle power: above it, times and energies would
+# overflow long before they meant anything.
+MAX_RATE = 1e9
 _U64 = 1 << 64
 
 
@@ -120,6 +124,13 @@ class ServerOptions:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _int(value, name, low))
+        if self.max_batch is not None and self.max_batch > MAX_BATCH:
+            raise SimulationError(f"max_batch {self.max_batch} is beyond {MAX_BATCH} sequences: per-width costs are "
+                                  "precomputed for every width up to it; use a realistic batch cap")
+        for name in ("max_seqs", "row_budget"):
+            value = getattr(self, name)
+            if value is not None and value > _NO_CAP:
+                object.__setattr__(self, name, _NO_CAP)
         object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0))
         seed = _int(self.seed, "seed", 0)
         if seed >= _U64:
@@ -133,6 +144,8 @@ class ServerOptions:
                 raise SimulationError(f"{name} must be a number, got {value!r}") from None
             if not (math.isfinite(value) and value >= 0):
                 raise SimulationError(f"{name} must be a finite number >= 0, got {value!r}")
+            if value > MAX_RATE:
+                raise SimulationError(f"{name} = {value!r} is beyond any real server ({MAX_RATE:g}); check its unit")
             object.__setattr__(self, name, value)
 
     def resolved(self, table) -> dict:

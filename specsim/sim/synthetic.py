@@ -62,6 +62,10 @@ class EmpiricalLengths:
         return self.values[rng.integers(0, self.values.shape[0], n)]
 
 
+# Generated requests per call: 24 bytes each, so at most about 2.4 GB of trace.
+MAX_REQUESTS = 100_000_000
+
+
 def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=None, output=None, seed=0,
                     rate_scale=1.0, limit=None, window=None) -> TraceRead:
     """Generate a request trace.
@@ -88,6 +92,9 @@ def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=N
     """
     if isinstance(requests, bool) or not isinstance(requests, (int, np.integer)) or requests < 0:
         raise TraceError(f"synthetic trace: requests must be an integer >= 0, got {requests!r}")
+    if requests > MAX_REQUESTS:
+        raise TraceError(f"synthetic trace: {requests} requests is more than this generator makes at once "
+                         f"({MAX_REQUESTS}); split the run")
     rate = float(rate_per_s)
     if not (math.isfinite(rate) and rate > 0):
         raise TraceError(f"synthetic trace: rate must be a finite number of requests per second > 0, got {rate_per_s!r}")

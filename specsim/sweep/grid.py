@@ -135,6 +135,9 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
         slo = {}
+    for name, value in slo.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            problems.append(f"[slo] {name} = {value!r} must be a number of seconds >= 0")
 
     raw_axes = doc.get("axes", {})
     if not isinstance(raw_axes, dict):
@@ -164,6 +167,8 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         if not isinstance(values, list) or not values:
             problems.append(f"[axes] {name} must be a non-empty list")
             continue
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            problems.append(f"[axes] {name} lists a value twice: each point would be computed twice")
         if name == "policy":
             for v in values:
                 try:

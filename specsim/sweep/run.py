@@ -71,19 +71,49 @@ def _is_parquet(path) -> bool:
     return str(path).lower().endswith((".parquet", ".pq"))
 
 
+# Columns that hold names, not numbers, whatever their text looks like (a point id can be all
+# digits, or read as a float like "1e5").
+TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram")
+
+
+def check_results_path(path) -> None:
+    """Refuse a results path that is not .csv/.parquet, or a file that is not sweep results."""
+    path = Path(path)
+    if not str(path).lower().endswith((".csv", ".parquet", ".pq")):
+        raise GridError(f"{path}: results go to a .csv or .parquet file")
+    if path.is_dir():
+        raise GridError(f"{path}: is a folder; give a results file name")
+    read_results(path)
+
+
 def read_results(path) -> list:
     """Rows of an existing results file (CSV or Parquet), or [] when there is none."""
     path = Path(path)
     if not path.exists():
         return []
+    not_results = f"{path}: not a sweep results file (no point_id column); choose another -o"
     if _is_parquet(path):
         pq = _pyarrow_parquet()
-        return pq.read_table(path).to_pylist()
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if rows and "point_id" not in rows[0]:
-        raise GridError(f"{path}: not a sweep results file (no point_id column); choose another -o")
-    return [{k: _from_text(v) for k, v in r.items()} for r in rows]
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises its own error classes for a damaged file
+            raise GridError(f"{path}: cannot read it as Parquet ({e}); choose another -o") from None
+        if "point_id" not in table.column_names:
+            raise GridError(not_results)
+        return table.to_pylist()
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise GridError(f"{path}: not a UTF-8 CSV file; choose another -o") from None
+    if header is None and not rows:
+        if path.stat().st_size == 0:
+            return []
+    if not header or "point_id" not in header:
+        raise GridError(not_results)
+    return [{k: (v if k in TEXT_COLUMNS else _from_text(v)) for k, v in r.items()} for r in rows]
 
 
 def write_results(path, rows, columns) -> None:
@@ -173,6 +203,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     from specsim._progress import Progress
 
     start = time.monotonic()
+    check_results_path(out)
     done = {r["point_id"]: r for r in read_results(out)}
     todo = [p for p in grid.points if point_id(p) not in done]
     skipped = len(grid.points) - len(todo)
