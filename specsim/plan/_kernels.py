@@ -164,6 +164,38 @@ def _insertion_desc(ordered, start, stop):
 
 
 @jit
+def _sift_down_min(a, start, root, end):
+    """Restore a min-heap on ``a[start:end]`` (heap index ``root``, 0-based from ``start``)."""
+    while True:
+        child = 2 * root + 1
+        if child >= end - start:
+            return
+        if child + 1 < end - start and a[start + child + 1] < a[start + child]:
+            child += 1
+        if a[start + child] < a[start + root]:
+            x = a[start + root]
+            a[start + root] = a[start + child]
+            a[start + child] = x
+            root = child
+        else:
+            return
+
+
+@jit
+def _heapsort_desc(a, start, stop):
+    """Sort ``a[start:stop]`` descending in place: O(m log m) for a crowded bucket. (Written out
+    rather than ndarray.sort, whose generic quicksort costs seconds of compilation.)"""
+    m = stop - start
+    for root in range(m // 2 - 1, -1, -1):
+        _sift_down_min(a, start, root, stop)
+    for end in range(m - 1, 0, -1):
+        x = a[start]
+        a[start] = a[start + end]
+        a[start + end] = x
+        _sift_down_min(a, start, 0, start + end)
+
+
+@jit
 def sort_gains_desc_nb(gains, count, ordered, counts):
     """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are >= 0).
 
@@ -219,12 +251,7 @@ def sort_gains_desc_nb(gains, count, ordered, counts):
         stop = counts[b]
         size = stop - start
         if size > SMALL_BUCKET:
-            seg = ordered[start:stop]
-            seg.sort()
-            for t in range(size // 2):
-                x = seg[t]
-                seg[t] = seg[size - 1 - t]
-                seg[size - 1 - t] = x
+            _heapsort_desc(ordered, start, stop)
         elif size > 1:
             _insertion_desc(ordered, start, stop)
         start = stop
