@@ -329,3 +329,28 @@ def test_cum_priors_are_running_sums():
         want.append(total)
     assert planner.cum_priors.tolist() == want
     assert math.isclose(want[3], 0.5 + 0.2 + 0.08)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny"])
+def test_gain_sort_is_a_descending_sort(kind):
+    from specsim.plan._kernels import sort_gains_desc_nb
+
+    rng = np.random.default_rng(len(kind))
+    for count in (0, 1, 5, 32, 33, 200, 1793):
+        if kind == "uniform":
+            g = rng.uniform(0, 1, count)
+        elif kind == "few values":
+            g = rng.choice([0.0, 0.5, 0.25, 1.0, 1e-300], count)
+        elif kind == "crowded":  # one far outlier packs the rest into a single bucket
+            g = np.concatenate([rng.uniform(0.5, 0.50001, count - count // 4), rng.uniform(0, 1e-200, count // 4)])
+        elif kind == "skewed":
+            g = rng.uniform(0, 1, count) ** 20
+        elif kind == "zeros":
+            g = np.zeros(count)
+        else:
+            g = rng.uniform(0, 1e-300, count)
+        gains = np.empty(2 * count + 1)
+        gains[:count] = g
+        ordered = np.empty(count + 1)
+        sort_gains_desc_nb(gains, count, ordered, np.empty(4097, dtype=np.int64))
+        assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
