@@ -47,6 +47,11 @@ BAD = [
     ["table", "show", "{d}/plain.txt"],
     ["calib", "show", "{d}/t.toml"],
     ["sweep", "{d}/plain.txt", "-o", "{d}/r.csv"],
+    # keys that would name nothing
+    ["calib", "fit", "--rates", "0.8", "--drafter-sha256", " ", "--vocab", "10", "--quantization", "bf16",
+     "--context", "true", "-o", "{d}/c2.toml"],
+    ["calib", "fit", "--rates", "0.8", "--drafter-sha256", "abc", "--vocab", "0", "--quantization", "bf16",
+     "--context", "true", "-o", "{d}/c2.toml"],
 ]
 
 

@@ -108,8 +108,12 @@ def cmd_fit(args):
     from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
     from specsim.errors import CalibrationError
 
-    if args.vocab < 0:
-        raise CalibrationError(f"--vocab {args.vocab} is negative: give the drafter's vocabulary size")
+    if args.vocab < 1:
+        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
+    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
+        if not value.strip():
+            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
+                                   "so its key must name it")
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
     if args.edges is not None and not args.drafts_log:

@@ -89,6 +89,9 @@ def cmd_import(args):
     from specsim.sim.replay import load_acceptance_file, run_table
     from specsim.table import SCHEMA, CostTable, TableKey
 
+    for flag, value in (("--box-class", args.box_class), ("--recipe", args.recipe)):
+        if not value.strip():
+            raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
     digests = {}
     for item in args.digest:
         mode, sep, digest = item.partition("=")

@@ -23,7 +23,10 @@ def read(text, source: str = "<text>"):
     cells, extras = [], {}
     raw_cells = doc.get("cells", _toml.MISSING)
     if raw_cells is _toml.MISSING:
-        problems.append("there is no [[cells]] array: add one [[cells]] table per measured (n, k)")
+        hint = ""
+        if isinstance(doc.get("run"), list):
+            hint = " (this looks like a file of measured [[run]]s: convert one with `specsim table import`)"
+        problems.append("there is no [[cells]] array: add one [[cells]] table per measured (n, k)" + hint)
     elif not isinstance(raw_cells, list):
         problems.append(f"`cells` is a {_toml.type_name(raw_cells)}, not an array of tables ([[cells]])")
     else:
