@@ -46,7 +46,7 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
 
 
 def test_demo_trace_has_the_published_shape():
-    r = demo_trace(20000, seed=3).requests
+    r = demo_trace(20000, seed=3, rate_scale=1.0).requests
     rate = (r.shape[0] - 1) / r["arrival_s"][-1]
     assert abs(rate / CONV_RATE_PER_S - 1) < 0.05
     assert 900 < np.median(r["prompt_tokens"]) < 1150

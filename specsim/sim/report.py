@@ -41,6 +41,16 @@ def _cdf(ax, values, name):
         ax.plot(v, np.arange(1, v.shape[0] + 1) / v.shape[0], label=name)
 
 
+def _moving_mean(values, share=0.01):
+    """A centred moving mean over about ``share`` of the points (at least 1), same length."""
+    w = max(1, int(values.shape[0] * share))
+    if w == 1:
+        return values
+    kernel = np.ones(w) / w
+    padded = np.concatenate([np.full(w // 2, values[0]), values, np.full(w - 1 - w // 2, values[-1])])
+    return np.convolve(padded, kernel, mode="valid")
+
+
 def plot(results, summaries, path) -> None:
     """Write a four-panel figure to ``path`` (format from its suffix, e.g. ``.png``).
 
@@ -53,6 +63,7 @@ def plot(results, summaries, path) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError as e:
         raise SimulationError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
     from specsim._io import atomic_write_bytes
@@ -72,6 +83,7 @@ def plot(results, summaries, path) -> None:
         for x, y, sl in pts:
             if sl is not None and len(pts) > 1:
                 ax.annotate(f"{sl:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.ticklabel_format(useOffset=False, style="plain")
     ax.set_xlabel("tokens/s")
     ax.set_ylabel("J/token")
     ax.set_title("energy per token vs throughput (labels: slack)")
@@ -87,6 +99,7 @@ def plot(results, summaries, path) -> None:
             ax.set_xscale("log")
         else:
             ax.set_xscale("symlog", linthresh=1e-3)
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short decades
         ax.set_xlabel(f"{title} (s)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{title} CDF")
@@ -94,10 +107,10 @@ def plot(results, summaries, path) -> None:
     ax = axes[1, 1]
     for r in results:
         if r.step_t_s.shape[0]:
-            ax.plot(r.step_t_s, r.step_mean_depth, linewidth=0.7, label=label(r))
+            ax.plot(r.step_t_s, _moving_mean(r.step_mean_depth), linewidth=1.0, label=label(r))
     ax.set_xlabel("time (s)")
     ax.set_ylabel("verified drafts per sequence")
-    ax.set_title("depth over time")
+    ax.set_title("depth over time (moving mean of the step log)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
