@@ -178,6 +178,20 @@ def pool_buckets(accepted, rejected):
     return pools
 
 
+def position_counts(steps):
+    """``(j, accepted, reached)`` for every position ``j`` up to the deepest step's drafts:
+    ``reached = #steps with d >= j and a >= j - 1``, ``accepted`` those with ``a >= j``."""
+    depth = max((d for (d, _), c in steps.items() if c > 0), default=0)
+    for j in range(1, depth + 1):
+        reached = accepted = 0
+        for (d, a), c in steps.items():
+            if d >= j and a >= j - 1:
+                reached += c
+                if a >= j:
+                    accepted += c
+        yield j, accepted, reached
+
+
 def position_priors(steps):
     """Per-position priors per SPEC §3 and the position where they stop.
 
@@ -186,15 +200,8 @@ def position_priors(steps):
     reached``. Returns ``(positions, stop)``; ``stop`` is None when every position up to the
     deepest step was fitted.
     """
-    depth = max((d for (d, _), c in steps.items() if c > 0), default=0)
     positions = []
-    for j in range(1, depth + 1):
-        reached = accepted = 0
-        for (d, a), c in steps.items():
-            if d >= j and a >= j - 1:
-                reached += c
-                if a >= j:
-                    accepted += c
+    for j, accepted, reached in position_counts(steps):
         if reached < MIN_OUTCOMES:
             return positions, PositionPrior(j, accepted, reached)
         positions.append(PositionPrior(j, accepted, reached))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 
+from specsim.calibration.fit import position_counts
 from specsim.errors import SpecsimError
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -54,7 +55,9 @@ def brier(calibration, counts):
     out = {"buckets": sse / n if n else None, "drafts": n}
     sse = 0.0
     n = 0
-    for j, acc, reached in _position_counts(counts.steps):
+    for j, acc, reached in position_counts(counts.steps):
+        if not reached:
+            continue
         p = calibration.prior(j)
         sse += acc * (1.0 - p) ** 2 + (reached - acc) * p * p
         n += reached
@@ -246,20 +249,6 @@ def require_matplotlib() -> None:
             "a reliability diagram needs matplotlib, which is not installed: "
             "pip install 'specsim[plot]' (or drop --plot)"
         ) from e
-
-
-def _position_counts(steps):
-    """``(j, accepted, reached)`` of every position reached by any step, all positions."""
-    depth = max((d for (d, _), c in steps.items() if c > 0), default=0)
-    for j in range(1, depth + 1):
-        reached = accepted = 0
-        for (d, a), c in steps.items():
-            if d >= j and a >= j - 1:
-                reached += c
-                if a >= j:
-                    accepted += c
-        if reached:
-            yield j, accepted, reached
 
 
 def _observed(accepted, reached):
