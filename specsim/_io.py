@@ -7,6 +7,16 @@ import tempfile
 from pathlib import Path
 
 
+def read_input(path, what: str, error_cls) -> bytes:
+    """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
+    it could not be read (missing, a folder, no permission)."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise error_cls(f"{path}: cannot read {what} ({e.strerror or e})") from e
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
 from specsim.errors import CalibrationError
 
@@ -66,10 +67,7 @@ class AcceptanceCalibration:
     def load(cls, path) -> "AcceptanceCalibration":
         """Read and validate a calibration file."""
         path = Path(path)
-        try:
-            text = path.read_bytes()
-        except OSError as e:
-            raise CalibrationError(f"{path}: cannot read the calibration ({e.strerror or e})") from e
+        text = read_input(path, "the calibration", CalibrationError)
         return cls.parse(text, str(path))
 
     def render(self, meta=None) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
 from specsim.errors import CalibrationError
@@ -307,10 +308,7 @@ Each (d, a) pair appears once, 0 <= a <= d; counts are non-negative integers."""
 def load_counts(path) -> FitCounts:
     """Read a counts file (format: :data:`COUNTS_FORMAT`) into validated :class:`FitCounts`."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read the counts file ({e.strerror or e})") from e
+    raw = read_input(path, "the counts file", CalibrationError)
     return parse_counts(raw, str(path), json_format=path.suffix.lower() == ".json")
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.errors import CostModelError
 
 # Bytes per weight (scales included) and the matrix-rate class each dtype runs at.
@@ -299,10 +300,7 @@ def load_specs(path) -> dict:
         Listing every problem: entry, field, value and what it must be.
     """
     path = Path(path)
-    try:
-        text = path.read_bytes()
-    except OSError as e:
-        raise CostModelError(f"{path}: cannot read the spec file ({e.strerror or e})") from e
+    text = read_input(path, "the spec file", CostModelError)
     return parse_specs(text, str(path))
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.errors import MeasureError
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -134,9 +135,6 @@ def load_recipe(spec) -> Recipe:
         return spec
     path = Path(spec)
     if path.suffix == ".toml" or path.is_file():
-        try:
-            text = path.read_bytes()
-        except OSError as e:
-            raise MeasureError(f"{path}: cannot read the recipe ({e.strerror or e})") from e
+        text = read_input(path, "the recipe", MeasureError)
         return parse_recipe(text, str(path), default_id=path.stem)
     return builtin_recipe(str(spec))

@@ -37,6 +37,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim._types import ReplayResult
 from specsim.sim.policy import parse_policy
@@ -113,10 +114,7 @@ class AcceptanceFile(NamedTuple):
 def load_acceptance_file(path) -> AcceptanceFile:
     """Read an acceptance file (see the module docstring), listing every problem found."""
     path = Path(path)
-    try:
-        text = path.read_bytes()
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read the acceptance file ({e.strerror or e})") from e
+    text = read_input(path, "the acceptance file", TraceError)
     return parse_acceptance_file(text, str(path))
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
+from specsim._io import read_input
 from specsim.errors import SimulationError
 
 INPUT_AXES = ("trace", "table", "calibration")
@@ -74,10 +75,7 @@ def point_id(values: dict) -> str:
 def load_grid(path) -> Grid:
     """Read and check a grid file; every problem is listed at once."""
     path = Path(path)
-    try:
-        text = path.read_bytes()
-    except OSError as e:
-        raise GridError(f"{path}: cannot read the sweep grid ({e.strerror or e})") from e
+    text = read_input(path, "the sweep grid", GridError)
     return parse_grid(text, path.parent, str(path))
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._io import read_input
 from specsim.errors import TableError
 from specsim.table import _format
 from specsim.table._types import COST_FIELDS, Cell, TableKey
@@ -74,10 +75,7 @@ class CostTable:
     def load(cls, path) -> "CostTable":
         """Read and validate a table file."""
         path = Path(path)
-        try:
-            text = path.read_bytes()
-        except OSError as e:
-            raise TableError(f"{path}: cannot read the cost table ({e.strerror or e})") from e
+        text = read_input(path, "the cost table", TableError)
         return cls.parse(text, str(path))
 
     @staticmethod
