@@ -44,16 +44,6 @@ def prior_nb(priors, j):
     return priors[i]
 
 
-@jit(inline="always")
-def p_draft_nb(edges, p_accept, priors, conf, n_conf, j):
-    """P(accept) of draft ``j`` (1-based) of a row with ``n_conf`` real confidences ``conf``."""
-    if j <= n_conf and j <= conf.shape[0]:
-        lp = conf[j - 1]
-        if not np.isnan(lp):
-            return p_accept[bucket_nb(edges, lp)]
-    return prior_nb(priors, j)
-
-
 @jit
 def buckets_nb(edges, conf, out):
     """Bucket index of every confidence of a matrix (-1 for NaN).

@@ -122,12 +122,13 @@ def propose_many_nb(memo, widths, costs, cum_priors, slack, max_seqs, ns, out, s
 
 
 @jit
-def _row_cost(vc, n, rows, max_k, sunk):
+def row_cost_nb(vc, n, rows, max_k, sunk):
     """Verify cost of ``rows`` draft rows over ``n`` sequences, plus the sunk draft cost.
 
     ``vc`` holds one verify cost per depth at width ``n``; the depth ``rows / n`` falls between
     two integer depths and the cost is interpolated between them (SPEC §4.2). This is the exact
-    arithmetic; the scan below only calls it when a cheaper bound cannot decide.
+    arithmetic; the scan below only calls it when a cheaper bound cannot decide. The serving
+    simulator prices per-sequence steps with it, so it charges the cost the planner optimised.
     """
     depth = rows / n
     lo = np.floor(depth)
@@ -139,12 +140,7 @@ def _row_cost(vc, n, rows, max_k, sunk):
     return v + sunk
 
 
-# Public name of the exact §4.2 row cost: the serving simulator (specsim.sim) prices a step of
-# per-sequence depths with it, so the step it charges is the cost the planner optimised.
-row_cost_nb = _row_cost
-
-
-# Buckets of the counting sort of gains, and the size above which a bucket is quicksorted.
+# Buckets of the counting sort of gains, and the size above which a bucket is heap-sorted apart.
 SORT_BUCKETS = 2048
 SMALL_BUCKET = 32
 # Relative width of the bounds that decide comparisons without dividing (see _scan_nb).
@@ -304,7 +300,7 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
         return 0
 
     # Base tokens and every extra row's gain, in sequence order then depth order. The position
-    # probabilities are p_draft_nb's, looked up through the coarse bucket index.
+    # probabilities are SPEC §2.2's (NaN or absent: the prior), buckets through the coarse index.
     bits = conf.view(np.int32)
     m = conf.shape[1]
     last_prior = priors.shape[0] - 1
@@ -386,7 +382,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     vj = wc[:, VJ]
     sunk_ms = wc[kk, DMS]
     sunk_j = wc[kk, DJ]
-    reference = base_tokens / _row_cost(vms, n, base_rows, max_k, sunk_ms)
+    reference = base_tokens / row_cost_nb(vms, n, base_rows, max_k, sunk_ms)
     floor_rate = (1.0 - slack) * reference
     floor_lo = floor_rate * (1.0 - GUARD)
     floor_hi = floor_rate * (1.0 + GUARD)
@@ -427,7 +423,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
                 continue
             rows = base_rows + take + step
             if not tokens > floor_hi * (ms + tol_ms):
-                if tokens / _row_cost(vms, n, rows, max_k, sunk_ms) < floor_rate:
+                if tokens / row_cost_nb(vms, n, rows, max_k, sunk_ms) < floor_rate:
                     continue
             j = a_j + d_j * f
             if tokens * best_j_lo > best_tokens * (j + tol_j) * (1.0 + GUARD):
@@ -436,8 +432,8 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
                 better = False
             else:
                 if best_exact < 0.0:
-                    best_exact = best_tokens / _row_cost(vj, n, best_rows, max_k, sunk_j)
-                better = tokens / _row_cost(vj, n, rows, max_k, sunk_j) > best_exact
+                    best_exact = best_tokens / row_cost_nb(vj, n, best_rows, max_k, sunk_j)
+                better = tokens / row_cost_nb(vj, n, rows, max_k, sunk_j) > best_exact
             if better:
                 best_take = take + step
                 best_tokens = tokens
