@@ -24,7 +24,6 @@ import pytest
 from benchmarks.conftest import record_ratio
 
 from specsim.sim import simulate, synthetic_trace
-from tests import reference as ref
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
 from tests.test_engine import gb10, run_reference
 

@@ -68,27 +68,22 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
              rate_scale: float = DEMO_RATE_SCALE):
     """Simulate the demo and return ``(summaries, results, inputs)``; with ``out``, write the
     table, calibration, trace, results and (with matplotlib) a plot there."""
-    from specsim.cli.simulate import run_all, runs
     from specsim.costmodel.defaults import demo_calibration, demo_table
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
+    from specsim.sim.policy import policy_runs
 
     table, cal = demo_table(), demo_calibration()
     read = demo_trace(requests, seed, rate_scale)
     server = demo_server()
     base = ServerOptions(seed=seed, **server)
-    plan = runs(list(DEMO_POLICIES), [0.0])
-    results = run_all(read.requests, table, cal, plan, base, progress or _NoProgress())
+    plan = policy_runs(list(DEMO_POLICIES), [0.0])
+    results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if out is not None:
         write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot)
     return summaries, results, inputs
-
-
-class _NoProgress:
-    def update(self, n=1):
-        pass
 
 
 def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot) -> list:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
@@ -19,6 +20,41 @@ def int_list(text: str):
     if not values:
         raise argparse.ArgumentTypeError("the list is empty")
     return values
+
+
+def float_list(text: str):
+    """``"0.8,0.6"`` -> ``[0.8, 0.6]`` for argparse ``type=``: at least one finite number."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least one finite number")
+    return values
+
+
+def nonneg_float(text: str) -> float:
+    """A finite number >= 0 for argparse ``type=``: costs, powers, latency targets."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def digest_map(items) -> dict:
+    """``["verify=sha256:..", ...]`` (repeated ``--digest MODE=DIGEST``) -> ``{mode: digest}``."""
+    from specsim.errors import TableError
+
+    digests = {}
+    for item in items:
+        mode, sep, digest = item.partition("=")
+        if not sep or not mode:
+            raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
+        digests[mode] = digest
+    return digests
 
 
 COUNT_MAX = 1 << 62

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.cli._common import count, format_grid, print_json
+from specsim.cli._common import count, float_list, format_grid, print_json
 
 
 def register(sub, groups):
@@ -77,12 +77,12 @@ def register_fit(csub):
     src.add_argument("--counts", metavar="FILE", help="fitting counts (TOML or JSON)")
     src.add_argument("--drafts-log", metavar="FILE", help="per-draft log (CSV or JSON Lines)")
     src.add_argument("--steps-log", metavar="FILE", help="per-step log (CSV or JSON Lines)")
-    src.add_argument("--rates", type=_float_list, metavar="R1,R2,..", help="per-position acceptance rates")
+    src.add_argument("--rates", type=float_list, metavar="R1,R2,..", help="per-position acceptance rates")
     src.add_argument("--windows", metavar="FILE", help="TOML with accept-run histograms (`windows`)")
     p.add_argument("--rates-form", choices=("marginal", "conditional"), default="marginal",
                    help="--rates are marginal P(j accepted) (default, as vLLM reports) or conditional")
     p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
-    p.add_argument("--edges", type=_float_list, metavar="E1,E2,..",
+    p.add_argument("--edges", type=float_list, metavar="E1,E2,..",
                    help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
     p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
@@ -196,18 +196,6 @@ def _read_windows(path, run):
         raise CalibrationError(f"{path}: k_logged = {k_logged} but the windows have {depth + 1} counts per row "
                                f"(k = {depth}): each row is [accepted k, .., accepted 1, rejected]")
     return steps
-
-
-def _float_list(text):
-    import math
-
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
-    if not values or not all(math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least one finite number")
-    return values
 
 
 _RawEpilog = argparse.RawDescriptionHelpFormatter

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import count, slack
+from specsim.cli._common import count, digest_map, slack
 
 
 def register(sub, groups):
@@ -92,12 +92,7 @@ def cmd_import(args):
     for flag, value in (("--box-class", args.box_class), ("--recipe", args.recipe)):
         if not value.strip():
             raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
-    digests = {}
-    for item in args.digest:
-        mode, sep, digest = item.partition("=")
-        if not sep or not mode:
-            raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
-        digests[mode] = digest
+    digests = digest_map(args.digest)
     afile = load_acceptance_file(args.file)
     cells = afile.run(args.run)
     key = TableKey(SCHEMA, args.box_class, args.recipe, digests)

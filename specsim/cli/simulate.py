@@ -6,33 +6,8 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import count, slack
+from specsim.cli._common import count, float_list, nonneg_float, slack
 from specsim.cli.trace import add_trace_options
-
-
-def _nonneg_float(text):
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
-
-
-def _weights(text):
-    import argparse
-
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of weights") from None
-    if not values:
-        raise argparse.ArgumentTypeError("the weight list is empty")
-    return values
 
 
 def register(sub, groups):
@@ -59,39 +34,27 @@ def register(sub, groups):
     p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
     p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step (default: the table's max_k)")
     p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step (default: no limit)")
-    p.add_argument("--prefill-ms-per-token", type=_nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
+    p.add_argument("--prefill-ms-per-token", type=nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
                    help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN}: a placeholder, "
                         "set it for your box)")
-    p.add_argument("--prefill-j-per-token", type=_nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
+    p.add_argument("--prefill-j-per-token", type=nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
                    help=f"prefill joules per prompt token (default {DEFAULT_PREFILL_J_PER_TOKEN})")
-    p.add_argument("--idle-w", type=_nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
+    p.add_argument("--idle-w", type=nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
                    help=f"power while nothing is active (default {DEFAULT_IDLE_W})")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
-    p.add_argument("--occupancy", type=_weights, metavar="W1,W2,...",
+    p.add_argument("--occupancy", type=float_list, metavar="W1,W2,...",
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
                         "whose mean acceptance is the calibration's prior)")
     p.add_argument("--acceptance", metavar="FILE",
                    help="draw draft outcomes from a logged acceptance trace in FILE (SPEC §5) instead of the calibration")
     p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
-    p.add_argument("--slo-ttft-s", type=_nonneg_float, metavar="S", help="TTFT target for SLO attainment")
-    p.add_argument("--slo-tpot-s", type=_nonneg_float, metavar="S", help="TPOT target for SLO attainment")
+    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
+    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
     p.add_argument("--json", metavar="OUT", help="write the summaries and the run's inputs as JSON")
     p.add_argument("--requests-csv", metavar="OUT", help="write per-request times of every policy as CSV")
     p.add_argument("--plot", metavar="OUT", help="draw J/token vs tok/s, latency CDFs and depth over time (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_simulate)
-
-
-def runs(policies, slacks):
-    """``(policy, slack)`` pairs: the planner policies that read the slack once per slack."""
-    from specsim.sim.policy import parse_policy
-
-    out = []
-    for text in policies:
-        pol = parse_policy(text)
-        for s in (slacks if pol.kind in ("propose", "sequence") else slacks[:1]):
-            out.append((pol, s))
-    return out
 
 
 def cmd_simulate(args):
@@ -104,7 +67,8 @@ def cmd_simulate(args):
     from specsim.errors import SimulationError
     from specsim.cli.trace import summary as trace_summary
     from specsim.errors import TraceWarning
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.engine import ServerOptions, simulate_runs
+    from specsim.sim.policy import policy_runs
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
@@ -113,7 +77,7 @@ def cmd_simulate(args):
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
-    plan = runs(args.policy, slacks)
+    plan = policy_runs(args.policy, slacks)
     base = ServerOptions(max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
                          row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
                          prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed,
@@ -125,7 +89,7 @@ def cmd_simulate(args):
             warnings.catch_warnings():
         # Said once above; the threads would repeat it per policy.
         warnings.simplefilter("ignore", TraceWarning)
-        results = run_all(read.requests, table, cal, plan, base, bar, acceptance)
+        results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
     summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
@@ -179,37 +143,6 @@ def _acceptance(args):
         print(f"specsim: warning: acceptance trace {trace.name!r}: {trace.above_k_logged} entries exceed k_logged = "
               f"{trace.k_logged}; they count as {trace.k_logged}", file=sys.stderr)
     return trace
-
-
-def run_all(requests, table, cal, plan, base, bar, acceptance=None):
-    """Simulate every ``(policy, slack)`` of ``plan``, in parallel threads (the engine releases the
-    GIL), and return the results in plan order; ``bar`` counts finished requests."""
-    import os
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-    from dataclasses import replace
-
-    from specsim.sim.engine import simulate
-
-    lock = threading.Lock()
-
-    def one(item):
-        pol, s = item
-        seen = [0]
-
-        def tick(finished):
-            with lock:
-                bar.update(finished - seen[0])
-            seen[0] = finished
-
-        return simulate(requests, table, cal, pol, options=replace(base, slack=s), acceptance=acceptance,
-                        progress=tick)
-
-    workers = min(len(plan), os.cpu_count() or 1)
-    if workers <= 1:
-        return [one(item) for item in plan]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, plan))
 
 
 def trace_from_args(args):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import format_grid, print_json
+from specsim.cli._common import digest_map, format_grid, print_json
 
 
 def register(sub, groups):
@@ -35,7 +35,6 @@ def register(sub, groups):
 
 
 def _serve_key(args, table_key):
-    from specsim.errors import TableError
     from specsim.table import CostTable, TableKey
 
     if args.against:
@@ -43,12 +42,7 @@ def _serve_key(args, table_key):
     flags = (args.schema, args.box_class, args.recipe, args.digest)
     if all(f in (None, []) for f in flags):
         return None
-    digests = {}
-    for item in args.digest:
-        mode, sep, digest = item.partition("=")
-        if not sep or not mode:
-            raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
-        digests[mode] = digest
+    digests = digest_map(args.digest)
     # Flags not given are taken from the table: the check is only about what the user named.
     return TableKey(
         table_key.schema if args.schema is None else args.schema,

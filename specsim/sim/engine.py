@@ -51,7 +51,6 @@ from typing import Optional
 import numpy as np
 
 from specsim.errors import SimulationError
-from specsim.sim._types import REQUEST_DT
 from specsim.sim.policy import Policy, parse_policy
 
 # Defaults of the server options (documented in ServerOptions).
@@ -567,3 +566,36 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         step_mean_depth=log_depth[:count].copy(), step_tokens=log_tokens[:count].copy(),
         step_log_stride=int(istate[ek.I_LOG_STRIDE]),
     )
+
+
+def simulate_runs(requests, table, calibration, runs, options, *, progress=None, acceptance=None) -> list:
+    """Simulate every ``(policy, slack)`` of ``runs`` on the same requests, in parallel threads
+    (the engine kernel releases the GIL), and return the results in ``runs`` order.
+
+    ``options`` is the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
+    if given, has ``update(n)`` and counts finished requests over all runs.
+    """
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    lock = threading.Lock()
+
+    def one(item):
+        pol, s = item
+        seen = [0]
+
+        def tick(finished):
+            with lock:
+                progress.update(finished - seen[0])
+            seen[0] = finished
+
+        return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
+                        progress=tick if progress is not None else None)
+
+    workers = min(len(runs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [one(item) for item in runs]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, runs))

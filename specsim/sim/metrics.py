@@ -17,7 +17,6 @@ Definitions
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 

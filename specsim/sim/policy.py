@@ -153,3 +153,14 @@ def _int(text, raw, what) -> int:
     if not t.isdigit() or not t.isascii():
         raise PolicyError(f"policy {raw!r}: {what} {t!r} is not a non-negative integer")
     return int(t)
+
+
+def policy_runs(policies, slacks):
+    """``(Policy, slack)`` pairs to simulate: the planner policies (``propose``, ``sequence``)
+    once per slack, the others once (they do not read it)."""
+    out = []
+    for text in policies:
+        pol = parse_policy(text)
+        for s in (slacks if pol.kind in ("propose", "sequence") else slacks[:1]):
+            out.append((pol, s))
+    return out
