@@ -345,3 +345,24 @@ def test_conditional_priors_hypothesis(marginals):
     assert got == ref.ref_conditional_priors(marginals)
     assert all(0.0 <= c <= 1.0 for c in got)
     AcceptanceCalibration(DRAFTER, [0.0], [0.5], got)  # usable as priors
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-50.0, 2.0, width=32), min_size=1, max_size=12, unique=True), st.data())
+def test_coarse_bucket_index_agrees_with_the_plain_bucket(edges, data):
+    # The planner's fast lookup (a float32 index plus a short walk) must be bucket_nb exactly,
+    # on the edges themselves, their float32 neighbours, infinities and random values.
+    from specsim.calibration._kernels import bucket_fast_nb
+    from specsim.calibration.calibration import bucket_cells
+
+    e = np.array(sorted(edges), dtype=np.float32)
+    if e[-1] < 0:
+        e[-1] = 0.0
+    e = np.unique(e)
+    cells = bucket_cells(e)
+    probes = list(e) + list(np.nextafter(e, np.float32(np.inf))) + list(np.nextafter(e, np.float32(-np.inf)))
+    probes += [np.float32(v) for v in (-np.inf, np.inf, 0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38)]
+    probes += [np.float32(data.draw(st.floats(-100.0, 10.0, width=32))) for _ in range(20)]
+    for lp in probes:
+        lp = np.float32(lp)
+        assert bucket_fast_nb(e, cells, lp, lp.view(np.int32)) == _kernels.bucket_nb(e, lp) == ref.ref_bucket(e, lp)
