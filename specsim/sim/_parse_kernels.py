@@ -259,7 +259,11 @@ def _line_end_nb(buf, s):
 
 
 @jit
-def _bad_nb(info, line, reason, offset):
+def _bad_nb(info, bad_lines, line, reason, offset):
+    """Count one bad row: remember the first one's line, reason and offset, and the line numbers
+    of the first ``len(bad_lines)`` bad rows."""
+    if info[INFO_BAD] < bad_lines.shape[0]:
+        bad_lines[info[INFO_BAD]] = line
     if info[INFO_BAD] == 0:
         info[INFO_FIRST_BAD_LINE] = line
         info[INFO_REASON] = reason
@@ -367,9 +371,7 @@ def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_
                     output[rows] = ov
                     rows += 1
             if reason != 0:
-                if info[INFO_BAD] < bad_lines.shape[0]:
-                    bad_lines[info[INFO_BAD]] = line
-                _bad_nb(info, line, reason, s)
+                _bad_nb(info, bad_lines, line, reason, s)
                 if not skip_bad:
                     info[INFO_LINES] = line - first_line
                     return rows
@@ -520,9 +522,7 @@ def parse_jsonl_nb(buf, key_t, key_p, key_o, first_line, skip_bad, t_num, prompt
                 output[rows] = ov
                 rows += 1
             else:
-                if info[INFO_BAD] < bad_lines.shape[0]:
-                    bad_lines[info[INFO_BAD]] = line
-                _bad_nb(info, line, reason, s)
+                _bad_nb(info, bad_lines, line, reason, s)
                 if not skip_bad:
                     info[INFO_LINES] = line - first_line
                     return rows
