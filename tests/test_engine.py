@@ -455,3 +455,35 @@ def test_real_glm_acceptance_trace_on_azure_code(shared_data):
     want = np.minimum(trace.accepted, depth).mean()
     got = res.counters["accepted_drafts"] / res.counters["sequence_steps"]
     assert abs(got - want) < 0.15 * max(want, 0.1)
+
+
+def flat_deep_table(widths=(1, 256), max_k=8):
+    """Verify cost nearly flat in rows, so deep drafts pay even at width 256: the planner sorts
+    thousands of gains per step."""
+    cells = [Cell(n, k, 20.0 + 0.001 * n * k, 5.0 + 0.0001 * n * k, 0.05 * k, 0.01 * k)
+             for n in widths for k in range(max_k + 1)]
+    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
+
+
+def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():
+    """Regression: the engine once sized the sort workspace below what the planner kernel
+    writes; at width 256 and depth 8 (2,048 gains a step) the process aborted."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np
+        from tests.test_engine import flat_deep_table, requests
+        from specsim.calibration import AcceptanceCalibration
+        from specsim.sim import simulate
+        from tests.test_engine import KEY
+        cal = AcceptanceCalibration(KEY, [-1.0, 0.0], [0.9, 0.99], [0.95] * 8)
+        reqs = requests([(0.0, 10, 60)] * 300)
+        res = simulate(reqs, flat_deep_table(), cal, "sequence", max_batch=256)
+        assert res.counters["emitted_tokens"] == 300 * 60, res.counters
+        print("ok", res.depth_histogram.tolist())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok")

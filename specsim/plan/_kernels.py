@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.plan._types import SORT_BUCKETS
+
 from specsim._jit import jit
 from specsim.calibration._kernels import bucket_fast_nb
 from specsim.table._kernels import bracket_nb
@@ -140,8 +142,7 @@ def row_cost_nb(vc, n, rows, max_k, sunk):
     return v + sunk
 
 
-# Buckets of the counting sort of gains, and the size above which a bucket is heap-sorted apart.
-SORT_BUCKETS = 2048
+# The size above which a bucket of the counting sort is heap-sorted apart.
 SMALL_BUCKET = 32
 # Relative width of the bounds that decide comparisons without dividing (see _scan_nb).
 TOL = 1e-9

@@ -10,7 +10,8 @@ import numpy as np
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.calibration import bucket_cells
 from specsim.errors import KeyMismatchError, PlanError
-from specsim.plan._kernels import SORT_BUCKETS, sequence_depths_nb
+from specsim.plan._kernels import sequence_depths_nb
+from specsim.plan._types import plan_workspace
 
 _F32 = np.dtype(np.float32)
 from specsim.table import CostTable, TableKey
@@ -137,10 +138,6 @@ class Planner:
         # The kernel's constant inputs, bound once: attribute chains cost on the hot path.
         self._widths, self._costs = table.widths, table.costs
         self._edges, self._p_accept, self._priors = cal.edges, cal.p_accept, cal.priors
-        self._scratch = np.empty((table.max_k + 1, 4))
-        self._gains = np.empty(0)
-        self._owner = np.empty(0, dtype=np.int64)
-        self._counts = np.empty(2 * SORT_BUCKETS + 1, dtype=np.int64)
         self._reserve(64)
         size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
         self._memo = np.empty(size, dtype=np.int64)
@@ -151,10 +148,10 @@ class Planner:
         self._memo_len = size
 
     def _reserve(self, n):
-        need = max(n, 1) * max(self.max_k, 1)
-        if self._owner.shape[0] < need:
-            self._gains = np.empty(2 * need)
-            self._owner = np.empty(need, dtype=np.int64)
+        ws = getattr(self, "_ws", None)
+        if ws is None or ws.rows < n:
+            self._ws = plan_workspace(n, self.max_k)
+            self._gains, self._owner, self._counts, self._scratch = self._ws
 
     # -- before drafting ------------------------------------------------------------------
     def propose(self, n: int) -> int:
@@ -222,7 +219,7 @@ class Planner:
             out = np.empty(n, dtype=np.int64)
         elif out.shape[0] != n:
             raise PlanError(f"out has {out.shape[0]} entries for {n} sequences")
-        if self._owner.shape[0] < n * self.max_k:
+        if self._ws.rows < n:
             self._reserve(n)
         sequence_depths_nb(self._widths, self._costs, self._edges, self._cells, self._p_accept, self._priors,
                            confidences, n_conf, known_drafts, k_max, row_budget, self.slack, out, self._gains,

@@ -463,7 +463,8 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     SimResult
     """
     from specsim.calibration.calibration import bucket_cells
-    from specsim.plan._kernels import SORT_BUCKETS, width_costs_nb
+    from specsim.plan._kernels import width_costs_nb
+    from specsim.plan._types import plan_workspace
     from specsim.sim import _engine_kernels as ek
 
     if options is None:
@@ -519,10 +520,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     known = np.zeros(max_batch, dtype=np.int64)
     vdepth = np.zeros(max_batch, dtype=np.int64)
     verdict = np.zeros((max_batch, kw), dtype=np.bool_)
-    gains = np.empty(2 * max_batch * kw)
-    owner = np.empty(max_batch * kw, dtype=np.int64)
-    counts = np.empty(SORT_BUCKETS + 1, dtype=np.int64)
-    wc = np.empty((max_k + 1, 4))
+    gains, owner, counts, wc = plan_workspace(max_batch, max_k)
 
     step_limit = PROGRESS_CHUNK if progress is not None else _NO_CAP
     while True:
