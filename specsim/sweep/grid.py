@@ -42,14 +42,10 @@ from pathlib import Path
 
 from specsim import _toml
 from specsim._io import read_input
-from specsim.errors import SimulationError
+from specsim.errors import GridError, SimulationError
 
 INPUT_AXES = ("trace", "table", "calibration")
 READER_OPTIONS = ("format", "columns", "arrival_unit", "limit", "window", "skip_bad_rows")
-
-
-class GridError(SimulationError):
-    """A sweep grid that cannot run."""
 
 
 @dataclass(frozen=True)
