@@ -64,6 +64,12 @@ _EXPORTS = {
     "simulate": "specsim.sim",
     "SimResult": "specsim.sim",
     "ServerOptions": "specsim.sim",
+    "capacity": "specsim.sizing",
+    "CapacityResult": "specsim.sizing",
+    "Fleet": "specsim.sim.fleet",
+    "load_fleet": "specsim.sim.fleet",
+    "simulate_fleet": "specsim.sim.fleet",
+    "FleetResult": "specsim.sim.fleet_result",
     "run_sweep": "specsim.sweep",
     "load_grid": "specsim.sweep",
 }

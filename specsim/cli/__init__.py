@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "specsim.cli.simulate",
     "specsim.cli.replay",
     "specsim.cli.sweep",
+    "specsim.cli.capacity",
 )
 
 

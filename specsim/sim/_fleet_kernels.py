@@ -97,6 +97,10 @@ class FleetState(NamedTuple):
         The replica each trace request was routed to.
     cursor : int64 (N_CURSOR,)
         The next trace request to route; steps taken.
+    tree_t : float64 (2P,); tree_r : int64 (2P,)
+        A tournament tree over the replicas' next step starts (P = the smallest power of two
+        >= R; leaf ``P + r`` is replica ``r``, node ``i`` holds the earlier of its children,
+        ties to the lower replica): the next replica to step in O(1), updated in O(log R).
     """
 
     arrival_s: np.ndarray
@@ -117,6 +121,8 @@ class FleetState(NamedTuple):
     log_tokens: np.ndarray
     assignment: np.ndarray
     cursor: np.ndarray
+    tree_t: np.ndarray
+    tree_r: np.ndarray
 
 
 @jit
@@ -130,6 +136,23 @@ def next_start_nb(st, r):
         t = st.fstate[r, F_T]
         return a if a > t else t
     return np.inf
+
+
+@jit
+def tree_update_nb(st, r):
+    """Refresh replica ``r``'s leaf and the path above it after its state changed."""
+    p = st.tree_t.shape[0] // 2
+    i = p + r
+    st.tree_t[i] = next_start_nb(st, r)
+    st.tree_r[i] = r
+    i //= 2
+    while i >= 1:
+        a, b = 2 * i, 2 * i + 1
+        # The left subtree holds the lower replica indices: it wins ties.
+        w = a if st.tree_t[a] <= st.tree_t[b] else b
+        st.tree_t[i] = st.tree_t[w]
+        st.tree_r[i] = st.tree_r[w]
+        i //= 2
 
 
 @jit
@@ -219,17 +242,11 @@ def fleet_nb(arrival_s, prompt_tokens, output_tokens, router, groups, group_of, 
         the state and call again: nothing was routed); or ``PAUSED``.
     """
     n_req = arrival_s.shape[0]
-    n_rep = group_of.shape[0]
     cap = st.arrival_s.shape[1]
     steps = 0
     while True:
-        best = -1
-        best_t = np.inf
-        for r in range(n_rep):
-            t = next_start_nb(st, r)
-            if t < best_t:
-                best_t = t
-                best = r
+        best_t = st.tree_t[1]
+        best = st.tree_r[1] if best_t < np.inf else -1
         i = st.cursor[C_NEXT]
         if i < n_req and (best < 0 or arrival_s[i] <= best_t):
             r = route_nb(router, st, kv_capacity, i)
@@ -246,11 +263,13 @@ def fleet_nb(arrival_s, prompt_tokens, output_tokens, router, groups, group_of, 
             st.routed[r] = c + 1
             st.assignment[i] = r
             st.cursor[C_NEXT] = i + 1
+            tree_update_nb(st, r)
             continue
         if best < 0:
             return DONE
         if steps >= step_limit:
             return PAUSED
         step_replica_nb(groups[group_of[best]], st, best)
+        tree_update_nb(st, best)
         steps += 1
         st.cursor[C_STEPS] += 1

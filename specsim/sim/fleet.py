@@ -303,6 +303,8 @@ def _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size, old=None):
     from specsim.sim import _engine_kernels as ek
     from specsim.sim._fleet_kernels import N_CURSOR, FleetState
 
+    leaves = 1 << max(n_rep - 1, 0).bit_length()
+
     def per_request(dtype, fill=0):
         return np.full((n_rep, rows), fill, dtype=dtype)
 
@@ -315,15 +317,18 @@ def _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size, old=None):
         log_t=np.zeros((n_rep, log_size)), log_width=np.zeros((n_rep, log_size), dtype=np.int64),
         log_depth=np.zeros((n_rep, log_size)), log_tokens=np.zeros((n_rep, log_size), dtype=np.int64),
         assignment=np.full(n_req, -1, dtype=np.int64), cursor=np.zeros(N_CURSOR, dtype=np.int64),
+        tree_t=np.full(2 * leaves, np.inf), tree_r=np.zeros(2 * leaves, dtype=np.int64),
     )
     if old is None:
         st.istate[:, ek.I_LOG_STRIDE] = 1
+        # Every replica starts idle (+inf): the tree's initial minimum is replica 0 at +inf.
+        st.tree_r[leaves:leaves + n_rep] = np.arange(n_rep)
         return st
     width = old.arrival_s.shape[1]
     for name in ("arrival_s", "prompt_tokens", "output_tokens", "request", "emitted", "first_s", "finish_s"):
         getattr(st, name)[:, :width] = getattr(old, name)
     for name in ("routed", "istate", "fstate", "active", "depth_hist", "log_t", "log_width", "log_depth",
-                 "log_tokens", "assignment", "cursor"):
+                 "log_tokens", "assignment", "cursor", "tree_t", "tree_r"):
         getattr(st, name)[...] = getattr(old, name)
     return st
 
