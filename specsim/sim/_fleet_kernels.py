@@ -30,8 +30,8 @@ ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV = range(3)
 # Return codes of fleet_nb.
 DONE, GROW, PAUSED = range(3)
 # Slots of FleetState.cursor.
-C_NEXT, C_STEPS = range(2)
-N_CURSOR = 2
+C_NEXT, C_STEPS, C_LAST = range(3)
+N_CURSOR = 3
 
 
 class GroupArrays(NamedTuple):
@@ -96,7 +96,7 @@ class FleetState(NamedTuple):
     assignment : int64 (N,)
         The replica each trace request was routed to.
     cursor : int64 (N_CURSOR,)
-        The next trace request to route; steps taken.
+        The next trace request to route; steps taken; the replica chosen last (-1 before any).
     tree_t : float64 (2P,); tree_r : int64 (2P,)
         A tournament tree over the replicas' next step starts (P = the smallest power of two
         >= R; leaf ``P + r`` is replica ``r``, node ``i`` holds the earlier of its children,
@@ -168,26 +168,30 @@ def kv_in_use_nb(st, r):
 
 @jit
 def route_nb(router, st, kv_capacity, index):
-    """The replica trace request ``index`` goes to (ties to the lowest replica index).
+    """The replica trace request ``index`` goes to.
 
     ``round_robin``: ``index % R``. ``least_outstanding``: fewest routed and unfinished requests
     (running + waiting). ``least_kv``: most free KV tokens, ``kv_capacity[r]`` minus
-    :func:`kv_in_use_nb`.
+    :func:`kv_in_use_nb`. Ties go to the first tied replica after the one chosen last (in
+    replica order, wrapping), so that equally loaded replicas take turns, as round robin would.
     """
     n_rep = st.routed.shape[0]
     if router == ROUND_ROBIN:
         return index % n_rep
-    best = 0
+    start = (st.cursor[C_LAST] + 1) % n_rep
+    best = start
     if router == LEAST_OUTSTANDING:
-        best_v = st.routed[0] - st.istate[0, I_FINISHED]
-        for r in range(1, n_rep):
+        best_v = st.routed[start] - st.istate[start, I_FINISHED]
+        for j in range(1, n_rep):
+            r = (start + j) % n_rep
             v = st.routed[r] - st.istate[r, I_FINISHED]
             if v < best_v:
                 best_v = v
                 best = r
         return best
-    best_v = kv_capacity[0] - kv_in_use_nb(st, 0)
-    for r in range(1, n_rep):
+    best_v = kv_capacity[start] - kv_in_use_nb(st, start)
+    for j in range(1, n_rep):
+        r = (start + j) % n_rep
         v = kv_capacity[r] - kv_in_use_nb(st, r)
         if v > best_v:
             best_v = v
@@ -262,6 +266,7 @@ def fleet_nb(arrival_s, prompt_tokens, output_tokens, router, groups, group_of, 
             st.request[r, c] = i
             st.routed[r] = c + 1
             st.assignment[i] = r
+            st.cursor[C_LAST] = r
             st.cursor[C_NEXT] = i + 1
             tree_update_nb(st, r)
             continue

@@ -301,6 +301,7 @@ def _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size, old=None):
     """The one place the fleet kernel's buffers are sized (see ``FleetState``); with ``old``, a
     copy of it with ``rows`` request rows per replica (larger than its own)."""
     from specsim.sim import _engine_kernels as ek
+    from specsim.sim import _fleet_kernels as fk
     from specsim.sim._fleet_kernels import N_CURSOR, FleetState
 
     leaves = 1 << max(n_rep - 1, 0).bit_length()
@@ -321,6 +322,7 @@ def _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size, old=None):
     )
     if old is None:
         st.istate[:, ek.I_LOG_STRIDE] = 1
+        st.cursor[fk.C_LAST] = -1
         # Every replica starts idle (+inf): the tree's initial minimum is replica 0 at +inf.
         st.tree_r[leaves:leaves + n_rep] = np.arange(n_rep)
         return st
