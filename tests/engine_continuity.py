@@ -49,7 +49,7 @@ def demo_case():
 
 
 def conv_case(shared_data):
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
     from tests.test_engine import gb10
 
     table, cal = gb10(shared_data)

@@ -384,7 +384,7 @@ def gb10(shared_data):
 
 
 def test_real_gb10_table_on_azure_conv(shared_data):
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
 
     table, cal = gb10(shared_data)
     read = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv")

@@ -352,7 +352,7 @@ class SimResult:
 # -- the run --------------------------------------------------------------------------------------
 
 def _request_arrays(requests):
-    from specsim.sim._types import TraceRead
+    from specsim.traces._types import TraceRead
 
     if isinstance(requests, TraceRead):
         requests = requests.requests
