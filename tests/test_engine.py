@@ -487,3 +487,29 @@ def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
+
+
+# -- the policy object ------------------------------------------------------------------------------
+
+def test_policy_properties_and_depth_labels():
+    from specsim.sim.policy import parse_policy
+
+    seq, fix, sch = parse_policy("sequence"), parse_policy("fixed:2"), parse_policy("schedule:1-16=4,17-=1")
+    assert (seq.needs_planner, seq.reads_slack, seq.per_sequence) == (True, True, True)
+    assert (fix.needs_planner, fix.reads_slack, fix.params, fix.max_depth) == (False, False, (2,), 2)
+    assert parse_policy("goodput").needs_planner and not parse_policy("goodput").reads_slack
+    assert sch.label == "schedule:1-16=4,17-=1" and sch.max_depth == 4
+    reqs = random_requests(10, 3)
+    table, cal = small_table(), small_calibration()  # max_k = 3
+    with pytest.raises(PolicyError, match="prices depths up to 3"):
+        simulate(reqs, table, cal, "fixed:99")
+    with pytest.raises(PolicyError, match="prices depths up to 3"):
+        simulate(reqs, table, cal, "schedule:1-2=4,3-=1")
+    # Under a lower k_max the label names the depth actually run, and the run is that depth's.
+    capped = simulate(reqs, table, cal, "fixed:3", k_max=2)
+    assert capped.policy == "fixed:2" and capped.policy_spec == parse_policy("fixed:2")
+    plain = simulate(reqs, table, cal, "fixed:2")
+    assert np.array_equal(capped.finish_s, plain.finish_s)
+    assert simulate(reqs, table, cal, "schedule:1-2=3,3-=1", k_max=1).policy == "schedule:1-2=1,3-=1"
+    assert summarize(simulate(reqs, table, cal, "propose", slack=0.2))["label"] == "propose@0.2"
+    assert summarize(capped)["slack"] is None

@@ -277,8 +277,11 @@ class SimResult:
     Attributes
     ----------
     policy : str
+        The policy's label, with the depths it actually ran (see :func:`simulate`).
     options : dict
         The server options with defaults resolved (:meth:`ServerOptions.resolved`).
+    policy_spec : Policy
+        The policy as run (depths clamped to the server's cap).
     arrival_s, first_token_s, finish_s : ndarray(float64, ndim=1), shape (N,)
     prompt_tokens, output_tokens : ndarray(int64, ndim=1), shape (N,)
     depth_histogram : ndarray(int64, ndim=1), shape (K + 1,)
@@ -299,6 +302,7 @@ class SimResult:
 
     policy: str
     options: dict
+    policy_spec: Policy
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
@@ -400,6 +404,19 @@ def _acceptance_digits(trace, k_cap):
     return np.ascontiguousarray(digits), min(k_cap, trace.k_logged)
 
 
+def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
+    """The policy as the server runs it: a named depth beyond what the table prices is refused;
+    one beyond the server's own cap (``k_max``, an acceptance trace's ``k_logged``) is lowered to
+    it, and the label says so."""
+    from specsim.errors import PolicyError
+
+    top = pol.max_depth
+    if top is not None and top > table.max_k:
+        raise PolicyError(f"policy {pol} asks for {top} drafts per step but the cost table prices depths up to "
+                          f"{table.max_k} only: use depths <= {table.max_k} or a table measured deeper")
+    return pol.clamped(k_cap)
+
+
 def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int) -> np.ndarray:
     """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
 
@@ -412,10 +429,10 @@ def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: i
     cap = _NO_CAP if opts.max_seqs is None else opts.max_seqs
     out = np.empty(max_batch + 1, dtype=np.int64)
     scratch = np.empty((table.max_k + 1, 4))
-    if policy.kind in ("propose", "sequence", "goodput"):
+    if policy.needs_planner:
         cum = np.empty(table.max_k + 1)
         cum_priors_nb(cal.priors, table.max_k, cum)
-        if policy.kind == "goodput":
+        if policy.maximises_goodput:
             goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
         else:
             propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
@@ -424,7 +441,7 @@ def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: i
     np.minimum(out, k_cap, out=out)
     widths = np.arange(max_batch + 1)
     out[widths > cap] = 0
-    if policy.kind != "sequence" and opts.row_budget is not None:
+    if not policy.per_sequence and opts.row_budget is not None:
         per_width = opts.row_budget // np.maximum(widths, 1)
         np.minimum(out, per_width, out=out)
     out[0] = 0
@@ -442,7 +459,10 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     table : CostTable
     calibration : AcceptanceCalibration
     policy : str or Policy
-        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``.
+        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``. A named depth
+        beyond the table's ``max_k`` raises :class:`~specsim.errors.PolicyError`; one beyond
+        ``k_max`` (or an acceptance trace's ``k_logged``) runs at that cap, and the result's
+        ``policy`` label names the depth run (``fixed:5`` under ``k_max=3`` is ``fixed:3``).
     options : ServerOptions, optional
         The server options as one value (instead of keywords).
     acceptance : AcceptanceTrace, optional
@@ -489,6 +509,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         digits, k_cap = _acceptance_digits(acceptance, k_cap)
         resolved["k_max"] = k_cap
         resolved["acceptance_trace"] = acceptance.name
+    pol = _policy_for(pol, table, k_cap)
     if k_cap > ek.MAX_POSITION:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {ek.MAX_POSITION} drafts per "
                               f"sequence per step; set k_max <= {ek.MAX_POSITION}")
@@ -526,7 +547,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     while True:
         done = ek.simulate_nb(arrival, prompt, output, table.widths, table.costs, calibration.edges, cells,
                               calibration.p_accept, calibration.priors, occ, conf_values, depth_memo,
-                              pol.kind == "sequence", wcs, digits, opts.slack, max_batch, k_cap, row_budget,
+                              pol.per_sequence, wcs, digits, opts.slack, max_batch, k_cap, row_budget,
                               opts.prefill_ms_per_token, opts.prefill_j_per_token, opts.idle_w,
                               np.uint64(opts.seed), step_limit, istate, fstate, active, emitted, first_s, finish_s,
                               depth_hist, log_t, log_width, log_depth, log_tokens, conf, n_conf, known, vdepth,
@@ -558,7 +579,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         "idle_s": float(fstate[ek.F_IDLE_S]),
     }
     return SimResult(
-        policy=str(pol), options=resolved, arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+        policy=pol.label, options=resolved, policy_spec=pol, arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
         first_token_s=first_s, finish_s=finish_s, depth_histogram=depth_hist, counters=counters, energy=energy,
         end_s=float(fstate[ek.F_T]), step_t_s=log_t[:count].copy(), step_width=log_width[:count].copy(),
         step_mean_depth=log_depth[:count].copy(), step_tokens=log_tokens[:count].copy(),
