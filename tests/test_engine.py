@@ -154,7 +154,7 @@ def test_same_seed_identical_different_seed_different():
 
 
 def test_uniform_draws_match_reference_and_look_uniform():
-    from specsim.sim._engine_kernels import seed_key_nb, uniform_nb
+    from specsim.sim._draw_kernels import seed_key_nb, uniform_nb
 
     rng = np.random.default_rng(5)
     for _ in range(200):
@@ -513,3 +513,16 @@ def test_policy_properties_and_depth_labels():
     assert simulate(reqs, table, cal, "schedule:1-2=3,3-=1", k_max=1).policy == "schedule:1-2=1,3-=1"
     assert summarize(simulate(reqs, table, cal, "propose", slack=0.2))["label"] == "propose@0.2"
     assert summarize(capped)["slack"] is None
+
+
+# -- continuity with the first engine -----------------------------------------------------------------
+
+def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
+    """Separate prefill steps, no token budget, unlimited KV: every figure equals the pinned
+    digests of the first engine on the demo trace and on the Azure conversation hour."""
+    import json
+
+    from tests.engine_continuity import PINNED, compute
+
+    got = compute(shared_data, {"chunked_prefill": False, "max_num_batched_tokens": None})
+    assert got == json.loads(PINNED.read_text())
