@@ -33,7 +33,7 @@ CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
 
 @pytest.fixture
 def conv(shared_data):  # noqa: F811
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
 
     table, cal = gb10(shared_data)
     return read_trace(shared_data.joinpath(*CONV)).requests, table, cal

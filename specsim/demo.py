@@ -45,7 +45,7 @@ DEMO_SLO_TPOT_S = 0.05
 def demo_trace(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float = DEMO_RATE_SCALE):
     """A seeded synthetic trace with the public conversation trace's shapes, its arrivals
     compressed ``rate_scale`` times (1 = the published rate)."""
-    from specsim.sim.synthetic import LogNormalLengths, synthetic_trace
+    from specsim.traces import LogNormalLengths, synthetic_trace
 
     return synthetic_trace(
         requests, CONV_RATE_PER_S, arrival="gamma", cv=CONV_ARRIVAL_CV,
@@ -106,7 +106,7 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
     Without one, they are written here, all together.
     """
     from specsim._io import Outputs
-    from specsim.cli.trace import summary as trace_summary
+    from specsim.traces import summary as trace_summary
 
     if outputs is None:
         outputs = Outputs()

@@ -9,7 +9,7 @@ import numpy as np
 from specsim import AcceptanceCalibration, CostTable
 from specsim.cli import main
 from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, demo_trace, run_demo
-from specsim.sim.traces import read_trace
+from specsim.traces import read_trace
 
 
 def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):

@@ -154,7 +154,7 @@ def test_same_seed_identical_different_seed_different():
 
 
 def test_uniform_draws_match_reference_and_look_uniform():
-    from specsim.sim._engine_kernels import seed_key_nb, uniform_nb
+    from specsim.sim._draw_kernels import seed_key_nb, uniform_nb
 
     rng = np.random.default_rng(5)
     for _ in range(200):
@@ -384,7 +384,7 @@ def gb10(shared_data):
 
 
 def test_real_gb10_table_on_azure_conv(shared_data):
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
 
     table, cal = gb10(shared_data)
     read = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv")
@@ -487,3 +487,42 @@ def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
+
+
+# -- the policy object ------------------------------------------------------------------------------
+
+def test_policy_properties_and_depth_labels():
+    from specsim.sim.policy import parse_policy
+
+    seq, fix, sch = parse_policy("sequence"), parse_policy("fixed:2"), parse_policy("schedule:1-16=4,17-=1")
+    assert (seq.needs_planner, seq.reads_slack, seq.per_sequence) == (True, True, True)
+    assert (fix.needs_planner, fix.reads_slack, fix.params, fix.max_depth) == (False, False, (2,), 2)
+    assert parse_policy("goodput").needs_planner and not parse_policy("goodput").reads_slack
+    assert sch.label == "schedule:1-16=4,17-=1" and sch.max_depth == 4
+    reqs = random_requests(10, 3)
+    table, cal = small_table(), small_calibration()  # max_k = 3
+    with pytest.raises(PolicyError, match="prices depths up to 3"):
+        simulate(reqs, table, cal, "fixed:99")
+    with pytest.raises(PolicyError, match="prices depths up to 3"):
+        simulate(reqs, table, cal, "schedule:1-2=4,3-=1")
+    # Under a lower k_max the label names the depth actually run, and the run is that depth's.
+    capped = simulate(reqs, table, cal, "fixed:3", k_max=2)
+    assert capped.policy == "fixed:2" and capped.policy_spec == parse_policy("fixed:2")
+    plain = simulate(reqs, table, cal, "fixed:2")
+    assert np.array_equal(capped.finish_s, plain.finish_s)
+    assert simulate(reqs, table, cal, "schedule:1-2=3,3-=1", k_max=1).policy == "schedule:1-2=1,3-=1"
+    assert summarize(simulate(reqs, table, cal, "propose", slack=0.2))["label"] == "propose@0.2"
+    assert summarize(capped)["slack"] is None
+
+
+# -- continuity with the first engine -----------------------------------------------------------------
+
+def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
+    """Separate prefill steps, no token budget, unlimited KV: every figure equals the pinned
+    digests of the first engine on the demo trace and on the Azure conversation hour."""
+    import json
+
+    from tests.engine_continuity import PINNED, compute
+
+    got = compute(shared_data, {"chunked_prefill": False, "max_num_batched_tokens": None})
+    assert got == json.loads(PINNED.read_text())

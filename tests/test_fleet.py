@@ -167,7 +167,7 @@ def test_least_outstanding_beats_round_robin_on_bursty_real_traffic(shared_data)
     leaves in the bursts (about 0.31 s against 0.54 s)."""
     from specsim.costmodel import model_table
     from specsim.costmodel.defaults import demo_calibration
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
 
     table = model_table("h200", "llama-3.1-8b", "eagle3-1l", max_k=3, widths=(1, 2, 4, 8, 16, 32, 64))
     reqs = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv", rate_scale=4.0,

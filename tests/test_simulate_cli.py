@@ -67,7 +67,7 @@ def test_simulate_writes_json_csv_and_matches_the_api(files, tmp_path, capsys):
 
 
 def _lengths():
-    from specsim.sim.synthetic import LogNormalLengths
+    from specsim.traces import LogNormalLengths
 
     return {"output": LogNormalLengths(20.0, 0.8), "prompt": LogNormalLengths(200.0, 0.5)}
 

@@ -1,4 +1,4 @@
-"""Request-trace readers and the synthetic generator (SPEC §6 "Traces")."""
+"""Request-trace readers and the synthetic generator (docs/simulation.md, "Traces")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import TraceError
-from specsim.sim import (
+from specsim.traces import (
     REQUEST_DT,
     EmpiricalLengths,
     LogNormalLengths,
@@ -21,7 +21,7 @@ from specsim.sim import (
     read_trace,
     synthetic_trace,
 )
-from specsim.sim import traces as traces_mod
+from specsim.traces import readers as traces_mod
 from tests import reference as ref
 
 AZURE_CODE = "traces/azure2023/AzureLLMInferenceTrace_code.csv"
@@ -242,7 +242,7 @@ def test_many_bad_rows_count_past_the_listed_lines(tmp_path):
 # -- kernels against references ----------------------------------------------------------------------
 
 def _ns_kernel(text):
-    from specsim.sim._parse_kernels import parse_datetime_nb
+    from specsim.traces._parse_kernels import parse_datetime_nb
 
     b = np.frombuffer(text.encode(), dtype=np.uint8)
     return parse_datetime_nb(b, 0, b.shape[0])
@@ -269,7 +269,7 @@ def test_datetime_kernel_refuses(text):
 @given(st.one_of(st.floats(min_value=-1e15, max_value=1e15).filter(lambda x: x == 0 or abs(x) >= 1e-5),
                  st.integers(-(2**53), 2**53)))
 def test_number_kernel_matches_float(value):
-    from specsim.sim._parse_kernels import parse_number_nb
+    from specsim.traces._parse_kernels import parse_number_nb
 
     text = repr(value)
     b = np.frombuffer(text.encode(), dtype=np.uint8)
@@ -285,7 +285,7 @@ def test_number_kernel_matches_float(value):
 @settings(max_examples=100, deadline=None)
 @given(st.floats(min_value=-1e300, max_value=1e300).filter(lambda x: x == 0 or abs(x) >= 1e-290))
 def test_number_kernel_wide_range(value):
-    from specsim.sim._parse_kernels import parse_number_nb
+    from specsim.traces._parse_kernels import parse_number_nb
 
     text = repr(value)
     b = np.frombuffer(text.encode(), dtype=np.uint8)
@@ -296,7 +296,7 @@ def test_number_kernel_wide_range(value):
 
 @pytest.mark.parametrize("text", ["", "-", ".", "1e", "1.2.3", "nan", "inf", "0x10", "1 2", "1e999"])
 def test_number_kernel_refuses(text):
-    from specsim.sim._parse_kernels import parse_number_nb
+    from specsim.traces._parse_kernels import parse_number_nb
 
     b = np.frombuffer(text.encode(), dtype=np.uint8)
     assert not parse_number_nb(b, 0, b.shape[0])[0]

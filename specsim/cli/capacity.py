@@ -167,7 +167,7 @@ def capacity_table(result) -> str:
 
 def _document(args, result, read) -> dict:
     from specsim import __version__
-    from specsim.cli.trace import summary as trace_summary
+    from specsim.traces import summary as trace_summary
 
     doc = result.to_dict()
     doc.update({"trace": trace_summary(read), "specsim_version": __version__,

@@ -80,7 +80,7 @@ def _simulate(args, out):
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
     from specsim.errors import SimulationError
-    from specsim.cli.trace import summary as trace_summary
+    from specsim.traces import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.policy import policy_runs

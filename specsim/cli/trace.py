@@ -43,11 +43,11 @@ def _window(text):
 def trace_from_args(args, path):
     """The :class:`TraceRead` the options and ``path`` (None for a synthetic trace without one) name."""
     from specsim.errors import TraceError
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
 
     opts = {"rate_scale": args.rate_scale, "limit": args.limit, "window": _window(args.window)}
     if args.format == "synthetic" or args.synthetic is not None:
-        from specsim.sim.synthetic import parse_synthetic, synthetic_trace
+        from specsim.traces import parse_synthetic, synthetic_trace
 
         if args.synthetic is None:
             raise TraceError("format synthetic needs --synthetic requests=N,rate=R,...")
@@ -71,25 +71,9 @@ def register(sub, groups):
     p.set_defaults(func=cmd_show)
 
 
-def summary(read) -> dict:
-    """A JSON-ready summary of a :class:`TraceRead`."""
-    import numpy as np
-
-    r = read.requests
-    n = int(r.shape[0])
-    stats = {}
-    for col in ("prompt_tokens", "output_tokens"):
-        v = r[col]
-        stats[col] = {"sum": int(v.sum()), "mean": float(v.mean()) if n else 0.0,
-                      "p50": float(np.percentile(v, 50)) if n else 0.0,
-                      "p99": float(np.percentile(v, 99)) if n else 0.0, "max": int(v.max()) if n else 0}
-    return {"source": read.source, "format": read.format, "rows": read.rows, "requests": n,
-            "skipped_zero_token": read.skipped_zero, "skipped_bad": read.skipped_bad,
-            "bad_lines": list(read.bad_lines), "dropped_by_window_or_limit": read.dropped, "span_s": read.span_s,
-            "rate_per_s": (n - 1) / read.span_s if read.span_s > 0 else 0.0, **stats}
-
-
 def cmd_show(args):
+    from specsim.traces import summary
+
     read = trace_from_args(args, args.file)
     s = summary(read)
     if args.json:

@@ -1,11 +1,18 @@
-"""Simulation: request traces, acceptance-trace replay and draft-depth policies (SPEC §5-§6)."""
+"""Simulation: the serving engine, the draft-outcome model, draft-depth policies, metrics,
+reports, and acceptance-trace replay.
 
-from specsim.sim._types import REQUEST_DT, ReplayResult, TraceRead
+The request-trace names (``REQUEST_DT``, ``read_trace``, ...) live in :mod:`specsim.traces` and
+are re-exported here so ``from specsim.sim import read_trace`` keeps working.
+"""
+
+from specsim.sim._types import ReplayResult
 from specsim.sim.engine import ServerOptions, SimResult, simulate
 from specsim.sim.policy import Policy, parse_policy
 from specsim.sim.replay import AcceptanceFile, AcceptanceTrace, load_acceptance_file, parse_acceptance_file, replay
-from specsim.sim.synthetic import EmpiricalLengths, LogNormalLengths, parse_synthetic, synthetic_trace
-from specsim.sim.traces import FORMATS, detect_format, parse_columns, read_trace
+from specsim.traces import (
+    FORMATS, REQUEST_DT, EmpiricalLengths, LogNormalLengths, TraceRead, detect_format, parse_columns, parse_synthetic,
+    read_trace, synthetic_trace,
+)
 
 __all__ = [
     "FORMATS", "REQUEST_DT", "AcceptanceFile", "AcceptanceTrace", "EmpiricalLengths", "LogNormalLengths", "Policy",

@@ -1,14 +1,16 @@
-"""Numba kernels of the serving simulation (SPEC §6): one kernel runs a whole request trace.
+"""Numba kernels of the serving engine: one replica advanced one step at a time.
 
-All loop state lives in arrays the caller owns (``istate``, ``fstate``, the active slots and the
-per-request arrays), so :func:`simulate_nb` can stop after ``step_limit`` steps and be called
-again to resume where it stopped: the result does not depend on where it was cut (progress
-lines on long runs), and nothing is allocated per step.
+:func:`step_nb` advances one replica (one server) by one step: it schedules the step (running
+requests first, then admissions from the waiting queue), prices it, and applies its outcome.
+:func:`run_nb` is the single-replica driver: it feeds arrivals into the queue, steps, and jumps
+idle gaps. A fleet driver can interleave several replicas in time order by calling
+:func:`step_nb` and :func:`idle_until_nb` on each replica's state.
 
-Random draws are counter-based: every uniform number is a splitmix64 hash of (seed, request,
-output-token index, draft position, stream), never a position in a shared stream, so a draft
-meets the same confidence and the same verdict under every policy (common random numbers) and
-the result does not depend on the order anything is computed in.
+Every kernel takes bundles (:mod:`specsim.sim._types`): ``req`` (the requests), ``tab`` (the
+cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (one replica's
+state), ``log`` (its step log) and ``ws`` (per-step scratch). All loop state lives in them, so a
+run can stop after any step and resume with the same result. See docs/simulation.md for the
+scheduling rules and the price of a step.
 """
 
 from __future__ import annotations
@@ -16,384 +18,577 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._jit import jit
-from specsim.plan._kernels import DJ, DMS, VJ, VMS, goodput_depth_nb, row_cost_nb, sequence_depths_nb
+from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
+from specsim.sim._draw_kernels import (
+    STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
+)
 
-# splitmix64 (Steele, Lea, Flood; OOPSLA 2014) finaliser constants and the golden-ratio increment.
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-# Odd multipliers that spread a key field over all 64 bits before it is mixed in.
-_C_REQUEST = np.uint64(0xD6E8FEB86659FD93)
-_C_DRAFT = np.uint64(0xA0761D6478BD642F)
-_S30, _S27, _S31, _S32, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32), np.uint64(8)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_S11 = np.uint64(11)
-_U32 = 1.0 / 4294967296.0  # 2 ** -32
-# Draft positions are packed into the low 8 bits of the draft key.
-MAX_POSITION = 255
+NOT_DECODING = -1  # ws.dec_of of a running request that is prefilling
+UNSCHEDULED = -1  # ws.take of a running request that does not run this step
 
-# Draw streams: which half of a draft's hash answers which question.
-STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
-STREAM_ACCEPT = 1  # the low 32 bits: the verdict
 
-# istate slots
-I_NEXT, I_ACTIVE, I_FINISHED, I_DECODE_STEPS, I_PREFILL_STEPS, I_SEQ_STEPS, I_EMITTED, I_ACCEPTED, \
-    I_DRAFTED, I_ROWS, I_LOG_COUNT, I_LOG_STRIDE, I_STEP_INDEX, I_SPEC_STEPS = range(14)
-N_ISTATE = 14
-# fstate slots
-F_T, F_DECODE_J, F_PREFILL_J, F_IDLE_J, F_DECODE_S, F_PREFILL_S, F_IDLE_S = range(7)
-N_FSTATE = 7
+# -- queue and KV blocks ---------------------------------------------------------------------------
+
+@jit
+def push_back_nb(st, r):
+    """Append request ``r`` to the replica's waiting queue (arrival order)."""
+    s = st.rec[0]
+    cap = st.queue.shape[0]
+    st.queue[(s.q_head + s.q_len) % cap] = r
+    s.q_len += 1
 
 
 @jit
-def mix64_nb(z):
-    """The splitmix64 finaliser of a uint64 (a bijection that spreads every input bit)."""
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+def _push_front(st, r):
+    s = st.rec[0]
+    cap = st.queue.shape[0]
+    s.q_head = (s.q_head - 1 + cap) % cap
+    st.queue[s.q_head] = r
+    s.q_len += 1
 
 
 @jit
-def seed_key_nb(seed):
-    """The hash state a run starts from: ``mix64(seed + GOLDEN)`` (``seed`` a uint64)."""
-    return mix64_nb(np.uint64(seed) + GOLDEN)
+def _pop_front(st):
+    s = st.rec[0]
+    r = st.queue[s.q_head]
+    s.q_head = (s.q_head + 1) % st.queue.shape[0]
+    s.q_len -= 1
+    return r
 
 
 @jit
-def request_key_nb(key, request):
-    """The hash state of one request: ``mix64(key ^ request * C_REQUEST)``."""
-    return mix64_nb(np.uint64(key) ^ (np.uint64(request) * _C_REQUEST))
+def blocks_for_nb(tokens, block_size):
+    """KV blocks that hold ``tokens`` tokens."""
+    return (tokens + block_size - 1) // block_size
 
 
 @jit
-def draft_hash_nb(rkey, token, position):
-    """The 64-bit hash of one draft: ``mix64(rkey ^ (token << 8 | position) * C_DRAFT)``.
+def _grow(req, st, o, r, tokens):
+    """Extra blocks request ``r`` needs to hold ``tokens`` tokens (0 if it holds enough)."""
+    need = blocks_for_nb(tokens, o.block_size)
+    return need - req.blocks[r] if need > req.blocks[r] else 0
 
-    ``token`` is the output-token index the draft would produce, ``position`` its 1-based place
-    in the chain (<= MAX_POSITION, so the packing is one-to-one). One finaliser round per draft:
-    the engine draws millions of them, and its two halves answer the two questions.
+
+@jit
+def _preempt_last(req, st):
+    """Preempt the most recently admitted running request: free its blocks, put it at the front
+    of the queue, and make it recompute its prompt and emitted tokens as prefill."""
+    s = st.rec[0]
+    s.n_running -= 1
+    r = st.running[s.n_running]
+    s.kv_used -= req.blocks[r]
+    req.blocks[r] = 0
+    req.prefilled[r] = 0
+    req.target[r] = req.prompt[r] + req.emitted[r]
+    s.preemptions += 1
+    _push_front(st, r)
+    return r
+
+
+# -- one step: the decoding sequences' depths --------------------------------------------------------
+
+@jit
+def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
+    """Draw request ``r``'s ``d`` drafts (decoding index ``j``): confidences for the planner,
+    verdicts kept for later."""
+    e = req.emitted[r]
+    rkey = request_key_nb(key, r)
+    ws.known[j] = d
+    ws.n_conf[j] = d
+    if cal.digits.shape[0] > 0:
+        digit = cal.digits[entry_nb(rkey, e, cal.digits.shape[0])]
+        ws.n_conf[j] = 0
+        for i in range(1, d + 1):
+            ws.verdict[j, i - 1] = i <= digit
+        return
+    for i in range(1, d + 1):
+        h = draft_hash_nb(rkey, e + i - 1, i)
+        b = bucket_of_nb(cal.occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
+        ws.conf[j, i - 1] = cal.conf_values[b]
+        # The verdict is drawn now and kept: the planner sees only the confidence.
+        ws.verdict[j, i - 1] = half_uniform_nb(h, STREAM_ACCEPT) < cal.p_accept[b]
+
+
+@jit
+def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
+    """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
+
+    Uniform policies verify ``depth_memo[n]`` drafts each; the sequence policy drafts
+    ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
+
+    Returns
+    -------
+    int
+        The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
+        ``ws.known[:n]`` (drafted per sequence) are written.
     """
-    x = (np.uint64(token) << _S8) | np.uint64(position)
-    return mix64_nb(np.uint64(rkey) ^ (x * _C_DRAFT))
+    o = srv.rec[0]
+    k = srv.depth_memo[n]
+    if o.per_sequence == 0:
+        for j in range(n):
+            ws.vdepth[j] = k
+            ws.known[j] = k
+        return k
+    kd = 0
+    for j in range(n):
+        r = st.running[ws.slot[j]]
+        need = req.output[r] - req.emitted[r] - 1
+        d = k if k < need else need
+        _draw_sequence_drafts(req, cal, ws, j, r, d, key)
+        if d > kd:
+            kd = d
+    if kd > 0:
+        # The one call of the planner's kernel in the engine.
+        sequence_depths_nb(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors, ws.conf[:n],
+                           ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack, ws.vdepth[:n],
+                           ws.plan[0], ws.plan[1], ws.plan[2], ws.plan[3])
+    else:
+        for j in range(n):
+            ws.vdepth[j] = 0
+    return kd
+
+
+# -- one step: scheduling ------------------------------------------------------------------------------
+
+@jit
+def _find_decoding(req, st, ws):
+    """Mark the running requests that decode (prefill done, a token emitted); returns how many."""
+    s = st.rec[0]
+    n = 0
+    for i in range(s.n_running):
+        r = st.running[i]
+        if req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]:
+            ws.dec_of[i] = n
+            ws.slot[n] = i
+            n += 1
+        else:
+            ws.dec_of[i] = NOT_DECODING
+        ws.take[i] = UNSCHEDULED
+    return n
 
 
 @jit
-def _entry(rkey, token, n_digits):
-    """The acceptance-trace entry of a step state: a hash of (request, token) with position 0,
-    which no draft uses, so it is independent of every draft's draws."""
-    return np.int64((draft_hash_nb(rkey, token, 0) >> _S11) % np.uint64(n_digits))
+def _allocate(req, st, o, i, tokens):
+    """Give running slot ``i`` blocks for ``tokens`` tokens, preempting the most recently
+    admitted running requests while the cache is full. Returns False when slot ``i`` itself
+    had to be preempted."""
+    s = st.rec[0]
+    r = st.running[i]
+    extra = _grow(req, st, o, r, tokens)
+    while extra > o.kv_blocks - s.kv_used:
+        victim_slot = s.n_running - 1
+        _preempt_last(req, st)
+        if victim_slot == i:
+            return False
+    req.blocks[r] += extra
+    s.kv_used += extra
+    return True
 
 
 @jit
-def half_uniform_nb(h, stream):
-    """The uniform number in [0, 1) of one stream of a draft hash (32 bits of resolution)."""
-    if stream == STREAM_BUCKET:
-        return float(h >> _S32) * _U32
-    return float(h & _LOW32) * _U32
+def schedule_running_nb(req, srv, st, ws, budget):
+    """Schedule the running requests in admission order within the token ``budget``.
 
+    A decoding sequence takes ``1 + drafts`` tokens, its drafts cut to what the budget has left;
+    a partly prefilled request takes the next chunk of its prefill. Each holds KV blocks for what
+    it has computed plus this step's tokens (drafts as lookahead); when the cache is full the most
+    recently admitted running request is preempted.
 
-@jit
-def uniform_nb(key, request, token, position, stream):
-    """A uniform number in [0, 1) that is a pure function of its arguments.
-
-    Parameters
-    ----------
-    key : uint64
-        :func:`seed_key_nb` of the run's seed.
-    request, token, position, stream : int
-        Request index, output-token index the draft would produce, 1-based draft position
-        (<= MAX_POSITION), and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
+    Returns
+    -------
+    (int, bool)
+        The budget left and whether anything was preempted.
     """
-    return half_uniform_nb(draft_hash_nb(request_key_nb(key, request), token, position), stream)
+    s = st.rec[0]
+    o = srv.rec[0]
+    preempted = False
+    i = 0
+    while i < s.n_running and budget > 0:
+        r = st.running[i]
+        j = ws.dec_of[i]
+        if j != NOT_DECODING:
+            want = 1 + ws.vdepth[j]
+            take = want if want < budget else budget
+            ws.vdepth[j] = take - 1
+            tokens = req.prompt[r] + req.emitted[r] + take - 1
+        else:
+            left = req.target[r] - req.prefilled[r]
+            take = left if left < budget else budget
+            tokens = req.prefilled[r] + take
+        n_before = s.n_running
+        if not _allocate(req, st, o, i, tokens):
+            preempted = True
+            break
+        preempted = preempted or s.n_running < n_before
+        if j != NOT_DECODING:
+            s.drafts_cut += want - take
+        ws.take[i] = take
+        budget -= take
+        i += 1
+    return budget, preempted
 
 
 @jit
-def bucket_of_nb(occ_cdf, u, position):
-    """Inverse CDF of position ``position``'s occupancy row at ``u``.
+def admit_nb(req, srv, st, ws, budget, whole):
+    """Admit waiting requests first come first served while slots, budget and KV blocks last.
 
-    ``occ_cdf float64[J, B]``: row ``j - 1`` is position ``j``'s cumulative bucket weights, the
-    last entry exactly 1; positions past J use the last row.
+    ``whole``: each admitted request prefills all of its target in this step (separate prefill
+    steps: the first admission may pass the budget, later ones must fit it); otherwise it takes
+    the next chunk the budget allows. A request is admitted only when its chunk's blocks fit.
+
+    Returns
+    -------
+    int
+        The budget left.
     """
-    row = position - 1 if position - 1 < occ_cdf.shape[0] else occ_cdf.shape[0] - 1
-    last = occ_cdf.shape[1] - 1
-    b = 0
-    while b < last and u >= occ_cdf[row, b]:
-        b += 1
-    return b
+    s = st.rec[0]
+    o = srv.rec[0]
+    first = True
+    while s.q_len > 0 and s.n_running < o.max_num_seqs and (budget > 0 or whole):
+        r = st.queue[s.q_head]
+        left = req.target[r] - req.prefilled[r]
+        if whole:
+            if not first and left > budget:
+                break
+            take = left
+        else:
+            take = left if left < budget else budget
+        extra = _grow(req, st, o, r, req.prefilled[r] + take)
+        if extra > o.kv_blocks - s.kv_used:
+            break
+        _pop_front(st)
+        req.blocks[r] += extra
+        s.kv_used += extra
+        if req.sched_s[r] != req.sched_s[r]:
+            req.sched_s[r] = s.t_s
+        i = s.n_running
+        st.running[i] = r
+        ws.dec_of[i] = NOT_DECODING
+        ws.take[i] = take
+        s.n_running = i + 1
+        budget -= take
+        first = False
+    return budget
+
+
+# -- one step: price and outcome -------------------------------------------------------------------------
+
+@jit
+def prefill_cost_nb(srv, tokens):
+    """(ms, J) of prefilling ``tokens`` tokens in one step: affine (a fixed cost per step with
+    prefill, plus a cost per token) or the profiled curve (flat below its first point, linear
+    between points, the last segment's slope beyond)."""
+    o = srv.rec[0]
+    if o.prefill_curve == 0:
+        if tokens == 0:
+            return o.prefill_ms_per_token * tokens, o.prefill_j_per_token * tokens
+        return (o.prefill_ms_per_step + o.prefill_ms_per_token * tokens,
+                o.prefill_j_per_step + o.prefill_j_per_token * tokens)
+    if tokens == 0:
+        return 0.0, 0.0
+    x = srv.curve_tokens
+    p = x.shape[0]
+    if p == 1 or tokens <= x[0]:
+        return srv.curve_ms[0], srv.curve_j[0]
+    hi = 1
+    while hi < p - 1 and x[hi] < tokens:
+        hi += 1
+    f = (tokens - x[hi - 1]) / (x[hi] - x[hi - 1])
+    ms = srv.curve_ms[hi - 1] + (srv.curve_ms[hi] - srv.curve_ms[hi - 1]) * f
+    joules = srv.curve_j[hi - 1] + (srv.curve_j[hi] - srv.curve_j[hi - 1]) * f
+    return ms, joules
 
 
 @jit
-def goodput_table_nb(widths, costs, cum_priors, max_seqs, out, scratch):
-    """``out[n] = goodput_depth(n)`` for n = 0..len(out) - 1."""
-    for n in range(out.shape[0]):
-        out[n] = goodput_depth_nb(widths, costs, cum_priors, n, max_seqs, scratch)
+def decode_cost_nb(tab, srv, n, rows, k, cut):
+    """(ms, J) of verifying ``rows`` draft rows over ``n`` decoding sequences.
+
+    A uniform step with nothing cut costs the table's ``cell(n, k)``. The sequence policy, and
+    any step the budget or a preemption cut, costs the verify interpolated at ``rows / n`` plus
+    the draft cost of the drafted depth ``k`` (the planner's row cost).
+    """
+    if n == 0:
+        return 0.0, 0.0
+    wcs = tab.wcs
+    if srv.rec[0].per_sequence == 0 and not cut:
+        return wcs[n, k, VMS] + wcs[n, k, DMS], wcs[n, k, VJ] + wcs[n, k, DJ]
+    max_k = tab.costs.shape[1] - 1
+    ms = row_cost_nb(wcs[n, :, VMS], n, rows, max_k, wcs[n, k, DMS])
+    joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, wcs[n, k, DJ])
+    return ms, joules
 
 
 @jit
-def _remove_finished(active, n_active, output, emitted):
-    """Drop finished sequences from the active slots, keeping admission order."""
+def accepted_nb(req, cal, srv, ws, j, r, v, key):
+    """Drafts of decoding sequence ``j`` (request ``r``) accepted when ``v`` are verified: the
+    leading run of accepted drafts, never more than the tokens the request has left."""
+    e = req.emitted[r]
+    need = req.output[r] - e - 1
+    lim = v if v < need else need
+    acc = 0
+    if srv.rec[0].per_sequence != 0:
+        while acc < lim and ws.verdict[j, acc]:
+            acc += 1
+        return acc
+    n_digits = cal.digits.shape[0]
+    if n_digits > 0:
+        digit = cal.digits[entry_nb(request_key_nb(key, r), e, n_digits)]
+        return digit if digit < lim else lim
+    rkey = request_key_nb(key, r)
+    while acc < lim:
+        i = acc + 1
+        h = draft_hash_nb(rkey, e + acc, i)
+        b = bucket_of_nb(cal.occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
+        if half_uniform_nb(h, STREAM_ACCEPT) < cal.p_accept[b]:
+            acc += 1
+        else:
+            break
+    return acc
+
+
+@jit
+def _finish(req, st, r, t):
+    req.finish_s[r] = t
+    st.rec[0].finished += 1
+
+
+@jit
+def apply_nb(req, cal, srv, st, ws, t, key):
+    """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
+    prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
+    recompute). Returns ``(decode tokens, accepted drafts)``."""
+    s = st.rec[0]
+    tokens = 0
+    accepted = 0
+    for i in range(s.n_running):
+        take = ws.take[i]
+        if take == UNSCHEDULED:
+            continue
+        r = st.running[i]
+        j = ws.dec_of[i]
+        if j != NOT_DECODING:
+            v = ws.vdepth[j]
+            st.depth_hist[v] += 1
+            acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
+            req.emitted[r] += 1 + acc
+            tokens += 1 + acc
+            accepted += acc
+        else:
+            req.prefilled[r] += take
+            if req.prefilled[r] < req.target[r]:
+                continue
+            if req.emitted[r] == 0:
+                req.first_s[r] = t
+            else:
+                s.resumed += 1
+            req.emitted[r] += 1
+            s.emitted += 1
+        if req.emitted[r] == req.output[r]:
+            _finish(req, st, r, t)
+    return tokens, accepted
+
+
+@jit
+def _release_finished(req, st):
+    """Drop finished requests from the running slots (keeping admission order), freeing their blocks."""
+    s = st.rec[0]
     w = 0
-    for s in range(n_active):
-        r = active[s]
-        if emitted[r] < output[r]:
-            active[w] = r
+    for i in range(s.n_running):
+        r = st.running[i]
+        if req.emitted[r] < req.output[r]:
+            st.running[w] = r
             w += 1
-    return w
+        else:
+            s.kv_used -= req.blocks[r]
+            req.blocks[r] = 0
+    s.n_running = w
 
 
 @jit
-def _log_step(istate, log_t, log_width, log_depth, log_tokens, t, width, depth, tokens):
+def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
     """Record every ``stride``-th decode step; when the log is full keep every other entry and
     double the stride, so the log always spans the whole run in at most its capacity."""
-    step = istate[I_STEP_INDEX]
-    istate[I_STEP_INDEX] = step + 1
-    cap = log_t.shape[0]
-    if cap == 0:
+    s = st.rec[0]
+    step = s.log_index
+    s.log_index = step + 1
+    cap = log.t_s.shape[0]
+    if cap == 0 or step % s.log_stride != 0:
         return
-    stride = istate[I_LOG_STRIDE]
-    if step % stride != 0:
-        return
-    count = istate[I_LOG_COUNT]
-    if count == cap:
+    if s.log_count == cap:
         half = 0
-        for i in range(0, count, 2):
-            log_t[half] = log_t[i]
-            log_width[half] = log_width[i]
-            log_depth[half] = log_depth[i]
-            log_tokens[half] = log_tokens[i]
+        for i in range(0, cap, 2):
+            log.t_s[half] = log.t_s[i]
+            log.width[half] = log.width[i]
+            log.depth[half] = log.depth[i]
+            log.tokens[half] = log.tokens[i]
+            log.kv_blocks[half] = log.kv_blocks[i]
+            log.prefill_tokens[half] = log.prefill_tokens[i]
             half += 1
-        count = half
-        stride *= 2
-        istate[I_LOG_STRIDE] = stride
-        if step % stride != 0:
-            istate[I_LOG_COUNT] = count
+        s.log_count = half
+        s.log_stride *= 2
+        if step % s.log_stride != 0:
             return
-    log_t[count] = t
-    log_width[count] = width
-    log_depth[count] = depth
-    log_tokens[count] = tokens
-    istate[I_LOG_COUNT] = count + 1
+    c = s.log_count
+    log.t_s[c] = t
+    log.width[c] = width
+    log.depth[c] = depth
+    log.tokens[c] = tokens
+    log.kv_blocks[c] = s.kv_used
+    log.prefill_tokens[c] = prefill_tokens
+    s.log_count = c + 1
+
+
+# -- one step, one replica -------------------------------------------------------------------------------
+
+@jit
+def _schedule_nb(req, tab, cal, srv, st, ws, key):
+    """Decide the step: which running requests run with how many tokens, which waiting ones are
+    admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
+    s = st.rec[0]
+    o = srv.rec[0]
+    n = _find_decoding(req, st, ws)
+    budget = o.max_num_batched_tokens
+    if o.chunked == 0:
+        # Separate prefill steps: a step that can admit prefills the admitted alone.
+        before = s.n_running
+        admit_nb(req, srv, st, ws, budget, True)
+        if s.n_running > before:
+            return 0, 0
+        k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
+        schedule_running_nb(req, srv, st, ws, budget)
+        return n, k
+    k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
+    budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
+    if not preempted:
+        admit_nb(req, srv, st, ws, budget, False)
+    return n, k
 
 
 @jit
-def simulate_nb(arrival_s, prompt_tokens, output_tokens,
-                widths, costs, edges, cells, p_accept, priors, occ_cdf, conf_values,
-                depth_memo, per_sequence, wcs, acc_digits,
-                slack, max_batch, k_cap, row_budget,
-                prefill_ms_per_token, prefill_j_per_token, idle_w, seed, step_limit,
-                istate, fstate, active, emitted, first_s, finish_s, depth_hist,
-                log_t, log_width, log_depth, log_tokens,
-                conf, n_conf, known, vdepth, verdict, gains, owner, counts, wc):
-    """Run a request trace through a continuous-batching decode server (SPEC §6).
+def _price_nb(tab, srv, st, ws, n, k):
+    """Price the scheduled step and count it. Returns ``(ms, decoding sequences, rows, prefill
+    tokens)``; the cost of a mixed step is its decode part plus its prefill part."""
+    s = st.rec[0]
+    n_sched = 0
+    rows = 0
+    drafted = 0
+    ptok = 0
+    prefill = False
+    for i in range(s.n_running):
+        if ws.take[i] == UNSCHEDULED:
+            continue
+        j = ws.dec_of[i]
+        if j == NOT_DECODING:
+            ptok += ws.take[i]
+            prefill = True
+        else:
+            n_sched += 1
+            rows += ws.vdepth[j]
+            drafted += ws.known[j]
+    cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
+    dms, dj = decode_cost_nb(tab, srv, n_sched, rows, k, cut)
+    pms = 0.0
+    pj = 0.0
+    if prefill:
+        pms, pj = prefill_cost_nb(srv, ptok)
+        s.prefill_steps += 1
+        s.prefill_tokens += ptok
+    if n_sched > 0:
+        s.decode_steps += 1
+        s.seq_steps += n_sched
+        s.rows += rows
+        s.drafted += drafted
+        if k > 0:
+            s.spec_steps += 1
+        if prefill:
+            s.mixed_steps += 1
+    s.decode_j += dj
+    s.prefill_j += pj
+    s.decode_s += dms / 1000.0
+    s.prefill_s += pms / 1000.0
+    return dms + pms, n_sched, rows, ptok
 
-    Each iteration admits arrived requests first-come first-served up to ``max_batch``; if any
-    were admitted, one prefill step over them emits their first tokens; otherwise one decode
-    step over every active sequence; with nothing active, time jumps to the next arrival and
-    idle energy accrues.
+
+@jit
+def step_nb(req, tab, cal, srv, st, log, ws):
+    """Advance one replica by one step.
+
+    Schedules running requests first, then admissions (see :func:`schedule_running_nb` and
+    :func:`admit_nb`), prices the step, moves time to its end and applies its outcome.
 
     Parameters
     ----------
-    arrival_s : ndarray(float64, ndim=1), shape (N,)
-        Sorted ascending.
-    prompt_tokens, output_tokens : ndarray(int64, ndim=1), shape (N,)
-        ``output_tokens >= 1``.
-    widths, costs : the table's flat arrays (``int64[W]``, ``float64[W, K + 1, 4]``).
-    edges, cells, p_accept, priors : the calibration's arrays and its coarse bucket index.
-    occ_cdf : ndarray(float64, ndim=2), shape (J, B)
-        Cumulative bucket occupancy per draft position (see :func:`bucket_of_nb`).
-    conf_values : ndarray(float32, ndim=1), shape (B,)
-        The confidence the planner sees for a draft drawn in each bucket (inside that bucket).
-    depth_memo : ndarray(int64, ndim=1), shape (max_batch + 1,)
-        Draft depth by batch width, already clamped: the verify depth of a uniform policy, or
-        the drafting depth of the per-sequence policy.
-    per_sequence : bool
-        True for ``sequence``: drafts ``min(k, left - 1)`` each, then §4.2 picks verify depths.
-    wcs : ndarray(float64, ndim=3), shape (max_batch + 1, K + 1, 4)
-        The table's costs interpolated at every width.
-    acc_digits : ndarray(int64, ndim=1), shape (L,)
-        Empty: draft outcomes come from the calibration. Otherwise a replayed acceptance trace
-        (SPEC §5): each (request, token index) step state takes the entry its hash picks, and
-        draft ``j`` is accepted when ``j <= entry``; the planner then sees no confidences.
-    slack : float
-    max_batch, k_cap, row_budget : int
-        ``k_cap = min(k_max, max_k)``.
-    prefill_ms_per_token, prefill_j_per_token, idle_w : float
-    seed : uint64
-    step_limit : int
-        Return after this many steps (prefill and decode); call again to continue.
-    istate : ndarray(int64, ndim=1), shape (N_ISTATE,)
-    fstate : ndarray(float64, ndim=1), shape (N_FSTATE,)
-    active : ndarray(int64, ndim=1), shape (max_batch,)
-    emitted : ndarray(int64, ndim=1), shape (N,)
-    first_s, finish_s : ndarray(float64, ndim=1), shape (N,)
-    depth_hist : ndarray(int64, ndim=1), shape (K + 1,)
-        Sequence-steps by verified depth.
-    log_t, log_depth : ndarray(float64, ndim=1), shape (L,)
-    log_width, log_tokens : ndarray(int64, ndim=1), shape (L,)
-        The step log (see :func:`_log_step`).
-    conf : ndarray(float32, ndim=2), shape (max_batch, max(K, 1))
-    n_conf, known, vdepth : ndarray(int64, ndim=1), shape (max_batch,)
-    verdict : ndarray(bool, ndim=2), shape (max_batch, max(K, 1))
-        Whether each drafted draft is accepted (``sequence`` only).
-    gains, owner, counts, wc : the planner's workspaces (see ``sequence_depths_nb``).
-        Everything from ``istate`` on is modified in place.
+    req : Requests
+    tab : TableArrays
+    cal : CalArrays
+    srv : Server
+    st : ReplicaState
+        This replica's state; modified in place.
+    log : StepLog
+        This replica's step log; modified in place.
+    ws : Workspace
+        Scratch sized for ``max_num_seqs`` sequences (may be shared by replicas stepped in turn).
+
+    Returns
+    -------
+    bool
+        False when the replica has nothing to do (no running and no waiting request): nothing
+        changed, and the caller moves time on (:func:`idle_until_nb`).
+    """
+    s = st.rec[0]
+    if s.n_running == 0 and s.q_len == 0:
+        return False
+    key = seed_key_nb(srv.rec[0].seed)
+    n, k = _schedule_nb(req, tab, cal, srv, st, ws, key)
+    if s.kv_used > s.kv_peak:
+        s.kv_peak = s.kv_used
+    ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
+    t = s.t_s + ms / 1000.0
+    s.kv_block_s += s.kv_used * (ms / 1000.0)
+    tokens, accepted = apply_nb(req, cal, srv, st, ws, t, key)
+    s.emitted += tokens
+    s.accepted += accepted
+    if n_sched > 0:
+        log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
+    _release_finished(req, st)
+    s.t_s = t
+    return True
+
+
+@jit
+def idle_until_nb(srv, st, t):
+    """Move an idle replica's clock to ``t``, accruing idle power over the gap."""
+    s = st.rec[0]
+    if t > s.t_s:
+        gap = t - s.t_s
+        s.idle_j += srv.rec[0].idle_w * gap
+        s.idle_s += gap
+        s.t_s = t
+
+
+@jit
+def run_nb(req, tab, cal, srv, st, log, ws, step_limit):
+    """The single-replica driver: put arrived requests in the queue, step, jump idle gaps.
+
+    Returns after ``step_limit`` steps (call again to continue: the result does not depend on
+    where a run is cut) or when every request has finished.
 
     Returns
     -------
     bool
         True when every request has finished.
     """
-    n_req = arrival_s.shape[0]
-    n_digits = acc_digits.shape[0]
-    max_k = costs.shape[1] - 1
-    key = seed_key_nb(seed)
+    s = st.rec[0]
+    n_req = req.arrival_s.shape[0]
     steps = 0
     while steps < step_limit:
-        t = fstate[F_T]
-        nxt = istate[I_NEXT]
-        n_active = istate[I_ACTIVE]
-
-        # Admission, first come first served.
-        new = 0
-        ptok = 0
-        while nxt < n_req and n_active < max_batch and arrival_s[nxt] <= t:
-            active[n_active] = nxt
-            ptok += prompt_tokens[nxt]
-            n_active += 1
-            new += 1
-            nxt += 1
-        istate[I_NEXT] = nxt
-
-        if new > 0:
-            ms = prefill_ms_per_token * ptok
-            t = t + ms / 1000.0
-            fstate[F_PREFILL_J] += prefill_j_per_token * ptok
-            fstate[F_PREFILL_S] += ms / 1000.0
-            for s in range(n_active - new, n_active):
-                r = active[s]
-                emitted[r] = 1
-                first_s[r] = t
-                if output_tokens[r] == 1:
-                    finish_s[r] = t
-                    istate[I_FINISHED] += 1
-            istate[I_EMITTED] += new
-            istate[I_PREFILL_STEPS] += 1
-            n_active = _remove_finished(active, n_active, output_tokens, emitted)
-            istate[I_ACTIVE] = n_active
-            fstate[F_T] = t
+        while s.fed < n_req and req.arrival_s[s.fed] <= s.t_s:
+            push_back_nb(st, s.fed)
+            s.fed += 1
+        if step_nb(req, tab, cal, srv, st, log, ws):
             steps += 1
             continue
-
-        if n_active == 0:
-            if nxt >= n_req:
-                return True
-            a = arrival_s[nxt]
-            if a > t:
-                gap = a - t
-                fstate[F_IDLE_J] += idle_w * gap
-                fstate[F_IDLE_S] += gap
-                fstate[F_T] = a
-            continue
-
-        # Decode step over every active sequence.
-        n = n_active
-        k = depth_memo[n]
-        if per_sequence:
-            kd = 0
-            for s in range(n):
-                r = active[s]
-                need = output_tokens[r] - emitted[r] - 1
-                d = k if k < need else need
-                known[s] = d
-                n_conf[s] = d
-                e = emitted[r]
-                rkey = request_key_nb(key, r)
-                if n_digits > 0:
-                    digit = acc_digits[_entry(rkey, e, n_digits)]
-                    n_conf[s] = 0
-                    for j in range(1, d + 1):
-                        verdict[s, j - 1] = j <= digit
-                    if d > kd:
-                        kd = d
-                    continue
-                for j in range(1, d + 1):
-                    h = draft_hash_nb(rkey, e + j - 1, j)
-                    b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), j)
-                    conf[s, j - 1] = conf_values[b]
-                    # The verdict is drawn now and kept: the planner sees only the confidence.
-                    verdict[s, j - 1] = half_uniform_nb(h, STREAM_ACCEPT) < p_accept[b]
-                if d > kd:
-                    kd = d
-            if kd > 0:
-                rows = sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf[:n], n_conf[:n],
-                                          known[:n], kd, row_budget, slack, vdepth[:n], gains, owner, counts, wc)
-            else:
-                rows = 0
-                for s in range(n):
-                    vdepth[s] = 0
-            ms = row_cost_nb(wcs[n, :, VMS], n, rows, max_k, wcs[n, kd, DMS])
-            joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, wcs[n, kd, DJ])
-            if kd > 0:
-                istate[I_SPEC_STEPS] += 1
-            drafted = 0
-            for s in range(n):
-                drafted += known[s]
-            istate[I_DRAFTED] += drafted
-        else:
-            rows = n * k
-            ms = wcs[n, k, VMS] + wcs[n, k, DMS]
-            joules = wcs[n, k, VJ] + wcs[n, k, DJ]
-            for s in range(n):
-                vdepth[s] = k
-            if k > 0:
-                istate[I_SPEC_STEPS] += 1
-            istate[I_DRAFTED] += rows
-
-        t = t + ms / 1000.0
-        fstate[F_DECODE_J] += joules
-        fstate[F_DECODE_S] += ms / 1000.0
-        step_tokens = 0
-        step_accepted = 0
-        done_now = 0
-        for s in range(n):
-            r = active[s]
-            v = vdepth[s]
-            depth_hist[v] += 1
-            e = emitted[r]
-            need = output_tokens[r] - e - 1
-            lim = v if v < need else need
-            acc = 0
-            if per_sequence:
-                while acc < lim and verdict[s, acc]:
-                    acc += 1
-            elif n_digits > 0:
-                digit = acc_digits[_entry(request_key_nb(key, r), e, n_digits)]
-                acc = digit if digit < lim else lim
-            else:
-                rkey = request_key_nb(key, r)
-                while acc < lim:
-                    j = acc + 1
-                    h = draft_hash_nb(rkey, e + acc, j)
-                    b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), j)
-                    if half_uniform_nb(h, STREAM_ACCEPT) < p_accept[b]:
-                        acc += 1
-                    else:
-                        break
-            emitted[r] = e + 1 + acc
-            step_tokens += 1 + acc
-            step_accepted += acc
-            if e + 1 + acc == output_tokens[r]:
-                finish_s[r] = t
-                done_now += 1
-        istate[I_ACCEPTED] += step_accepted
-        istate[I_FINISHED] += done_now
-        istate[I_EMITTED] += step_tokens
-        istate[I_ROWS] += rows
-        istate[I_DECODE_STEPS] += 1
-        istate[I_SEQ_STEPS] += n
-        _log_step(istate, log_t, log_width, log_depth, log_tokens, t, n, rows / n, step_tokens)
-        istate[I_ACTIVE] = _remove_finished(active, n, output_tokens, emitted) if done_now else n
-        fstate[F_T] = t
-        steps += 1
-    return istate[I_FINISHED] == n_req and istate[I_NEXT] == n_req
-
+        if s.fed >= n_req:
+            return True
+        idle_until_nb(srv, st, req.arrival_s[s.fed])
+    return s.finished == n_req and s.fed == n_req

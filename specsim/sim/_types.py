@@ -1,57 +1,10 @@
-"""Record dtypes and result types of the simulation domain."""
+"""Result types of the simulation domain."""
 
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
 import numpy as np
-
-# One request of a traffic trace: arrival in seconds from the trace start, prompt and output
-# token counts. Every trace reader returns an array of this dtype, sorted by arrival (stable).
-REQUEST_DT = np.dtype(
-    [("arrival_s", "f8"), ("prompt_tokens", "i8"), ("output_tokens", "i8")],
-    align=True,
-)
-
-
-class TraceRead(NamedTuple):
-    """A request trace as read, with what was left out and why.
-
-    Attributes
-    ----------
-    requests : ndarray(REQUEST_DT, ndim=1)
-        Sorted by ``arrival_s`` (stable); the first arrival is 0 unless a window starts earlier.
-    format : str
-        The reader used (``azure2023``, ``azure2024``, ``mooncake``, ``burstgpt``, ``csv``,
-        ``synthetic``).
-    source : str
-        The file read (or a description of the generator).
-    rows : int
-        Data rows met (good, zero-token and bad), before the window and limit.
-    skipped_zero : int
-        Rows skipped because their prompt or output token count was 0.
-    skipped_bad : int
-        Rows that could not be parsed, skipped under ``skip_bad_rows``.
-    bad_lines : tuple of int
-        1-based line numbers of the first bad rows skipped (at most 20).
-    dropped : int
-        Good rows outside the time window or past the request limit.
-    """
-
-    requests: np.ndarray
-    format: str
-    source: str
-    rows: int
-    skipped_zero: int = 0
-    skipped_bad: int = 0
-    bad_lines: tuple = ()
-    dropped: int = 0
-
-    @property
-    def span_s(self) -> float:
-        """Seconds from the first to the last arrival (0 for fewer than two requests)."""
-        a = self.requests["arrival_s"]
-        return float(a[-1] - a[0]) if a.shape[0] > 1 else 0.0
 
 
 class ReplayResult(NamedTuple):
@@ -105,3 +58,158 @@ class ReplayResult(NamedTuple):
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_j": self.tokens_per_j,
         }
+
+
+# -- the engine's bundles ---------------------------------------------------------------------------
+#
+# The serving engine's kernels take these bundles instead of dozens of arrays. Scalars live in
+# one-element structured arrays (a record Numba reads and writes by field name); arrays sit beside
+# them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors of
+# :mod:`specsim.sim.engine`.
+
+# Loop state of one replica (a server): time, queue, counters, energy, log bookkeeping.
+STATE_DT = np.dtype([
+    ("t_s", "f8"),             # simulated time
+    ("fed", "i8"),             # single-replica driver: next request to put in the queue
+    ("n_running", "i8"),       # running requests (slots 0..n_running-1, admission order)
+    ("q_head", "i8"),          # waiting queue: a ring over ``ReplicaState.queue``
+    ("q_len", "i8"),
+    ("finished", "i8"),
+    ("decode_steps", "i8"),    # steps with at least one decoding sequence
+    ("prefill_steps", "i8"),   # steps with prefill work
+    ("mixed_steps", "i8"),     # steps with both
+    ("spec_steps", "i8"),      # decode steps that drafted
+    ("seq_steps", "i8"),       # sequence-steps (decoding sequences summed over steps)
+    ("emitted", "i8"),
+    ("accepted", "i8"),
+    ("drafted", "i8"),
+    ("rows", "i8"),            # draft rows verified
+    ("resumed", "i8"),         # recomputed prefills that finished and emitted a token
+    ("preemptions", "i8"),
+    ("prefill_tokens", "i8"),  # prompt and recomputed tokens prefilled
+    ("drafts_cut", "i8"),      # drafts dropped because the token budget ran out
+    ("kv_used", "i8"),         # KV blocks held now
+    ("kv_peak", "i8"),
+    ("log_count", "i8"),
+    ("log_stride", "i8"),
+    ("log_index", "i8"),       # logged-kind steps seen (the stride counts them)
+    ("decode_j", "f8"), ("prefill_j", "f8"), ("idle_j", "f8"),
+    ("decode_s", "f8"), ("prefill_s", "f8"), ("idle_s", "f8"),
+    ("kv_block_s", "f8"),      # KV blocks held, integrated over simulated time
+], align=True)
+
+# The server's options as the kernels read them.
+SERVER_DT = np.dtype([
+    ("max_num_seqs", "i8"),
+    ("max_num_batched_tokens", "i8"),
+    ("k_cap", "i8"),
+    ("row_budget", "i8"),
+    ("per_sequence", "i8"),    # 1: the sequence policy (per-sequence verify depths)
+    ("chunked", "i8"),         # 1: chunked prefill shares steps with decodes; 0: separate prefill steps
+    ("block_size", "i8"),      # KV tokens per block
+    ("kv_blocks", "i8"),       # KV capacity in blocks
+    ("prefill_curve", "i8"),   # 1: prefill cost from the profiled curve; 0: affine
+    ("seed", "u8"),
+    ("slack", "f8"),
+    ("prefill_ms_per_step", "f8"), ("prefill_j_per_step", "f8"),
+    ("prefill_ms_per_token", "f8"), ("prefill_j_per_token", "f8"),
+    ("idle_w", "f8"),
+], align=True)
+
+
+class Requests(NamedTuple):
+    """The requests and what happens to them, indexed by request (shared by every replica that
+    serves them). All arrays shape (N,).
+
+    ``arrival_s`` float64, ``prompt``/``output`` int64 are inputs; the rest are written:
+    ``emitted`` tokens so far, ``prefilled``/``target`` prefill progress (a preempted request's
+    target becomes prompt + emitted), ``blocks`` KV blocks held, ``first_s``/``finish_s``/
+    ``sched_s`` (first admission) times, NaN until they happen.
+    """
+
+    arrival_s: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    emitted: np.ndarray
+    prefilled: np.ndarray
+    target: np.ndarray
+    blocks: np.ndarray
+    first_s: np.ndarray
+    finish_s: np.ndarray
+    sched_s: np.ndarray
+
+
+class TableArrays(NamedTuple):
+    """A cost table as the engine reads it: ``widths int64[W]``, ``costs float64[W, K+1, 4]``,
+    and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S."""
+
+    widths: np.ndarray
+    costs: np.ndarray
+    wcs: np.ndarray
+
+
+class CalArrays(NamedTuple):
+    """The draft-outcome model: calibration arrays (``edges``, ``cells``, ``p_accept``,
+    ``priors``), ``occ_cdf float64[J, B]``, ``conf_values float32[B]`` and ``digits int64[L]``
+    (a replayed acceptance trace; empty to draw from the calibration)."""
+
+    edges: np.ndarray
+    cells: np.ndarray
+    p_accept: np.ndarray
+    priors: np.ndarray
+    occ_cdf: np.ndarray
+    conf_values: np.ndarray
+    digits: np.ndarray
+
+
+class Server(NamedTuple):
+    """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
+    depth at every width) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
+    ``curve_j`` (float64[P]; empty for the affine model)."""
+
+    rec: np.ndarray
+    depth_memo: np.ndarray
+    curve_tokens: np.ndarray
+    curve_ms: np.ndarray
+    curve_j: np.ndarray
+
+
+class ReplicaState(NamedTuple):
+    """One replica's loop state: ``rec`` (STATE_DT, shape (1,)), ``running int64[S]`` (request
+    ids in admission order), ``queue int64[max(N, 1)]`` (waiting requests, a ring) and
+    ``depth_hist int64[K+1]`` (sequence-steps by verified depth)."""
+
+    rec: np.ndarray
+    running: np.ndarray
+    queue: np.ndarray
+    depth_hist: np.ndarray
+
+
+class StepLog(NamedTuple):
+    """The downsampled log of decode steps, all shape (L,): end time ``t_s``, decoding ``width``,
+    verified rows per sequence ``depth``, decode ``tokens`` emitted, ``kv_blocks`` held and
+    ``prefill_tokens`` in the step."""
+
+    t_s: np.ndarray
+    width: np.ndarray
+    depth: np.ndarray
+    tokens: np.ndarray
+    kv_blocks: np.ndarray
+    prefill_tokens: np.ndarray
+
+
+class Workspace(NamedTuple):
+    """Per-step scratch for batches of up to S sequences (K = max(max_k, 1)): per running slot
+    ``take`` (tokens scheduled) and ``dec_of`` (index among the decoding sequences, or -1); per
+    decoding sequence ``slot``, ``conf float32[S, K]``, ``n_conf``, ``known``, ``vdepth``,
+    ``verdict bool[S, K]``; and ``plan``, the planner's workspace."""
+
+    take: np.ndarray
+    dec_of: np.ndarray
+    slot: np.ndarray
+    conf: np.ndarray
+    n_conf: np.ndarray
+    known: np.ndarray
+    vdepth: np.ndarray
+    verdict: np.ndarray
+    plan: tuple

@@ -1,269 +1,49 @@
-"""The serving simulation (SPEC §6): run a request trace through a continuous-batching decode
-server whose step costs come from a cost table and whose draft outcomes come from a calibration.
+"""The serving simulation: run a request trace through a server whose step costs come from a
+cost table and whose draft outcomes come from a calibration (docs/simulation.md).
 
 :func:`simulate` is a pure function of its inputs: the same requests, table, calibration, policy
 and options give bit-identical results, whichever process or machine runs it.
 
-Server model
-------------
-- At most ``max_batch`` sequences; arrived requests are admitted first come first served.
-- A step that admits requests is a prefill step over them alone (decodes wait; no chunked
-  prefill): ``prefill_ms_per_token`` and ``prefill_j_per_token`` times their prompt tokens; it
-  emits each one's first token.
-- Otherwise a decode step over every active sequence. Its draft depth comes from the policy at
-  the batch width ``n``, clamped to ``k_max`` and the table's ``max_k``; above ``max_seqs``
-  sequences every policy plain-decodes (the serve's speculation cap, SPEC §4.1).
-  Uniform policies (``fixed``, ``schedule``, ``propose``, ``goodput``) verify ``k`` drafts per
-  sequence, clamped so the step stays within ``row_budget`` rows (``k <= row_budget // n``),
-  and the step costs the table's ``cell(n, k)``. ``sequence`` drafts ``min(k, left - 1)`` per
-  sequence with ``k`` from §4.1, then §4.2 (the planner's kernel, with the drafted depth as its
-  ``k_max``, and ``row_budget``) picks how many of each sequence's drafts to verify; the step
-  costs §4.2's row cost (the planner's own function): verify interpolated at ``rows / n`` plus
-  the sunk draft cost of the drafted depth.
-- Each sequence emits ``1 + accepted`` tokens, never more than it has left.
-- With nothing active, time jumps to the next arrival and ``idle_w`` accrues over the gap.
+Server model (docs/simulation.md, "Scheduling", has the rules and the price of a step)
+---------------------------------------------------------------------------------------------
+- Each step has a token budget (``max_num_batched_tokens``) and at most ``max_num_seqs``
+  running requests. Running requests are scheduled first, in admission order: a decoding
+  sequence takes ``1 + drafts`` tokens, its drafts cut to what the budget has left; a partly
+  prefilled request takes its next chunk. Waiting requests are then admitted first come first
+  served with chunks of their prompts (chunked prefill), while KV blocks for the chunk are free
+  and nothing was preempted in the step. With ``chunked_prefill=False`` a step that admits
+  requests prefills their whole prompts alone and decodes wait (the first engine).
+- KV cache: a capacity in tokens held in blocks; a running request holds blocks for its prompt,
+  its emitted tokens and this step's drafts. When blocks run out, the most recently admitted
+  running request is preempted and later recomputes its prompt and emitted tokens as prefill.
+- Draft depth: the policy's depth at the decoding width ``n``, clamped to ``k_max`` and the
+  table's ``max_k``; above ``max_seqs`` sequences every policy plain-decodes. Uniform policies
+  verify ``k`` drafts per sequence within ``row_budget``; ``sequence`` drafts ``min(k, left - 1)``
+  per sequence and the planner picks how many of each to verify.
+- A decoding sequence emits ``1 + accepted`` tokens, never more than it has left; a request
+  whose prefill finishes emits a token at the end of that step.
+- With nothing running or waiting, time jumps to the next arrival and ``idle_w`` accrues.
 
-Draft outcomes
---------------
-Draft ``j`` of a sequence that has emitted ``e`` tokens would produce output token ``e + j - 1``.
-Its confidence bucket is drawn from the position's bucket occupancy and it is accepted with that
-bucket's ``p_accept``; the chain stops at the first rejection. The planner sees a confidence
-inside the drawn bucket (the bucket's upper edge, which maps back to it). Both draws come from
-one counter-based hash of (seed, request, token index, position) -- splitmix64's finaliser --
-whose high 32 bits draw the bucket and low 32 bits the verdict (the two streams), so every
-policy meets the same outcome for the same draft (common random numbers).
-
-Default occupancy: for position ``j``, the maximum-entropy distribution over buckets whose mean
-acceptance equals ``prior(j)``: ``w_b ∝ exp(theta_j * p_accept[b])`` with ``theta_j`` found by
-bisection. It is the least-committal confidence mix consistent with the calibration's priors,
-and makes the expected acceptance at each position the prior the planner assumes. A prior
-outside ``[min p_accept, max p_accept]`` cannot be met: all weight goes to the nearest extreme
-bucket(s) (a one-bucket calibration always draws its one bucket). ``occupancy=`` overrides it
-with explicit weights.
+Draft outcomes: :mod:`specsim.sim.outcomes`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
-from typing import Optional
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from specsim.errors import SimulationError
+from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
+    DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
+    NO_CAP, ServerOptions,
+)
+from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
 
-# Defaults of the server options (documented in ServerOptions).
-DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
-DEFAULT_PREFILL_J_PER_TOKEN = 0.06
-DEFAULT_IDLE_W = 0.0
-DEFAULT_LOG_SIZE = 4096
 # Steps per kernel call when a progress callback is given.
 PROGRESS_CHUNK = 1 << 17
-_NO_CAP = 1 << 62
-MAX_BATCH = 1 << 20
-# Upper bound of the per-token prefill costs and idle power: above it, times and energies would
-# overflow long before they meant anything.
-MAX_RATE = 1e9
-_U64 = 1 << 64
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """The simulated server, parsed and validated once.
-
-    Attributes
-    ----------
-    slack : float
-        Planner slack in [0, 1) (``propose`` and ``sequence``). Default 0.
-    max_batch : int or None
-        Most sequences in the batch. Default: the table's widest measured width (costs beyond
-        it would be the widest width's, an extrapolation the table cannot vouch for).
-    max_seqs : int or None
-        Speculation cap: wider batches plain-decode. Default: no cap.
-    k_max : int or None
-        Most drafts per sequence per step. Default: the table's ``max_k``.
-    row_budget : int or None
-        Most draft rows verified in one step. Default: no limit.
-    prefill_ms_per_token, prefill_j_per_token : float
-        Prefill cost per prompt token. Defaults 0.1 ms and 0.06 J (a mid-size model on one
-        datacenter GPU at ~600 W: a placeholder; measure your own prefill and set them).
-    idle_w : float
-        Power drawn while no request is active. Default 0 (energy is then the steps' alone).
-    seed : int
-        Seed of the draft-outcome hashes, 0 <= seed < 2**64. Default 0.
-    occupancy : ndarray or None
-        Bucket weights, shape (B,) for every position or (J, B) per position (later positions
-        take the last row); None for the maximum-entropy default.
-    log_size : int
-        Capacity of the per-step log (time, width, mean depth, tokens); longer runs are
-        downsampled to fit. Default 4096.
-    """
-
-    slack: float = 0.0
-    max_batch: Optional[int] = None
-    max_seqs: Optional[int] = None
-    k_max: Optional[int] = None
-    row_budget: Optional[int] = None
-    prefill_ms_per_token: float = DEFAULT_PREFILL_MS_PER_TOKEN
-    prefill_j_per_token: float = DEFAULT_PREFILL_J_PER_TOKEN
-    idle_w: float = DEFAULT_IDLE_W
-    seed: int = 0
-    occupancy: Optional[np.ndarray] = field(default=None, compare=False)
-    log_size: int = DEFAULT_LOG_SIZE
-
-    def __post_init__(self):
-        from specsim.plan.planner import check_slack
-
-        try:
-            object.__setattr__(self, "slack", check_slack(self.slack))
-        except Exception as e:
-            raise SimulationError(str(e)) from None
-        for name, low in (("max_batch", 1), ("max_seqs", 0), ("k_max", 0), ("row_budget", 0)):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, _int(value, name, low))
-        if self.max_batch is not None and self.max_batch > MAX_BATCH:
-            raise SimulationError(f"max_batch {self.max_batch} is beyond {MAX_BATCH} sequences: per-width costs are "
-                                  "precomputed for every width up to it; use a realistic batch cap")
-        for name in ("max_seqs", "row_budget"):
-            value = getattr(self, name)
-            if value is not None and value > _NO_CAP:
-                object.__setattr__(self, name, _NO_CAP)
-        object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0))
-        seed = _int(self.seed, "seed", 0)
-        if seed >= _U64:
-            raise SimulationError(f"seed {seed} does not fit in 64 bits: use 0 <= seed < 2**64")
-        object.__setattr__(self, "seed", seed)
-        for name in ("prefill_ms_per_token", "prefill_j_per_token", "idle_w"):
-            value = getattr(self, name)
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise SimulationError(f"{name} must be a number, got {value!r}") from None
-            if not (math.isfinite(value) and value >= 0):
-                raise SimulationError(f"{name} must be a finite number >= 0, got {value!r}")
-            if value > MAX_RATE:
-                raise SimulationError(f"{name} = {value!r} is beyond any real server ({MAX_RATE:g}); check its unit")
-            object.__setattr__(self, name, value)
-
-    def resolved(self, table) -> dict:
-        """The options with every default filled in from ``table``, JSON-ready."""
-        out = {}
-        for f in fields(self):
-            if f.name == "occupancy":
-                out[f.name] = None if self.occupancy is None else np.asarray(self.occupancy, float).tolist()
-            else:
-                out[f.name] = getattr(self, f.name)
-        out["max_batch"] = self.max_batch if self.max_batch is not None else int(table.widths[-1])
-        out["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)
-        return out
-
-
-def _int(value, name, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise SimulationError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-# -- draft outcome model -------------------------------------------------------------------------
-
-def max_entropy_weights(p_accept, target) -> np.ndarray:
-    """The maximum-entropy distribution over buckets whose mean acceptance is ``target``.
-
-    ``w_b ∝ exp(theta * p_b)``; the mean rises with ``theta``, which is found by bisection.
-    A target at or outside the range of ``p_accept`` puts all weight on the extreme bucket(s).
-
-    Parameters
-    ----------
-    p_accept : ndarray(float64, ndim=1), shape (B,)
-    target : float
-
-    Returns
-    -------
-    ndarray(float64, ndim=1), shape (B,)
-        Non-negative, summing to 1.
-    """
-    p = np.asarray(p_accept, dtype=np.float64)
-    lo, hi = float(p.min()), float(p.max())
-    if target <= lo or target >= hi:
-        w = (p == (lo if target <= lo else hi)).astype(np.float64)
-        return w / w.sum()
-
-    # Solved on p rescaled to [0, 1]: the same exponential family (theta scaled by the span),
-    # and well conditioned however narrow the span of p_accept is.
-    q = (p - lo) / (hi - lo)
-    goal = (target - lo) / (hi - lo)
-
-    def weights(theta):
-        # Shifted by the largest exponent so nothing overflows.
-        x = theta * q
-        w = np.exp(x - x.max())
-        return w / w.sum()
-
-    def mean(theta):
-        return float(weights(theta) @ q)
-
-    a, b = -1.0, 1.0
-    while mean(a) > goal and a > -1e300:
-        a *= 2.0
-    while mean(b) < goal and b < 1e300:
-        b *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (a + b)
-        if mid in (a, b):
-            break
-        if mean(mid) < goal:
-            a = mid
-        else:
-            b = mid
-    return weights(0.5 * (a + b))
-
-
-def occupancy_cdf(cal, positions: int, occupancy=None) -> np.ndarray:
-    """Cumulative bucket occupancy per draft position, as the engine draws from it.
-
-    Parameters
-    ----------
-    cal : AcceptanceCalibration
-    positions : int
-        Rows to build (draft positions 1..positions; at least 1).
-    occupancy : array_like, optional
-        Explicit weights, shape (B,) or (J, B); default :func:`max_entropy_weights` of each
-        position's prior.
-
-    Returns
-    -------
-    ndarray(float64, ndim=2), shape (positions, B)
-        Each row rises to exactly 1 at its last positive-weight bucket.
-    """
-    buckets = cal.p_accept.shape[0]
-    positions = max(int(positions), 1)
-    if occupancy is None:
-        w = np.stack([max_entropy_weights(cal.p_accept, cal.prior(j)) for j in range(1, positions + 1)])
-    else:
-        w = np.asarray(occupancy, dtype=np.float64)
-        if w.ndim == 1:
-            w = w[None, :]
-        if w.ndim != 2 or w.shape[1] != buckets or w.shape[0] < 1:
-            raise SimulationError(
-                f"occupancy must hold {buckets} weights (one per calibration bucket), or one such row per "
-                f"draft position; got shape {w.shape}"
-            )
-        if not np.isfinite(w).all() or (w < 0).any() or (w.sum(axis=1) <= 0).any():
-            raise SimulationError("occupancy weights must be finite, >= 0, with a positive sum in every row")
-        rows = [w[min(j, w.shape[0] - 1)] for j in range(positions)]
-        w = np.stack(rows)
-    c = np.cumsum(w, axis=1)
-    return np.ascontiguousarray(c / c[:, -1:])
-
-
-def confidence_values(cal) -> np.ndarray:
-    """The confidence shown to the planner for a draft drawn in each bucket: its upper edge.
-
-    ``bucket(edges[b]) == b`` because edges are strictly ascending (float32 compare).
-    """
-    return np.ascontiguousarray(cal.edges, dtype=np.float32)
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -277,41 +57,55 @@ class SimResult:
     Attributes
     ----------
     policy : str
+        The policy's label, with the depths it actually ran (see :func:`simulate`).
     options : dict
         The server options with defaults resolved (:meth:`ServerOptions.resolved`).
-    arrival_s, first_token_s, finish_s : ndarray(float64, ndim=1), shape (N,)
+    policy_spec : Policy
+        The policy as run (depths clamped to the server's cap).
+    arrival_s, first_token_s, finish_s, scheduled_s : ndarray(float64, ndim=1), shape (N,)
+        ``scheduled_s``: when the request was first admitted (its queueing delay ends).
     prompt_tokens, output_tokens : ndarray(int64, ndim=1), shape (N,)
     depth_histogram : ndarray(int64, ndim=1), shape (K + 1,)
         Sequence-steps by verified draft depth.
     counters : dict
-        decode_steps, prefill_steps, speculative_steps, sequence_steps, emitted_tokens,
-        accepted_drafts, drafted, verified_rows.
+        decode_steps, prefill_steps, mixed_steps, speculative_steps, sequence_steps,
+        emitted_tokens, accepted_drafts, drafted, verified_rows, drafts_cut, preemptions,
+        resumed (recomputed prefills that emitted a token), prefill_tokens, recomputed_tokens.
     energy : dict
         decode_j, prefill_j, idle_j; decode_s, prefill_s, idle_s (time in each state).
+    kv : dict
+        block_size, capacity_blocks (None: unlimited), peak_blocks, block_s (blocks held,
+        integrated over time).
     end_s : float
         Simulated time when the last request finished.
     step_t_s, step_mean_depth : ndarray(float64, ndim=1), shape (L,)
-    step_width, step_tokens : ndarray(int64, ndim=1), shape (L,)
-        The downsampled step log: end time, width, verified rows / width, tokens emitted.
+    step_width, step_tokens, step_kv_blocks, step_prefill_tokens : ndarray(int64, ndim=1), shape (L,)
+        The downsampled log of decode steps: end time, decoding width, verified rows / width,
+        decode tokens emitted, KV blocks held, prefill tokens in the step.
     step_log_stride : int
         The log holds every ``stride``-th decode step.
     """
 
     policy: str
     options: dict
+    policy_spec: Policy
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     first_token_s: np.ndarray
     finish_s: np.ndarray
+    scheduled_s: np.ndarray
     depth_histogram: np.ndarray
     counters: dict
     energy: dict
+    kv: dict
     end_s: float
     step_t_s: np.ndarray
     step_width: np.ndarray
     step_mean_depth: np.ndarray
     step_tokens: np.ndarray
+    step_kv_blocks: np.ndarray
+    step_prefill_tokens: np.ndarray
     step_log_stride: int
 
     @property
@@ -322,6 +116,11 @@ class SimResult:
     def ttft_s(self) -> np.ndarray:
         """Time to first token per request."""
         return self.first_token_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> np.ndarray:
+        """Queueing delay per request: arrival to first admission."""
+        return self.scheduled_s - self.arrival_s
 
     @property
     def e2e_s(self) -> np.ndarray:
@@ -349,10 +148,10 @@ class SimResult:
         return summarize(self, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
 
 
-# -- the run --------------------------------------------------------------------------------------
+# -- preparing a run ------------------------------------------------------------------------------
 
 def _request_arrays(requests):
-    from specsim.sim._types import TraceRead
+    from specsim.traces._types import TraceRead
 
     if isinstance(requests, TraceRead):
         requests = requests.requests
@@ -400,22 +199,35 @@ def _acceptance_digits(trace, k_cap):
     return np.ascontiguousarray(digits), min(k_cap, trace.k_logged)
 
 
+def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
+    """The policy as the server runs it: a named depth beyond what the table prices is refused;
+    one beyond the server's own cap (``k_max``, an acceptance trace's ``k_logged``) is lowered to
+    it, and the label says so."""
+    from specsim.errors import PolicyError
+
+    top = pol.max_depth
+    if top is not None and top > table.max_k:
+        raise PolicyError(f"policy {pol} asks for {top} drafts per step but the cost table prices depths up to "
+                          f"{table.max_k} only: use depths <= {table.max_k} or a table measured deeper")
+    return pol.clamped(k_cap)
+
+
 def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int) -> np.ndarray:
     """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
 
-    ``propose`` and ``sequence`` use §4.1's kernel, ``goodput`` its kernel; the speculation cap
+    ``propose`` and ``sequence`` use the planner's batch-depth kernel, ``goodput`` its own; the speculation cap
     applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
     """
     from specsim.plan._kernels import cum_priors_nb, propose_table_nb
-    from specsim.sim._engine_kernels import goodput_table_nb
+    from specsim.sim._draw_kernels import goodput_table_nb
 
-    cap = _NO_CAP if opts.max_seqs is None else opts.max_seqs
+    cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
     out = np.empty(max_batch + 1, dtype=np.int64)
     scratch = np.empty((table.max_k + 1, 4))
-    if policy.kind in ("propose", "sequence", "goodput"):
+    if policy.needs_planner:
         cum = np.empty(table.max_k + 1)
         cum_priors_nb(cal.priors, table.max_k, cum)
-        if policy.kind == "goodput":
+        if policy.maximises_goodput:
             goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
         else:
             propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
@@ -424,16 +236,181 @@ def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: i
     np.minimum(out, k_cap, out=out)
     widths = np.arange(max_batch + 1)
     out[widths > cap] = 0
-    if policy.kind != "sequence" and opts.row_budget is not None:
+    if not policy.per_sequence and opts.row_budget is not None:
         per_width = opts.row_budget // np.maximum(widths, 1)
         np.minimum(out, per_width, out=out)
     out[0] = 0
     return np.ascontiguousarray(out)
 
 
+class Prepared(NamedTuple):
+    """Everything one replica's run needs, built by :func:`prepare`: the kernels' bundles
+    (``req``, ``tab``, ``cal``, ``srv``, ``st``, ``log``, ``ws``; see :mod:`specsim.sim._types`),
+    the policy as run and the resolved options."""
+
+    req: tuple
+    tab: tuple
+    cal: tuple
+    srv: tuple
+    st: tuple
+    log: tuple
+    ws: tuple
+    policy: Policy
+    options: dict
+
+
+def new_requests(arrival, prompt, output):
+    """The :class:`~specsim.sim._types.Requests` bundle of N requests, nothing done yet."""
+    from specsim.sim._types import Requests
+
+    n = arrival.shape[0]
+    return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
+                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+
+
+def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
+    """One replica's :class:`~specsim.sim._types.ReplicaState`: empty, its clock at ``t0_s``."""
+    from specsim.sim._types import STATE_DT, ReplicaState
+
+    rec = np.zeros(1, dtype=STATE_DT)
+    rec[0]["t_s"] = t0_s
+    rec[0]["log_stride"] = 1
+    return ReplicaState(rec, np.zeros(max_num_seqs, np.int64), np.zeros(max(n_requests, 1), np.int64),
+                        np.zeros(max_k + 1, np.int64))
+
+
+def new_log(size: int):
+    """An empty :class:`~specsim.sim._types.StepLog` of ``size`` entries."""
+    from specsim.sim._types import StepLog
+
+    return StepLog(np.zeros(size), np.zeros(size, np.int64), np.zeros(size), np.zeros(size, np.int64),
+                   np.zeros(size, np.int64), np.zeros(size, np.int64))
+
+
+def new_workspace(max_num_seqs: int, max_k: int):
+    """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences
+    (the planner's part from :func:`specsim.plan._types.plan_workspace`)."""
+    from specsim.plan._types import plan_workspace
+    from specsim.sim._types import Workspace
+
+    s, kw = max_num_seqs, max(max_k, 1)
+    return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
+                     np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), tuple(plan_workspace(s, max_k)))
+
+
+def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
+    from specsim.sim._types import SERVER_DT, Server
+
+    rec = np.zeros(1, dtype=SERVER_DT)
+    r = rec[0]
+    budget = opts["max_num_batched_tokens"]
+    r["max_num_seqs"] = max_num_seqs
+    r["max_num_batched_tokens"] = NO_CAP if budget is None else budget
+    r["k_cap"] = k_cap
+    r["row_budget"] = NO_CAP if opts["row_budget"] is None else opts["row_budget"]
+    r["per_sequence"] = pol.per_sequence
+    r["chunked"] = opts["chunked_prefill"]
+    r["block_size"] = opts["kv_block_size"]
+    r["kv_blocks"] = kv_blocks
+    r["seed"] = np.uint64(opts["seed"])
+    r["slack"] = opts["slack"]
+    for name in ("prefill_ms_per_step", "prefill_j_per_step", "prefill_ms_per_token", "prefill_j_per_token", "idle_w"):
+        r[name] = opts[name]
+    curve = opts["prefill_curve"]
+    r["prefill_curve"] = curve is not None
+    arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
+    return Server(rec, depth_memo, *arrays)
+
+
+def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
+    """The KV capacity in blocks, after checking that every request fits alone."""
+    cap = opts["kv_capacity_tokens"]
+    if cap is None:
+        return NO_CAP
+    bs = opts["kv_block_size"]
+    blocks = cap // bs
+    if prompt.shape[0]:
+        need = -(-(prompt + output - 1 + k_cap) // bs)
+        worst = int(np.argmax(need))
+        if need[worst] > blocks:
+            raise SimulationError(
+                f"request {worst} ({int(prompt[worst])} prompt + {int(output[worst])} output tokens, plus {k_cap} "
+                f"drafts) needs {int(need[worst])} KV blocks of {bs} tokens but the cache holds {blocks}: raise "
+                "kv_capacity_tokens or drop such requests from the trace")
+    return blocks
+
+
+def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptance=None) -> Prepared:
+    """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
+    from specsim.calibration.calibration import bucket_cells
+    from specsim.plan._kernels import width_costs_nb
+    from specsim.sim._draw_kernels import MAX_POSITION
+    from specsim.sim._types import CalArrays, TableArrays
+
+    pol = parse_policy(policy)
+    arrival, prompt, output = _request_arrays(requests)
+    resolved = opts.resolved(table)
+    seqs = resolved["max_num_seqs"]
+    k_cap = resolved["k_max"]
+    digits = np.zeros(0, dtype=np.int64)
+    resolved["acceptance_trace"] = None
+    if acceptance is not None:
+        digits, k_cap = _acceptance_digits(acceptance, k_cap)
+        resolved["k_max"] = k_cap
+        resolved["acceptance_trace"] = acceptance.name
+    pol = _policy_for(pol, table, k_cap)
+    if k_cap > MAX_POSITION:
+        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_POSITION} drafts per "
+                              f"sequence per step; set k_max <= {MAX_POSITION}")
+    kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
+    depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+    wcs = np.empty((seqs + 1, table.max_k + 1, 4))
+    for n in range(seqs + 1):
+        width_costs_nb(table.widths, table.costs, n, wcs[n])
+    cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
+                    occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
+    return Prepared(
+        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs), cal=cal,
+        srv=_server(resolved, pol, depth_memo, seqs, k_cap, kv_blocks),
+        st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
+        log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
+    )
+
+
+def collect(p: Prepared, req=None) -> SimResult:
+    """The :class:`SimResult` of a finished run (``req``: the requests bundle, if shared)."""
+    req = p.req if req is None else req
+    s = p.st.rec[0]
+    n = req.arrival_s.shape[0]
+    if n and int(req.emitted.sum()) != int(req.output.sum()):
+        raise SimulationError("internal: emitted tokens differ from the trace's output tokens")  # broken invariant
+    names = {"decode_steps": "decode_steps", "prefill_steps": "prefill_steps", "mixed_steps": "mixed_steps",
+             "speculative_steps": "spec_steps", "sequence_steps": "seq_steps", "emitted_tokens": "emitted",
+             "accepted_drafts": "accepted", "drafted": "drafted", "verified_rows": "rows", "drafts_cut": "drafts_cut",
+             "preemptions": "preemptions", "resumed": "resumed", "prefill_tokens": "prefill_tokens"}
+    counters = {k: int(s[v]) for k, v in names.items()}
+    counters["recomputed_tokens"] = counters["prefill_tokens"] - int(req.prompt.sum())
+    energy = {k: float(s[k]) for k in ("decode_j", "prefill_j", "idle_j", "decode_s", "prefill_s", "idle_s")}
+    kv_blocks = int(p.srv.rec[0]["kv_blocks"])
+    kv = {"block_size": int(p.srv.rec[0]["block_size"]), "capacity_blocks": None if kv_blocks == NO_CAP else kv_blocks,
+          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"])}
+    c = int(s["log_count"])
+    lg = p.log
+    return SimResult(
+        policy=p.policy.label, options=p.options, policy_spec=p.policy, arrival_s=req.arrival_s,
+        prompt_tokens=req.prompt, output_tokens=req.output, first_token_s=req.first_s, finish_s=req.finish_s,
+        scheduled_s=req.sched_s, depth_histogram=p.st.depth_hist, counters=counters, energy=energy, kv=kv,
+        end_s=float(s["t_s"]), step_t_s=lg.t_s[:c].copy(), step_width=lg.width[:c].copy(),
+        step_mean_depth=lg.depth[:c].copy(), step_tokens=lg.tokens[:c].copy(),
+        step_kv_blocks=lg.kv_blocks[:c].copy(), step_prefill_tokens=lg.prefill_tokens[:c].copy(),
+        step_log_stride=int(s["log_stride"]),
+    )
+
+
 def simulate(requests, table, calibration, policy, *, options=None, acceptance=None, progress=None,
              **server_options) -> SimResult:
-    """Simulate serving ``requests`` with one draft-depth policy (SPEC §6).
+    """Simulate serving ``requests`` with one draft-depth policy (docs/simulation.md).
 
     Parameters
     ----------
@@ -442,19 +419,23 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     table : CostTable
     calibration : AcceptanceCalibration
     policy : str or Policy
-        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``.
+        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``. A named depth
+        beyond the table's ``max_k`` raises :class:`~specsim.errors.PolicyError`; one beyond
+        ``k_max`` (or an acceptance trace's ``k_logged``) runs at that cap, and the result's
+        ``policy`` label names the depth run (``fixed:5`` under ``k_max=3`` is ``fixed:3``).
     options : ServerOptions, optional
         The server options as one value (instead of keywords).
     acceptance : AcceptanceTrace, optional
-        Draw draft outcomes from a logged acceptance trace (SPEC §5) instead of the
-        calibration: each (request, token index) step state takes the trace entry its hash
-        picks, and draft ``j`` is accepted when ``j <=`` that entry (drafts are prefix-stable,
-        so a deeper policy in the same state accepts the shallower one's run, extended). Depths
-        are clamped to the trace's ``k_logged``; the planner sees no confidences (it uses the
-        calibration's priors), and entries above ``k_logged`` warn and count as ``k_logged``.
+        Draw draft outcomes from a logged acceptance trace instead of the calibration: each
+        (request, token index) step state takes the trace entry its hash picks, and draft ``j``
+        is accepted when ``j <=`` that entry (drafts are prefix-stable, so a deeper policy in the
+        same state accepts the shallower one's run, extended). Depths are clamped to the trace's
+        ``k_logged``; the planner sees no confidences (it uses the calibration's priors), and
+        entries above ``k_logged`` warn and count as ``k_logged``.
     progress : callable, optional
         Called as ``progress(finished_requests)`` between chunks of steps (a long run is cut
-        into chunks only when this is given; the result is the same either way).
+        into chunks only when this is given; the result is the same either way). An exception
+        it raises stops the run and propagates.
     **server_options
         Fields of :class:`ServerOptions`.
 
@@ -462,10 +443,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     -------
     SimResult
     """
-    from specsim.calibration.calibration import bucket_cells
-    from specsim.plan._kernels import width_costs_nb
-    from specsim.plan._types import plan_workspace
-    from specsim.sim import _engine_kernels as ek
+    from specsim.sim._engine_kernels import run_nb
 
     if options is None:
         opts = ServerOptions(**server_options)
@@ -475,95 +453,15 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         raise SimulationError(f"options must be a ServerOptions, got {type(options).__name__}")
     else:
         opts = options
-    pol = parse_policy(policy)
-    arrival, prompt, output = _request_arrays(requests)
-    n_req = arrival.shape[0]
-    resolved = opts.resolved(table)
-    max_batch = resolved["max_batch"]
-    max_k = table.max_k
-    k_cap = resolved["k_max"]
-    row_budget = _NO_CAP if opts.row_budget is None else opts.row_budget
-    digits = np.zeros(0, dtype=np.int64)
-    resolved["acceptance_trace"] = None
-    if acceptance is not None:
-        digits, k_cap = _acceptance_digits(acceptance, k_cap)
-        resolved["k_max"] = k_cap
-        resolved["acceptance_trace"] = acceptance.name
-    if k_cap > ek.MAX_POSITION:
-        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {ek.MAX_POSITION} drafts per "
-                              f"sequence per step; set k_max <= {ek.MAX_POSITION}")
-
-    depth_memo = depth_by_width(pol, table, calibration, opts, max_batch, k_cap)
-    wcs = np.empty((max_batch + 1, max_k + 1, 4))
-    for n in range(max_batch + 1):
-        width_costs_nb(table.widths, table.costs, n, wcs[n])
-    occ = occupancy_cdf(calibration, k_cap, opts.occupancy)
-    conf_values = confidence_values(calibration)
-    cells = bucket_cells(calibration.edges)
-
-    kw = max(max_k, 1)
-    istate = np.zeros(ek.N_ISTATE, dtype=np.int64)
-    istate[ek.I_LOG_STRIDE] = 1
-    fstate = np.zeros(ek.N_FSTATE)
-    fstate[ek.F_T] = arrival[0] if n_req else 0.0
-    active = np.zeros(max_batch, dtype=np.int64)
-    emitted = np.zeros(n_req, dtype=np.int64)
-    first_s = np.full(n_req, np.nan)
-    finish_s = np.full(n_req, np.nan)
-    depth_hist = np.zeros(max_k + 1, dtype=np.int64)
-    log_t = np.zeros(opts.log_size)
-    log_width = np.zeros(opts.log_size, dtype=np.int64)
-    log_depth = np.zeros(opts.log_size)
-    log_tokens = np.zeros(opts.log_size, dtype=np.int64)
-    conf = np.full((max_batch, kw), np.nan, dtype=np.float32)
-    n_conf = np.zeros(max_batch, dtype=np.int64)
-    known = np.zeros(max_batch, dtype=np.int64)
-    vdepth = np.zeros(max_batch, dtype=np.int64)
-    verdict = np.zeros((max_batch, kw), dtype=np.bool_)
-    gains, owner, counts, wc = plan_workspace(max_batch, max_k)
-
-    step_limit = PROGRESS_CHUNK if progress is not None else _NO_CAP
+    p = prepare(requests, table, calibration, policy, opts, acceptance)
+    step_limit = PROGRESS_CHUNK if progress is not None else NO_CAP
     while True:
-        done = ek.simulate_nb(arrival, prompt, output, table.widths, table.costs, calibration.edges, cells,
-                              calibration.p_accept, calibration.priors, occ, conf_values, depth_memo,
-                              pol.kind == "sequence", wcs, digits, opts.slack, max_batch, k_cap, row_budget,
-                              opts.prefill_ms_per_token, opts.prefill_j_per_token, opts.idle_w,
-                              np.uint64(opts.seed), step_limit, istate, fstate, active, emitted, first_s, finish_s,
-                              depth_hist, log_t, log_width, log_depth, log_tokens, conf, n_conf, known, vdepth,
-                              verdict, gains, owner, counts, wc)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, step_limit)
         if progress is not None:
-            progress(int(istate[ek.I_FINISHED]))
+            progress(int(p.st.rec[0]["finished"]))
         if done:
             break
-
-    if n_req and int(emitted.sum()) != int(output.sum()):
-        raise SimulationError("internal: emitted tokens differ from the trace's output tokens")  # broken invariant
-    count = int(istate[ek.I_LOG_COUNT])
-    counters = {
-        "decode_steps": int(istate[ek.I_DECODE_STEPS]),
-        "prefill_steps": int(istate[ek.I_PREFILL_STEPS]),
-        "speculative_steps": int(istate[ek.I_SPEC_STEPS]),
-        "sequence_steps": int(istate[ek.I_SEQ_STEPS]),
-        "emitted_tokens": int(istate[ek.I_EMITTED]),
-        "accepted_drafts": int(istate[ek.I_ACCEPTED]),
-        "drafted": int(istate[ek.I_DRAFTED]),
-        "verified_rows": int(istate[ek.I_ROWS]),
-    }
-    energy = {
-        "decode_j": float(fstate[ek.F_DECODE_J]),
-        "prefill_j": float(fstate[ek.F_PREFILL_J]),
-        "idle_j": float(fstate[ek.F_IDLE_J]),
-        "decode_s": float(fstate[ek.F_DECODE_S]),
-        "prefill_s": float(fstate[ek.F_PREFILL_S]),
-        "idle_s": float(fstate[ek.F_IDLE_S]),
-    }
-    return SimResult(
-        policy=str(pol), options=resolved, arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
-        first_token_s=first_s, finish_s=finish_s, depth_histogram=depth_hist, counters=counters, energy=energy,
-        end_s=float(fstate[ek.F_T]), step_t_s=log_t[:count].copy(), step_width=log_width[:count].copy(),
-        step_mean_depth=log_depth[:count].copy(), step_tokens=log_tokens[:count].copy(),
-        step_log_stride=int(istate[ek.I_LOG_STRIDE]),
-    )
+    return collect(p)
 
 
 def simulate_runs(requests, table, calibration, runs, options, *, progress=None, acceptance=None) -> list:

@@ -23,7 +23,6 @@ import numpy as np
 PERCENTILES = (50, 90, 99)
 CSV_COLUMNS = ("policy", "slack", "request", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
                "finish_s", "ttft_s", "tpot_s", "e2e_s")
-_PLANNER_KINDS = ("propose", "sequence")
 
 
 def _percentiles(values) -> dict:
@@ -37,7 +36,7 @@ def _percentiles(values) -> dict:
 
 def policy_slack(result):
     """The slack a result's policy used, or None for policies that do not read it."""
-    return result.options["slack"] if result.policy.split(":")[0] in _PLANNER_KINDS else None
+    return result.options["slack"] if result.policy_spec.reads_slack else None
 
 
 def label(result) -> str:

@@ -10,9 +10,9 @@ Forms:
     overlap. A width that no range covers decodes plainly (depth 0), as a serve with no rule
     for that batch size would.
 ``propose``
-    SPEC §4.1: one depth for the batch from the cost table and the calibration's priors.
+    One depth for the batch for the batch from the cost table and the calibration's priors.
 ``sequence``
-    §4.1 then §4.2: per-sequence depths from the drafts' confidences.
+    The batch depth, then per-sequence depths from the drafts' confidences.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
 """
@@ -34,7 +34,9 @@ OPEN_END = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class Policy:
-    """A parsed policy.
+    """A parsed policy: everything the engine, the reports and the sweeps need to know about it.
+
+    Parse it once with :func:`parse_policy`; nothing else reads policy strings.
 
     Attributes
     ----------
@@ -56,9 +58,55 @@ class Policy:
         return KINDS.index(self.kind)
 
     @property
+    def params(self) -> tuple:
+        """The policy's arguments: ``(depth,)`` for ``fixed``, the ranges for ``schedule``, else ()."""
+        if self.kind == "fixed":
+            return (self.depth,)
+        return self.ranges
+
+    @property
     def needs_planner(self) -> bool:
         """Whether the depth comes from a cost table and a calibration (propose, sequence, goodput)."""
         return self.kind in ("propose", "sequence", "goodput")
+
+    @property
+    def reads_slack(self) -> bool:
+        """Whether the planner slack changes what it does (propose, sequence)."""
+        return self.kind in ("propose", "sequence")
+
+    @property
+    def per_sequence(self) -> bool:
+        """Whether depths are picked per sequence from the drafts' confidences (sequence)."""
+        return self.kind == "sequence"
+
+    @property
+    def maximises_goodput(self) -> bool:
+        """Whether the batch depth maximises expected tokens per ms (goodput) rather than
+        following the planner's energy rule (propose, sequence)."""
+        return self.kind == "goodput"
+
+    @property
+    def max_depth(self):
+        """The deepest depth a ``fixed`` or ``schedule`` policy names; None for planner policies."""
+        if self.kind == "fixed":
+            return self.depth
+        if self.kind == "schedule":
+            return max(k for _, _, k in self.ranges)
+        return None
+
+    @property
+    def label(self) -> str:
+        """The canonical text form (``str(policy)``), as reports name it."""
+        return str(self)
+
+    def clamped(self, k_cap: int) -> "Policy":
+        """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
+        ``k_cap`` drafts runs); planner policies are returned unchanged."""
+        if self.kind == "fixed":
+            return Policy("fixed", depth=min(self.depth, k_cap))
+        if self.kind == "schedule":
+            return Policy("schedule", ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
+        return self
 
     def depth_for_width(self, width: int) -> int:
         """The depth of a ``fixed`` or ``schedule`` policy at batch ``width``."""
@@ -106,7 +154,7 @@ def parse_policy(text) -> Policy:
     forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
-    if kind in ("propose", "sequence", "goodput"):
+    if Policy(kind).needs_planner:
         if sep:
             raise PolicyError(f"policy {kind} takes no argument, got {raw!r} (slack and caps are separate options)")
         return Policy(kind)
@@ -161,6 +209,6 @@ def policy_runs(policies, slacks):
     out = []
     for text in policies:
         pol = parse_policy(text)
-        for s in (slacks if pol.kind in ("propose", "sequence") else slacks[:1]):
+        for s in (slacks if pol.reads_slack else slacks[:1]):
             out.append((pol, s))
     return out

@@ -264,7 +264,7 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
     policy = parse_policy(policy)
     if not policy.needs_planner:
         return policy.depth_for_width(width)
-    if policy.kind == "sequence":
+    if policy.per_sequence:
         raise PolicyError(
             "policy sequence plans per-sequence depths from each draft's confidence, which an acceptance "
             "trace does not log: replay fixed, schedule, propose or goodput instead"
@@ -272,14 +272,14 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
     if table is None:
         raise PolicyError(
             f"policy {policy.kind} needs a cost table (--table): a step_ms list has no joules"
-            + (" and no per-width cells" if policy.kind == "goodput" else "")
+            + (" and no per-width cells" if policy.maximises_goodput else "")
         )
     if calibration is None:
         raise PolicyError(f"policy {policy.kind} needs a calibration for its priors")
     from specsim.plan import Planner
 
     planner = Planner(table, calibration, slack=slack, max_seqs=max_seqs)
-    return int(planner.propose(width) if policy.kind == "propose" else planner.goodput(width))
+    return int(planner.goodput(width) if policy.maximises_goodput else planner.propose(width))
 
 
 def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Optional[CostTable] = None,
@@ -322,7 +322,7 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
             raise TraceError("step_ms must be a non-empty list of finite numbers > 0")
     else:
         raise TraceError("replay needs step costs: a cost table (--table) or the file's step_ms list")
-    if policy.needs_planner and calibration is None and policy.kind != "sequence":
+    if policy.needs_planner and calibration is None and not policy.per_sequence:
         calibration = estimated_calibration(trace)
     wanted = policy_depth(policy, width, table, calibration, slack, max_seqs)
     depth = min(wanted, trace.k_logged, costs.max_k)

@@ -172,7 +172,7 @@ def _pyarrow_parquet():
 
 def _load_inputs(grid: Grid, points):
     from specsim.calibration import AcceptanceCalibration
-    from specsim.sim.traces import read_trace
+    from specsim.traces import read_trace
     from specsim.table import CostTable
 
     used = {a: {p[a] for p in points} for a in INPUT_AXES}

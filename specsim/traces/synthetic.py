@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import TraceError
-from specsim.sim._types import TraceRead
-from specsim.sim.traces import finish_trace
+from specsim.traces._types import TraceRead
+from specsim.traces.readers import finish_trace
 
 ARRIVALS = ("poisson", "gamma")
 
@@ -83,7 +83,7 @@ def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=N
         Defaults: lognormal with median 512, sigma 1 (prompt) and median 128, sigma 1 (output).
     seed : int
     rate_scale, limit, window
-        As in :func:`specsim.sim.traces.read_trace`.
+        As in :func:`specsim.traces.read_trace`.
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """Request-trace readers (SPEC §6 "Traces"): one aligned structured array per trace.
 
-Every reader returns a :class:`~specsim.sim._types.TraceRead` whose ``requests`` is an array of
-:data:`~specsim.sim._types.REQUEST_DT` (``arrival_s``, ``prompt_tokens``, ``output_tokens``),
+Every reader returns a :class:`~specsim.traces.TraceRead` whose ``requests`` is an array of
+:data:`~specsim.traces.REQUEST_DT` (``arrival_s``, ``prompt_tokens``, ``output_tokens``),
 sorted by arrival (stable: equal arrivals keep file order), with arrivals in seconds from the
 trace start, the earliest kept request.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import TraceError
-from specsim.sim._types import REQUEST_DT, TraceRead
+from specsim.traces._types import REQUEST_DT, TraceRead
 
 FORMATS = ("azure2023", "azure2024", "mooncake", "burstgpt", "csv")
 ARRIVAL_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "datetime": None}
@@ -320,7 +320,7 @@ def _open(path):
 
 
 def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
-    from specsim.sim._parse_kernels import INFO_BAD, INFO_BAD_OFFSET, INFO_FIRST_BAD_LINE, INFO_LINES, INFO_REASON, INFO_SIZE
+    from specsim.traces._parse_kernels import INFO_BAD, INFO_BAD_OFFSET, INFO_FIRST_BAD_LINE, INFO_LINES, INFO_REASON, INFO_SIZE
 
     info = np.zeros(INFO_SIZE, dtype=np.int64)
     bad_lines = np.zeros(_MAX_BAD_LINES, dtype=np.int64)
@@ -360,7 +360,7 @@ class _Parse:
 
 
 def _read_csv(path, names, datetime_kind, skip_bad, exact):
-    from specsim.sim._parse_kernels import ARRIVAL_DATETIME, ARRIVAL_NUMBER, parse_csv_nb
+    from specsim.traces._parse_kernels import ARRIVAL_DATETIME, ARRIVAL_NUMBER, parse_csv_nb
 
     with _open(path) as f:
         header_bytes = f.readline().removeprefix(_BOM)
@@ -390,7 +390,7 @@ def _column_index(path, header, name, exact):
 
 
 def _read_jsonl(path, keys, skip_bad):
-    from specsim.sim._parse_kernels import parse_jsonl_nb
+    from specsim.traces._parse_kernels import parse_jsonl_nb
 
     key_arrays = tuple(np.frombuffer(k.encode("utf-8"), dtype=np.uint8) for k in keys)
 

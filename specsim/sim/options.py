@@ -1,0 +1,260 @@
+"""The simulated server's options, parsed and validated once (docs/simulation.md, "Server").
+
+Names follow vLLM's where it has one (``max_num_seqs``, ``max_num_batched_tokens``, block size).
+Options left at None take the cost table's ``[meta]`` value where it has one (``specsim table
+model`` writes ``kv_capacity_tokens``, ``prefill_ms_per_step``, ``prefill_j_per_step``,
+``prefill_ms_per_token``, ``prefill_j_per_token`` and ``idle_w``), else the default below.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+import numpy as np
+
+from specsim.errors import SimulationError
+
+DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
+DEFAULT_PREFILL_J_PER_TOKEN = 0.06
+DEFAULT_IDLE_W = 0.0
+DEFAULT_LOG_SIZE = 4096
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+DEFAULT_CHUNKED_PREFILL = True
+DEFAULT_KV_BLOCK_SIZE = 16
+NO_CAP = 1 << 62
+MAX_BATCH = 1 << 20
+# Upper bound of the prefill costs and idle power: above it, times and energies would overflow
+# long before they meant anything.
+MAX_RATE = 1e9
+_U64 = 1 << 64
+# Cost options a table's [meta] may supply (specsim table model writes them).
+META_COSTS = ("prefill_ms_per_token", "prefill_j_per_token", "prefill_ms_per_step", "prefill_j_per_step", "idle_w")
+_COST_DEFAULTS = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN,
+                  "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
+                  "prefill_ms_per_step": 0.0, "prefill_j_per_step": 0.0, "idle_w": DEFAULT_IDLE_W}
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The simulated server.
+
+    Attributes
+    ----------
+    slack : float
+        Planner slack in [0, 1) (``propose`` and ``sequence``). Default 0.
+    max_num_seqs : int or None
+        Most running requests. Default: the table's widest measured width (costs beyond it would
+        be the widest width's, an extrapolation the table cannot vouch for). ``max_batch`` is
+        the same option under its earlier name.
+    max_num_batched_tokens : int or None
+        Token budget per step: decode tokens (1 + drafts per sequence) and prefill tokens
+        together. Default 8192; None for no budget.
+    chunked_prefill : bool
+        True (default): prefill chunks share steps with decodes. False: a step that admits
+        requests prefills their whole prompts alone, and decodes wait (the first engine).
+    kv_capacity_tokens : int or None
+        KV-cache capacity in tokens. Default: the table's ``[meta] kv_capacity_tokens``, else
+        unlimited.
+    kv_block_size : int
+        Tokens per KV block. Default 16.
+    max_seqs : int or None
+        Speculation cap: wider batches plain-decode. Default: no cap.
+    k_max : int or None
+        Most drafts per sequence per step. Default: the table's ``max_k``.
+    row_budget : int or None
+        Most draft rows verified in one step. Default: no limit.
+    prefill_ms_per_token, prefill_j_per_token : float or None
+        Prefill cost per prefilled token. Default: the table's ``[meta]``, else 0.1 ms and 0.06 J
+        (a mid-size model on one datacenter GPU at ~600 W: a placeholder).
+    prefill_ms_per_step, prefill_j_per_step : float or None
+        Fixed prefill cost of a step that prefills anything. Default: the table's ``[meta]``, else 0.
+    prefill_curve : str, Path, tuple or None
+        A profiled prefill curve instead of the affine model: a CSV file with columns
+        ``tokens,ms,j`` or a tuple ``(tokens, ms, j)`` of equal-length sequences, tokens
+        strictly ascending. See :func:`load_prefill_curve`.
+    idle_w : float or None
+        Power while no request is active. Default: the table's ``[meta]``, else 0.
+    seed : int
+        Seed of the draft-outcome hashes, 0 <= seed < 2**64. Default 0.
+    occupancy : ndarray or None
+        Bucket weights, shape (B,) for every position or (J, B) per position; None for the
+        maximum-entropy default.
+    log_size : int
+        Capacity of the step log; longer runs are downsampled to fit. Default 4096.
+    """
+
+    slack: float = 0.0
+    max_num_seqs: Optional[int] = None
+    max_batch: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None  # STEP3
+    chunked_prefill: bool = False  # STEP3
+    kv_capacity_tokens: Optional[int] = None
+    kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
+    max_seqs: Optional[int] = None
+    k_max: Optional[int] = None
+    row_budget: Optional[int] = None
+    prefill_ms_per_token: Optional[float] = None
+    prefill_j_per_token: Optional[float] = None
+    prefill_ms_per_step: Optional[float] = None
+    prefill_j_per_step: Optional[float] = None
+    prefill_curve: object = field(default=None, compare=False)
+    idle_w: Optional[float] = None
+    seed: int = 0
+    occupancy: Optional[np.ndarray] = field(default=None, compare=False)
+    log_size: int = DEFAULT_LOG_SIZE
+
+    def __post_init__(self):
+        from specsim.plan.planner import check_slack
+
+        try:
+            object.__setattr__(self, "slack", check_slack(self.slack))
+        except Exception as e:
+            raise SimulationError(str(e)) from None
+        self._check_counts()
+        if not isinstance(self.chunked_prefill, (bool, np.bool_)):
+            raise SimulationError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}")
+        object.__setattr__(self, "chunked_prefill", bool(self.chunked_prefill))
+        seed = _int(self.seed, "seed", 0)
+        if seed >= _U64:
+            raise SimulationError(f"seed {seed} does not fit in 64 bits: use 0 <= seed < 2**64")
+        object.__setattr__(self, "seed", seed)
+        for name in META_COSTS:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _rate(value, name))
+        if self.prefill_curve is not None:
+            object.__setattr__(self, "prefill_curve", load_prefill_curve(self.prefill_curve))
+
+    def _check_counts(self):
+        seqs, batch = self.max_num_seqs, self.max_batch
+        if seqs is not None and batch is not None and seqs != batch:
+            raise SimulationError(f"max_num_seqs {seqs} and max_batch {batch} name the same option: give one")
+        seqs_name = "max_num_seqs" if seqs is not None else "max_batch"
+        seqs = seqs if seqs is not None else batch
+        for name, value, low in ((seqs_name, seqs, 1), ("max_seqs", self.max_seqs, 0),
+                                 ("k_max", self.k_max, 0), ("row_budget", self.row_budget, 0),
+                                 ("max_num_batched_tokens", self.max_num_batched_tokens, 1),
+                                 ("kv_capacity_tokens", self.kv_capacity_tokens, 1)):
+            if value is not None:
+                value = _int(value, name, low)
+                if name == seqs_name:
+                    seqs = value
+                    continue
+                object.__setattr__(self, name, min(value, NO_CAP))
+        if seqs is not None and seqs > MAX_BATCH:
+            raise SimulationError(f"max_num_seqs {seqs} is beyond {MAX_BATCH} sequences: per-width costs are "
+                                  "precomputed for every width up to it; use a realistic batch cap")
+        object.__setattr__(self, "max_num_seqs", seqs)
+        object.__setattr__(self, "max_batch", seqs)
+        object.__setattr__(self, "kv_block_size", _int(self.kv_block_size, "kv_block_size", 1))
+        object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0))
+
+    def resolved(self, table) -> dict:
+        """The options with every default filled in from ``table``, JSON-ready."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "occupancy":
+                value = None if value is None else np.asarray(value, float).tolist()
+            elif f.name == "prefill_curve":
+                value = None if value is None else [list(map(float, c)) for c in value]
+            out[f.name] = value
+        seqs = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
+        out["max_num_seqs"] = out["max_batch"] = seqs
+        out["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)
+        meta = getattr(table, "meta", {}) or {}
+        for name in META_COSTS:
+            if out[name] is None:
+                out[name] = _rate(meta[name], f"table [meta] {name}") if name in meta else _COST_DEFAULTS[name]
+        if out["kv_capacity_tokens"] is None and "kv_capacity_tokens" in meta:
+            out["kv_capacity_tokens"] = _int(meta["kv_capacity_tokens"], "table [meta] kv_capacity_tokens", 1)
+        return out
+
+
+def _int(value, name, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise SimulationError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _rate(value, name) -> float:
+    if isinstance(value, bool):
+        raise SimulationError(f"{name} must be a number, got {value!r}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise SimulationError(f"{name} must be a number, got {value!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise SimulationError(f"{name} must be a finite number >= 0, got {value!r}")
+    if value > MAX_RATE:
+        raise SimulationError(f"{name} = {value!r} is beyond any real server ({MAX_RATE:g}); check its unit")
+    return value
+
+
+def load_prefill_curve(curve) -> tuple:
+    """A profiled prefill curve as ``(tokens, ms, j)`` tuples of floats.
+
+    Parameters
+    ----------
+    curve : str, Path or tuple
+        A CSV file with a header naming ``tokens``, ``ms`` and ``j`` columns (prefill tokens in
+        one step, its wall ms and joules; other columns are ignored), or a tuple of three
+        equal-length sequences.
+
+    Raises
+    ------
+    SimulationError
+        When the file cannot be read, a column is missing, or the points are not finite,
+        non-negative, with tokens strictly ascending.
+    """
+    from pathlib import Path
+
+    where = "prefill curve"
+    if isinstance(curve, (str, Path)):
+        where = f"prefill curve {curve}"
+        tokens, ms, joules = _read_curve_csv(Path(curve))
+    else:
+        try:
+            tokens, ms, joules = (list(map(float, c)) for c in curve)
+        except (TypeError, ValueError):
+            raise SimulationError("prefill_curve must be a CSV path or a (tokens, ms, j) tuple of number lists") from None
+    if not tokens or not len(tokens) == len(ms) == len(joules):
+        raise SimulationError(f"{where}: give at least one point, with as many ms and j values as tokens")
+    values = tokens + ms + joules
+    if not all(math.isfinite(v) and 0 <= v <= MAX_RATE for v in values):
+        raise SimulationError(f"{where}: every value must be a finite number in [0, {MAX_RATE:g}]")
+    if any(b <= a for a, b in zip(tokens, tokens[1:])):
+        raise SimulationError(f"{where}: tokens must be strictly ascending")
+    return tuple(tokens), tuple(ms), tuple(joules)
+
+
+def _read_curve_csv(path):
+    import csv
+    import io
+
+    from specsim._io import read_input
+
+    try:
+        text = read_input(path, "a prefill curve (CSV tokens,ms,j)", SimulationError).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SimulationError(f"prefill curve {path}: not UTF-8 text") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise SimulationError(f"prefill curve {path}: the file is empty; it needs a header tokens,ms,j")
+    head = [h.strip().lower() for h in rows[0]]
+    missing = [c for c in ("tokens", "ms", "j") if c not in head]
+    if missing:
+        raise SimulationError(f"prefill curve {path}: the header lacks {', '.join(missing)} (it needs tokens,ms,j)")
+    cols = [head.index(c) for c in ("tokens", "ms", "j")]
+    out = ([], [], [])
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        try:
+            for dest, c in zip(out, cols):
+                dest.append(float(row[c]))
+        except (IndexError, ValueError):
+            raise SimulationError(f"prefill curve {path}, line {line}: {','.join(row)!r} is not three numbers") from None
+    return out
