@@ -319,7 +319,7 @@ def _runs(policies, slack, parse_policy):
     out = []
     for text in [PLAIN] + [p for p in policies]:
         pol = parse_policy(text)
-        label = f"{pol}@{slack:g}" if pol.kind in ("propose", "sequence") else str(pol)
+        label = f"{pol}@{slack:g}" if pol.reads_slack else str(pol)
         if label not in [r[0] for r in out]:
             out.append((label, pol, slack))
     return out

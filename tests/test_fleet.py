@@ -32,11 +32,13 @@ def other_table():
 
 def same(a, b):
     """Bit-for-bit equality of two engine results (per request, counters, energy, step log)."""
-    for name in ("arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "depth_histogram",
-                 "step_t_s", "step_width", "step_mean_depth", "step_tokens"):
+    for name in ("arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "scheduled_s",
+                 "depth_histogram", "step_t_s", "step_width", "step_mean_depth", "step_tokens", "step_kv_blocks",
+                 "step_prefill_tokens"):
         assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
     assert a.counters == b.counters
-    assert a.energy == b.energy
+    assert a.energy == b.energy and a.kv == b.kv
+    assert a.policy == b.policy and a.options == b.options
     assert a.end_s == b.end_s and a.step_log_stride == b.step_log_stride
 
 
@@ -72,16 +74,23 @@ def test_every_replica_is_the_single_server_on_its_share(router):
     groups of different boxes and options."""
     reqs = random_requests(120, 9, rate=12.0)
     cal = small_calibration()
+    # Group b schedules as vLLM does: chunked prefill under a token budget, a KV cache small
+    # enough to preempt.
     fleet = Fleet((ReplicaGroup("a", 2, small_table(), cal, ServerOptions(max_batch=2, seed=1)),
-                   ReplicaGroup("b", 1, other_table(), cal, ServerOptions(max_batch=8, seed=1, prefill_ms_per_token=0.3))))
+                   ReplicaGroup("b", 1, other_table(), cal,
+                                ServerOptions(max_batch=8, seed=1, prefill_ms_per_token=0.3, chunked_prefill=True,
+                                              max_num_batched_tokens=96, kv_capacity_tokens=800))))
     res = simulate_fleet(reqs, fleet, "sequence", router=router)
     assert res.groups == ("a", "a", "b") and res.gpus == 3
     for r, g in enumerate(fleet.groups[i] for i in (0, 0, 1)):
         mine = reqs[res.assignment == r]
         same(res.replicas[r], simulate(mine, g.table, cal, "sequence", options=g.options))
     assert res.fleet.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
-    if router != "round_robin":
-        assert len(set(res.assignment.tolist())) == 3
+    if router == "least_kv":
+        # Group b's small cache always has the least free KV next to unlimited ones.
+        assert 2 not in res.assignment.tolist() and len(set(res.assignment.tolist())) == 2
+    else:
+        assert res.replicas[2].counters["mixed_steps"] > 0 and len(set(res.assignment.tolist())) == 3
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +99,9 @@ def test_every_replica_is_the_single_server_on_its_share(router):
 def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_batch):
     reqs = random_requests(n, seed, rate=rate) if n else requests([])
     table, cal = small_table(), small_calibration()
-    opts = ServerOptions(max_batch=max_batch, seed=seed, prefill_ms_per_token=0.2)
+    # The reference models separate prefill steps without a token budget or KV limit.
+    opts = ServerOptions(max_batch=max_batch, seed=seed, prefill_ms_per_token=0.2, chunked_prefill=False,
+                         max_num_batched_tokens=None, kv_capacity_tokens=None)
     res = simulate_fleet(reqs, Fleet.uniform(table, cal, replicas, opts), f"fixed:{k}", router=router)
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
     occ = occupancy_cdf(cal, k).tolist()

@@ -1,10 +1,11 @@
 """Numba kernel of a fleet: several serving replicas behind a router, advanced in one time-ordered
 simulation (see docs/fleets.md).
 
-Each replica is exactly the single-server engine (:func:`specsim.sim._engine_kernels.simulate_nb`)
-fed the requests routed to it: its state lives in one row of the fleet's 2-D arrays, and the fleet
-advances it one step at a time. Between steps the kernel routes every arrival that is due, so a
-router decides on the replicas' live state (outstanding requests, KV in use) at that moment.
+Each replica is exactly the single-server engine fed the requests routed to it: its bundles
+(requests, state, step log) are views of one row of the fleet's 2-D arrays, and the fleet
+advances it with the engine's own :func:`~specsim.sim._engine_kernels.step_nb`, one step at a
+time. Between steps the kernel routes every arrival that is due, so a router decides on the
+replicas' live state (outstanding requests, KV in use) at that moment.
 
 Event order: the next event is the earliest of (a) the next unrouted arrival and (b) the start
 of the next step of a busy replica (the end of its previous step; for a replica with nothing
@@ -23,7 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim._jit import jit
-from specsim.sim._engine_kernels import F_T, I_ACTIVE, I_FINISHED, I_NEXT, simulate_nb
+from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
+from specsim.sim._types import ReplicaState, Requests, StepLog
 
 # Router codes.
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV = range(3)
@@ -34,65 +36,38 @@ C_NEXT, C_STEPS, C_LAST = range(3)
 N_CURSOR = 3
 
 
-class GroupArrays(NamedTuple):
-    """One replica group's inputs to the engine kernel and its step scratch (shared by the
-    group's replicas, which step one at a time). Every field has the same type in every group,
-    so a tuple of groups is indexable at run time.
+class Group(NamedTuple):
+    """One replica group's engine bundles (``tab``, ``cal``, ``srv``: see
+    :mod:`specsim.sim._types`) and its step scratch ``ws``, shared by the group's replicas, which
+    step one at a time. Every field has the same type in every group, so a tuple of groups is
+    indexable at run time. Built by ``specsim.sim.fleet._group``."""
 
-    Built by ``specsim.sim.fleet._group_arrays``; the fields are the engine kernel's arguments
-    of the same names (see :func:`specsim.sim._engine_kernels.simulate_nb`).
-    """
-
-    widths: np.ndarray
-    costs: np.ndarray
-    edges: np.ndarray
-    cells: np.ndarray
-    p_accept: np.ndarray
-    priors: np.ndarray
-    occ_cdf: np.ndarray
-    conf_values: np.ndarray
-    depth_memo: np.ndarray
-    wcs: np.ndarray
-    acc_digits: np.ndarray
-    per_sequence: bool
-    slack: float
-    max_batch: int
-    k_cap: int
-    row_budget: int
-    prefill_ms_per_token: float
-    prefill_j_per_token: float
-    idle_w: float
-    seed: np.uint64
-    conf: np.ndarray
-    n_conf: np.ndarray
-    known: np.ndarray
-    vdepth: np.ndarray
-    verdict: np.ndarray
-    gains: np.ndarray
-    owner: np.ndarray
-    counts: np.ndarray
-    wc: np.ndarray
+    tab: tuple
+    cal: tuple
+    srv: tuple
+    ws: tuple
 
 
 class FleetState(NamedTuple):
     """Everything the fleet kernel writes. Sized only by ``specsim.sim.fleet._fleet_state`` (and
-    grown there, row capacity doubled, when the kernel returns ``GROW``).
+    grown there, request rows doubled, when the kernel returns ``GROW``).
 
-    R replicas, C request rows per replica, B = the widest group's batch cap, K = the deepest
-    group's ``max_k``, L = the step-log capacity.
+    R replicas, C request rows per replica, S = the widest group's ``max_num_seqs``, K = the
+    deepest group's ``max_k``, L = the step-log capacity, N requests in the trace.
 
-    arrival_s : float64 (R, C); prompt_tokens, output_tokens : int64 (R, C)
-        The requests routed to each replica, in routing (= arrival) order.
+    arrival_s, first_s, finish_s, sched_s : float64 (R, C)
+    prompt, output, emitted, prefilled, target, blocks : int64 (R, C)
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.Requests`: the requests routed
+        to it in routing (= arrival) order, as the engine reads and writes them.
     request : int64 (R, C)
         The trace index of each routed request.
-    emitted : int64 (R, C); first_s, finish_s : float64 (R, C)
-        The engine's per-request state of each replica.
     routed : int64 (R,)
         Requests routed to each replica so far.
-    istate : int64 (R, N_ISTATE); fstate : float64 (R, N_FSTATE)
-        The engine's counters and clock of each replica.
-    active : int64 (R, B); depth_hist : int64 (R, K + 1)
-    log_t, log_depth : float64 (R, L); log_width, log_tokens : int64 (R, L)
+    rec : STATE_DT (R,); running : int64 (R, S); queue : int64 (R, C); depth_hist : int64 (R, K + 1)
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.ReplicaState` (its queue holds
+        row indices).
+    log_t_s, log_depth : float64 (R, L); log_width, log_tokens, log_kv_blocks, log_prefill_tokens : int64 (R, L)
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.StepLog`.
     assignment : int64 (N,)
         The replica each trace request was routed to.
     cursor : int64 (N_CURSOR,)
@@ -104,21 +79,27 @@ class FleetState(NamedTuple):
     """
 
     arrival_s: np.ndarray
-    prompt_tokens: np.ndarray
-    output_tokens: np.ndarray
-    request: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
     emitted: np.ndarray
+    prefilled: np.ndarray
+    target: np.ndarray
+    blocks: np.ndarray
     first_s: np.ndarray
     finish_s: np.ndarray
+    sched_s: np.ndarray
+    request: np.ndarray
     routed: np.ndarray
-    istate: np.ndarray
-    fstate: np.ndarray
-    active: np.ndarray
+    rec: np.ndarray
+    running: np.ndarray
+    queue: np.ndarray
     depth_hist: np.ndarray
-    log_t: np.ndarray
+    log_t_s: np.ndarray
     log_width: np.ndarray
     log_depth: np.ndarray
     log_tokens: np.ndarray
+    log_kv_blocks: np.ndarray
+    log_prefill_tokens: np.ndarray
     assignment: np.ndarray
     cursor: np.ndarray
     tree_t: np.ndarray
@@ -126,15 +107,37 @@ class FleetState(NamedTuple):
 
 
 @jit
+def replica_requests_nb(st, r):
+    """Replica ``r``'s Requests bundle: views of its rows."""
+    c = st.routed[r]
+    return Requests(st.arrival_s[r, :c], st.prompt[r, :c], st.output[r, :c], st.emitted[r, :c],
+                    st.prefilled[r, :c], st.target[r, :c], st.blocks[r, :c], st.first_s[r, :c],
+                    st.finish_s[r, :c], st.sched_s[r, :c])
+
+
+@jit
+def replica_state_nb(grp, st, r):
+    """Replica ``r``'s ReplicaState bundle: views of its rows, cut to its group's sizes."""
+    return ReplicaState(st.rec[r:r + 1], st.running[r, :grp.ws.take.shape[0]], st.queue[r],
+                        st.depth_hist[r, :grp.tab.costs.shape[1]])
+
+
+@jit
+def replica_log_nb(st, r):
+    return StepLog(st.log_t_s[r], st.log_width[r], st.log_depth[r], st.log_tokens[r], st.log_kv_blocks[r],
+                   st.log_prefill_tokens[r])
+
+
+@jit
 def next_start_nb(st, r):
-    """When replica ``r``'s next step starts, or +inf when it has nothing to do."""
-    if st.istate[r, I_ACTIVE] > 0:
-        return st.fstate[r, F_T]
-    nxt = st.istate[r, I_NEXT]
-    if nxt < st.routed[r]:
-        a = st.arrival_s[r, nxt]
-        t = st.fstate[r, F_T]
-        return a if a > t else t
+    """When replica ``r``'s next step starts (for an idle replica, the arrival of the first
+    request waiting for it), or +inf when it has nothing to do."""
+    s = st.rec[r]
+    if s.n_running > 0:
+        return s.t_s
+    if s.q_len > 0:
+        a = st.arrival_s[r, st.queue[r, s.q_head]]
+        return a if a > s.t_s else s.t_s
     return np.inf
 
 
@@ -156,24 +159,14 @@ def tree_update_nb(st, r):
 
 
 @jit
-def kv_in_use_nb(st, r):
-    """Tokens held in KV by replica ``r``'s running sequences: prompt + emitted of each (what a
-    server reports as cache in use; waiting requests hold none yet)."""
-    used = 0
-    for s in range(st.istate[r, I_ACTIVE]):
-        i = st.active[r, s]
-        used += st.prompt_tokens[r, i] + st.emitted[r, i]
-    return used
-
-
-@jit
-def route_nb(router, st, kv_capacity, index):
+def route_nb(router, st, kv_tokens, block_size, index):
     """The replica trace request ``index`` goes to.
 
     ``round_robin``: ``index % R``. ``least_outstanding``: fewest routed and unfinished requests
-    (running + waiting). ``least_kv``: most free KV tokens, ``kv_capacity[r]`` minus
-    :func:`kv_in_use_nb`. Ties go to the first tied replica after the one chosen last (in
-    replica order, wrapping), so that equally loaded replicas take turns, as round robin would.
+    (running + waiting). ``least_kv``: most free KV tokens, ``kv_tokens[r]`` (capacity) minus
+    the blocks replica ``r`` holds now times ``block_size[r]``. Ties go to the first tied
+    replica after the one chosen last (in replica order, wrapping), so equally loaded replicas
+    take turns, as round robin would.
     """
     n_rep = st.routed.shape[0]
     if router == ROUND_ROBIN:
@@ -181,18 +174,18 @@ def route_nb(router, st, kv_capacity, index):
     start = (st.cursor[C_LAST] + 1) % n_rep
     best = start
     if router == LEAST_OUTSTANDING:
-        best_v = st.routed[start] - st.istate[start, I_FINISHED]
+        best_v = st.routed[start] - st.rec[start].finished
         for j in range(1, n_rep):
             r = (start + j) % n_rep
-            v = st.routed[r] - st.istate[r, I_FINISHED]
+            v = st.routed[r] - st.rec[r].finished
             if v < best_v:
                 best_v = v
                 best = r
         return best
-    best_v = kv_capacity[start] - kv_in_use_nb(st, start)
+    best_v = kv_tokens[start] - st.rec[start].kv_used * block_size[start]
     for j in range(1, n_rep):
         r = (start + j) % n_rep
-        v = kv_capacity[r] - kv_in_use_nb(st, r)
+        v = kv_tokens[r] - st.rec[r].kv_used * block_size[r]
         if v > best_v:
             best_v = v
             best = r
@@ -201,39 +194,31 @@ def route_nb(router, st, kv_capacity, index):
 
 @jit
 def step_replica_nb(grp, st, r):
-    """Advance replica ``r`` by one engine step (after an idle jump to its first waiting
-    arrival, if nothing is running)."""
-    c = st.routed[r]
-    mb = grp.max_batch
-    kd = grp.costs.shape[1]
-    simulate_nb(st.arrival_s[r, :c], st.prompt_tokens[r, :c], st.output_tokens[r, :c],
-                grp.widths, grp.costs, grp.edges, grp.cells, grp.p_accept, grp.priors, grp.occ_cdf,
-                grp.conf_values, grp.depth_memo, grp.per_sequence, grp.wcs, grp.acc_digits,
-                grp.slack, mb, grp.k_cap, grp.row_budget,
-                grp.prefill_ms_per_token, grp.prefill_j_per_token, grp.idle_w, grp.seed, 1,
-                st.istate[r], st.fstate[r], st.active[r, :mb], st.emitted[r, :c], st.first_s[r, :c],
-                st.finish_s[r, :c], st.depth_hist[r, :kd],
-                st.log_t[r], st.log_width[r], st.log_depth[r], st.log_tokens[r],
-                grp.conf, grp.n_conf, grp.known, grp.vdepth, grp.verdict, grp.gains, grp.owner, grp.counts,
-                grp.wc)
+    """Advance replica ``r`` by one engine step, after moving an idle replica's clock to the
+    arrival of its first waiting request (as the single-server driver does)."""
+    rs = replica_state_nb(grp, st, r)
+    s = rs.rec[0]
+    if s.n_running == 0:
+        idle_until_nb(grp.srv, rs, st.arrival_s[r, st.queue[r, s.q_head]])
+    step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(st, r), grp.ws)
 
 
 @jit
-def fleet_nb(arrival_s, prompt_tokens, output_tokens, router, groups, group_of, kv_capacity, st, step_limit):
+def fleet_nb(arrival_s, prompt, output, router, groups, group_of, kv_tokens, block_size, st, step_limit):
     """Run a request trace through a fleet of replicas behind a router.
 
     Parameters
     ----------
     arrival_s : ndarray(float64, ndim=1), shape (N,)
         Sorted ascending.
-    prompt_tokens, output_tokens : ndarray(int64, ndim=1), shape (N,)
+    prompt, output : ndarray(int64, ndim=1), shape (N,)
     router : int
         ``ROUND_ROBIN``, ``LEAST_OUTSTANDING`` or ``LEAST_KV``.
-    groups : tuple of GroupArrays
+    groups : tuple of Group
     group_of : ndarray(int64, ndim=1), shape (R,)
         Each replica's group.
-    kv_capacity : ndarray(int64, ndim=1), shape (R,)
-        KV tokens each replica can hold (``least_kv`` only).
+    kv_tokens, block_size : ndarray(int64, ndim=1), shape (R,)
+        Each replica's KV capacity in tokens and tokens per block (``least_kv`` only).
     st : FleetState
         Modified in place.
     step_limit : int
@@ -253,18 +238,20 @@ def fleet_nb(arrival_s, prompt_tokens, output_tokens, router, groups, group_of, 
         best = st.tree_r[1] if best_t < np.inf else -1
         i = st.cursor[C_NEXT]
         if i < n_req and (best < 0 or arrival_s[i] <= best_t):
-            r = route_nb(router, st, kv_capacity, i)
+            r = route_nb(router, st, kv_tokens, block_size, i)
             c = st.routed[r]
             if c == cap:
                 return GROW
             if c == 0:
                 # A replica's clock starts at its first request, as a single server's does.
-                st.fstate[r, F_T] = arrival_s[i]
+                st.rec[r].t_s = arrival_s[i]
             st.arrival_s[r, c] = arrival_s[i]
-            st.prompt_tokens[r, c] = prompt_tokens[i]
-            st.output_tokens[r, c] = output_tokens[i]
+            st.prompt[r, c] = prompt[i]
+            st.output[r, c] = output[i]
+            st.target[r, c] = prompt[i]
             st.request[r, c] = i
             st.routed[r] = c + 1
+            push_back_nb(replica_state_nb(groups[group_of[r]], st, r), c)
             st.assignment[i] = r
             st.cursor[C_LAST] = r
             st.cursor[C_NEXT] = i + 1

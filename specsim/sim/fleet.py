@@ -264,74 +264,57 @@ def _drafter_problems(groups) -> list:
 
 # -- the run ---------------------------------------------------------------------------------------
 
-def _group_arrays(group, policy):
-    """The engine kernel's inputs for one group (as :func:`specsim.simulate` prepares them)."""
-    from specsim.calibration.calibration import bucket_cells
-    from specsim.plan._kernels import width_costs_nb
-    from specsim.plan._types import plan_workspace
-    from specsim.sim import _engine_kernels as ek
-    from specsim.sim._fleet_kernels import GroupArrays
-    from specsim.sim.engine import confidence_values, depth_by_width, occupancy_cdf
+def _group(group, requests, policy):
+    """The engine bundles of one group (as :func:`specsim.simulate` prepares them: the same
+    checks of the policy, the options and the requests' KV needs), and the group's policy and
+    resolved options."""
+    from specsim.sim._fleet_kernels import Group
+    from specsim.sim.engine import prepare
 
-    table, cal, opts = group.table, group.calibration, group.options
-    resolved = opts.resolved(table)
-    max_batch, k_cap, max_k = resolved["max_batch"], resolved["k_max"], table.max_k
-    if k_cap > ek.MAX_POSITION:
-        raise FleetError(f"group {group.name!r}: draft depth up to {k_cap}; set k_max <= {ek.MAX_POSITION}")
-    depth_memo = depth_by_width(policy, table, cal, opts, max_batch, k_cap)
-    wcs = np.empty((max_batch + 1, max_k + 1, 4))
-    for n in range(max_batch + 1):
-        width_costs_nb(table.widths, table.costs, n, wcs[n])
-    kw = max(max_k, 1)
-    ws = plan_workspace(max_batch, max_k)
-    arrays = GroupArrays(
-        table.widths, table.costs, cal.edges, bucket_cells(cal.edges), cal.p_accept, cal.priors,
-        occupancy_cdf(cal, k_cap, opts.occupancy), confidence_values(cal), depth_memo, wcs,
-        np.zeros(0, dtype=np.int64), policy.kind == "sequence", float(opts.slack), int(max_batch), int(k_cap),
-        int(_NO_CAP if opts.row_budget is None else opts.row_budget), float(opts.prefill_ms_per_token),
-        float(opts.prefill_j_per_token), float(opts.idle_w), np.uint64(opts.seed),
-        np.full((max_batch, kw), np.nan, dtype=np.float32), np.zeros(max_batch, dtype=np.int64),
-        np.zeros(max_batch, dtype=np.int64), np.zeros(max_batch, dtype=np.int64),
-        np.zeros((max_batch, kw), dtype=np.bool_), ws.gains, ws.owner, ws.counts, ws.wc,
-    )
-    return arrays, resolved
+    p = prepare(requests, group.table, group.calibration, policy, group.options)
+    return Group(p.tab, p.cal, p.srv, p.ws), p
 
 
-def _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size, old=None):
+def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
     """The one place the fleet kernel's buffers are sized (see ``FleetState``); with ``old``, a
-    copy of it with ``rows`` request rows per replica (larger than its own)."""
-    from specsim.sim import _engine_kernels as ek
+    copy of it with ``rows`` request rows per replica (more than its own)."""
     from specsim.sim import _fleet_kernels as fk
-    from specsim.sim._fleet_kernels import N_CURSOR, FleetState
+    from specsim.sim._types import STATE_DT
 
     leaves = 1 << max(n_rep - 1, 0).bit_length()
 
-    def per_request(dtype, fill=0):
-        return np.full((n_rep, rows), fill, dtype=dtype)
+    def grid(dtype, width, fill=0):
+        return np.full((n_rep, width), fill, dtype=dtype)
 
-    st = FleetState(
-        arrival_s=per_request(np.float64), prompt_tokens=per_request(np.int64), output_tokens=per_request(np.int64),
-        request=per_request(np.int64, -1), emitted=per_request(np.int64), first_s=per_request(np.float64, np.nan),
-        finish_s=per_request(np.float64, np.nan), routed=np.zeros(n_rep, dtype=np.int64),
-        istate=np.zeros((n_rep, ek.N_ISTATE), dtype=np.int64), fstate=np.zeros((n_rep, ek.N_FSTATE)),
-        active=np.zeros((n_rep, max_batch), dtype=np.int64), depth_hist=np.zeros((n_rep, max_k + 1), dtype=np.int64),
-        log_t=np.zeros((n_rep, log_size)), log_width=np.zeros((n_rep, log_size), dtype=np.int64),
-        log_depth=np.zeros((n_rep, log_size)), log_tokens=np.zeros((n_rep, log_size), dtype=np.int64),
-        assignment=np.full(n_req, -1, dtype=np.int64), cursor=np.zeros(N_CURSOR, dtype=np.int64),
+    st = fk.FleetState(
+        arrival_s=grid(np.float64, rows), prompt=grid(np.int64, rows), output=grid(np.int64, rows),
+        emitted=grid(np.int64, rows), prefilled=grid(np.int64, rows), target=grid(np.int64, rows),
+        blocks=grid(np.int64, rows), first_s=grid(np.float64, rows, np.nan), finish_s=grid(np.float64, rows, np.nan),
+        sched_s=grid(np.float64, rows, np.nan), request=grid(np.int64, rows, -1), routed=np.zeros(n_rep, np.int64),
+        rec=np.zeros(n_rep, dtype=STATE_DT), running=grid(np.int64, seqs), queue=grid(np.int64, rows),
+        depth_hist=grid(np.int64, max_k + 1), log_t_s=grid(np.float64, log_size), log_width=grid(np.int64, log_size),
+        log_depth=grid(np.float64, log_size), log_tokens=grid(np.int64, log_size),
+        log_kv_blocks=grid(np.int64, log_size), log_prefill_tokens=grid(np.int64, log_size),
+        assignment=np.full(n_req, -1, dtype=np.int64), cursor=np.zeros(fk.N_CURSOR, dtype=np.int64),
         tree_t=np.full(2 * leaves, np.inf), tree_r=np.zeros(2 * leaves, dtype=np.int64),
     )
     if old is None:
-        st.istate[:, ek.I_LOG_STRIDE] = 1
+        st.rec["log_stride"] = 1
         st.cursor[fk.C_LAST] = -1
-        # Every replica starts idle (+inf): the tree's initial minimum is replica 0 at +inf.
         st.tree_r[leaves:leaves + n_rep] = np.arange(n_rep)
         return st
     width = old.arrival_s.shape[1]
-    for name in ("arrival_s", "prompt_tokens", "output_tokens", "request", "emitted", "first_s", "finish_s"):
+    for name in ("arrival_s", "prompt", "output", "emitted", "prefilled", "target", "blocks", "first_s", "finish_s",
+                 "sched_s", "request"):
         getattr(st, name)[:, :width] = getattr(old, name)
-    for name in ("routed", "istate", "fstate", "active", "depth_hist", "log_t", "log_width", "log_depth",
-                 "log_tokens", "assignment", "cursor", "tree_t", "tree_r"):
+    for name in ("routed", "rec", "running", "depth_hist", "log_t_s", "log_width", "log_depth", "log_tokens",
+                 "log_kv_blocks", "log_prefill_tokens", "assignment", "cursor", "tree_t", "tree_r"):
         getattr(st, name)[...] = getattr(old, name)
+    # Each waiting queue is a ring over its row: lay it out again from the start of the wider row.
+    for r in range(n_rep):
+        head, n = int(old.rec[r]["q_head"]), int(old.rec[r]["q_len"])
+        st.queue[r, :n] = old.queue[r, (head + np.arange(n)) % width]
+        st.rec[r]["q_head"] = 0
     return st
 
 
@@ -357,90 +340,72 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     """
     from specsim.sim import _fleet_kernels as fk
     from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays
-    from specsim.sim.policy import parse_policy
 
     if not isinstance(fleet, Fleet):
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
     router = check_router(router or fleet.router or "round_robin")
-    pol = parse_policy(policy)
     arrival, prompt, output = _request_arrays(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
-    built = [_group_arrays(g, pol) for g in fleet.groups]
+    built = [_group(g, requests, policy) for g in fleet.groups]
     groups = tuple(b[0] for b in built)
     group_of = np.repeat(np.arange(len(fleet.groups)), [g.count for g in fleet.groups]).astype(np.int64)
-    kv = np.array([_kv_capacity(fleet.groups[g].options) for g in group_of], dtype=np.int64)
-    max_batch = max(a.max_batch for a in groups)
+    kv_tokens = np.array([_kv_tokens(built[g][1].srv) for g in group_of], dtype=np.int64)
+    block_size = np.array([int(built[g][1].srv.rec[0]["block_size"]) for g in group_of], dtype=np.int64)
+    seqs = max(g.ws.take.shape[0] for g in groups)
     max_k = max(g.table.max_k for g in fleet.groups)
     log_size = max(g.options.log_size for g in fleet.groups)
-    rows = max(16, -(-n_req // n_rep) + 16)
-    st = _fleet_state(n_req, n_rep, rows, max_batch, max_k, log_size)
+    st = _fleet_state(n_req, n_rep, max(16, -(-n_req // n_rep) + 16), seqs, max_k, log_size)
     limit = PROGRESS_CHUNK if progress is not None else _NO_CAP
     code = {"round_robin": fk.ROUND_ROBIN, "least_outstanding": fk.LEAST_OUTSTANDING, "least_kv": fk.LEAST_KV}[router]
     while True:
-        status = fk.fleet_nb(arrival, prompt, output, code, groups, group_of, kv, st, limit)
+        status = fk.fleet_nb(arrival, prompt, output, code, groups, group_of, kv_tokens, block_size, st, limit)
         if status == fk.GROW:
-            st = _fleet_state(n_req, n_rep, min(2 * st.arrival_s.shape[1], max(n_req, 1)), max_batch, max_k,
-                              log_size, old=st)
+            rows = min(2 * st.arrival_s.shape[1], max(n_req, 1))
+            st = _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=st)
             continue
         if progress is not None:
             progress(int(st.cursor[fk.C_NEXT]))
         if status == fk.DONE:
             break
-    return _collect(fleet, pol, router, built, st, arrival, prompt, output)
+    return _collect(fleet, router, built, st, arrival, prompt, output)
 
 
-def _kv_capacity(options) -> int:
-    """KV tokens a replica holds: the server option when the engine has one, else unlimited
-    (``least_kv`` then sends each request where the fewest KV tokens are in use)."""
-    cap = getattr(options, "kv_capacity_tokens", None)
-    return _NO_CAP if cap is None else int(cap)
+def _kv_tokens(srv) -> int:
+    """A replica's KV capacity in tokens (unlimited: ``least_kv`` then sends each request where
+    the fewest KV tokens are in use)."""
+    blocks = int(srv.rec[0]["kv_blocks"])
+    return _NO_CAP if blocks >= _NO_CAP else blocks * int(srv.rec[0]["block_size"])
 
 
-def _replica_result(st, r, policy, resolved, table_max_k):
-    from specsim.sim import _engine_kernels as ek
-    from specsim.sim.engine import SimResult
+def _replica_result(st, r, prepared):
+    """Replica ``r``'s SimResult, exactly as the engine reports a single server's run."""
+    from specsim.sim._types import ReplicaState, Requests, StepLog
+    from specsim.sim.engine import collect
 
     c = int(st.routed[r])
-    ist, fst = st.istate[r], st.fstate[r]
-    count = int(ist[ek.I_LOG_COUNT])
-    counters = {
-        "decode_steps": int(ist[ek.I_DECODE_STEPS]), "prefill_steps": int(ist[ek.I_PREFILL_STEPS]),
-        "speculative_steps": int(ist[ek.I_SPEC_STEPS]), "sequence_steps": int(ist[ek.I_SEQ_STEPS]),
-        "emitted_tokens": int(ist[ek.I_EMITTED]), "accepted_drafts": int(ist[ek.I_ACCEPTED]),
-        "drafted": int(ist[ek.I_DRAFTED]), "verified_rows": int(ist[ek.I_ROWS]),
-    }
-    energy = {
-        "decode_j": float(fst[ek.F_DECODE_J]), "prefill_j": float(fst[ek.F_PREFILL_J]),
-        "idle_j": float(fst[ek.F_IDLE_J]), "decode_s": float(fst[ek.F_DECODE_S]),
-        "prefill_s": float(fst[ek.F_PREFILL_S]), "idle_s": float(fst[ek.F_IDLE_S]),
-    }
-    return SimResult(
-        policy=str(policy), options=dict(resolved, acceptance_trace=None), arrival_s=st.arrival_s[r, :c].copy(),
-        prompt_tokens=st.prompt_tokens[r, :c].copy(), output_tokens=st.output_tokens[r, :c].copy(),
-        first_token_s=st.first_s[r, :c].copy(), finish_s=st.finish_s[r, :c].copy(),
-        depth_histogram=st.depth_hist[r, :table_max_k + 1].copy(), counters=counters, energy=energy,
-        end_s=float(fst[ek.F_T]) if c else 0.0, step_t_s=st.log_t[r, :count].copy(),
-        step_width=st.log_width[r, :count].copy(), step_mean_depth=st.log_depth[r, :count].copy(),
-        step_tokens=st.log_tokens[r, :count].copy(), step_log_stride=int(ist[ek.I_LOG_STRIDE]),
-    )
+    k = prepared.tab.costs.shape[1]
+    req = Requests(*(getattr(st, f)[r, :c].copy() for f in ("arrival_s", "prompt", "output", "emitted", "prefilled",
+                                                             "target", "blocks", "first_s", "finish_s", "sched_s")))
+    rs = ReplicaState(st.rec[r:r + 1].copy(), st.running[r].copy(), st.queue[r].copy(), st.depth_hist[r, :k].copy())
+    log = StepLog(*(getattr(st, f)[r].copy() for f in ("log_t_s", "log_width", "log_depth", "log_tokens",
+                                                         "log_kv_blocks", "log_prefill_tokens")))
+    return collect(prepared._replace(req=req, st=rs, log=log))
 
 
-def _collect(fleet, policy, router, built, st, arrival, prompt, output) -> "FleetResult":
+def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult":
     from specsim.sim.fleet_result import FleetResult, merge_replicas
 
-    replicas, group_names = [], []
+    replicas, group_names, idle_w, gpus = [], [], [], []
     r = 0
-    for g, (_, resolved) in zip(fleet.groups, built):
+    for g, (_, prepared) in zip(fleet.groups, built):
         for _ in range(g.count):
-            replicas.append(_replica_result(st, r, policy, resolved, g.table.max_k))
+            replicas.append(_replica_result(st, r, prepared))
             group_names.append(g.name)
+            idle_w.append(float(prepared.options["idle_w"]))
+            gpus.append(g.gpus_per_replica)
             r += 1
-    idle_w = [g.options.idle_w for g in fleet.groups for _ in range(g.count)]
-    gpus = [g.gpus_per_replica for g in fleet.groups for _ in range(g.count)]
-    merged, standby_j, standby_s = merge_replicas(policy, router, fleet, built, replicas, idle_w, st, arrival,
-                                                  prompt, output)
-    if arrival.shape[0] and int(merged.counters["emitted_tokens"]) != int(output.sum()):
-        raise SimulationError("internal: the fleet emitted a different number of tokens than the trace holds")
+    merged, standby_j, standby_s = merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt,
+                                                  output)
     return FleetResult(merged, tuple(replicas), tuple(group_names), tuple(gpus), st.assignment.copy(), router,
                        fleet.describe(), tuple(standby_j), tuple(standby_s))
 

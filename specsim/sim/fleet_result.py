@@ -107,8 +107,12 @@ class FleetResult:
         return rows_frame(self.replica_rows(slo_ttft_s, slo_tpot_s))
 
 
-def merge_replicas(policy, router, fleet, built, replicas, idle_w, st, arrival, prompt, output):
+def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, output):
     """The fleet as one SimResult, and each replica's standby energy and time.
+
+    Per-request arrays are in trace order; counters, energy and KV block-seconds are summed;
+    ``kv["peak_blocks"]`` is the largest replica's peak; the step log is every replica's, in
+    time order.
 
     Returns
     -------
@@ -117,12 +121,11 @@ def merge_replicas(policy, router, fleet, built, replicas, idle_w, st, arrival, 
     from specsim.sim.engine import SimResult
 
     n = arrival.shape[0]
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
+    per_request = {name: np.full(n, np.nan) for name in ("first_token_s", "finish_s", "scheduled_s")}
     for r, res in enumerate(replicas):
         idx = st.request[r, :res.requests]
-        first[idx] = res.first_token_s
-        finish[idx] = res.finish_s
+        for name, values in per_request.items():
+            values[idx] = getattr(res, name)
     start = float(arrival[0]) if n else 0.0
     end = max([r.end_s for r in replicas if r.requests] or [start])
     standby_s, standby_j = [], []
@@ -141,19 +144,27 @@ def merge_replicas(policy, router, fleet, built, replicas, idle_w, st, arrival, 
     energy["standby_s"] = float(sum(standby_s))
     energy["idle_j"] += energy["standby_j"]
     energy["idle_s"] += energy["standby_s"]
+    caps = [r.kv["capacity_blocks"] for r in replicas]
+    kv = {"block_size": replicas[0].kv["block_size"], "capacity_blocks": None if None in caps else sum(caps),
+          "peak_blocks": max(r.kv["peak_blocks"] for r in replicas),
+          "block_s": float(sum(r.kv["block_s"] for r in replicas))}
     log_t = np.concatenate([r.step_t_s for r in replicas])
     order = np.argsort(log_t, kind="stable")
+
+    def log(name):
+        return np.concatenate([getattr(r, name) for r in replicas])[order]
+
     options = {
-        "router": router, "replicas": len(replicas), "gpus": fleet.gpus, "slack": fleet.groups[0].options.slack,
+        "router": router, "replicas": len(replicas), "gpus": fleet.gpus, "slack": replicas[0].options["slack"],
         "acceptance_trace": None,
-        "groups": [dict(resolved, name=g.name, count=g.count) for g, (_, resolved) in zip(fleet.groups, built)],
+        "groups": [dict(p.options, name=g.name, count=g.count) for g, (_, p) in zip(fleet.groups, built)],
     }
     merged = SimResult(
-        policy=str(policy), options=options, arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
-        first_token_s=first, finish_s=finish, depth_histogram=hist, counters=counters, energy=energy, end_s=end,
-        step_t_s=log_t[order], step_width=np.concatenate([r.step_width for r in replicas])[order],
-        step_mean_depth=np.concatenate([r.step_mean_depth for r in replicas])[order],
-        step_tokens=np.concatenate([r.step_tokens for r in replicas])[order],
-        step_log_stride=max(r.step_log_stride for r in replicas),
+        policy=replicas[0].policy, options=options, policy_spec=replicas[0].policy_spec, arrival_s=arrival,
+        prompt_tokens=prompt, output_tokens=output, depth_histogram=hist, counters=counters, energy=energy, kv=kv,
+        end_s=end, step_t_s=log_t[order], step_width=log("step_width"), step_mean_depth=log("step_mean_depth"),
+        step_tokens=log("step_tokens"), step_kv_blocks=log("step_kv_blocks"),
+        step_prefill_tokens=log("step_prefill_tokens"), step_log_stride=max(r.step_log_stride for r in replicas),
+        **per_request,
     )
     return merged, standby_j, standby_s
