@@ -372,7 +372,8 @@ class DaskRunner:
                 raise CapacityError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
         else:
             n = workers or os.cpu_count() or 1
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            # A random dashboard port: a fixed one may be taken by another cluster on the machine.
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
             self.client = Client(self.cluster)
         self._scattered = {}
 
