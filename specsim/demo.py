@@ -6,7 +6,7 @@ A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from 
 LLM inference conversation trace of November 2023, served under the five draft-depth policies
 and plain decoding as the baseline.
 
-The question it answers is SPEC §6's own what-if: the conversation traffic doubled
+The question it answers is a capacity what-if: the conversation traffic doubled
 (:data:`DEMO_RATE_SCALE`). At the trace's own rate one modelled H200 idles at a batch of about
 seven and every policy serves the same tokens; at twice the rate it is near capacity, plain
 decoding falls behind, and the policies differ in energy and tail latency.
@@ -17,9 +17,11 @@ using phase splitting", ISCA 2024; Azure/AzurePublicDataset, AzureLLMInferenceTr
 1.09; prompt tokens median 1,020 (log-spread 0.99), output tokens median 129 (log-spread 0.86).
 The medians are the published ones; rate, burstiness and spreads were measured on the public CSV.
 
-Prefill cost: the H200 datasheet's dense BF16 rate at 60% utilisation over 2 x 8B FLOPs per
-prompt token (about 0.027 ms), at full board power (about 0.019 J); idle power is the cost
-model's H200 idle figure. All of it is modelled; nothing here is a measurement.
+Server: the modelled table's ``[meta]`` carries what the engine needs beyond step costs (see
+:func:`specsim.costmodel.roofline.serving_meta`): a prefill cost per step (one read of the
+weights) and per token (the H200's dense BF16 rate at 60% utilisation), at full board power;
+the KV capacity that fits beside the weights; the H200's idle power. The engine schedules as vLLM
+does (token budget 8192, chunked prefill). All of it is modelled; nothing here is a measurement.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ CONV_RATE_PER_S = 5.53
 CONV_ARRIVAL_CV = 1.09
 CONV_PROMPT_MEDIAN, CONV_PROMPT_SIGMA = 1020.0, 0.99
 CONV_OUTPUT_MEDIAN, CONV_OUTPUT_SIGMA = 129.0, 0.86
-PREFILL_UTILISATION = 0.6
 
 DEMO_POLICIES = ("fixed:0", "fixed:3", "schedule:1-16=4,17-64=3,65-128=2,129-=1", "goodput", "propose",
                  "sequence")
@@ -54,14 +55,14 @@ def demo_trace(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float =
     )
 
 
-def demo_server():
-    """Server options for the demo box: prefill and idle power from the H200 and 8B specs."""
-    from specsim.costmodel.defaults import DEMO_GPU, DEMO_MODEL
-    from specsim.costmodel.specs import gpu_spec, model_spec
+def demo_server(table) -> dict:
+    """The demo box's serving figures as the engine resolves them from ``table``'s ``[meta]``."""
+    from specsim.sim.options import META_COSTS, ServerOptions
 
-    gpu, model = gpu_spec(DEMO_GPU), model_spec(DEMO_MODEL)
-    seconds = 2.0 * model.params_active / (gpu.bf16_tflops * 1e12 * PREFILL_UTILISATION)
-    return {"prefill_ms_per_token": seconds * 1e3, "prefill_j_per_token": seconds * gpu.tdp_w, "idle_w": gpu.idle_w}
+    resolved = ServerOptions().resolved(table)
+    names = META_COSTS + ("kv_capacity_tokens", "kv_block_size", "max_num_batched_tokens", "chunked_prefill",
+                          "max_num_seqs")
+    return {name: resolved[name] for name in names}
 
 
 def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, progress=None,
@@ -83,8 +84,8 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
             outputs.declare(Path(out) / name, "--out")
     table, cal = demo_table(), demo_calibration()
     read = demo_trace(requests, seed, rate_scale)
-    server = demo_server()
-    base = ServerOptions(seed=seed, **server)
+    server = demo_server(table)
+    base = ServerOptions(seed=seed)
     plan = policy_runs(list(DEMO_POLICIES), [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]

@@ -568,7 +568,7 @@ def ref_trace_priors(digits, k_logged):
     return out
 
 
-# --- engine (§6) --------------------------------------------------------------------------------
+# --- engine --------------------------------------------------------------------------------
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -615,16 +615,38 @@ def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
                                                                                       position)]
 
 
+def ref_prefill_cost(tokens, ms_per_token, j_per_token, ms_per_step=0.0, j_per_step=0.0, curve=None):
+    """(ms, J) of one step's prefill of ``tokens`` tokens: affine (the fixed part only when
+    something is prefilled) or the curve (flat below its first point, linear between points,
+    the last segment's slope beyond)."""
+    if curve is None:
+        if tokens == 0:
+            return ms_per_token * tokens, j_per_token * tokens
+        return ms_per_step + ms_per_token * tokens, j_per_step + j_per_token * tokens
+    if tokens == 0:
+        return 0.0, 0.0
+    xs, ms, js = curve
+    if len(xs) == 1 or tokens <= xs[0]:
+        return ms[0], js[0]
+    hi = next((i for i in range(1, len(xs) - 1) if xs[i] >= tokens), len(xs) - 1)
+    f = (tokens - xs[hi - 1]) / (xs[hi] - xs[hi - 1])
+    return ms[hi - 1] + (ms[hi] - ms[hi - 1]) * f, js[hi - 1] + (js[hi] - js[hi - 1]) * f
+
+
 def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
-                 idle_w=0.0, seed=0, digits=None, k_logged=None):
-    """SPEC §6 with the engine's documented choices, one Python statement at a time.
+                 idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
+                 kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
+                 prefill_curve=None):
+    """The engine's rules (docs/simulation.md), one Python statement at a time.
 
     ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
     ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
     With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
     from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
-    no confidences. Returns a dict of per-request lists and totals.
+    no confidences. Returns a dict of per-request lists, totals and ``steps``, one
+    (end time, decoding width, verified rows / width, decode tokens, KV blocks, prefill tokens)
+    per step with decoding sequences.
     """
     max_k = len(costs[0]) - 1
     k_cap = max_k if k_max is None else min(k_max, max_k)
@@ -634,7 +656,9 @@ def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, poli
     def digit(r, e):
         return digits[ref_trace_entry(seed, r, e, len(digits))]
     cap = float("inf") if max_seqs is None else max_seqs
-    budget = float("inf") if row_budget is None else row_budget
+    budget_rows = float("inf") if row_budget is None else row_budget
+    tokens_per_step = float("inf") if max_num_batched_tokens is None else max_num_batched_tokens
+    kv_blocks = float("inf") if kv_capacity_tokens is None else kv_capacity_tokens // kv_block_size
     kind = policy[0]
 
     def depth_at(n):
@@ -649,85 +673,173 @@ def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, poli
         k = min(k, k_cap)
         if n > cap:
             k = 0
-        if kind != "sequence" and budget != float("inf"):
-            k = min(k, int(budget) // n)
-        return k
+        if kind != "sequence" and budget_rows != float("inf") and n > 0:
+            k = min(k, int(budget_rows) // n)
+        return k if n > 0 else 0
 
     def costs_at(n, k):
         return plan_ref_cell(widths, costs, n, k)
 
+    def blocks_for(tokens):
+        return -(-tokens // kv_block_size)
+
     count = len(requests)
-    first = [math.nan] * count
-    finish = [math.nan] * count
-    emitted = [0] * count
+    prompt = [q[1] for q in requests]
+    output = [q[2] for q in requests]
+    first, finish, sched = [math.nan] * count, [math.nan] * count, [math.nan] * count
+    emitted, prefilled, target, blocks = [0] * count, [0] * count, list(prompt), [0] * count
     hist = [0] * (max_k + 1)
-    tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, accepted=0, rows=0,
-               sequence_steps=0)
+    tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0, accepted=0,
+               rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0, resumed=0, kv_peak=0,
+               kv_block_s=0.0)
+    steps = []
     t = requests[0][0] if count else 0.0
-    nxt = 0
-    active = []
+    fed = 0
+    queue, running = [], []
+
+    def used():
+        return sum(blocks[r] for r in running)
+
+    def preempt_last():
+        r = running.pop()
+        blocks[r] = 0
+        prefilled[r] = 0
+        target[r] = prompt[r] + emitted[r]
+        queue.insert(0, r)
+        tot["preemptions"] += 1
+        return r
+
     while True:
-        new = []
-        while nxt < count and len(active) < max_batch and requests[nxt][0] <= t:
-            active.append(nxt)
-            new.append(nxt)
-            nxt += 1
-        if new:
-            ptok = sum(requests[r][1] for r in new)
-            ms = prefill_ms_per_token * ptok
-            t = t + ms / 1000.0
-            tot["prefill_j"] += prefill_j_per_token * ptok
-            tot["prefill_steps"] += 1
-            for r in new:
-                emitted[r] = 1
-                first[r] = t
-                if requests[r][2] == 1:
-                    finish[r] = t
-            active = [r for r in active if emitted[r] < requests[r][2]]
-            continue
-        if not active:
-            if nxt >= count:
+        while fed < count and requests[fed][0] <= t:
+            queue.append(fed)
+            fed += 1
+        if not running and not queue:
+            if fed >= count:
                 break
-            if requests[nxt][0] > t:
-                tot["idle_j"] += idle_w * (requests[nxt][0] - t)
-                t = requests[nxt][0]
+            tot["idle_j"] += idle_w * (requests[fed][0] - t)
+            t = requests[fed][0]
             continue
-        n = len(active)
-        k = depth_at(n)
-        if kind == "sequence":
-            drafts = [min(k, requests[r][2] - emitted[r] - 1) for r in active]
-            kd = max(drafts)
-            if digits is None:
-                confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
-                          for j in range(1, d + 1)] for r, d in zip(active, drafts)]
+        decoding = [r for r in running if emitted[r] > 0 and prefilled[r] >= target[r]]
+        take = {}  # request -> tokens this step (prefill chunk, or 1 + drafts)
+        verify, known = {}, {}
+        budget = tokens_per_step
+        preempted = False
+
+        def admit(whole):
+            nonlocal budget
+            got = False
+            while queue and len(running) < max_batch and (budget > 0 or whole):
+                r = queue[0]
+                left = target[r] - prefilled[r]
+                if whole and got and left > budget:
+                    break
+                chunk = left if whole else min(left, budget)
+                grow = max(blocks_for(prefilled[r] + chunk) - blocks[r], 0)
+                if grow > kv_blocks - used():
+                    break
+                queue.pop(0)
+                blocks[r] += grow
+                if math.isnan(sched[r]):
+                    sched[r] = t
+                running.append(r)
+                take[r] = chunk
+                budget -= chunk
+                got = True
+            return got
+
+        n = len(decoding)
+        k = 0
+        if chunked_prefill or not admit(True):
+            k = depth_at(n)
+            if kind == "sequence":
+                drafts = [min(k, output[r] - emitted[r] - 1) for r in decoding]
+                kd = max(drafts, default=0)
+                if digits is None:
+                    confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
+                              for j in range(1, d + 1)] for r, d in zip(decoding, drafts)]
+                else:
+                    confs = [[] for _ in decoding]
+                if kd > 0:
+                    vs = ref_sequence_depths(widths, costs, edges, p_accept, priors, confs, drafts, kd,
+                                             budget_rows if budget_rows != float("inf") else 1 << 62, slack)
+                else:
+                    vs = [0] * n
+                verify = dict(zip(decoding, vs))
+                known = dict(zip(decoding, drafts))
+                k = kd
             else:
-                confs = [[] for _ in active]
-            if kd > 0:
-                verify = ref_sequence_depths(widths, costs, edges, p_accept, priors, confs, drafts, kd,
-                                             budget if budget != float("inf") else 1 << 62, slack)
+                verify = {r: k for r in decoding}
+                known = dict(verify)
+            # Running requests first, in admission order.
+            i = 0
+            while i < len(running) and budget > 0:
+                r = running[i]
+                if r in verify:
+                    want = 1 + verify[r]
+                    chunk = min(want, budget)
+                    tokens = prompt[r] + emitted[r] + chunk - 1
+                else:
+                    chunk = min(target[r] - prefilled[r], budget)
+                    tokens = prefilled[r] + chunk
+                grow = max(blocks_for(tokens) - blocks[r], 0)
+                self_preempted = False
+                while grow > kv_blocks - used():
+                    victim = preempt_last()
+                    preempted = True
+                    if victim == r:
+                        self_preempted = True
+                        break
+                if self_preempted:
+                    break
+                blocks[r] += grow
+                if r in verify:
+                    verify[r] = chunk - 1
+                    tot["drafts_cut"] += want - chunk
+                take[r] = chunk
+                budget -= chunk
+                i += 1
+            if chunked_prefill and not preempted:
+                admit(False)
+        # Price: the decode part from the table, the prefill part from the prefill model.
+        dec = [r for r in running if r in verify and r in take]
+        pre = [r for r in running if r not in verify and r in take]
+        ns = len(dec)
+        rows = sum(verify[r] for r in dec)
+        ptok = sum(take[r] for r in pre)
+        dms = dj = 0.0
+        if ns:
+            if kind != "sequence" and ns == n and rows == n * k:
+                c = costs_at(ns, k)
+                dms, dj = c[0] + c[2], c[1] + c[3]
             else:
-                verify = [0] * n
-            rows = sum(verify)
-            d = rows / n
-            lo, hi = min(math.floor(d), max_k), min(math.ceil(d), max_k)
-            f = d - math.floor(d)
-            c_lo, c_hi, c_kd = costs_at(n, lo), costs_at(n, hi), costs_at(n, kd)
-            ms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_kd[2]
-            joules = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_kd[3]
-        else:
-            verify = [k] * n
-            rows = n * k
-            c = costs_at(n, k)
-            ms, joules = c[0] + c[2], c[1] + c[3]
+                d = rows / ns
+                lo, hi = min(math.floor(d), max_k), min(math.ceil(d), max_k)
+                f = d - math.floor(d)
+                c_lo, c_hi, c_kd = costs_at(ns, lo), costs_at(ns, hi), costs_at(ns, k)
+                dms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_kd[2]
+                dj = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_kd[3]
+            tot["decode_steps"] += 1
+            tot["rows"] += rows
+            tot["sequence_steps"] += ns
+        pms = pj = 0.0
+        if pre:
+            pms, pj = ref_prefill_cost(ptok, prefill_ms_per_token, prefill_j_per_token, prefill_ms_per_step,
+                                       prefill_j_per_step, prefill_curve)
+            tot["prefill_steps"] += 1
+            tot["prefill_tokens"] += ptok
+            tot["mixed_steps"] += 1 if ns else 0
+        tot["kv_peak"] = max(tot["kv_peak"], used())
+        ms = dms + pms
         t = t + ms / 1000.0
-        tot["decode_j"] += joules
-        tot["decode_steps"] += 1
-        tot["rows"] += rows
-        tot["sequence_steps"] += n
-        for r, v in zip(active, verify):
+        tot["decode_j"] += dj
+        tot["prefill_j"] += pj
+        tot["kv_block_s"] += used() * (ms / 1000.0)
+        step_tokens = 0
+        for r in dec:
+            v = verify[r]
             hist[v] += 1
             e = emitted[r]
-            need = requests[r][2] - e - 1
+            need = output[r] - e - 1
             acc = 0
             for j in range(1, min(v, need) + 1):
                 if digits is not None:
@@ -737,11 +849,27 @@ def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, poli
                     break
                 acc += 1
             emitted[r] = e + 1 + acc
+            step_tokens += 1 + acc
             tot["accepted"] += acc
-            if emitted[r] == requests[r][2]:
+        for r in pre:
+            prefilled[r] += take[r]
+            if prefilled[r] == target[r]:
+                if emitted[r] == 0:
+                    first[r] = t
+                else:
+                    tot["resumed"] += 1
+                emitted[r] += 1
+        if ns:
+            steps.append((t, ns, rows / ns, step_tokens, used(), ptok))
+        for r in dec + pre:
+            if emitted[r] == output[r]:
                 finish[r] = t
-        active = [r for r in active if emitted[r] < requests[r][2]]
-    return dict(first=first, finish=finish, emitted=emitted, depth_histogram=hist, end_s=t, **tot)
+        running = [r for r in running if emitted[r] < output[r]]
+        for r in range(count):
+            if emitted[r] == output[r]:
+                blocks[r] = 0
+    return dict(first=first, finish=finish, sched=sched, emitted=emitted, depth_histogram=hist, end_s=t, steps=steps,
+                **tot)
 
 
 # -- fleets: replicas behind a router ----------------------------------------------------------------
@@ -754,12 +882,14 @@ class _RefReplica:
         self.widths, self.costs, self.p_accept, self.occ_cdf = widths, costs, p_accept, occ_cdf
         self.k, self.max_batch, self.prefill_ms, self.prefill_j, self.seed = k, max_batch, prefill_ms, prefill_j, seed
         self.reqs, self.first, self.finish, self.emitted, self.active = [], [], [], [], []
+        self.blocks = []
         self.t, self.nxt = None, 0
 
     def add(self, request):
         if self.t is None:
             self.t = request[0]
         self.reqs.append(request)
+        self.blocks.append(0)
         self.first.append(math.nan)
         self.finish.append(math.nan)
         self.emitted.append(0)
@@ -775,7 +905,9 @@ class _RefReplica:
         return sum(1 for i in range(len(self.reqs)) if math.isnan(self.finish[i]))
 
     def kv_used(self):
-        return sum(self.reqs[i][1] + self.emitted[i] for i in self.active)
+        """KV blocks (16 tokens) held by running requests: each holds blocks for its prompt,
+        then for prompt + emitted + this step's drafts at every decode step, until it finishes."""
+        return sum(self.blocks[i] for i in self.active)
 
     def step(self):
         while True:
@@ -787,6 +919,7 @@ class _RefReplica:
             if new:
                 self.t = self.t + self.prefill_ms * sum(self.reqs[i][1] for i in new) / 1000.0
                 for i in new:
+                    self.blocks[i] = -(-self.reqs[i][1] // 16)
                     self.emitted[i] = 1
                     self.first[i] = self.t
                     if self.reqs[i][2] == 1:
@@ -801,6 +934,7 @@ class _RefReplica:
             self.t = self.t + (c[0] + c[2]) / 1000.0
             for i in self.active:
                 e = self.emitted[i]
+                self.blocks[i] = max(self.blocks[i], -(-(self.reqs[i][1] + e + self.k) // 16))
                 need = self.reqs[i][2] - e - 1
                 acc = 0
                 for j in range(1, min(self.k, need) + 1):

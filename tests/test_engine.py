@@ -65,10 +65,17 @@ def ref_policy(text):
 
 
 def run_reference(reqs, table, cal, policy, **opts):
-    from specsim.sim.engine import DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
+    from specsim.sim.options import (
+        DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN,
+    )
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
+            "chunked_prefill": DEFAULT_CHUNKED_PREFILL, "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
             **opts}
+    if "max_num_seqs" in opts:
+        opts["max_batch"] = opts.pop("max_num_seqs")
+    opts.setdefault("max_batch", int(table.widths[-1]))
+    opts.pop("log_size", None)
     k_cap = min(opts.get("k_max") if opts.get("k_max") is not None else table.max_k, table.max_k)
     if opts.get("k_logged") is not None:
         k_cap = min(k_cap, opts["k_logged"])
@@ -81,16 +88,28 @@ def run_reference(reqs, table, cal, policy, **opts):
 
 
 def assert_matches_reference(res, want):
+    """Every figure equal, and the step log step for step when it holds every step."""
     assert np.array_equal(res.first_token_s, np.array(want["first"]), equal_nan=True)
     assert np.array_equal(res.finish_s, np.array(want["finish"]), equal_nan=True)
+    assert np.array_equal(res.scheduled_s, np.array(want["sched"]), equal_nan=True)
     assert res.end_s == want["end_s"]
     assert res.energy["decode_j"] == want["decode_j"]
     assert res.energy["prefill_j"] == want["prefill_j"]
     assert res.energy["idle_j"] == want["idle_j"]
     assert res.depth_histogram.tolist() == want["depth_histogram"]
     c = res.counters
-    assert (c["decode_steps"], c["prefill_steps"], c["accepted_drafts"], c["verified_rows"], c["sequence_steps"]) == \
-        (want["decode_steps"], want["prefill_steps"], want["accepted"], want["rows"], want["sequence_steps"])
+    names = ("decode_steps", "prefill_steps", "mixed_steps", "accepted_drafts", "verified_rows", "sequence_steps",
+             "preemptions", "drafts_cut", "prefill_tokens", "resumed")
+    ref_names = ("decode_steps", "prefill_steps", "mixed_steps", "accepted", "rows", "sequence_steps", "preemptions",
+                 "drafts_cut", "prefill_tokens", "resumed")
+    assert tuple(c[n] for n in names) == tuple(want[n] for n in ref_names)
+    assert res.kv["peak_blocks"] == want["kv_peak"] and res.kv["block_s"] == want["kv_block_s"]
+    if res.step_log_stride == 1 and res.step_t_s.shape[0] == len(want["steps"]):
+        got = list(zip(res.step_t_s.tolist(), res.step_width.tolist(), res.step_mean_depth.tolist(),
+                       res.step_tokens.tolist(), res.step_kv_blocks.tolist(), res.step_prefill_tokens.tolist()))
+        assert got == [tuple(s) for s in want["steps"]]
+    else:
+        assert res.step_log_stride > 1 or res.step_t_s.shape[0] == 0
 
 
 # -- conservation and special cases ----------------------------------------------------------------
@@ -240,6 +259,50 @@ def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch,
     opts = dict(max_batch=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0)
     assert_matches_reference(simulate(reqs, table, cal, policy, **opts), run_reference(reqs, table, cal, policy, **opts))
+
+
+@given(
+    n=st.integers(1, 20), trace_seed=st.integers(0, 10 ** 6), seed=st.integers(0, 2 ** 32),
+    policy=st.sampled_from(POLICIES), max_batch=st.integers(1, 6), chunked=st.booleans(),
+    budget=st.one_of(st.none(), st.integers(1, 700)), kv=st.one_of(st.none(), st.integers(340, 1500)),
+    block=st.sampled_from([1, 7, 16, 32]), step_ms=st.sampled_from([0.0, 4.0]), rate=st.sampled_from([0.5, 5.0, 50.0]),
+    curve=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_batch, chunked, budget, kv, block,
+                                             step_ms, rate, curve):
+    """Token budget, chunked or separate prefill, KV blocks and preemption, against the reference
+    step for step; and the rules' invariants."""
+    reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
+                kv_capacity_tokens=kv, kv_block_size=block, prefill_ms_per_step=step_ms, prefill_j_per_step=step_ms / 2,
+                prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14)
+    if curve:
+        opts["prefill_curve"] = ((16.0, 128.0, 1024.0), (5.0, 6.0, 20.0), (2.0, 2.5, 9.0))
+    res = simulate(reqs, table, cal, policy, **opts)
+    assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))
+    assert_serving_invariants(res, reqs)
+
+
+def assert_serving_invariants(res, reqs):
+    """Conservation, budget, KV capacity and every (preempted) request finishing."""
+    c = res.counters
+    assert not np.isnan(res.finish_s).any() and not np.isnan(res.scheduled_s).any()
+    assert (res.scheduled_s >= res.arrival_s).all() and (res.first_token_s >= res.scheduled_s).all()
+    assert (res.finish_s >= res.first_token_s).all()
+    assert c["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    assert c["emitted_tokens"] == len(reqs) + c["resumed"] + c["sequence_steps"] + c["accepted_drafts"]
+    assert c["recomputed_tokens"] >= 0 and (c["preemptions"] > 0 or c["recomputed_tokens"] == 0)
+    assert c["resumed"] <= c["preemptions"]
+    budget = res.options["max_num_batched_tokens"]
+    if budget is not None and res.options["chunked_prefill"] and res.step_log_stride == 1:
+        # Every decode token (1 + verified drafts) and prefill token of a step counts against it.
+        used = res.step_width * (1 + res.step_mean_depth) + res.step_prefill_tokens
+        assert (used <= budget + 1e-9).all()
+    if res.kv["capacity_blocks"] is not None:
+        assert res.kv["peak_blocks"] <= res.kv["capacity_blocks"]
+        assert (res.step_kv_blocks <= res.kv["capacity_blocks"]).all()
 
 
 def test_engine_matches_reference_with_explicit_occupancy():

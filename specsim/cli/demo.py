@@ -53,12 +53,9 @@ def cmd_demo(args):
     print(f"(SLO: TTFT <= {DEMO_SLO_TTFT_S} s and TPOT <= {DEMO_SLO_TPOT_S} s)")
     print()
     _verdict(summaries)
-    server = inputs["server"]
     print(f"inputs, results and plot written to {args.out}/ ({time.monotonic() - start:.1f} s). Start from them:")
     print(f"  specsim simulate --trace {args.out}/trace.csv --table {args.out}/table.toml "
           f"--calibration {args.out}/calibration.toml --policy sequence --seed {args.seed} "
-          f"--prefill-ms-per-token {server['prefill_ms_per_token']!r} "
-          f"--prefill-j-per-token {server['prefill_j_per_token']!r} --idle-w {server['idle_w']!r} "
           f"--slo-ttft-s {DEMO_SLO_TTFT_S} --slo-tpot-s {DEMO_SLO_TPOT_S}")
     return 0
 

@@ -353,10 +353,45 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         "tp": tp,
         "context_tokens": context_tokens,
         **{f"stack_{name}": value for name, value in stack.items()},
+        **serving_meta(g, m, d, tp),
         "tool": f"specsim {__version__}",
     }
     text = CostTable.render(key, cells, meta=meta)
     return CostTable.parse(text, f"<modelled table {key.box_class} {key.recipe}>")
+
+
+# vLLM's default share of GPU memory the engine claims (weights, then KV cache).
+GPU_MEMORY_UTILIZATION = 0.9
+# Share of the dense matrix rate a long prefill sustains (compute bound, unlike decode).
+PREFILL_UTILISATION = 0.6
+
+
+def serving_meta(g, m, d, tp: int) -> dict:
+    """What a serving simulation needs beyond the step costs, from the same specs (written to a
+    modelled table's ``[meta]``; see docs/simulation.md, "Prefill cost" and "KV cache").
+
+    - ``kv_capacity_tokens``: KV tokens (target and drafter caches together) that fit in
+      ``GPU_MEMORY_UTILIZATION`` of the GPUs' memory beside the weights.
+    - ``prefill_ms_per_token``/``prefill_j_per_token``: the target's matrix work per token at
+      ``PREFILL_UTILISATION`` of the dense rate, at full board power.
+    - ``prefill_ms_per_step``/``prefill_j_per_step``: one read of the weights at the memory
+      bandwidth, the floor every prefill step pays, at full board power.
+    - ``idle_w``: the GPUs' idle power.
+    """
+    target, draft = _target_net(g, m), _drafter_net(g, m, d)
+    weights = (target.fixed_bytes + target.expert_bytes + draft.fixed_bytes + draft.expert_bytes) / tp
+    per_token = target.kv_bytes_per_token + draft.kv_bytes_per_token
+    free = g.memory_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights
+    token_s = target.matrix_s_per_row / (tp * PREFILL_UTILISATION)
+    step_s = weights / (g.bandwidth_gbs * 1e9)
+    out = {
+        "prefill_ms_per_token": token_s * 1e3, "prefill_j_per_token": token_s * g.tdp_w * tp,
+        "prefill_ms_per_step": step_s * 1e3, "prefill_j_per_step": step_s * g.tdp_w * tp,
+        "idle_w": float(g.idle_w * tp),
+    }
+    if free > 0 and per_token > 0:
+        out["kv_capacity_tokens"] = int(free * min(tp, m.kv_heads) // per_token)
+    return out
 
 
 def _check_args(widths, tp, context_tokens, max_k, m):

@@ -1,4 +1,4 @@
-"""Summaries of simulation results (SPEC §6 "Output"): per-policy figures, per-request CSV.
+"""Summaries of simulation results: per-policy figures, per-request CSV (docs/simulation.md, "Results").
 
 Definitions
 -----------
@@ -10,6 +10,13 @@ Definitions
   per decode step (so a decode step emits ``1 + accepted_per_step`` tokens per sequence).
 - TTFT = first token - arrival; TPOT = (finish - first token) / (tokens - 1), over requests
   with more than one token; E2E = finish - arrival. Percentiles interpolate linearly.
+- Queueing delay = first admission - arrival (before any prefill), p50/p90/p99.
+- ``preemptions``: running requests evicted to free KV blocks; ``recomputed_tokens``: prefill
+  tokens beyond each prompt once (what preemptions cost); ``drafts_cut``: drafts dropped
+  because the step's token budget ran out.
+- KV utilisation: blocks held over the capacity; ``mean`` integrates over time from the first
+  arrival to the end (idle gaps count as empty), ``peak`` is the most held in any step. With
+  unlimited KV the fractions are None and the block counts remain.
 - SLO attainment: the fraction of requests whose TTFT is at most the TTFT target and whose TPOT
   is at most the TPOT target (a one-token request has no TPOT and meets that target).
 """
@@ -60,6 +67,18 @@ def slo_attainment(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
             "tpot_attainment": frac(ok_tpot), "attainment": frac(ok_ttft & ok_tpot)}
 
 
+def kv_utilisation(result) -> dict:
+    """KV-cache use: blocks (mean over time, peak) and the same as fractions of the capacity."""
+    kv = result.kv
+    start = float(result.arrival_s[0]) if result.requests else 0.0
+    span = result.end_s - start
+    mean_blocks = kv["block_s"] / span if span > 0 else 0.0
+    cap = kv["capacity_blocks"]
+    return {"block_size": kv["block_size"], "capacity_blocks": cap, "mean_blocks": mean_blocks,
+            "peak_blocks": kv["peak_blocks"], "mean": mean_blocks / cap if cap else None,
+            "peak": kv["peak_blocks"] / cap if cap else None}
+
+
 def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
     """One policy's JSON-ready summary (see the module docstring for every definition)."""
     c, e = result.counters, result.energy
@@ -87,6 +106,11 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         "ttft_s": _percentiles(result.ttft_s),
         "tpot_s": _percentiles(result.tpot_s),
         "e2e_s": _percentiles(result.e2e_s),
+        "queue_s": _percentiles(result.queue_s),
+        "preemptions": c["preemptions"],
+        "recomputed_tokens": c["recomputed_tokens"],
+        "drafts_cut": c["drafts_cut"],
+        "kv": kv_utilisation(result),
         "slo": slo_attainment(result, slo_ttft_s, slo_tpot_s),
         "steps": dict(c),
         "energy_breakdown": dict(e),

@@ -88,8 +88,8 @@ class ServerOptions:
     slack: float = 0.0
     max_num_seqs: Optional[int] = None
     max_batch: Optional[int] = None
-    max_num_batched_tokens: Optional[int] = None  # STEP3
-    chunked_prefill: bool = False  # STEP3
+    max_num_batched_tokens: Optional[int] = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    chunked_prefill: bool = DEFAULT_CHUNKED_PREFILL
     kv_capacity_tokens: Optional[int] = None
     kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
     max_seqs: Optional[int] = None

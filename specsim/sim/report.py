@@ -19,20 +19,22 @@ def comparison_table(summaries) -> str:
     """Policies side by side: throughput, energy, batch, acceptance, latency and SLO."""
     from specsim._text import format_grid
 
-    header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "TTFT p50", "TTFT p99", "TPOT p50",
-              "TPOT p99", "E2E p99", "SLO"]
+    header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "queue p99", "TTFT p50", "TTFT p99", "TPOT p50",
+              "TPOT p99", "E2E p99", "preempt", "KV peak", "SLO"]
     rows = []
     for s in summaries:
         slo = s["slo"]["attainment"]
         checked = s["slo"]["ttft_target_s"] is not None or s["slo"]["tpot_target_s"] is not None
         rows.append([
             s["label"], _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
-            _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"),
+            _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"), _f(s["queue_s"]["p99"], ".3f"),
             _f(s["ttft_s"]["p50"], ".3f"), _f(s["ttft_s"]["p99"], ".3f"),
             _f(s["tpot_s"]["p50"], ".4f"), _f(s["tpot_s"]["p99"], ".4f"), _f(s["e2e_s"]["p99"], ".2f"),
+            str(s["preemptions"]), "-" if s["kv"]["peak"] is None else f"{100 * s['kv']['peak']:.0f}%",
             f"{100 * slo:.1f}%" if checked and slo is not None else "-",
         ])
-    return format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step)"
+    return (format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step; "
+            "KV peak = most KV blocks held / capacity)")
 
 
 def _cdf(ax, values, name):
@@ -51,12 +53,27 @@ def _moving_mean(values, share=0.01):
     return np.convolve(padded, kernel, mode="valid")
 
 
+def _kv_panel(ax, results):
+    """KV blocks held over time: as a share of the capacity when there is one."""
+    capped = all(r.kv["capacity_blocks"] for r in results)
+    for r in results:
+        if r.step_t_s.shape[0]:
+            held = r.step_kv_blocks.astype(float)
+            if capped:
+                held = held / r.kv["capacity_blocks"]
+            ax.plot(r.step_t_s, held, linewidth=1.0, label=label(r))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("KV utilisation" if capped else "KV blocks held")
+    ax.set_title("KV cache over time (step log)")
+    ax.legend(fontsize=8)
+
+
 def plot(results, summaries, path) -> None:
-    """Write a four-panel figure to ``path`` (format from its suffix, e.g. ``.png``).
+    """Write a six-panel figure to ``path`` (format from its suffix, e.g. ``.png``).
 
     Panels: J/token against tokens/s per policy (points of one policy at several slacks joined
-    by a line), TTFT and TPOT CDFs, and the verified depth (rows / width) over time from each
-    run's step log.
+    by a line), TTFT and TPOT CDFs, the verified depth (rows / width) over time, KV-cache use
+    over time, and the queueing-delay CDF. Time series come from each run's step log.
     """
     try:
         import matplotlib
@@ -68,7 +85,7 @@ def plot(results, summaries, path) -> None:
         raise SimulationError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
     from specsim._io import atomic_write_bytes
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 13))
     ax = axes[0, 0]
     by_policy = {}
     for s in summaries:
@@ -88,7 +105,8 @@ def plot(results, summaries, path) -> None:
     ax.set_ylabel("J/token")
     ax.set_title("energy per token vs throughput (labels: slack)")
     ax.legend(fontsize=8)
-    for ax, attr, title in ((axes[0, 1], "ttft_s", "TTFT"), (axes[1, 0], "tpot_s", "TPOT")):
+    for ax, attr, title in ((axes[0, 1], "ttft_s", "TTFT"), (axes[1, 0], "tpot_s", "TPOT"),
+                            (axes[2, 1], "queue_s", "queueing delay")):
         lows = []
         for r in results:
             v = getattr(r, attr)
@@ -112,6 +130,7 @@ def plot(results, summaries, path) -> None:
     ax.set_ylabel("verified drafts per sequence")
     ax.set_title("depth over time (moving mean of the step log)")
     ax.legend(fontsize=8)
+    _kv_panel(axes[2, 0], results)
     fig.tight_layout()
     buf = io.BytesIO()
     suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
