@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from specsim.errors import SpecsimError
 
-REQUEST_COLUMNS = ("request", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s",
-                   "tpot_s", "e2e_s")
-
-
 def pandas():
     """The pandas module, or a SpecsimError naming the fix."""
     try:
@@ -25,8 +21,9 @@ def requests_frame(result, extra=None):
     """One row per request of a :class:`~specsim.sim.engine.SimResult`, in trace order.
 
     Columns: ``policy``, ``request`` (index in the result's requests), ``arrival_s``,
-    ``prompt_tokens``, ``output_tokens``, ``first_token_s``, ``finish_s``, ``ttft_s``, ``tpot_s``
-    (NaN for one-token requests), ``e2e_s``, then ``extra`` (name -> array of the same length).
+    ``prompt_tokens``, ``output_tokens``, ``scheduled_s`` (first admission), ``first_token_s``,
+    ``finish_s``, ``queue_s``, ``ttft_s``, ``tpot_s`` (NaN for one-token requests), ``e2e_s``,
+    then ``extra`` (name -> array of the same length).
     """
     import numpy as np
 
@@ -34,8 +31,9 @@ def requests_frame(result, extra=None):
     n = result.requests
     data = {"policy": [result.policy] * n, "request": np.arange(n, dtype=np.int64),
             "arrival_s": result.arrival_s, "prompt_tokens": result.prompt_tokens,
-            "output_tokens": result.output_tokens, "first_token_s": result.first_token_s,
-            "finish_s": result.finish_s, "ttft_s": result.ttft_s, "tpot_s": result.tpot_s, "e2e_s": result.e2e_s}
+            "output_tokens": result.output_tokens, "scheduled_s": result.scheduled_s,
+            "first_token_s": result.first_token_s, "finish_s": result.finish_s, "queue_s": result.queue_s,
+            "ttft_s": result.ttft_s, "tpot_s": result.tpot_s, "e2e_s": result.e2e_s}
     data.update(extra or {})
     return pd.DataFrame(data)
 

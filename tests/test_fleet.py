@@ -291,3 +291,79 @@ def test_cli_refuses_a_bad_fleet_file_and_writes_nothing(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "count = 0" in run.stderr and "fleet.toml" in run.stderr
     assert not out.exists()
+
+
+# -- sweeps and frames -----------------------------------------------------------------------------------
+
+def test_replicas_and_router_as_sweep_axes(tmp_path):
+    from specsim.sweep import load_grid, read_results, run_sweep
+
+    write_inputs(tmp_path)
+    reqs = random_requests(60, 8, rate=6.0)
+    rows = "\n".join(f"{float(r['arrival_s'])!r},{r['prompt_tokens']},{r['output_tokens']}" for r in reqs)
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    (tmp_path / "grid.toml").write_text("""
+[traces]
+t = { path = "t.csv", format = "csv", columns = "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens" }
+[tables]
+a = "a.toml"
+[calibrations]
+c = "cal.toml"
+[server]
+max_batch = 2
+[slo]
+ttft_s = 0.5
+[axes]
+policy = ["propose"]
+replicas = [1, 3]
+router = ["round_robin", "least_outstanding"]
+""")
+    grid = load_grid(tmp_path / "grid.toml")
+    report = run_sweep(grid, tmp_path / "out.csv", serial=True, progress=False)
+    got = {(r["replicas"], r["router"]): r for r in read_results(tmp_path / "out.csv")}
+    assert len(got) == 4
+    opts = ServerOptions(max_batch=2)
+    for (replicas, router), row in got.items():
+        want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), replicas, opts), "propose",
+                              router=router).summary(slo_ttft_s=0.5)
+        assert row["ttft_s_p99"] == want["ttft_s"]["p99"] and row["energy_j"] == want["energy_j"]
+        assert row["slo_attainment"] == want["slo"]["attainment"] and row["gpus"] == replicas
+    single = simulate(reqs, small_table(), small_calibration(), "propose", options=opts).summary(slo_ttft_s=0.5)
+    assert got[(1, "round_robin")]["tokens_per_s"] == single["tokens_per_s"]
+    pytest.importorskip("pandas")
+    frame = report.to_frame()
+    assert len(frame) == 4 and set(frame["router"]) == {"round_robin", "least_outstanding"}
+
+
+@pytest.mark.parametrize("axes, message", [
+    ('policy = ["propose"]\nreplicas = [0]', "replicas 0"),
+    ('policy = ["propose"]\nrouter = ["fastest"]', "router 'fastest'"),
+])
+def test_bad_fleet_axes(tmp_path, axes, message):
+    from specsim.sweep import GridError, load_grid
+
+    write_inputs(tmp_path)
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")
+    (tmp_path / "grid.toml").write_text(f"""
+[traces]
+t = "t.csv"
+[tables]
+a = "a.toml"
+[calibrations]
+c = "cal.toml"
+[axes]
+{axes}
+""")
+    with pytest.raises(GridError, match=message):
+        load_grid(tmp_path / "grid.toml")
+
+
+def test_sim_result_to_frame():
+    pytest.importorskip("pandas")
+    reqs = random_requests(25, 6, rate=4.0)
+    res = simulate(reqs, small_table(), small_calibration(), "sequence")
+    df = res.to_frame()
+    assert len(df) == 25 and (df["policy"] == res.policy).all()
+    assert np.array_equal(df["finish_s"].to_numpy(), res.finish_s)
+    assert np.array_equal(df["tpot_s"].to_numpy(), res.tpot_s, equal_nan=True)
+    assert np.array_equal(df["queue_s"].to_numpy(), res.queue_s)
