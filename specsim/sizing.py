@@ -1,5 +1,6 @@
-"""Capacity planning (``specsim.capacity``, ``specsim capacity``): per policy, the fewest replicas whose SLO attainment meets a target, and
-what a token then costs in GPU-hours, joules and dollars (see docs/fleets.md).
+"""Capacity planning (``specsim.capacity``, ``specsim capacity``): per policy, the fewest replicas
+whose SLO attainment meets a target, and what a token then costs in GPU-hours, joules and
+dollars (see docs/fleets.md).
 
 The search
 ----------

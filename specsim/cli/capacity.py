@@ -11,9 +11,8 @@ from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
-    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
-    from specsim.sim.engine import DEFAULT_IDLE_W, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
     from specsim.sim.fleet import ROUTERS
+    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
 
     p = sub.add_parser(
         "capacity",
@@ -40,17 +39,9 @@ def register(sub, groups):
                    help=f"how requests are spread (default: the fleet file's, else {DEFAULT_ROUTER})")
     p.add_argument("--max-replicas", type=count, default=DEFAULT_MAX_REPLICAS, metavar="R",
                    help=f"largest fleet to try (default {DEFAULT_MAX_REPLICAS})")
-    p.add_argument("--gpu-hour-usd", type=nonneg_float, metavar="X", help="price of one GPU-hour, for $ per million tokens")
-    p.add_argument("--max-batch", type=count, metavar="B", help="most sequences per batch (default: the table's widest)")
-    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode")
-    p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step")
-    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step")
-    p.add_argument("--prefill-ms-per-token", type=nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
-                   help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN})")
-    p.add_argument("--prefill-j-per-token", type=nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
-                   help=f"prefill joules per prompt token (default {DEFAULT_PREFILL_J_PER_TOKEN})")
-    p.add_argument("--idle-w", type=nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
-                   help=f"power of a replica with nothing to do (default {DEFAULT_IDLE_W})")
+    p.add_argument("--gpu-hour-usd", type=nonneg_float, metavar="X",
+                   help="price of one GPU-hour, for $ per million tokens")
+    _add_server_options(p)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
@@ -59,6 +50,42 @@ def register(sub, groups):
     p.add_argument("--plot", metavar="PNG", help="attainment against replicas, one line per policy (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_capacity)
+
+
+def _add_server_options(p):
+    """The server options of ``specsim simulate`` (docs/simulation.md), for every replica; a fleet
+    file's ``[group.server]`` overrides them per group."""
+    from specsim.cli.simulate import _budget
+    from specsim.sim.options import DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    p.add_argument("--max-num-seqs", "--max-batch", dest="max_batch", type=count, metavar="B",
+                   help="most running requests per replica (default: the table's widest measured width)")
+    p.add_argument("--max-num-batched-tokens", type=_budget, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
+                   help=f"token budget per step (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}; 'none' for no budget)")
+    p.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                   help="prefill admitted prompts whole in steps of their own (default: chunked prefill)")
+    p.add_argument("--kv-capacity-tokens", type=count, metavar="T",
+                   help="KV-cache capacity per replica in tokens (default: the table's [meta], else unlimited)")
+    p.add_argument("--kv-block-size", type=count, default=DEFAULT_KV_BLOCK_SIZE, metavar="N",
+                   help=f"tokens per KV block (default {DEFAULT_KV_BLOCK_SIZE})")
+    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode")
+    p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step")
+    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step")
+    for name, unit, what in (("ms-per-token", "ms", "per prefilled token"), ("j-per-token", "J", "per prefilled token"),
+                             ("ms-per-step", "ms", "per step that prefills"), ("j-per-step", "J", "per step that prefills")):
+        p.add_argument(f"--prefill-{name}", type=nonneg_float, metavar="X",
+                       help=f"prefill {unit} {what} (default: the table's [meta], else the engine's default)")
+    p.add_argument("--idle-w", type=nonneg_float, metavar="W",
+                   help="power of a replica with nothing to do, and in standby (default: the table's [meta], else 0)")
+
+
+def _server_options(args) -> dict:
+    return {"max_batch": args.max_batch, "max_num_batched_tokens": args.max_num_batched_tokens,
+            "chunked_prefill": args.chunked_prefill, "kv_capacity_tokens": args.kv_capacity_tokens,
+            "kv_block_size": args.kv_block_size, "max_seqs": args.max_seqs, "k_max": args.k_max,
+            "row_budget": args.row_budget, "prefill_ms_per_token": args.prefill_ms_per_token,
+            "prefill_j_per_token": args.prefill_j_per_token, "prefill_ms_per_step": args.prefill_ms_per_step,
+            "prefill_j_per_step": args.prefill_j_per_step, "idle_w": args.idle_w, "seed": args.seed}
 
 
 def cmd_capacity(args):
@@ -99,9 +126,7 @@ def _inputs(args, out):
     from specsim.sim.fleet import Fleet, load_fleet
     from specsim.table import CostTable
 
-    base = {"max_batch": args.max_batch, "max_seqs": args.max_seqs, "k_max": args.k_max,
-            "row_budget": args.row_budget, "prefill_ms_per_token": args.prefill_ms_per_token,
-            "prefill_j_per_token": args.prefill_j_per_token, "idle_w": args.idle_w, "seed": args.seed}
+    base = _server_options(args)
     if args.fleet is not None:
         fleet = load_fleet(args.fleet, base)
         for g in fleet.groups:
@@ -138,8 +163,8 @@ def _search(args, fleet, read):
         return capacity(read.requests, policies=args.policy, runner=runner, **kw)
 
 
-def _f(value, spec, scale=1.0):
-    return "-" if value is None else format(value * scale, spec)
+def _f(value, spec):
+    return "-" if value is None else format(value, spec)
 
 
 def capacity_table(result) -> str:
@@ -150,17 +175,17 @@ def capacity_table(result) -> str:
               "J saving", "checked"]
     rows = []
     for p in result.policies:
-        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%", 1), _f(p.tokens_per_s_per_gpu, ".1f"),
-                     _f(p.j_per_token, ".4f"), _f(p.gpu_hours_per_mtok, ".3f"), _f(p.usd_per_mtok, ".2f"),
+        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"),
+                     _f(p.tokens_per_s_per_gpu, ".1f"), _f(p.j_per_token, ".4f"), _f(p.gpu_hours_per_mtok, ".3f"), _f(p.usd_per_mtok, ".2f"),
                      _f(p.gpu_saving, ".1%"), _f(p.energy_saving, ".1%"),
                      {True: "yes", False: "NON-MONOTONE", None: "at cap"}[p.monotone_at_boundary]])
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", result.slo_ttft_s), ("TPOT", result.slo_tpot_s))
                     if v is not None)
     note = (f"\n(target: {result.target:.2%} of requests with {slo}; router {result.router}; savings against "
-            "fixed:0; checked: one replica more also meets the target)")
+            "fixed:0; checked: one unit more also meets the target, a unit being one replica or the fleet file's mix)")
     bad = [p.label for p in result.policies if p.monotone_at_boundary is False]
     if bad:
-        note += (f"\nwarning: for {', '.join(bad)} one replica more missed the target: attainment is not monotone "
+        note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
                  "in replicas here, so read that answer with care")
     return format_grid(header, rows) + note
 

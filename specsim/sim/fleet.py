@@ -222,8 +222,13 @@ def _parse_group(g, i, where, folder, base_options, problems):
             problems.append(f"{where}: server.{key} is not a server option; known: {', '.join(sorted(option_names))}")
     if len(problems) > start:
         return None
+    base = dict(base_options)
+    if "max_num_seqs" in server or "max_batch" in server:
+        # One option under two names: the group's own value replaces the command line's.
+        base.pop("max_num_seqs", None)
+        base.pop("max_batch", None)
     try:
-        opts = ServerOptions(**(dict(base_options) | server))
+        opts = ServerOptions(**(base | server))
     except SimulationError as e:
         problems.append(f"{where}: server options: {e}")
         return None
