@@ -367,3 +367,12 @@ def test_sim_result_to_frame():
     assert np.array_equal(df["finish_s"].to_numpy(), res.finish_s)
     assert np.array_equal(df["tpot_s"].to_numpy(), res.tpot_s, equal_nan=True)
     assert np.array_equal(df["queue_s"].to_numpy(), res.queue_s)
+
+
+def test_fleet_file_with_a_broken_table(tmp_path):
+    write_inputs(tmp_path)
+    (tmp_path / "a.toml").write_text("[key]\nschema = 1\n")
+    (tmp_path / "fleet.toml").write_text(GOOD)
+    with pytest.raises(FleetError) as info:
+        load_fleet(tmp_path / "fleet.toml")
+    assert "[[group]] 1 ('small')" in str(info.value) and "a.toml" in str(info.value)

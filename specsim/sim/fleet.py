@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.errors import SimulationError
+from specsim.errors import SimulationError, SpecsimError
 
 ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 GROUP_FIELDS = ("name", "count", "table", "calibration", "gpus_per_replica", "box_class", "recipe", "server")
@@ -235,9 +235,7 @@ def _parse_group(g, i, where, folder, base_options, problems):
     try:
         table = CostTable.load(paths["table"])
         cal = AcceptanceCalibration.load(paths["calibration"])
-    except SimulationError:
-        raise
-    except Exception as e:  # a SpecsimError naming the file and the broken rule
+    except SpecsimError as e:  # names the file and the broken rule
         problems.append(f"{where}: {e}")
         return None
     for key in ("box_class", "recipe"):
