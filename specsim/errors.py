@@ -29,11 +29,12 @@ class SpecsimError(Exception):
 
 
 class TableError(SpecsimError):
-    """A cost table that is malformed or breaks a rule of SPEC §1.2."""
+    """A cost table that is malformed or breaks a validation rule (docs/tables.md#validation)."""
 
 
 class CalibrationError(SpecsimError):
-    """An acceptance calibration that is malformed, breaks §2.1, or cannot be fitted (§3)."""
+    """An acceptance calibration that is malformed, breaks a rule of its format, or cannot be fitted
+    (docs/formats.md#acceptance-calibration, docs/calibration.md#fitting)."""
 
 
 class KeyMismatchError(SpecsimError):
