@@ -117,3 +117,14 @@ def test_no_help_text_cites_an_outside_document():
         for lineno, what, line in _hits(parser.format_help()):
             problems.append(f"{' '.join(path)} --help, line {lineno}: {what}: {line}")
     assert not problems, "\n".join(problems)
+
+
+def test_test_data_stays_out_of_the_wheel_and_the_sdist():
+    from specsim._toml import tomllib  # tomli before Python 3.11
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["specsim*"]  # only the package: tests/ is no package of the wheel
+    manifest = [line.split() for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert ["prune", "tests"] in manifest  # the sdist leaves out tests/ and its data
+    assert not any(f.suffix == ".py" for f in (ROOT / "tests" / "data").rglob("*"))  # never importable
