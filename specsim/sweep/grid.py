@@ -1,5 +1,5 @@
 """Sweep grids: which traces, tables and calibrations, and which axes to cross (one simulation
-per point).
+per point). The format is documented in docs/formats.md#sweep-grid.
 
 A grid is a TOML file; paths in it are relative to the file's folder::
 
