@@ -99,3 +99,13 @@ def test_planner_inputs_example_is_json():
     example = re.search(r"Example: `(\[\[.*?\]\])`", text, flags=re.S).group(1)
     batch = json.loads(" ".join(example.split()))
     assert batch[2][0] is None and len(batch) == 3
+
+
+def test_the_server_options_named_are_server_options():
+    from specsim.sim.engine import ServerOptions
+
+    text = FORMATS.read_text(encoding="utf-8")
+    para = text[text.index("- Server options (in `[server]`"):]
+    named = re.findall(r"`(\w+)`", para[:para.index("An option is")])
+    assert len(named) >= 9
+    assert set(named) - {"server"} <= set(ServerOptions.__dataclass_fields__)
