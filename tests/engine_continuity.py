@@ -44,8 +44,11 @@ def digest(res) -> dict:
 def demo_case():
     from specsim.costmodel.defaults import demo_calibration, demo_table
     from specsim.demo import demo_trace
+    from specsim.table import CostTable
 
-    return demo_trace(DEMO_REQUESTS).requests, demo_table(), demo_calibration()
+    # The step costs alone: the [meta] serving figures came later and must not enter the pin.
+    t = demo_table()
+    return demo_trace(DEMO_REQUESTS).requests, CostTable(t.key, t.widths, t.costs), demo_calibration()
 
 
 def conv_case(shared_data):

@@ -76,6 +76,10 @@ def run_reference(reqs, table, cal, policy, **opts):
         opts["max_batch"] = opts.pop("max_num_seqs")
     opts.setdefault("max_batch", int(table.widths[-1]))
     opts.pop("log_size", None)
+    if opts.get("prefill_curve") is not None:
+        from specsim.sim.options import load_prefill_curve
+
+        opts["prefill_curve"] = load_prefill_curve(opts["prefill_curve"])
     k_cap = min(opts.get("k_max") if opts.get("k_max") is not None else table.max_k, table.max_k)
     if opts.get("k_logged") is not None:
         k_cap = min(k_cap, opts["k_logged"])

@@ -1,0 +1,169 @@
+"""The engine's vLLM-style scheduling on traces small enough to follow by hand: chunked prefill,
+the token budget cutting drafts, mixed-step prices, KV blocks and preemption, the prefill cost
+models (docs/simulation.md, "Scheduling" and "The price of a step")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsim.errors import SimulationError
+from specsim.sim import simulate
+from specsim.table import Cell, CostTable, TableKey
+from tests.test_engine import (
+    POLICIES, acceptance_trace, assert_matches_reference, assert_serving_invariants, random_requests, requests,
+    run_reference, small_calibration, small_table,
+)
+
+MS = 10.0  # every whole decode step of the flat table costs 10 ms and 1 J, whatever its width and depth
+
+
+def flat_cell(n, k):
+    """Verify 10 ms / 1 J at depth 0; at depth >= 1 verify 8 ms / 0.75 J plus drafting 2 ms / 0.25 J."""
+    return Cell(n, k, MS, 1.0, 0.0, 0.0) if k == 0 else Cell(n, k, MS - 2.0, 0.75, 2.0, 0.25)
+
+
+def flat_table():
+    cells = [flat_cell(n, k) for n in (1, 2, 4) for k in range(4)]
+    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
+
+
+def run(rows, policy="fixed:0", **opts):
+    opts = {"prefill_ms_per_token": 1.0, "prefill_j_per_token": 0.5, "log_size": 1 << 10, **opts}
+    reqs = requests(rows)
+    res = simulate(reqs, flat_table(), small_calibration(), policy, **opts)
+    assert_matches_reference(res, run_reference(reqs, flat_table(), small_calibration(), policy, **opts))
+    assert_serving_invariants(res, reqs)
+    return res
+
+
+def test_chunked_prefill_splits_a_prompt_by_the_budget_and_emits_at_the_last_chunk():
+    res = run([(0.0, 10, 3)], max_num_batched_tokens=4)
+    # Chunks of 4, 4 and 2 tokens (1 ms each token), then two 10 ms decode steps.
+    assert res.first_token_s[0] == pytest.approx(0.010)
+    assert res.finish_s[0] == pytest.approx(0.030)
+    c = res.counters
+    assert (c["prefill_steps"], c["decode_steps"], c["mixed_steps"], c["prefill_tokens"]) == (3, 2, 0, 10)
+    assert res.scheduled_s[0] == 0.0 and res.energy["prefill_j"] == pytest.approx(5.0)
+
+
+def test_separate_prefill_takes_the_whole_prompt_in_one_step():
+    res = run([(0.0, 10, 3)], max_num_batched_tokens=4, chunked_prefill=False)
+    assert res.first_token_s[0] == pytest.approx(0.010) and res.counters["prefill_steps"] == 1
+
+
+def test_decodes_go_first_and_a_prefill_chunk_takes_what_the_budget_leaves():
+    """A (prompt 2, 9 tokens) and B (prompt 6, 2 tokens) arrive together; fixed:2 with every
+    draft accepted; budget 4: A decodes 1 + 2 tokens a step and B prefills 1 token beside it."""
+    digits = acceptance_trace([2], 2)
+    opts = dict(max_num_batched_tokens=4, max_num_seqs=2, prefill_ms_per_step=5.0, prefill_j_per_step=2.0,
+                prefill_ms_per_token=1.0, prefill_j_per_token=0.5)
+    reqs = requests([(0.0, 2, 9), (0.0, 6, 2)])
+    res = simulate(reqs, flat_table(), small_calibration(), "fixed:2", acceptance=digits, **opts)
+    # Step 1: both admitted, chunks 2 + 2 (5 + 4 ms); A's prefill is done: its first token.
+    assert res.first_token_s[0] == pytest.approx(0.009)
+    # Steps 2-4 are mixed: A's decode (10 ms) plus B's 1-token chunk (5 + 1 ms); A emits 3, 3, 2.
+    assert res.finish_s[0] == pytest.approx(0.009 + 3 * 0.016)
+    # Step 5: B's last chunk alone (6 ms) emits its first token; step 6 decodes its last.
+    assert res.first_token_s[1] == pytest.approx(0.057 + 0.006)
+    assert res.finish_s[1] == pytest.approx(0.063 + 0.010)
+    c = res.counters
+    assert (c["mixed_steps"], c["prefill_steps"], c["decode_steps"], c["drafts_cut"]) == (3, 5, 4, 0)
+    assert res.energy["prefill_j"] == pytest.approx(5 * 2.0 + 8 * 0.5)
+    assert res.energy["decode_j"] == pytest.approx(4 * 1.0)
+    assert res.step_prefill_tokens.tolist() == [1, 1, 1, 0]
+    assert res.step_width.tolist() == [1, 1, 1, 1]
+
+
+def test_the_budget_cuts_drafts_not_sequences():
+    digits = acceptance_trace([3], 3)
+    res = run([(0.0, 1, 7)], "fixed:3", max_num_batched_tokens=2)
+    assert res.counters["drafts_cut"] > 0
+    cut = simulate(requests([(0.0, 1, 7)]), flat_table(), small_calibration(), "fixed:3", acceptance=digits,
+                   max_num_batched_tokens=2, prefill_ms_per_token=1.0)
+    # Each decode step verifies 1 draft (1 + 1 tokens of budget) and emits 2 tokens: 3 steps for 6.
+    assert cut.counters["decode_steps"] == 3 and cut.counters["drafts_cut"] == 3 * 2
+    assert cut.depth_histogram.tolist() == [0, 3, 0, 0]
+    assert (cut.step_width * (1 + cut.step_mean_depth) <= 2).all()
+
+
+def test_preemption_frees_the_latest_admitted_and_it_recomputes():
+    """KV of 10 one-token blocks; A and B (prompt 4, 4 tokens each) arrive together. At the third
+    step A needs a block and B, admitted last, is preempted; it comes back after A finishes and
+    prefills its prompt and 2 emitted tokens again."""
+    res = run([(0.0, 4, 4), (0.0, 4, 4)], kv_capacity_tokens=10, kv_block_size=1)
+    c = res.counters
+    assert (c["preemptions"], c["resumed"], c["recomputed_tokens"], c["prefill_tokens"]) == (1, 1, 6, 14)
+    assert res.kv["peak_blocks"] == 10 and res.kv["capacity_blocks"] == 10
+    assert res.first_token_s.tolist() == pytest.approx([0.008, 0.008])
+    assert res.finish_s[0] == pytest.approx(0.038)
+    assert res.finish_s[1] == pytest.approx(0.038 + 0.006 + 0.010)
+    assert res.step_kv_blocks.tolist() == [10, 6, 7, 7]
+
+
+def test_preempted_requests_all_finish_under_heavy_memory_pressure():
+    reqs = random_requests(60, 5, rate=20.0, max_out=30)
+    for policy in POLICIES:
+        res = simulate(reqs, small_table(), small_calibration(), policy, kv_capacity_tokens=400, kv_block_size=16,
+                       max_num_batched_tokens=64, max_num_seqs=4)
+        assert_serving_invariants(res, reqs)
+        assert res.counters["preemptions"] > 0
+
+
+def test_common_random_numbers_hold_under_the_new_rules():
+    """Every policy meets the same draft outcomes: at depth K, a one-request trace accepts the
+    same leading run whatever the budget, chunking or KV limits."""
+    reqs = requests([(0.0, 30, 40)])
+    base = simulate(reqs, small_table(), small_calibration(), "fixed:3", chunked_prefill=False,
+                    max_num_batched_tokens=None)
+    for opts in (dict(max_num_batched_tokens=8), dict(kv_capacity_tokens=96, kv_block_size=16)):
+        res = simulate(reqs, small_table(), small_calibration(), "fixed:3", **opts)
+        assert res.depth_histogram.tolist() == base.depth_histogram.tolist()
+        assert res.counters["accepted_drafts"] == base.counters["accepted_drafts"]
+
+
+def test_prefill_curve_floor_interpolation_and_extrapolation(tmp_path):
+    curve = tmp_path / "prefill.csv"
+    curve.write_text("tokens,ms,j\n100,20,2\n1000,110,11\n")
+    for prompt, want_ms in ((50, 20.0), (100, 20.0), (550, 65.0), (1900, 200.0)):
+        res = run([(0.0, prompt, 1)], prefill_curve=str(curve), max_num_batched_tokens=None)
+        assert res.first_token_s[0] == pytest.approx(want_ms / 1000.0)
+        assert res.energy["prefill_j"] == pytest.approx(want_ms / 10.0)
+        assert res.options["prefill_curve"] == [[100.0, 1000.0], [20.0, 110.0], [2.0, 11.0]]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("tokens,ms\n1,2\n", "lacks j"),
+    ("tokens,ms,j\n5,1,1\n5,2,2\n", "strictly ascending"),
+    ("tokens,ms,j\n5,x,1\n", "line 2"),
+    ("tokens,ms,j\n", "at least one point"),
+])
+def test_prefill_curve_refusals(tmp_path, text, match):
+    path = tmp_path / "c.csv"
+    path.write_text(text)
+    with pytest.raises(SimulationError, match=match):
+        simulate(requests([(0.0, 5, 2)]), flat_table(), small_calibration(), "fixed:0", prefill_curve=str(path))
+
+
+def test_kv_refusals_and_aliases():
+    with pytest.raises(SimulationError, match="needs 9 KV blocks"):
+        simulate(requests([(0.0, 100, 40)]), flat_table(), small_calibration(), "fixed:3", kv_capacity_tokens=128)
+    with pytest.raises(SimulationError, match="same option"):
+        simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_num_seqs=2, max_batch=3)
+    res = simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_batch=2)
+    assert res.options["max_num_seqs"] == res.options["max_batch"] == 2
+    with pytest.raises(SimulationError, match="max_num_batched_tokens"):
+        simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_num_batched_tokens=0)
+
+
+def test_table_meta_supplies_kv_and_prefill_costs_and_options_override_it():
+    cells = [flat_cell(n, k) for n in (1, 2) for k in range(2)]
+    meta = {"kv_capacity_tokens": 64, "prefill_ms_per_token": 2.0, "prefill_ms_per_step": 3.0, "idle_w": 7.0}
+    table = CostTable.from_cells(TableKey(1, "test", "test", {}), cells, meta=meta)
+    reqs = requests([(0.0, 10, 2), (1.0, 10, 2)])
+    res = simulate(reqs, table, small_calibration(), "fixed:1")
+    assert res.kv["capacity_blocks"] == 4 and res.first_token_s[0] == pytest.approx(0.023)
+    assert res.options["idle_w"] == 7.0 and res.energy["idle_j"] > 0
+    mine = simulate(reqs, table, small_calibration(), "fixed:1", kv_capacity_tokens=32, prefill_ms_per_step=0.0)
+    assert mine.kv["capacity_blocks"] == 2 and mine.first_token_s[0] == pytest.approx(0.020)
+    assert np.isnan(mine.tpot_s).sum() == 0
