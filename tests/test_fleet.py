@@ -20,6 +20,8 @@ from specsim.table import Cell, CostTable, TableKey
 from tests import reference as ref
 from tests.test_engine import random_requests, requests, small_calibration, small_table
 
+pytestmark = pytest.mark.kernels  # drives the fleet kernel: CI reruns it with bounds checks
+
 POLICIES = ("fixed:0", "fixed:2", "propose", "goodput", "sequence")
 
 

@@ -213,7 +213,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
 def _reader_option_problems(options: dict) -> list:
     """What is wrong with a trace's reader options in a grid (types and values)."""
     from specsim._checks import int_problem, is_number
-    from specsim.sim.traces import FORMATS
+    from specsim.traces import FORMATS
 
     units = ("s", "ms", "us", "ns", "datetime")
     problems = []
