@@ -173,6 +173,16 @@ def test_dask_runner_gives_the_serial_answer():
     assert spread.to_dict() == serial.to_dict()
 
 
+def test_thread_runner_gives_the_serial_answer():
+    from specsim.sizing import ThreadRunner
+
+    args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
+    serial = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)
+    threads = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], runner=ThreadRunner(3),
+                       **args)
+    assert threads.to_dict() == serial.to_dict()
+
+
 def test_probe_is_a_pure_function():
     fleet = Fleet.uniform(small_table(), small_calibration(), 1, OPTS)
     a = run_probe(bursts(), fleet, "sequence", 0.1, 3, "least_outstanding", 0.15, None, "x")

@@ -46,6 +46,8 @@ def register(sub, groups):
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run the probes in this process, without Dask")
+    p.add_argument("--threads", type=count, metavar="N",
+                   help="run the probes on N threads of this process, without Dask (the kernels release the GIL)")
     p.add_argument("--json", metavar="OUT", help="write the answers, every probe and the inputs as JSON")
     p.add_argument("--plot", metavar="PNG", help="attainment against replicas, one line per policy (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -102,6 +104,8 @@ def cmd_capacity(args):
         raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
     if args.workers is not None and args.workers < 1:
         raise CapacityError(f"--workers must be >= 1, got {args.workers}")
+    if sum(map(bool, (args.serial, args.threads, args.scheduler))) > 1:
+        raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet}) as out:
         out.declare(args.json, "--json")
@@ -139,7 +143,7 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, capacity, progress_line, serial_runner
+    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
 
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])
@@ -149,6 +153,8 @@ def _search(args, fleet, read):
     kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
               attainment=args.attainment, router=router, max_replicas=args.max_replicas,
               gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
+    if args.threads:
+        return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
     if not args.serial:
         try:
