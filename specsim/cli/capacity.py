@@ -213,6 +213,7 @@ def plot_capacity(result, path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for p in result.policies:
@@ -222,6 +223,7 @@ def plot_capacity(result, path) -> None:
         ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
     ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())  # 8, not 2^3
     ax.set_xlabel("replicas")
     ax.set_ylabel("SLO attainment")
     ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
