@@ -223,7 +223,7 @@ def plot_capacity(result, path) -> None:
         ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
     ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())  # 8, not 2^3
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 8, not 2^3
     ax.set_xlabel("replicas")
     ax.set_ylabel("SLO attainment")
     ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
