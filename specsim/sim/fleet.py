@@ -340,6 +340,12 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     Returns
     -------
     FleetResult
+
+    Notes
+    -----
+    Safe to call from several threads at once: each call builds its own state and scratch, and
+    the fleet, tables and calibrations are only read. Draft outcomes come from the calibrations
+    (replaying a logged acceptance trace is a single-server feature).
     """
     from specsim.sim import _fleet_kernels as fk
     from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays
