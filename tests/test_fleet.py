@@ -378,3 +378,23 @@ def test_fleet_file_with_a_broken_table(tmp_path):
     with pytest.raises(FleetError) as info:
         load_fleet(tmp_path / "fleet.toml")
     assert "[[group]] 1 ('small')" in str(info.value) and "a.toml" in str(info.value)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(0, 60), a=st.integers(1, 3), b=st.integers(1, 3), seed=st.integers(0, 1000),
+       router=st.sampled_from(ROUTERS), rate=st.floats(1.0, 40.0), policy=st.sampled_from(POLICIES),
+       chunked=st.booleans(), budget=st.sampled_from([None, 40, 400]), kv=st.sampled_from([None, 700, 5000]))
+def test_every_replica_is_the_engine_on_random_mixed_fleets(n, a, b, seed, router, rate, policy, chunked, budget, kv):
+    reqs = random_requests(n, seed, rate=rate) if n else requests([])
+    cal = small_calibration()
+    opts_b = ServerOptions(max_batch=4, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
+                           kv_capacity_tokens=kv, idle_w=2.0)
+    fleet = Fleet((ReplicaGroup("a", a, small_table(), cal, ServerOptions(max_batch=2, seed=seed)),
+                   ReplicaGroup("b", b, other_table(), cal, opts_b)))
+    res = simulate_fleet(reqs, fleet, policy, router=router)
+    assert sorted(set(res.assignment.tolist())) <= list(range(a + b)) and (res.assignment >= 0).all()
+    for r in range(a + b):
+        g = fleet.groups[0 if r < a else 1]
+        same(res.replicas[r], simulate(reqs[res.assignment == r], g.table, cal, policy, options=g.options))
+    assert res.fleet.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    assert np.array_equal(res.fleet.arrival_s, reqs["arrival_s"])
