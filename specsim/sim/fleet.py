@@ -47,6 +47,8 @@ class ReplicaGroup:
         The group's server options; a run's slack replaces the slack in them.
     gpus_per_replica : int
         GPUs one replica occupies (tensor parallelism); GPU-hours count them. Default 1.
+    paths : dict or None
+        ``{"table": path, "calibration": path}`` when read from a fleet file.
     """
 
     name: str
@@ -55,6 +57,7 @@ class ReplicaGroup:
     calibration: object
     options: object = None
     gpus_per_replica: int = 1
+    paths: dict = None
 
     def __post_init__(self):
         from specsim.sim.engine import ServerOptions
@@ -245,9 +248,7 @@ def _parse_group(g, i, where, folder, base_options, problems):
                             f"{key} {getattr(table.key, key)!r}")
     if len(problems) > start:
         return None
-    group = ReplicaGroup(name, count, table, cal, opts, gpus)
-    object.__setattr__(group, "paths", {k: str(v) for k, v in paths.items()})
-    return group
+    return ReplicaGroup(name, count, table, cal, opts, gpus, {k: str(v) for k, v in paths.items()})
 
 
 def _drafter_problems(groups) -> list:
