@@ -227,7 +227,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         Server options of a table-and-calibration unit.
     runner : callable, optional
         ``runner(list of probe argument tuples) -> list of Probe``: how a round's probes run
-        (default: serially here; :func:`dask_runner` spreads them over a cluster).
+        (default :func:`serial_runner`; :class:`ThreadRunner` and :class:`DaskRunner` run them
+        side by side).
     progress : callable, optional
         Called as ``progress(done_probes, searching)`` after every round, where ``searching`` maps
         each unfinished label to its current ``(missed, met)`` bracket.
@@ -265,27 +266,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         raise CapacityError(f"max_replicas = {max_replicas} is below one unit of the fleet ({fleet.replicas} "
                             "replicas); raise the cap")
     runs = _runs(policies, slack, parse_policy)
-    runner = runner or serial_runner
-    searches = {label: search_sizes(attainment, max_units) for label, _, _ in runs}
-    pending = {label: next(gen) for label, gen in searches.items()}
-    found, probes = {}, {label: {} for label, _, _ in runs}
-    by_label = {label: (pol, s) for label, pol, s in runs}
-    done = 0
-    while pending:
-        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo_ttft_s, slo_tpot_s, label)
-                for label, m in pending.items()]
-        results = runner(args)
-        done += len(results)
-        nxt = {}
-        for probe in results:
-            probes[probe.label][probe.units] = probe
-            try:
-                nxt[probe.label] = searches[probe.label].send(probe.attainment)
-            except StopIteration as stop:
-                found[probe.label] = stop.value[0]
-        pending = nxt
-        if progress is not None:
-            progress(done, {k: _bracket(probes[k], attainment, fleet.replicas) for k in pending})
+    found, probes = _search_all(requests, fleet, runs, router, (slo_ttft_s, slo_tpot_s), attainment, max_units,
+                                runner or serial_runner, progress)
     failed = [label for label, m in found.items() if m is None]
     if failed:
         problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
@@ -299,6 +281,32 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     answers = [_with_saving(a, plain) for a in answers]
     return CapacityResult(tuple(answers), float(attainment), slo_ttft_s, slo_tpot_s, router, fleet.replicas,
                           fleet.gpus, max_units, gpu_hour_usd, fleet.describe())
+
+
+def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress):
+    """Every policy's search, advanced round by round: each round runs the next probe of every
+    unfinished search together. Returns ``({label: answer or None}, {label: {units: Probe}})``."""
+    searches = {label: search_sizes(target, max_units) for label, _, _ in runs}
+    pending = {label: next(gen) for label, gen in searches.items()}
+    found, probes = {}, {label: {} for label, _, _ in runs}
+    by_label = {label: (pol, s) for label, pol, s in runs}
+    done = 0
+    while pending:
+        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo[0], slo[1], label)
+                for label, m in pending.items()]
+        results = runner(args)
+        done += len(results)
+        nxt = {}
+        for probe in results:
+            probes[probe.label][probe.units] = probe
+            try:
+                nxt[probe.label] = searches[probe.label].send(probe.attainment)
+            except StopIteration as stop:
+                found[probe.label] = stop.value[0]
+        pending = nxt
+        if progress is not None:
+            progress(done, {k: _bracket(probes[k], target, fleet.replicas) for k in pending})
+    return found, probes
 
 
 def _bracket(probes, target, unit):
