@@ -389,7 +389,7 @@ def test_every_replica_is_the_engine_on_random_mixed_fleets(n, a, b, seed, route
     cal = small_calibration()
     opts_b = ServerOptions(max_batch=4, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                            kv_capacity_tokens=kv, idle_w=2.0)
-    fleet = Fleet((ReplicaGroup("a", a, small_table(), cal, ServerOptions(max_batch=2, seed=seed)),
+    fleet = Fleet((ReplicaGroup("a", a, small_table(), cal, ServerOptions(max_batch=2, seed=seed, log_size=8)),
                    ReplicaGroup("b", b, other_table(), cal, opts_b)))
     res = simulate_fleet(reqs, fleet, policy, router=router)
     assert sorted(set(res.assignment.tolist())) <= list(range(a + b)) and (res.assignment >= 0).all()

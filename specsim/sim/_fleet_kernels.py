@@ -38,14 +38,16 @@ N_CURSOR = 3
 
 class Group(NamedTuple):
     """One replica group's engine bundles (``tab``, ``cal``, ``srv``: see
-    :mod:`specsim.sim._types`) and its step scratch ``ws``, shared by the group's replicas, which
-    step one at a time. Every field has the same type in every group, so a tuple of groups is
-    indexable at run time. Built by ``specsim.sim.fleet._group``."""
+    :mod:`specsim.sim._types`), its step scratch ``ws``, shared by the group's replicas, which
+    step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
+    every group, so a tuple of groups is indexable at run time. Built by
+    ``specsim.sim.fleet._group``."""
 
     tab: tuple
     cal: tuple
     srv: tuple
     ws: tuple
+    log_size: int
 
 
 class FleetState(NamedTuple):
@@ -123,9 +125,11 @@ def replica_state_nb(grp, st, r):
 
 
 @jit
-def replica_log_nb(st, r):
-    return StepLog(st.log_t_s[r], st.log_width[r], st.log_depth[r], st.log_tokens[r], st.log_kv_blocks[r],
-                   st.log_prefill_tokens[r])
+def replica_log_nb(grp, st, r):
+    """Replica ``r``'s StepLog bundle: views of its rows, cut to its group's log size."""
+    n = grp.log_size
+    return StepLog(st.log_t_s[r, :n], st.log_width[r, :n], st.log_depth[r, :n], st.log_tokens[r, :n],
+                   st.log_kv_blocks[r, :n], st.log_prefill_tokens[r, :n])
 
 
 @jit
@@ -200,7 +204,7 @@ def step_replica_nb(grp, st, r):
     s = rs.rec[0]
     if s.n_running == 0:
         idle_until_nb(grp.srv, rs, st.arrival_s[r, st.queue[r, s.q_head]])
-    step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(st, r), grp.ws)
+    step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws)
 
 
 @jit

@@ -276,7 +276,7 @@ def _group(group, requests, policy):
     from specsim.sim.engine import prepare
 
     p = prepare(requests, group.table, group.calibration, policy, group.options)
-    return Group(p.tab, p.cal, p.srv, p.ws), p
+    return Group(p.tab, p.cal, p.srv, p.ws, int(group.options.log_size)), p
 
 
 def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
@@ -397,8 +397,9 @@ def _replica_result(st, r, prepared):
     req = Requests(*(getattr(st, f)[r, :c].copy() for f in ("arrival_s", "prompt", "output", "emitted", "prefilled",
                                                              "target", "blocks", "first_s", "finish_s", "sched_s")))
     rs = ReplicaState(st.rec[r:r + 1].copy(), st.running[r].copy(), st.queue[r].copy(), st.depth_hist[r, :k].copy())
-    log = StepLog(*(getattr(st, f)[r].copy() for f in ("log_t_s", "log_width", "log_depth", "log_tokens",
-                                                         "log_kv_blocks", "log_prefill_tokens")))
+    n = prepared.log.t_s.shape[0]
+    log = StepLog(*(getattr(st, f)[r, :n].copy() for f in ("log_t_s", "log_width", "log_depth", "log_tokens",
+                                                             "log_kv_blocks", "log_prefill_tokens")))
     return collect(prepared._replace(req=req, st=rs, log=log))
 
 
