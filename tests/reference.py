@@ -1,6 +1,6 @@
 """Plain, slow, obviously-correct versions of specsim's kernels, for tests to compare against.
 
-Each section follows SPEC's text line by line, in plain Python over lists and dicts, with no
+Each section follows the documented rules (docs/*.md) line by line, in plain Python over lists and dicts, with no
 Numba and no vectorising. Append new sections at the end, each under its own heading.
 """
 
@@ -10,13 +10,13 @@ import math
 
 import numpy as np
 
-# --- core (§1-§2) ------------------------------------------------------------------------------
+# --- core: tables and calibrations ------------------------------------------------------------------------------
 
 COSTS = ("verify_ms", "verify_j", "draft_ms", "draft_j")
 
 
 def ref_cell(cells, n, k):
-    """SPEC §1.3 ``cell(n, k)`` over a list of ``(n, k, vms, vj, dms, dj)`` tuples.
+    """``cell(n, k)`` over a list of ``(n, k, vms, vj, dms, dj)`` tuples.
 
     Returns the four costs as a tuple, or None when ``k > max_k``.
     """
@@ -39,7 +39,7 @@ def ref_cell(cells, n, k):
 
 
 def ref_table_rules(cells, schema=1):
-    """SPEC §1.2: the set of ``(rule, cell index or None)`` a grid breaks; empty when valid."""
+    """The set of ``(rule, cell index or None)`` a grid breaks; empty when valid."""
     broken = set()
     if schema != 1:
         broken.add(("schema", None))
@@ -70,12 +70,12 @@ def ref_table_rules(cells, schema=1):
 
 
 def f32(x):
-    """``x`` rounded to float32 (as the seed stores edges and confidences), back as a Python float."""
+    """``x`` rounded to float32 (as tables store edges and confidences), back as a Python float."""
     return float(np.float32(x))
 
 
 def ref_bucket(edges, lp):
-    """SPEC §2.2: the first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
+    """The first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
     lp = f32(lp)
     for i, e in enumerate(edges):
         if lp <= f32(e):
@@ -99,7 +99,7 @@ def ref_p_position(edges, p_accept, priors, lps, j):
 
 
 def ref_expected_accepted(edges, p_accept, priors, lps, k):
-    """SPEC §2.2: ``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
+    """``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
     run, total = 1.0, 0.0
     for j in range(1, k + 1):
         run *= ref_p_position(edges, p_accept, priors, lps, j)
@@ -108,7 +108,7 @@ def ref_expected_accepted(edges, p_accept, priors, lps, k):
 
 
 def ref_calibration_rules(edges, p_accept, priors):
-    """SPEC §2.1: the set of rules broken (edges compared as float32)."""
+    """The set of rules broken (edges compared as float32)."""
     broken = set()
     e32 = [f32(e) for e in edges]
     if not edges:
@@ -127,7 +127,7 @@ def ref_calibration_rules(edges, p_accept, priors):
 
 
 def ref_conditional_priors(marginals):
-    """SPEC §2.2: ``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
+    """``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
     out = []
     before = 1.0
     zero_seen = False
@@ -142,10 +142,10 @@ def ref_conditional_priors(marginals):
     return out
 
 
-# --- planner (§4) -------------------------------------------------------------------------------
+# --- planner -------------------------------------------------------------------------------
 
 def plan_ref_cell(widths, costs, n, k):
-    """SPEC §1.3 cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
+    """cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
     max_k = len(costs[0]) - 1
     if k > max_k:
         return None
@@ -182,7 +182,7 @@ def ref_p(edges, p_accept, priors, lps, j):
 
 
 def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """SPEC §4.1, line by line."""
+    """The batch depth before drafting (docs/planner.md), line by line."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -228,7 +228,7 @@ def ref_goodput_depth(widths, costs, priors, n, max_seqs):
 
 
 def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, known, k_max, row_budget, slack):
-    """SPEC §4.2, line by line: a full stable sort and a cost re-derived for every prefix."""
+    """Per-sequence verify depths after drafting (docs/planner.md), line by line: a full stable sort and a cost re-derived for every prefix."""
     n = len(confidences)
     max_k = len(costs[0]) - 1
     k_max = min(k_max, max_k)
@@ -276,7 +276,7 @@ def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, kno
     return depth
 
 
-# --- fitting (§3) -------------------------------------------------------------------------------
+# --- fitting -------------------------------------------------------------------------------
 REF_MIN_OUTCOMES = 100
 
 
@@ -295,7 +295,7 @@ def _is_count(v):
 
 
 def ref_fit(edges, accepted, rejected, steps):
-    """SPEC §3 fit: ``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
+    """``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
     edges, accepted, rejected = list(edges), list(accepted), list(rejected)
     if len(edges) == 0:
         raise RefRefused("no edges")
@@ -311,7 +311,7 @@ def ref_fit(edges, accepted, rejected, steps):
         d, a = key
         if not (_is_count(d) and _is_count(a) and _is_count(c)) or a > d:
             raise RefRefused("bad step")
-    # The result must also be a valid calibration (§2.1): edges ascending as float32, last >= 0.
+    # The result must also be a valid calibration: edges ascending as float32, last >= 0.
     if not all(isinstance(e, (int, float, np.number)) and not isinstance(e, bool) for e in edges):
         raise RefRefused("edge not a number")
     e32 = [np.float32(e) for e in edges]
@@ -353,7 +353,7 @@ def ref_fit(edges, accepted, rejected, steps):
 
 
 def fit_ref_bucket(edges, lp):
-    """SPEC §2.2 bucket: first edge with lp <= edge, comparing float32 values; else the last."""
+    """bucket: first edge with lp <= edge, comparing float32 values; else the last."""
     with np.errstate(over="ignore"):
         lp = np.float32(lp)
     for i, e in enumerate(edges):
@@ -404,7 +404,7 @@ def ref_bin_drafts(edges, rows, held_out_steps=()):
 
 
 def ref_conditional(rates, form="marginal"):
-    """SPEC §2.2: conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
+    """conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
     rates = [float(r) for r in rates]
     if form == "conditional":
         return rates
@@ -452,7 +452,7 @@ def ref_wilson(k, n, z=1.959963984540054):
     return centre - half, centre + half
 
 
-# --- traces and replay (§5, §6 readers) ---------------------------------------------------------
+# --- traces and replay ---------------------------------------------------------
 
 import csv as _csv
 import datetime as _dt
@@ -538,7 +538,7 @@ def ref_read_mooncake(path):
 
 
 def ref_replay(digits, width, depth, budget, step_ms, step_j):
-    """SPEC §5's replay loop over a list of digits: ``(tokens, steps, ms, joules)``.
+    """The replay loop over a list of digits: ``(tokens, steps, ms, joules)``.
 
     Costs are added once per step, in step order (the kernel's order, so sums compare exactly).
     """
@@ -566,310 +566,6 @@ def ref_trace_priors(digits, k_logged):
         reached = sum(1 for x in a if x >= j - 1)
         out.append(sum(1 for x in a if x >= j) / reached if reached else 0.0)
     return out
-
-
-# --- engine --------------------------------------------------------------------------------
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def ref_mix64(z):
-    """splitmix64's finaliser on a Python int, wrapping at 64 bits."""
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def ref_uniform(seed, request, token, position, stream):
-    """The engine's draw: splitmix64 over (seed, request), then over (token << 8 | position);
-    stream 0 is the high 32 bits of that hash, stream 1 the low 32 bits."""
-    key = ref_mix64(seed + _GOLDEN)
-    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
-    h = ref_mix64(rkey ^ ((((token << 8) | position) * 0xA0761D6478BD642F) & _MASK64))
-    half = h >> 32 if stream == 0 else h & 0xFFFFFFFF
-    return half / 2.0 ** 32
-
-
-def ref_trace_entry(seed, request, token, length):
-    """The acceptance-trace entry of a step state: the draft hash at position 0, top 53 bits, mod L."""
-    key = ref_mix64(seed + _GOLDEN)
-    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
-    h = ref_mix64(rkey ^ (((token << 8) * 0xA0761D6478BD642F) & _MASK64))
-    return (h >> 11) % length
-
-
-def ref_draft_bucket(occ_cdf, seed, request, token, position):
-    """Bucket of a draft: the first whose cumulative weight exceeds the stream-0 draw."""
-    u = ref_uniform(seed, request, token, position, 0)
-    row = occ_cdf[min(position - 1, len(occ_cdf) - 1)]
-    b = 0
-    while b < len(row) - 1 and u >= row[b]:
-        b += 1
-    return b
-
-
-def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
-    return ref_uniform(seed, request, token, position, 1) < p_accept[ref_draft_bucket(occ_cdf, seed, request, token,
-                                                                                      position)]
-
-
-def ref_prefill_cost(tokens, ms_per_token, j_per_token, ms_per_step=0.0, j_per_step=0.0, curve=None):
-    """(ms, J) of one step's prefill of ``tokens`` tokens: affine (the fixed part only when
-    something is prefilled) or the curve (flat below its first point, linear between points,
-    the last segment's slope beyond)."""
-    if curve is None:
-        if tokens == 0:
-            return ms_per_token * tokens, j_per_token * tokens
-        return ms_per_step + ms_per_token * tokens, j_per_step + j_per_token * tokens
-    if tokens == 0:
-        return 0.0, 0.0
-    xs, ms, js = curve
-    if len(xs) == 1 or tokens <= xs[0]:
-        return ms[0], js[0]
-    hi = next((i for i in range(1, len(xs) - 1) if xs[i] >= tokens), len(xs) - 1)
-    f = (tokens - xs[hi - 1]) / (xs[hi] - xs[hi - 1])
-    return ms[hi - 1] + (ms[hi] - ms[hi - 1]) * f, js[hi - 1] + (js[hi] - js[hi - 1]) * f
-
-
-def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
-                 max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
-                 idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
-                 kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
-                 prefill_curve=None):
-    """The engine's rules (docs/simulation.md), one Python statement at a time.
-
-    ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
-    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
-    With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
-    from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
-    no confidences. Returns a dict of per-request lists, totals and ``steps``, one
-    (end time, decoding width, verified rows / width, decode tokens, KV blocks, prefill tokens)
-    per step with decoding sequences.
-    """
-    max_k = len(costs[0]) - 1
-    k_cap = max_k if k_max is None else min(k_max, max_k)
-    if digits is not None:
-        k_cap = min(k_cap, k_logged)
-
-    def digit(r, e):
-        return digits[ref_trace_entry(seed, r, e, len(digits))]
-    cap = float("inf") if max_seqs is None else max_seqs
-    budget_rows = float("inf") if row_budget is None else row_budget
-    tokens_per_step = float("inf") if max_num_batched_tokens is None else max_num_batched_tokens
-    kv_blocks = float("inf") if kv_capacity_tokens is None else kv_capacity_tokens // kv_block_size
-    kind = policy[0]
-
-    def depth_at(n):
-        if kind == "fixed":
-            k = policy[1]
-        elif kind == "schedule":
-            k = next((d for lo, hi, d in policy[1] if lo <= n and (hi is None or n <= hi)), 0)
-        elif kind == "goodput":
-            k = ref_goodput_depth(widths, costs, priors, n, cap)
-        else:
-            k = ref_propose_depth(widths, costs, priors, n, slack, cap)
-        k = min(k, k_cap)
-        if n > cap:
-            k = 0
-        if kind != "sequence" and budget_rows != float("inf") and n > 0:
-            k = min(k, int(budget_rows) // n)
-        return k if n > 0 else 0
-
-    def costs_at(n, k):
-        return plan_ref_cell(widths, costs, n, k)
-
-    def blocks_for(tokens):
-        return -(-tokens // kv_block_size)
-
-    count = len(requests)
-    prompt = [q[1] for q in requests]
-    output = [q[2] for q in requests]
-    first, finish, sched = [math.nan] * count, [math.nan] * count, [math.nan] * count
-    emitted, prefilled, target, blocks = [0] * count, [0] * count, list(prompt), [0] * count
-    hist = [0] * (max_k + 1)
-    tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0, accepted=0,
-               rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0, resumed=0, kv_peak=0,
-               kv_block_s=0.0)
-    steps = []
-    t = requests[0][0] if count else 0.0
-    fed = 0
-    queue, running = [], []
-
-    def used():
-        return sum(blocks[r] for r in running)
-
-    def preempt_last():
-        r = running.pop()
-        blocks[r] = 0
-        prefilled[r] = 0
-        target[r] = prompt[r] + emitted[r]
-        queue.insert(0, r)
-        tot["preemptions"] += 1
-        return r
-
-    while True:
-        while fed < count and requests[fed][0] <= t:
-            queue.append(fed)
-            fed += 1
-        if not running and not queue:
-            if fed >= count:
-                break
-            tot["idle_j"] += idle_w * (requests[fed][0] - t)
-            t = requests[fed][0]
-            continue
-        decoding = [r for r in running if emitted[r] > 0 and prefilled[r] >= target[r]]
-        take = {}  # request -> tokens this step (prefill chunk, or 1 + drafts)
-        verify, known = {}, {}
-        budget = tokens_per_step
-        preempted = False
-
-        def admit(whole):
-            nonlocal budget
-            got = False
-            while queue and len(running) < max_batch and (budget > 0 or whole):
-                r = queue[0]
-                left = target[r] - prefilled[r]
-                if whole and got and left > budget:
-                    break
-                chunk = left if whole else min(left, budget)
-                grow = max(blocks_for(prefilled[r] + chunk) - blocks[r], 0)
-                if grow > kv_blocks - used():
-                    break
-                queue.pop(0)
-                blocks[r] += grow
-                if math.isnan(sched[r]):
-                    sched[r] = t
-                running.append(r)
-                take[r] = chunk
-                budget -= chunk
-                got = True
-            return got
-
-        n = len(decoding)
-        k = 0
-        if chunked_prefill or not admit(True):
-            k = depth_at(n)
-            if kind == "sequence":
-                drafts = [min(k, output[r] - emitted[r] - 1) for r in decoding]
-                kd = max(drafts, default=0)
-                if digits is None:
-                    confs = [[float(np.float32(edges[ref_draft_bucket(occ_cdf, seed, r, emitted[r] + j - 1, j)]))
-                              for j in range(1, d + 1)] for r, d in zip(decoding, drafts)]
-                else:
-                    confs = [[] for _ in decoding]
-                if kd > 0:
-                    vs = ref_sequence_depths(widths, costs, edges, p_accept, priors, confs, drafts, kd,
-                                             budget_rows if budget_rows != float("inf") else 1 << 62, slack)
-                else:
-                    vs = [0] * n
-                verify = dict(zip(decoding, vs))
-                known = dict(zip(decoding, drafts))
-                k = kd
-            else:
-                verify = {r: k for r in decoding}
-                known = dict(verify)
-            # Running requests first, in admission order.
-            i = 0
-            while i < len(running) and budget > 0:
-                r = running[i]
-                if r in verify:
-                    want = 1 + verify[r]
-                    chunk = min(want, budget)
-                    tokens = prompt[r] + emitted[r] + chunk - 1
-                else:
-                    chunk = min(target[r] - prefilled[r], budget)
-                    tokens = prefilled[r] + chunk
-                grow = max(blocks_for(tokens) - blocks[r], 0)
-                self_preempted = False
-                while grow > kv_blocks - used():
-                    victim = preempt_last()
-                    preempted = True
-                    if victim == r:
-                        self_preempted = True
-                        break
-                if self_preempted:
-                    break
-                blocks[r] += grow
-                if r in verify:
-                    verify[r] = chunk - 1
-                    tot["drafts_cut"] += want - chunk
-                take[r] = chunk
-                budget -= chunk
-                i += 1
-            if chunked_prefill and not preempted:
-                admit(False)
-        # Price: the decode part from the table, the prefill part from the prefill model.
-        dec = [r for r in running if r in verify and r in take]
-        pre = [r for r in running if r not in verify and r in take]
-        ns = len(dec)
-        rows = sum(verify[r] for r in dec)
-        ptok = sum(take[r] for r in pre)
-        dms = dj = 0.0
-        if ns:
-            if kind != "sequence" and ns == n and rows == n * k:
-                c = costs_at(ns, k)
-                dms, dj = c[0] + c[2], c[1] + c[3]
-            else:
-                d = rows / ns
-                lo, hi = min(math.floor(d), max_k), min(math.ceil(d), max_k)
-                f = d - math.floor(d)
-                c_lo, c_hi, c_kd = costs_at(ns, lo), costs_at(ns, hi), costs_at(ns, k)
-                dms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_kd[2]
-                dj = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_kd[3]
-            tot["decode_steps"] += 1
-            tot["rows"] += rows
-            tot["sequence_steps"] += ns
-        pms = pj = 0.0
-        if pre:
-            pms, pj = ref_prefill_cost(ptok, prefill_ms_per_token, prefill_j_per_token, prefill_ms_per_step,
-                                       prefill_j_per_step, prefill_curve)
-            tot["prefill_steps"] += 1
-            tot["prefill_tokens"] += ptok
-            tot["mixed_steps"] += 1 if ns else 0
-        tot["kv_peak"] = max(tot["kv_peak"], used())
-        ms = dms + pms
-        t = t + ms / 1000.0
-        tot["decode_j"] += dj
-        tot["prefill_j"] += pj
-        tot["kv_block_s"] += used() * (ms / 1000.0)
-        step_tokens = 0
-        for r in dec:
-            v = verify[r]
-            hist[v] += 1
-            e = emitted[r]
-            need = output[r] - e - 1
-            acc = 0
-            for j in range(1, min(v, need) + 1):
-                if digits is not None:
-                    if j > digit(r, e):
-                        break
-                elif not ref_draft_accepted(occ_cdf, p_accept, seed, r, e + j - 1, j):
-                    break
-                acc += 1
-            emitted[r] = e + 1 + acc
-            step_tokens += 1 + acc
-            tot["accepted"] += acc
-        for r in pre:
-            prefilled[r] += take[r]
-            if prefilled[r] == target[r]:
-                if emitted[r] == 0:
-                    first[r] = t
-                else:
-                    tot["resumed"] += 1
-                emitted[r] += 1
-        if ns:
-            steps.append((t, ns, rows / ns, step_tokens, used(), ptok))
-        for r in dec + pre:
-            if emitted[r] == output[r]:
-                finish[r] = t
-        running = [r for r in running if emitted[r] < output[r]]
-        for r in range(count):
-            if emitted[r] == output[r]:
-                blocks[r] = 0
-    return dict(first=first, finish=finish, sched=sched, emitted=emitted, depth_histogram=hist, end_s=t, steps=steps,
-                **tot)
 
 
 # -- fleets: replicas behind a router ----------------------------------------------------------------
@@ -910,6 +606,8 @@ class _RefReplica:
         return sum(self.blocks[i] for i in self.active)
 
     def step(self):
+        from tests.reference_engine import ref_draft_accepted
+
         while True:
             new = []
             while self.nxt < len(self.reqs) and len(self.active) < self.max_batch and self.reqs[self.nxt][0] <= self.t:

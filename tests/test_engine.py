@@ -1,4 +1,4 @@
-"""The serving simulation engine (SPEC §6): conservation, determinism, common random numbers,
+"""The serving simulation engine (docs/simulation.md): conservation, determinism, common random numbers,
 the plain reference engine step for step, the outcome model, metrics, and the real GB10 table on
 the Azure conversation hour."""
 
@@ -19,7 +19,7 @@ from specsim.sim import REQUEST_DT, ServerOptions, simulate
 from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.table import Cell, CostTable, TableKey
-from tests import reference as ref
+from tests import reference_engine as ref
 
 POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "schedule:1-2=3,3-4=1,5-=0")
 KEY = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
@@ -66,7 +66,8 @@ def ref_policy(text):
 
 def run_reference(reqs, table, cal, policy, **opts):
     from specsim.sim.options import (
-        DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN,
+        DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN,
+        DEFAULT_PREFILL_MS_PER_TOKEN,
     )
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
@@ -262,7 +263,8 @@ def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch,
     table, cal = small_table(), small_calibration()
     opts = dict(max_batch=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0)
-    assert_matches_reference(simulate(reqs, table, cal, policy, **opts), run_reference(reqs, table, cal, policy, **opts))
+    want = run_reference(reqs, table, cal, policy, **opts)
+    assert_matches_reference(simulate(reqs, table, cal, policy, **opts), want)
 
 
 @given(
@@ -473,7 +475,7 @@ def test_real_gb10_table_on_azure_conv(shared_data):
     assert out["sequence"]["j_per_token"] <= out["propose"]["j_per_token"] * 1.001
 
 
-# -- draft outcomes from a replayed acceptance trace (SPEC §5) --------------------------------------
+# -- draft outcomes from a replayed acceptance trace --------------------------------------------
 
 def acceptance_trace(digits, k_logged, name="t"):
     from specsim.sim import AcceptanceTrace

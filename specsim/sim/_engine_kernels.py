@@ -18,6 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._jit import jit
+
+# The engine's kernels are compiled without Numba's reference counting (they allocate nothing):
+# with it, every call that hands a bundle of arrays to another kernel increfs and decrefs each
+# array atomically, which cost ~0.4-0.9 us per call and made a step 15x slower (measured; see
+# docs/simulation.md, "Engine layout").
+kernel = jit(_nrt=False)
+# The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
+# arguments, which cost more than the helper's work.
+step_part = jit(_nrt=False, inline="always")
 from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
@@ -29,7 +38,7 @@ UNSCHEDULED = -1  # ws.take of a running request that does not run this step
 
 # -- queue and KV blocks ---------------------------------------------------------------------------
 
-@jit
+@kernel
 def push_back_nb(st, r):
     """Append request ``r`` to the replica's waiting queue (arrival order)."""
     s = st.rec[0]
@@ -38,7 +47,7 @@ def push_back_nb(st, r):
     s.q_len += 1
 
 
-@jit
+@kernel
 def _push_front(st, r):
     s = st.rec[0]
     cap = st.queue.shape[0]
@@ -47,7 +56,7 @@ def _push_front(st, r):
     s.q_len += 1
 
 
-@jit
+@step_part
 def _pop_front(st):
     s = st.rec[0]
     r = st.queue[s.q_head]
@@ -56,20 +65,22 @@ def _pop_front(st):
     return r
 
 
-@jit
+@step_part
 def blocks_for_nb(tokens, block_size):
     """KV blocks that hold ``tokens`` tokens."""
     return (tokens + block_size - 1) // block_size
 
 
-@jit
+@step_part
 def _grow(req, st, o, r, tokens):
     """Extra blocks request ``r`` needs to hold ``tokens`` tokens (0 if it holds enough)."""
+    if tokens <= req.blocks[r] * o.block_size:
+        return 0  # the common case, without a division
     need = blocks_for_nb(tokens, o.block_size)
     return need - req.blocks[r] if need > req.blocks[r] else 0
 
 
-@jit
+@kernel
 def _preempt_last(req, st):
     """Preempt the most recently admitted running request: free its blocks, put it at the front
     of the queue, and make it recompute its prompt and emitted tokens as prefill."""
@@ -87,7 +98,7 @@ def _preempt_last(req, st):
 
 # -- one step: the decoding sequences' depths --------------------------------------------------------
 
-@jit
+@kernel
 def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
     """Draw request ``r``'s ``d`` drafts (decoding index ``j``): confidences for the planner,
     verdicts kept for later."""
@@ -109,26 +120,10 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
         ws.verdict[j, i - 1] = half_uniform_nb(h, STREAM_ACCEPT) < cal.p_accept[b]
 
 
-@jit
-def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
-    """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
-
-    Uniform policies verify ``depth_memo[n]`` drafts each; the sequence policy drafts
-    ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
-
-    Returns
-    -------
-    int
-        The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
-        ``ws.known[:n]`` (drafted per sequence) are written.
-    """
+@kernel
+def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
+    """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner."""
     o = srv.rec[0]
-    k = srv.depth_memo[n]
-    if o.per_sequence == 0:
-        for j in range(n):
-            ws.vdepth[j] = k
-            ws.known[j] = k
-        return k
     kd = 0
     for j in range(n):
         r = st.running[ws.slot[j]]
@@ -148,9 +143,31 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     return kd
 
 
+@step_part
+def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
+    """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
+
+    Uniform policies verify ``depth_memo[n]`` drafts each; the sequence policy drafts
+    ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
+
+    Returns
+    -------
+    int
+        The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
+        ``ws.known[:n]`` (drafted per sequence) are written.
+    """
+    k = srv.depth_memo[n]
+    if srv.rec[0].per_sequence != 0:
+        return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
+    for j in range(n):
+        ws.vdepth[j] = k
+        ws.known[j] = k
+    return k
+
+
 # -- one step: scheduling ------------------------------------------------------------------------------
 
-@jit
+@step_part
 def _find_decoding(req, st, ws):
     """Mark the running requests that decode (prefill done, a token emitted); returns how many."""
     s = st.rec[0]
@@ -167,7 +184,7 @@ def _find_decoding(req, st, ws):
     return n
 
 
-@jit
+@step_part
 def _allocate(req, st, o, i, tokens):
     """Give running slot ``i`` blocks for ``tokens`` tokens, preempting the most recently
     admitted running requests while the cache is full. Returns False when slot ``i`` itself
@@ -185,7 +202,7 @@ def _allocate(req, st, o, i, tokens):
     return True
 
 
-@jit
+@step_part
 def schedule_running_nb(req, srv, st, ws, budget):
     """Schedule the running requests in admission order within the token ``budget``.
 
@@ -228,7 +245,7 @@ def schedule_running_nb(req, srv, st, ws, budget):
     return budget, preempted
 
 
-@jit
+@step_part
 def admit_nb(req, srv, st, ws, budget, whole):
     """Admit waiting requests first come first served while slots, budget and KV blocks last.
 
@@ -273,7 +290,7 @@ def admit_nb(req, srv, st, ws, budget, whole):
 
 # -- one step: price and outcome -------------------------------------------------------------------------
 
-@jit
+@kernel
 def prefill_cost_nb(srv, tokens):
     """(ms, J) of prefilling ``tokens`` tokens in one step: affine (a fixed cost per step with
     prefill, plus a cost per token) or the profiled curve (flat below its first point, linear
@@ -299,7 +316,7 @@ def prefill_cost_nb(srv, tokens):
     return ms, joules
 
 
-@jit
+@step_part
 def decode_cost_nb(tab, srv, n, rows, k, cut):
     """(ms, J) of verifying ``rows`` draft rows over ``n`` decoding sequences.
 
@@ -318,7 +335,7 @@ def decode_cost_nb(tab, srv, n, rows, k, cut):
     return ms, joules
 
 
-@jit
+@step_part
 def accepted_nb(req, cal, srv, ws, j, r, v, key):
     """Drafts of decoding sequence ``j`` (request ``r``) accepted when ``v`` are verified: the
     leading run of accepted drafts, never more than the tokens the request has left."""
@@ -326,6 +343,8 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
     need = req.output[r] - e - 1
     lim = v if v < need else need
     acc = 0
+    if lim <= 0:
+        return 0
     if srv.rec[0].per_sequence != 0:
         while acc < lim and ws.verdict[j, acc]:
             acc += 1
@@ -346,20 +365,21 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
     return acc
 
 
-@jit
+@step_part
 def _finish(req, st, r, t):
     req.finish_s[r] = t
     st.rec[0].finished += 1
 
 
-@jit
+@step_part
 def apply_nb(req, cal, srv, st, ws, t, key):
     """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
-    recompute). Returns ``(decode tokens, accepted drafts)``."""
+    recompute). Returns ``(decode tokens, accepted drafts, requests finished)``."""
     s = st.rec[0]
     tokens = 0
     accepted = 0
+    done = 0
     for i in range(s.n_running):
         take = ws.take[i]
         if take == UNSCHEDULED:
@@ -385,10 +405,11 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             s.emitted += 1
         if req.emitted[r] == req.output[r]:
             _finish(req, st, r, t)
-    return tokens, accepted
+            done += 1
+    return tokens, accepted, done
 
 
-@jit
+@step_part
 def _release_finished(req, st):
     """Drop finished requests from the running slots (keeping admission order), freeing their blocks."""
     s = st.rec[0]
@@ -404,7 +425,7 @@ def _release_finished(req, st):
     s.n_running = w
 
 
-@jit
+@step_part
 def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
     """Record every ``stride``-th decode step; when the log is full keep every other entry and
     double the stride, so the log always spans the whole run in at most its capacity."""
@@ -440,7 +461,7 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
 
 # -- one step, one replica -------------------------------------------------------------------------------
 
-@jit
+@step_part
 def _schedule_nb(req, tab, cal, srv, st, ws, key):
     """Decide the step: which running requests run with how many tokens, which waiting ones are
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
@@ -464,7 +485,7 @@ def _schedule_nb(req, tab, cal, srv, st, ws, key):
     return n, k
 
 
-@jit
+@step_part
 def _price_nb(tab, srv, st, ws, n, k):
     """Price the scheduled step and count it. Returns ``(ms, decoding sequences, rows, prefill
     tokens)``; the cost of a mixed step is its decode part plus its prefill part."""
@@ -509,7 +530,7 @@ def _price_nb(tab, srv, st, ws, n, k):
     return dms + pms, n_sched, rows, ptok
 
 
-@jit
+@kernel
 def step_nb(req, tab, cal, srv, st, log, ws):
     """Advance one replica by one step.
 
@@ -545,17 +566,18 @@ def step_nb(req, tab, cal, srv, st, log, ws):
     ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
     t = s.t_s + ms / 1000.0
     s.kv_block_s += s.kv_used * (ms / 1000.0)
-    tokens, accepted = apply_nb(req, cal, srv, st, ws, t, key)
+    tokens, accepted, done = apply_nb(req, cal, srv, st, ws, t, key)
     s.emitted += tokens
     s.accepted += accepted
     if n_sched > 0:
         log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
-    _release_finished(req, st)
+    if done > 0:
+        _release_finished(req, st)
     s.t_s = t
     return True
 
 
-@jit
+@kernel
 def idle_until_nb(srv, st, t):
     """Move an idle replica's clock to ``t``, accruing idle power over the gap."""
     s = st.rec[0]
@@ -566,7 +588,7 @@ def idle_until_nb(srv, st, t):
         s.t_s = t
 
 
-@jit
+@kernel
 def run_nb(req, tab, cal, srv, st, log, ws, step_limit):
     """The single-replica driver: put arrived requests in the queue, step, jump idle gaps.
 

@@ -8,7 +8,7 @@ import numpy as np
 
 
 class ReplayResult(NamedTuple):
-    """What a policy gives when an acceptance trace is replayed at one width (SPEC §5).
+    """What a policy gives when an acceptance trace is replayed at one width (docs/replay.md).
 
     ``joules`` and the per-joule rate are None when the costs have no energy (a ``step_ms`` list).
     ``by_depth[k]`` counts the steps run at depth ``k``.

@@ -219,7 +219,8 @@ def load_prefill_curve(curve) -> tuple:
         try:
             tokens, ms, joules = (list(map(float, c)) for c in curve)
         except (TypeError, ValueError):
-            raise SimulationError("prefill_curve must be a CSV path or a (tokens, ms, j) tuple of number lists") from None
+            raise SimulationError("prefill_curve must be a CSV path or a (tokens, ms, j) tuple of number lists") \
+                from None
     if not tokens or not len(tokens) == len(ms) == len(joules):
         raise SimulationError(f"{where}: give at least one point, with as many ms and j values as tokens")
     values = tokens + ms + joules
@@ -256,5 +257,6 @@ def _read_curve_csv(path):
             for dest, c in zip(out, cols):
                 dest.append(float(row[c]))
         except (IndexError, ValueError):
-            raise SimulationError(f"prefill curve {path}, line {line}: {','.join(row)!r} is not three numbers") from None
+            raise SimulationError(f"prefill curve {path}, line {line}: {','.join(row)!r} is not three numbers") \
+                from None
     return out

@@ -1,4 +1,4 @@
-"""Acceptance-trace replay (SPEC §5) and the files it reads.
+"""Acceptance-trace replay (docs/replay.md) and the files it reads.
 
 An acceptance file (TOML) may hold:
 
@@ -20,7 +20,7 @@ entry ``a`` (cycling), emits ``1 + min(a, k)``, and the cursor moves by ``n``. A
 
 ``propose`` and ``goodput`` use the planner. Their priors come from a calibration when one is
 given, else from the trace itself: ``prior(j) = #(a >= j) / #(a >= j - 1)`` over the trace's
-steps, ``j = 1..k_logged`` (0 where no step reached ``j - 1``), which is SPEC §3's prior fit
+steps, ``j = 1..k_logged`` (0 where no step reached ``j - 1``), which is the calibration fit's prior
 without its 100-outcome floor. Both need a cost table: a ``step_ms`` list has no joules for
 ``propose`` and is not a table for the planner. ``sequence`` needs per-draft confidences, which
 an acceptance trace does not hold, and is refused.
@@ -218,7 +218,7 @@ def _read_run(r, i, problems):
 
 
 def run_table(run_cells, key: TableKey, meta=None, source="<run>") -> CostTable:
-    """A cost table from a run's cells under ``key`` (refused as any table would be, SPEC §1.2)."""
+    """A cost table from a run's cells under ``key`` (refused as any table would be)."""
     return CostTable.from_cells(key, run_cells, meta=meta, source=source)
 
 
@@ -284,7 +284,7 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
 
 def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Optional[CostTable] = None,
            step_ms=None, calibration=None, slack: float = 0.0, max_seqs: Optional[int] = None) -> ReplayResult:
-    """Replay ``policy`` on ``trace`` at ``width`` streams until ``budget`` tokens (SPEC §5).
+    """Replay ``policy`` on ``trace`` at ``width`` streams until ``budget`` tokens (docs/replay.md).
 
     Parameters
     ----------

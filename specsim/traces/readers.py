@@ -1,4 +1,4 @@
-"""Request-trace readers (SPEC §6 "Traces"): one aligned structured array per trace.
+"""Request-trace readers (docs/formats.md): one aligned structured array per trace.
 
 Every reader returns a :class:`~specsim.traces.TraceRead` whose ``requests`` is an array of
 :data:`~specsim.traces.REQUEST_DT` (``arrival_s``, ``prompt_tokens``, ``output_tokens``),

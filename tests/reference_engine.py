@@ -1,0 +1,329 @@
+"""A plain, slow, obviously-correct serving engine for tests to compare the Numba engine with,
+step for step: the draws, the prefill cost, and the scheduling rules of docs/simulation.md."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tests.reference import plan_ref_cell, ref_goodput_depth, ref_propose_depth, ref_sequence_depths
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def ref_mix64(z):
+    """splitmix64's finaliser on a Python int, wrapping at 64 bits."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def ref_uniform(seed, request, token, position, stream):
+    """The engine's draw: splitmix64 over (seed, request), then over (token << 8 | position);
+    stream 0 is the high 32 bits of that hash, stream 1 the low 32 bits."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ ((((token << 8) | position) * 0xA0761D6478BD642F) & _MASK64))
+    half = h >> 32 if stream == 0 else h & 0xFFFFFFFF
+    return half / 2.0 ** 32
+
+
+def ref_trace_entry(seed, request, token, length):
+    """The acceptance-trace entry of a step state: the draft hash at position 0, top 53 bits, mod L."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ (((token << 8) * 0xA0761D6478BD642F) & _MASK64))
+    return (h >> 11) % length
+
+
+def ref_draft_bucket(occ_cdf, seed, request, token, position):
+    """Bucket of a draft: the first whose cumulative weight exceeds the stream-0 draw."""
+    u = ref_uniform(seed, request, token, position, 0)
+    row = occ_cdf[min(position - 1, len(occ_cdf) - 1)]
+    b = 0
+    while b < len(row) - 1 and u >= row[b]:
+        b += 1
+    return b
+
+
+def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
+    return ref_uniform(seed, request, token, position, 1) < p_accept[ref_draft_bucket(occ_cdf, seed, request, token,
+                                                                                      position)]
+
+
+def ref_prefill_cost(tokens, ms_per_token, j_per_token, ms_per_step=0.0, j_per_step=0.0, curve=None):
+    """(ms, J) of one step's prefill of ``tokens`` tokens: affine (the fixed part only when
+    something is prefilled) or the curve (flat below its first point, linear between points,
+    the last segment's slope beyond)."""
+    if curve is None:
+        if tokens == 0:
+            return ms_per_token * tokens, j_per_token * tokens
+        return ms_per_step + ms_per_token * tokens, j_per_step + j_per_token * tokens
+    if tokens == 0:
+        return 0.0, 0.0
+    xs, ms, js = curve
+    if len(xs) == 1 or tokens <= xs[0]:
+        return ms[0], js[0]
+    hi = next((i for i in range(1, len(xs) - 1) if xs[i] >= tokens), len(xs) - 1)
+    f = (tokens - xs[hi - 1]) / (xs[hi] - xs[hi - 1])
+    return ms[hi - 1] + (ms[hi] - ms[hi - 1]) * f, js[hi - 1] + (js[hi] - js[hi - 1]) * f
+
+
+class RefEngine:
+    """The engine's rules (docs/simulation.md), one Python statement at a time, over lists.
+
+    ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
+    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
+    With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
+    from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
+    no confidences.
+    """
+
+    def __init__(self, requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
+                 max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
+                 idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
+                 kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
+                 prefill_curve=None):
+        self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
+        self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
+        self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
+        self.chunked, self.block_size = chunked_prefill, kv_block_size
+        self.prefill = (prefill_ms_per_token, prefill_j_per_token, prefill_ms_per_step, prefill_j_per_step,
+                        prefill_curve)
+        self.max_k = len(costs[0]) - 1
+        self.k_cap = self.max_k if k_max is None else min(k_max, self.max_k)
+        if digits is not None:
+            self.k_cap = min(self.k_cap, k_logged)
+        inf = float("inf")
+        self.cap = inf if max_seqs is None else max_seqs
+        self.row_budget = inf if row_budget is None else row_budget
+        self.tokens_per_step = inf if max_num_batched_tokens is None else max_num_batched_tokens
+        self.kv_blocks = inf if kv_capacity_tokens is None else kv_capacity_tokens // kv_block_size
+        count = len(requests)
+        self.prompt = [q[1] for q in requests]
+        self.output = [q[2] for q in requests]
+        self.first, self.finish, self.sched = [math.nan] * count, [math.nan] * count, [math.nan] * count
+        self.emitted, self.prefilled, self.blocks = [0] * count, [0] * count, [0] * count
+        self.target = list(self.prompt)
+        self.hist = [0] * (self.max_k + 1)
+        self.tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0,
+                        accepted=0, rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0,
+                        resumed=0, kv_peak=0, kv_block_s=0.0)
+        self.steps = []
+        self.t = requests[0][0] if count else 0.0
+        self.queue, self.running = [], []
+
+    def run(self):
+        """Run to the end; a dict of per-request lists, totals and ``steps``, one (end time,
+        decoding width, verified rows / width, decode tokens, KV blocks, prefill tokens) per step
+        with decoding sequences."""
+        fed, count = 0, len(self.requests)
+        while True:
+            while fed < count and self.requests[fed][0] <= self.t:
+                self.queue.append(fed)
+                fed += 1
+            if not self.running and not self.queue:
+                if fed >= count:
+                    break
+                self.tot["idle_j"] += self.idle_w * (self.requests[fed][0] - self.t)
+                self.t = self.requests[fed][0]
+                continue
+            self.step()
+        return dict(first=self.first, finish=self.finish, sched=self.sched, emitted=self.emitted,
+                    depth_histogram=self.hist, end_s=self.t, steps=self.steps, **self.tot)
+
+    def depth_at(self, n):
+        kind = self.policy[0]
+        if n == 0:
+            return 0
+        if kind == "fixed":
+            k = self.policy[1]
+        elif kind == "schedule":
+            k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
+        elif kind == "goodput":
+            k = ref_goodput_depth(self.widths, self.costs, self.priors, n, self.cap)
+        else:
+            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap)
+        k = min(k, self.k_cap)
+        if n > self.cap:
+            k = 0
+        if kind != "sequence" and self.row_budget != float("inf"):
+            k = min(k, int(self.row_budget) // n)
+        return k
+
+    def used(self):
+        return sum(self.blocks[r] for r in self.running)
+
+    def grow(self, r, tokens):
+        return max(-(-tokens // self.block_size) - self.blocks[r], 0)
+
+    def preempt_last(self):
+        r = self.running.pop()
+        self.blocks[r] = 0
+        self.prefilled[r] = 0
+        self.target[r] = self.prompt[r] + self.emitted[r]
+        self.queue.insert(0, r)
+        self.tot["preemptions"] += 1
+        return r
+
+    def admit(self, take, budget, whole):
+        """Admit from the head of the queue; returns (budget left, anyone admitted)."""
+        got = False
+        while self.queue and len(self.running) < self.max_batch and (budget > 0 or whole):
+            r = self.queue[0]
+            left = self.target[r] - self.prefilled[r]
+            if whole and got and left > budget:
+                break
+            chunk = left if whole else min(left, budget)
+            grow = self.grow(r, self.prefilled[r] + chunk)
+            if grow > self.kv_blocks - self.used():
+                break
+            self.queue.pop(0)
+            self.blocks[r] += grow
+            if math.isnan(self.sched[r]):
+                self.sched[r] = self.t
+            self.running.append(r)
+            take[r] = chunk
+            budget -= chunk
+            got = True
+        return budget, got
+
+    def plan(self, decoding):
+        """Verify and drafted depths of the decoding sequences, and the drafted depth k."""
+        k = self.depth_at(len(decoding))
+        if self.policy[0] != "sequence":
+            return {r: k for r in decoding}, k
+        drafts = [min(k, self.output[r] - self.emitted[r] - 1) for r in decoding]
+        kd = max(drafts, default=0)
+        if self.digits is None:
+            confs = [[float(np.float32(self.edges[ref_draft_bucket(self.occ_cdf, self.seed, r,
+                                                                   self.emitted[r] + j - 1, j)]))
+                      for j in range(1, d + 1)] for r, d in zip(decoding, drafts)]
+        else:
+            confs = [[] for _ in decoding]
+        vs = [0] * len(decoding)
+        if kd > 0:
+            rb = self.row_budget if self.row_budget != float("inf") else 1 << 62
+            vs = ref_sequence_depths(self.widths, self.costs, self.edges, self.p_accept, self.priors, confs, drafts,
+                                     kd, rb, self.slack)
+        return dict(zip(decoding, vs)), kd
+
+    def schedule_running(self, verify, take, budget):
+        """Running requests in admission order; returns (budget left, anything preempted)."""
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            if r in verify:
+                want = 1 + verify[r]
+                chunk = min(want, budget)
+                tokens = self.prompt[r] + self.emitted[r] + chunk - 1
+            else:
+                chunk = min(self.target[r] - self.prefilled[r], budget)
+                tokens = self.prefilled[r] + chunk
+            grow = self.grow(r, tokens)
+            while grow > self.kv_blocks - self.used():
+                preempted = True
+                if self.preempt_last() == r:
+                    return budget, preempted
+            self.blocks[r] += grow
+            if r in verify:
+                verify[r] = chunk - 1
+                self.tot["drafts_cut"] += want - chunk
+            take[r] = chunk
+            budget -= chunk
+            i += 1
+        return budget, preempted
+
+    def price(self, dec, pre, verify, take, n, k):
+        """(ms, decode J, prefill J) of the step: the decode part plus the prefill part."""
+        ns, rows = len(dec), sum(verify[r] for r in dec)
+        ptok = sum(take[r] for r in pre)
+        dms = dj = 0.0
+        if ns:
+            if self.policy[0] != "sequence" and ns == n and rows == n * k:
+                c = plan_ref_cell(self.widths, self.costs, ns, k)
+                dms, dj = c[0] + c[2], c[1] + c[3]
+            else:
+                d = rows / ns
+                lo, hi = min(math.floor(d), self.max_k), min(math.ceil(d), self.max_k)
+                f = d - math.floor(d)
+                c_lo = plan_ref_cell(self.widths, self.costs, ns, lo)
+                c_hi = plan_ref_cell(self.widths, self.costs, ns, hi)
+                c_k = plan_ref_cell(self.widths, self.costs, ns, k)
+                dms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_k[2]
+                dj = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_k[3]
+            self.tot["decode_steps"] += 1
+            self.tot["rows"] += rows
+            self.tot["sequence_steps"] += ns
+        pms = pj = 0.0
+        if pre:
+            pms, pj = ref_prefill_cost(ptok, *self.prefill)
+            self.tot["prefill_steps"] += 1
+            self.tot["prefill_tokens"] += ptok
+            self.tot["mixed_steps"] += 1 if ns else 0
+        return dms + pms, dj, pj
+
+    def emit(self, dec, pre, verify, take):
+        """Tokens of the step that just ended; returns the decode tokens."""
+        tokens = 0
+        for r in dec:
+            v, e = verify[r], self.emitted[r]
+            self.hist[v] += 1
+            acc = 0
+            for j in range(1, min(v, self.output[r] - e - 1) + 1):
+                if self.digits is not None:
+                    if j > self.digits[ref_trace_entry(self.seed, r, e, len(self.digits))]:
+                        break
+                elif not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, r, e + j - 1, j):
+                    break
+                acc += 1
+            self.emitted[r] = e + 1 + acc
+            tokens += 1 + acc
+            self.tot["accepted"] += acc
+        for r in pre:
+            self.prefilled[r] += take[r]
+            if self.prefilled[r] == self.target[r]:
+                if self.emitted[r] == 0:
+                    self.first[r] = self.t
+                else:
+                    self.tot["resumed"] += 1
+                self.emitted[r] += 1
+        return tokens
+
+    def step(self):
+        decoding = [r for r in self.running if self.emitted[r] > 0 and self.prefilled[r] >= self.target[r]]
+        take, verify, k = {}, {}, 0
+        budget = self.tokens_per_step
+        separate = not self.chunked and self.admit(take, budget, True)[1]
+        if not separate:
+            verify, k = self.plan(decoding)
+            budget, preempted = self.schedule_running(verify, take, budget)
+            if self.chunked and not preempted:
+                self.admit(take, budget, False)
+        dec = [r for r in self.running if r in verify and r in take]
+        pre = [r for r in self.running if r not in verify and r in take]
+        ms, dj, pj = self.price(dec, pre, verify, take, len(decoding), k)
+        self.tot["kv_peak"] = max(self.tot["kv_peak"], self.used())
+        self.t = self.t + ms / 1000.0
+        self.tot["decode_j"] += dj
+        self.tot["prefill_j"] += pj
+        self.tot["kv_block_s"] += self.used() * (ms / 1000.0)
+        tokens = self.emit(dec, pre, verify, take)
+        if dec:
+            rows = sum(verify[r] for r in dec)
+            self.steps.append((self.t, len(dec), rows / len(dec), tokens, self.used(),
+                               sum(take[r] for r in pre)))
+        for r in dec + pre:
+            if self.emitted[r] == self.output[r]:
+                self.finish[r] = self.t
+                self.blocks[r] = 0
+        self.running = [r for r in self.running if self.emitted[r] < self.output[r]]
+
+
+def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, **options):
+    """Run :class:`RefEngine` on ``requests`` (options as its keywords) and return its dict."""
+    return RefEngine(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, **options).run()
