@@ -25,6 +25,12 @@ import numpy as np
 
 from specsim._jit import jit
 from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
+
+# As the engine's: no reference counting (nothing here allocates; counting every array of every
+# bundle handed to the engine each step would cost more than the step), and the small helpers
+# inlined into the driver.
+kernel = jit(_nrt=False)
+part = jit(_nrt=False, inline="always")
 from specsim.sim._types import ReplicaState, Requests, StepLog
 
 # Router codes.
@@ -108,7 +114,7 @@ class FleetState(NamedTuple):
     tree_r: np.ndarray
 
 
-@jit
+@part
 def replica_requests_nb(st, r):
     """Replica ``r``'s Requests bundle: views of its rows."""
     c = st.routed[r]
@@ -117,14 +123,14 @@ def replica_requests_nb(st, r):
                     st.finish_s[r, :c], st.sched_s[r, :c])
 
 
-@jit
+@part
 def replica_state_nb(grp, st, r):
     """Replica ``r``'s ReplicaState bundle: views of its rows, cut to its group's sizes."""
     return ReplicaState(st.rec[r:r + 1], st.running[r, :grp.ws.take.shape[0]], st.queue[r],
                         st.depth_hist[r, :grp.tab.costs.shape[1]])
 
 
-@jit
+@part
 def replica_log_nb(grp, st, r):
     """Replica ``r``'s StepLog bundle: views of its rows, cut to its group's log size."""
     n = grp.log_size
@@ -132,7 +138,7 @@ def replica_log_nb(grp, st, r):
                    st.log_kv_blocks[r, :n], st.log_prefill_tokens[r, :n])
 
 
-@jit
+@part
 def next_start_nb(st, r):
     """When replica ``r``'s next step starts (for an idle replica, the arrival of the first
     request waiting for it), or +inf when it has nothing to do."""
@@ -145,7 +151,7 @@ def next_start_nb(st, r):
     return np.inf
 
 
-@jit
+@part
 def tree_update_nb(st, r):
     """Refresh replica ``r``'s leaf and the path above it after its state changed."""
     p = st.tree_t.shape[0] // 2
@@ -162,7 +168,7 @@ def tree_update_nb(st, r):
         i //= 2
 
 
-@jit
+@part
 def route_nb(router, st, kv_tokens, block_size, index):
     """The replica trace request ``index`` goes to.
 
@@ -196,7 +202,7 @@ def route_nb(router, st, kv_tokens, block_size, index):
     return best
 
 
-@jit
+@part
 def step_replica_nb(grp, st, r):
     """Advance replica ``r`` by one engine step, after moving an idle replica's clock to the
     arrival of its first waiting request (as the single-server driver does)."""
@@ -207,7 +213,7 @@ def step_replica_nb(grp, st, r):
     step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws)
 
 
-@jit
+@kernel
 def fleet_nb(arrival_s, prompt, output, router, groups, group_of, kv_tokens, block_size, st, step_limit):
     """Run a request trace through a fleet of replicas behind a router.
 
