@@ -45,6 +45,13 @@ def show(value, limit: int = 60) -> str:
     return f"{text[:limit - 20]}…({len(text):,} characters)"
 
 
+def few(values, first: int = 10) -> str:
+    """``"1, 2, 3, … and 997 more"``: the first values of a long list, then how many are left."""
+    values = list(values)
+    head = ", ".join(map(str, values[:first]))
+    return head if len(values) <= first else f"{head}, … and {len(values) - first:,} more"
+
+
 def is_int(value) -> bool:
     """An integer (Python or NumPy), not a boolean."""
     return isinstance(value, (int, numbers.Integral)) and not isinstance(value, bool)

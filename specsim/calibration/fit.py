@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import COUNT_MAX, MAX_DEPTH, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
@@ -108,7 +109,14 @@ def make_counts(edges, accepted, rejected, steps, nonfinite=0, unreached=0, sour
     steps = _steps(steps, problems)
     for name, value in (("nonfinite", nonfinite), ("unreached", unreached)):
         if _count(value) is None:
-            problems.append(f"{name} = {value!r} is not a non-negative integer count")
+            problems.append(f"{name} = {value!r} is not a whole count in 0..2**62")
+    if not problems:
+        # Each count fits 2**62; their sums must too (the fit and its file hold them as int64).
+        totals = {"accepted and rejected drafts": sum(accepted) + sum(rejected),
+                  "verify steps": sum(steps.values()),
+                  "drafts the verify steps reached": sum((a + (a < d)) * c for (d, a), c in steps.items())}
+        problems += [f"the {name} add up to {total:,}, beyond 2**62: no log holds that many (docs/limits.md)"
+                     for name, total in totals.items() if total > COUNT_MAX]
     if problems:
         raise CalibrationError(f"{source}: the counts cannot be fitted", _capped(problems))
     return FitCounts(edges, accepted, rejected, steps, _count(nonfinite), _count(unreached), source)
@@ -233,7 +241,11 @@ def steps_from_windows(windows, source="<windows>"):
     width = None
     for r, row in enumerate(rows):
         if not isinstance(row, (list, tuple)) or len(row) < 2:
-            problems.append(f"window {r} is {row!r}, not a list of at least 2 counts [accepted k, .., rejected]")
+            problems.append(f"window {r} is {show(row)}, not a list of at least 2 counts [accepted k, .., rejected]")
+            continue
+        if len(row) > MAX_DEPTH + 1:
+            problems.append(f"window {r} has {len(row):,} counts: depth {len(row) - 1:,} is beyond the deepest draft "
+                            f"depth, {MAX_DEPTH:,} (docs/limits.md)")
             continue
         if width is None:
             width = len(row)
@@ -241,7 +253,7 @@ def steps_from_windows(windows, source="<windows>"):
             problems.append(f"window {r} has {len(row)} counts, window 0 has {width}: every window needs k + 1")
         for i, c in enumerate(row):
             if _count(c) is None:
-                problems.append(f"window {r} count {i} = {c!r} is not a non-negative integer")
+                problems.append(f"window {r} count {i} = {show(c)} is not a whole count in 0..2**62")
     if problems:
         raise CalibrationError(f"{source}: the windows cannot be read", _capped(problems))
     k = width - 1
@@ -368,11 +380,12 @@ def _count(value):
     """``value`` as a non-negative Python int, or None when it is not one."""
     if isinstance(value, bool):
         return None
+    # Counts above 2**62 are refused: sums of them must stay inside the int64 the kernels use.
     if isinstance(value, numbers.Integral):
-        return int(value) if value >= 0 else None
+        return int(value) if 0 <= value <= COUNT_MAX else None
     if isinstance(value, numbers.Real):
         v = float(value)
-        return int(v) if math.isfinite(v) and v.is_integer() and v >= 0 else None
+        return int(v) if math.isfinite(v) and v.is_integer() and 0 <= v <= COUNT_MAX else None
     return None
 
 
@@ -394,7 +407,7 @@ def _counts(values, name, problems):
     for i, v in enumerate(values):
         c = _count(v)
         if c is None:
-            problems.append(f"{name}[{i}] = {v!r} is not a non-negative integer count")
+            problems.append(f"{name}[{i}] = {v!r} is not a whole count in 0..2**62")
         out.append(c)
     return tuple(out)
 
@@ -409,10 +422,14 @@ def _steps(steps, problems):
             problems.append(f"steps key {key!r} is not a pair (drafts, accepted) of non-negative integers")
             continue
         d, a = _count(key[0]), _count(key[1])
+        if d > MAX_DEPTH:
+            problems.append(f"steps ({d}, {a}): {d:,} drafts is beyond the deepest draft depth, {MAX_DEPTH:,} "
+                            "(docs/limits.md)")
+            continue
         if a > d:
             problems.append(f"steps ({d}, {a}) -> {c!r}: accepted {a} > drafts {d}")
         if _count(c) is None:
-            problems.append(f"steps ({d}, {a}) -> {c!r}: the count is not a non-negative integer")
+            problems.append(f"steps ({d}, {a}) -> {c!r}: the count is not a whole count in 0..2**62")
             continue
         if (d, a) in out:
             problems.append(f"steps ({d}, {a}) appears twice")

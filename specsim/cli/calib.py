@@ -155,7 +155,13 @@ def _fit(args, out):
         fit = fit_counts(drafter, counts)
         cal = fit.calibration
     report = build_report(cal, fit, holdout)
-    out.text(args.output, cal.render())
+    source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
+    try:
+        text = cal.render()
+    except CalibrationError as e:
+        raise CalibrationError(f"{source}: the calibration fitted from it cannot be written: {e.headline}",
+                               e.problems) from None
+    out.text(args.output, text)
     if args.counts_out:
         out.text(args.counts_out, render_counts(fit.counts))
     if args.plot:

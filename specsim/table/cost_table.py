@@ -93,7 +93,7 @@ class CostTable:
             text = _format.write(key, cells, meta, extras)
         except ValueError as e:
             raise TableError(f"the cost table cannot be written as TOML: {e}") from e
-        back = CostTable.parse(text, "<rendered table>")
+        back = CostTable.parse(text, "the table to write")
         if back.key != key or sorted(back.cells) != sorted(cells):
             raise TableError("the rendered table does not read back to the same key and cells")
         return text
