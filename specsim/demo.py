@@ -6,7 +6,7 @@ A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from 
 LLM inference conversation trace of November 2023, served under the five draft-depth policies
 and plain decoding as the baseline.
 
-The question it answers is SPEC §6's own what-if: the conversation traffic doubled
+The question it answers is the simulator's typical what-if: the conversation traffic doubled
 (:data:`DEMO_RATE_SCALE`). At the trace's own rate one modelled H200 idles at a batch of about
 seven and every policy serves the same tokens; at twice the rate it is near capacity, plain
 decoding falls behind, and the policies differ in energy and tail latency.

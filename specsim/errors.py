@@ -60,11 +60,12 @@ class InputError(SpecsimError):
 
 
 class TableError(SpecsimError):
-    """A cost table that is malformed or breaks a rule of the cost-table format (docs/formats.md)."""
+    """A cost table that is malformed or breaks a validation rule (docs/tables.md#validation)."""
 
 
 class CalibrationError(SpecsimError):
-    """An acceptance calibration that is malformed, breaks its format's rules, or cannot be fitted."""
+    """An acceptance calibration that is malformed, breaks a rule of its format, or cannot be fitted
+    (docs/formats.md#acceptance-calibration, docs/calibration.md#fitting)."""
 
 
 class KeyMismatchError(SpecsimError):

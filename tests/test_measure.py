@@ -1,4 +1,4 @@
-"""Measuring tables (SPEC §7): sweep, resume, merge, meters, backends, digests.
+"""Measuring tables (docs/measure.md): sweep, resume, merge, meters, backends, digests.
 
 CPU tests run the ``tiny`` recipe with millisecond windows; NVML and CuPy are exercised against
 autospec mocks here, and for real in the ``gpu``-marked tests where a CUDA device exists.

@@ -1,4 +1,4 @@
-"""``specsim replay`` (acceptance-trace replay, SPEC §5) and ``specsim table import``."""
+"""``specsim replay`` (acceptance-trace replay, docs/replay.md) and ``specsim table import``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def register(sub, groups):
     p = sub.add_parser(
         "replay",
         help="replay a policy on a logged acceptance trace at one width until a token budget",
-        description="Replay a draft-depth policy on a logged acceptance trace (SPEC §5). Costs come from "
+        description="Replay a draft-depth policy on a logged acceptance trace (docs/replay.md). Costs come from "
                     "--table, else from the file's per-depth step_ms list (no joules). propose and goodput "
                     "take their priors from --calibration, else estimate them from the trace.",
     )

@@ -1,6 +1,6 @@
 """The sweep: time and meter every (width, depth) cell, keep each on disk, resume, write the table.
 
-For each width ``n`` and depth ``k`` (SPEC §7) the harness warms the step up, times ``repeats``
+For each width ``n`` and depth ``k`` (docs/measure.md) the harness warms the step up, times ``repeats``
 separate calls of it (median, p10, p90, coefficient of variation), then runs it back to back for
 at least ``min_window_s`` between two readings of the energy meter and divides. Each end of that
 window is aligned on an update of the counter (single steps run until its value changes, for at
