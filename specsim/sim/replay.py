@@ -43,7 +43,9 @@ from specsim.sim._types import ReplayResult
 from specsim.sim.policy import parse_policy
 from specsim.table import Cell, CostTable, TableKey
 
-RUN_CELL_FIELDS = ("n", "k", "verify_ms", "verify_j", "draft_ms", "draft_j")
+# Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
+# progress line act between calls.
+CHUNK_ENTRIES = 4_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -283,7 +285,8 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
 
 
 def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Optional[CostTable] = None,
-           step_ms=None, calibration=None, slack: float = 0.0, max_seqs: Optional[int] = None) -> ReplayResult:
+           step_ms=None, calibration=None, slack: float = 0.0, max_seqs: Optional[int] = None,
+           progress=None) -> ReplayResult:
     """Replay ``policy`` on ``trace`` at ``width`` streams until ``budget`` tokens (SPEC §5).
 
     Parameters
@@ -304,15 +307,19 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
         Planner slack in ``[0, 1)``.
     max_seqs : int, optional
         Planner speculation cap; default: no cap (the width).
+    progress : callable(int), optional
+        Called with the tokens emitted so far after each chunk of steps (about
+        :data:`CHUNK_ENTRIES` trace entries); Ctrl-C stops the replay between chunks.
 
     Returns
     -------
     ReplayResult
     """
-    from specsim.sim._kernels import replay_nb
+    from specsim._checks import MAX_BUDGET_TOKENS, MAX_WIDTH, check_int
+    from specsim.sim._kernels import replay_steps_nb
 
-    width = _positive_int(width, "width")
-    budget = _positive_int(budget, "token budget")
+    width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
+    budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
     policy = parse_policy(policy)
     if table is not None:
         costs = StepCosts.from_table(table, width)
@@ -342,9 +349,23 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
             TraceWarning,
             stacklevel=2,
         )
+    if table is None and width > 1:
+        warnings.warn(
+            f"the step_ms list prices one step whatever its width: at width {width} every step emits {width} "
+            f"streams' tokens for that one cost, so throughput is {width}x a single stream's; give a cost table "
+            "(--table) measured at this width for a real figure",
+            SpecsimWarning,
+            stacklevel=2,
+        )
     step_j = float("nan") if costs.step_j is None else costs.step_j[depth]
     accepted = np.ascontiguousarray(trace.accepted, dtype=np.int8)
-    tokens, steps, ms, joules, _ = replay_nb(accepted, width, depth, budget, costs.step_ms[depth], step_j)
+    counts = np.zeros(3, dtype=np.int64)
+    sums = np.zeros(2, dtype=np.float64)
+    chunk = np.int64(max(1, CHUNK_ENTRIES // width))
+    while not replay_steps_nb(accepted, width, depth, budget, costs.step_ms[depth], step_j, counts, sums, chunk):
+        if progress is not None:
+            progress(int(counts[0]))
+    tokens, steps, ms, joules = counts[0], counts[1], sums[0], sums[1]
     by_depth = [0] * (costs.max_k + 1)
     by_depth[depth] = int(steps)
     return ReplayResult(
@@ -360,9 +381,3 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
         ms=float(ms),
         joules=None if costs.step_j is None else float(joules),
     )
-
-
-def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise TraceError(f"{what} must be an integer >= 1, got {value!r}")
-    return int(value)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import show
+from specsim._checks import MAX_GRID_POINTS, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 
@@ -181,6 +181,10 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         axes.append((name, tuple(values)))
     if "policy" not in raw_axes:
         problems.append("[axes] policy is missing: list the policies to compare, e.g. [\"propose\", \"sequence\"]")
+    size = math.prod(len(v) for _, v in axes)
+    if size > MAX_GRID_POINTS:
+        problems.append(f"the axes cross to {size:,} points; a sweep takes at most {MAX_GRID_POINTS:,} "
+                        "(docs/limits.md): split it into several grids")
     if problems:
         raise GridError(f"{source}: the sweep grid cannot run", problems)
     grid = Grid(source, traces, tables, calibrations, dict(server), dict(slo), tuple(axes))

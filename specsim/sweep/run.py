@@ -44,9 +44,14 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo: dic
         # `specsim simulate --rate-scale` run of the same file.
         requests = requests.copy()
         requests["arrival_s"] = requests["arrival_s"] / scale
-    result = simulate(requests, table, calibration, point["policy"], **options)
+    # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
+    result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
     summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
     return result_row(point, summary)
+
+
+def _no_progress(finished: int) -> None:
+    pass
 
 
 def result_row(point: dict, summary: dict) -> dict:
