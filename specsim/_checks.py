@@ -31,8 +31,6 @@ MAX_GRID_POINTS = 1_000_000
 MAX_BUDGET_TOKENS = 1 << 40
 # Longest pause or window, in seconds, a measurement option may ask for (one day).
 MAX_SECONDS = 86_400.0
-# Most columns one row of a windows histogram (depth + 1) may have.
-MAX_WINDOW_COLUMNS = MAX_DEPTH + 1
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -116,6 +114,24 @@ def check_number(value, name: str, error_cls, low: float = -math.inf, high: floa
     if problem:
         raise error_cls(problem)
     return float(value)
+
+
+def request_size_problem(prompt, output) -> str | None:
+    """``None`` if no request asks for more than :data:`MAX_TOKENS_PER_REQUEST` prompt or output
+    tokens, else which one does (the engine would run for ever on it).
+
+    Parameters
+    ----------
+    prompt, output : ndarray(int64), shape (R,)
+        Tokens per request.
+    """
+    for name, tokens in (("output_tokens", output), ("prompt_tokens", prompt)):
+        big = tokens > MAX_TOKENS_PER_REQUEST
+        if big.any():
+            i = int(big.argmax())
+            return (f"request {i}: {name} = {int(tokens[i]):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens one "
+                    f"request may ask for ({int(big.sum()):,} request(s) are; docs/limits.md)")
+    return None
 
 
 def check_finite_results(values: dict, cause: str, error_cls) -> None:

@@ -109,14 +109,7 @@ def make_counts(edges, accepted, rejected, steps, nonfinite=0, unreached=0, sour
     steps = _steps(steps, problems)
     for name, value in (("nonfinite", nonfinite), ("unreached", unreached)):
         if _count(value) is None:
-            problems.append(f"{name} = {value!r} is not a whole count in 0..2**62")
-    if not problems:
-        # Each count fits 2**62; their sums must too (the fit and its file hold them as int64).
-        totals = {"accepted and rejected drafts": sum(accepted) + sum(rejected),
-                  "verify steps": sum(steps.values()),
-                  "drafts the verify steps reached": sum((a + (a < d)) * c for (d, a), c in steps.items())}
-        problems += [f"the {name} add up to {total:,}, beyond 2**62: no log holds that many (docs/limits.md)"
-                     for name, total in totals.items() if total > COUNT_MAX]
+            problems.append(f"{name} = {value!r} is not a non-negative integer count")
     if problems:
         raise CalibrationError(f"{source}: the counts cannot be fitted", _capped(problems))
     return FitCounts(edges, accepted, rejected, steps, _count(nonfinite), _count(unreached), source)
@@ -253,7 +246,7 @@ def steps_from_windows(windows, source="<windows>"):
             problems.append(f"window {r} has {len(row)} counts, window 0 has {width}: every window needs k + 1")
         for i, c in enumerate(row):
             if _count(c) is None:
-                problems.append(f"window {r} count {i} = {show(c)} is not a whole count in 0..2**62")
+                problems.append(f"window {r} count {i} = {show(c)} is not a non-negative integer count")
     if problems:
         raise CalibrationError(f"{source}: the windows cannot be read", _capped(problems))
     k = width - 1
@@ -361,6 +354,20 @@ def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
     )
 
 
+def check_count_sizes(counts: FitCounts) -> FitCounts:
+    """Refuse counts whose sums pass 2**62 (docs/limits.md): no log holds that many, and the
+    calibration file, whose integers are 64-bit, could not record them. The fit itself is exact
+    on any Python int; this is the check for counts read from files."""
+    totals = {"accepted and rejected drafts": sum(counts.accepted) + sum(counts.rejected),
+              "verify steps": sum(counts.steps.values()),
+              "drafts the verify steps reached": sum((a + (a < d)) * c for (d, a), c in counts.steps.items())}
+    problems = [f"the {name} add up to {total:.3g}, beyond 2**62: no log holds that many (docs/limits.md)"
+                for name, total in totals.items() if total > COUNT_MAX]
+    if problems:
+        raise CalibrationError(f"{counts.source}: the counts cannot be fitted", problems)
+    return counts
+
+
 def render_counts(counts: FitCounts) -> str:
     """Counts as a TOML counts file that :func:`parse_counts` reads back equal."""
     steps = ", ".join(f"[{d}, {a}, {c}]" for (d, a), c in sorted(counts.steps.items()))
@@ -380,12 +387,11 @@ def _count(value):
     """``value`` as a non-negative Python int, or None when it is not one."""
     if isinstance(value, bool):
         return None
-    # Counts above 2**62 are refused: sums of them must stay inside the int64 the kernels use.
     if isinstance(value, numbers.Integral):
-        return int(value) if 0 <= value <= COUNT_MAX else None
+        return int(value) if value >= 0 else None
     if isinstance(value, numbers.Real):
         v = float(value)
-        return int(v) if math.isfinite(v) and v.is_integer() and 0 <= v <= COUNT_MAX else None
+        return int(v) if math.isfinite(v) and v.is_integer() and v >= 0 else None
     return None
 
 
@@ -407,7 +413,7 @@ def _counts(values, name, problems):
     for i, v in enumerate(values):
         c = _count(v)
         if c is None:
-            problems.append(f"{name}[{i}] = {v!r} is not a whole count in 0..2**62")
+            problems.append(f"{name}[{i}] = {v!r} is not a non-negative integer count")
         out.append(c)
     return tuple(out)
 
@@ -429,7 +435,7 @@ def _steps(steps, problems):
         if a > d:
             problems.append(f"steps ({d}, {a}) -> {c!r}: accepted {a} > drafts {d}")
         if _count(c) is None:
-            problems.append(f"steps ({d}, {a}) -> {c!r}: the count is not a whole count in 0..2**62")
+            problems.append(f"steps ({d}, {a}) -> {c!r}: the count is not a non-negative integer")
             continue
         if (d, a) in out:
             problems.append(f"steps ({d}, {a}) appears twice")

@@ -70,7 +70,7 @@ def register_fit(csub):
     from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
 
     p = csub.add_parser(
-        "fit", help="fit a calibration from counts, logs, rates or step histograms (SPEC §3)",
+        "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -115,7 +115,7 @@ def cmd_fit(args):
 def _fit(args, out):
     from specsim.calibration import DrafterKey
     from specsim.calibration.fit import (
-        calibration_from_rates, counts_from_steps, fit_counts, load_counts, render_counts,
+        calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
     from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
     from specsim.errors import CalibrationError
@@ -152,7 +152,7 @@ def _fit(args, out):
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
-        fit = fit_counts(drafter, counts)
+        fit = fit_counts(drafter, check_count_sizes(counts))
         cal = fit.calibration
     report = build_report(cal, fit, holdout)
     source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"

@@ -53,6 +53,7 @@ def cmd_replay(args):
 
 
 def _replay(args, out):
+    from specsim._checks import check_finite_results
     from specsim.errors import PolicyError, SpecsimWarning
     from specsim.sim.replay import load_acceptance_file, replay
 
@@ -86,6 +87,8 @@ def _replay(args, out):
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     costs = f"table {args.table}" if table is not None else "the file's step_ms list (no joules)"
+    priced = f"the costs in {args.table}" if table is not None else f"the step_ms list of {args.file}"
+    check_finite_results(result.to_dict(), f"{priced}, added up over {result.steps:,} steps", PolicyError)
     per_j = "unknown" if result.tokens_per_j is None else f"{result.tokens_per_j:.3f}"
     joules = "unknown" if result.joules is None else f"{result.joules:.3f}"
     print(f"trace {trace.name} (k_logged {trace.k_logged}, {trace.accepted.shape[0]} steps logged), costs from {costs}")

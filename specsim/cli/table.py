@@ -70,6 +70,7 @@ def cmd_check(args):
 
 def cmd_show(args):
     from specsim.table import CostTable
+    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
     table = CostTable.load(args.file)
     if args.json:
@@ -93,8 +94,8 @@ def cmd_show(args):
     rows = []
     for i, n in enumerate(table.widths):
         step = table.costs[i]
-        rows.append([int(n)] + [f"{step[d, 0] + step[d, 2]:.3f}" for d in range(table.max_k + 1)]
-                    + [f"{step[d, 1] + step[d, 3]:.3f}" for d in range(table.max_k + 1)])
+        rows.append([int(n)] + [f"{step[d, VERIFY_MS] + step[d, DRAFT_MS]:.3f}" for d in range(table.max_k + 1)]
+                    + [f"{step[d, VERIFY_J] + step[d, DRAFT_J]:.3f}" for d in range(table.max_k + 1)])
     print("step cost (verify + drafts):")
     print(format_grid(header, rows))
     return 0

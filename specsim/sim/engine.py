@@ -50,6 +50,7 @@ from typing import Optional
 
 import numpy as np
 
+from specsim._checks import COUNT_MAX, MAX_WIDTH
 from specsim.errors import SimulationError
 from specsim.sim.policy import Policy, parse_policy
 
@@ -61,8 +62,8 @@ DEFAULT_LOG_SIZE = 4096
 # Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
 PROGRESS_CHUNK = 1 << 14
-_NO_CAP = 1 << 62
-MAX_BATCH = 1 << 20
+_NO_CAP = COUNT_MAX
+MAX_BATCH = MAX_WIDTH
 # Upper bound of the per-token prefill costs and idle power: above it, times and energies would
 # overflow long before they meant anything.
 MAX_RATE = 1e9
@@ -377,6 +378,11 @@ def _request_arrays(requests):
             raise SimulationError(f"request {int(np.argmax(output < 1))}: output_tokens must be >= 1")
         if (prompt < 0).any():
             raise SimulationError(f"request {int(np.argmax(prompt < 0))}: prompt_tokens must be >= 0")
+        from specsim._checks import request_size_problem
+
+        problem = request_size_problem(prompt, output)
+        if problem:
+            raise SimulationError(problem)
     return arrival, prompt, output
 
 

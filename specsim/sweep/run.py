@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from specsim._checks import show
+from specsim._checks import request_size_problem, show
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
 from specsim.sweep.grid import INPUT_AXES, Grid, point_id, point_options
@@ -214,6 +214,9 @@ def _load_inputs(grid: Grid, points):
     for name in sorted(used["trace"]):
         path, options = grid.traces[name]
         traces[name] = load("traces", name, read_trace, path, **options).requests
+        too_big = request_size_problem(traces[name]["prompt_tokens"], traces[name]["output_tokens"])
+        if too_big:
+            raise GridError(f"{grid.source}: [traces] {name}: {path}: {too_big}")
     tables = {name: load("tables", name, CostTable.load, grid.tables[name]) for name in sorted(used["table"])}
     cals = {name: load("calibrations", name, AcceptanceCalibration.load, grid.calibrations[name])
             for name in sorted(used["calibration"])}
