@@ -31,6 +31,10 @@ MAX_GRID_POINTS = 1_000_000
 MAX_BUDGET_TOKENS = 1 << 40
 # Longest pause or window, in seconds, a measurement option may ask for (one day).
 MAX_SECONDS = 86_400.0
+# Most timed samples or warm-up calls per mode and cell of a measurement.
+MAX_REPEATS = 1_000_000
+# Largest assumed power, in watts (a whole rack draws less).
+MAX_POWER_W = 1e6
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 

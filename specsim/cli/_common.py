@@ -96,9 +96,18 @@ def refuse(message: str, problems=()):
     raise SpecsimError(message, problems)
 
 
-def require_matplotlib(flag: str = "--plot") -> None:
-    """Refuse ``flag`` before any work when matplotlib is not installed."""
+def require_matplotlib(flag: str = "--plot", path=None) -> None:
+    """Refuse ``flag`` before any work when matplotlib is not installed, or when ``path`` (a
+    plot whose format follows its extension) names a format matplotlib cannot write."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim[plot]'") from None
+    if path is not None and "." in str(path).rsplit("/", 1)[-1]:
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        suffix = str(path).rsplit(".", 1)[-1].lower()
+        if suffix not in kinds:
+            raise SpecsimError(f"{flag} {show(str(path))}: matplotlib cannot write .{suffix[:20]} files; "
+                               f"use one of {', '.join('.' + k for k in sorted(kinds))}")

@@ -65,7 +65,7 @@ def cmd_simulate(args):
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         _simulate(args, out)
     for path in out.written:
         print(f"wrote {path}", file=sys.stderr)

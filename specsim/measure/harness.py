@@ -54,14 +54,15 @@ class SweepSettings:
     align_s: float = 0.25
 
     def __post_init__(self):
-        from specsim._checks import MAX_SECONDS, int_problem, number_problem
+        from specsim._checks import MAX_REPEATS, MAX_SECONDS, int_problem, number_problem
 
         problems = [number_problem(self.min_window_s, "min_window_s", 0.0, MAX_SECONDS, low_open=True, unit="s")]
         problems += [number_problem(getattr(self, name), name, 0.0, MAX_SECONDS, unit="s")
                      for name in ("cooldown_s", "align_s")]
         if self.idle_s is not None:
             problems.append(number_problem(self.idle_s, "idle_s", 0.0, MAX_SECONDS, unit="s"))
-        problems += [int_problem(self.repeats, "repeats", 1), int_problem(self.warmup, "warmup", 0)]
+        problems += [int_problem(self.repeats, "repeats", 1, MAX_REPEATS, "the most samples"),
+                     int_problem(self.warmup, "warmup", 0, MAX_REPEATS, "the most warm-up calls")]
         problems = [p for p in problems if p]
         if problems:
             raise MeasureError("the sweep settings are refused", problems)

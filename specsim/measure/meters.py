@@ -177,9 +177,9 @@ class AssumedPowerMeter:
     source = "assumed"
 
     def __init__(self, power_w: float, clock=time.perf_counter):
-        from specsim._checks import check_number
+        from specsim._checks import MAX_POWER_W, check_number
 
-        power_w = check_number(power_w, "--assume-power-w", MeasureError, 0.0, low_open=True, unit="W")
+        power_w = check_number(power_w, "--assume-power-w", MeasureError, 0.0, MAX_POWER_W, low_open=True, unit="W")
         self.power_w = power_w
         self._clock = clock
 
