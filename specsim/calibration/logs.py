@@ -248,7 +248,7 @@ def _read_jsonl(path, columns):
         from specsim._io import loads_json
 
         # The guarded reader finds the bad line: deep nesting, huge integers, NaN, broken JSON.
-        objs = [loads_json(line, "the line", f"{path}: line {lineno}", CalibrationError) for lineno, line in numbered]
+        objs = [loads_json(line, f"line {lineno}", path, CalibrationError) for lineno, line in numbered]
     if not set(map(type, objs)) <= {dict}:
         i = next(i for i, o in enumerate(objs) if type(o) is not dict)
         raise CalibrationError(f"{path}: line {linenos[i]} is a JSON {type(objs[i]).__name__}, not an object")
