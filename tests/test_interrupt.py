@@ -100,7 +100,10 @@ def test_replay_with_a_huge_budget_stops(files):
     assert (files / "r.json").read_text() == SENTINEL
 
 
-def test_sweep_stops_and_keeps_the_finished_points(files):
+@pytest.mark.parametrize("how", [["--serial"], ["--workers", "2"]], ids=["serial", "dask"])
+def test_sweep_stops_and_keeps_the_finished_points(files, how):
+    if how[0] == "--workers":
+        pytest.importorskip("dask.distributed")
     from specsim.demo import demo_trace
     from specsim.sweep import read_results
 
@@ -114,7 +117,7 @@ def test_sweep_stops_and_keeps_the_finished_points(files):
         '[axes]\npolicy = ["sequence", "propose"]\nslack = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]\n'
         'seed = [1, 2, 3, 4, 5]\n')
     out = files / "r.csv"
-    proc = start(["sweep", "grid.toml", "--serial", "-o", "r.csv"], files)
+    proc = start(["sweep", "grid.toml", *how, "-o", "r.csv"], files)
 
     def some_rows():
         try:

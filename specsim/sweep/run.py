@@ -325,9 +325,32 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
             save(fut.result())
             bar.update()
         return n_workers
+    except KeyboardInterrupt:
+        # Finished points are saved; the points still running are dropped at once rather than
+        # waited for (a worker cannot stop inside the engine kernel).
+        _stop_local_workers(cluster)
+        raise
     finally:
-        client.close()
+        client.close(timeout=2)
         if cluster is not None:
-            cluster.close()
+            cluster.close(timeout=2)
+
+
+def _stop_local_workers(cluster) -> None:
+    """Silence Dask's shutdown warnings and end this sweep's own local worker processes."""
+    import logging
+    import signal
+
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    if cluster is None:
+        return  # an existing cluster's workers are not ours to stop
+    for nanny in list(cluster.workers.values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
