@@ -240,11 +240,13 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
     dstep_s = dbusy + dcomm + ov.draft_step_ms * 1e-3
     dstep_j = _energy_j(gpu, tp, dactive, dstep_s)
 
-    out = np.empty((n.shape[0], max_k + 1, 4))
-    out[:, :, 0] = verify_s * 1e3
-    out[:, :, 1] = verify_j
-    out[:, :, 2] = k * (dstep_s * 1e3)
-    out[:, :, 3] = k * dstep_j
+    from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
+    out = np.empty((n.shape[0], max_k + 1, len(COST_FIELDS)))
+    out[:, :, VERIFY_MS] = verify_s * 1e3
+    out[:, :, VERIFY_J] = verify_j
+    out[:, :, DRAFT_MS] = k * (dstep_s * 1e3)
+    out[:, :, DRAFT_J] = k * dstep_j
     return out
 
 
