@@ -3,6 +3,7 @@ all-or-nothing after it, so a failed or interrupted command never leaves a damag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -192,9 +193,11 @@ class Outputs:
                     temps[real] = _temp_with(Path(real), content)
             for real, tmp in temps.items():
                 os.chmod(tmp, _mode_for(Path(real)))
-            for real, tmp in temps.items():
-                os.replace(tmp, real)
-                self.written.append(self._declared[real][1])
+            with _no_interrupt():
+                # All renames or none: a Ctrl-C here is held until the last one is done.
+                for real, tmp in temps.items():
+                    os.replace(tmp, real)
+                    self.written.append(self._declared[real][1])
         finally:
             for tmp in temps.values():
                 _unlink(tmp)
@@ -222,6 +225,22 @@ class Outputs:
         else:
             self.discard()
         return False
+
+
+@contextlib.contextmanager
+def _no_interrupt():
+    """Hold SIGINT back for the block (main thread, POSIX); it is delivered right after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _pairs(inputs):
