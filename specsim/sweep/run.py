@@ -307,6 +307,7 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
         n = workers or os.cpu_count() or 1
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
+    interrupted = False
     try:
         n_workers = len(client.scheduler_info()["workers"])
         # Inputs travel once per worker, not once per task.
@@ -328,12 +329,20 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
     except KeyboardInterrupt:
         # Finished points are saved; the points still running are dropped at once rather than
         # waited for (a worker cannot stop inside the engine kernel).
+        interrupted = True
         _stop_local_workers(cluster)
         raise
     finally:
-        client.close(timeout=2)
-        if cluster is not None:
-            cluster.close(timeout=2)
+        for close in (client.close, None if cluster is None else cluster.close):
+            if close is None:
+                continue
+            if not interrupted:
+                close()
+                continue
+            try:
+                close(timeout=2)
+            except Exception:  # noqa: BLE001  (shutting down after Ctrl-C: nothing left to save)
+                pass
 
 
 def _stop_local_workers(cluster) -> None:
