@@ -173,3 +173,15 @@ def test_the_shared_checks():
     assert "> 0" in number_problem(0.0, "x", 0.0, low_open=True) and "must be a number" in number_problem("1", "x")
     assert fraction_problem(1.0, "f") is None and "below 1" in fraction_problem(1.0, "f", top_open=True)
     assert len(show("x" * 10**6)) < 80 and few(range(100), 3) == "0, 1, 2, … and 97 more"
+
+
+def test_non_finite_simulation_results_are_refused_naming_the_table(files, capsys):
+    import re
+
+    text = re.sub(r"(verify_ms|verify_j) = [0-9.e+-]+", r"\1 = 1e308", (files / "t.toml").read_text())
+    (files / "hot.toml").write_text(text)
+    (files / "out.json").write_text("sentinel")
+    refused(["simulate", "--trace", files / "trace.csv", "--table", files / "hot.toml", "--calibration",
+             files / "c.toml", "--policy", "fixed:0", "--policy", "fixed:1", "--json", files / "out.json"], capsys,
+            "not finite", "hot.toml", "energy_j = inf")
+    assert (files / "out.json").read_text() == "sentinel"

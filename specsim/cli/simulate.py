@@ -108,7 +108,10 @@ def _simulate(args, out):
         # Said once above; the threads would repeat it per policy.
         warnings.simplefilter("ignore", TraceWarning)
         results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
-    summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
+        summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
     check_finite_results({s["label"]: s for s in summaries},
                          f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
                          f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "
