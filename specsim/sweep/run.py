@@ -120,7 +120,12 @@ def read_results(path) -> list:
             raise GridError(f"{path}: cannot read it as Parquet ({e}); choose another -o") from None
         if "point_id" not in table.column_names:
             raise GridError(not_results)
-        return table.to_pylist()
+        rows = table.to_pylist()
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r["point_id"], str)), None)
+        if bad is not None:
+            raise GridError(f"{path}: row {bad + 1}: point_id = {show(rows[bad]['point_id'])} is not a point id; "
+                            "choose another -o")
+        return rows
     what = "the sweep results file"
     text = decode_text(read_input(path, what, GridError), what, path, GridError)
     header, rows = csv_rows(text, what, path, GridError)
