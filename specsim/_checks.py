@@ -25,6 +25,8 @@ MAX_DEPTH = 1024
 MAX_WIDTH = 1 << 20
 # Most output (or prompt) tokens one request may ask for.
 MAX_TOKENS_PER_REQUEST = 1 << 24
+# Most widths one modelled table may have.
+MAX_MODEL_WIDTHS = 4096
 # Most points a sweep grid may cross to.
 MAX_GRID_POINTS = 1_000_000
 # Most tokens a replay may emit (its budget).

@@ -42,19 +42,7 @@ def cmd_model(args):
 
 
 def _model(args):
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, int_problem
     from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
-    from specsim.errors import CostModelError
-
-    problems = [int_problem(args.max_k, "--max-k", 0, MAX_DEPTH, "the deepest draft depth")]
-    wide = [w for w in (args.widths or []) if not 1 <= w <= MAX_WIDTH]
-    if wide:
-        problems.append(f"--widths {few(wide)} are outside 1..{MAX_WIDTH:,} (docs/limits.md)")
-    if args.widths is not None and len(args.widths) > 4096:
-        problems.append(f"--widths lists {len(args.widths):,} widths; at most 4,096 (docs/limits.md)")
-    problems = [p for p in problems if p]
-    if problems:
-        raise CostModelError("the table to model is refused", problems)
 
     specs = {"gpu": {}, "model": {}, "drafter": {}}
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
