@@ -120,6 +120,23 @@ def test_kernel_matches_reference(digits, k_logged, depth, width, budget):
     assert got[:4] == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(0, 9), st.integers(1, 12),
+       st.integers(1, 500), st.integers(1, 7))
+def test_the_replay_in_chunks_matches_the_reference(digits, depth, width, budget, chunk):
+    # Chunks of steps (between which Ctrl-C and the progress line act) give the one-call result.
+    from specsim.sim._kernels import replay_steps_nb
+
+    counts, sums = np.zeros(3, dtype=np.int64), np.zeros(2, dtype=np.float64)
+    calls = 0
+    while not replay_steps_nb(np.array(digits, dtype=np.int8), width, depth, budget, 0.1, 0.3, counts, sums,
+                              np.int64(chunk)):
+        calls += 1
+        assert counts[1] == calls * chunk  # each call stops after exactly `chunk` steps until the end
+    want = ref.ref_replay(digits, width, depth, budget, 0.1, 0.3)
+    assert (int(counts[0]), int(counts[1]), float(sums[0]), float(sums[1])) == want
+
+
 def test_real_glm_traces_against_reference(shared_data):
     afile = load_acceptance_file(shared_data / GLM)
     assert len(afile.traces) == 6 and len(afile.step_ms) == 8
