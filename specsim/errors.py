@@ -27,7 +27,7 @@ class SpecsimError(Exception):
 
 # A refusal fits on one screen: the first problems, each cut to a few lines, then a count.
 MAX_PROBLEMS_SHOWN = 10
-MAX_LINE_CHARS = 400
+MAX_LINE_CHARS = 300
 
 
 def clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
