@@ -61,7 +61,7 @@ DEFAULT_IDLE_W = 0.0
 DEFAULT_LOG_SIZE = 4096
 # Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
-PROGRESS_CHUNK = 1 << 14
+PROGRESS_CHUNK = 1 << 12
 _NO_CAP = COUNT_MAX
 MAX_BATCH = MAX_WIDTH
 # Upper bound of the per-token prefill costs and idle power: above it, times and energies would
