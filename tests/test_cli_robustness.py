@@ -29,6 +29,12 @@ BAD = [
     ["demo", "--requests", "20", "--no-plot", "--out", "{d}/plain.txt"],
     ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
      "--policy", "fixed:1", "--json", "{d}/adir"],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--json", "/dev/null"],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--json", ""],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--plot", "{d}/plot.xyz"],
     # numbers out of range
     ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "99999999999999999999"],
     ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "-3"],
