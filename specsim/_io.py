@@ -12,6 +12,8 @@ from pathlib import Path
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
+    if "\x00" in str(path):
+        raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
     path = Path(path)
     if path.is_dir():
         raise error_cls(f"{path}: is a folder, not {what}; give a file")
@@ -126,6 +128,8 @@ class Outputs:
         given = str(path)
         if not given.strip():
             raise self._error(f"{label}: the output file name is empty")
+        if "\x00" in given:
+            raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
         if p.is_dir():
             raise self._error(f"{label} {given}: is a folder; give a file name")
