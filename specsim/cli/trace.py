@@ -16,7 +16,7 @@ def add_trace_options(p):
     p.add_argument("--columns", metavar="arrival=COL,prompt=COL,output=COL", help="format csv: the columns to read")
     p.add_argument("--arrival-unit", choices=("s", "ms", "us", "ns", "datetime"),
                    help="format csv: what the arrival column holds (default s)")
-    p.add_argument("--synthetic", metavar="SPEC",
+    p.add_argument("--synthetic", metavar="PARAMS",
                    help="format synthetic: requests=N,rate=R[,arrival=poisson|gamma][,cv=C]"
                         "[,prompt=lognormal:MEDIAN:SIGMA|empirical][,output=...][,seed=S]; "
                         "empirical lengths are resampled from the trace FILE when one is given")
