@@ -54,7 +54,7 @@ def trace_from_args(args, path):
         source = read_trace(path, skip_bad_rows=args.skip_bad_rows) if path else None
         return synthetic_trace(**parse_synthetic(args.synthetic, source), **opts)
     if path is None:
-        raise TraceError("give a trace file (or --format synthetic with --synthetic SPEC)")
+        raise TraceError("give a trace file (or --format synthetic with --synthetic PARAMS)")
     return read_trace(path, args.format, columns=args.columns, arrival_unit=args.arrival_unit,
                       skip_bad_rows=args.skip_bad_rows, **opts)
 
