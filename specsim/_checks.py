@@ -66,6 +66,11 @@ def is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def is_finite(value) -> bool:
+    """A real number (not a boolean) that is neither infinite nor NaN."""
+    return is_number(value) and math.isfinite(float(value))
+
+
 def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str = "") -> str | None:
     """``None`` if ``value`` is an integer in ``low..high``, else what is wrong with it."""
     if not is_int(value):
@@ -164,5 +169,5 @@ def _non_finite(value, path):
             stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
         elif isinstance(v, (list, tuple)):
             stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
-        elif is_number(v) and not is_int(v) and not math.isfinite(float(v)):
+        elif is_number(v) and not is_int(v) and not is_finite(v):
             yield where, v

@@ -180,6 +180,7 @@ def _read_windows(path, run):
     from pathlib import Path
 
     from specsim import _toml
+    from specsim._checks import is_int
     from specsim.calibration.fit import steps_from_windows
     from specsim.errors import CalibrationError
 
@@ -208,7 +209,7 @@ def _read_windows(path, run):
     steps = steps_from_windows(rows, source=str(path))
     k_logged = doc.get("k_logged")
     depth = max(d for d, _ in steps)
-    if isinstance(k_logged, int) and not isinstance(k_logged, bool) and k_logged != depth:
+    if is_int(k_logged) and k_logged != depth:
         raise CalibrationError(f"{path}: k_logged = {k_logged} but the windows have {depth + 1} counts per row "
                                f"(k = {depth}): each row is [accepted k, .., accepted 1, rejected]")
     return steps

@@ -366,7 +366,7 @@ def _toml_type(value):
 
 def _partial_cell(row, where, again):
     """One ``{"cell": {...}, "extras": {...}}`` line as ``(Cell, extras)``, every field checked."""
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, number_problem
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_finite, number_problem
 
     if not isinstance(row, dict) or not isinstance(row.get("cell"), dict) or not isinstance(row.get("extras"), dict):
         raise MeasureError(f"{where}: not a measured cell (an object with `cell` and `extras` objects){again}")
@@ -379,7 +379,7 @@ def _partial_cell(row, where, again):
         problems += [p for f in fields[2:] if (p := number_problem(raw[f], f, 0.0))]
     extras = row["extras"]
     problems += [f"extras {name} = {v!r} is not a finite number" for name, v in extras.items()
-                 if not (is_number(v) and math.isfinite(v))]
+                 if not is_finite(v)]
     if problems:
         raise MeasureError(f"{where}: not a measured cell{again}", problems)
     return Cell(int(raw["n"]), int(raw["k"]), *(float(raw[f]) for f in fields[2:])), dict(extras)
