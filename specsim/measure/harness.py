@@ -324,7 +324,12 @@ def _new_header(key, grid, wanted, backend, meter, settings, meta):
 def _write_partial(path, header, done):
     lines = [json.dumps(header, sort_keys=True, allow_nan=False)]
     for (n, k), (cell, extras) in sorted(done.items()):
-        lines.append(json.dumps({"cell": cell._asdict(), "extras": extras}, sort_keys=True))
+        try:
+            lines.append(json.dumps({"cell": cell._asdict(), "extras": extras}, sort_keys=True, allow_nan=False))
+        except ValueError:
+            # The reader refuses non-finite numbers; a cell holding one was not measured.
+            raise MeasureError(f"the cell (n={n}, k={k}) measured a non-finite figure: {cell}, {extras}; "
+                               "the clock or the meter misread") from None
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
