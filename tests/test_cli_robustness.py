@@ -301,6 +301,8 @@ def test_progress_lines_stay_off_a_pipe_unless_asked(monkeypatch):
             bar.update(10)
         assert bar.done == 10
         assert ("work" in stream.getvalue()) == shown
-        with Progress(10, "quiet", enabled=False, stream=Terminal()) as bar:
+        term = Terminal()
+        with Progress(10, "quiet", enabled=False, stream=term) as bar:  # --quiet, even on a terminal
             bar.update(3)
+        assert term.getvalue() == "" and bar.done == 3
         monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)
