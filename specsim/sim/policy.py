@@ -101,6 +101,11 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
+    from specsim.schedule.formats import engine_schedule
+
+    engine_ranges = engine_schedule(raw)  # vllm:FILE, trtllm:FILE, sglang:FILE (docs/schedules.md)
+    if engine_ranges is not None:
+        return Policy("schedule", ranges=engine_ranges)
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
     forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"

@@ -1,0 +1,1 @@
+"""Width-to-depth schedules: tuning one on a trace, and writing it for the serving engines."""
