@@ -64,7 +64,7 @@ def _planner_ranges(args):
     if widest < 1:
         raise _error("--widths-max must be >= 1")
     depths = Planner(table, cal, slack=args.slack, memo=False).propose_many(np.arange(1, widest + 1))
-    return ranges_from_depths(depths), args.max_batch or int(table.widths[-1])
+    return ranges_from_depths(depths), (args.max_batch if args.max_batch is not None else int(table.widths[-1]))
 
 
 def _error(message):
@@ -88,7 +88,7 @@ def cmd_export(args):
         raise _error(f"-o {args.out} is an input file: choose another output")
     if args.schedule:
         doc = load_schedule(args.schedule)
-        ranges, max_batch = doc.ranges, args.max_batch or doc.max_batch
+        ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
     else:
         ranges, max_batch = _planner_ranges(args)
     config = export(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)

@@ -254,7 +254,8 @@ def _export_sglang(c, method, max_batch, draft_model) -> EngineConfig:
     ]
     usage = (f"python -m sglang.launch_server ... --speculative-algorithm {method} --speculative-eagle-topk 1 "
              f"--speculative-num-steps {deepest} --speculative-adaptive --speculative-adaptive-config FILE")
-    return EngineConfig("sglang", json.dumps(cfg, indent=2) + "\n", tuple(notes), usage)
+    text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+    return EngineConfig("sglang", text, tuple(notes), usage)
 
 
 # -- import -----------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ DEFAULT_ATTAINMENT = 0.99
 # Candidates that beat the incumbent on the first seed and go on to the others, per round.
 BEAM = 4
 MAX_ROUNDS = 40
+MIN_GAIN = 1e-4
 WIDTH_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 # Per-step log of a tuning run: only its widest width is read (which widths a schedule can touch).
 _LOG_SIZE = 1 << 16
@@ -410,6 +411,16 @@ def _key(values, attainment, target, objective):
     return (0, 0.0, obj) if att >= target else (1, -att, obj)
 
 
+def _improves(new, old, min_gain) -> bool:
+    """Whether sort key ``new`` beats ``old``: meets the SLO where ``old`` misses it, misses it
+    less, or (both on the same side) has an objective better by more than ``min_gain`` of it."""
+    if new[0] != old[0]:
+        return new[0] < old[0]
+    if new[1] != old[1]:
+        return new[1] < old[1]
+    return new[2] < old[2] - min_gain * abs(old[2])
+
+
 def _split(requests, holdout):
     """Training and held-out windows: the held-out one is the last ``holdout`` share of the span."""
     if holdout == 0:
@@ -454,8 +465,8 @@ def _executor(executor, scheduler):
 
 def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, slo_tpot_s=None, attainment=None,
          widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
-         executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, progress=False,
-         names=None) -> TuneResult:
+         executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
+         progress=False, names=None) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -489,6 +500,9 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         Local workers or threads (default: the CPU count).
     max_rounds : int
         Most rounds of coordinate moves.
+    min_gain : float
+        Smallest relative gain on the objective a move must bring (default 1e-4, 0.01%): moves
+        that gain less are inside what one trace can tell apart.
     progress : bool
         Print a progress line on stderr.
     names : dict, optional
@@ -504,6 +518,8 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
 
     started = time.monotonic()
     target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
+    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
+        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
     requests = getattr(requests, "requests", requests)
     if requests.shape[0] == 0:
         raise ScheduleError("the trace has no requests")
@@ -566,14 +582,17 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
                 cands.setdefault(text(c), c)
             cands.pop(incumbent, None)
             run([("train", t, train_seeds[0]) for t in cands])
-            mine = key(incumbent, train_seeds[:1])
-            better = sorted((t for t in cands if key(t, train_seeds[:1]) < mine), key=lambda t: key(t, train_seeds[:1]))
-            better = better[:BEAM]
+            first = train_seeds[:1]
+            better = sorted((t for t in cands if _improves(key(t, first), key(incumbent, first), min_gain)),
+                            key=lambda t: key(t, first))[:BEAM]
             run([("train", t, s) for t in better for s in train_seeds[1:]])
             reached = max(reached, max(r["max_width"] for r in cache.values()))
             active = max(active, min(widest, reached))
+            # A move must gain on the mean and on every seed: one lucky draw does not move the schedule.
+            better = [t for t in better if _improves(key(t, train_seeds), key(incumbent, train_seeds), min_gain)
+                      and all(_improves(key(t, [s]), key(incumbent, [s]), 0.0) for s in train_seeds)]
             win = min(better, key=lambda t: key(t, train_seeds), default=None)
-            if win is None or not key(win, train_seeds) < key(incumbent, train_seeds):
+            if win is None:
                 line.say(f"round {round_no}: no move improves; {incumbent}")
                 break
             d, incumbent = cands[win], win
@@ -605,7 +624,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(calibration.render()),
         "seeds": int(seeds), "first_seed": int(base), "holdout": float(holdout), "max_batch": int(max_batch),
         "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
-        "max_seqs": opts.max_seqs, "row_budget": opts.row_budget,
+        "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
         "idle_w": opts.idle_w, "slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "attainment": target,
     }
