@@ -126,3 +126,36 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot) 
         draw(results, summaries, out / "plot.png")
         written.append(out / "plot.png")
     return written
+
+
+DEMO_TUNE_SEEDS = 2
+DEMO_TUNE_ROUNDS = 3
+
+
+def tune_demo(inputs, seed: int = 0, out=None):
+    """Tune a width -> depth schedule for the demo's trace: a short search (at most
+    :data:`DEMO_TUNE_ROUNDS` rounds of moves, threads in this process). With ``out``, write
+    ``schedule.toml`` and (when vLLM can take it) ``vllm-speculative-config.json`` there.
+
+    Returns
+    -------
+    (TuneResult, EngineConfig or None)
+    """
+    from specsim._io import atomic_write_text
+    from specsim.errors import ScheduleError
+    from specsim.schedule.tune import tune
+    from specsim.sim.engine import ServerOptions
+
+    result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
+                  options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
+                  max_rounds=DEMO_TUNE_ROUNDS, executor="threads",
+                  names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
+    try:
+        vllm = result.export("vllm")
+    except ScheduleError:
+        vllm = None  # the tuned schedule never speculates: there is no speculative config to write
+    if out is not None:
+        atomic_write_text(Path(out) / "schedule.toml", result.to_toml())
+        if vllm is not None:
+            atomic_write_text(Path(out) / "vllm-speculative-config.json", vllm.text)
+    return result, vllm

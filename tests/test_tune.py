@@ -86,7 +86,7 @@ def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
     for s in builtins:
         # Held-out window, seeds the search never saw; lower J/token is better.
         assert tuned.mean <= s.mean, (s.policy, tuned.mean, s.mean)
-    assert not res.within_noise and res.gain > 0
+    assert res.within_noise is False and res.gain > 0
     assert res.train.mean <= min(score.mean for _, score in res.starts.values())
 
 

@@ -135,9 +135,12 @@ class TuneResult:
         return policy_text(self.ranges)
 
     @property
-    def within_noise(self) -> bool:
-        """Whether the gain over the best fixed depth is no larger than the seed noise."""
-        return not (self.gain_noise == self.gain_noise) or abs(self.gain) <= self.gain_noise
+    def within_noise(self):
+        """Whether the gain over the best fixed depth is no larger than the seed noise (None with
+        one seed: the noise is not measured)."""
+        if self.gain_noise != self.gain_noise:
+            return None
+        return abs(self.gain) <= self.gain_noise
 
     @property
     def evaluations_per_s(self) -> float:
@@ -154,6 +157,8 @@ class TuneResult:
         head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
         if self.policy == f"schedule:1-={self.best_fixed.split(':')[1]}":
             return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
+        if self.within_noise is None:
+            return head + ": one seed, so the noise is not measured (use 2 or more seeds)"
         if self.within_noise:
             return head + f": inside the noise, so {self.best_fixed} serves as well"
         if self.gain < 0:
