@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
 from specsim.schedule.formats import (
-    ENGINES, canonical, depth_at, export, import_file, import_text, load_schedule, policy_text, ranges_from_depths,
+    ENGINES, canonical, depth_at, export, import_text, load_schedule, ranges_from_depths,
     read_yaml, render_schedule,
 )
 from specsim.schedule.formats import _yaml_subset

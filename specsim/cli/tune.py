@@ -129,7 +129,7 @@ def report(result, read=None) -> str:
                  f"+- {train.spread:.2g} over {len(train.values)} seeds")
     lines.append(f"tuned: {result.policy}")
     lines.append("")
-    lines.append(f"held-out window, {len(train.values)} unseen seeds (+- = half the seed-to-seed range):")
+    lines.append(f"held-out window, {len(train.values)} unseen seeds (+- = half the range over seeds):")
     lines.append(result.table())
     lines.append(result.verdict())
     return "\n".join(lines)

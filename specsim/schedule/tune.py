@@ -13,7 +13,7 @@ The search space is contiguous width ranges, each with a depth ``0..k_max``; wid
    seed and only the few that beat the incumbent there are run on the others (early pruning);
 4. compares the winner with the built-in policies on a held-out time window (the last
    ``holdout`` share of the trace) and on seeds the search never saw, and says whether its gain
-   over the best fixed depth is larger than the seed-to-seed noise.
+   over the best fixed depth is larger than the noise between seeds.
 
 Objectives: ``energy`` minimises joules per output token, ``throughput`` maximises output tokens
 per second. With SLO targets, a candidate whose mean attainment is below the target loses to
@@ -136,7 +136,7 @@ class TuneResult:
 
     @property
     def within_noise(self):
-        """Whether the gain over the best fixed depth is no larger than the seed noise (None with
+        """Whether the gain over the best fixed depth is no larger than the noise between seeds (None with
         one seed: the noise is not measured)."""
         if self.gain_noise != self.gain_noise:
             return None
@@ -517,8 +517,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     -------
     TuneResult
     """
-    from specsim.schedule.formats import canonical, policy_text, ranges_from_depths, requests_digest, text_digest
-    from specsim.sim.engine import ServerOptions, depth_by_width
+    from specsim.sim.engine import ServerOptions
     from specsim.sim.policy import parse_policy
 
     started = time.monotonic()
@@ -533,112 +532,147 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
     opts = replace(opts, log_size=_LOG_SIZE)
     resolved = opts.resolved(table)
-    max_batch, k_cap = resolved["max_batch"], resolved["k_max"]
-    widest = min(widths_max or max_batch, max_batch)
+    widest = min(widths_max or resolved["max_batch"], resolved["max_batch"])
     if widest < 1:
         raise ScheduleError(f"widths_max must be >= 1, got {widths_max!r}")
     train_part, held_part = _split(requests, float(holdout))
-    compare = [str(parse_policy(p)) if not isinstance(p, str) else p for p in compare]
+    compare = [str(p) for p in compare]
     for p in compare:
         parse_policy(p)  # refuse a bad one before any work
-    base = opts.seed
-    train_seeds = [base + i for i in range(seeds)]
-    held_seeds = [base + seeds + i for i in range(seeds)]
-    field_name = "j_per_token" if objective == "energy" else "tokens_per_s"
-    slo = (slo_ttft_s, slo_tpot_s)
-
     kind = _executor(executor, scheduler)
-    pool = _Pool(kind, {"train": train_part, "held": held_part}, table, calibration, opts, slo, scheduler, workers)
-    line = _Line(progress)
-    cache = {}  # (part, policy, seed) -> result
-    count = [0]
-
-    def run(tasks):
-        todo = [t for t in dict.fromkeys(tasks) if t not in cache]
-        for t, r in zip(todo, pool.run(todo, line.tick)):
-            cache[t] = r
-        count[0] += len(todo)
-
-    def key(pol, seed_list, part="train"):
-        rs = [cache[(part, pol, s)] for s in seed_list]
-        att = None if target is None else [r["attainment"] for r in rs]
-        return _key([r[field_name] for r in rs], att, target, objective)
-
-    def text(d):
-        return policy_text(ranges_from_depths(d))
-
+    pool = _Pool(kind, {"train": train_part, "held": held_part}, table, calibration, opts,
+                 (slo_ttft_s, slo_tpot_s), scheduler, workers)
+    search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
     try:
-        starts = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
-        for name in ("propose", "goodput"):
-            starts[name] = depth_by_width(parse_policy(name), table, calibration, opts, max_batch, k_cap)[1:widest + 1]
-        start_text = {name: text(d) for name, d in starts.items()}
-        run([("train", t, s) for t in start_text.values() for s in train_seeds])
-        best_name = min(starts, key=lambda n: key(start_text[n], train_seeds))
-        d = starts[best_name].copy()
-        incumbent = start_text[best_name]
-        reached = max(r["max_width"] for r in cache.values())
-        active = max(1, min(widest, reached))
-        grid = grid_widths(widest, table.widths)
-        line.say(f"best start {best_name}: {_fmt(key(incumbent, train_seeds), objective)}")
-        for round_no in range(1, max_rounds + 1):
-            cands = {}
-            busy = cache[("train", incumbent, train_seeds[0])]["width_quantiles"]
-            for c in _moves(d, active, k_cap, grid, busy):
-                cands.setdefault(text(c), c)
-            cands.pop(incumbent, None)
-            run([("train", t, train_seeds[0]) for t in cands])
-            first = train_seeds[:1]
-            better = sorted((t for t in cands if _improves(key(t, first), key(incumbent, first), min_gain)),
-                            key=lambda t: key(t, first))[:BEAM]
-            run([("train", t, s) for t in better for s in train_seeds[1:]])
-            reached = max(reached, max(r["max_width"] for r in cache.values()))
-            active = max(active, min(widest, reached))
-            # A move must gain on the mean and on every seed: one lucky draw does not move the schedule.
-            better = [t for t in better if _improves(key(t, train_seeds), key(incumbent, train_seeds), min_gain)
-                      and all(_improves(key(t, [s]), key(incumbent, [s]), 0.0) for s in train_seeds)]
-            win = min(better, key=lambda t: key(t, train_seeds), default=None)
-            if win is None:
-                line.say(f"round {round_no}: no move improves; {incumbent}")
-                break
-            d, incumbent = cands[win], win
-            line.say(f"round {round_no}: {_fmt(key(incumbent, train_seeds), objective)} with {incumbent}")
-
-        final = [incumbent] + [f"fixed:{k}" for k in range(k_cap + 1)] + ["goodput", "propose", "sequence"]
+        starts = search.starts(table, calibration, opts, resolved, widest)
+        incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        reached = search.reached
+        final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
-        run([("held", p, s) for p in final for s in held_seeds])
+        search.run([("held", p, s) for p in final for s in search.held_seeds])
     finally:
         pool.close()
-        line.close()
+        search.line.close()
+    inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
+                     max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
+                     reached=reached, min_gain=min_gain, slo=(slo_ttft_s, slo_tpot_s), target=target)
+    return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
 
-    def score(pol, part, seed_list):
-        rs = [cache[(part, pol, s)] for s in seed_list]
-        att = None if target is None and slo == (None, None) else tuple(r["attainment"] for r in rs)
-        return Score(pol, tuple(r[field_name] for r in rs), att, float(np.mean([r["j_per_token"] for r in rs])),
+
+class _Search:
+    """The search's state: evaluated results (cached by part, policy and seed), the seeds, the
+    widest width any run reached, and the rounds of moves."""
+
+    def __init__(self, pool, line, objective, target, base_seed, seeds, min_gain):
+        self.pool, self.line, self.objective, self.target = pool, line, objective, target
+        self.field = "j_per_token" if objective == "energy" else "tokens_per_s"
+        self.train_seeds = [base_seed + i for i in range(seeds)]
+        self.held_seeds = [base_seed + seeds + i for i in range(seeds)]
+        self.min_gain = min_gain
+        self.cache = {}
+        self.count = 0
+        self.reached = 0
+
+    def run(self, tasks):
+        todo = [t for t in dict.fromkeys(tasks) if t not in self.cache]
+        for t, r in zip(todo, self.pool.run(todo, self.line.tick)):
+            self.cache[t] = r
+            self.reached = max(self.reached, r["max_width"])
+        self.count += len(todo)
+
+    def key(self, pol, seed_list, part="train"):
+        rs = [self.cache[(part, pol, s)] for s in seed_list]
+        att = None if self.target is None else [r["attainment"] for r in rs]
+        return _key([r[self.field] for r in rs], att, self.target, self.objective)
+
+    def starts(self, table, cal, opts, resolved, widest) -> dict:
+        """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
+        from specsim.schedule.formats import policy_text, ranges_from_depths
+        from specsim.sim.engine import depth_by_width
+        from specsim.sim.policy import parse_policy
+
+        k_cap = resolved["k_max"]
+        depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
+        for name in ("propose", "goodput"):
+            d = depth_by_width(parse_policy(name), table, cal, opts, resolved["max_batch"], k_cap)
+            depths[name] = d[1:widest + 1]
+        out = {name: (d, policy_text(ranges_from_depths(d))) for name, d in depths.items()}
+        self.run([("train", t, s) for _, t in out.values() for s in self.train_seeds])
+        return out
+
+    def descend(self, starts, table, k_cap, widest, max_rounds) -> str:
+        """Steepest descent over coordinate moves from the best start; returns the winner's policy."""
+        from specsim.schedule.formats import policy_text, ranges_from_depths
+
+        seeds, first = self.train_seeds, self.train_seeds[:1]
+        best = min(starts, key=lambda n: self.key(starts[n][1], seeds))
+        d, incumbent = starts[best][0].copy(), starts[best][1]
+        grid = grid_widths(widest, table.widths)
+        self.line.say(f"best start {best}: {_fmt(self.key(incumbent, seeds), self.objective)}")
+        for round_no in range(1, max_rounds + 1):
+            active = max(1, min(widest, self.reached))
+            busy = self.cache[("train", incumbent, seeds[0])]["width_quantiles"]
+            cands = {}
+            for c in _moves(d, active, k_cap, grid, busy):
+                cands.setdefault(policy_text(ranges_from_depths(c)), c)
+            cands.pop(incumbent, None)
+            self.run([("train", t, seeds[0]) for t in cands])
+            mine = self.key(incumbent, first)
+            better = sorted((t for t in cands if _improves(self.key(t, first), mine, self.min_gain)),
+                            key=lambda t: self.key(t, first))[:BEAM]
+            self.run([("train", t, s) for t in better for s in seeds[1:]])
+            # A move must gain on the mean and on every seed: one lucky draw does not move the schedule.
+            better = [t for t in better if _improves(self.key(t, seeds), self.key(incumbent, seeds), self.min_gain)
+                      and all(_improves(self.key(t, [s]), self.key(incumbent, [s]), 0.0) for s in seeds)]
+            win = min(better, key=lambda t: self.key(t, seeds), default=None)
+            if win is None:
+                self.line.say(f"round {round_no}: no move improves; {incumbent}")
+                break
+            d, incumbent = cands[win], win
+            self.line.say(f"round {round_no}: {_fmt(self.key(incumbent, seeds), self.objective)} with {incumbent}")
+        return incumbent
+
+    def score(self, pol, part, seed_list) -> Score:
+        rs = [self.cache[(part, pol, s)] for s in seed_list]
+        att = None if rs[0]["attainment"] is None else tuple(r["attainment"] for r in rs)
+        return Score(pol, tuple(r[self.field] for r in rs), att, float(np.mean([r["j_per_token"] for r in rs])),
                      float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
 
-    held = tuple(score(p, "held", held_seeds) for p in final)
-    fixed = [s for s in held if s.policy.startswith("fixed:")]
-    best_fixed = min(fixed, key=lambda s: key(s.policy, held_seeds, "held"))
-    sign = 1.0 if objective == "energy" else -1.0
-    diffs = sign * (np.array(best_fixed.values) - np.array(held[0].values))
-    noise = 2.0 * float(np.std(diffs, ddof=1)) / math.sqrt(diffs.shape[0]) if diffs.shape[0] > 1 else float("nan")
-    names = names or {}
-    inputs = {
+    def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
+        from specsim.schedule.formats import canonical
+        from specsim.sim.policy import parse_policy
+
+        held = tuple(self.score(p, "held", self.held_seeds) for p in final)
+        fixed = [s for s in held if s.policy.startswith("fixed:")]
+        best_fixed = min(fixed, key=lambda s: self.key(s.policy, self.held_seeds, "held"))
+        sign = 1.0 if self.objective == "energy" else -1.0
+        diffs = sign * (np.array(best_fixed.values) - np.array(held[0].values))
+        n = diffs.shape[0]
+        noise = 2.0 * float(np.std(diffs, ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
+        return TuneResult(
+            ranges=canonical(parse_policy(incumbent).ranges), objective=self.objective,
+            train=self.score(incumbent, "train", self.train_seeds), holdout=held, best_fixed=best_fixed.policy,
+            gain=float(diffs.mean()), gain_noise=noise,
+            starts={name: (t, self.score(t, "train", self.train_seeds)) for name, (_, t) in starts.items()},
+            evaluations=self.count, seconds=seconds, executor=kind, inputs=inputs,
+        )
+
+
+def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
+            slo, target) -> dict:
+    """What the schedule file records about how it was tuned."""
+    from specsim.schedule.formats import requests_digest, text_digest
+
+    return {
         "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
-        "calibration": names.get("calibration"), "calibration_sha256": text_digest(calibration.render()),
-        "seeds": int(seeds), "first_seed": int(base), "holdout": float(holdout), "max_batch": int(max_batch),
+        "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
+        "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_batch": int(max_batch),
         "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
-        "idle_w": opts.idle_w, "slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "attainment": target,
+        "idle_w": opts.idle_w, "slo_ttft_s": slo[0], "slo_tpot_s": slo[1], "attainment": target,
     }
-    return TuneResult(
-        ranges=canonical(parse_policy(incumbent).ranges), objective=objective, train=score(incumbent, "train", train_seeds), holdout=held,
-        best_fixed=best_fixed.policy, gain=float(diffs.mean()), gain_noise=noise,
-        starts={n: (start_text[n], score(start_text[n], "train", train_seeds)) for n in starts},
-        evaluations=count[0], seconds=time.monotonic() - started, executor=kind, inputs=inputs,
-    )
 
 
 def _fmt(k, objective):
