@@ -163,7 +163,7 @@ def tune_demo(inputs, seed: int = 0, out=None):
     -------
     (TuneResult, EngineConfig or None)
     """
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.errors import ScheduleError
     from specsim.schedule.tune import tune
     from specsim.sim.engine import ServerOptions
@@ -177,7 +177,8 @@ def tune_demo(inputs, seed: int = 0, out=None):
     except ScheduleError:
         vllm = None  # the tuned schedule never speculates: there is no speculative config to write
     if out is not None:
-        atomic_write_text(Path(out) / "schedule.toml", result.to_toml())
-        if vllm is not None:
-            atomic_write_text(Path(out) / "vllm-speculative-config.json", vllm.text)
+        with Outputs() as outputs:
+            outputs.text(outputs.declare(Path(out) / "schedule.toml", "--out"), result.to_toml())
+            if vllm is not None:
+                outputs.text(outputs.declare(Path(out) / "vllm-speculative-config.json", "--out"), vllm.text)
     return result, vllm

@@ -229,7 +229,8 @@ def test_vllm_import_follows_vllms_lookup():
     ('{"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": []}', "non-empty"),
     ('{"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 4, 1, 512, 1]]}', "context"),
     ('{"method": "eagle"}', "neither"),
-    ("[1, 2", "not: line 1"),
+    ("[1, 2", "not JSON: line 1"),
+    ('{"num_speculative_tokens": NaN}', "NaN"),
 ])
 def test_vllm_import_refuses_what_vllm_refuses(text, match):
     with pytest.raises(PolicyError, match=match):
@@ -322,7 +323,7 @@ def test_cli_export_and_import(tmp_path, capsys):
     assert main(["schedule", "import", "--from", "trtllm", str(out_file)]) == 0
     assert capsys.readouterr().out.strip() == "schedule:1-16=4,17-256=1,257-=0"
     assert main(["schedule", "export", str(s), "--to", "vllm", "-o", str(s)]) == 2
-    assert "input file" in capsys.readouterr().err
+    assert "destroy the input" in capsys.readouterr().err
     assert main(["schedule", "export", "--to", "vllm"]) == 2
     assert main(["schedule", "export", str(s), "--to", "trtllm", "--max-batch", "0"]) == 2
 

@@ -181,4 +181,4 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
     doc = load_schedule(out)
     assert doc.sections["inputs"]["trace"] == "trace.csv"
     assert main(argv[:-1] + [str(t)]) == 2
-    assert "input file" in capsys.readouterr().err
+    assert "destroy the input" in capsys.readouterr().err

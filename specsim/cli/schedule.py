@@ -74,30 +74,29 @@ def _error(message):
 
 
 def cmd_export(args):
-    from pathlib import Path
-
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.schedule.formats import export, load_schedule, policy_text
 
     if (args.schedule is None) == (args.planner is None):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
     if args.planner is None and (args.widths_max is not None or args.slack):
         raise _error("--slack and --widths-max apply to --planner")
-    inputs = [args.schedule] if args.schedule else list(args.planner)
-    if args.out and any(Path(args.out).resolve() == Path(i).resolve() for i in inputs):
-        raise _error(f"-o {args.out} is an input file: choose another output")
-    if args.schedule:
-        doc = load_schedule(args.schedule)
-        ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
-    else:
-        ranges, max_batch = _planner_ranges(args)
-    config = export(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
+    table, cal = args.planner or (None, None)
+    with Outputs({"SCHEDULE.toml": args.schedule, "--planner TABLE": table, "--planner CAL": cal}) as out:
+        out.declare(args.out, "-o")
+        if args.schedule:
+            doc = load_schedule(args.schedule)
+            ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
+        else:
+            ranges, max_batch = _planner_ranges(args)
+        config = export(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
+        if args.out:
+            out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)
     for note in config.notes:
         print(f"specsim: note: {note}", file=sys.stderr)
     print(f"specsim: use: {config.usage}", file=sys.stderr)
     if args.out:
-        atomic_write_text(args.out, config.text)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(config.text)

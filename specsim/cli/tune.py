@@ -81,7 +81,7 @@ def register(sub, groups):
 def cmd_tune(args):
     from pathlib import Path
 
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import trace_from_args
     from specsim.errors import ScheduleError
@@ -89,27 +89,26 @@ def cmd_tune(args):
     from specsim.sim.engine import ServerOptions
     from specsim.table import CostTable
 
-    inputs = [x for x in (args.trace, args.table, args.calibration) if x]
-    if any(Path(args.out).resolve() == Path(x).resolve() for x in inputs):
-        raise ScheduleError(f"-o {args.out} is an input file: choose another output")
     if args.seeds < 1:
         raise ScheduleError("--seeds must be >= 1")
-    read = trace_from_args(args, args.trace)
-    table = CostTable.load(args.table)
-    cal = AcceptanceCalibration.load(args.calibration)
-    opts = ServerOptions(slack=args.slack, max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
-                         row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
-                         prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed)
-    executor = "serial" if args.serial else ("threads" if args.threads else "auto")
-    names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
-             "calibration": Path(args.calibration).name}
-    result = tune(read, table, cal, objective=args.objective, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
-                  attainment=args.attainment, widths_max=args.widths_max, seeds=args.seeds, holdout=args.holdout,
-                  options=opts, compare=args.compare, executor=executor, scheduler=args.scheduler,
-                  workers=args.workers, max_rounds=args.max_rounds, min_gain=args.min_gain,
-                  progress=not args.quiet, names=names)
-    print(report(result, read))
-    atomic_write_text(args.out, result.to_toml())
+    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration}) as out:
+        out.declare(args.out, "-o")
+        read = trace_from_args(args, args.trace)
+        table = CostTable.load(args.table)
+        cal = AcceptanceCalibration.load(args.calibration)
+        opts = ServerOptions(slack=args.slack, max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
+                             row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
+                             prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed)
+        executor = "serial" if args.serial else ("threads" if args.threads else "auto")
+        names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
+                 "calibration": Path(args.calibration).name}
+        result = tune(read, table, cal, objective=args.objective, slo_ttft_s=args.slo_ttft_s,
+                      slo_tpot_s=args.slo_tpot_s, attainment=args.attainment, widths_max=args.widths_max,
+                      seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
+                      scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
+                      min_gain=args.min_gain, progress=not args.quiet, names=names)
+        print(report(result, read))
+        out.text(args.out, result.to_toml())
     print(f"wrote {args.out}; serve it with: specsim schedule export {args.out} --to vllm|trtllm|sglang",
           file=sys.stderr)
     return 0

@@ -273,15 +273,12 @@ def engine_schedule(text):
 
 def import_file(engine: str, path) -> tuple:
     """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical)."""
-    from specsim._io import read_input
+    from specsim._io import decode_text, read_input
 
     if engine not in ENGINES:
         raise ScheduleError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    data = read_input(path, f"a {engine} config", PolicyError)
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError:
-        raise PolicyError(f"{path}: a {engine} config must be UTF-8 text") from None
+    what = f"a {engine} config"
+    text = decode_text(read_input(path, what, PolicyError), what, str(path), PolicyError)
     return import_text(engine, text, str(path))
 
 
@@ -292,11 +289,9 @@ def import_text(engine: str, text: str, source: str = "<text>") -> tuple:
 
 
 def _json(text, source, engine):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PolicyError(f"{source}: a {engine} config is JSON, and this is not: line {e.lineno} column "
-                          f"{e.colno}: {e.msg}") from None
+    from specsim._io import loads_json
+
+    return loads_json(text, f"a {engine} config", source, PolicyError)
 
 
 def _whole(v) -> bool:

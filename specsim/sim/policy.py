@@ -10,11 +10,13 @@ Forms:
     overlap. A width that no range covers decodes plainly (depth 0), as a serve with no rule
     for that batch size would.
 ``propose``
-    SPEC §4.1: one depth for the batch from the cost table and the calibration's priors.
+    One depth for the batch from the cost table and the calibration's priors (docs/planner.md).
 ``sequence``
-    §4.1 then §4.2: per-sequence depths from the drafts' confidences.
+    ``propose``, then per-sequence depths from the drafts' confidences (docs/planner.md).
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
+    The ``schedule`` an engine's config file sets, read as the engine reads it (docs/schedules.md).
 """
 
 from __future__ import annotations
