@@ -340,3 +340,23 @@ def test_cli_export_from_the_planner(tmp_path, capsys):
     back = import_text("sglang", capsys.readouterr().out)
     planner = Planner(table, cal, memo=False)
     assert all(depth_at(back, w) == planner.propose(min(w, 64)) for w in range(1, 100))
+
+
+def test_simulate_runs_an_engine_config_as_the_schedule_it_sets(tmp_path, capsys):
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.sim.synthetic import synthetic_trace
+
+    t, c, tr, cfg = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv", tmp_path / "vllm.json"
+    t.write_text(demo_table().to_text())
+    c.write_text(demo_calibration().render())
+    trace = synthetic_trace(120, 20.0, seed=2).requests
+    tr.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a!r},{p},{o}\n" for a, p, o in trace.tolist()))
+    cfg.write_text(export("vllm", ((1, 4, 3), (5, None, 1)), max_batch=256).text)
+    base = ["simulate", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--quiet"]
+    mine, theirs = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(base + ["--policy", f"vllm:{cfg}", "--json", str(mine)]) == 0
+    assert main(base + ["--policy", "schedule:1-4=3,5-=1", "--json", str(theirs)]) == 0
+    capsys.readouterr()
+    a, b = (json.loads(p.read_text())["policies"][0] for p in (mine, theirs))
+    assert a["policy"] == b["policy"] == "schedule:1-4=3,5-=1"
+    assert a["j_per_token"] == b["j_per_token"] and a["tokens_per_s"] == b["tokens_per_s"]

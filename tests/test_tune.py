@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specsim.cli import main
-from specsim.errors import PolicyError, ScheduleError
+from specsim.errors import PolicyError, ScheduleError, SpecsimError
 from specsim.schedule.formats import load_schedule, policy_text, ranges_from_depths
 from specsim.schedule.tune import _moves, _runs, evaluate, grid_widths, tune
 from specsim.sim.engine import ServerOptions
@@ -148,10 +148,11 @@ def test_dask_local_cluster_agrees_with_threads(small):
     ({"executor": "gpu"}, "executor"),
     ({"min_gain": -1}, "min_gain"),
     ({"compare": ["fixed:x"]}, "depth K"),
+    ({"scheduler": "not an address"}, "not a Dask scheduler address"),
 ])
 def test_tune_refuses_bad_settings(small, kw, match):
     trace, table, cal = small
-    with pytest.raises(ScheduleError if "compare" not in kw else PolicyError, match=match):
+    with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
         tune(trace, table, cal, options=ServerOptions(max_batch=8), **({"executor": "serial"} | kw))
 
 

@@ -254,8 +254,8 @@ class _Pool:
         if scheduler:
             try:
                 self.client = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as e:
-                raise ScheduleError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
+            except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
+                raise ScheduleError(f"cannot reach the Dask scheduler at {scheduler}: {str(e)[:200]}") from None
         else:
             self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                         dashboard_address=None)
@@ -457,6 +457,10 @@ def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, execut
 
 
 def _executor(executor, scheduler):
+    if scheduler:
+        from specsim.sweep.run import check_scheduler
+
+        check_scheduler(scheduler)
     if executor == "auto" or scheduler:
         try:
             import dask.distributed  # noqa: F401
