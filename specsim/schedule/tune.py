@@ -162,7 +162,7 @@ class TuneResult:
         if self.within_noise:
             return head + f": inside the noise, so {self.best_fixed} serves as well"
         if self.gain < 0:
-            return head + f": worse, so serve {self.best_fixed} (the search fitted its training window)"
+            return head + f": worse, so serve {self.best_fixed} (what won on the training window did not carry over)"
         return head + ": outside the noise"
 
     def table(self) -> str:
