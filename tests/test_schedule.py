@@ -238,7 +238,8 @@ def test_vllm_import_refuses_what_vllm_refuses(text, match):
 
 
 def test_trtllm_import_reads_upper_bounds_and_checks_its_rules():
-    text = "speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 4\n  draft_len_schedule: {4: 4, 8: 2, 32: 1}\n"
+    text = ("speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 4\n"
+            "  draft_len_schedule: {4: 4, 8: 2, 32: 1}\n")
     assert import_text("trtllm", text) == ((1, 4, 4), (5, 8, 2), (9, 32, 1), (33, None, 0))
     assert import_text("trtllm", "speculative_config:\n  max_draft_len: 3\n  max_concurrency: 16\n") == \
         ((1, 16, 3), (17, None, 0))

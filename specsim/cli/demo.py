@@ -90,7 +90,8 @@ def _tuned(inputs, args):
     print(f"  {held[result.policy].mean:.4f} J/token on the held-out last quarter of the trace, unseen seeds "
           f"(vs {others})")
     print(f"  {result.verdict()}")
-    print(f"  written to {args.out}/schedule.toml; specsim schedule export turns it into a TensorRT-LLM or SGLang config")
+    print(f"  written to {args.out}/schedule.toml; specsim schedule export turns it into a TensorRT-LLM or "
+          "SGLang config")
     if vllm is not None:
         print(f"vLLM: --speculative-config '{vllm.text.strip()}'")
 

@@ -27,7 +27,8 @@ def register(sub, groups):
                    help="instead of a file: the planner's depth at every width from this cost table and calibration")
     p.add_argument("--slack", type=slack, default=0.0, help="with --planner: slack in [0, 1) (default 0)")
     p.add_argument("--widths-max", type=count, metavar="N",
-                   help="with --planner: widest width to plan (default the table's widest); wider widths keep its depth")
+                   help="with --planner: widest width to plan (default the table's widest); "
+                        "wider widths keep its depth")
     p.add_argument("--to", required=True, choices=ENGINES, help="the engine to write for")
     p.add_argument("--method", metavar="NAME",
                    help="speculative method as the engine names it (default: vLLM eagle, TensorRT-LLM Eagle3, "

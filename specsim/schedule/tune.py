@@ -466,7 +466,8 @@ def _executor(executor, scheduler):
             import dask.distributed  # noqa: F401
         except ImportError:
             if executor == "dask" or scheduler:
-                raise ScheduleError("Dask is not installed (pip install 'specsim[dist]'); use threads or serial") from None
+                raise ScheduleError("Dask is not installed (pip install 'specsim[dist]'); "
+                                    "use threads or serial") from None
             return "threads"
         return "dask"
     return executor
