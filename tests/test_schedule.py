@@ -361,3 +361,14 @@ def test_simulate_runs_an_engine_config_as_the_schedule_it_sets(tmp_path, capsys
     a, b = (json.loads(p.read_text())["policies"][0] for p in (mine, theirs))
     assert a["policy"] == b["policy"] == "schedule:1-4=3,5-=1"
     assert a["j_per_token"] == b["j_per_token"] and a["tokens_per_s"] == b["tokens_per_s"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedules(), st.one_of(st.none(), st.integers(1, 4096)), st.sampled_from(["energy", "throughput"]))
+def test_schedule_file_roundtrip_any_schedule(tmp_path_factory, ranges, max_batch, objective):
+    f = tmp_path_factory.mktemp("s") / "s.toml"
+    f.write_text(render_schedule(ranges, objective=objective, max_batch=max_batch,
+                                 sections={"result": {"gain": 0.25, "within_noise": False, "note": 'a "quoted" word'}}))
+    doc = load_schedule(f)
+    assert (doc.ranges, doc.max_batch, doc.objective) == (ranges, max_batch, objective)
+    assert doc.sections["result"] == {"gain": 0.25, "within_noise": False, "note": 'a "quoted" word'}
