@@ -44,6 +44,8 @@ DEFAULT_ATTAINMENT = 0.99
 BEAM = 4
 MAX_ROUNDS = 40
 MIN_GAIN = 1e-4
+# Up to this many grid cells, the search tries a new depth in every cell each round.
+SMALL_SPACE_CELLS = 16
 WIDTH_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 # Per-step log of a tuning run: only its widest width is read (which widths a schedule can touch).
 _LOG_SIZE = 1 << 16
@@ -368,7 +370,8 @@ def _moves(d, active, k_cap, grid, busy=()):
     """Candidate depth vectors one coordinate move from ``d`` over widths ``1..active``.
 
     ``busy``: widths where the incumbent's batches often are; a range is split at the grid
-    widths nearest to them as well as at its middle grid width.
+    widths nearest to them as well as at its middle grid width, and the grid cells holding them
+    try a neighbouring depth.
     """
     head = d[:active]
     runs = _runs(head)
@@ -392,6 +395,18 @@ def _moves(d, active, k_cap, grid, busy=()):
             emit(int(below[-1]), lo2 - 1, k2)  # the boundary moves down: k2 takes more widths
         if above.shape[0]:
             emit(lo2, int(above[0]) - 1, k1)  # the boundary moves up
+    # One grid cell to a neighbouring depth: every cell in a small space, else the cells where
+    # the batches are (a range's middle can then change without touching its ends).
+    starts = np.concatenate([[1], grid[grid <= active]])
+    ends = np.concatenate([starts[1:] - 1, [active]])
+    cells = range(starts.shape[0])
+    if starts.shape[0] > SMALL_SPACE_CELLS:
+        cells = sorted({int(np.searchsorted(starts, w, side="right")) - 1 for w in busy if 1 <= w <= active})
+    for i in cells:
+        lo, hi = int(starts[i]), int(ends[i])
+        for k2 in {int(head[lo - 1]) - 1, int(head[lo - 1]) + 1, int(head[hi - 1]) - 1, int(head[hi - 1]) + 1}:
+            if 0 <= k2 <= k_cap and not np.all(head[lo - 1:hi] == k2):
+                emit(lo, hi, k2)
     for lo, hi, k in runs:
         inside = grid[(grid > lo) & (grid <= hi)]
         if not inside.shape[0]:
