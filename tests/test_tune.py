@@ -171,11 +171,12 @@ def test_dask_local_cluster_agrees_with_threads(small):
     ({"min_gain": -1}, "min_gain"),
     ({"compare": ["fixed:x"]}, "depth K"),
     ({"scheduler": "not an address"}, "not a Dask scheduler address"),
+    ({"options": ServerOptions(max_batch=8, seed=(1 << 64) - 2)}, "64 bits"),
 ])
 def test_tune_refuses_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
-        tune(trace, table, cal, options=ServerOptions(max_batch=8), **({"executor": "serial"} | kw))
+        tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_batch=8)} | kw))
 
 
 def test_tune_refuses_a_window_with_no_requests(small):

@@ -20,7 +20,8 @@ per second. With SLO targets, a candidate whose mean attainment is below the tar
 every one that meets it (among those that miss, the higher attainment wins).
 
 Evaluations run on Dask (a local cluster, or ``scheduler=`` a running one), in threads, or in
-this process; the result does not depend on which.
+this process; the result does not depend on which. :func:`tune` keeps all its state in the call,
+so several threads may tune at once.
 """
 
 from __future__ import annotations
@@ -551,6 +552,9 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     if not isinstance(opts, ServerOptions):
         raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
     opts = replace(opts, log_size=_LOG_SIZE)
+    if opts.seed + 2 * seeds > 1 << 64:
+        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
+                            "use a smaller first seed")
     resolved = opts.resolved(table)
     widest = min(widths_max or resolved["max_batch"], resolved["max_batch"])
     if widest < 1:
