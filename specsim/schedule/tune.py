@@ -7,7 +7,8 @@ The search space is contiguous width ranges, each with a depth ``0..k_max``; wid
    ``goodput`` depth at every width, each collapsed into ranges -- and keeps the best;
 2. improves it by steepest descent over coordinate moves: another depth for one range, one range
    boundary moved to the neighbouring grid width, one range split in two with the depth of one
-   half changed; until no move improves (or the round limit);
+   half changed, one grid cell a step deeper or shallower; until no move improves (or the round
+   limit);
 3. scores every candidate as the mean over several draft-outcome seeds on the training part of
    the trace (common random numbers make the comparison paired); a move is first tried on one
    seed and only the few that beat the incumbent there are run on the others (early pruning);
@@ -48,7 +49,7 @@ MIN_GAIN = 1e-4
 # Up to this many grid cells, the search tries a new depth in every cell each round.
 SMALL_SPACE_CELLS = 16
 WIDTH_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-# Per-step log of a tuning run: only its widest width is read (which widths a schedule can touch).
+# Per-step log of a tuning run: only its widths are read (the widest, and where batches often are).
 _LOG_SIZE = 1 << 16
 
 
@@ -309,6 +310,10 @@ class _Line:
     """The progress line: redrawn in place on a terminal, one line per round elsewhere."""
 
     def __init__(self, enabled, stream=None):
+        import threading
+
+        # Ticks come from the evaluation threads.
+        self.lock = threading.Lock()
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -318,12 +323,13 @@ class _Line:
         self._last = 0.0
 
     def tick(self):
-        self.done += 1
-        now = time.monotonic()
-        if self.enabled and self.tty and now - self._last >= 0.2:
-            self._last = now
-            self.stream.write(f"\r{self._text(now)}")
-            self.stream.flush()
+        with self.lock:
+            self.done += 1
+            now = time.monotonic()
+            if self.enabled and self.tty and now - self._last >= 0.2:
+                self._last = now
+                self.stream.write(f"\r{self._text(now)}")
+                self.stream.flush()
 
     def _text(self, now):
         return f"tune: {self.done} evaluations, {now - self.start:.1f} s; {self.head}"
