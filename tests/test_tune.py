@@ -206,3 +206,12 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
     assert doc.sections["inputs"]["trace"] == "trace.csv"
     assert main(argv[:-1] + [str(t)]) == 2
     assert "destroy the input" in capsys.readouterr().err
+
+
+def test_progress_line_says_each_round(small, capsys):
+    trace, table, cal = small
+    tune(trace, table, cal, widths_max=4, seeds=1, options=ServerOptions(max_batch=8), executor="threads",
+         progress=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("tune: ") and "best start" in err[0]
+    assert any("round 1" in line for line in err)
