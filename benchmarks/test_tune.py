@@ -1,4 +1,4 @@
-"""Speed of ``specsim tune`` (docs/schedules.md, "Tuning"), warm JIT cache.
+"""Speed of ``specsim tune`` (docs/schedules.md#tuning), warm JIT cache.
 
 Run: ``pytest benchmarks/test_tune.py --benchmark-only`` (from the repository root, with the
 shared data beside it). Figures recorded in ``extra_info``:

@@ -6,7 +6,7 @@ plainly (depth 0). :func:`canonical` rewrites any schedule into its one normal f
 contiguous from width 1, equal neighbours merged, the last range open), so two schedules are the
 same when their normal forms are equal.
 
-Engine formats (docs/schedules.md, "Engine formats"):
+Engine formats (docs/schedules.md#engine-formats):
 
 vLLM
     ``num_speculative_tokens_per_batch_size``, a list of ``[start_bs, end_bs, K]`` inside the
@@ -526,7 +526,7 @@ def text_digest(text: str) -> str:
 
 
 def render_schedule(ranges, *, objective: str, max_batch=None, sections=None) -> str:
-    """The schedule TOML (docs/schedules.md, "The schedule file"): header fields, one ``[[range]]``
+    """The schedule TOML (docs/schedules.md#the-schedule-file): header fields, one ``[[range]]``
     per range of the canonical schedule, then each of ``sections`` as a TOML table of scalars."""
     from specsim import _toml
 

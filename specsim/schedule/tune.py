@@ -1,4 +1,4 @@
-"""Tune a batch-width -> draft-depth schedule on a request trace (docs/schedules.md, "Tuning").
+"""Tune a batch-width -> draft-depth schedule on a request trace (docs/schedules.md#tuning).
 
 The search space is contiguous width ranges, each with a depth ``0..k_max``; widths above
 ``widths_max`` keep the last range's depth. The search:
@@ -183,7 +183,7 @@ class TuneResult:
         return format_grid(["policy", unit, "+-", "J/tok", "tok/s", "TPOT p99 ms", "SLO", ""], rows)
 
     def to_toml(self) -> str:
-        """The schedule file (docs/schedules.md, "The schedule file")."""
+        """The schedule file (docs/schedules.md#the-schedule-file)."""
         from specsim.schedule.formats import render_schedule
 
         base = next(s for s in self.holdout if s.policy == self.best_fixed)

@@ -10,13 +10,14 @@ Forms:
     overlap. A width that no range covers decodes plainly (depth 0), as a serve with no rule
     for that batch size would.
 ``propose``
-    One depth for the batch from the cost table and the calibration's priors (docs/planner.md).
+    One depth for the batch from the cost table and the calibration's priors, before drafting.
 ``sequence``
-    ``propose``, then per-sequence depths from the drafts' confidences (docs/planner.md).
+    ``propose``, then per-sequence depths from the drafts' confidences, after drafting.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
 ``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
-    The ``schedule`` an engine's config file sets, read as the engine reads it (docs/schedules.md).
+    The ``schedule`` an engine's config file sets, read as the engine reads it
+    (docs/schedules.md#reading-engine-files-back).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     from specsim.schedule.formats import engine_schedule
 
-    engine_ranges = engine_schedule(raw)  # vllm:FILE, trtllm:FILE, sglang:FILE (docs/schedules.md)
+    engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
     if engine_ranges is not None:
         return Policy("schedule", ranges=engine_ranges)
     kind, sep, arg = raw.partition(":")
