@@ -171,6 +171,7 @@ def test_dask_local_cluster_agrees_with_threads(small):
     ({"min_gain": -1}, "min_gain"),
     ({"compare": ["fixed:x"]}, "depth K"),
     ({"scheduler": "not an address"}, "not a Dask scheduler address"),
+    ({"scheduler": "tcp://127.0.0.1:8786", "executor": "threads"}, "one or the other"),
     ({"options": ServerOptions(max_batch=8, seed=(1 << 64) - 2)}, "64 bits"),
 ])
 def test_tune_refuses_bad_settings(small, kw, match):
@@ -215,3 +216,24 @@ def test_progress_line_says_each_round(small, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tune: ") and "best start" in err[0]
     assert any("round 1" in line for line in err)
+
+
+def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
+    import builtins
+
+    from specsim.schedule.tune import _executor
+
+    real = builtins.__import__
+
+    def no_dask(name, *args, **kwargs):
+        if name.startswith("dask"):
+            raise ImportError("no dask here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    assert _executor("auto", None) == "threads"
+    assert _executor("serial", None) == "serial"
+    with pytest.raises(ScheduleError, match="Dask is not installed"):
+        _executor("dask", None)
+    with pytest.raises(ScheduleError, match="Dask is not installed"):
+        _executor("auto", "tcp://127.0.0.1:8786")

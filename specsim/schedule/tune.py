@@ -483,7 +483,9 @@ def _executor(executor, scheduler):
         from specsim.sweep.run import check_scheduler
 
         check_scheduler(scheduler)
-    if executor == "auto" or scheduler:
+        if executor in ("threads", "serial"):
+            raise ScheduleError(f"a Dask scheduler runs the evaluations on Dask, not {executor}: give one or the other")
+    if executor in ("auto", "dask") or scheduler:
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
