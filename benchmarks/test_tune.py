@@ -8,7 +8,8 @@ shared data beside it). Figures recorded in ``extra_info``:
   cores); simulations run and simulations per second. At the trace's own rate plain decoding
   wins at once; at twice the rate the search runs its rounds;
 - the same wall time as a multiple of one simulation of the whole hour with ``fixed:3``, timed
-  in the same run (a ratio that holds on a noisy machine).
+  in the same run, and the simulations per second against such simulations run back to back
+  (ratios that hold on a noisy machine).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def test_tune_azure_conv_hour(benchmark, conv, rate_scale):
     benchmark.extra_info["evaluations_per_s"] = res.evaluations_per_s
     benchmark.extra_info["one_simulation_s"] = one_s
     benchmark.extra_info["tune_over_one_simulation"] = res.seconds / one_s
+    # Simulations per second against whole-hour simulations run back to back in one thread (the
+    # search's gain from threads and from the shorter training window); watched for regressions.
+    benchmark.extra_info["speedup_vs_back_to_back_simulations"] = res.evaluations * one_s / res.seconds
     benchmark.extra_info["policy"] = res.policy
     benchmark.extra_info["verdict"] = res.verdict()
     benchmark.extra_info["target_s"] = 120.0
