@@ -110,3 +110,7 @@ class SpecsimWarning(UserWarning):
 
 class TraceWarning(SpecsimWarning):
     """A trace value that was clamped or reinterpreted (e.g. an accepted run above ``k_logged``)."""
+
+
+class ScheduleError(PolicyError):
+    """A width-to-depth schedule that cannot be read, written in an engine's format, or tuned."""
