@@ -8,13 +8,13 @@ sees millions of rows; it lives in :mod:`specsim.calibration.logs` and runs in N
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import COUNT_MAX, MAX_DEPTH, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
@@ -234,7 +234,11 @@ def steps_from_windows(windows, source="<windows>"):
     width = None
     for r, row in enumerate(rows):
         if not isinstance(row, (list, tuple)) or len(row) < 2:
-            problems.append(f"window {r} is {row!r}, not a list of at least 2 counts [accepted k, .., rejected]")
+            problems.append(f"window {r} is {show(row)}, not a list of at least 2 counts [accepted k, .., rejected]")
+            continue
+        if len(row) > MAX_DEPTH + 1:
+            problems.append(f"window {r} has {len(row):,} counts: depth {len(row) - 1:,} is beyond the deepest draft "
+                            f"depth, {MAX_DEPTH:,} (docs/limits.md)")
             continue
         if width is None:
             width = len(row)
@@ -242,7 +246,7 @@ def steps_from_windows(windows, source="<windows>"):
             problems.append(f"window {r} has {len(row)} counts, window 0 has {width}: every window needs k + 1")
         for i, c in enumerate(row):
             if _count(c) is None:
-                problems.append(f"window {r} count {i} = {c!r} is not a non-negative integer")
+                problems.append(f"window {r} count {i} = {show(c)} is not a non-negative integer count")
     if problems:
         raise CalibrationError(f"{source}: the windows cannot be read", _capped(problems))
     k = width - 1
@@ -315,10 +319,9 @@ def load_counts(path) -> FitCounts:
 def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
     """Parse counts text (TOML, or JSON with ``json_format``), listing every problem."""
     if json_format:
-        try:
-            doc = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CalibrationError(f"{source}: the counts file is not valid JSON: {e}") from e
+        from specsim._io import loads_json
+
+        doc = loads_json(text, "the counts file", source, CalibrationError)
     else:
         doc = _toml.loads(text, "the counts file", source, CalibrationError)
     if not isinstance(doc, dict):
@@ -349,6 +352,20 @@ def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
         doc["edges"], doc["accepted"], doc["rejected"], steps,
         doc.get("nonfinite", 0), doc.get("unreached", 0), source,
     )
+
+
+def check_count_sizes(counts: FitCounts) -> FitCounts:
+    """Refuse counts whose sums pass 2**62 (docs/limits.md): no log holds that many, and the
+    calibration file, whose integers are 64-bit, could not record them. The fit itself is exact
+    on any Python int; this is the check for counts read from files."""
+    totals = {"accepted and rejected drafts": sum(counts.accepted) + sum(counts.rejected),
+              "verify steps": sum(counts.steps.values()),
+              "drafts the verify steps reached": sum((a + (a < d)) * c for (d, a), c in counts.steps.items())}
+    problems = [f"the {name} add up to {total:.3g}, beyond 2**62: no log holds that many (docs/limits.md)"
+                for name, total in totals.items() if total > COUNT_MAX]
+    if problems:
+        raise CalibrationError(f"{counts.source}: the counts cannot be fitted", problems)
+    return counts
 
 
 def render_counts(counts: FitCounts) -> str:
@@ -411,6 +428,10 @@ def _steps(steps, problems):
             problems.append(f"steps key {key!r} is not a pair (drafts, accepted) of non-negative integers")
             continue
         d, a = _count(key[0]), _count(key[1])
+        if d > MAX_DEPTH:
+            problems.append(f"steps ({d}, {a}): {d:,} drafts is beyond the deepest draft depth, {MAX_DEPTH:,} "
+                            "(docs/limits.md)")
+            continue
         if a > d:
             problems.append(f"steps ({d}, {a}) -> {c!r}: accepted {a} > drafts {d}")
         if _count(c) is None:

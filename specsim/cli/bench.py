@@ -9,22 +9,28 @@ from specsim.cli._common import count, format_grid, int_list
 
 
 def _seconds(text):
+    from specsim._checks import MAX_SECONDS
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds in 0..{MAX_SECONDS:g} (one day; "
+                                         "docs/limits.md)")
     return value
 
 
 def _watts(text):
+    from specsim._checks import MAX_POWER_W
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a power in watts") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite power in watts > 0")
+    if not 0 < value <= MAX_POWER_W:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a power in watts > 0 and <= {MAX_POWER_W:g} "
+                                         "(docs/limits.md)")
     return value
 
 
@@ -66,7 +72,18 @@ def register(sub, groups):
 
 
 def cmd_bench(args):
+    from pathlib import Path
+
+    from specsim._io import Outputs
     from specsim.measure import SweepInterrupted, SweepSettings, bench
+    from specsim.measure.harness import partial_path
+
+    # The table and its partial file are written by the sweep itself (the partial file after
+    # every cell, so Ctrl-C keeps what is finished); both are checked here before any work.
+    recipe = args.recipe if Path(args.recipe).is_file() else None
+    out = Outputs({"--recipe": recipe})
+    out.declare(args.out, "-o")
+    out.declare(str(partial_path(args.out)), "the partial file of -o")
 
     settings = SweepSettings(min_window_s=args.min_window_s, repeats=args.repeats, warmup=args.warmup,
                              cooldown_s=args.cooldown_s, idle_s=args.idle_s)
@@ -88,7 +105,10 @@ def cmd_bench(args):
 
 
 def cmd_merge(args):
+    from specsim._io import Outputs
     from specsim.measure import merge_files
+
+    Outputs([("RUN", r) for r in args.runs]).declare(args.out, "-o")
 
     table = merge_files(args.runs, args.out)
     print(f"wrote {args.out}: median of {len(args.runs)} runs; widths "

@@ -1,4 +1,4 @@
-"""``specsim replay`` (acceptance-trace replay, SPEC §5) and ``specsim table import``."""
+"""``specsim replay`` (acceptance-trace replay, docs/replay.md) and ``specsim table import``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def register(sub, groups):
     p = sub.add_parser(
         "replay",
         help="replay a policy on a logged acceptance trace at one width until a token budget",
-        description="Replay a draft-depth policy on a logged acceptance trace (SPEC §5). Costs come from "
+        description="Replay a draft-depth policy on a logged acceptance trace (docs/replay.md). Costs come from "
                     "--table, else from the file's per-depth step_ms list (no joules). propose and goodput "
                     "take their priors from --calibration, else estimate them from the trace.",
     )
@@ -29,6 +29,7 @@ def register(sub, groups):
     p.add_argument("--slack", type=slack, default=0.0, help="planner slack in [0, 1) (default 0)")
     p.add_argument("--max-seqs", type=count, metavar="M", help="planner speculation cap (default: no cap)")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_replay)
 
     t = groups["table"].add_parser("import", help="convert a measured [[run]] of cells into a cost table")
@@ -43,7 +44,16 @@ def register(sub, groups):
 
 
 def cmd_replay(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
+
+    with Outputs({"FILE": args.file, "--table": args.table, "--calibration": args.calibration}) as out:
+        out.declare(args.json, "--json")
+        _replay(args, out)
+    return 0
+
+
+def _replay(args, out):
+    from specsim._checks import check_finite_results
     from specsim.errors import PolicyError, SpecsimWarning
     from specsim.sim.replay import load_acceptance_file, replay
 
@@ -60,16 +70,25 @@ def cmd_replay(args):
         from specsim.calibration import AcceptanceCalibration
 
         cal = AcceptanceCalibration.load(args.calibration)
-    with warnings.catch_warnings(record=True) as caught:
+    from specsim._progress import Progress
+
+    with warnings.catch_warnings(record=True) as caught, \
+            Progress(args.budget, "replay", enabled=not args.quiet and args.budget >= 50_000_000, unit="tokens") as bar:
         warnings.simplefilter("always", SpecsimWarning)
+
+        def tick(tokens):
+            bar.update(min(tokens, args.budget) - bar.done)
+
         result = replay(trace, args.policy, args.width, args.budget, table=table, step_ms=afile.step_ms,
-                        calibration=cal, slack=args.slack, max_seqs=args.max_seqs)
+                        calibration=cal, slack=args.slack, max_seqs=args.max_seqs, progress=tick)
     for w in caught:
         if issubclass(w.category, SpecsimWarning):
             print(f"specsim: warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     costs = f"table {args.table}" if table is not None else "the file's step_ms list (no joules)"
+    priced = f"the costs in {args.table}" if table is not None else f"the step_ms list of {args.file}"
+    check_finite_results(result.to_dict(), f"{priced}, added up over {result.steps:,} steps", PolicyError)
     per_j = "unknown" if result.tokens_per_j is None else f"{result.tokens_per_j:.3f}"
     joules = "unknown" if result.joules is None else f"{result.joules:.3f}"
     print(f"trace {trace.name} (k_logged {trace.k_logged}, {trace.accepted.shape[0]} steps logged), costs from {costs}")
@@ -79,12 +98,11 @@ def cmd_replay(args):
     print(f"  {result.tokens_per_s:.2f} tok/s, {result.tokens_per_ms:.5f} tok/ms, {per_j} tok/J")
     if args.json:
         doc = result.to_dict() | {"file": Path(args.file).name, "costs": "table" if table is not None else "step_ms"}
-        atomic_write_text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    return 0
+        out.text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
 def cmd_import(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.errors import TableError
     from specsim.sim.replay import load_acceptance_file, run_table
     from specsim.table import SCHEMA, CostTable, TableKey
@@ -93,13 +111,15 @@ def cmd_import(args):
         if not value.strip():
             raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
     digests = digest_map(args.digest)
+    out = Outputs({"FILE": args.file})
+    out.declare(args.output, "-o")
     afile = load_acceptance_file(args.file)
     cells = afile.run(args.run)
     key = TableKey(SCHEMA, args.box_class, args.recipe, digests)
     meta = {"imported_from": Path(args.file).name, "run": args.run}
     table = run_table(cells, key, meta=meta, source=f"{args.file} run {args.run}")
-    text = CostTable.render(table.key, table.cells, table.meta)
-    atomic_write_text(args.output, text)
+    with out:
+        out.text(args.output, CostTable.render(table.key, table.cells, table.meta))
     print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
           f"depths 0..{table.max_k}")
     return 0

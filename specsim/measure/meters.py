@@ -2,7 +2,7 @@
 
 - :class:`NvmlMeter`: NVML's total-energy counter (millijoules since the driver loaded; Volta and
   newer), summed over the devices a run uses. It updates every ~10-100 ms, so a window must be
-  long (SPEC §7: >= 1 s) for one update period to be a small error.
+  long (>= 1 s, docs/measure.md#the-energy-window) for one update period to be a small error.
 - :class:`RaplMeter`: Linux RAPL package counters (``/sys/class/powercap/intel-rapl:N``), in
   microjoules, wrapping at ``max_energy_range_uj``; often readable by root only.
 - :class:`AssumedPowerMeter`: no meter, a constant power the user states; joules are that power
@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import re
 import time
 from pathlib import Path
@@ -178,9 +177,9 @@ class AssumedPowerMeter:
     source = "assumed"
 
     def __init__(self, power_w: float, clock=time.perf_counter):
-        power_w = float(power_w)
-        if not (math.isfinite(power_w) and power_w > 0):
-            raise MeasureError(f"--assume-power-w {power_w!r} must be a finite power in watts > 0")
+        from specsim._checks import MAX_POWER_W, check_number
+
+        power_w = check_number(power_w, "--assume-power-w", MeasureError, 0.0, MAX_POWER_W, low_open=True, unit="W")
         self.power_w = power_w
         self._clock = clock
 

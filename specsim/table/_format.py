@@ -1,10 +1,11 @@
-"""The TOML form of a cost table (SPEC §1.1): reading into plain values and writing back."""
+"""The TOML form of a cost table (docs/formats.md#cost-table): reading into plain values and writing back."""
 
 from __future__ import annotations
 
 import math
 
 from specsim import _toml
+from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, show
 from specsim.errors import TableError
 from specsim.table._types import COST_FIELDS, SCHEMA, Cell, TableKey
 
@@ -12,10 +13,10 @@ CELL_INT_FIELDS = ("n", "k")
 
 
 def read(text, source: str = "<text>"):
-    """Parse table text into ``(key, cells, meta, extras)`` without applying §1.2's rules.
+    """Parse table text into ``(key, cells, meta, extras)`` without applying the validation rules.
 
     Every shape problem (a missing or mistyped field) is collected and raised together.
-    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the seed's reader ignores.
+    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the metrale serve's reader ignores.
     """
     doc = _toml.loads(text, "the cost table", source, TableError)
     problems = []
@@ -101,7 +102,13 @@ def _read_cell(i, raw, problems):
         conv = _toml.as_uint(value) if name in CELL_INT_FIELDS else _toml.as_float(value)
         if conv is None:
             want = "a non-negative integer" if name in CELL_INT_FIELDS else "a number"
-            problems.append(f"{where} {name} = {value!r} is not {want}")
+            problems.append(f"{where} {name} = {show(value)} is not {want}")
+            continue
+        # Every per-width and per-depth array is sized from these: bounded before anything is built.
+        limit = {"n": (MAX_WIDTH, "widest batch"), "k": (MAX_DEPTH, "deepest draft depth")}.get(name)
+        if limit is not None and conv > limit[0]:
+            problems.append(f"{where} {name} = {conv:,} is beyond the {limit[1]} specsim takes, {limit[0]:,} "
+                            "(docs/limits.md)")
             continue
         values[name] = conv
     if len(values) != len(Cell._fields):
@@ -110,7 +117,7 @@ def _read_cell(i, raw, problems):
 
 
 def rule_problems(cells, where=lambda i: f"cells[{i}]"):
-    """Every breach of SPEC §1.2's cell rules, as messages; empty when the grid is valid."""
+    """Every breach of the cell rules (docs/tables.md#validation), as messages; empty when the grid is valid."""
     problems = []
     seen = {}
     for i, c in enumerate(cells):
@@ -145,7 +152,7 @@ def rule_problems(cells, where=lambda i: f"cells[{i}]"):
         missing = [k for k in range(max_k + 1) if (n, k) not in seen]
         if missing:
             problems.append(
-                f"width n={n} lacks depth(s) {', '.join(map(str, missing))}: every width needs every k in 0..={max_k}"
+                f"width n={n} lacks depth(s) {few(missing)}: every width needs every k in 0..={max_k}"
             )
     return problems
 
