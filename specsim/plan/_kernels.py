@@ -19,7 +19,8 @@ from specsim._jit import jit
 from specsim.calibration._kernels import bucket_fast_nb
 from specsim.table._kernels import bracket_nb
 
-VMS, VJ, DMS, DJ = 0, 1, 2, 3
+# The cost axis of a table, defined once in specsim.table._types.
+from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
 
 
 @jit

@@ -9,6 +9,7 @@ import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.calibration import bucket_cells
+from specsim._checks import COUNT_MAX
 from specsim.errors import KeyMismatchError, PlanError
 from specsim.plan._kernels import sequence_depths_nb
 from specsim.plan._types import plan_workspace
@@ -18,7 +19,7 @@ from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
-NO_CAP = 1 << 62
+NO_CAP = COUNT_MAX
 
 
 def check_slack(slack) -> float:

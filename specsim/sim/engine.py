@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from specsim._checks import COUNT_MAX, MAX_WIDTH
 from specsim.errors import SimulationError
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
@@ -42,8 +43,9 @@ from specsim.sim.options import (  # noqa: F401  (names kept importable from her
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
 
-# Steps per kernel call when a progress callback is given.
-PROGRESS_CHUNK = 1 << 17
+# Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
+# acts between calls, stops even wide sequence-planner runs well within a second.
+PROGRESS_CHUNK = 1 << 12
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -182,6 +184,11 @@ def _request_arrays(requests):
             raise SimulationError(f"request {int(np.argmax(output < 1))}: output_tokens must be >= 1")
         if (prompt < 0).any():
             raise SimulationError(f"request {int(np.argmax(prompt < 0))}: prompt_tokens must be >= 0")
+        from specsim._checks import request_size_problem
+
+        problem = request_size_problem(prompt, output)
+        if problem:
+            raise SimulationError(problem)
     return arrival, prompt, output
 
 
@@ -477,28 +484,51 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
 
     ``options`` is the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
     if given, has ``update(n)`` and counts finished requests over all runs.
+
+    Ctrl-C (or any error) in the calling thread stops every run at its next chunk of steps
+    (well within a second) and is raised again; no partial result is returned.
     """
     import os
     import threading
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
     from dataclasses import replace
 
     lock = threading.Lock()
+    stop = threading.Event()
 
     def one(item):
         pol, s = item
         seen = [0]
 
         def tick(finished):
-            with lock:
-                progress.update(finished - seen[0])
+            if stop.is_set():
+                raise _Stopped
+            if progress is not None:
+                with lock:
+                    progress.update(finished - seen[0])
             seen[0] = finished
 
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
-                        progress=tick if progress is not None else None)
+                        progress=tick)
 
     workers = min(len(runs), os.cpu_count() or 1)
     if workers <= 1:
         return [one(item) for item in runs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, runs))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        futures = [pool.submit(one, item) for item in runs]
+        pending = futures
+        while pending:
+            # Short waits keep the main thread where Ctrl-C reaches it.
+            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+            if failed is not None:
+                failed.result()  # raises the run's error; the others stop below
+        return [f.result() for f in futures]
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Stopped(Exception):
+    """Raised in a worker's progress callback to end its run when the caller stopped."""

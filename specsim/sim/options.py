@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from specsim._checks import COUNT_MAX, MAX_WIDTH
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
@@ -23,8 +24,8 @@ DEFAULT_LOG_SIZE = 4096
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 DEFAULT_CHUNKED_PREFILL = True
 DEFAULT_KV_BLOCK_SIZE = 16
-NO_CAP = 1 << 62
-MAX_BATCH = 1 << 20
+NO_CAP = COUNT_MAX
+MAX_BATCH = MAX_WIDTH
 # Upper bound of the prefill costs and idle power: above it, times and energies would overflow
 # long before they meant anything.
 MAX_RATE = 1e9
