@@ -115,6 +115,23 @@ def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_
     assert res.fleet.finish_s.tolist() == finish
 
 
+@pytest.mark.parametrize("router", ROUTERS)
+@pytest.mark.parametrize("replicas, n", [(1, 1), (37, 120), (3, 300)])
+def test_kernel_matches_plain_reference_wide_and_long(router, replicas, n):
+    """More replicas than requests arrive at once (wide), and long queues on few (deep)."""
+    reqs = random_requests(n, replicas, rate=60.0)
+    table, cal = small_table(), small_calibration()
+    opts = ServerOptions(max_batch=2, seed=5, prefill_ms_per_token=0.2, chunked_prefill=False,
+                         max_num_batched_tokens=None, kv_capacity_tokens=None)
+    res = simulate_fleet(reqs, Fleet.uniform(table, cal, replicas, opts), "fixed:3", router=router)
+    rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
+    assignment, first, finish = ref.ref_fleet(rows, replicas, router, table.widths.tolist(), table.costs.tolist(),
+                                              cal.p_accept.tolist(), occupancy_cdf(cal, 3).tolist(), 3, max_batch=2,
+                                              prefill_ms=0.2, seed=5)
+    assert res.assignment.tolist() == assignment
+    assert res.fleet.first_token_s.tolist() == first and res.fleet.finish_s.tolist() == finish
+
+
 def test_rows_grow_when_one_replica_takes_most_requests():
     # Seven slow replicas keep their first request outstanding for minutes, so least_outstanding
     # sends the rest to the fast one, far past the rows first sized for it.
