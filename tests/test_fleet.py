@@ -415,3 +415,48 @@ def test_every_replica_is_the_engine_on_random_mixed_fleets(n, a, b, seed, route
         same(res.replicas[r], simulate(reqs[res.assignment == r], g.table, cal, policy, options=g.options))
     assert res.fleet.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
     assert np.array_equal(res.fleet.arrival_s, reqs["arrival_s"])
+
+
+# -- the command ---------------------------------------------------------------------------------------
+
+def fleet_cli(tmp_path, *extra):
+    reqs = random_requests(80, 12, rate=10.0)
+    rows = "\n".join(f"{float(r['arrival_s'])!r},{r['prompt_tokens']},{r['output_tokens']}" for r in reqs)
+    (tmp_path / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    argv = [sys.executable, "-m", "specsim", "fleet", "--trace", str(tmp_path / "trace.csv"), "--format", "csv",
+            "--columns", "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens", *extra]
+    return reqs, subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_fleet_command(tmp_path):
+    import json
+
+    write_inputs(tmp_path)
+    reqs, run = fleet_cli(tmp_path, "--table", "a.toml", "--calibration", "cal.toml", "--replicas", "3",
+                          "--router", "least_outstanding", "--policy", "fixed:1", "--policy", "sequence",
+                          "--max-batch", "2", "--no-chunked-prefill", "--max-num-batched-tokens", "none",
+                          "--slo-ttft-s", "0.5", "--json", "f.json", "--requests-csv", "r.csv")
+    assert run.returncode == 0, run.stderr
+    assert "sequence@0: per replica" in run.stdout and "least_outstanding" in run.stdout
+    doc = json.loads((tmp_path / "f.json").read_text())
+    opts = ServerOptions(max_batch=2, chunked_prefill=False, max_num_batched_tokens=None)
+    want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), 3, opts), "sequence",
+                          router="least_outstanding").summary(slo_ttft_s=0.5)
+    got = doc["policies"][1]
+    assert got["ttft_s"] == want["ttft_s"] and got["energy_j"] == want["energy_j"]
+    assert [r["requests"] for r in got["per_replica"]] == [r["requests"] for r in want["per_replica"]]
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    assert lines[0].endswith(",replica") and len(lines) == 1 + 2 * 80
+
+
+def test_fleet_command_with_a_fleet_file_and_refusals(tmp_path):
+    write_inputs(tmp_path)
+    (tmp_path / "fleet.toml").write_text(GOOD)
+    _, run = fleet_cli(tmp_path, "--fleet", "fleet.toml", "--policy", "propose")
+    assert run.returncode == 0, run.stderr
+    assert "6 replica(s), 8 GPU(s); router least_outstanding" in run.stdout and "big" in run.stdout
+    _, run = fleet_cli(tmp_path, "--fleet", "fleet.toml", "--replicas", "2", "--policy", "propose")
+    assert run.returncode == 2 and "leave out" in run.stderr
+    _, run = fleet_cli(tmp_path, "--table", "a.toml", "--calibration", "cal.toml", "--policy", "propose",
+                       "--json", "a.toml")
+    assert run.returncode == 2 and "is also the input" in run.stderr

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "specsim.cli.replay",
     "specsim.cli.sweep",
     "specsim.cli.capacity",
+    "specsim.cli.fleet",
     "specsim.cli.schedule",
     "specsim.cli.tune",
 )

@@ -58,7 +58,8 @@ class FleetResult:
     def replica_rows(self, slo_ttft_s=None, slo_tpot_s=None) -> list:
         """One JSON-ready row per replica: requests, output tokens, tokens/s (its tokens over the
         fleet's makespan, so the rows add up to the fleet's), J/token (with its standby energy),
-        utilisation (busy fraction of the fleet's makespan), p99 TTFT and TPOT, SLO attainment."""
+        utilisation (busy fraction of the fleet's makespan), p99 TTFT and TPOT, KV peak (most
+        blocks held / capacity; None without a KV limit), SLO attainment."""
         from specsim.sim.metrics import _percentiles, slo_attainment
 
         span = self.makespan_s
@@ -74,6 +75,7 @@ class FleetResult:
                 "energy_j": energy, "j_per_token": energy / tokens if tokens else None,
                 "utilisation": busy / span if span > 0 else None,
                 "ttft_p99_s": _percentiles(r.ttft_s)["p99"], "tpot_p99_s": _percentiles(r.tpot_s)["p99"],
+                "kv_peak": (r.kv["peak_blocks"] / r.kv["capacity_blocks"]) if r.kv["capacity_blocks"] else None,
                 "slo_attainment": slo_attainment(r, slo_ttft_s, slo_tpot_s)["attainment"],
             })
         return rows
@@ -110,9 +112,10 @@ class FleetResult:
 def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, output):
     """The fleet as one SimResult, and each replica's standby energy and time.
 
-    Per-request arrays are in trace order; counters, energy and KV block-seconds are summed;
-    ``kv["peak_blocks"]`` is the largest replica's peak; the step log is every replica's, in
-    time order.
+    Per-request arrays are in trace order; counters, energy, KV capacity and block-seconds are
+    summed; ``kv["peak_blocks"]`` is the sum of the replicas' peaks (a bound on the fleet's
+    simultaneous use: the peaks need not coincide); the step log is every replica's, in time
+    order.
 
     Returns
     -------
@@ -146,7 +149,8 @@ def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, 
     energy["idle_s"] += energy["standby_s"]
     caps = [r.kv["capacity_blocks"] for r in replicas]
     kv = {"block_size": replicas[0].kv["block_size"], "capacity_blocks": None if None in caps else sum(caps),
-          "peak_blocks": max(r.kv["peak_blocks"] for r in replicas),
+          # The replicas' peaks need not coincide: their sum bounds the fleet's simultaneous use.
+          "peak_blocks": sum(r.kv["peak_blocks"] for r in replicas),
           "block_s": float(sum(r.kv["block_s"] for r in replicas))}
     log_t = np.concatenate([r.step_t_s for r in replicas])
     order = np.argsort(log_t, kind="stable")
