@@ -182,7 +182,7 @@ def ref_p(edges, p_accept, priors, lps, j):
 
 
 def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """The batch depth before drafting (docs/planner.md), line by line."""
+    """The batch depth before drafting, line by line."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -228,7 +228,7 @@ def ref_goodput_depth(widths, costs, priors, n, max_seqs):
 
 
 def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, known, k_max, row_budget, slack):
-    """Per-sequence verify depths after drafting (docs/planner.md), line by line: a full stable sort and a cost re-derived for every prefix."""
+    """Per-sequence verify depths after drafting, line by line: a full stable sort and a cost re-derived for every prefix."""
     n = len(confidences)
     max_k = len(costs[0]) - 1
     k_max = min(k_max, max_k)
