@@ -15,8 +15,6 @@ scheduling rules and the price of a step.
 
 from __future__ import annotations
 
-import numpy as np
-
 from specsim._jit import jit
 from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
 from specsim.sim._draw_kernels import (
