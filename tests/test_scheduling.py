@@ -167,3 +167,22 @@ def test_table_meta_supplies_kv_and_prefill_costs_and_options_override_it():
     mine = simulate(reqs, table, small_calibration(), "fixed:1", kv_capacity_tokens=32, prefill_ms_per_step=0.0)
     assert mine.kv["capacity_blocks"] == 2 and mine.first_token_s[0] == pytest.approx(0.020)
     assert np.isnan(mine.tpot_s).sum() == 0
+
+
+def test_modelled_tables_carry_what_the_engine_needs():
+    """`specsim table model` writes KV capacity and prefill costs from the same specs as the steps:
+    Llama-3.1-8B on one H200 keeps about 0.13 MB of KV per token beside 16 GB of weights."""
+    from specsim.costmodel.defaults import demo_table
+    from specsim.sim.options import META_COSTS, ServerOptions
+
+    table = demo_table()
+    meta = table.meta
+    assert 600_000 < meta["kv_capacity_tokens"] < 1_000_000
+    assert 0 < meta["prefill_ms_per_token"] < 0.1 and meta["prefill_ms_per_step"] > 0
+    resolved = ServerOptions().resolved(table)
+    assert all(resolved[name] == meta[name] for name in META_COSTS)
+    assert resolved["kv_capacity_tokens"] == meta["kv_capacity_tokens"]
+    # Rendered and read back, the table keeps them.
+    from specsim.table import CostTable
+
+    assert CostTable.parse(table.to_text(), "<demo>").meta["kv_capacity_tokens"] == meta["kv_capacity_tokens"]

@@ -145,3 +145,49 @@ def test_simulate_with_a_real_acceptance_trace(shared_data, files, tmp_path, cap
     assert main(["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:3",
                  "--acceptance", str(glm)]) == 2
     assert "glm53_dflash_fk4" in capsys.readouterr().err
+
+
+def test_scheduling_and_prefill_options_reach_the_engine(files, tmp_path, capsys):
+    t, c = files
+    curve = tmp_path / "prefill.csv"
+    curve.write_text("tokens,ms,j\n64,6,3\n512,20,10\n")
+    out = tmp_path / "sim.json"
+    argv = ["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:2",
+            "--max-num-seqs", "3", "--max-num-batched-tokens", "96", "--kv-capacity-tokens", "2048",
+            "--kv-block-size", "32", "--prefill-curve", str(curve), "--seed", "5", "--json", str(out), "--quiet"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "queue p99" in text and "KV peak" in text
+    doc = json.loads(out.read_text())
+    o, p = doc["options"], doc["policies"][0]
+    assert (o["max_num_seqs"], o["max_num_batched_tokens"], o["kv_capacity_tokens"], o["kv_block_size"]) == \
+        (3, 96, 2048, 32)
+    assert o["chunked_prefill"] is True and o["prefill_curve"][0] == [64.0, 512.0]
+    for key in ("queue_s", "preemptions", "recomputed_tokens", "drafts_cut", "kv"):
+        assert key in p
+    assert p["kv"]["capacity_blocks"] == 64 and 0 < p["kv"]["peak"] <= 1
+    reqs = synthetic_trace(150, 4.0, seed=2, **_lengths()).requests
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_num_seqs=3, max_num_batched_tokens=96,
+                   kv_capacity_tokens=2048, kv_block_size=32, prefill_curve=str(curve), seed=5)
+    assert p == json.loads(json.dumps(res.summary()))
+    # The first engine's mode, from the command line.
+    assert main(argv[:-3] + ["--no-chunked-prefill", "--max-num-batched-tokens", "none", "--json", str(out),
+                             "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["options"]["chunked_prefill"] is False and doc["options"]["max_num_batched_tokens"] is None
+    assert doc["policies"][0]["steps"]["mixed_steps"] == 0
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--kv-block-size", "0"], "kv_block_size"),
+    (["--max-num-batched-tokens", "0"], "max_num_batched_tokens"),
+    (["--kv-capacity-tokens", "16"], "KV blocks"),
+    (["--prefill-curve", "missing.csv"], "prefill curve"),
+])
+def test_scheduling_option_refusals(files, capsys, extra, match):
+    t, c = files
+    argv = ["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:1",
+            "--quiet"] + extra
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error:") and match in err and "Traceback" not in err

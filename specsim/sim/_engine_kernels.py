@@ -15,22 +15,20 @@ scheduling rules and the price of a step.
 
 from __future__ import annotations
 
-import numpy as np
-
 from specsim._jit import jit
-
-# The engine's kernels are compiled without Numba's reference counting (they allocate nothing):
-# with it, every call that hands a bundle of arrays to another kernel increfs and decrefs each
-# array atomically, which cost ~0.4-0.9 us per call and made a step 15x slower (measured; see
-# docs/simulation.md, "Engine layout").
-kernel = jit(_nrt=False)
-# The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
-# arguments, which cost more than the helper's work.
-step_part = jit(_nrt=False, inline="always")
 from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
 )
+
+# The engine's kernels are compiled without Numba's reference counting (they allocate nothing):
+# with it, every call that hands a bundle of arrays to another kernel increfs and decrefs each
+# array atomically, which cost ~0.4-0.9 us per call and made a step 15x slower or worse
+# (measured; see docs/simulation.md, "Engine layout").
+kernel = jit(_nrt=False)
+# The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
+# arguments, which cost more than the helper's work.
+step_part = jit(_nrt=False, inline="always")
 
 NOT_DECODING = -1  # ws.dec_of of a running request that is prefilling
 UNSCHEDULED = -1  # ws.take of a running request that does not run this step

@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim._checks import COUNT_MAX, MAX_WIDTH
 from specsim.errors import SimulationError
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
