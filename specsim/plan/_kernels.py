@@ -255,14 +255,13 @@ def sort_gains_desc_nb(gains, count, ordered, counts):
 
 
 @jit
-def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, k_max, row_budget,
-                       slack, out, gains, owner, counts, wc):
+def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, out, ws):
     """How many of each sequence's drafts to verify, after drafting (SPEC §4.2).
 
     Parameters
     ----------
-    cells : ndarray(int64, ndim=1), shape (BUCKET_CELLS,)
-        The calibration's coarse bucket index (``calibration.bucket_cells(edges)``).
+    arrays : PlanArrays
+        The table and calibration (see ``plan._types.plan_arrays``).
     conf : ndarray(float32, ndim=2), shape (n, m)
         Top-1 log-probabilities of each sequence's drafts; NaN or columns past ``n_conf`` are
         unmeasured and take the position prior. C-contiguous.
@@ -272,17 +271,16 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
     slack : float
     out : ndarray(int64, ndim=1), shape (n,)
         Modified in place: the depths.
-    gains : ndarray(float64, ndim=1), shape >= (2 * n * K,)
-    owner : ndarray(int64, ndim=1), shape >= (n * K,)
-    counts : ndarray(int64, ndim=1), shape >= (2 * SORT_BUCKETS + 1,)
-    wc : ndarray(float64, ndim=2), shape (K + 1, 4)
-        Workspaces (overwritten).
+    ws : PlanWorkspace
+        Scratch for at least ``n`` sequences (see ``plan._types.plan_workspace``); overwritten.
 
     Returns
     -------
     int
         Total draft rows planned.
     """
+    widths, costs, edges, cells, p_accept, priors = arrays
+    gains, owner, counts, wc = ws
     n = conf.shape[0]
     max_k = costs.shape[1] - 1
     kk = k_max if k_max < max_k else max_k
@@ -451,8 +449,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
 
 
 @jit
-def sequence_depths_many_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, offsets, k_max,
-                            row_budget, slack, out, gains, owner, counts, wc):
+def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
     """:func:`sequence_depths_nb` for many batches laid end to end.
 
     ``offsets int64[B + 1]``: batch ``b`` is rows ``offsets[b]:offsets[b + 1]`` of ``conf``,
@@ -461,5 +458,4 @@ def sequence_depths_many_nb(widths, costs, edges, cells, p_accept, priors, conf,
     for b in range(offsets.shape[0] - 1):
         s = offsets[b]
         e = offsets[b + 1]
-        sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf[s:e], n_conf[s:e], known[s:e],
-                           k_max[b], row_budget[b], slack, out[s:e], gains, owner, counts, wc)
+        sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)

@@ -51,3 +51,44 @@ def plan_workspace(rows: int, max_k: int) -> PlanWorkspace:
         counts=np.empty(2 * SORT_BUCKETS + 1, dtype=np.int64),
         wc=np.empty((int(max_k) + 1, 4)),
     )
+
+
+class PlanArrays(NamedTuple):
+    """The constant inputs of the planner kernels: one table and one calibration as flat arrays.
+    Build with :func:`plan_arrays`.
+
+    widths : ndarray(int64, ndim=1), shape (W,)
+        Measured batch widths, ascending.
+    costs : ndarray(float64, ndim=3), shape (W, max_k + 1, 4)
+        (verify_ms, verify_j, draft_ms, draft_j) per width and depth.
+    edges : ndarray(float32, ndim=1), shape (B,)
+        Bucket upper bounds of the calibration (log-probabilities).
+    cells : ndarray(int64, ndim=1), shape (BUCKET_CELLS,)
+        The coarse bucket index over float32 values (``calibration.bucket_cells(edges)``).
+    p_accept : ndarray(float64, ndim=1), shape (B,)
+        Acceptance probability per bucket.
+    priors : ndarray(float64, ndim=1), shape (P,)
+        Conditional acceptance prior per draft position (1-based position j at index j - 1).
+    """
+
+    widths: np.ndarray
+    costs: np.ndarray
+    edges: np.ndarray
+    cells: np.ndarray
+    p_accept: np.ndarray
+    priors: np.ndarray
+
+
+def plan_arrays(table, cal) -> PlanArrays:
+    """The kernel bundle of a :class:`~specsim.table.CostTable` and an
+    :class:`~specsim.calibration.AcceptanceCalibration` (contiguous, fixed dtypes)."""
+    from specsim.calibration.calibration import bucket_cells
+
+    return PlanArrays(
+        widths=np.ascontiguousarray(table.widths, dtype=np.int64),
+        costs=np.ascontiguousarray(table.costs, dtype=np.float64),
+        edges=np.ascontiguousarray(cal.edges, dtype=np.float32),
+        cells=np.ascontiguousarray(bucket_cells(cal.edges), dtype=np.int64),
+        p_accept=np.ascontiguousarray(cal.p_accept, dtype=np.float64),
+        priors=np.ascontiguousarray(cal.priors, dtype=np.float64),
+    )

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.calibration import bucket_cells
 from specsim.errors import KeyMismatchError, PlanError
 from specsim.plan._kernels import sequence_depths_nb
-from specsim.plan._types import plan_workspace
+from specsim.plan._types import plan_arrays, plan_workspace
 
 _F32 = np.dtype(np.float32)
 from specsim.table import CostTable, TableKey
@@ -134,10 +133,7 @@ class Planner:
         self.max_seqs = _cap(max_seqs)
         self.max_k = table.max_k
         self.cum_priors = _cum_priors(cal, table.max_k)
-        self._cells = bucket_cells(cal.edges)
-        # The kernel's constant inputs, bound once: attribute chains cost on the hot path.
-        self._widths, self._costs = table.widths, table.costs
-        self._edges, self._p_accept, self._priors = cal.edges, cal.p_accept, cal.priors
+        self._arrays = plan_arrays(table, cal)
         self._reserve(64)
         size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
         self._memo = np.empty(size, dtype=np.int64)
@@ -221,9 +217,8 @@ class Planner:
             raise PlanError(f"out has {out.shape[0]} entries for {n} sequences")
         if self._ws.rows < n:
             self._reserve(n)
-        sequence_depths_nb(self._widths, self._costs, self._edges, self._cells, self._p_accept, self._priors,
-                           confidences, n_conf, known_drafts, k_max, row_budget, self.slack, out, self._gains,
-                           self._owner, self._counts, self._scratch)
+        sequence_depths_nb(self._arrays, confidences, n_conf, known_drafts, k_max, row_budget, self.slack, out,
+                           self._ws)
         return out
 
     @staticmethod
@@ -268,10 +263,8 @@ class Planner:
             out = np.empty(rows, dtype=np.int64)
         widest = int(np.diff(offsets).max()) if batches else 0
         self._reserve(widest)
-        cal = self.calibration
-        sequence_depths_many_nb(self.table.widths, self.table.costs, cal.edges, self._cells, cal.p_accept, cal.priors, conf,
-                                n_conf, known, offsets, k_max, row_budget, self.slack, out, self._gains, self._owner,
-                                self._counts, self._scratch)
+        sequence_depths_many_nb(self._arrays, conf, n_conf, known, offsets, k_max, row_budget, self.slack, out,
+                                self._ws)
         return out
 
 
