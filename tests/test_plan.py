@@ -333,7 +333,7 @@ def test_cum_priors_are_running_sums():
 
 @pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny"])
 def test_gain_sort_is_a_descending_sort(kind):
-    from specsim.plan._kernels import sort_gains_desc_nb
+    from specsim.plan._sort import sort_gains_desc_nb
 
     rng = np.random.default_rng(len(kind))
     for count in (0, 1, 5, 32, 33, 200, 1793):
@@ -352,5 +352,5 @@ def test_gain_sort_is_a_descending_sort(kind):
         gains = np.empty(2 * count + 1)
         gains[:count] = g
         ordered = np.empty(count + 1)
-        sort_gains_desc_nb(gains, count, ordered, np.empty(4097, dtype=np.int64))
+        sort_gains_desc_nb(gains, count, ordered, np.empty(4096, dtype=np.int64), np.empty(count + 1, dtype=np.int64))
         assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
