@@ -283,7 +283,7 @@ def test_planner_batched_forms_equal_single_calls():
 
 def test_planner_refuses_mismatched_shapes():
     planner = Planner(TIE, cal([0.5]))
-    with pytest.raises(PlanError, match="disagree"):
+    with pytest.raises(PlanError, match=r"n_conf must be a 1-D array with one entry per sequence \(3\)"):
         planner.depths(np.zeros((3, 2), np.float32), np.zeros(2, np.int64), np.zeros(3, np.int64), 2, 9)
     with pytest.raises(PlanError, match="out has"):
         planner.depths(np.zeros((3, 2), np.float32), np.zeros(3, np.int64), np.zeros(3, np.int64), 2, 9,

@@ -15,7 +15,8 @@ import numpy as np
 
 from specsim._jit import jit
 from specsim.calibration._kernels import bucket_fast_nb
-from specsim.plan._sort import sort_gains_desc_nb
+from specsim.plan._sort import SORT_BUCKETS, sort_gains_desc_nb
+from specsim.plan._types import PACK_HEADER, PlanArrays, PlanWorkspace
 from specsim.table._kernels import bracket_nb
 
 VMS, VJ, DMS, DJ = 0, 1, 2, 3
@@ -407,3 +408,87 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
         s = offsets[b]
         e = offsets[b + 1]
         sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
+
+
+@jit
+def unpack_plan_nb(packed):
+    """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
+    w = packed[0]
+    kp1 = packed[1]
+    b = packed[2]
+    c = packed[3]
+    p = packed[4]
+    o = PACK_HEADER
+    widths = packed[o:o + w]
+    o += w
+    costs = packed[o:o + w * kp1 * 4].view(np.float64).reshape((w, kp1, 4))
+    o += w * kp1 * 4
+    half = (b + 1) // 2
+    edges = packed[o:o + half].view(np.float32)[:b]
+    o += half
+    cells = packed[o:o + c]
+    o += c
+    p_accept = packed[o:o + b].view(np.float64)
+    o += b
+    priors = packed[o:o + p].view(np.float64)
+    return PlanArrays(widths, costs, edges, cells, p_accept, priors)
+
+
+# Codes the Planner's kernel returns instead of rows when an input is out of range; the caller
+# turns them into an error that names the argument (see ``Planner.depths``).
+E_SHAPE_N_CONF = -1
+E_SHAPE_KNOWN = -2
+E_SHAPE_OUT = -3
+E_K_MAX = -4
+E_ROW_BUDGET = -5
+E_WORKSPACE = -6
+E_ALIAS = -7
+# Row i with a bad n_conf: E_ROW - 2i; with a bad known: E_ROW - 2i - 1.
+E_ROW = -16
+
+
+@jit
+def _overlaps(a, b):
+    lo_a = a.ctypes.data
+    lo_b = b.ctypes.data
+    return lo_a < lo_b + b.nbytes and lo_b < lo_a + a.nbytes and a.nbytes > 0 and b.nbytes > 0
+
+
+@jit
+def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out, gains, owner, counts, wc, check):
+    """``Planner.depths``' kernel: checks what is cheap to check here, then
+    :func:`sequence_depths_nb` on ``unpack_plan_nb(packed)`` and the workspace's four arrays.
+
+    Shapes, scalar ranges, the workspace's size and ``out`` overlapping an input are always
+    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m`` and
+    ``known[i] >= 0`` (without it such values are clamped). Returns the planned rows, or one of
+    the negative ``E_*`` codes.
+    """
+    n = conf.shape[0]
+    m = conf.shape[1]
+    if n_conf.shape[0] != n:
+        return E_SHAPE_N_CONF
+    if known.shape[0] != n:
+        return E_SHAPE_KNOWN
+    if out.shape[0] != n:
+        return E_SHAPE_OUT
+    if k_max < 0:
+        return E_K_MAX
+    if row_budget < 0:
+        return E_ROW_BUDGET
+    k = wc.shape[0] - 1
+    k = k if k > 1 else 1
+    if (wc.shape[0] != packed[1] or gains.shape[0] < n * (3 * k + 1) or owner.shape[0] < n * (k + 2)
+            or counts.shape[0] < SORT_BUCKETS):
+        return E_WORKSPACE
+    if _overlaps(out, conf) or _overlaps(out, n_conf) or _overlaps(out, known):
+        return E_ALIAS
+    if check:
+        for i in range(n):
+            c = n_conf[i]
+            if c < 0 or c > m:
+                return E_ROW - 2 * i
+            if known[i] < 0:
+                return E_ROW - 2 * i - 1
+    ws = PlanWorkspace(gains, owner, counts, wc)
+    return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -95,3 +95,36 @@ def plan_arrays(table, cal) -> PlanArrays:
         p_accept=np.ascontiguousarray(cal.p_accept, dtype=np.float64),
         priors=np.ascontiguousarray(cal.priors, dtype=np.float64),
     )
+
+
+# Size of the header of a packed PlanArrays: W, max_k + 1, B, BUCKET_CELLS, P.
+PACK_HEADER = 5
+
+
+def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
+    """``arrays`` laid end to end in one int64 array (floats as their bit patterns), which
+    ``_kernels.unpack_plan_nb`` turns back into the same arrays without copying.
+
+    A Python-facing kernel then takes one argument instead of six: every array argument costs
+    Numba's dispatcher a type lookup and an unboxing on each call.
+
+    Returns
+    -------
+    ndarray(int64, ndim=1)
+        ``[W, max_k + 1, B, C, P, widths, costs (as float64 bits), edges (float32 bits, two
+        per entry, zero-padded), cells, p_accept (float64 bits), priors (float64 bits)]``.
+    """
+    w, kp1 = arrays.costs.shape[0], arrays.costs.shape[1]
+    b, c, p = arrays.edges.shape[0], arrays.cells.shape[0], arrays.priors.shape[0]
+    edges = np.zeros(2 * ((b + 1) // 2), dtype=np.float32)
+    edges[:b] = arrays.edges
+    parts = [
+        np.array([w, kp1, b, c, p], dtype=np.int64),
+        arrays.widths,
+        arrays.costs.reshape(-1).view(np.int64),
+        edges.view(np.int64),
+        arrays.cells,
+        arrays.p_accept.view(np.int64),
+        arrays.priors.view(np.int64),
+    ]
+    return np.ascontiguousarray(np.concatenate(parts))
