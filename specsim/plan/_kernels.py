@@ -1,7 +1,7 @@
-"""Numba kernels of the depth planner (SPEC §4).
+"""Numba kernels of the depth planner (docs/planner.md).
 
-Every ratio, interpolation, product and sum is computed in float64 in the order SPEC §4 writes
-it, so answers are bit-identical to the plain reference; the speed comes from doing less work,
+Every ratio, interpolation, product and sum is computed in float64 in the order docs/planner.md
+writes it, so answers are bit-identical to the plain reference; the speed comes from doing less work,
 never from reassociating arithmetic.
 
 Inputs are the table's flat arrays (``widths int64[W]``, ``costs float64[W, K + 1, 4]``), the
@@ -58,7 +58,7 @@ def width_costs_nb(widths, costs, n, out):
 
 @jit
 def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
-    """One draft depth for a batch of width ``n`` before drafting (SPEC §4.1).
+    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
 
     ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
     """
@@ -128,7 +128,7 @@ def row_cost_nb(vc, n, rows, max_k, sunk):
     """Verify cost of ``rows`` draft rows over ``n`` sequences, plus the sunk draft cost.
 
     ``vc`` holds one verify cost per depth at width ``n``; the depth ``rows / n`` falls between
-    two integer depths and the cost is interpolated between them (SPEC §4.2). This is the exact
+    two integer depths and the cost is interpolated between them (docs/planner.md). This is the exact
     arithmetic; the scan below only calls it when a cheaper bound cannot decide. The serving
     simulator prices per-sequence steps with it, so it charges the cost the planner optimised.
     """

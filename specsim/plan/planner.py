@@ -401,7 +401,7 @@ class Planner:
 
 @dataclass(frozen=True)
 class SpecCostState:
-    """A table, its drafter's calibration and the slack, as a serve loads and checks them (§4.4)."""
+    """A table, its drafter's calibration and the slack, as a serve loads and checks them."""
 
     table: CostTable
     calibration: AcceptanceCalibration
