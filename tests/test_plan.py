@@ -352,7 +352,9 @@ def test_gain_sort_is_a_descending_sort(kind):
         gains = np.empty(2 * count + 1)
         gains[:count] = g
         ordered = np.empty(count + 1)
-        sort_gains_desc_nb(gains, count, ordered, np.empty(4096, dtype=np.int64), np.empty(count + 1, dtype=np.int64))
+        lo, hi = (float(g.min()), float(g.max())) if count else (0.0, 0.0)
+        sort_gains_desc_nb(gains, count, ordered, np.empty(4096, dtype=np.int64), np.empty(count + 1, dtype=np.int64),
+                           lo, hi)
         assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
 
 

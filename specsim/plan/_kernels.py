@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._jit import jit
-from specsim.calibration._kernels import bucket_fast_nb
 from specsim.plan._sort import SORT_BUCKETS, sort_gains_desc_nb
-from specsim.plan._types import PACK_HEADER, PlanArrays, PlanWorkspace
+from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb
 
 VMS, VJ, DMS, DJ = 0, 1, 2, 3
+# Unsigned subscripts in hot loops: Numba skips negative-index wraparound for them.
+U = np.uintp
 
 
 @jit
@@ -153,16 +154,28 @@ def _caps_nb(n_conf, known, kk, m, caps, reals):
     confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
     base_rows = 0
     for i in range(n_conf.shape[0]):
-        cap = known[i]
+        ui = U(i)
+        cap = known[ui]
         cap = cap if cap < kk else kk
         cap = cap if cap > 0 else 0
-        real = n_conf[i]
+        real = n_conf[ui]
         real = real if real < m else m
         real = real if real < cap else cap
-        caps[i] = cap
-        reals[i] = real if real > 0 else 0
+        caps[ui] = cap
+        reals[ui] = real if real > 0 else 0
         base_rows += 1 if cap > 0 else 0
     return base_rows
+
+
+@jit(inline="always")
+def _bucket_p(edges, cells, p_accept, last, lp, b):
+    """``p_accept`` of the bucket of ``lp`` (not NaN; ``b`` its bit pattern) through the coarse
+    index ``cells`` (``calibration.bucket_cells``): the bucket of the lowest float of the cell,
+    then a step up per edge below ``lp`` (rarely one, never more than the edges in the cell)."""
+    q = cells[U((((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + 2048))]
+    while q < last and lp > edges[U(q)]:
+        q += 1
+    return p_accept[U(q)]
 
 
 @jit
@@ -172,48 +185,60 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     Walks position by position over all sequences, keeping each sequence's running product in
     ``run``: the products of different sequences are independent, so they overlap in the CPU
     instead of waiting on each other. Row ``(i, j)``'s gain goes to ``strided[i * stride + j - 2]``
-    (for assigning depths) and to the next free place of ``compact`` (for sorting).
+    (for assigning depths) and to the next free place of ``compact`` (for sorting). Subscripts
+    are unsigned (``U``) because Numba then skips its negative-index wraparound: here that is
+    most of the work.
 
     Returns
     -------
-    (float, int)
-        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), and the number
-        of gains written.
+    (float, int, float, float)
+        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
+        gains written, and their least and greatest values (0 and 0 when none).
     """
     n = conf.shape[0]
     bits = conf.view(np.int32)
     edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
+    last = edges.shape[0] - 1
     last_prior = priors.shape[0] - 1
     base_tokens = float(n)
     if kk < 1:
-        return base_tokens, 0
+        return base_tokens, 0, 0.0, 0.0
     prior_1 = priors[0]
     for i in range(n):
+        ui = U(i)
         p = prior_1
-        if reals[i] >= 1:
-            lp = conf[i, 0]
+        if reals[ui] >= 1:
+            lp = conf[ui, U(0)]
             if lp == lp:  # NaN: unmeasured, the prior
-                p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, 0])]
-        run[i] = p
-        if caps[i] >= 1:
+                p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
+        run[ui] = p
+        if caps[ui] >= 1:
             base_tokens += p
     extras = 0
+    lowest = 2.0
+    highest = -1.0
     for j in range(2, kk + 1):
-        prior_j = priors[j - 1 if j - 1 < last_prior else last_prior]
+        prior_j = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+        uj = U(j - 1)
         for i in range(n):
-            if caps[i] < j:
+            ui = U(i)
+            if caps[ui] < j:
                 continue
             p = prior_j
-            if j <= reals[i]:
-                lp = conf[i, j - 1]
+            if j <= reals[ui]:
+                lp = conf[ui, uj]
                 if lp == lp:
-                    p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, j - 1])]
-            g = run[i] * p
-            run[i] = g
-            strided[i * stride + j - 2] = g
-            compact[extras] = g
+                    p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, uj])
+            g = run[ui] * p
+            run[ui] = g
+            strided[U(i * stride + j - 2)] = g
+            compact[U(extras)] = g
             extras += 1
-    return base_tokens, extras
+            lowest = g if g < lowest else lowest
+            highest = g if g > highest else highest
+    if extras == 0:
+        return base_tokens, 0, 0.0, 0.0
+    return base_tokens, extras, lowest, highest
 
 
 @jit
@@ -230,10 +255,10 @@ def _assign_nb(strided, stride, caps, ordered, best_take, out):
         t -= 1
     ties = best_take - t
     for i in range(caps.shape[0]):
-        d = out[i]
+        d = out[U(i)]
         row = i * stride - 2
-        for j in range(2, caps[i] + 1):
-            g = strided[row + j]
+        for j in range(2, caps[U(i)] + 1):
+            g = strided[U(row + j)]
             if g > cut:
                 d += 1
             elif g == cut and ties > 0:
@@ -241,7 +266,7 @@ def _assign_nb(strided, stride, caps, ordered, best_take, out):
                 ties -= 1
             else:
                 break
-        out[i] = d
+        out[U(i)] = d
 
 
 @jit
@@ -298,9 +323,9 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
     if base_rows > row_budget:
         return 0
-    base_tokens, extras = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact)
+    base_tokens, extras, lowest, highest = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact)
     for i in range(n):
-        out[i] = 1 if caps[i] > 0 else 0
+        out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
     take_max = take_max if take_max < extras else extras
     if take_max <= 0:
@@ -308,7 +333,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
 
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
     # the tie order matters only when rows are assigned.
-    sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys)
+    sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
     width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
     best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     if best_take == 0:
@@ -364,7 +389,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
         if stop > take_max - take:
             stop = take_max - take
         for step in range(1, stop + 1):
-            tokens += ordered[take + step - 1]
+            tokens += ordered[U(take + step - 1)]
             f = (rem + step) * inv_n
             ms = a_ms + d_ms * f
             if tokens < floor_lo * (ms - tol_ms):
@@ -455,9 +480,10 @@ def _overlaps(a, b):
 
 
 @jit
-def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out, gains, owner, counts, wc, check):
+def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out, work, check):
     """``Planner.depths``' kernel: checks what is cheap to check here, then
-    :func:`sequence_depths_nb` on ``unpack_plan_nb(packed)`` and the workspace's four arrays.
+    :func:`sequence_depths_nb` on ``unpack_plan_nb(packed)`` and the workspace in the buffer
+    ``work`` (``_types.workspace_buffer``): two arguments where the bundles have ten arrays.
 
     Shapes, scalar ranges, the workspace's size and ``out`` overlapping an input are always
     checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m`` and
@@ -476,10 +502,9 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
         return E_K_MAX
     if row_budget < 0:
         return E_ROW_BUDGET
-    k = wc.shape[0] - 1
-    k = k if k > 1 else 1
-    if (wc.shape[0] != packed[1] or gains.shape[0] < n * (3 * k + 1) or owner.shape[0] < n * (k + 2)
-            or counts.shape[0] < SORT_BUCKETS):
+    max_k = packed[1] - 1
+    ws = workspace_views_nb(work, max_k)
+    if ws.owner.shape[0] < n * ((max_k if max_k > 1 else 1) + 2):
         return E_WORKSPACE
     if _overlaps(out, conf) or _overlaps(out, n_conf) or _overlaps(out, known):
         return E_ALIAS
@@ -490,5 +515,4 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
                 return E_ROW - 2 * i
             if known[i] < 0:
                 return E_ROW - 2 * i - 1
-    ws = PlanWorkspace(gains, owner, counts, wc)
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -21,15 +21,19 @@ SMALL_BUCKET = 32
 MOVES_PER_VALUE = 8
 
 
+# Unsigned subscripts: Numba skips its negative-index wraparound for them (most of a pass here).
+U = np.uintp
+
+
 @jit
 def _insertion_desc(a, start, stop):
     for t in range(start + 1, stop):
-        x = a[t]
+        x = a[U(t)]
         q = t - 1
-        while q >= start and a[q] < x:
-            a[q + 1] = a[q]
+        while q >= start and a[U(q)] < x:
+            a[U(q + 1)] = a[U(q)]
             q -= 1
-        a[q + 1] = x
+        a[U(q + 1)] = x
 
 
 @jit
@@ -74,12 +78,14 @@ def _insertion_bounded(a, count, budget):
     """
     moves = 0
     for t in range(1, count):
-        x = a[t]
+        x = a[U(t)]
+        if not a[U(t - 1)] < x:
+            continue
         q = t - 1
-        while q >= 0 and a[q] < x:
-            a[q + 1] = a[q]
+        while q >= 0 and a[U(q)] < x:
+            a[U(q + 1)] = a[U(q)]
             q -= 1
-        a[q + 1] = x
+        a[U(q + 1)] = x
         moves += t - 1 - q
         if moves > budget:
             return False
@@ -87,7 +93,7 @@ def _insertion_bounded(a, count, budget):
 
 
 @jit
-def sort_gains_desc_nb(gains, count, ordered, counts, keys):
+def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are finite and >= 0).
 
     Parameters
@@ -99,23 +105,21 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys):
     counts : ndarray(int64, ndim=1), shape >= (SORT_BUCKETS,)
     keys : ndarray(int64, ndim=1), shape >= (count,)
         Workspaces (overwritten).
+    lowest, highest : float
+        The least and the greatest of ``gains[:count]`` (the caller saw every value already).
     """
-    if count <= SMALL_BUCKET:
+    if count <= SMALL_BUCKET or lowest == highest:
         for t in range(count):
-            ordered[t] = gains[t]
+            ordered[U(t)] = gains[U(t)]
         _insertion_desc(ordered, 0, count)
         return
     bits = gains[:count].view(np.int64)
-    umin = bits[0]
-    umax = bits[0]
-    for e in range(1, count):
-        u = bits[e]
-        umin = u if u < umin else umin
-        umax = u if u > umax else umax
-    if umin == umax:
-        for t in range(count):
-            ordered[t] = gains[t]
-        return
+    # The bit patterns of the extremes, through the counters (no allocation).
+    as_float = counts[:2].view(np.float64)
+    as_float[0] = lowest
+    as_float[1] = highest
+    umin = counts[0]
+    umax = counts[1]
     limit = count if count < SORT_BUCKETS else SORT_BUCKETS
     shift = 0
     while ((umax - umin) >> shift) >= limit:
@@ -125,20 +129,20 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys):
     top = umax >> shift
     nb = top - (umin >> shift) + 1
     for b in range(nb):
-        counts[b] = 0
+        counts[U(b)] = 0
     # Bucket 0 holds the largest values: the buckets in ascending order are the values descending.
     for e in range(count):
-        b = top - (bits[e] >> shift)
-        keys[e] = b
-        counts[b] += 1
+        b = top - (bits[U(e)] >> shift)
+        keys[U(e)] = b
+        counts[U(b)] += 1
     pos = 0
     for b in range(nb):
-        c = counts[b]
-        counts[b] = pos
+        c = counts[U(b)]
+        counts[U(b)] = pos
         pos += c
     for e in range(count):
-        b = keys[e]
-        ordered[counts[b]] = gains[e]
+        b = U(keys[U(e)])
+        ordered[U(counts[b])] = gains[U(e)]
         counts[b] += 1
     # Buckets are in order, so insertion only moves values inside their bucket: linear unless
     # a bucket holds many distinct values packed close together (equal values never move).

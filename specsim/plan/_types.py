@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from specsim._jit import jit
 from specsim.plan._sort import SORT_BUCKETS
 
 
@@ -39,21 +40,43 @@ class PlanWorkspace(NamedTuple):
         return self.owner.shape[0] // (k + 2)
 
 
+@jit
+def _workspace_parts(rows, max_k):
+    """Sizes of (gains, owner, counts, wc) for ``rows`` sequences and depths ``0..max_k``: the
+    only place the planner's scratch is sized."""
+    k = max_k if max_k > 1 else 1
+    return rows * (3 * k + 1), rows * (k + 2), SORT_BUCKETS, (max_k + 1) * 4
+
+
+@jit
+def workspace_views_nb(work, max_k):
+    """The :class:`PlanWorkspace` inside ``work`` (a buffer from :func:`workspace_buffer`):
+    views, no copy. Its ``rows`` follow from the buffer's length."""
+    f_g, f_o, f_c, f_w = _workspace_parts(0, max_k)
+    p_g, p_o, p_c, p_w = _workspace_parts(1, max_k)
+    fixed = f_g + f_o + f_c + f_w
+    rows = (work.shape[0] - fixed) // (p_g + p_o + p_c + p_w - fixed)
+    n_g, n_o, n_c, n_w = _workspace_parts(rows, max_k)
+    a = n_g
+    b = a + n_o
+    c = b + n_c
+    return PlanWorkspace(work[:a], work[a:b].view(np.int64), work[b:c].view(np.int64),
+                         work[c:c + n_w].reshape((max_k + 1, 4)))
+
+
+def workspace_buffer(rows: int, max_k: int) -> np.ndarray:
+    """One float64 buffer holding a workspace for ``rows`` sequences (see :func:`plan_workspace`)."""
+    return np.empty(sum(_workspace_parts(max(int(rows), 1), int(max_k))))
+
+
 def plan_workspace(rows: int, max_k: int) -> PlanWorkspace:
     """The workspace for batches of up to ``rows`` sequences of a table with depths ``0..max_k``.
 
-    The only place the planner's buffers are sized: for a batch of n sequences the kernels use
-    ``gains[:n * (3K + 1)]``, ``owner[:n * (K + 2)]`` and ``counts[:SORT_BUCKETS]``
-    (K = max(max_k, 1)).
+    For a batch of n sequences the kernels use ``gains[:n * (3K + 1)]``, ``owner[:n * (K + 2)]``
+    and ``counts[:SORT_BUCKETS]`` (K = max(max_k, 1)); the four arrays are views into one buffer
+    (:func:`workspace_buffer`), so a kernel called from Python can take the buffer alone.
     """
-    k = max(int(max_k), 1)
-    rows = max(int(rows), 1)
-    return PlanWorkspace(
-        gains=np.empty(rows * (3 * k + 1)),
-        owner=np.empty(rows * (k + 2), dtype=np.int64),
-        counts=np.empty(SORT_BUCKETS, dtype=np.int64),
-        wc=np.empty((int(max_k) + 1, 4)),
-    )
+    return workspace_views_nb(workspace_buffer(rows, max_k), int(max_k))
 
 
 class PlanArrays(NamedTuple):

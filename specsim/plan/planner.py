@@ -13,7 +13,7 @@ from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.errors import KeyMismatchError, PlanError
 from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
-from specsim.plan._types import pack_plan_arrays, plan_arrays, plan_workspace
+from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
 from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
@@ -114,7 +114,7 @@ _KERNEL_LOCK = threading.Lock()
 _KERNEL = []
 
 
-def _depths_kernel(packed, ws):
+def _depths_kernel(packed, work):
     """``planner_depths_nb``, compiled (or loaded from the disk cache) for the one set of
     argument types it is meant for, then closed to others: a call with any other type then fails
     dispatch at once (a TypeError the Planner turns into a check of every argument) instead of
@@ -126,7 +126,7 @@ def _depths_kernel(packed, ws):
 
                 empty = np.empty(0, dtype=np.int64)
                 planner_depths_nb(packed, 0.0, np.empty((0, 0), dtype=np.float32), empty, empty, 0, 0,
-                                  np.empty(0, dtype=np.int64), *ws, True)
+                                  np.empty(0, dtype=np.int64), work, True)
                 planner_depths_nb.disable_compile()
                 _KERNEL.append(planner_depths_nb)
     return _KERNEL[0]
@@ -279,12 +279,14 @@ class Planner:
 
     # -- after drafting -------------------------------------------------------------------
     def _workspace(self, n):
-        """This thread's workspace, grown to hold ``n`` sequences."""
-        ws = getattr(self._local, "ws", None)
-        if ws is None or ws.rows < n:
-            ws = plan_workspace(max(n, FIRST_ROWS), self.max_k)
-            self._local.ws = ws
-        return ws
+        """This thread's workspace buffer (``_types.workspace_buffer``), grown to hold ``n``
+        sequences."""
+        rows = getattr(self._local, "rows", 0)
+        if rows < n or rows == 0:
+            rows = max(n, FIRST_ROWS, 2 * rows)
+            self._local.work = workspace_buffer(rows, self.max_k)
+            self._local.rows = rows
+        return self._local.work
 
     def depths(self, confidences, n_conf, known_drafts, k_max, row_budget, out=None, *, check=True):
         """Drafts to verify per sequence (docs/planner.md). Safe from any number of threads.
@@ -325,9 +327,8 @@ class Planner:
             try:
                 if out is None:
                     out = np.empty(confidences.shape[0], dtype=np.int64)
-                g, o, c, w = self._local.ws
                 rows = self._kernel(self._packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
-                                    out, g, o, c, w, check)
+                                    out, self._local.work, check)
             except (AttributeError, TypeError, ValueError, OverflowError, IndexError):
                 rows = -1
             if rows >= 0:
@@ -348,7 +349,7 @@ class Planner:
                              "the converted confidences": conf, "the converted n_conf": n_conf_a,
                              "the converted known_drafts": known})
         rows = self._kernel(self._packed, self.slack, conf, n_conf_a, known, k_max, row_budget, out,
-                            *self._workspace(n), True)
+                            self._workspace(n), True)
         if rows < 0:  # every refusal of the kernel is also one of the checks above
             raise PlanError(f"internal: the planner kernel refused checked inputs (code {rows})")
         return out
@@ -387,8 +388,10 @@ class Planner:
             out_arg(out, rows, {"confidences": confidences, "n_conf": n_conf, "known_drafts": known_drafts,
                                 "offsets": offsets, "the converted confidences": conf})
         widest = int(np.diff(offsets).max()) if batches else 0
+        from specsim.plan._types import workspace_views_nb
+
         sequence_depths_many_nb(self._state.arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
-                                out, self._workspace(widest))
+                                out, workspace_views_nb(self._workspace(widest), self.max_k))
         return out
 
     @staticmethod
