@@ -148,7 +148,7 @@ TOL = 1e-9
 GUARD = 1e-12
 
 
-@jit
+@jit(inline="always")
 def _caps_nb(n_conf, known, kk, m, caps, reals):
     """Per sequence: ``caps[i] = min(known[i], kk)`` and ``reals[i]``, its positions with a real
     confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
@@ -178,7 +178,7 @@ def _bucket_p(edges, cells, p_accept, last, lp, b):
     return p_accept[U(q)]
 
 
-@jit
+@jit(inline="always")
 def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     """The base tokens and every extra row's gain.
 
@@ -191,9 +191,10 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
 
     Returns
     -------
-    (float, int, float, float)
+    (float, int, float, float, float)
         ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
-        gains written, and their least and greatest values (0 and 0 when none).
+        gains written, their least and greatest values, and their sum in the order written
+        (only ever used as a bound: it is not the sum in descending order). Zeros when none.
     """
     n = conf.shape[0]
     bits = conf.view(np.int32)
@@ -202,7 +203,7 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     last_prior = priors.shape[0] - 1
     base_tokens = float(n)
     if kk < 1:
-        return base_tokens, 0, 0.0, 0.0
+        return base_tokens, 0, 0.0, 0.0, 0.0
     prior_1 = priors[0]
     for i in range(n):
         ui = U(i)
@@ -217,6 +218,7 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     extras = 0
     lowest = 2.0
     highest = -1.0
+    total = 0.0
     for j in range(2, kk + 1):
         prior_j = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
         uj = U(j - 1)
@@ -236,12 +238,13 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
             extras += 1
             lowest = g if g < lowest else lowest
             highest = g if g > highest else highest
+            total += g
     if extras == 0:
-        return base_tokens, 0, 0.0, 0.0
-    return base_tokens, extras, lowest, highest
+        return base_tokens, 0, 0.0, 0.0, 0.0
+    return base_tokens, extras, lowest, highest, total
 
 
-@jit
+@jit(inline="always")
 def _assign_nb(strided, stride, caps, ordered, best_take, out):
     """Depths from the best prefix of the sorted gains (out[i] already holds the first draft).
 
@@ -323,7 +326,8 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
     if base_rows > row_budget:
         return 0
-    base_tokens, extras, lowest, highest = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact)
+    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride,
+                                                            compact)
     for i in range(n):
         out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
@@ -331,10 +335,12 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     if take_max <= 0:
         return base_rows
 
+    width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
+    if _no_prefix_beats_base(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, total):
+        return base_rows
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
     # the tie order matters only when rows are assigned.
     sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
-    width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
     best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     if best_take == 0:
         return base_rows
@@ -342,7 +348,64 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     return base_rows + best_take
 
 
-@jit
+# Relative slack of the bounds of _no_prefix_beats_base: far above any rounding of a sum of
+# gains (at most count * 2**-53 relative), far below any difference that decides an answer.
+BOUND_SLACK = 1e-9
+
+
+@jit(inline="always")
+def _no_prefix_beats_base(wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, total):
+    """True when no prefix of extra rows can have more tokens/J than the first drafts alone, so
+    the best prefix is the empty one without sorting or scanning.
+
+    Any prefix of ``t`` rows has at most ``min(t * highest, total)`` extra tokens (``total``
+    inflated by ``BOUND_SLACK`` for rounding) and, inside a depth segment, costs at least the
+    segment's affine lower bound on joules. Their ratio is monotone between the ends of the
+    segment and the kink ``t = total / highest``, so those points bound every prefix. A
+    comparison too close to call answers False (the exact scan then decides).
+    """
+    vj = wc[:, VJ]
+    sunk_j = wc[kk, DJ]
+    best0 = base_tokens / row_cost_nb(vj, n, base_rows, max_k, sunk_j)
+    limit = best0 * (1.0 - BOUND_SLACK)
+    cap = total * (1.0 + BOUND_SLACK) + 1e-300
+    kink = cap / highest if highest > 0.0 else 0.0
+    inv_n = 1.0 / n
+    lo = base_rows // n
+    rem = base_rows - lo * n
+    take = 0
+    while take < take_max:
+        nxt = lo + 1 if lo < max_k else max_k
+        a_j = vj[lo] + sunk_j
+        d_j = vj[nxt] - vj[lo]
+        tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
+        stop = n - rem
+        if stop > take_max - take:
+            stop = take_max - take
+        for point in range(3):
+            if point == 0:
+                t = float(take + 1)
+            elif point == 1:
+                t = float(take + stop)
+            else:
+                t = kink
+                if not take + 1 < t < take + stop:
+                    continue
+            extra = t * highest
+            extra = extra if extra < cap else cap
+            tokens = (base_tokens + extra) * (1.0 + BOUND_SLACK)
+            joules = a_j + d_j * ((rem + t - take) * inv_n) - tol_j
+            if joules <= 0.0 or tokens >= limit * joules:
+                return False
+        take += stop
+        rem += stop
+        if rem == n:
+            rem = 0
+            lo += 1
+    return True
+
+
+@jit(inline="always")
 def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack):
     """The best prefix of the descending gains, 0 for none.
 
