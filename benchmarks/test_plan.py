@@ -21,22 +21,28 @@ WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 EDGES = [-4.0, -2.0, -1.0, -0.5, -0.25, -0.1, -0.05, -0.02, -0.005, 0.0]
 
 
-def _setup(k_deep):
+def _setup(k_deep, rows_pay=False):
+    """A table whose verify cost grows with depth; with ``rows_pay`` the energy of a row is
+    nearly flat in depth, so hundreds of extra rows pay off (the full sort-and-scan path)."""
     rng = np.random.default_rng(0)
     cells = []
     for n in WIDTHS:
         for k in range(k_deep + 1):
-            verify_ms = 8.0 + 0.04 * n * (k + 1) + rng.uniform(0.0, 0.5)
-            verify_j = 1.5 + 0.012 * n * (k + 1) + rng.uniform(0.0, 0.1)
+            if rows_pay:
+                verify_ms = 8.0 + 0.01 * n * (k + 1) + rng.uniform(0.0, 0.5)
+                verify_j = 1.5 + 0.012 * n * (1 + 0.02 * k) + rng.uniform(0.0, 0.1)
+            else:
+                verify_ms = 8.0 + 0.04 * n * (k + 1) + rng.uniform(0.0, 0.5)
+                verify_j = 1.5 + 0.012 * n * (k + 1) + rng.uniform(0.0, 0.1)
             cells.append(Cell(n, k, verify_ms, verify_j, 0.9 * k, 0.08 * k))
     table = CostTable.from_cells(TableKey(1, "bench", "bench", {"verify": "v", "draft": "d"}), cells)
     cal = AcceptanceCalibration(DrafterKey("bench", 32000, "bf16", True), EDGES, np.linspace(0.08, 0.95, len(EDGES)),
                                 [0.8, 0.72, 0.66, 0.62, 0.6, 0.58, 0.56, 0.55])
-    return table, cal, Planner(table, cal, slack=0.2, max_seqs=1024)
+    return table, cal, Planner(table, cal, slack=0.5 if rows_pay else 0.2, max_seqs=1024)
 
 
-SETUPS = {8: _setup(8), 16: _setup(16)}
-TABLE, CAL, PLANNER = SETUPS[8]
+SETUPS = {(8, False): _setup(8), (16, False): _setup(16), (8, True): _setup(8, rows_pay=True)}
+TABLE, CAL, PLANNER = SETUPS[8, False]
 
 
 def _us(benchmark):
@@ -70,8 +76,8 @@ def test_propose_many(benchmark):
     record_ratio(benchmark, "reference", ref / 20 * ns.shape[0])
 
 
-def _depths_case(n, k):
-    table, cal, planner = SETUPS[k]
+def _depths_case(n, k, rows_pay=False):
+    table, cal, planner = SETUPS[k, rows_pay]
     rng = np.random.default_rng(n)
     conf = rng.uniform(-3.0, 0.0, (n, k)).astype(np.float32)
     n_conf = np.full(n, k, dtype=np.int64)
@@ -80,25 +86,28 @@ def _depths_case(n, k):
     budget = n * k  # every row reachable
     planner.depths(conf, n_conf, known, k, budget, out)
     args = (table.widths.tolist(), table.costs.tolist(), cal.edges.tolist(), cal.p_accept.tolist(),
-            cal.priors.tolist(), conf.tolist(), known.tolist(), k, budget, 0.2)
+            cal.priors.tolist(), conf.tolist(), known.tolist(), k, budget, planner.slack)
     return planner, (conf, n_conf, known, k, budget, out), args
 
 
-@pytest.mark.parametrize("k", [8, 16])
+@pytest.mark.parametrize("k, rows_pay", [(8, False), (16, False), (8, True)], ids=["K8", "K16", "K8-rows-pay"])
 @pytest.mark.parametrize("n", [1, 8, 64, 256, 1024])
-def test_depths(benchmark, n, k):
-    planner, call, args = _depths_case(n, k)
-    benchmark.group = f"depths (K = {k}, all rows reachable)"
+def test_depths(benchmark, n, k, rows_pay):
+    planner, call, args = _depths_case(n, k, rows_pay)
+    benchmark.group = f"depths (K = {k}, all rows reachable{', extra rows pay' if rows_pay else ''})"
     benchmark(planner.depths, *call)
     assert call[-1].tolist() == ref_sequence_depths(*args)
+    if benchmark.stats is not None:
+        benchmark.extra_info["extra_rows"] = int(call[-1].sum() - (call[-1] > 0).sum())
     _us(benchmark)
     record_ratio(benchmark, "reference", time_per_call(lambda: ref_sequence_depths(*args), min_time=0.1, max_calls=20))
 
 
+@pytest.mark.parametrize("rows_pay", [False, True], ids=["K8", "K8-rows-pay"])
 @pytest.mark.parametrize("n", [8, 256])
-def test_depths_unchecked(benchmark, n):
+def test_depths_unchecked(benchmark, n, rows_pay):
     """``check=False``: the checked path above should be within 10% of this."""
-    planner, call, args = _depths_case(n, 8)
+    planner, call, args = _depths_case(n, 8, rows_pay)
     benchmark.group = "depths (K = 8, all rows reachable)"
     benchmark(planner.depths, *call, check=False)
     assert call[-1].tolist() == ref_sequence_depths(*args)
