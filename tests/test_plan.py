@@ -528,7 +528,7 @@ def test_known_drafts_summing_past_int64_give_the_unbounded_answer():
     assert sequence_depths(WIDE, c, ragged, [3, 3, 3, 0], 3, 12, 0.5) == want
 
 
-def test_cli_known_drafts_past_int64(tmp_path):
+def test_cli_large_budgets_plan_as_no_budget(tmp_path):
     import json
     import subprocess
     import sys
@@ -537,12 +537,19 @@ def test_cli_known_drafts_past_int64(tmp_path):
     (tmp_path / "t.toml").write_text(CostTable.render(KEY, WIDE.cells))
     (tmp_path / "c.toml").write_text(c.render())
     (tmp_path / "conf.json").write_text(json.dumps([[-0.01, -0.02, -0.03], [-0.01, -0.01, -0.01], [-3.0], []]))
-    (tmp_path / "known.json").write_text(json.dumps([2**62, 2**62, 2**62, 0]))
-    proc = subprocess.run([sys.executable, "-m", "specsim", "plan", str(tmp_path / "t.toml"), str(tmp_path / "c.toml"),
-                           "--confidences", str(tmp_path / "conf.json"), "--known-drafts", str(tmp_path / "known.json"),
-                           "--slack", "0.5", "--json"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["depths"] == [3, 3, 3, 0]
+    (tmp_path / "known.json").write_text(json.dumps([3, 3, 3, 0]))
+    (tmp_path / "huge.json").write_text(json.dumps([2**62, 2**62, 2**62, 0]))
+    base = [sys.executable, "-m", "specsim", "plan", str(tmp_path / "t.toml"), str(tmp_path / "c.toml"),
+            "--confidences", str(tmp_path / "conf.json"), "--slack", "0.5", "--json"]
+    for extra in (["--known-drafts", str(tmp_path / "known.json")],
+                  ["--known-drafts", str(tmp_path / "known.json"), "--row-budget", str(2**62)]):
+        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["depths"] == [3, 3, 3, 0]
+    # Known drafts past any batch the planner plans are refused by the reader, with a message.
+    proc = subprocess.run(base + ["--known-drafts", str(tmp_path / "huge.json")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "error" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # --- one Planner, many threads ---------------------------------------------------------------------
