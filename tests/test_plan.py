@@ -486,6 +486,24 @@ def test_bad_input_is_a_specsim_error_naming_it(bad_input_results, name):
     assert len(got) < 600, "a message, not a dump"
 
 
+def test_other_layouts_and_dtypes_are_converted():
+    c = cal([0.8, 0.6], [-1.0, 0.0], [0.3, 0.9])
+    planner = Planner(WIDE, c, slack=0.1)
+    rng = np.random.default_rng(4)
+    conf, n_conf, known = _batch(rng, 4, 3)
+    want = planner.depths(conf, n_conf, known, 3, 12).tolist()
+    ro = [a.copy() for a in (conf, n_conf, known)]
+    for a in ro:
+        a.flags.writeable = False
+    assert planner.depths(*ro, 3, 12).tolist() == want
+    assert planner.depths(np.asfortranarray(conf), n_conf.astype(np.int32), known.astype(np.uint8), np.int32(3),
+                          np.uint64(12)).tolist() == want
+    wide = np.full((4, 6), np.nan, np.float32)
+    wide[:, ::2] = conf
+    assert planner.depths(wide[:, ::2], n_conf, known, 3, 12).tolist() == want
+    assert planner.depths(conf.tolist(), n_conf.tolist(), known.tolist(), 3, 12).tolist() == want
+
+
 def test_unchecked_fast_path_never_crashes_on_bad_counts():
     # check=False skips the per-sequence range check: out-of-range counts are clamped, not read.
     got = _run_child({

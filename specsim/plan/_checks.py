@@ -51,7 +51,12 @@ def confidences_arg(value) -> np.ndarray:
         raise PlanError(f"confidences must hold real numbers (log-probabilities), got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise PlanError(f"confidences must be a 2-D array (sequences, drafts), got shape {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return _writable(np.ascontiguousarray(arr, dtype=np.float32))
+
+
+def _writable(arr):
+    # The kernel is compiled for writable arrays only; a read-only input is copied, not refused.
+    return arr if arr.flags.writeable else arr.copy()
 
 
 def counts_arg(value, n: int, name: str, upper=None) -> np.ndarray:
@@ -74,7 +79,7 @@ def counts_arg(value, n: int, name: str, upper=None) -> np.ndarray:
             raise PlanError(f"{name}[{i}] = {high} is more than the {upper} columns of confidences")
         if high > INT64_MAX:
             arr = np.minimum(arr, np.uint64(INT64_MAX))
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return _writable(np.ascontiguousarray(arr, dtype=np.int64))
 
 
 def _counts_from_objects(arr, n, name, upper):
