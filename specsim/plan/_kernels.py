@@ -37,7 +37,7 @@ def cum_priors_nb(priors, max_k, out):
         out[j] = total
 
 
-@jit
+@jit(inline="always")
 def width_costs_nb(widths, costs, n, out):
     """Interpolate every depth's four costs at width ``n`` into ``out float64[K + 1, 4]``.
 
@@ -272,7 +272,7 @@ def _assign_nb(strided, stride, caps, ordered, best_take, out):
         out[U(i)] = d
 
 
-@jit
+@jit(inline="always")
 def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, out, ws):
     """How many of each sequence's drafts to verify, after drafting (docs/planner.md).
 
@@ -498,7 +498,7 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
         sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
 
 
-@jit
+@jit(inline="always")
 def unpack_plan_nb(packed):
     """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
     w = packed[0]
@@ -535,7 +535,7 @@ E_ALIAS = -7
 E_ROW = -16
 
 
-@jit
+@jit(inline="always")
 def _overlaps(a, b):
     lo_a = a.ctypes.data
     lo_b = b.ctypes.data
