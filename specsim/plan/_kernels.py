@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._jit import jit
-from specsim.plan._sort import SORT_BUCKETS, sort_gains_desc_nb
+from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.errors import KeyMismatchError, PlanError
-from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
+from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
 from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
 from specsim.table import CostTable, TableKey
