@@ -769,3 +769,32 @@ def test_two_thousand_random_batches_match_the_reference_exactly():
                                        c.priors.tolist(), ragged, known.tolist(), k_max, budget, slack)
             assert planner.depths(conf, n_conf, known, k_max, budget).tolist() == want, (done, n, m)
             done += 1
+
+
+def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
+    # Where the bound says no prefix of extra rows beats the first drafts, the reference takes
+    # none; and on these batches it decides often enough to matter.
+    from specsim.plan._kernels import _gains_nb, _no_prefix_beats_base, width_costs_nb
+
+    rng = np.random.default_rng(77)
+    proven = 0
+    for _ in range(300):
+        t, c = _random_table(rng), _random_cal(rng)
+        if t.max_k < 2:
+            continue
+        slack = float(rng.uniform(0, 0.9))
+        n, m = int(rng.integers(1, 40)), t.max_k
+        conf = rng.uniform(-6.0, 0.3, (n, m)).astype(np.float32)
+        caps = np.full(n, m, dtype=np.int64)
+        strided, compact, run = np.empty(n * m), np.empty(n * m), np.empty(n)
+        base_tokens, extras, _, highest, total = _gains_nb(Planner(t, c)._state.arrays, conf, caps, caps.copy(), m,
+                                                           run, strided, m, compact)
+        wc = np.empty((t.max_k + 1, 4))
+        width_costs_nb(t.widths, t.costs, n, wc)
+        if not _no_prefix_beats_base(wc, n, t.max_k, m, base_tokens, n, extras, highest, total):
+            continue
+        proven += 1
+        want = ref_sequence_depths(t.widths.tolist(), t.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),
+                                   c.priors.tolist(), conf.tolist(), caps.tolist(), m, n * m, slack)
+        assert want == [1] * n
+    assert proven >= 20
