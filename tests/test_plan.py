@@ -774,7 +774,7 @@ def test_two_thousand_random_batches_match_the_reference_exactly():
 def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
     # Where the bound says no prefix of extra rows beats the first drafts, the reference takes
     # none; and on these batches it decides often enough to matter.
-    from specsim.plan._kernels import _gains_nb, _no_prefix_beats_base, width_costs_nb
+    from specsim.plan._kernels import BOUND_SLACK, _gains_nb, _no_prefix_reaches, row_cost_nb, width_costs_nb
 
     rng = np.random.default_rng(77)
     proven = 0
@@ -791,7 +791,9 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
                                                            run, strided, m, compact)
         wc = np.empty((t.max_k + 1, 4))
         width_costs_nb(t.widths, t.costs, n, wc)
-        if not _no_prefix_beats_base(wc, n, t.max_k, m, base_tokens, n, extras, highest, total):
+        base_eff = base_tokens / row_cost_nb(wc[:, 1], n, n, t.max_k, wc[m, 3])
+        rest = total * (1.0 + BOUND_SLACK) + 1e-300
+        if not _no_prefix_reaches(wc, n, t.max_k, m, base_tokens, n, extras, highest, rest, base_eff):
             continue
         proven += 1
         want = ref_sequence_depths(t.widths.tolist(), t.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),

@@ -336,7 +336,10 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
         return base_rows
 
     width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
-    if _no_prefix_beats_base(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, total):
+    # No prefix can beat the first drafts alone: skip the sort and the scan.
+    base_eff = base_tokens / row_cost_nb(ws.wc[:, VJ], n, base_rows, max_k, ws.wc[kk, DJ])
+    rest = total * (1.0 + BOUND_SLACK) + 1e-300
+    if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
         return base_rows
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
     # the tie order matters only when rows are assigned.
@@ -348,40 +351,39 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     return base_rows + best_take
 
 
-# Relative slack of the bounds of _no_prefix_beats_base: far above any rounding of a sum of
+# Relative slack of the bounds of _no_prefix_reaches: far above any rounding of a sum of
 # gains (at most count * 2**-53 relative), far below any difference that decides an answer.
 BOUND_SLACK = 1e-9
 
 
 @jit(inline="always")
-def _no_prefix_beats_base(wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, total):
-    """True when no prefix of extra rows can have more tokens/J than the first drafts alone, so
-    the best prefix is the empty one without sorting or scanning.
+def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, target):
+    """True when no prefix of the next ``count`` rows (after ``rows0`` rows holding ``tokens0``
+    tokens) can reach ``target`` tokens/J: those rows then need no sorting or scanning.
 
-    Any prefix of ``t`` rows has at most ``min(t * highest, total)`` extra tokens (``total``
-    inflated by ``BOUND_SLACK`` for rounding) and, inside a depth segment, costs at least the
-    segment's affine lower bound on joules. Their ratio is monotone between the ends of the
-    segment and the kink ``t = total / highest``, so those points bound every prefix. A
-    comparison too close to call answers False (the exact scan then decides).
+    Any ``t`` of those rows add at most ``min(t * highest, rest)`` tokens (``highest`` the
+    largest of their gains, ``rest`` at least their sum) and, inside a depth segment, cost at
+    least the segment's affine lower bound on joules. Their ratio is monotone between the ends
+    of a segment and the kink ``t = rest / highest``, so those points bound every prefix. Every
+    bound is loosened by ``BOUND_SLACK``: a comparison too close to call answers False, and the
+    exact scan decides.
     """
     vj = wc[:, VJ]
     sunk_j = wc[kk, DJ]
-    best0 = base_tokens / row_cost_nb(vj, n, base_rows, max_k, sunk_j)
-    limit = best0 * (1.0 - BOUND_SLACK)
-    cap = total * (1.0 + BOUND_SLACK) + 1e-300
-    kink = cap / highest if highest > 0.0 else 0.0
+    limit = target * (1.0 - BOUND_SLACK)
+    kink = rest / highest if highest > 0.0 else 0.0
     inv_n = 1.0 / n
-    lo = base_rows // n
-    rem = base_rows - lo * n
+    lo = rows0 // n
+    rem = rows0 - lo * n
     take = 0
-    while take < take_max:
+    while take < count:
         nxt = lo + 1 if lo < max_k else max_k
         a_j = vj[lo] + sunk_j
         d_j = vj[nxt] - vj[lo]
         tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
         stop = n - rem
-        if stop > take_max - take:
-            stop = take_max - take
+        if stop > count - take:
+            stop = count - take
         for point in range(3):
             if point == 0:
                 t = float(take + 1)
@@ -392,8 +394,8 @@ def _no_prefix_beats_base(wc, n, max_k, kk, base_tokens, base_rows, take_max, hi
                 if not take + 1 < t < take + stop:
                     continue
             extra = t * highest
-            extra = extra if extra < cap else cap
-            tokens = (base_tokens + extra) * (1.0 + BOUND_SLACK)
+            extra = extra if extra < rest else rest
+            tokens = (tokens0 + extra) * (1.0 + BOUND_SLACK)
             joules = a_j + d_j * ((rem + t - take) * inv_n) - tol_j
             if joules <= 0.0 or tokens >= limit * joules:
                 return False
