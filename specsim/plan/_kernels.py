@@ -344,7 +344,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
     # the tie order matters only when rows are assigned.
     sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
-    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
+    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest)
     if best_take == 0:
         return base_rows
     _assign_nb(strided, stride, caps, ordered, best_take, out)
@@ -408,13 +408,16 @@ def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, t
 
 
 @jit(inline="always")
-def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack):
+def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total):
     """The best prefix of the descending gains, 0 for none.
 
-    Every prefix is visited. Rows advance through depth segments ``[lo, lo + 1)``, inside which
-    a row cost is affine in ``rem / n``; each comparison is first decided from bounds on the
-    cost, built with multiplications only. When a bound cannot decide (a near-tie), the exact
-    arithmetic of ``row_cost_nb`` decides, so the answer is bit for bit the plain scan's.
+    Every prefix is visited or bounded. Rows advance through depth segments ``[lo, lo + 1)``,
+    inside which a row cost is affine in ``rem / n``; each comparison is first decided from
+    bounds on the cost, built with multiplications only. When a bound cannot decide (a
+    near-tie), the exact arithmetic of ``row_cost_nb`` decides, so the answer is bit for bit the
+    plain scan's. At each later segment, once some prefix is the best, the rest is skipped when
+    :func:`_no_prefix_reaches` proves none of it reaches the best's tokens/J (``total`` is at
+    least the sum of all gains).
     """
     vms = wc[:, VMS]
     vj = wc[:, VJ]
@@ -442,6 +445,12 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     tokens = base_tokens
     take = 0
     while take < take_max:
+        if best_take > 0 and take > 0:
+            # At most what is left of the total, and at most the next (largest left) gain per row.
+            rest = total - (tokens - base_tokens) * (1.0 - BOUND_SLACK)
+            if _no_prefix_reaches(wc, n, max_k, kk, tokens, base_rows + take, take_max - take, ordered[U(take)],
+                                  rest, best_tokens / best_j_hi):
+                break
         # One depth segment: the row costs are a + d * rem / n for rem in (rem, n].
         nxt = lo + 1 if lo < max_k else max_k
         a_ms = vms[lo] + sunk_ms
