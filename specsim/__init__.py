@@ -66,6 +66,11 @@ _EXPORTS = {
     "ServerOptions": "specsim.sim",
     "run_sweep": "specsim.sweep",
     "load_grid": "specsim.sweep",
+    "tune": "specsim.schedule.tune",
+    "TuneResult": "specsim.schedule.tune",
+    "ScheduleError": "specsim.errors",
+    "export_schedule": "specsim.schedule",
+    "load_schedule": "specsim.schedule",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -25,14 +25,18 @@ MAX_DEPTH = 1024
 MAX_WIDTH = 1 << 20
 # Most output (or prompt) tokens one request may ask for.
 MAX_TOKENS_PER_REQUEST = 1 << 24
+# Most widths one modelled table may have.
+MAX_MODEL_WIDTHS = 4096
 # Most points a sweep grid may cross to.
 MAX_GRID_POINTS = 1_000_000
 # Most tokens a replay may emit (its budget).
 MAX_BUDGET_TOKENS = 1 << 40
 # Longest pause or window, in seconds, a measurement option may ask for (one day).
 MAX_SECONDS = 86_400.0
-# Most columns one row of a windows histogram (depth + 1) may have.
-MAX_WINDOW_COLUMNS = MAX_DEPTH + 1
+# Most timed samples or warm-up calls per mode and cell of a measurement.
+MAX_REPEATS = 1_000_000
+# Largest assumed power, in watts (a whole rack draws less).
+MAX_POWER_W = 1e6
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -45,6 +49,13 @@ def show(value, limit: int = 60) -> str:
     return f"{text[:limit - 20]}…({len(text):,} characters)"
 
 
+def few(values, first: int = 10) -> str:
+    """``"1, 2, 3, … and 997 more"``: the first values of a long list, then how many are left."""
+    values = list(values)
+    head = ", ".join(map(str, values[:first]))
+    return head if len(values) <= first else f"{head}, … and {len(values) - first:,} more"
+
+
 def is_int(value) -> bool:
     """An integer (Python or NumPy), not a boolean."""
     return isinstance(value, (int, numbers.Integral)) and not isinstance(value, bool)
@@ -53,6 +64,11 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """A real number (int or float, Python or NumPy), not a boolean."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_finite(value) -> bool:
+    """A real number (not a boolean) that is neither infinite nor NaN."""
+    return is_number(value) and math.isfinite(float(value))
 
 
 def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str = "") -> str | None:
@@ -111,6 +127,24 @@ def check_number(value, name: str, error_cls, low: float = -math.inf, high: floa
     return float(value)
 
 
+def request_size_problem(prompt, output) -> str | None:
+    """``None`` if no request asks for more than :data:`MAX_TOKENS_PER_REQUEST` prompt or output
+    tokens, else which one does (the engine would run for ever on it).
+
+    Parameters
+    ----------
+    prompt, output : ndarray(int64), shape (R,)
+        Tokens per request.
+    """
+    for name, tokens in (("output_tokens", output), ("prompt_tokens", prompt)):
+        big = tokens > MAX_TOKENS_PER_REQUEST
+        if big.any():
+            i = int(big.argmax())
+            return (f"request {i}: {name} = {int(tokens[i]):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens one "
+                    f"request may ask for ({int(big.sum()):,} request(s) are; docs/limits.md)")
+    return None
+
+
 def check_finite_results(values: dict, cause: str, error_cls) -> None:
     """Refuse results that hold infinities or NaN, naming what caused them.
 
@@ -135,5 +169,5 @@ def _non_finite(value, path):
             stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
         elif isinstance(v, (list, tuple)):
             stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
-        elif is_number(v) and not is_int(v) and not math.isfinite(float(v)):
+        elif is_number(v) and not is_int(v) and not is_finite(v):
             yield where, v

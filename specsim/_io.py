@@ -3,6 +3,7 @@ all-or-nothing after it, so a failed or interrupted command never leaves a damag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
+    if "\x00" in str(path):
+        raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
     path = Path(path)
     if path.is_dir():
         raise error_cls(f"{path}: is a folder, not {what}; give a file")
@@ -125,6 +128,8 @@ class Outputs:
         given = str(path)
         if not given.strip():
             raise self._error(f"{label}: the output file name is empty")
+        if "\x00" in given:
+            raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
         if p.is_dir():
             raise self._error(f"{label} {given}: is a folder; give a file name")
@@ -192,9 +197,11 @@ class Outputs:
                     temps[real] = _temp_with(Path(real), content)
             for real, tmp in temps.items():
                 os.chmod(tmp, _mode_for(Path(real)))
-            for real, tmp in temps.items():
-                os.replace(tmp, real)
-                self.written.append(self._declared[real][1])
+            with _no_interrupt():
+                # All renames or none: a Ctrl-C here is held until the last one is done.
+                for real, tmp in temps.items():
+                    os.replace(tmp, real)
+                    self.written.append(self._declared[real][1])
         finally:
             for tmp in temps.values():
                 _unlink(tmp)
@@ -222,6 +229,22 @@ class Outputs:
         else:
             self.discard()
         return False
+
+
+@contextlib.contextmanager
+def _no_interrupt():
+    """Hold SIGINT back for the block (main thread, POSIX); it is delivered right after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _pairs(inputs):

@@ -1,13 +1,26 @@
-"""A small progress line on stderr for long work (sweeps, simulations, measurements).
+"""The progress line of long work (simulations, replays, sweeps, measurements), drawn by tqdm.
 
-On a terminal it redraws one line at most five times a second; elsewhere (logs, CI) it prints a
-line at every tenth of the work, so a log shows progress without flooding.
+It goes to stderr, so the results on stdout stay clean. It is shown on a terminal only: piped
+into a file or a CI log it is off, unless asked for with the environment variable
+``SPECSIM_PROGRESS=1`` (then tqdm prints a line at most every :data:`LOG_INTERVAL_S` seconds).
+``--quiet`` turns it off everywhere.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-import time
+
+# Seconds between lines when the progress goes to a log rather than a terminal.
+LOG_INTERVAL_S = 10.0
+
+
+def wanted(stream=None) -> bool:
+    """Whether a progress line belongs on ``stream`` (default stderr): a terminal, or asked for."""
+    stream = stream or sys.stderr
+    if os.environ.get("SPECSIM_PROGRESS", "").strip() not in ("", "0"):
+        return True
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 class Progress:
@@ -20,53 +33,35 @@ class Progress:
     desc : str
         What is being done, shown at the start of the line.
     enabled : bool, optional
-        Default: on. Pass False to silence it (``--quiet``).
+        Default: on. Pass False to silence it (``--quiet``); on only where :func:`wanted`.
+    unit : str, optional
+        What one unit is ("requests", "points").
+
+    Not safe to share between threads without a lock (the engine's callers hold one).
     """
 
     def __init__(self, total: int, desc: str, enabled: bool = True, stream=None, unit: str = ""):
         self.total = int(total)
-        self.desc = desc
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.unit = unit
         self.done = 0
-        self.start = time.monotonic()
-        self._last_draw = 0.0
-        self._last_tenth = -1
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.stream = stream or sys.stderr
+        self._bar = None
+        if enabled and wanted(self.stream):
+            from tqdm import tqdm
+
+            tty = bool(getattr(self.stream, "isatty", lambda: False)())
+            self._bar = tqdm(total=self.total if self.total > 0 else None, desc=desc, unit=f" {unit}" if unit else "it",
+                             file=self.stream, dynamic_ncols=tty, mininterval=0.2 if tty else LOG_INTERVAL_S,
+                             leave=True, unit_scale=self.total >= 100_000)
 
     def update(self, n: int = 1) -> None:
         self.done += n
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if self._tty:
-            if now - self._last_draw >= 0.2 or self.done >= self.total > 0:
-                self._last_draw = now
-                self.stream.write("\r" + self._line(now))
-                self.stream.flush()
-        elif self.total > 0:
-            tenth = min(10, self.done * 10 // self.total)
-            if tenth != self._last_tenth:
-                self._last_tenth = tenth
-                self.stream.write(self._line(now) + "\n")
-                self.stream.flush()
-
-    def _line(self, now: float) -> str:
-        elapsed = now - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        unit = f" {self.unit}" if self.unit else ""
-        if self.total > 0:
-            pct = 100.0 * self.done / self.total
-            left = (self.total - self.done) / rate if rate > 0 else float("inf")
-            eta = f", {left:.0f} s left" if left != float("inf") else ""
-            return f"{self.desc}: {pct:5.1f}% ({self.done}/{self.total}{unit}, {elapsed:.1f} s{eta})"
-        return f"{self.desc}: {self.done}{unit} ({elapsed:.1f} s)"
+        if self._bar is not None:
+            self._bar.update(n)
 
     def close(self) -> None:
-        if self.enabled and self._tty:
-            self.stream.write("\r" + self._line(time.monotonic()) + "\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def __enter__(self):
         return self

@@ -148,3 +148,41 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
         draw(results, summaries, outputs.path(out / "plot.png"))
         written.append(out / "plot.png")
     return written
+
+
+DEMO_TUNE_SEEDS = 2
+DEMO_TUNE_ROUNDS = 3
+# Share of requests a tuned schedule must keep within the demo's SLO.
+DEMO_TUNE_ATTAINMENT = 0.97
+
+
+def tune_demo(inputs, seed: int = 0, out=None):
+    """Tune a width -> depth schedule for the demo's trace: least energy per token with
+    :data:`DEMO_TUNE_ATTAINMENT` of the requests within the demo's SLO, by a short search (at most
+    :data:`DEMO_TUNE_ROUNDS` rounds of moves, threads in this process). With ``out``, write
+    ``schedule.toml`` and (when vLLM can take it) ``vllm-speculative-config.json`` there.
+
+    Returns
+    -------
+    (TuneResult, EngineConfig or None)
+    """
+    from specsim._io import Outputs
+    from specsim.errors import ScheduleError
+    from specsim.schedule.tune import tune
+    from specsim.sim.engine import ServerOptions
+
+    result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
+                  options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
+                  slo_ttft_s=DEMO_SLO_TTFT_S, slo_tpot_s=DEMO_SLO_TPOT_S, attainment=DEMO_TUNE_ATTAINMENT,
+                  max_rounds=DEMO_TUNE_ROUNDS, executor="threads",
+                  names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
+    try:
+        vllm = result.export("vllm")
+    except ScheduleError:
+        vllm = None  # the tuned schedule never speculates: there is no speculative config to write
+    if out is not None:
+        with Outputs() as outputs:
+            outputs.text(outputs.declare(Path(out) / "schedule.toml", "--out"), result.to_toml())
+            if vllm is not None:
+                outputs.text(outputs.declare(Path(out) / "vllm-speculative-config.json", "--out"), vllm.text)
+    return result, vllm

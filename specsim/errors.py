@@ -27,7 +27,8 @@ class SpecsimError(Exception):
 
 # A refusal fits on one screen: the first problems, each cut to a few lines, then a count.
 MAX_PROBLEMS_SHOWN = 10
-MAX_LINE_CHARS = 400
+MAX_LINE_CHARS = 300
+MAX_HEADLINE_LINES = 30
 
 
 def clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
@@ -42,7 +43,10 @@ def clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
 def screenful(message: str, problems=()) -> str:
     """The headline and the first :data:`MAX_PROBLEMS_SHOWN` problems, one a line, then
     ``… and N more``; every line clipped, so no refusal runs past a screen."""
-    lines = [clip(message, 2 * MAX_LINE_CHARS)]
+    head = str(message).split("\n")
+    lines = [clip(line, 2 * MAX_LINE_CHARS) for line in head[:MAX_HEADLINE_LINES]]
+    if len(head) > MAX_HEADLINE_LINES:
+        lines.append(f"  … and {len(head) - MAX_HEADLINE_LINES:,} more lines")
     shown = list(problems[:MAX_PROBLEMS_SHOWN]) if isinstance(problems, (list, tuple)) else list(problems)
     extra = len(problems) - len(shown) if isinstance(problems, (list, tuple)) else 0
     lines += [f"  - {clip(p)}" for p in shown]
@@ -106,3 +110,7 @@ class SpecsimWarning(UserWarning):
 
 class TraceWarning(SpecsimWarning):
     """A trace value that was clamped or reinterpreted (e.g. an accepted run above ``k_logged``)."""
+
+
+class ScheduleError(PolicyError):
+    """A width-to-depth schedule that cannot be read, written in an engine's format, or tuned."""

@@ -29,6 +29,13 @@ BAD = [
     ["demo", "--requests", "20", "--no-plot", "--out", "{d}/plain.txt"],
     ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
      "--policy", "fixed:1", "--json", "{d}/adir"],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--json", "/dev/null"],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--json", ""],
+    ["simulate", "--synthetic", "requests=20,rate=5", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--plot", "{d}/plot.xyz"],
+    ["table", "show", "{d}/t\x00.toml"],
     # numbers out of range
     ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "99999999999999999999"],
     ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "-3"],
@@ -274,3 +281,28 @@ def test_a_refusal_with_a_million_problems_fits_a_screen():
     e = SpecsimError("x" * 100_000, [f"problem {i}" for i in range(1_000_000)])
     text = str(e)
     assert len(text) < 4000 and "… and 999,990 more" in text and "problem 9" in text
+
+
+def test_progress_lines_stay_off_a_pipe_unless_asked(monkeypatch):
+    import io
+
+    from specsim._progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)
+    for stream, asked, shown in ((io.StringIO(), False, False), (io.StringIO(), True, True),
+                                 (Terminal(), False, True)):
+        if asked:
+            monkeypatch.setenv("SPECSIM_PROGRESS", "1")
+        with Progress(10, "work", stream=stream, unit="points") as bar:
+            bar.update(10)
+        assert bar.done == 10
+        assert ("work" in stream.getvalue()) == shown
+        term = Terminal()
+        with Progress(10, "quiet", enabled=False, stream=term) as bar:  # --quiet, even on a terminal
+            bar.update(3)
+        assert term.getvalue() == "" and bar.done == 3
+        monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)

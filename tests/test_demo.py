@@ -35,7 +35,11 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     np.testing.assert_allclose(read.requests["arrival_s"], generated["arrival_s"], rtol=1e-15, atol=1e-12)
 
     # The command the demo prints reproduces its sequence row from the files.
-    command = printed.strip().splitlines()[-1].split()
+    assert "tuned schedule for this trace" in printed and "vLLM: --speculative-config '" in printed
+    from specsim.schedule.formats import load_schedule
+
+    assert load_schedule(out / "schedule.toml").sections["inputs"]["requests"] == 400
+    command = next(line for line in printed.splitlines() if line.strip().startswith("specsim simulate")).split()
     assert command[0] == "specsim"
     single = tmp_path / "single.json"
     assert main(command[1:] + ["--json", str(single), "--quiet"]) == 0

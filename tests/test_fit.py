@@ -403,8 +403,10 @@ ROW = '{"step": 1, "sequence": 0, "position": 1, "confidence": -1, "accepted": 1
 @pytest.mark.parametrize(
     "second, needle",
     [
-        ('{"step": 1', "line 3 is not one JSON object"),
-        (ROW.replace("1}", "1}, " + ROW.replace('"step": 1', '"step": 2')), "line 3 is not one JSON object"),
+        ('{"step": 1', "line 3 is not JSON"),
+        (ROW.replace("1}", "1}, " + ROW.replace('"step": 1', '"step": 2')), "line 3 is not JSON"),
+        ("[" * 1000 + "]" * 1000, "line 3 nests lists or objects 1000 deep"),
+        (ROW.replace('"step": 1', '"step": ' + "9" * 30), "the step column holds an integer past 64 bits"),
         ("[1, 2]", "line 3 is a JSON list"),
         (ROW.replace('"sequence": 0, ', ""), "line 3 has no 'sequence'"),
         (ROW.replace('"step": 1', '"step": 1.0'), "line 3: step 1.0 is not an integer"),

@@ -37,12 +37,15 @@ def test_hand_computed_width_one():
 
 def test_hand_computed_width_three_cycles():
     # step 1 uses entries 2,0,1 -> 3+1+2 = 6; step 2 uses 3,1 and wraps to 2 -> 4+2+3 = 9; 15 >= 12
-    r = replay(make_trace([2, 0, 1, 3, 1], 3), "fixed:3", 3, 12, step_ms=[1.0, 2.0, 3.0, 4.0])
+    # A step_ms list prices one stream's step: at width 3 the replay says it reports 3x.
+    with pytest.warns(SpecsimWarning, match="throughput is 3x a single stream's"):
+        r = replay(make_trace([2, 0, 1, 3, 1], 3), "fixed:3", 3, 12, step_ms=[1.0, 2.0, 3.0, 4.0])
     assert (r.tokens, r.steps, r.ms) == (15, 2, 8.0)
 
 
 def test_plain_steps_use_no_entry():
-    r = replay(make_trace([5, 5, 5], 5), "fixed:0", 4, 10, step_ms=[7.0, 9.0])
+    with pytest.warns(SpecsimWarning, match="at width 4"):
+        r = replay(make_trace([5, 5, 5], 5), "fixed:0", 4, 10, step_ms=[7.0, 9.0])
     assert (r.tokens, r.steps, r.plain_steps, r.by_depth, r.ms) == (12, 3, 3, (3, 0), 21.0)
 
 
@@ -117,6 +120,23 @@ def test_kernel_matches_reference(digits, k_logged, depth, width, budget):
     assert got[:4] == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(0, 9), st.integers(1, 12),
+       st.integers(1, 500), st.integers(1, 7))
+def test_the_replay_in_chunks_matches_the_reference(digits, depth, width, budget, chunk):
+    # Chunks of steps (between which Ctrl-C and the progress line act) give the one-call result.
+    from specsim.sim._kernels import replay_steps_nb
+
+    counts, sums = np.zeros(3, dtype=np.int64), np.zeros(2, dtype=np.float64)
+    calls = 0
+    while not replay_steps_nb(np.array(digits, dtype=np.int8), width, depth, budget, 0.1, 0.3, counts, sums,
+                              np.int64(chunk)):
+        calls += 1
+        assert counts[1] == calls * chunk  # each call stops after exactly `chunk` steps until the end
+    want = ref.ref_replay(digits, width, depth, budget, 0.1, 0.3)
+    assert (int(counts[0]), int(counts[1]), float(sums[0]), float(sums[1])) == want
+
+
 def test_real_glm_traces_against_reference(shared_data):
     afile = load_acceptance_file(shared_data / GLM)
     assert len(afile.traces) == 6 and len(afile.step_ms) == 8
@@ -124,8 +144,9 @@ def test_real_glm_traces_against_reference(shared_data):
         digits = trace.accepted.tolist()
         for width in (1, 3, 8):
             for k in range(trace.k_logged + 1):
-                if trace.above_k_logged and k:
-                    with pytest.warns(TraceWarning):
+                if width > 1 or (trace.above_k_logged and k):
+                    # The k_logged quirk (TraceWarning) and the width note are both SpecsimWarnings.
+                    with pytest.warns(SpecsimWarning):
                         r = replay(trace, f"fixed:{k}", width, 20000, step_ms=afile.step_ms)
                 else:
                     r = replay(trace, f"fixed:{k}", width, 20000, step_ms=afile.step_ms)

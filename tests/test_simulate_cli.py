@@ -107,12 +107,13 @@ def test_progress_line_on_long_runs(files, capsys, monkeypatch):
 
     t, c = files
     monkeypatch.setattr(engine, "PROGRESS_CHUNK", 50)
+    monkeypatch.setenv("SPECSIM_PROGRESS", "1")  # stderr is not a terminal here: ask for the line
     rc = main(["simulate", "--synthetic", "requests=100000,rate=400,seed=3,output=lognormal:3:0.3", "--table", str(t),
                "--calibration", str(c), "--policy", "fixed:1", "--policy", "fixed:0", "--max-batch", "4",
                "--prefill-ms-per-token", "0"])
     assert rc == 0
     err = capsys.readouterr().err
-    assert "simulate:" in err and "200000/200000" in err
+    assert "simulate:" in err and "100%" in err and "200k/200k" in err
 
 
 def test_simulate_real_azure_code_trace(shared_data, files, tmp_path, capsys):

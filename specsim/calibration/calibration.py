@@ -92,7 +92,7 @@ class AcceptanceCalibration:
         except ValueError as e:
             raise CalibrationError(f"the calibration cannot be written as TOML: {e}") from e
         text = "\n".join(lines) + "\n"
-        if AcceptanceCalibration.parse(text, "<rendered calibration>") != self:
+        if AcceptanceCalibration.parse(text, "the calibration to write") != self:
             raise CalibrationError("the rendered calibration does not read back identically")
         return text
 

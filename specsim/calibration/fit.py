@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import COUNT_MAX, MAX_DEPTH, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
@@ -233,7 +234,11 @@ def steps_from_windows(windows, source="<windows>"):
     width = None
     for r, row in enumerate(rows):
         if not isinstance(row, (list, tuple)) or len(row) < 2:
-            problems.append(f"window {r} is {row!r}, not a list of at least 2 counts [accepted k, .., rejected]")
+            problems.append(f"window {r} is {show(row)}, not a list of at least 2 counts [accepted k, .., rejected]")
+            continue
+        if len(row) > MAX_DEPTH + 1:
+            problems.append(f"window {r} has {len(row):,} counts: depth {len(row) - 1:,} is beyond the deepest draft "
+                            f"depth, {MAX_DEPTH:,} (docs/limits.md)")
             continue
         if width is None:
             width = len(row)
@@ -241,7 +246,7 @@ def steps_from_windows(windows, source="<windows>"):
             problems.append(f"window {r} has {len(row)} counts, window 0 has {width}: every window needs k + 1")
         for i, c in enumerate(row):
             if _count(c) is None:
-                problems.append(f"window {r} count {i} = {c!r} is not a non-negative integer")
+                problems.append(f"window {r} count {i} = {show(c)} is not a non-negative integer count")
     if problems:
         raise CalibrationError(f"{source}: the windows cannot be read", _capped(problems))
     k = width - 1
@@ -349,6 +354,20 @@ def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
     )
 
 
+def check_count_sizes(counts: FitCounts) -> FitCounts:
+    """Refuse counts whose sums pass 2**62 (docs/limits.md): no log holds that many, and the
+    calibration file, whose integers are 64-bit, could not record them. The fit itself is exact
+    on any Python int; this is the check for counts read from files."""
+    totals = {"accepted and rejected drafts": sum(counts.accepted) + sum(counts.rejected),
+              "verify steps": sum(counts.steps.values()),
+              "drafts the verify steps reached": sum((a + (a < d)) * c for (d, a), c in counts.steps.items())}
+    problems = [f"the {name} add up to {total:.3g}, beyond 2**62: no log holds that many (docs/limits.md)"
+                for name, total in totals.items() if total > COUNT_MAX]
+    if problems:
+        raise CalibrationError(f"{counts.source}: the counts cannot be fitted", problems)
+    return counts
+
+
 def render_counts(counts: FitCounts) -> str:
     """Counts as a TOML counts file that :func:`parse_counts` reads back equal."""
     steps = ", ".join(f"[{d}, {a}, {c}]" for (d, a), c in sorted(counts.steps.items()))
@@ -409,6 +428,10 @@ def _steps(steps, problems):
             problems.append(f"steps key {key!r} is not a pair (drafts, accepted) of non-negative integers")
             continue
         d, a = _count(key[0]), _count(key[1])
+        if d > MAX_DEPTH:
+            problems.append(f"steps ({d}, {a}): {d:,} drafts is beyond the deepest draft depth, {MAX_DEPTH:,} "
+                            "(docs/limits.md)")
+            continue
         if a > d:
             problems.append(f"steps ({d}, {a}) -> {c!r}: accepted {a} > drafts {d}")
         if _count(c) is None:

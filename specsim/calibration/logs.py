@@ -77,6 +77,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     holdout_from = _holdout_from(step, holdout, source)
     # A chain is never longer than the log nor than its largest position (else it has a gap).
     depth = int(min(n, max(int(position.max()), 0))) if n else 0
+    _check_depth(depth, "position", position, source)
     b = edges32.shape[0]
     acc_out = np.zeros((2, b), dtype=np.int64)
     rej_out = np.zeros((2, b), dtype=np.int64)
@@ -109,6 +110,16 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     return out[0], (out[1] if holdout > 0 else None)
 
 
+def _check_depth(depth, name, column, source):
+    """Refuse a chain deeper than docs/limits.md allows before its depth-by-depth table is built."""
+    from specsim._checks import MAX_DEPTH
+
+    if depth > MAX_DEPTH:
+        row = int(np.argmax(column > MAX_DEPTH))
+        raise CalibrationError(f"{source}: data row {row + 1}: {name} {int(column[row]):,} is beyond the deepest "
+                               f"draft depth, {MAX_DEPTH:,} (docs/limits.md)")
+
+
 def bin_steps(drafts, accepted, source: str = "<steps>") -> dict:
     """Histogram ``(drafts, accepted run) -> count`` of a per-step log."""
     from specsim.calibration._fit_kernels import OK, bin_steps_nb
@@ -116,6 +127,7 @@ def bin_steps(drafts, accepted, source: str = "<steps>") -> dict:
     drafts = _int_column(drafts, "drafts", source)
     accepted = _int_column(accepted, "accepted", source, drafts.shape[0])
     depth = int(drafts.max()) if drafts.shape[0] else 0
+    _check_depth(depth, "drafts", drafts, source)
     out = np.zeros((max(depth, 0) + 1, max(depth, 0) + 1), dtype=np.int64)
     status, row = bin_steps_nb(drafts, accepted, out)
     if status != OK:
@@ -230,15 +242,13 @@ def _read_jsonl(path, columns):
     # (or a line holding two values) with its number.
     try:
         objs = json.loads("[" + ",".join(line for _, line in numbered) + "]")
-    except ValueError:
+    except (ValueError, RecursionError):
         objs = None
     if objs is None or len(objs) != len(numbered):
-        objs = []
-        for lineno, line in numbered:
-            try:
-                objs.append(json.loads(line))
-            except ValueError as e:
-                raise CalibrationError(f"{path}: line {lineno} is not one JSON object: {e}") from e
+        from specsim._io import loads_json
+
+        # The guarded reader finds the bad line: deep nesting, huge integers, NaN, broken JSON.
+        objs = [loads_json(line, f"line {lineno}", path, CalibrationError) for lineno, line in numbered]
     if not set(map(type, objs)) <= {dict}:
         i = next(i for i, o in enumerate(objs) if type(o) is not dict)
         raise CalibrationError(f"{path}: line {linenos[i]} is a JSON {type(objs[i]).__name__}, not an object")

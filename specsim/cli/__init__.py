@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "specsim.cli.simulate",
     "specsim.cli.replay",
     "specsim.cli.sweep",
+    "specsim.cli.schedule",
+    "specsim.cli.tune",
 )
 
 
@@ -44,6 +46,12 @@ def main(argv=None) -> int:
     from specsim.errors import SpecsimError
 
     parser = build_parser()
+    # A process's arguments cannot hold NUL (a shell never passes one); one given through this
+    # function would reach the file system calls, which refuse it with a bare ValueError.
+    bad = [a for a in (argv or []) if "\x00" in str(a)]
+    if bad:
+        print(f"specsim: error: argument {bad[0]!r} holds a NUL character", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

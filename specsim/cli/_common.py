@@ -7,6 +7,7 @@ import json
 import math
 import sys
 
+from specsim._checks import COUNT_MAX, number_problem, show
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError
 
@@ -27,9 +28,9 @@ def float_list(text: str):
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of numbers") from None
     if not values or not all(math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least one finite number")
+        raise argparse.ArgumentTypeError(f"{show(text)}: give at least one finite number")
     return values
 
 
@@ -38,9 +39,10 @@ def nonneg_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
+    problem = number_problem(value, "the value", 0.0)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{show(text)} must be a finite number >= 0")
     return value
 
 
@@ -57,17 +59,17 @@ def digest_map(items) -> dict:
     return digests
 
 
-COUNT_MAX = 1 << 62
-
-
 def count(text: str) -> int:
     """A whole number in ``0..2**62`` for argparse ``type=``: sizes, widths, budgets, depths."""
+    digits = text.strip().lstrip("+-")
+    if len(digits) > 30:  # Python refuses to convert integers past 4,300 digits at all
+        raise argparse.ArgumentTypeError(f"{show(text)} is outside 0..{COUNT_MAX:,}")
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number") from None
     if not 0 <= value <= COUNT_MAX:
-        raise argparse.ArgumentTypeError(f"{value} is outside 0..{COUNT_MAX}")
+        raise argparse.ArgumentTypeError(f"{value:,} is outside 0..{COUNT_MAX:,}")
     return value
 
 
@@ -75,24 +77,37 @@ def slack(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"slack {value} is outside [0, 1): 0 = no slower than depth 1, near 1 = energy first")
     return value
 
 
-def print_json(obj, out=None) -> None:
-    json.dump(obj, out or sys.stdout, indent=2, allow_nan=False)
-    (out or sys.stdout).write("\n")
+def print_json(obj, out=None, cause: str = "the inputs") -> None:
+    """Print ``obj`` as JSON; infinities or NaN in it are refused, naming ``cause``."""
+    from specsim._checks import check_finite_results
+
+    check_finite_results(obj if isinstance(obj, dict) else {"value": obj}, cause, SpecsimError)
+    text = json.dumps(obj, indent=2, allow_nan=False)
+    (out or sys.stdout).write(text + "\n")
 
 
 def refuse(message: str, problems=()):
     raise SpecsimError(message, problems)
 
 
-def require_matplotlib(flag: str = "--plot") -> None:
-    """Refuse ``flag`` before any work when matplotlib is not installed."""
+def require_matplotlib(flag: str = "--plot", path=None) -> None:
+    """Refuse ``flag`` before any work when matplotlib is not installed, or when ``path`` (a
+    plot whose format follows its extension) names a format matplotlib cannot write."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim[plot]'") from None
+    if path is not None and "." in str(path).rsplit("/", 1)[-1]:
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        suffix = str(path).rsplit(".", 1)[-1].lower()
+        if suffix not in kinds:
+            raise SpecsimError(f"{flag} {show(str(path))}: matplotlib cannot write .{suffix[:20]} files; "
+                               f"use one of {', '.join('.' + k for k in sorted(kinds))}")

@@ -9,22 +9,28 @@ from specsim.cli._common import count, format_grid, int_list
 
 
 def _seconds(text):
+    from specsim._checks import MAX_SECONDS
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds in 0..{MAX_SECONDS:g} (one day; "
+                                         "docs/limits.md)")
     return value
 
 
 def _watts(text):
+    from specsim._checks import MAX_POWER_W
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a power in watts") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite power in watts > 0")
+    if not 0 < value <= MAX_POWER_W:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a power in watts > 0 and <= {MAX_POWER_W:g} "
+                                         "(docs/limits.md)")
     return value
 
 

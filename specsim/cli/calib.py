@@ -70,7 +70,7 @@ def register_fit(csub):
     from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
 
     p = csub.add_parser(
-        "fit", help="fit a calibration from counts, logs, rates or step histograms (SPEC §3)",
+        "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -115,7 +115,7 @@ def cmd_fit(args):
 def _fit(args, out):
     from specsim.calibration import DrafterKey
     from specsim.calibration.fit import (
-        calibration_from_rates, counts_from_steps, fit_counts, load_counts, render_counts,
+        calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
     from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
     from specsim.errors import CalibrationError
@@ -152,10 +152,16 @@ def _fit(args, out):
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
-        fit = fit_counts(drafter, counts)
+        fit = fit_counts(drafter, check_count_sizes(counts))
         cal = fit.calibration
     report = build_report(cal, fit, holdout)
-    out.text(args.output, cal.render())
+    source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
+    try:
+        text = cal.render()
+    except CalibrationError as e:
+        raise CalibrationError(f"{source}: the calibration fitted from it cannot be written: {e.headline}",
+                               e.problems) from None
+    out.text(args.output, text)
     if args.counts_out:
         out.text(args.counts_out, render_counts(fit.counts))
     if args.plot:
@@ -174,6 +180,7 @@ def _read_windows(path, run):
     from pathlib import Path
 
     from specsim import _toml
+    from specsim._checks import is_int
     from specsim.calibration.fit import steps_from_windows
     from specsim.errors import CalibrationError
 
@@ -202,7 +209,7 @@ def _read_windows(path, run):
     steps = steps_from_windows(rows, source=str(path))
     k_logged = doc.get("k_logged")
     depth = max(d for d, _ in steps)
-    if isinstance(k_logged, int) and not isinstance(k_logged, bool) and k_logged != depth:
+    if is_int(k_logged) and k_logged != depth:
         raise CalibrationError(f"{path}: k_logged = {k_logged} but the windows have {depth + 1} counts per row "
                                f"(k = {depth}): each row is [accepted k, .., accepted 1, rejected]")
     return steps

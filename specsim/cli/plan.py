@@ -9,7 +9,7 @@ from specsim.cli._common import count, format_grid, print_json, slack
 def register(sub, groups):
     p = sub.add_parser(
         "plan",
-        help="pick a draft depth for a batch width, or per-sequence depths after drafting",
+        help="pick a draft depth for a batch width or per-sequence depths (docs/planner.md)",
         description="Print the draft depth the planner picks at width N, with each depth's expected tokens/s "
                     "and tokens/J, or (with --confidences) each sequence's verify depth.",
     )
@@ -96,7 +96,7 @@ def cmd_plan(args):
         k_max = table.max_k if args.k_max is None else args.k_max
         budget = sum(known) if args.row_budget is None else args.row_budget
         capped = args.max_seqs is not None and len(conf) > args.max_seqs
-        # Above the speculation cap the serve plain-decodes: nothing is verified.
+        # Above the speculation cap the serve plain-decodes (docs/planner.md): nothing is verified.
         depths = [0] * len(conf) if capped else sequence_depths(table, cal, conf, known, k_max, budget, args.slack)
         if args.json:
             print_json({"depths": depths, "rows": sum(depths), "k_max": k_max, "row_budget": budget,

@@ -29,6 +29,7 @@ def register(sub, groups):
     p.add_argument("--slack", type=slack, default=0.0, help="planner slack in [0, 1) (default 0)")
     p.add_argument("--max-seqs", type=count, metavar="M", help="planner speculation cap (default: no cap)")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_replay)
 
     t = groups["table"].add_parser("import", help="convert a measured [[run]] of cells into a cost table")
@@ -52,6 +53,7 @@ def cmd_replay(args):
 
 
 def _replay(args, out):
+    from specsim._checks import check_finite_results
     from specsim.errors import PolicyError, SpecsimWarning
     from specsim.sim.replay import load_acceptance_file, replay
 
@@ -68,16 +70,25 @@ def _replay(args, out):
         from specsim.calibration import AcceptanceCalibration
 
         cal = AcceptanceCalibration.load(args.calibration)
-    with warnings.catch_warnings(record=True) as caught:
+    from specsim._progress import Progress
+
+    with warnings.catch_warnings(record=True) as caught, \
+            Progress(args.budget, "replay", enabled=not args.quiet and args.budget >= 50_000_000, unit="tokens") as bar:
         warnings.simplefilter("always", SpecsimWarning)
+
+        def tick(tokens):
+            bar.update(min(tokens, args.budget) - bar.done)
+
         result = replay(trace, args.policy, args.width, args.budget, table=table, step_ms=afile.step_ms,
-                        calibration=cal, slack=args.slack, max_seqs=args.max_seqs)
+                        calibration=cal, slack=args.slack, max_seqs=args.max_seqs, progress=tick)
     for w in caught:
         if issubclass(w.category, SpecsimWarning):
             print(f"specsim: warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     costs = f"table {args.table}" if table is not None else "the file's step_ms list (no joules)"
+    priced = f"the costs in {args.table}" if table is not None else f"the step_ms list of {args.file}"
+    check_finite_results(result.to_dict(), f"{priced}, added up over {result.steps:,} steps", PolicyError)
     per_j = "unknown" if result.tokens_per_j is None else f"{result.tokens_per_j:.3f}"
     joules = "unknown" if result.joules is None else f"{result.joules:.3f}"
     print(f"trace {trace.name} (k_logged {trace.k_logged}, {trace.accepted.shape[0]} steps logged), costs from {costs}")

@@ -1,4 +1,4 @@
-"""``specsim simulate``: serve a request trace with one or more draft-depth policies (SPEC §6)."""
+"""``specsim simulate``: serve a request trace with one or more draft-depth policies (docs/simulation.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def register(sub, groups):
         "simulate",
         help="serve a request trace with draft-depth policies: throughput, energy, latency",
         description="Run a request trace through a continuous-batching decode server whose step costs come "
-                    "from a cost table and whose draft outcomes come from an acceptance calibration (SPEC §6). "
+                    "from a cost table and whose draft outcomes come from an acceptance calibration (docs/simulation.md). "
                     "Every policy meets the same draft outcomes (common random numbers). propose and sequence "
                     "run once per --slack; the others once.",
     )
@@ -46,7 +46,7 @@ def register(sub, groups):
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
                         "whose mean acceptance is the calibration's prior)")
     p.add_argument("--acceptance", metavar="FILE",
-                   help="draw draft outcomes from a logged acceptance trace in FILE (SPEC §5) instead of the calibration")
+                   help="draw draft outcomes from a logged acceptance trace in FILE (docs/replay.md) instead of the calibration")
     p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
@@ -65,7 +65,7 @@ def cmd_simulate(args):
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         _simulate(args, out)
     for path in out.written:
         print(f"wrote {path}", file=sys.stderr)
@@ -76,7 +76,7 @@ def _simulate(args, out):
     from pathlib import Path
 
     from specsim import __version__
-    from specsim._checks import check_finite_results
+    from specsim._checks import check_finite_results, request_size_problem
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
     from specsim.errors import SimulationError
@@ -89,6 +89,9 @@ def _simulate(args, out):
     from specsim.table import CostTable
 
     read = trace_from_args(args)
+    too_big = request_size_problem(read.requests["prompt_tokens"], read.requests["output_tokens"])
+    if too_big:
+        raise SimulationError(f"{read.source}: {too_big}")
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
@@ -105,7 +108,10 @@ def _simulate(args, out):
         # Said once above; the threads would repeat it per policy.
         warnings.simplefilter("ignore", TraceWarning)
         results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
-    summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
+        summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
     check_finite_results({s["label"]: s for s in summaries},
                          f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
                          f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "

@@ -70,6 +70,7 @@ def cmd_check(args):
 
 def cmd_show(args):
     from specsim.table import CostTable
+    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
     table = CostTable.load(args.file)
     if args.json:
@@ -80,7 +81,7 @@ def cmd_show(args):
             "widths": table.widths.tolist(),
             "max_k": table.max_k,
             "cells": [c._asdict() | {"step_ms": c.step_ms, "step_j": c.step_j} for c in table.cells],
-        })
+        }, cause=f"the costs in {args.file} (verify and draft too large to add up)")
         return 0
     k = table.key
     print(f"box class {k.box_class}   recipe {k.recipe}   schema {k.schema}")
@@ -93,8 +94,8 @@ def cmd_show(args):
     rows = []
     for i, n in enumerate(table.widths):
         step = table.costs[i]
-        rows.append([int(n)] + [f"{step[d, 0] + step[d, 2]:.3f}" for d in range(table.max_k + 1)]
-                    + [f"{step[d, 1] + step[d, 3]:.3f}" for d in range(table.max_k + 1)])
+        rows.append([int(n)] + [f"{step[d, VERIFY_MS] + step[d, DRAFT_MS]:.3f}" for d in range(table.max_k + 1)]
+                    + [f"{step[d, VERIFY_J] + step[d, DRAFT_J]:.3f}" for d in range(table.max_k + 1)])
     print("step cost (verify + drafts):")
     print(format_grid(header, rows))
     return 0
@@ -111,7 +112,8 @@ def cmd_query(args):
     if cell is None:
         raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest measured depth {table.max_k}")
     if args.json:
-        print_json(cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j})
+        print_json(cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j},
+                   cause=f"the costs in {args.file} (verify and draft too large to add up)")
         return 0
     measured = int(args.n) in set(table.widths.tolist())
     how = "measured" if measured else "interpolated" if table.widths[0] < args.n < table.widths[-1] else "nearest width"

@@ -16,7 +16,7 @@ def add_trace_options(p):
     p.add_argument("--columns", metavar="arrival=COL,prompt=COL,output=COL", help="format csv: the columns to read")
     p.add_argument("--arrival-unit", choices=("s", "ms", "us", "ns", "datetime"),
                    help="format csv: what the arrival column holds (default s)")
-    p.add_argument("--synthetic", metavar="SPEC",
+    p.add_argument("--synthetic", metavar="PARAMS",
                    help="format synthetic: requests=N,rate=R[,arrival=poisson|gamma][,cv=C]"
                         "[,prompt=lognormal:MEDIAN:SIGMA|empirical][,output=...][,seed=S]; "
                         "empirical lengths are resampled from the trace FILE when one is given")
@@ -54,7 +54,7 @@ def trace_from_args(args, path):
         source = read_trace(path, skip_bad_rows=args.skip_bad_rows) if path else None
         return synthetic_trace(**parse_synthetic(args.synthetic, source), **opts)
     if path is None:
-        raise TraceError("give a trace file (or --format synthetic with --synthetic SPEC)")
+        raise TraceError("give a trace file (or --format synthetic with --synthetic PARAMS)")
     return read_trace(path, args.format, columns=args.columns, arrival_unit=args.arrival_unit,
                       skip_bad_rows=args.skip_bad_rows, **opts)
 

@@ -240,11 +240,13 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
     dstep_s = dbusy + dcomm + ov.draft_step_ms * 1e-3
     dstep_j = _energy_j(gpu, tp, dactive, dstep_s)
 
-    out = np.empty((n.shape[0], max_k + 1, 4))
-    out[:, :, 0] = verify_s * 1e3
-    out[:, :, 1] = verify_j
-    out[:, :, 2] = k * (dstep_s * 1e3)
-    out[:, :, 3] = k * dstep_j
+    from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
+    out = np.empty((n.shape[0], max_k + 1, len(COST_FIELDS)))
+    out[:, :, VERIFY_MS] = verify_s * 1e3
+    out[:, :, VERIFY_J] = verify_j
+    out[:, :, DRAFT_MS] = k * (dstep_s * 1e3)
+    out[:, :, DRAFT_J] = k * dstep_j
     return out
 
 
@@ -360,25 +362,29 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
 
 
 def _check_args(widths, tp, context_tokens, max_k, m):
+    from specsim._checks import MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, show
+
     problems = []
     try:
         widths = [int(w) for w in widths]
     except (TypeError, ValueError):
-        raise CostModelError(f"widths {widths!r} are not a list of integers") from None
+        raise CostModelError(f"widths {show(widths)} are not a list of integers") from None
     if not widths:
         problems.append("widths is empty: give at least one batch width, e.g. 1,2,4,8")
-    if any(w < 1 for w in widths):
-        problems.append(f"every width must be >= 1, got {widths}")
+    if len(widths) > MAX_MODEL_WIDTHS:
+        problems.append(f"{len(widths):,} widths; at most {MAX_MODEL_WIDTHS:,} (docs/limits.md)")
+    bad = [w for w in widths if not 1 <= w <= MAX_WIDTH]
+    if bad:
+        problems.append(f"every width must be >= 1 and <= {MAX_WIDTH:,} (docs/limits.md), got {few(bad)}")
     if len(set(widths)) != len(widths):
-        problems.append(f"widths repeat: {widths}")
-    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
-        problems.append(f"tp = {tp!r} must be an integer >= 1")
+        problems.append(f"widths repeat: {few(sorted({w for w in widths if widths.count(w) > 1}))}")
+    p = int_problem(tp, "tp", 1)
+    if p:
+        problems.append(p)
     elif m.heads % tp:
         problems.append(f"tp = {tp} does not divide {m.name}'s {m.heads} attention heads")
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, (int, np.integer)) or context_tokens < 0:
-        problems.append(f"context_tokens = {context_tokens!r} must be an integer >= 0")
-    if isinstance(max_k, bool) or not isinstance(max_k, (int, np.integer)) or max_k < 0:
-        problems.append(f"max_k = {max_k!r} must be an integer >= 0")
+    problems += [p for p in (int_problem(context_tokens, "context_tokens"),
+                             int_problem(max_k, "max_k", 0, MAX_DEPTH, "the deepest draft depth")) if p]
     if problems:
         raise CostModelError("the modelled table's arguments are refused", problems)
     return sorted(widths), int(tp), int(context_tokens), int(max_k)

@@ -54,19 +54,16 @@ class SweepSettings:
     align_s: float = 0.25
 
     def __post_init__(self):
-        problems = []
-        for name in ("min_window_s", "cooldown_s", "align_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                problems.append(f"{name} = {v!r} must be a finite number of seconds >= 0")
-        if self.idle_s is not None and not (math.isfinite(self.idle_s) and self.idle_s >= 0):
-            problems.append(f"idle_s = {self.idle_s!r} must be a finite number of seconds >= 0")
-        if not (isinstance(self.min_window_s, (int, float)) and self.min_window_s > 0):
-            problems.append(f"min_window_s = {self.min_window_s!r} must be > 0")
-        for name, low in (("repeats", 1), ("warmup", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                problems.append(f"{name} = {v!r} must be an integer >= {low}")
+        from specsim._checks import MAX_REPEATS, MAX_SECONDS, int_problem, number_problem
+
+        problems = [number_problem(self.min_window_s, "min_window_s", 0.0, MAX_SECONDS, low_open=True, unit="s")]
+        problems += [number_problem(getattr(self, name), name, 0.0, MAX_SECONDS, unit="s")
+                     for name in ("cooldown_s", "align_s")]
+        if self.idle_s is not None:
+            problems.append(number_problem(self.idle_s, "idle_s", 0.0, MAX_SECONDS, unit="s"))
+        problems += [int_problem(self.repeats, "repeats", 1, MAX_REPEATS, "the most samples"),
+                     int_problem(self.warmup, "warmup", 0, MAX_REPEATS, "the most warm-up calls")]
+        problems = [p for p in problems if p]
         if problems:
             raise MeasureError("the sweep settings are refused", problems)
 
@@ -289,17 +286,20 @@ def _progress(total, desc, enabled):
 
 def _check_grid(widths, max_k):
     problems = []
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, int_problem
+
     widths = list(widths)
     if not widths:
         problems.append("no width given: pass at least one batch width (e.g. --widths 1,2,4)")
-    bad = [w for w in widths if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1]
+    bad = [w for w in widths if int_problem(w, "width", 1, MAX_WIDTH)]
     if bad:
-        problems.append(f"width(s) {bad} are not integers >= 1")
-    dup = sorted({w for w in widths if widths.count(w) > 1})
+        problems.append(f"width(s) {few(bad)} are not whole numbers in 1..{MAX_WIDTH:,} (docs/limits.md)")
+    dup = sorted({w for w in widths if widths.count(w) > 1}) if len(widths) <= 10_000 else []
     if dup:
-        problems.append(f"width(s) {dup} are listed twice")
-    if isinstance(max_k, bool) or not isinstance(max_k, (int, np.integer)) or max_k < 0:
-        problems.append(f"max_k = {max_k!r} must be an integer >= 0")
+        problems.append(f"width(s) {few(dup)} are listed twice")
+    p = int_problem(max_k, "max_k", 0, MAX_DEPTH, "the deepest draft depth")
+    if p:
+        problems.append(p)
     if problems:
         raise MeasureError("the sweep's grid is refused", problems)
     return sorted(int(w) for w in widths)
@@ -324,7 +324,12 @@ def _new_header(key, grid, wanted, backend, meter, settings, meta):
 def _write_partial(path, header, done):
     lines = [json.dumps(header, sort_keys=True, allow_nan=False)]
     for (n, k), (cell, extras) in sorted(done.items()):
-        lines.append(json.dumps({"cell": cell._asdict(), "extras": extras}, sort_keys=True))
+        try:
+            lines.append(json.dumps({"cell": cell._asdict(), "extras": extras}, sort_keys=True, allow_nan=False))
+        except ValueError:
+            # The reader refuses non-finite numbers; a cell holding one was not measured.
+            raise MeasureError(f"the cell (n={n}, k={k}) measured a non-finite figure: {cell}, {extras}; "
+                               "the clock or the meter misread") from None
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
@@ -366,7 +371,7 @@ def _toml_type(value):
 
 def _partial_cell(row, where, again):
     """One ``{"cell": {...}, "extras": {...}}`` line as ``(Cell, extras)``, every field checked."""
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, number_problem
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_finite, number_problem
 
     if not isinstance(row, dict) or not isinstance(row.get("cell"), dict) or not isinstance(row.get("extras"), dict):
         raise MeasureError(f"{where}: not a measured cell (an object with `cell` and `extras` objects){again}")
@@ -379,7 +384,7 @@ def _partial_cell(row, where, again):
         problems += [p for f in fields[2:] if (p := number_problem(raw[f], f, 0.0))]
     extras = row["extras"]
     problems += [f"extras {name} = {v!r} is not a finite number" for name, v in extras.items()
-                 if not (is_number(v) and math.isfinite(v))]
+                 if not is_finite(v)]
     if problems:
         raise MeasureError(f"{where}: not a measured cell{again}", problems)
     return Cell(int(raw["n"]), int(raw["k"]), *(float(raw[f]) for f in fields[2:])), dict(extras)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._checks import is_number
 from specsim._io import atomic_write_text
 from specsim.errors import MeasureError
 from specsim.table import COST_FIELDS, Cell, CostTable
@@ -66,7 +67,7 @@ def merge_tables(tables, sources=None):
         merged = {}
         for field in sorted(common):
             values = [r[field] for r in per_run]
-            if all(_is_number(v) for v in values):
+            if all(is_number(v) for v in values):
                 merged[field] = _median(values)
         if merged:
             extras[(c.n, c.k)] = merged
@@ -86,10 +87,6 @@ def merge_files(paths, out) -> CostTable:
     return table
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _median(values):
     m = float(np.median(values))
     if all(isinstance(v, int) for v in values) and m == int(m):
@@ -105,6 +102,6 @@ def _merge_meta(metas):
             continue
         if all(v == values[0] for v in values):
             out[field] = values[0]
-        elif all(_is_number(v) for v in values):
+        elif all(is_number(v) for v in values):
             out[field] = _median(values)
     return out

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import re
 import time
 from pathlib import Path
@@ -178,9 +177,9 @@ class AssumedPowerMeter:
     source = "assumed"
 
     def __init__(self, power_w: float, clock=time.perf_counter):
-        power_w = float(power_w)
-        if not (math.isfinite(power_w) and power_w > 0):
-            raise MeasureError(f"--assume-power-w {power_w!r} must be a finite power in watts > 0")
+        from specsim._checks import MAX_POWER_W, check_number
+
+        power_w = check_number(power_w, "--assume-power-w", MeasureError, 0.0, MAX_POWER_W, low_open=True, unit="W")
         self.power_w = power_w
         self._clock = clock
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import int_problem, show
 from specsim._io import read_input
 from specsim.errors import MeasureError
 
@@ -81,8 +82,8 @@ def recipe_problems(values: dict) -> list:
         v = values.get(name, _toml.MISSING)
         if v is _toml.MISSING:
             problems.append(f"`{name}` is missing (a positive integer)")
-        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            problems.append(f"{name} = {v!r} must be a positive integer")
+        elif int_problem(v, name, 1):
+            problems.append(f"{name} = {show(v)} must be a positive integer")
     dtype = values.get("dtype", _toml.MISSING)
     if dtype is _toml.MISSING:
         problems.append(f"`dtype` is missing (one of {', '.join(DTYPES)})")

@@ -18,7 +18,8 @@ from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb
 
-VMS, VJ, DMS, DJ = 0, 1, 2, 3
+# The cost axis of a table, defined once in specsim.table._types.
+from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
 # Unsigned subscripts in hot loops: Numba skips negative-index wraparound for them.
 U = np.uintp
 

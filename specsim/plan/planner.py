@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim._checks import COUNT_MAX
 from specsim.errors import KeyMismatchError, PlanError
 from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
@@ -18,7 +19,7 @@ from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
-NO_CAP = 1 << 62
+NO_CAP = COUNT_MAX
 # A thread's first workspace holds this many sequences; it grows to the widest batch seen.
 FIRST_ROWS = 64
 

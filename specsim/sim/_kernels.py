@@ -1,4 +1,4 @@
-"""Numba kernels of the simulation domain: acceptance-trace replay (SPEC §5)."""
+"""Numba kernels of the simulation domain: acceptance-trace replay (docs/replay.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from specsim._jit import jit
 
 @jit
 def replay_nb(accepted, width, depth, budget, step_ms, step_j):
-    """Replay an acceptance trace at one width and depth until ``budget`` tokens (SPEC §5).
+    """Replay an acceptance trace at one width and depth until ``budget`` tokens (docs/replay.md).
 
     Parameters
     ----------
@@ -29,13 +29,37 @@ def replay_nb(accepted, width, depth, budget, step_ms, step_j):
     (tokens, steps, ms, joules, cursor) : (int64, int64, float64, float64, int64)
         ``cursor`` is the next trace entry a further step would use.
     """
+    counts = np.zeros(3, dtype=np.int64)
+    sums = np.zeros(2, dtype=np.float64)
+    replay_steps_nb(accepted, width, depth, budget, step_ms, step_j, counts, sums, np.int64(-1))
+    return counts[0], counts[1], sums[0], sums[1], counts[2]
+
+
+@jit
+def replay_steps_nb(accepted, width, depth, budget, step_ms, step_j, counts, sums, max_steps):
+    """At most ``max_steps`` steps (-1: no limit) of :func:`replay_nb`, continuing from and
+    updating its state in place, so a long replay runs in chunks (progress, Ctrl-C between them).
+
+    Parameters
+    ----------
+    counts : ndarray(int64), shape (3,)
+        ``tokens, steps, cursor`` so far.
+    sums : ndarray(float64), shape (2,)
+        ``ms, joules`` so far.
+
+    Returns
+    -------
+    bool
+        Whether the budget is reached.
+    """
     n_entries = accepted.shape[0]
-    tokens = np.int64(0)
-    steps = np.int64(0)
-    ms = 0.0
-    joules = 0.0
-    cursor = np.int64(0)
-    while tokens < budget:
+    tokens = counts[0]
+    steps = counts[1]
+    cursor = counts[2]
+    ms = sums[0]
+    joules = sums[1]
+    done = np.int64(0)
+    while tokens < budget and done != max_steps:
         if depth == 0:
             tokens += width
         else:
@@ -48,4 +72,10 @@ def replay_nb(accepted, width, depth, budget, step_ms, step_j):
         ms += step_ms
         joules += step_j
         steps += 1
-    return tokens, steps, ms, joules, cursor
+        done += 1
+    counts[0] = tokens
+    counts[1] = steps
+    counts[2] = cursor
+    sums[0] = ms
+    sums[1] = joules
+    return tokens >= budget

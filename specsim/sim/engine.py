@@ -50,6 +50,7 @@ from typing import Optional
 
 import numpy as np
 
+from specsim._checks import COUNT_MAX, MAX_WIDTH
 from specsim.errors import SimulationError
 from specsim.sim.policy import Policy, parse_policy
 
@@ -58,10 +59,11 @@ DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
 DEFAULT_IDLE_W = 0.0
 DEFAULT_LOG_SIZE = 4096
-# Steps per kernel call when a progress callback is given.
-PROGRESS_CHUNK = 1 << 17
-_NO_CAP = 1 << 62
-MAX_BATCH = 1 << 20
+# Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
+# acts between calls, stops even wide sequence-planner runs well within a second.
+PROGRESS_CHUNK = 1 << 12
+_NO_CAP = COUNT_MAX
+MAX_BATCH = MAX_WIDTH
 # Upper bound of the per-token prefill costs and idle power: above it, times and energies would
 # overflow long before they meant anything.
 MAX_RATE = 1e9
@@ -376,6 +378,11 @@ def _request_arrays(requests):
             raise SimulationError(f"request {int(np.argmax(output < 1))}: output_tokens must be >= 1")
         if (prompt < 0).any():
             raise SimulationError(f"request {int(np.argmax(prompt < 0))}: prompt_tokens must be >= 0")
+        from specsim._checks import request_size_problem
+
+        problem = request_size_problem(prompt, output)
+        if problem:
+            raise SimulationError(problem)
     return arrival, prompt, output
 
 
@@ -572,28 +579,51 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
 
     ``options`` is the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
     if given, has ``update(n)`` and counts finished requests over all runs.
+
+    Ctrl-C (or any error) in the calling thread stops every run at its next chunk of steps
+    (well within a second) and is raised again; no partial result is returned.
     """
     import os
     import threading
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
     from dataclasses import replace
 
     lock = threading.Lock()
+    stop = threading.Event()
 
     def one(item):
         pol, s = item
         seen = [0]
 
         def tick(finished):
-            with lock:
-                progress.update(finished - seen[0])
+            if stop.is_set():
+                raise _Stopped
+            if progress is not None:
+                with lock:
+                    progress.update(finished - seen[0])
             seen[0] = finished
 
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
-                        progress=tick if progress is not None else None)
+                        progress=tick)
 
     workers = min(len(runs), os.cpu_count() or 1)
     if workers <= 1:
         return [one(item) for item in runs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, runs))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        futures = [pool.submit(one, item) for item in runs]
+        pending = futures
+        while pending:
+            # Short waits keep the main thread where Ctrl-C reaches it.
+            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+            if failed is not None:
+                failed.result()  # raises the run's error; the others stop below
+        return [f.result() for f in futures]
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Stopped(Exception):
+    """Raised in a worker's progress callback to end its run when the caller stopped."""

@@ -10,11 +10,14 @@ Forms:
     overlap. A width that no range covers decodes plainly (depth 0), as a serve with no rule
     for that batch size would.
 ``propose``
-    SPEC §4.1: one depth for the batch from the cost table and the calibration's priors.
+    One depth for the batch from the cost table and the calibration's priors, before drafting.
 ``sequence``
-    §4.1 then §4.2: per-sequence depths from the drafts' confidences.
+    ``propose``, then per-sequence depths from the drafts' confidences, after drafting.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
+    The ``schedule`` an engine's config file sets, read as the engine reads it
+    (docs/schedules.md#reading-engine-files-back).
 """
 
 from __future__ import annotations
@@ -101,6 +104,11 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
+    from specsim.schedule.formats import engine_schedule
+
+    engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
+    if engine_ranges is not None:
+        return Policy("schedule", ranges=engine_ranges)
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
     forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"

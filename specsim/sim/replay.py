@@ -1,4 +1,4 @@
-"""Acceptance-trace replay (SPEC §5) and the files it reads.
+"""Acceptance-trace replay (docs/replay.md) and the files it reads.
 
 An acceptance file (TOML) may hold:
 
@@ -20,7 +20,7 @@ entry ``a`` (cycling), emits ``1 + min(a, k)``, and the cursor moves by ``n``. A
 
 ``propose`` and ``goodput`` use the planner. Their priors come from a calibration when one is
 given, else from the trace itself: ``prior(j) = #(a >= j) / #(a >= j - 1)`` over the trace's
-steps, ``j = 1..k_logged`` (0 where no step reached ``j - 1``), which is SPEC §3's prior fit
+steps, ``j = 1..k_logged`` (0 where no step reached ``j - 1``), which is the calibration's prior fit (docs/calibration.md#position-priors)
 without its 100-outcome floor. Both need a cost table: a ``step_ms`` list has no joules for
 ``propose`` and is not a table for the planner. ``sequence`` needs per-draft confidences, which
 an acceptance trace does not hold, and is refused.
@@ -28,7 +28,6 @@ an acceptance trace does not hold, and is refused.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +36,16 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from specsim import _toml
+from specsim._checks import MAX_DEPTH, number_problem, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim._types import ReplayResult
 from specsim.sim.policy import parse_policy
 from specsim.table import Cell, CostTable, TableKey
 
-RUN_CELL_FIELDS = ("n", "k", "verify_ms", "verify_j", "draft_ms", "draft_j")
+# Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
+# progress line act between calls.
+CHUNK_ENTRIES = 4_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,8 +128,11 @@ def parse_acceptance_file(text, source: str = "<text>") -> AcceptanceFile:
     raw = doc.get("step_ms", _toml.MISSING)
     if raw is not _toml.MISSING:
         values = [_toml.as_float(v) for v in raw] if isinstance(raw, list) else None
-        if not values or any(v is None or not math.isfinite(v) or v <= 0 for v in values):
-            problems.append(f"step_ms = {raw!r} must be a non-empty list of finite numbers > 0 (ms by depth 0, 1, ...)")
+        if not values or any(number_problem(v, "step_ms", 0.0, low_open=True) for v in values):
+            problems.append(f"step_ms = {show(raw)} must be a non-empty list of finite numbers > 0 (ms by depth 0, 1, ...)")
+        elif len(values) > MAX_DEPTH + 1:
+            problems.append(f"step_ms lists {len(values):,} depths; the deepest draft depth is {MAX_DEPTH:,} "
+                            "(docs/limits.md)")
         else:
             step_ms = tuple(values)
     traces = {}
@@ -218,7 +223,7 @@ def _read_run(r, i, problems):
 
 
 def run_table(run_cells, key: TableKey, meta=None, source="<run>") -> CostTable:
-    """A cost table from a run's cells under ``key`` (refused as any table would be, SPEC §1.2)."""
+    """A cost table from a run's cells under ``key`` (refused as any table would be, docs/tables.md#validation)."""
     return CostTable.from_cells(key, run_cells, meta=meta, source=source)
 
 
@@ -283,8 +288,9 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
 
 
 def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Optional[CostTable] = None,
-           step_ms=None, calibration=None, slack: float = 0.0, max_seqs: Optional[int] = None) -> ReplayResult:
-    """Replay ``policy`` on ``trace`` at ``width`` streams until ``budget`` tokens (SPEC §5).
+           step_ms=None, calibration=None, slack: float = 0.0, max_seqs: Optional[int] = None,
+           progress=None) -> ReplayResult:
+    """Replay ``policy`` on ``trace`` at ``width`` streams until ``budget`` tokens (docs/replay.md#the-replay-loop).
 
     Parameters
     ----------
@@ -304,21 +310,25 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
         Planner slack in ``[0, 1)``.
     max_seqs : int, optional
         Planner speculation cap; default: no cap (the width).
+    progress : callable(int), optional
+        Called with the tokens emitted so far after each chunk of steps (about
+        :data:`CHUNK_ENTRIES` trace entries); Ctrl-C stops the replay between chunks.
 
     Returns
     -------
     ReplayResult
     """
-    from specsim.sim._kernels import replay_nb
+    from specsim._checks import MAX_BUDGET_TOKENS, MAX_WIDTH, check_int
+    from specsim.sim._kernels import replay_steps_nb
 
-    width = _positive_int(width, "width")
-    budget = _positive_int(budget, "token budget")
+    width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
+    budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
     policy = parse_policy(policy)
     if table is not None:
         costs = StepCosts.from_table(table, width)
     elif step_ms is not None:
         costs = StepCosts(tuple(float(v) for v in step_ms), None)
-        if not costs.step_ms or any(not (math.isfinite(v) and v > 0) for v in costs.step_ms):
+        if not costs.step_ms or any(number_problem(v, "step_ms", 0.0, low_open=True) for v in costs.step_ms):
             raise TraceError("step_ms must be a non-empty list of finite numbers > 0")
     else:
         raise TraceError("replay needs step costs: a cost table (--table) or the file's step_ms list")
@@ -342,9 +352,23 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
             TraceWarning,
             stacklevel=2,
         )
+    if table is None and width > 1:
+        warnings.warn(
+            f"the step_ms list prices one step whatever its width: at width {width} every step emits {width} "
+            f"streams' tokens for that one cost, so throughput is {width}x a single stream's; give a cost table "
+            "(--table) measured at this width for a real figure",
+            SpecsimWarning,
+            stacklevel=2,
+        )
     step_j = float("nan") if costs.step_j is None else costs.step_j[depth]
     accepted = np.ascontiguousarray(trace.accepted, dtype=np.int8)
-    tokens, steps, ms, joules, _ = replay_nb(accepted, width, depth, budget, costs.step_ms[depth], step_j)
+    counts = np.zeros(3, dtype=np.int64)
+    sums = np.zeros(2, dtype=np.float64)
+    chunk = np.int64(max(1, CHUNK_ENTRIES // width))
+    while not replay_steps_nb(accepted, width, depth, budget, costs.step_ms[depth], step_j, counts, sums, chunk):
+        if progress is not None:
+            progress(int(counts[0]))
+    tokens, steps, ms, joules = counts[0], counts[1], sums[0], sums[1]
     by_depth = [0] * (costs.max_k + 1)
     by_depth[depth] = int(steps)
     return ReplayResult(
@@ -360,9 +384,3 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
         ms=float(ms),
         joules=None if costs.step_j is None else float(joules),
     )
-
-
-def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise TraceError(f"{what} must be an integer >= 1, got {value!r}")
-    return int(value)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import show
+from specsim._checks import MAX_GRID_POINTS, number_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 
@@ -135,8 +135,8 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
         slo = {}
     for name, value in slo.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
-            problems.append(f"[slo] {name} = {value!r} must be a number of seconds >= 0")
+        if number_problem(value, name, 0.0):
+            problems.append(f"[slo] {name} = {show(value)} must be a number of seconds >= 0")
 
     raw_axes = doc.get("axes", {})
     if not isinstance(raw_axes, dict):
@@ -176,11 +176,15 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                     problems.append(f"[axes] policy {v!r}: {e}")
         if name == "rate_scale":
             for v in values:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
-                    problems.append(f"[axes] rate_scale {v!r} must be a number > 0")
+                if number_problem(v, "rate_scale", 0.0, low_open=True):
+                    problems.append(f"[axes] rate_scale {show(v)} must be a number > 0")
         axes.append((name, tuple(values)))
     if "policy" not in raw_axes:
         problems.append("[axes] policy is missing: list the policies to compare, e.g. [\"propose\", \"sequence\"]")
+    size = math.prod(len(v) for _, v in axes)
+    if size > MAX_GRID_POINTS:
+        problems.append(f"the axes cross to {size:,} points; a sweep takes at most {MAX_GRID_POINTS:,} "
+                        "(docs/limits.md): split it into several grids")
     if problems:
         raise GridError(f"{source}: the sweep grid cannot run", problems)
     grid = Grid(source, traces, tables, calibrations, dict(server), dict(slo), tuple(axes))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from specsim._checks import show
+from specsim._checks import request_size_problem, show
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
 from specsim.sweep.grid import INPUT_AXES, Grid, point_id, point_options
@@ -44,9 +44,14 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo: dic
         # `specsim simulate --rate-scale` run of the same file.
         requests = requests.copy()
         requests["arrival_s"] = requests["arrival_s"] / scale
-    result = simulate(requests, table, calibration, point["policy"], **options)
+    # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
+    result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
     summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
     return result_row(point, summary)
+
+
+def _no_progress(finished: int) -> None:
+    pass
 
 
 def result_row(point: dict, summary: dict) -> dict:
@@ -115,7 +120,12 @@ def read_results(path) -> list:
             raise GridError(f"{path}: cannot read it as Parquet ({e}); choose another -o") from None
         if "point_id" not in table.column_names:
             raise GridError(not_results)
-        return table.to_pylist()
+        rows = table.to_pylist()
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r["point_id"], str)), None)
+        if bad is not None:
+            raise GridError(f"{path}: row {bad + 1}: point_id = {show(rows[bad]['point_id'])} is not a point id; "
+                            "choose another -o")
+        return rows
     what = "the sweep results file"
     text = decode_text(read_input(path, what, GridError), what, path, GridError)
     header, rows = csv_rows(text, what, path, GridError)
@@ -209,6 +219,9 @@ def _load_inputs(grid: Grid, points):
     for name in sorted(used["trace"]):
         path, options = grid.traces[name]
         traces[name] = load("traces", name, read_trace, path, **options).requests
+        too_big = request_size_problem(traces[name]["prompt_tokens"], traces[name]["output_tokens"])
+        if too_big:
+            raise GridError(f"{grid.source}: [traces] {name}: {path}: {too_big}")
     tables = {name: load("tables", name, CostTable.load, grid.tables[name]) for name in sorted(used["table"])}
     cals = {name: load("calibrations", name, AcceptanceCalibration.load, grid.calibrations[name])
             for name in sorted(used["calibration"])}
@@ -299,6 +312,7 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
         n = workers or os.cpu_count() or 1
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
+    interrupted = False
     try:
         n_workers = len(client.scheduler_info()["workers"])
         # Inputs travel once per worker, not once per task.
@@ -317,9 +331,40 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
             save(fut.result())
             bar.update()
         return n_workers
+    except KeyboardInterrupt:
+        # Finished points are saved; the points still running are dropped at once rather than
+        # waited for (a worker cannot stop inside the engine kernel).
+        interrupted = True
+        _stop_local_workers(cluster)
+        raise
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        for close in (client.close, None if cluster is None else cluster.close):
+            if close is None:
+                continue
+            if not interrupted:
+                close()
+                continue
+            try:
+                close(timeout=2)
+            except Exception:  # noqa: BLE001  (shutting down after Ctrl-C: nothing left to save)
+                pass
+
+
+def _stop_local_workers(cluster) -> None:
+    """Silence Dask's shutdown warnings and end this sweep's own local worker processes."""
+    import logging
+    import signal
+
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    if cluster is None:
+        return  # an existing cluster's workers are not ours to stop
+    for nanny in list(cluster.workers.values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 

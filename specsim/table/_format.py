@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from specsim import _toml
+from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, show
 from specsim.errors import TableError
 from specsim.table._types import COST_FIELDS, SCHEMA, Cell, TableKey
 
@@ -101,7 +102,13 @@ def _read_cell(i, raw, problems):
         conv = _toml.as_uint(value) if name in CELL_INT_FIELDS else _toml.as_float(value)
         if conv is None:
             want = "a non-negative integer" if name in CELL_INT_FIELDS else "a number"
-            problems.append(f"{where} {name} = {value!r} is not {want}")
+            problems.append(f"{where} {name} = {show(value)} is not {want}")
+            continue
+        # Every per-width and per-depth array is sized from these: bounded before anything is built.
+        limit = {"n": (MAX_WIDTH, "widest batch"), "k": (MAX_DEPTH, "deepest draft depth")}.get(name)
+        if limit is not None and conv > limit[0]:
+            problems.append(f"{where} {name} = {conv:,} is beyond the {limit[1]} specsim takes, {limit[0]:,} "
+                            "(docs/limits.md)")
             continue
         values[name] = conv
     if len(values) != len(Cell._fields):
@@ -145,7 +152,7 @@ def rule_problems(cells, where=lambda i: f"cells[{i}]"):
         missing = [k for k in range(max_k + 1) if (n, k) not in seen]
         if missing:
             problems.append(
-                f"width n={n} lacks depth(s) {', '.join(map(str, missing))}: every width needs every k in 0..={max_k}"
+                f"width n={n} lacks depth(s) {few(missing)}: every width needs every k in 0..={max_k}"
             )
     return problems
 

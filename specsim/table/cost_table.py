@@ -93,7 +93,7 @@ class CostTable:
             text = _format.write(key, cells, meta, extras)
         except ValueError as e:
             raise TableError(f"the cost table cannot be written as TOML: {e}") from e
-        back = CostTable.parse(text, "<rendered table>")
+        back = CostTable.parse(text, "the table to write")
         if back.key != key or sorted(back.cells) != sorted(cells):
             raise TableError("the rendered table does not read back to the same key and cells")
         return text
@@ -182,6 +182,9 @@ _INT64_MAX = (1 << 63) - 1
 
 
 def _check_index(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise TableError(f"{name} must be a non-negative integer, got {value!r}")
+    # Any size is a width (the serve asks with a usize); only the kind and the sign are checked.
+    from specsim._checks import is_int, show
+
+    if not is_int(value) or value < 0:
+        raise TableError(f"{name} must be a non-negative integer, got {show(value)}")
     return int(value)

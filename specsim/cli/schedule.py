@@ -1,0 +1,111 @@
+"""``specsim schedule``: write a width-to-depth schedule in a serving engine's format, or read one back."""
+
+from __future__ import annotations
+
+import sys
+
+from specsim.cli._common import count, slack
+
+
+def register(sub, groups):
+    from specsim.schedule.formats import ENGINES
+
+    group = sub.add_parser("schedule", help="write a width -> depth schedule for vLLM, TensorRT-LLM or SGLang")
+    ssub = group.add_subparsers(dest="schedule_command", metavar="ACTION")
+    ssub.required = True
+    groups["schedule"] = ssub
+    p = ssub.add_parser(
+        "export",
+        help="write a schedule (a tuned TOML, or the planner's depth at every width) in an engine's config format",
+        description="Write a batch-width -> draft-depth schedule as vLLM's --speculative-config JSON "
+                    "(num_speculative_tokens_per_batch_size), TensorRT-LLM's LLM-API options YAML "
+                    "(draft_len_schedule) or SGLang's adaptive speculation config. Prints what the engine cannot "
+                    "express; refuses a schedule it cannot represent. See docs/schedules.md.",
+    )
+    p.add_argument("schedule", nargs="?", metavar="SCHEDULE.toml", help="a schedule file written by specsim tune")
+    p.add_argument("--planner", nargs=2, metavar=("TABLE", "CAL"),
+                   help="instead of a file: the planner's depth at every width from this cost table and calibration")
+    p.add_argument("--slack", type=slack, default=0.0, help="with --planner: slack in [0, 1) (default 0)")
+    p.add_argument("--widths-max", type=count, metavar="N",
+                   help="with --planner: widest width to plan (default the table's widest); "
+                        "wider widths keep its depth")
+    p.add_argument("--to", required=True, choices=ENGINES, help="the engine to write for")
+    p.add_argument("--method", metavar="NAME",
+                   help="speculative method as the engine names it (default: vLLM eagle, TensorRT-LLM Eagle3, "
+                        "SGLang EAGLE)")
+    p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights, written where the engine takes them")
+    p.add_argument("--max-batch", type=count, metavar="N",
+                   help="the serve's largest batch, where a format needs the last range closed (default: the "
+                        "schedule file's max_batch, or the table's widest width with --planner)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the config here (default: print it)")
+    p.set_defaults(func=cmd_export)
+
+    p = ssub.add_parser(
+        "import",
+        help="read an engine's config and print the schedule: policy specsim simulates for it",
+        description="Read a vLLM, TensorRT-LLM or SGLang config the way the engine reads it and print the "
+                    "equivalent schedule: policy (the same as --policy vllm:FILE and the like).",
+    )
+    p.add_argument("--from", dest="engine", required=True, choices=ENGINES, help="the engine the file is for")
+    p.add_argument("file", help="the engine's config file")
+    p.set_defaults(func=cmd_import)
+
+
+def _planner_ranges(args):
+    import numpy as np
+
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.plan import Planner
+    from specsim.schedule.formats import ranges_from_depths
+    from specsim.table import CostTable
+
+    table = CostTable.load(args.planner[0])
+    cal = AcceptanceCalibration.load(args.planner[1])
+    widest = args.widths_max or int(table.widths[-1])
+    if widest < 1:
+        raise _error("--widths-max must be >= 1")
+    depths = Planner(table, cal, slack=args.slack, memo=False).propose_many(np.arange(1, widest + 1))
+    return ranges_from_depths(depths), (args.max_batch if args.max_batch is not None else int(table.widths[-1]))
+
+
+def _error(message):
+    from specsim.errors import ScheduleError
+
+    return ScheduleError(message)
+
+
+def cmd_export(args):
+    from specsim._io import Outputs
+    from specsim.schedule.formats import export, load_schedule, policy_text
+
+    if (args.schedule is None) == (args.planner is None):
+        raise _error("give a schedule file or --planner TABLE CAL (one of them)")
+    if args.planner is None and (args.widths_max is not None or args.slack):
+        raise _error("--slack and --widths-max apply to --planner")
+    table, cal = args.planner or (None, None)
+    with Outputs({"SCHEDULE.toml": args.schedule, "--planner TABLE": table, "--planner CAL": cal}) as out:
+        out.declare(args.out, "-o")
+        if args.schedule:
+            doc = load_schedule(args.schedule)
+            ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
+        else:
+            ranges, max_batch = _planner_ranges(args)
+        config = export(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
+        if args.out:
+            out.text(args.out, config.text)
+    print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)
+    for note in config.notes:
+        print(f"specsim: note: {note}", file=sys.stderr)
+    print(f"specsim: use: {config.usage}", file=sys.stderr)
+    if args.out:
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(config.text)
+    return 0
+
+
+def cmd_import(args):
+    from specsim.schedule.formats import import_file, policy_text
+
+    print(policy_text(import_file(args.engine, args.file)))
+    return 0

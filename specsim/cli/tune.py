@@ -1,0 +1,134 @@
+"""``specsim tune``: search a width -> depth schedule on a request trace and write it as TOML."""
+
+from __future__ import annotations
+
+import sys
+
+from specsim.cli._common import count, nonneg_float, slack
+from specsim.cli.trace import add_trace_options
+
+
+def _share(text):
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 1)")
+    return value
+
+
+def register(sub, groups):
+    from specsim.schedule.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
+    from specsim.sim.engine import DEFAULT_IDLE_W, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
+
+    p = sub.add_parser(
+        "tune",
+        help="search the batch-width -> draft-depth schedule that serves a trace best; write it as TOML",
+        description="Search contiguous batch-width ranges, each with a draft depth, for the schedule with the "
+                    "least energy per token (or the most tokens/s) on a request trace, subject to SLO targets. "
+                    "Starts from every fixed depth, the planner's depth at every width and the goodput depth; "
+                    "improves by moving range depths and boundaries; scores on several draft-outcome seeds and "
+                    "checks the winner on a held-out time window with unseen seeds. See docs/schedules.md.",
+    )
+    p.add_argument("--trace", metavar="FILE", help="request trace (format detected from the file unless --format)")
+    add_trace_options(p)
+    p.add_argument("--table", required=True, metavar="T", help="cost table TOML")
+    p.add_argument("--calibration", required=True, metavar="C", help="acceptance calibration TOML")
+    p.add_argument("-o", "--out", required=True, metavar="SCHEDULE.toml", help="where to write the schedule")
+    p.add_argument("--objective", choices=("energy", "throughput"), default="energy",
+                   help="energy: least J/token (default); throughput: most output tokens/s")
+    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target a schedule must meet")
+    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target a schedule must meet")
+    p.add_argument("--attainment", type=float, metavar="A",
+                   help=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
+    p.add_argument("--widths-max", type=count, metavar="N",
+                   help="widest width with its own depth (default: the batch cap); wider batches share it")
+    p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
+                   help=f"draft-outcome seeds per evaluation (default {DEFAULT_SEEDS}; the final check uses N others)")
+    p.add_argument("--holdout", type=_share, default=DEFAULT_HOLDOUT, metavar="FRAC",
+                   help=f"share of the trace's span, at its end, kept for the final check (default {DEFAULT_HOLDOUT})")
+    p.add_argument("--compare", action="append", default=[], metavar="P",
+                   help="another policy for the final check, e.g. vllm:current.json (repeatable)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDR", help="run evaluations on this Dask scheduler (tcp://host:port)")
+    where.add_argument("--threads", action="store_true", help="run evaluations in threads of this process, not Dask")
+    where.add_argument("--serial", action="store_true", help="run evaluations one after another in this process")
+    p.add_argument("--workers", type=count, metavar="N", help="local Dask workers or threads (default: the CPU count)")
+    p.add_argument("--max-rounds", type=count, default=40, metavar="N", help="most rounds of moves (default 40)")
+    p.add_argument("--min-gain", type=_share, default=MIN_GAIN, metavar="G",
+                   help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
+    p.add_argument("--slack", type=slack, default=0.0, metavar="S",
+                   help="planner slack for the propose start and comparison (default 0)")
+    p.add_argument("--max-batch", type=count, metavar="B",
+                   help="most sequences in a batch (default: the table's widest measured width)")
+    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
+    p.add_argument("--k-max", type=count, metavar="K", help="deepest depth to try (default: the table's max_k)")
+    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step (default: no limit)")
+    p.add_argument("--prefill-ms-per-token", type=nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
+                   help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN})")
+    p.add_argument("--prefill-j-per-token", type=nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
+                   help=f"prefill joules per prompt token (default {DEFAULT_PREFILL_J_PER_TOKEN})")
+    p.add_argument("--idle-w", type=nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
+                   help=f"power while nothing is active (default {DEFAULT_IDLE_W})")
+    p.add_argument("--seed", type=count, default=0, metavar="N", help="first draft-outcome seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args):
+    from pathlib import Path
+
+    from specsim._io import Outputs
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.cli.trace import trace_from_args
+    from specsim.errors import ScheduleError
+    from specsim.schedule.tune import tune
+    from specsim.sim.engine import ServerOptions
+    from specsim.table import CostTable
+
+    if args.seeds < 1:
+        raise ScheduleError("--seeds must be >= 1")
+    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration}) as out:
+        out.declare(args.out, "-o")
+        read = trace_from_args(args, args.trace)
+        table = CostTable.load(args.table)
+        cal = AcceptanceCalibration.load(args.calibration)
+        opts = ServerOptions(slack=args.slack, max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
+                             row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
+                             prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed)
+        executor = "serial" if args.serial else ("threads" if args.threads else "auto")
+        names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
+                 "calibration": Path(args.calibration).name}
+        result = tune(read, table, cal, objective=args.objective, slo_ttft_s=args.slo_ttft_s,
+                      slo_tpot_s=args.slo_tpot_s, attainment=args.attainment, widths_max=args.widths_max,
+                      seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
+                      scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
+                      min_gain=args.min_gain, progress=not args.quiet, names=names)
+        print(report(result, read))
+        out.text(args.out, result.to_toml())
+    print(f"wrote {args.out}; serve it with: specsim schedule export {args.out} --to vllm|trtllm|sglang",
+          file=sys.stderr)
+    return 0
+
+
+def report(result, read=None) -> str:
+    """What ``specsim tune`` prints: the search, the held-out comparison and the verdict."""
+    train = result.train
+    unit = result.unit()
+    lines = []
+    if read is not None:
+        r = read.requests
+        lines.append(f"{read.source}: {r.shape[0]} requests over {read.span_s:.0f} s; the last "
+                     f"{100 * result.inputs['holdout']:g}% of the span held out")
+    lines.append(f"search: {result.evaluations} simulations in {result.seconds:.1f} s "
+                 f"({result.evaluations_per_s:.1f}/s, {result.executor}); training: {train.mean:.5g} {unit} "
+                 f"+- {train.spread:.2g} over {len(train.values)} seeds")
+    lines.append(f"tuned: {result.policy}")
+    lines.append("")
+    lines.append(f"held-out window, {len(train.values)} unseen seeds (+- = half the range over seeds):")
+    lines.append(result.table())
+    lines.append(result.verdict())
+    return "\n".join(lines)

@@ -1,0 +1,714 @@
+"""Tune a batch-width -> draft-depth schedule on a request trace (docs/schedules.md#tuning).
+
+The search space is contiguous width ranges, each with a depth ``0..k_max``; widths above
+``widths_max`` keep the last range's depth. The search:
+
+1. evaluates the starts -- every ``fixed:K``, the planner's ``propose(n)`` at every width and the
+   ``goodput`` depth at every width, each collapsed into ranges -- and keeps the best;
+2. improves it by steepest descent over coordinate moves: another depth for one range, one range
+   boundary moved to the neighbouring grid width, one range split in two with the depth of one
+   half changed, one grid cell a step deeper or shallower; until no move improves (or the round
+   limit);
+3. scores every candidate as the mean over several draft-outcome seeds on the training part of
+   the trace (common random numbers make the comparison paired); a move is first tried on one
+   seed and only the few that beat the incumbent there are run on the others (early pruning);
+4. compares the winner with the built-in policies on a held-out time window (the last
+   ``holdout`` share of the trace) and on seeds the search never saw, and says whether its gain
+   over the best fixed depth is larger than the noise between seeds.
+
+Objectives: ``energy`` minimises joules per output token, ``throughput`` maximises output tokens
+per second. With SLO targets, a candidate whose mean attainment is below the target loses to
+every one that meets it (among those that miss, the higher attainment wins).
+
+Evaluations run on Dask (a local cluster, or ``scheduler=`` a running one), in threads, or in
+this process; the result does not depend on which. :func:`tune` keeps all its state in the call,
+so several threads may tune at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from specsim.errors import ScheduleError
+
+OBJECTIVES = ("energy", "throughput")
+EXECUTORS = ("auto", "dask", "threads", "serial")
+DEFAULT_SEEDS = 2
+DEFAULT_HOLDOUT = 0.25
+DEFAULT_ATTAINMENT = 0.99
+# Candidates that beat the incumbent on the first seed and go on to the others, per round.
+BEAM = 4
+MAX_ROUNDS = 40
+MIN_GAIN = 1e-4
+# Up to this many grid cells, the search tries a new depth in every cell each round.
+SMALL_SPACE_CELLS = 16
+WIDTH_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+# Per-step log of a tuning run: only its widths are read (the widest, and where batches often are).
+_LOG_SIZE = 1 << 16
+
+
+@dataclass(frozen=True)
+class Score:
+    """One policy on one part of the trace, over seeds.
+
+    Attributes
+    ----------
+    policy : str
+    values : tuple of float
+        The objective per seed, in its natural unit (J/token or tokens/s).
+    attainment : tuple of float or None
+        SLO attainment per seed (None without SLO targets).
+    j_per_token, tokens_per_s, tpot_p99_s : float
+        Means over seeds.
+    """
+
+    policy: str
+    values: tuple
+    attainment: tuple
+    j_per_token: float
+    tokens_per_s: float
+    tpot_p99_s: float
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the per-seed values (0 with one seed)."""
+        return 0.5 * (max(self.values) - min(self.values))
+
+    @property
+    def mean_attainment(self):
+        return None if self.attainment is None else float(np.mean(self.attainment))
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found.
+
+    Attributes
+    ----------
+    ranges : tuple of (int, int or None, int)
+        The winning schedule, canonical (contiguous from width 1, the last range open).
+    objective : str
+    train : Score
+        The winner on the training window and the search's seeds.
+    holdout : tuple of Score
+        The winner first, then the built-in policies (and any ``compare=``), on the held-out
+        window and seeds.
+    best_fixed : str
+        The best ``fixed:K`` on the held-out window.
+    gain, gain_noise : float
+        Mean paired gain of the winner over ``best_fixed`` per seed on the held-out window (in
+        the objective's unit, positive = better), and twice its standard error (NaN with one seed).
+    starts : dict
+        Name -> (ranges, training Score) of every start.
+    evaluations : int
+        Simulations run (search and final comparison).
+    seconds : float
+    executor : str
+        Where the evaluations ran (``dask``, ``threads`` or ``serial``).
+    inputs : dict
+        Digests and settings, as written into the schedule file.
+    """
+
+    ranges: tuple
+    objective: str
+    train: Score
+    holdout: tuple
+    best_fixed: str
+    gain: float
+    gain_noise: float
+    starts: dict
+    evaluations: int
+    seconds: float
+    executor: str
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def policy(self) -> str:
+        from specsim.schedule.formats import policy_text
+
+        return policy_text(self.ranges)
+
+    @property
+    def within_noise(self):
+        """Whether the gain over the best fixed depth is no larger than the noise between seeds (None with
+        one seed: the noise is not measured)."""
+        if self.gain_noise != self.gain_noise:
+            return None
+        return abs(self.gain) <= self.gain_noise
+
+    @property
+    def evaluations_per_s(self) -> float:
+        return self.evaluations / self.seconds if self.seconds > 0 else float("inf")
+
+    def unit(self) -> str:
+        return "J/token" if self.objective == "energy" else "tok/s"
+
+    def verdict(self) -> str:
+        """One plain sentence on the gain over the best fixed depth."""
+        base = next(s for s in self.holdout if s.policy == self.best_fixed)
+        rel = 100.0 * self.gain / abs(base.mean) if base.mean else float("nan")
+        noise = "" if self.gain_noise != self.gain_noise else f" +- {100.0 * self.gain_noise / abs(base.mean):.2f}%"
+        head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
+        if self.policy == f"schedule:1-={self.best_fixed.split(':')[1]}":
+            return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
+        if self.within_noise is None:
+            return head + ": one seed, so the noise is not measured (use 2 or more seeds)"
+        if self.within_noise:
+            return head + f": inside the noise, so {self.best_fixed} serves as well"
+        if self.gain < 0:
+            return head + f": worse, so serve {self.best_fixed} (what won on the training window did not carry over)"
+        return head + ": outside the noise"
+
+    def table(self) -> str:
+        """The held-out comparison, side by side."""
+        from specsim._text import format_grid
+
+        unit = self.unit()
+        rows = []
+        for s in self.holdout:
+            att = s.mean_attainment
+            mark = "<- tuned" if s is self.holdout[0] else ("<- best fixed" if s.policy == self.best_fixed else "")
+            rows.append([s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}", f"{s.j_per_token:.4f}", f"{s.tokens_per_s:.1f}",
+                         f"{s.tpot_p99_s * 1000:.1f}", "-" if att is None else f"{100 * att:.1f}%", mark])
+        return format_grid(["policy", unit, "+-", "J/tok", "tok/s", "TPOT p99 ms", "SLO", ""], rows)
+
+    def to_toml(self) -> str:
+        """The schedule file (docs/schedules.md#the-schedule-file)."""
+        from specsim.schedule.formats import render_schedule
+
+        base = next(s for s in self.holdout if s.policy == self.best_fixed)
+        result = {
+            "train_mean": self.train.mean, "train_spread": self.train.spread,
+            "holdout_mean": self.holdout[0].mean, "holdout_spread": self.holdout[0].spread,
+            "best_fixed": self.best_fixed, "best_fixed_holdout_mean": base.mean,
+            "gain": self.gain, "gain_noise": None if self.gain_noise != self.gain_noise else self.gain_noise,
+            "within_noise": self.within_noise, "unit": self.unit(),
+            "evaluations": self.evaluations, "seconds": round(self.seconds, 3),
+        }
+        compared = {s.policy: s.mean for s in self.holdout[1:]}
+        return render_schedule(self.ranges, objective=self.objective, max_batch=self.inputs.get("max_batch"),
+                               sections={"inputs": self.inputs, "result": result, "holdout": compared})
+
+    def export(self, engine: str, **kw):
+        """The schedule in an engine's format (:func:`specsim.schedule.formats.export`)."""
+        from specsim.schedule.formats import export
+
+        kw.setdefault("max_batch", self.inputs.get("max_batch"))
+        return export(engine, self.ranges, **kw)
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+
+def evaluate(requests, table, calibration, policy, options, seed, slo):
+    """One simulation, reduced to what the search compares (a module-level function, so Dask
+    workers can run it).
+
+    Returns
+    -------
+    dict
+        j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
+    """
+    from specsim.sim.engine import simulate
+    from specsim.sim.metrics import slo_attainment
+
+    res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
+    tokens = int(res.output_tokens.sum())
+    makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
+    tpot = res.tpot_s
+    tpot = tpot[~np.isnan(tpot)]
+    att = None
+    if slo[0] is not None or slo[1] is not None:
+        att = slo_attainment(res, slo[0], slo[1])["attainment"]
+    return {
+        "j_per_token": res.energy_j / tokens,
+        "tokens_per_s": tokens / makespan if makespan > 0 else float("inf"),
+        "attainment": att,
+        "tpot_p99_s": float(np.percentile(tpot, 99)) if tpot.shape[0] else 0.0,
+        "max_width": int(res.step_width.max()) if res.step_width.shape[0] else 0,
+        # Where the batch widths fall: the search tries range splits there.
+        "width_quantiles": (np.quantile(res.step_width, WIDTH_QUANTILES).round().astype(int).tolist()
+                            if res.step_width.shape[0] else []),
+    }
+
+
+class _Pool:
+    """Runs ``evaluate`` tasks on Dask, threads or serially; results come back in task order."""
+
+    def __init__(self, kind, parts, table, cal, options, slo, scheduler=None, workers=None):
+        self.kind, self.parts, self.table, self.cal = kind, parts, table, cal
+        self.options, self.slo = options, slo
+        self.client = self.cluster = None
+        self.workers = workers or os.cpu_count() or 1
+        if kind == "dask":
+            self._start_dask(scheduler)
+
+    def _start_dask(self, scheduler):
+        from dask.distributed import Client, LocalCluster
+
+        if scheduler:
+            try:
+                self.client = Client(scheduler, timeout="20s")
+            except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
+                raise ScheduleError(f"cannot reach the Dask scheduler at {scheduler}: {str(e)[:200]}") from None
+        else:
+            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=None)
+            self.client = Client(self.cluster)
+        self.workers = len(self.client.scheduler_info()["workers"]) or self.workers
+        # Inputs travel once per worker, not once per task.
+        self.remote = {name: self.client.scatter(part, broadcast=True, hash=False) for name, part in self.parts.items()}
+        self.remote_table = self.client.scatter(self.table, broadcast=True, hash=False)
+        self.remote_cal = self.client.scatter(self.cal, broadcast=True, hash=False)
+
+    def run(self, tasks, tick=None):
+        """``tasks``: list of (part name, policy text, seed). Returns their dicts in order."""
+        if not tasks:
+            return []
+        if self.kind == "dask":
+            from dask.distributed import as_completed
+
+            futs = [self.client.submit(evaluate, self.remote[p], self.remote_table, self.remote_cal, pol, self.options,
+                                       s, self.slo, pure=False) for p, pol, s in tasks]
+            for _ in as_completed(futs):
+                if tick:
+                    tick()
+            return self.client.gather(futs)
+
+        def one(task):
+            p, pol, s = task
+            out = evaluate(self.parts[p], self.table, self.cal, pol, self.options, s, self.slo)
+            if tick:
+                tick()
+            return out
+
+        if self.kind == "serial" or self.workers <= 1 or len(tasks) == 1:
+            return [one(t) for t in tasks]
+        from concurrent.futures import ThreadPoolExecutor
+
+        # The engine kernel releases the GIL, so threads simulate side by side.
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(tasks))) as pool:
+            return list(pool.map(one, tasks))
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+class _Line:
+    """The progress line: redrawn in place on a terminal, one line per round elsewhere."""
+
+    def __init__(self, enabled, stream=None):
+        import threading
+
+        # Ticks come from the evaluation threads.
+        self.lock = threading.Lock()
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.done = 0
+        self.start = time.monotonic()
+        self.head = ""
+        self._last = 0.0
+
+    def tick(self):
+        with self.lock:
+            self.done += 1
+            now = time.monotonic()
+            if self.enabled and self.tty and now - self._last >= 0.2:
+                self._last = now
+                self.stream.write(f"\r{self._text(now)}")
+                self.stream.flush()
+
+    def _text(self, now):
+        return f"tune: {self.done} evaluations, {now - self.start:.1f} s; {self.head}"
+
+    def say(self, head):
+        self.head = head
+        if self.enabled:
+            self.stream.write(("\r" if self.tty else "") + self._text(time.monotonic()) + ("" if self.tty else "\n"))
+            self.stream.flush()
+
+    def close(self):
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- the search -------------------------------------------------------------------------------------
+
+def grid_widths(widest: int, table_widths) -> np.ndarray:
+    """Where a range may start (besides width 1): every width up to 8, then steps of a quarter
+    octave, and the width after each measured one (costs are interpolated between them).
+
+    Returns
+    -------
+    ndarray(int64, ndim=1)
+        Sorted, in ``2..widest``.
+    """
+    points = set(range(2, 9))
+    x = 8.0
+    while x < widest:
+        x *= 2 ** 0.25
+        points.add(int(round(x)))
+    points.update(int(w) + 1 for w in table_widths)
+    return np.array(sorted(p for p in points if 2 <= p <= widest), dtype=np.int64)
+
+
+def _runs(d):
+    """Maximal runs of equal depth in ``d`` (depth at widths 1..W): list of [start, end, depth], 1-based."""
+    starts = [0] + [i for i in range(1, d.shape[0]) if d[i] != d[i - 1]]
+    ends = starts[1:] + [d.shape[0]]
+    return [(s + 1, e, int(d[s])) for s, e in zip(starts, ends)]
+
+
+def _moves(d, active, k_cap, grid, busy=()):
+    """Candidate depth vectors one coordinate move from ``d`` over widths ``1..active``.
+
+    ``busy``: widths where the incumbent's batches often are; a range is split at the grid
+    widths nearest to them as well as at its middle grid width, and the grid cells holding them
+    try a neighbouring depth.
+    """
+    head = d[:active]
+    runs = _runs(head)
+    out = []
+
+    def emit(lo, hi, k):
+        c = d.copy()
+        c[lo - 1:hi] = k
+        if hi == active:
+            c[active:] = k  # widths never reached follow the widest one reached
+        out.append(c)
+
+    for lo, hi, k in runs:
+        for k2 in (k - 2, k - 1, k + 1, k + 2, 0, k_cap):
+            if 0 <= k2 <= k_cap and k2 != k:
+                emit(lo, hi, k2)
+    for (lo1, hi1, k1), (lo2, hi2, k2) in zip(runs, runs[1:]):
+        below = grid[(grid > lo1) & (grid < lo2)]
+        above = grid[(grid > lo2) & (grid <= hi2)]
+        if below.shape[0]:
+            emit(int(below[-1]), lo2 - 1, k2)  # the boundary moves down: k2 takes more widths
+        if above.shape[0]:
+            emit(lo2, int(above[0]) - 1, k1)  # the boundary moves up
+    # One grid cell to a neighbouring depth: every cell in a small space, else the cells where
+    # the batches are (a range's middle can then change without touching its ends).
+    starts = np.concatenate([[1], grid[grid <= active]])
+    ends = np.concatenate([starts[1:] - 1, [active]])
+    cells = range(starts.shape[0])
+    if starts.shape[0] > SMALL_SPACE_CELLS:
+        cells = sorted({int(np.searchsorted(starts, w, side="right")) - 1 for w in busy if 1 <= w <= active})
+    for i in cells:
+        lo, hi = int(starts[i]), int(ends[i])
+        for k2 in {int(head[lo - 1]) - 1, int(head[lo - 1]) + 1, int(head[hi - 1]) - 1, int(head[hi - 1]) + 1}:
+            if 0 <= k2 <= k_cap and not np.all(head[lo - 1:hi] == k2):
+                emit(lo, hi, k2)
+    for lo, hi, k in runs:
+        inside = grid[(grid > lo) & (grid <= hi)]
+        if not inside.shape[0]:
+            continue
+        cuts = {int(inside[inside.shape[0] // 2])}
+        cuts.update(int(inside[np.argmin(np.abs(inside - w))]) for w in busy if lo < w <= hi)
+        for cut in sorted(cuts):
+            for k2 in (k - 1, k + 1):
+                if 0 <= k2 <= k_cap:
+                    emit(lo, cut - 1, k2)
+                    emit(cut, hi, k2)
+    return out
+
+
+def _key(values, attainment, target, objective):
+    """Sort key (smaller is better): misses of the SLO target last, then the objective."""
+    mean = float(np.mean(values))
+    obj = mean if objective == "energy" else -mean
+    if target is None or attainment is None:
+        return (0, 0.0, obj)
+    att = float(np.mean(attainment))
+    return (0, 0.0, obj) if att >= target else (1, -att, obj)
+
+
+def _improves(new, old, min_gain) -> bool:
+    """Whether sort key ``new`` beats ``old``: meets the SLO where ``old`` misses it, misses it
+    less, or (both on the same side) has an objective better by more than ``min_gain`` of it."""
+    if new[0] != old[0]:
+        return new[0] < old[0]
+    if new[1] != old[1]:
+        return new[1] < old[1]
+    return new[2] < old[2] - min_gain * abs(old[2])
+
+
+def _split(requests, holdout):
+    """Training and held-out windows: the held-out one is the last ``holdout`` share of the span."""
+    if holdout == 0:
+        return requests, requests
+    t = requests["arrival_s"]
+    cut = t[0] + (1.0 - holdout) * (t[-1] - t[0])
+    train, held = requests[t < cut], requests[t >= cut]
+    if train.shape[0] == 0 or held.shape[0] == 0:
+        raise ScheduleError(f"holdout {holdout:g} leaves an empty training or held-out window "
+                            f"({train.shape[0]} and {held.shape[0]} requests): use more requests or holdout 0")
+    return np.ascontiguousarray(train), np.ascontiguousarray(held)
+
+
+def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor):
+    if objective not in OBJECTIVES:
+        raise ScheduleError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
+        raise ScheduleError(f"seeds must be a whole number >= 1, got {seeds!r}")
+    if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
+        raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
+    if executor not in EXECUTORS:
+        raise ScheduleError(f"executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    has_slo = slo_ttft_s is not None or slo_tpot_s is not None
+    if attainment is not None and not has_slo:
+        raise ScheduleError("an attainment target needs an SLO: give slo_ttft_s and/or slo_tpot_s")
+    if attainment is not None and not 0 < attainment <= 1:
+        raise ScheduleError(f"attainment must be in (0, 1], got {attainment!r}")
+    return (DEFAULT_ATTAINMENT if attainment is None else float(attainment)) if has_slo else None
+
+
+def _executor(executor, scheduler):
+    if scheduler:
+        from specsim.sweep.run import check_scheduler
+
+        check_scheduler(scheduler)
+        if executor in ("threads", "serial"):
+            raise ScheduleError(f"a Dask scheduler runs the evaluations on Dask, not {executor}: give one or the other")
+    if executor in ("auto", "dask") or scheduler:
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            if executor == "dask" or scheduler:
+                raise ScheduleError("Dask is not installed (pip install 'specsim[dist]'); "
+                                    "use threads or serial") from None
+            return "threads"
+        return "dask"
+    return executor
+
+
+def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, slo_tpot_s=None, attainment=None,
+         widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
+         executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
+         progress=False, names=None) -> TuneResult:
+    """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
+
+    Parameters
+    ----------
+    requests : ndarray(REQUEST_DT, ndim=1) or TraceRead
+        Sorted by arrival.
+    table : CostTable
+    calibration : AcceptanceCalibration
+    objective : {"energy", "throughput"}
+        Minimise J/token, or maximise output tokens/s.
+    slo_ttft_s, slo_tpot_s : float, optional
+        Latency targets; a schedule must meet them for ``attainment`` of the requests.
+    attainment : float, optional
+        Share of requests in (0, 1] that must meet the targets (default 0.99 when one is given).
+    widths_max : int, optional
+        Widest width with its own depth (default: the server's batch cap); wider ones share it.
+    seeds : int
+        Draft-outcome seeds per evaluation in the search; the final comparison uses as many others.
+    holdout : float
+        Share of the trace's span, at its end, kept out of the search for the final comparison
+        (0: compare on the whole trace, with unseen seeds only).
+    options : ServerOptions, optional
+        The simulated server (its ``seed`` is the first seed).
+    compare : sequence of str
+        More policies for the final comparison (e.g. ``vllm:current.json``).
+    executor : {"auto", "dask", "threads", "serial"}
+        ``auto``: Dask when it is installed (a local cluster, or ``scheduler``), else threads.
+    scheduler : str, optional
+        Address of a running Dask scheduler.
+    workers : int, optional
+        Local workers or threads (default: the CPU count).
+    max_rounds : int
+        Most rounds of coordinate moves.
+    min_gain : float
+        Smallest relative gain on the objective a move must bring (default 1e-4, 0.01%): moves
+        that gain less are inside what one trace can tell apart.
+    progress : bool
+        Print a progress line on stderr.
+    names : dict, optional
+        ``trace``, ``table``, ``calibration`` file names to record in the schedule file.
+
+    Returns
+    -------
+    TuneResult
+    """
+    from specsim.sim.engine import ServerOptions
+    from specsim.sim.policy import parse_policy
+
+    started = time.monotonic()
+    target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
+    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
+        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
+    requests = getattr(requests, "requests", requests)
+    if requests.shape[0] == 0:
+        raise ScheduleError("the trace has no requests")
+    opts = options if options is not None else ServerOptions()
+    if not isinstance(opts, ServerOptions):
+        raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
+    opts = replace(opts, log_size=_LOG_SIZE)
+    if opts.seed + 2 * seeds > 1 << 64:
+        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
+                            "use a smaller first seed")
+    resolved = opts.resolved(table)
+    widest = min(widths_max or resolved["max_batch"], resolved["max_batch"])
+    if widest < 1:
+        raise ScheduleError(f"widths_max must be >= 1, got {widths_max!r}")
+    train_part, held_part = _split(requests, float(holdout))
+    compare = [str(p) for p in compare]
+    for p in compare:
+        parse_policy(p)  # refuse a bad one before any work
+    kind = _executor(executor, scheduler)
+    pool = _Pool(kind, {"train": train_part, "held": held_part}, table, calibration, opts,
+                 (slo_ttft_s, slo_tpot_s), scheduler, workers)
+    search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
+    try:
+        starts = search.starts(table, calibration, opts, resolved, widest)
+        incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        reached = search.reached
+        final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
+        final += [p for p in compare if p not in final]
+        search.run([("held", p, s) for p in final for s in search.held_seeds])
+    finally:
+        pool.close()
+        search.line.close()
+    inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
+                     max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
+                     reached=reached, min_gain=min_gain, slo=(slo_ttft_s, slo_tpot_s), target=target)
+    return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
+
+
+class _Search:
+    """The search's state: evaluated results (cached by part, policy and seed), the seeds, the
+    widest width any run reached, and the rounds of moves."""
+
+    def __init__(self, pool, line, objective, target, base_seed, seeds, min_gain):
+        self.pool, self.line, self.objective, self.target = pool, line, objective, target
+        self.field = "j_per_token" if objective == "energy" else "tokens_per_s"
+        self.train_seeds = [base_seed + i for i in range(seeds)]
+        self.held_seeds = [base_seed + seeds + i for i in range(seeds)]
+        self.min_gain = min_gain
+        self.cache = {}
+        self.count = 0
+        self.reached = 0
+
+    def run(self, tasks):
+        todo = [t for t in dict.fromkeys(tasks) if t not in self.cache]
+        for t, r in zip(todo, self.pool.run(todo, self.line.tick)):
+            self.cache[t] = r
+            self.reached = max(self.reached, r["max_width"])
+        self.count += len(todo)
+
+    def key(self, pol, seed_list, part="train"):
+        rs = [self.cache[(part, pol, s)] for s in seed_list]
+        att = None if self.target is None else [r["attainment"] for r in rs]
+        return _key([r[self.field] for r in rs], att, self.target, self.objective)
+
+    def starts(self, table, cal, opts, resolved, widest) -> dict:
+        """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
+        from specsim.schedule.formats import policy_text, ranges_from_depths
+        from specsim.sim.engine import depth_by_width
+        from specsim.sim.policy import parse_policy
+
+        k_cap = resolved["k_max"]
+        depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
+        for name in ("propose", "goodput"):
+            d = depth_by_width(parse_policy(name), table, cal, opts, resolved["max_batch"], k_cap)
+            depths[name] = d[1:widest + 1]
+        out = {name: (d, policy_text(ranges_from_depths(d))) for name, d in depths.items()}
+        self.run([("train", t, s) for _, t in out.values() for s in self.train_seeds])
+        return out
+
+    def descend(self, starts, table, k_cap, widest, max_rounds) -> str:
+        """Steepest descent over coordinate moves from the best start; returns the winner's policy."""
+        from specsim.schedule.formats import policy_text, ranges_from_depths
+
+        seeds, first = self.train_seeds, self.train_seeds[:1]
+        best = min(starts, key=lambda n: self.key(starts[n][1], seeds))
+        d, incumbent = starts[best][0].copy(), starts[best][1]
+        grid = grid_widths(widest, table.widths)
+        self.line.say(f"best start {best}: {_fmt(self.key(incumbent, seeds), self.objective)}")
+        for round_no in range(1, max_rounds + 1):
+            active = max(1, min(widest, self.reached))
+            busy = self.cache[("train", incumbent, seeds[0])]["width_quantiles"]
+            cands = {}
+            for c in _moves(d, active, k_cap, grid, busy):
+                cands.setdefault(policy_text(ranges_from_depths(c)), c)
+            cands.pop(incumbent, None)
+            self.run([("train", t, seeds[0]) for t in cands])
+            mine = self.key(incumbent, first)
+            better = sorted((t for t in cands if _improves(self.key(t, first), mine, self.min_gain)),
+                            key=lambda t: self.key(t, first))[:BEAM]
+            self.run([("train", t, s) for t in better for s in seeds[1:]])
+            # A move must gain on the mean and on every seed: one lucky draw does not move the schedule.
+            better = [t for t in better if _improves(self.key(t, seeds), self.key(incumbent, seeds), self.min_gain)
+                      and all(_improves(self.key(t, [s]), self.key(incumbent, [s]), 0.0) for s in seeds)]
+            win = min(better, key=lambda t: self.key(t, seeds), default=None)
+            if win is None:
+                self.line.say(f"round {round_no}: no move improves; {incumbent}")
+                break
+            d, incumbent = cands[win], win
+            self.line.say(f"round {round_no}: {_fmt(self.key(incumbent, seeds), self.objective)} with {incumbent}")
+        return incumbent
+
+    def score(self, pol, part, seed_list) -> Score:
+        rs = [self.cache[(part, pol, s)] for s in seed_list]
+        att = None if rs[0]["attainment"] is None else tuple(r["attainment"] for r in rs)
+        return Score(pol, tuple(r[self.field] for r in rs), att, float(np.mean([r["j_per_token"] for r in rs])),
+                     float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
+
+    def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
+        from specsim.schedule.formats import canonical
+        from specsim.sim.policy import parse_policy
+
+        held = tuple(self.score(p, "held", self.held_seeds) for p in final)
+        fixed = [s for s in held if s.policy.startswith("fixed:")]
+        best_fixed = min(fixed, key=lambda s: self.key(s.policy, self.held_seeds, "held"))
+        sign = 1.0 if self.objective == "energy" else -1.0
+        diffs = sign * (np.array(best_fixed.values) - np.array(held[0].values))
+        n = diffs.shape[0]
+        noise = 2.0 * float(np.std(diffs, ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
+        return TuneResult(
+            ranges=canonical(parse_policy(incumbent).ranges), objective=self.objective,
+            train=self.score(incumbent, "train", self.train_seeds), holdout=held, best_fixed=best_fixed.policy,
+            gain=float(diffs.mean()), gain_noise=noise,
+            starts={name: (t, self.score(t, "train", self.train_seeds)) for name, (_, t) in starts.items()},
+            evaluations=self.count, seconds=seconds, executor=kind, inputs=inputs,
+        )
+
+
+def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
+            slo, target) -> dict:
+    """What the schedule file records about how it was tuned."""
+    from specsim.schedule.formats import requests_digest, text_digest
+
+    return {
+        "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
+        "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
+        "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
+        "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_batch": int(max_batch),
+        "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
+        "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
+        "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
+        "idle_w": opts.idle_w, "slo_ttft_s": slo[0], "slo_tpot_s": slo[1], "attainment": target,
+    }
+
+
+def _fmt(k, objective):
+    value = k[2] if objective == "energy" else -k[2]
+    unit = "J/token" if objective == "energy" else "tok/s"
+    miss = f" (misses the SLO: {100 * -k[1]:.1f}%)" if k[0] else ""
+    return f"{value:.5g} {unit}{miss}"

@@ -1,0 +1,147 @@
+"""Ctrl-C stops every long command soon and keeps what is finished, never a damaged file.
+
+Each test starts the command in a subprocess, waits until its work is under way, sends SIGINT
+from here and expects exit code 130 long before the work could have finished; the files it
+writes are then either untouched (one-shot outputs) or complete and readable (the kept results
+of a sweep or a measurement). No test asserts a duration: the bound is "far sooner than the
+run", the wait only keeps a broken interrupt from hanging the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specsim.costmodel.defaults import demo_calibration, demo_table
+
+# Far less than any of the runs below takes to finish on its own, far more than stopping takes.
+GRACE_S = 60.0
+SENTINEL = "sentinel: must stay as it was\n"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "t.toml").write_text(demo_table().to_text())
+    (tmp_path / "c.toml").write_text(demo_calibration().render())
+    return tmp_path
+
+
+def start(argv, tmp_path):
+    """The command running in a subprocess, its stderr going to a file we can poll."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               SPECSIM_PROGRESS="1")
+    err = open(tmp_path / "stderr.txt", "wb")
+    # A child inherits an ignored SIGINT from a parent that ignores it; Ctrl-C must reach it.
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", *map(str, argv)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=err,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc.err_file = err
+    return proc
+
+
+def wait_for(proc, ready, what):
+    deadline = time.monotonic() + GRACE_S * 5
+    while not ready():
+        assert proc.poll() is None, f"the command ended before {what}: {stderr(proc)}"
+        assert time.monotonic() < deadline, f"no sign of {what}"
+        time.sleep(0.05)
+
+
+def stderr(proc) -> str:
+    proc.err_file.flush()
+    return Path(proc.err_file.name).read_text(errors="replace")
+
+
+def interrupt(proc):
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("Ctrl-C did not stop the command")
+    proc.err_file.close()
+    text = Path(proc.err_file.name).read_text(errors="replace")
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text
+    return text
+
+
+def test_simulate_with_several_policies_stops_and_writes_nothing(files):
+    for name in ("out.json", "out.csv"):
+        (files / name).write_text(SENTINEL)
+    proc = start(["simulate", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
+                  "--calibration", files / "c.toml", "--policy", "sequence", "--policy", "propose",
+                  "--policy", "fixed:2", "--json", "out.json", "--requests-csv", "out.csv"], files)
+    wait_for(proc, lambda: "simulate:" in stderr(proc), "the progress line")
+    time.sleep(1.0)  # well into the kernels, all three threads running
+    text = interrupt(proc)
+    assert "interrupted" in text
+    assert (files / "out.json").read_text() == SENTINEL and (files / "out.csv").read_text() == SENTINEL
+    assert not [p for p in files.iterdir() if p.name.startswith(".")]
+
+
+def test_replay_with_a_huge_budget_stops(files):
+    (files / "acc.toml").write_text('step_ms = [1.0, 1.5]\n[[trace]]\nname = "a"\nk_logged = 1\n'
+                                    'steps = ["0110101101"]\n')
+    (files / "r.json").write_text(SENTINEL)
+    proc = start(["replay", "acc.toml", "--trace", "a", "--policy", "fixed:1", "--width", "1",
+                  "--budget", str(10**12), "--json", "r.json"], files)
+    wait_for(proc, lambda: "replay:" in stderr(proc), "the progress line")
+    time.sleep(1.0)
+    interrupt(proc)
+    assert (files / "r.json").read_text() == SENTINEL
+
+
+@pytest.mark.parametrize("how", [["--serial"], ["--workers", "2"]], ids=["serial", "dask"])
+def test_sweep_stops_and_keeps_the_finished_points(files, how):
+    if how[0] == "--workers":
+        pytest.importorskip("dask.distributed")
+    from specsim.demo import demo_trace
+    from specsim.sweep import read_results
+
+    r = demo_trace(20_000, rate_scale=20.0).requests
+    lines = ["arrival_s,prompt_tokens,output_tokens"]
+    lines += [f"{a!r},{p},{o}" for a, p, o in zip(r["arrival_s"].tolist(), r["prompt_tokens"].tolist(),
+                                                  r["output_tokens"].tolist())]
+    (files / "trace.csv").write_text("\n".join(lines) + "\n")
+    (files / "grid.toml").write_text(
+        '[traces]\ntr = "trace.csv"\n[tables]\nt = "t.toml"\n[calibrations]\nc = "c.toml"\n'
+        '[axes]\npolicy = ["sequence", "propose"]\nslack = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]\n'
+        'seed = [1, 2, 3, 4, 5]\n')
+    out = files / "r.csv"
+    proc = start(["sweep", "grid.toml", *how, "-o", "r.csv"], files)
+
+    def some_rows():
+        try:
+            return len(read_results(out)) >= 1
+        except Exception:
+            return False
+
+    wait_for(proc, some_rows, "a finished point")
+    text = interrupt(proc)
+    assert "kept in" in text
+    rows = read_results(out)
+    assert 1 <= len(rows) < 100 and all(r["tokens_per_s"] > 0 for r in rows)
+    assert not [p for p in files.iterdir() if p.name.startswith(".")]
+
+
+def test_bench_stops_and_keeps_the_finished_cells(files):
+    from specsim.measure.harness import read_partial
+
+    proc = start(["bench", "--recipe", "tiny", "--widths", "1,2,4,8,16,32,64,128", "--max-k", "8",
+                  "--assume-power-w", "10", "--min-window-s", "0.5", "--repeats", "3", "-o", "b.toml"], files)
+    partial = files / "b.toml.partial.jsonl"
+    wait_for(proc, lambda: partial.exists() and len(partial.read_text().splitlines()) >= 2, "a finished cell")
+    text = interrupt(proc)
+    assert "--resume" in text
+    _, done = read_partial(partial)
+    assert 1 <= len(done) < 72
+    assert not (files / "b.toml").exists()
