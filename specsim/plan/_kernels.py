@@ -416,9 +416,8 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
     inside which a row cost is affine in ``rem / n``; each comparison is first decided from
     bounds on the cost, built with multiplications only. When a bound cannot decide (a
     near-tie), the exact arithmetic of ``row_cost_nb`` decides, so the answer is bit for bit the
-    plain scan's. At each later segment, once some prefix is the best, the rest is skipped when
-    :func:`_no_prefix_reaches` proves none of it reaches the best's tokens/J (``total`` is at
-    least the sum of all gains).
+    plain scan's. At each later segment the rest is skipped when :func:`_no_prefix_reaches` proves
+    none of it reaches the best's tokens/J so far (``total`` is at least the sum of all gains).
     """
     vms = wc[:, VMS]
     vj = wc[:, VJ]
@@ -446,7 +445,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
     tokens = base_tokens
     take = 0
     while take < take_max:
-        if best_take > 0 and take > 0:
+        if take > 0:
             # At most what is left of the total, and at most the next (largest left) gain per row.
             rest = total - (tokens - base_tokens) * (1.0 - BOUND_SLACK)
             if _no_prefix_reaches(wc, n, max_k, kk, tokens, base_rows + take, take_max - take, ordered[U(take)],
