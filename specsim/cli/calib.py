@@ -17,6 +17,9 @@ def register(sub, groups):
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_show)
     register_fit(csub)
+    from specsim.cli import calib_live
+
+    calib_live.register(csub)
 
 
 def cmd_show(args):
@@ -175,15 +178,19 @@ def _read_windows(path, run):
     runs = doc.get("run", [])
     if not isinstance(runs, list):
         runs = []
+    traces = doc.get("trace", [])
+    if not isinstance(traces, list):
+        traces = []
+    # Windows sit at top level, in [[run]] tables, or in the [[trace]] tables `calib import` writes.
     tables = ([("", doc)] if "windows" in doc else []) + [
-        (r.get("name", f"run {i}"), r) for i, r in enumerate(runs) if isinstance(r, dict) and "windows" in r
+        (r.get("name", f"run {i}"), r) for i, r in enumerate(runs + traces) if isinstance(r, dict) and "windows" in r
     ]
     if run is not None:
         tables = [(name, t) for name, t in tables if name == run]
         if not tables:
-            raise CalibrationError(f"{path}: no [[run]] named {run!r} with windows")
+            raise CalibrationError(f"{path}: no [[run]] or [[trace]] named {run!r} with windows")
     if not tables:
-        raise CalibrationError(f"{path}: no `windows` array at top level or in any [[run]] table")
+        raise CalibrationError(f"{path}: no `windows` array at top level or in any [[run]] or [[trace]] table")
     rows = []
     for name, t in tables:
         if not isinstance(t["windows"], list):
