@@ -1,0 +1,258 @@
+"""Drift alarm: are a serve's live outcomes still those of the calibration it plans with?
+
+Every pool of buckets (buckets of equal probability in the calibration) and every fitted draft
+position is a stream of Bernoulli outcomes (a reached draft accepted or not) with a known
+in-control rate ``p0``. Each stream runs a two-sided CUSUM (Page's cumulative sum of
+log-likelihood ratios against ``p0`` moved by ``shift`` in log-odds, down and up). A CUSUM
+restarts from 0 whenever the evidence turns against a change, so it reacts to a change however
+late it comes, and the step its last excursion above 0 began estimates when the change started.
+Why CUSUM rather than a windowed binomial test, the false-alarm rate and the detection delay
+measured: ``docs/telemetry.md``, "Drift alarm".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from specsim.errors import CalibrationError
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    """Tuning of the drift monitor.
+
+    Attributes
+    ----------
+    shift : float
+        The change each CUSUM is tuned to detect fastest, in log-odds (0.4 moves 0.60 to 0.50
+        or 0.69). Smaller changes are caught too, later.
+    threshold : float
+        Alarm when a statistic exceeds this (nats). Each one-sided CUSUM raises a false alarm
+        within ``n`` in-control outcomes with probability at most ``n * exp(-threshold)``
+        (Ville's inequality per start); the rate measured by simulation is far lower.
+    min_rate, max_rate : float
+        In-control rates are clamped to this range so a fitted 0 or 1 gives finite ratios.
+    """
+
+    shift: float = 0.4
+    threshold: float = 6.0
+    min_rate: float = 1e-3
+    max_rate: float = 1.0 - 1e-3
+
+    def __post_init__(self):
+        if not (math.isfinite(self.shift) and self.shift > 0):
+            raise CalibrationError(f"drift shift {self.shift!r}: give a log-odds change > 0")
+        if not (math.isfinite(self.threshold) and self.threshold > 0):
+            raise CalibrationError(f"drift threshold {self.threshold!r}: give a number > 0")
+
+
+class Stream(NamedTuple):
+    """One monitored stream: ``kind`` "pool" (buckets ``first..=last``) or "position" (``first``
+    = the 1-based position), and its in-control rate."""
+
+    kind: str
+    first: int
+    last: int
+    rate: float
+
+    @property
+    def label(self) -> str:
+        if self.kind == "position":
+            return f"position {self.first}"
+        return f"pool of buckets {self.first}..{self.last}" if self.last > self.first else f"bucket {self.first}"
+
+
+class DriftAlarm(NamedTuple):
+    """A stream whose outcomes moved.
+
+    Attributes
+    ----------
+    stream : Stream
+    direction : {"down", "up"}
+    since_step : int
+        The step where the run of evidence that raised the alarm began (the change's estimate).
+    alarm_step : int
+        The step the alarm was raised.
+    observed_rate : float
+        Acceptances over outcomes of the stream since ``since_step`` (up to now).
+    outcomes : int
+        Outcomes since ``since_step``.
+    """
+
+    stream: Stream
+    direction: str
+    since_step: int
+    alarm_step: int
+    observed_rate: float
+    outcomes: int
+
+    @property
+    def change(self) -> float:
+        """Observed minus calibrated rate."""
+        return self.observed_rate - self.stream.rate
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """What :meth:`OnlineCalibration.drift` returns.
+
+    Attributes
+    ----------
+    steps : int
+        Steps monitored.
+    alarms : tuple of DriftAlarm
+        In the order they were raised.
+    streams : tuple of Stream
+    statistics : ndarray(float64, ndim=2), shape (streams, 2)
+        Current CUSUM statistics [down, up].
+    settings : DriftSettings
+    """
+
+    steps: int
+    alarms: tuple
+    streams: tuple
+    statistics: np.ndarray
+    settings: DriftSettings
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.alarms)
+
+    def first_alarm_step(self):
+        """The step of the earliest alarm, or None."""
+        return min((a.alarm_step for a in self.alarms), default=None)
+
+    def format(self) -> str:
+        """The verdict as text, one line per alarm."""
+        if not self.alarms:
+            worst = float(self.statistics.max()) if self.statistics.size else 0.0
+            return (f"no drift in {self.steps} steps over {len(self.streams)} streams (largest statistic {worst:.2f} "
+                    f"of threshold {self.settings.threshold:g})\n")
+        lines = [f"DRIFT in {len(self.alarms)} of {2 * len(self.streams)} one-sided tests over {self.steps} steps:"]
+        for a in self.alarms:
+            lines.append(f"  {a.stream.label}: {a.direction}, calibrated {a.stream.rate:.3f}, observed "
+                         f"{a.observed_rate:.3f} ({a.change:+.3f}) over {a.outcomes} outcomes since step {a.since_step}, "
+                         f"alarm at step {a.alarm_step}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict:
+        return {
+            "steps": self.steps, "drifted": self.drifted, "threshold": self.settings.threshold,
+            "shift": self.settings.shift,
+            "alarms": [{"stream": a.stream.label, "kind": a.stream.kind, "direction": a.direction,
+                        "calibrated_rate": a.stream.rate, "observed_rate": a.observed_rate, "change": a.change,
+                        "outcomes": a.outcomes, "since_step": a.since_step, "alarm_step": a.alarm_step}
+                       for a in self.alarms],
+        }
+
+
+def reference_streams(calibration, settings: DriftSettings):
+    """The monitored streams of a calibration: its pools (runs of adjacent buckets with equal
+    probability, lowest first), then its positions. Returns ``(streams, pool_of_bucket, llr)``.
+    """
+    p = calibration.p_accept
+    pool_of_bucket = np.zeros(p.shape[0], dtype=np.int64)
+    streams = []
+    first = 0
+    for b in range(1, p.shape[0] + 1):
+        if b == p.shape[0] or p[b] != p[first]:
+            pool_of_bucket[first:b] = len(streams)
+            streams.append(Stream("pool", first, b - 1, float(p[first])))
+            first = b
+    for j, prior in enumerate(calibration.priors, 1):
+        streams.append(Stream("position", j, j, float(prior)))
+    llr = np.empty((len(streams), 2, 2))
+    for m, s in enumerate(streams):
+        p0 = min(max(s.rate, settings.min_rate), settings.max_rate)
+        lo = math.log(p0 / (1.0 - p0))
+        for dr, sign in ((0, -1.0), (1, 1.0)):
+            p1 = 1.0 / (1.0 + math.exp(-(lo + sign * settings.shift)))
+            llr[m, dr, 1] = math.log(p1 / p0)
+            llr[m, dr, 0] = math.log((1.0 - p1) / (1.0 - p0))
+    return tuple(streams), pool_of_bucket, llr
+
+
+def report(streams, mon_f, mon_i, steps, settings) -> DriftReport:
+    """A :class:`DriftReport` from a monitor's state (see ``OnlineBuffers``)."""
+    from specsim.calibration._online_kernels import ALARM, K_SINCE, N_SINCE, START, STAT
+
+    alarms = []
+    for m, s in enumerate(streams):
+        for dr, name in ((0, "down"), (1, "up")):
+            at = int(mon_i[m, dr, ALARM])
+            if at >= 0:
+                n = int(mon_f[m, dr, N_SINCE])
+                rate = float(mon_f[m, dr, K_SINCE]) / n if n else float("nan")
+                alarms.append(DriftAlarm(s, name, int(mon_i[m, dr, START]), at, rate, n))
+    alarms.sort(key=lambda a: (a.alarm_step, a.stream.kind, a.stream.first))
+    return DriftReport(steps, tuple(alarms), tuple(streams), mon_f[:, :, STAT].copy(), settings)
+
+
+def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, history: bool = False):
+    """Replay logged verify steps (no confidences) through a drift monitor.
+
+    Parameters
+    ----------
+    calibration : AcceptanceCalibration
+    drafts, accepted : array_like of int, shape (L,)
+        Drafts and accepted run of each logged chain, in serve order.
+    width : int
+        Chains per monitored step (the batch width they were served at).
+    history : bool
+        Also return the largest statistic of each stream after every step.
+
+    Returns
+    -------
+    (DriftReport, ndarray(float64, ndim=2) or None)
+        The report and, with ``history``, the statistics ``(steps, streams)`` (max of down/up).
+    """
+    from specsim.calibration.online import OnlineCalibration
+
+    drafts = np.ascontiguousarray(drafts, dtype=np.int64).reshape(-1)
+    accepted = np.ascontiguousarray(accepted, dtype=np.int64).reshape(-1)
+    if drafts.shape != accepted.shape:
+        raise CalibrationError(f"{drafts.shape[0]} draft counts for {accepted.shape[0]} accepted runs")
+    depth = max(int(drafts.max(initial=1)), 1)
+    online = OnlineCalibration(calibration, max_depth=depth, drift=settings or DriftSettings())
+    conf = np.full((width, depth), np.nan, dtype=np.float32)
+    n_steps = -(-drafts.shape[0] // width)
+    hist = np.empty((n_steps, len(online.streams))) if history else None
+    for t in range(n_steps):
+        lo, hi = t * width, min((t + 1) * width, drafts.shape[0])
+        online.update(conf[: hi - lo], drafts[lo:hi], accepted[lo:hi])
+        if history:
+            hist[t] = online.statistics().max(axis=1)
+    return online.drift(), hist
+
+
+def simulate_runs(priors, depth: int, steps: int, seed: int = 0):
+    """Accepted runs of ``steps`` chains of ``depth`` drafts from per-position conditional rates
+    (a Bernoulli chain: draft ``j`` accepted with ``priors[j - 1]`` once the drafts before it were;
+    past the last prior, the last). For in-control checks of the monitor.
+
+    Returns
+    -------
+    ndarray(int64, ndim=1), shape (steps,)
+    """
+    rng = np.random.default_rng(seed)
+    p = np.array([priors[min(j, len(priors) - 1)] for j in range(depth)])
+    u = rng.random((steps, depth))
+    ok = np.cumprod(u < p, axis=1)
+    return ok.sum(axis=1).astype(np.int64)
+
+
+def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, settings=None, seed: int = 0):
+    """Fraction of ``runs`` in-control simulations (chains drawn from the calibration's own
+    priors) of ``steps`` chains each that raise any alarm: the monitor's family-wise false-alarm
+    rate over that many steps."""
+    alarms = 0
+    drafts = np.full(steps, depth, dtype=np.int64)
+    for r in range(runs):
+        acc = simulate_runs(calibration.priors, depth, steps, seed + r)
+        rep, _ = monitor_runs(calibration, drafts, acc, settings)
+        alarms += rep.drifted
+    return alarms / runs
