@@ -210,23 +210,12 @@ def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, h
     (DriftReport, ndarray(float64, ndim=2) or None)
         The report and, with ``history``, the statistics ``(steps, streams)`` (max of down/up).
     """
-    from specsim.calibration.online import OnlineCalibration
-
     drafts = np.ascontiguousarray(drafts, dtype=np.int64).reshape(-1)
     accepted = np.ascontiguousarray(accepted, dtype=np.int64).reshape(-1)
     if drafts.shape != accepted.shape:
         raise CalibrationError(f"{drafts.shape[0]} draft counts for {accepted.shape[0]} accepted runs")
-    depth = max(int(drafts.max(initial=1)), 1)
-    online = OnlineCalibration(calibration, max_depth=depth, drift=settings or DriftSettings())
-    conf = np.full((width, depth), np.nan, dtype=np.float32)
-    n_steps = -(-drafts.shape[0] // width)
-    hist = np.empty((n_steps, len(online.streams))) if history else None
-    for t in range(n_steps):
-        lo, hi = t * width, min((t + 1) * width, drafts.shape[0])
-        online.update(conf[: hi - lo], drafts[lo:hi], accepted[lo:hi])
-        if history:
-            hist[t] = online.statistics().max(axis=1)
-    return online.drift(), hist
+    batches = [(drafts[lo:lo + width], accepted[lo:lo + width]) for lo in range(0, drafts.shape[0], width)]
+    return monitor_steps(calibration, batches, settings, history)
 
 
 def simulate_runs(priors, depth: int, steps: int, seed: int = 0):
@@ -256,3 +245,101 @@ def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, setti
         rep, _ = monitor_runs(calibration, drafts, acc, settings)
         alarms += rep.drifted
     return alarms / runs
+
+
+def monitor_drafts(calibration, step, sequence, position, confidence, accepted, settings=None, history=False):
+    """Replay a per-draft log (the ``calib fit --drafts-log`` columns) through a drift monitor,
+    one monitored step per distinct ``step`` id in ascending order.
+
+    A chain's accepted run is its drafts before the first rejection; rows after it are not
+    reached and do not count, as when fitting. Returns ``(DriftReport, history or None)`` as
+    :func:`monitor_runs`.
+    """
+    from specsim.calibration.online import OnlineCalibration
+
+    step = np.asarray(step, dtype=np.int64).reshape(-1)
+    seq = np.asarray(sequence, dtype=np.int64).reshape(-1)
+    pos = np.asarray(position, dtype=np.int64).reshape(-1)
+    conf = np.asarray(confidence, dtype=np.float64).reshape(-1)
+    acc = np.asarray(accepted).astype(bool).reshape(-1)
+    if step.shape[0] == 0:
+        raise CalibrationError("the per-draft log has no rows")
+    if pos.min() < 1:
+        raise CalibrationError("draft positions start at 1")
+    order = np.lexsort((pos, seq, step))
+    step, seq, pos, conf, acc = step[order], seq[order], pos[order], conf[order], acc[order]
+    new_chain = np.ones(step.shape[0], dtype=bool)
+    new_chain[1:] = (step[1:] != step[:-1]) | (seq[1:] != seq[:-1])
+    starts = np.flatnonzero(new_chain)
+    lengths = np.diff(np.append(starts, step.shape[0]))
+    chain = np.cumsum(new_chain) - 1
+    if not np.array_equal(pos, np.arange(step.shape[0]) - starts[chain] + 1):
+        raise CalibrationError("a chain's positions do not run 1, 2, .. once each")
+    first_rej = np.where(acc, lengths[chain] + 1, pos)
+    runs = np.minimum.reduceat(first_rej, starts) - 1
+    runs = np.minimum(runs, lengths).astype(np.int64)
+    depth = int(lengths.max())
+    mat = np.full((starts.shape[0], depth), np.nan, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        mat[chain, pos - 1] = np.where(np.isfinite(conf), conf, np.nan).astype(np.float32)
+    online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
+    chain_step = step[starts]
+    bounds = np.flatnonzero(np.append(True, chain_step[1:] != chain_step[:-1]))
+    bounds = np.append(bounds, starts.shape[0])
+    lengths = lengths.astype(np.int64)
+    hist = np.empty((bounds.shape[0] - 1, len(online.streams))) if history else None
+    for t in range(bounds.shape[0] - 1):
+        lo, hi = bounds[t], bounds[t + 1]
+        online.update(mat[lo:hi], lengths[lo:hi], runs[lo:hi])
+        if history:
+            hist[t] = online.statistics().max(axis=1)
+    return online.drift(), hist
+
+
+def monitor_steps(calibration, batches, settings=None, history=False):
+    """Replay telemetry in serve order: each batch is ``(drafts, accepted)`` arrays of one
+    monitored step (a log interval, a scrape difference, a request)."""
+    from specsim.calibration.online import OnlineCalibration
+
+    depth = max((int(d.max()) for d, _ in batches if d.shape[0]), default=1)
+    online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
+    width = max((d.shape[0] for d, _ in batches), default=1)
+    conf = np.full((width, max(depth, 1)), np.nan, dtype=np.float32)
+    hist = np.empty((len(batches), len(online.streams))) if history else None
+    for t, (d, a) in enumerate(batches):
+        online.update(conf[: d.shape[0]], d, a)
+        if history:
+            hist[t] = online.statistics().max(axis=1)
+    return online.drift(), hist
+
+
+def plot_drift(rep: DriftReport, history, path, title="") -> None:
+    """Write a PNG of every stream's CUSUM statistic (the larger of down and up) over the steps,
+    with the alarm threshold and the alarms marked."""
+    from specsim.calibration.report import require_matplotlib
+
+    require_matplotlib()
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from specsim._io import atomic_write_bytes
+
+    fig = Figure(figsize=(9, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    x = np.arange(history.shape[0])
+    for m, s in enumerate(rep.streams):
+        ax.plot(x, history[:, m], lw=1.2, label=s.label)
+    ax.axhline(rep.settings.threshold, color="k", ls="--", lw=1, label=f"threshold {rep.settings.threshold:g}")
+    for a in rep.alarms:
+        ax.axvline(a.alarm_step, color="C3", lw=0.8, alpha=0.6)
+        ax.axvspan(a.since_step, a.alarm_step, color="C3", alpha=0.08)
+    ax.set(xlabel="step", ylabel="CUSUM statistic (nats)",
+           title=title or ("drift: " + ("alarm" if rep.drifted else "none")))
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())

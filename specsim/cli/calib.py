@@ -20,6 +20,7 @@ def register(sub, groups):
     from specsim.cli import calib_live
 
     calib_live.register(csub)
+    calib_live.register_drift(csub)
 
 
 def cmd_show(args):
