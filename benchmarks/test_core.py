@@ -1,4 +1,4 @@
-"""Batch kernels of the core (SPEC §1.3, §2.2) against a NumPy version and the plain reference.
+"""Batch kernels of the core (docs/tables.md#lookup, docs/calibration.md#queries) against a NumPy version and the plain reference.
 
 Run: ``pytest benchmarks/test_core.py --benchmark-only``. Each benchmark times specsim's call
 from Python (wrapper included) after a warm-up that compiles the kernel, and times the NumPy

@@ -1,4 +1,4 @@
-"""Binning raw draft logs into fitting counts (SPEC §3): rows per second, against the reference.
+"""Binning raw draft logs into fitting counts (docs/calibration.md#from-logs-to-counts): rows per second, against the reference.
 
 Run: ``pytest benchmarks/test_fit.py``. Each benchmark records ``rows_per_s`` in its extra info;
 the reference runs on a slice in the same session so the figures compare on a noisy machine.

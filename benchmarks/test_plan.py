@@ -1,4 +1,4 @@
-"""Planner speed (issue: propose <= 1 us/call, batched propose <= 20 ns/decision, depths at
+"""Planner speed (targets: propose <= 1 us/call, batched propose <= 20 ns/decision, depths at
 n = 256, K = 8 <= 10 us/call), each against the plain reference in the same run.
 
 Run: ``pytest benchmarks/test_plan.py --benchmark-only`` (add ``--benchmark-autosave`` to keep a

@@ -1,7 +1,7 @@
-"""Speed of the serving simulation (SPEC §6), warm JIT cache.
+"""Speed of the serving simulation (docs/simulation.md), warm JIT cache.
 
-Run: ``pytest benchmarks/test_simulate.py --benchmark-only`` (from the repository root, with the
-shared data beside it). Figures recorded in ``extra_info``:
+Run: ``pytest benchmarks/test_simulate.py --benchmark-only`` (from the repository root; the
+traces are in tests/data). Figures recorded in ``extra_info``:
 
 - the Azure 2023 conversation hour (19,366 requests) with ``sequence`` on the measured GB10
   table, inside the engine (target <= 0.4 s), and the same first 300 requests against the plain

@@ -1,4 +1,5 @@
-"""File helpers: atomic writes, so an interrupted run never leaves a half-written file."""
+"""File helpers: inputs read with guards, outputs checked before the work and written
+all-or-nothing after it, so a failed or interrupted command never leaves a damaged file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
     path = Path(path)
+    if path.is_dir():
+        raise error_cls(f"{path}: is a folder, not {what}; give a file")
     try:
         return path.read_bytes()
     except OSError as e:
@@ -54,3 +57,312 @@ def _mode_for(path: Path) -> int:
 def atomic_write_text(path, text: str) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# -- outputs: checked before any work, written all together at the end ------------------------
+
+def same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same path after following symlinks, or
+    two names (hard links) of one existing file."""
+    a, b = Path(a), Path(b)
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+class Outputs:
+    """Every file a command writes, checked before any work and replaced together at the end.
+
+    A command names its inputs and declares each output up front; :meth:`declare` refuses (with
+    :class:`~specsim.errors.OutputError`, exit code 2) an output that is a folder, that sits where
+    nothing can be written, that is one of the inputs (after symlinks, or a hard link), or that
+    is declared twice. The work then stages each output's content (:meth:`text`, :meth:`bytes`,
+    or :meth:`path` for writers that need a file name, such as matplotlib); leaving the ``with``
+    block without an error writes every staged file to a temporary file beside its target and
+    only then renames them all into place, so a command that fails, or is interrupted, leaves
+    every earlier file as it was.
+
+    Examples
+    --------
+    >>> with Outputs(inputs={"--table": args.table}) as out:      # doctest: +SKIP
+    ...     out.declare(args.json, "--json")
+    ...     out.declare(args.plot, "--plot")
+    ...     result = work()                                         # no file written yet
+    ...     out.text(args.json, render(result))
+    ...     draw(result, out.path(args.plot))                       # a temporary name
+    ...                                                             # both renamed here
+
+    Not safe to share between threads: one command, one ``Outputs``.
+    """
+
+    def __init__(self, inputs=None):
+        """``inputs``: ``{label: path}`` or a list of ``(label, path)`` (``None`` paths skipped)."""
+        from specsim.errors import OutputError
+
+        self._error = OutputError
+        self._inputs = [(label, p) for label, p in _pairs(inputs) if p is not None]
+        self._declared = {}   # realpath -> (label, path as given)
+        self._staged = {}     # realpath -> bytes, or the Path of a temporary file already written
+        self.written = []     # paths as given, after commit
+
+    # -- before the work
+    def add_input(self, path, label: str) -> None:
+        """Name one more input (no output may replace it)."""
+        if path is not None:
+            self._inputs.append((label, path))
+            for real, (olabel, opath) in self._declared.items():
+                if same_file(real, path):
+                    raise self._error(f"{olabel} {opath} is also the input {label} {path}: "
+                                      "writing it would destroy the input; give another output name")
+
+    def declare(self, path, label: str):
+        """Check one output now; returns ``path`` (``None`` passes through: an option not given)."""
+        if path is None:
+            return None
+        given = str(path)
+        if not given.strip():
+            raise self._error(f"{label}: the output file name is empty")
+        p = Path(given)
+        if p.is_dir():
+            raise self._error(f"{label} {given}: is a folder; give a file name")
+        if p.exists() and not p.is_file():
+            raise self._error(f"{label} {given}: is not a regular file (a device or a pipe); give a file name")
+        real = os.path.realpath(p)
+        folder = _nearest_existing(Path(real).parent)
+        if not folder.is_dir():
+            raise self._error(f"{label} {given}: {folder} is a file, not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise self._error(f"{label} {given}: cannot write in the folder {folder} (no permission)")
+        for ilabel, ipath in self._inputs:
+            if same_file(p, ipath):
+                raise self._error(f"{label} {given} is also the input {ilabel} {ipath}: writing it would "
+                                  "destroy the input; give another output name")
+        if real in self._declared:
+            olabel, _ = self._declared[real]
+            raise self._error(f"{label} {given} is also the output {olabel}: give each output its own name")
+        self._declared[real] = (label, given)
+        return path
+
+    # -- during the work
+    def _key(self, path) -> str:
+        real = os.path.realpath(path)
+        if real not in self._declared:
+            raise RuntimeError(f"output {path} was not declared before the work")  # a bug, not a user error
+        return real
+
+    def bytes(self, path, data: bytes) -> None:
+        """Stage ``data`` as the content of the declared output ``path``."""
+        self._drop(self._key(path))
+        self._staged[self._key(path)] = bytes(data)
+
+    def text(self, path, text: str) -> None:
+        """Stage UTF-8 ``text`` as the content of the declared output ``path``."""
+        self.bytes(path, text.encode("utf-8"))
+
+    def path(self, path) -> Path:
+        """A temporary file name, with ``path``'s extension, in ``path``'s folder, for a writer
+        that needs a name; it replaces ``path`` at commit."""
+        real = self._key(path)
+        self._drop(real)
+        target = Path(real)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Writers that pick a format from the extension (matplotlib) see the target's; a name
+        # without one gets PNG's, the format the plot writers use then.
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix or '.png'}",
+                                   dir=target.parent)
+        os.close(fd)
+        self._staged[real] = Path(tmp)
+        return Path(tmp)
+
+    # -- after the work
+    def commit(self) -> list:
+        """Write every staged output: all to temporary files first, then all renamed into place."""
+        temps = {}
+        try:
+            for real, content in self._staged.items():
+                if isinstance(content, Path):
+                    if not content.exists() or content.stat().st_size == 0:
+                        raise self._error(f"{self._declared[real][0]} {self._declared[real][1]}: "
+                                          "nothing was written")
+                    temps[real] = content
+                else:
+                    temps[real] = _temp_with(Path(real), content)
+            for real, tmp in temps.items():
+                os.chmod(tmp, _mode_for(Path(real)))
+            for real, tmp in temps.items():
+                os.replace(tmp, real)
+                self.written.append(self._declared[real][1])
+        finally:
+            for tmp in temps.values():
+                _unlink(tmp)
+            self.discard()
+        return list(self.written)
+
+    def discard(self) -> None:
+        """Forget what was staged; temporary files are removed, no output is touched."""
+        for content in self._staged.values():
+            if isinstance(content, Path):
+                _unlink(content)
+        self._staged.clear()
+
+    def _drop(self, real):
+        old = self._staged.pop(real, None)
+        if isinstance(old, Path):
+            _unlink(old)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+        return False
+
+
+def _pairs(inputs):
+    if inputs is None:
+        return []
+    if isinstance(inputs, dict):
+        return list(inputs.items())
+    return [p if isinstance(p, tuple) else ("the input", p) for p in inputs]
+
+
+def _nearest_existing(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _temp_with(target: Path, data: bytes) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# -- side files: JSON and CSV read with the TOML readers' guarantees ---------------------------
+
+def decode_text(data: bytes, what: str, source, error_cls) -> str:
+    """UTF-8 text of a side file, a UTF-8 byte-order mark dropped; binary content, UTF-16/32
+    and bytes that are not UTF-8 refused naming ``source`` and the byte offset."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise error_cls(f"{source}: {what} is UTF-16 (or UTF-32) text; save it as UTF-8")
+    nul = data.find(b"\x00", 0, 1 << 20)
+    if nul >= 0:
+        raise error_cls(f"{source}: {what} holds a NUL byte at offset {nul}: a binary file, not text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error_cls(f"{source}: {what} is not UTF-8 text (byte {e.start} is {data[e.start:e.start + 1]!r})") from None
+    return text.removeprefix("\ufeff")
+
+
+class _JSONRefused(ValueError):
+    pass
+
+
+def _json_int(literal: str) -> int:
+    # Checked as text first: Python refuses to convert integers past 4,300 digits at all.
+    if len(literal.lstrip("-")) > 19 or not -(1 << 63) <= int(literal) < (1 << 63):
+        raise _JSONRefused(f"the integer {literal[:30]}{'…' if len(literal) > 30 else ''} is outside the "
+                           "64-bit signed range")
+    return int(literal)
+
+
+def _json_float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise _JSONRefused(f"the number {literal[:30]} is beyond the largest 64-bit float")
+    return value
+
+
+def _json_constant(name: str):
+    raise _JSONRefused(f"{name} is not JSON (JSON has no infinities or NaN; use null)")
+
+
+def loads_json(text, what: str, source, error_cls, max_depth: int | None = None):
+    """Parse one JSON document with the TOML readers' guarantees: integers within 64 bits,
+    finite floats, no ``NaN``/``Infinity``, nesting at most ``max_depth`` deep; any refusal
+    raises ``error_cls`` naming ``source`` and, for syntax errors, the line and column."""
+    import json
+
+    from specsim._checks import MAX_JSON_DEPTH
+
+    if isinstance(text, bytes):
+        text = decode_text(text, what, source, error_cls)
+    text = text.removeprefix("\ufeff")
+    max_depth = MAX_JSON_DEPTH if max_depth is None else max_depth
+    depth = _bracket_depth(text)
+    if depth > max_depth:
+        raise error_cls(f"{source}: {what} nests lists or objects {depth} deep; at most {max_depth} "
+                        "(docs/limits.md)")
+    try:
+        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+    except _JSONRefused as e:
+        raise error_cls(f"{source}: {what}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise error_cls(f"{source}: {what} is not JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise error_cls(f"{source}: {what} nests too deep to read") from None
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings (a cheap pass before the parser,
+    which would otherwise recurse once per level)."""
+    import re
+
+    if "[" not in text and "{" not in text:
+        return 0
+    # Strings cannot hide brackets from the count: drop them first.
+    stripped = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", stripped):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def read_json(path, what: str, error_cls, max_depth: int | None = None):
+    """Read and parse a JSON side file (see :func:`loads_json`); a folder, a missing file or
+    an unreadable one is refused naming it."""
+    return loads_json(read_input(path, what, error_cls), what, path, error_cls, max_depth)
+
+
+def csv_rows(text: str, what: str, source, error_cls):
+    """``(header, [(line, row), ...])`` of CSV text (already decoded by :func:`decode_text`):
+    the header's fields stripped, rows as lists of strings; a field longer than the CSV
+    module's limit or a broken quote is refused naming the line."""
+    import csv
+    import io
+
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        rows = [(reader.line_num, row) for row in reader]
+    except csv.Error as e:
+        raise error_cls(f"{source}:{reader.line_num}: {what} is not CSV ({e})") from None
+    if header is not None:
+        header = [h.strip() for h in header]
+    return header, rows

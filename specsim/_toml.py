@@ -1,7 +1,7 @@
 """TOML reading and writing shared by the table and calibration formats.
 
 Reading goes through ``tomllib`` (``tomli`` before Python 3.11). The field checks mirror what the
-seed's serde reader accepts, so that a file is refused here exactly when it is refused there:
+metrale serve's serde reader accepts, so that a file is refused here exactly when it is refused there:
 integers are accepted where a float is expected (serde widens them), floats are not accepted
 where an integer is expected, booleans are never numbers, unknown fields are ignored.
 Writing produces TOML that any conforming reader parses back to the same values: floats by
@@ -29,7 +29,7 @@ def loads(text: str, what: str, source: str, error_cls):
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
             raise error_cls(f"{source}: {what} is not UTF-8 text ({e})") from e
-    # A byte-order mark from a Windows editor is not content; the seed's reader skips it too.
+    # A byte-order mark from a Windows editor is not content; the metrale serve's reader skips it too.
     text = text.removeprefix("\ufeff")
     try:
         doc = tomllib.loads(text, parse_float=_binary64)
@@ -40,7 +40,7 @@ def loads(text: str, what: str, source: str, error_cls):
             f"{source}: {what} is not valid TOML: the float {e} is beyond the largest 64-bit float "
             f"(write inf if infinity is meant)"
         ) from None
-    # TOML integers are 64-bit signed and a reader must refuse what does not fit (the seed's
+    # TOML integers are 64-bit signed and a reader must refuse what does not fit (the metrale serve's
     # does); tomllib alone would hand back an arbitrarily large Python int.
     big = _out_of_range_ints(doc, "")
     if big:
@@ -57,7 +57,7 @@ class _FloatOverflow(ValueError):
 
 def _binary64(literal: str) -> float:
     """A TOML float literal as a binary64; a finite literal that rounds to infinity is refused,
-    as the seed's reader refuses it (TOML floats are binary64, and 1e400 is not one)."""
+    as the metrale serve's reader refuses it (TOML floats are binary64, and 1e400 is not one)."""
     value = float(literal)
     if math.isinf(value) and "inf" not in literal:
         raise _FloatOverflow(literal)

@@ -6,7 +6,7 @@ A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from 
 LLM inference conversation trace of November 2023, served under the five draft-depth policies
 and plain decoding as the baseline.
 
-The question it answers is SPEC §6's own what-if: the conversation traffic doubled
+The question it answers is the simulator's typical what-if: the conversation traffic doubled
 (:data:`DEMO_RATE_SCALE`). At the trace's own rate one modelled H200 idles at a batch of about
 seven and every policy serves the same tokens; at twice the rate it is near capacity, plain
 decoding falls behind, and the policies differ in energy and tail latency.
@@ -73,6 +73,14 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.sim.policy import policy_runs
 
+    outputs = None
+    if out is not None:
+        # Every file is checked before the work and all are replaced together after it.
+        from specsim._io import Outputs
+
+        outputs = Outputs()
+        for name in OUTPUT_FILES:
+            outputs.declare(Path(out) / name, "--out")
     table, cal = demo_table(), demo_calibration()
     read = demo_trace(requests, seed, rate_scale)
     server = demo_server()
@@ -81,17 +89,31 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
-    if out is not None:
-        write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot)
+    if outputs is not None:
+        with outputs:
+            write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot, outputs)
     return summaries, results, inputs
 
 
-def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot) -> list:
-    """Write what the demo used and what it found into ``out``; returns the files written."""
-    from specsim._io import atomic_write_text
+OUTPUT_FILES = ("table.toml", "calibration.toml", "trace.csv", "requests.csv", "results.json", "plot.png")
+
+
+def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, outputs=None) -> list:
+    """Write what the demo used and what it found into ``out``; returns the files written.
+
+    ``outputs``: an :class:`specsim._io.Outputs` on which every name of :data:`OUTPUT_FILES` in
+    ``out`` is declared; the files are staged on it (written when its ``with`` block ends).
+    Without one, they are written here, all together.
+    """
+    from specsim._io import Outputs
     from specsim.cli.trace import summary as trace_summary
 
-    out.mkdir(parents=True, exist_ok=True)
+    if outputs is None:
+        outputs = Outputs()
+        for name in OUTPUT_FILES:
+            outputs.declare(out / name, "the demo folder")
+        with outputs:
+            return write_outputs(out, summaries, results, inputs, per_request_csv, plot, outputs)
     read = inputs["trace"]
     r = read.requests
     lines = ["arrival_s,prompt_tokens,output_tokens"]
@@ -113,7 +135,7 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot) 
     }
     written = []
     for name, text in files.items():
-        atomic_write_text(out / name, text)
+        outputs.text(out / name, text)
         written.append(out / name)
     if plot:
         try:
@@ -123,6 +145,6 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot) 
     if plot:
         from specsim.sim.report import plot as draw
 
-        draw(results, summaries, out / "plot.png")
+        draw(results, summaries, outputs.path(out / "plot.png"))
         written.append(out / "plot.png")
     return written

@@ -22,18 +22,50 @@ class SpecsimError(Exception):
     def __init__(self, message: str, problems=()):
         self.problems = list(problems)
         self.headline = message
-        text = message
-        if self.problems:
-            text += "\n" + "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(text)
+        super().__init__(screenful(message, self.problems))
+
+
+# A refusal fits on one screen: the first problems, each cut to a few lines, then a count.
+MAX_PROBLEMS_SHOWN = 10
+MAX_LINE_CHARS = 400
+
+
+def clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut in the middle to at most about ``limit`` characters, saying how much went."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]} … ({len(text) - 2 * keep:,} characters) … {text[-keep:]}"
+
+
+def screenful(message: str, problems=()) -> str:
+    """The headline and the first :data:`MAX_PROBLEMS_SHOWN` problems, one a line, then
+    ``… and N more``; every line clipped, so no refusal runs past a screen."""
+    lines = [clip(message, 2 * MAX_LINE_CHARS)]
+    shown = list(problems[:MAX_PROBLEMS_SHOWN]) if isinstance(problems, (list, tuple)) else list(problems)
+    extra = len(problems) - len(shown) if isinstance(problems, (list, tuple)) else 0
+    lines += [f"  - {clip(p)}" for p in shown]
+    if extra > 0:
+        lines.append(f"  … and {extra:,} more")
+    return "\n".join(lines)
+
+
+class OutputError(SpecsimError):
+    """An output file that cannot be written: a folder, an unwritable place, or one of the inputs."""
+
+
+class InputError(SpecsimError):
+    """A side file (JSON, CSV) that cannot be read as what it should be."""
 
 
 class TableError(SpecsimError):
-    """A cost table that is malformed or breaks a rule of SPEC §1.2."""
+    """A cost table that is malformed or breaks a validation rule (docs/tables.md#validation)."""
 
 
 class CalibrationError(SpecsimError):
-    """An acceptance calibration that is malformed, breaks §2.1, or cannot be fitted (§3)."""
+    """An acceptance calibration that is malformed, breaks a rule of its format, or cannot be fitted
+    (docs/formats.md#acceptance-calibration, docs/calibration.md#fitting)."""
 
 
 class KeyMismatchError(SpecsimError):
@@ -54,6 +86,10 @@ class SimulationError(SpecsimError):
 
 class PolicyError(SimulationError):
     """A policy string that cannot be parsed, or a policy that cannot run on the given inputs."""
+
+
+class GridError(SimulationError):
+    """A sweep grid, or a sweep results file, that cannot be used."""
 
 
 class MeasureError(SpecsimError):

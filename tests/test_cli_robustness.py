@@ -73,3 +73,204 @@ def test_written_files_get_the_usual_mode(files):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE((files / "m.toml").stat().st_mode) == 0o666 & ~umask
+
+
+# -- side files: JSON and CSV read with the TOML readers' guarantees ---------------------------------
+BAD_CONTENT = {
+    "binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    "utf16": "[[-0.1, -0.2]]".encode("utf-16"),
+    "not utf8": b"[[-0.1, \xff]]",
+    "deep": b"[" * 100_000 + b"]" * 100_000,
+    "int past 2**63": b"[[-0.1], [" + b"9" * 30 + b"]]",
+    "int of 5000 digits": b"[[" + b"9" * 5000 + b"]]",
+    "float past binary64": b"[[1e400]]",
+    "NaN": b"[[NaN]]",
+    "wrong type": b'{"a": 1}',
+    "wrong inner type": b'[["x", true]]',
+    "huge field": b'[["' + b"x" * 5_000_000 + b'"]]',
+}
+
+
+def _run(argv):
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _refused(argv, capsys, *needles):
+    code = _run([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "specsim: error:" in err and "Traceback" not in err
+    assert len(err) < 4000, f"{len(err)} characters"
+    for n in needles:
+        assert n in err
+    return err
+
+
+@pytest.mark.parametrize("kind", BAD_CONTENT, ids=str)
+def test_plan_side_files_are_refused_naming_the_file(files, kind, capsys):
+    side = files / "side.json"
+    side.write_bytes(BAD_CONTENT[kind])
+    _refused(["plan", files / "t.toml", files / "c.toml", "--confidences", side], capsys, "side.json")
+    (files / "conf.json").write_text("[[-0.1, -0.5], [-0.2]]")
+    _refused(["plan", files / "t.toml", files / "c.toml", "--confidences", files / "conf.json",
+              "--known-drafts", side], capsys, "side.json")
+
+
+@pytest.mark.parametrize("kind", BAD_CONTENT, ids=str)
+def test_counts_json_is_refused_naming_the_file(files, kind, capsys):
+    side = files / "counts.json"
+    side.write_bytes(BAD_CONTENT[kind])
+    _refused(["calib", "fit", "--counts", side, "--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16",
+              "--context", "true", "-o", files / "out.toml"], capsys, "counts.json")
+    assert not (files / "out.toml").exists()
+
+
+PARTIAL_HEADER = b'{"specsim_partial": 1, "key": {}, "grid": {}, "settings": {}, "meta": {}}\n'
+BAD_PARTIAL = {
+    "binary": b"\x00\x01\x02",
+    "utf16": PARTIAL_HEADER.decode().encode("utf-16"),
+    "header of wrong types": b'{"specsim_partial": 1, "key": [1], "grid": "x", "settings": {}, "meta": {}}\n',
+    "cell of wrong types": PARTIAL_HEADER + b'{"cell": {"n": "1", "k": true, "verify_ms": "a", "verify_j": 1,'
+                                             b' "draft_ms": 0, "draft_j": 0}, "extras": {}}\n',
+    "cell with a huge width": PARTIAL_HEADER + b'{"cell": {"n": 99999999999999999, "k": 0, "verify_ms": 1,'
+                                                 b' "verify_j": 1, "draft_ms": 0, "draft_j": 0}, "extras": {}}\n',
+    "deep": PARTIAL_HEADER + b"[" * 5000 + b"]" * 5000 + b"\n",
+    "huge integer": PARTIAL_HEADER + b'{"cell": ' + b"9" * 40 + b"}\n",
+    "extras not numbers": PARTIAL_HEADER + b'{"cell": {"n": 1, "k": 0, "verify_ms": 1, "verify_j": 1, '
+                                             b'"draft_ms": 0, "draft_j": 0}, "extras": {"x": [1]}}\n',
+}
+
+
+@pytest.mark.parametrize("kind", BAD_PARTIAL, ids=str)
+def test_bench_resume_refuses_a_damaged_partial_file(files, kind, capsys):
+    out = files / "b.toml"
+    partial = files / "b.toml.partial.jsonl"
+    partial.write_bytes(BAD_PARTIAL[kind])
+    _refused(["bench", "--recipe", "tiny", "--widths", "1", "--max-k", "0", "--assume-power-w", "10",
+              "--min-window-s", "0.003", "--repeats", "2", "--quiet", "--resume", "-o", out], capsys,
+             "b.toml.partial.jsonl")
+    assert partial.read_bytes() == BAD_PARTIAL[kind] and not out.exists()
+
+
+def test_bench_resume_refuses_cells_outside_the_widths(files, capsys, monkeypatch):
+    from specsim.measure import harness
+
+    out = files / "b.toml"
+    argv = ["bench", "--recipe", "tiny", "--widths", "1,2", "--max-k", "0", "--assume-power-w", "10",
+            "--min-window-s", "0.003", "--repeats", "2", "--warmup", "0", "--quiet", "-o", str(out)]
+    real = harness.measure_cell
+    calls = []
+
+    def second_interrupts(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(harness, "measure_cell", second_interrupts)
+    assert _run(argv) == 130
+    partial = files / "b.toml.partial.jsonl"
+    lines = partial.read_text().splitlines()
+    assert len(lines) == 2  # the header and the one finished cell
+    # A cell at width 8, which this sweep does not measure, added by hand: refused, not copied.
+    extra = lines[1].replace('"n": 1', '"n": 8')
+    partial.write_text("\n".join(lines + [extra]) + "\n")
+    monkeypatch.setattr(harness, "measure_cell", real)
+    _refused(argv + ["--resume"], capsys, "outside widths [1, 2]", "(n=8, k=0)")
+    assert not out.exists()
+
+
+BAD_RESULTS = {
+    "binary": b"\x00\x01point_id\n",
+    "utf16": "point_id,policy\nabc,fixed:1\n".encode("utf-16"),
+    "not utf8": b"point_id,policy\n\xff\xfe\xfa,x\n",
+    "huge field": b"point_id,policy\n" + b"a" * 300_000 + b",x\n",
+    "ragged row": b"point_id,policy\nabc\n",
+    "header twice": b"point_id,point_id\na,b\n",
+    "not results": b"a,b\n1,2\n",
+}
+
+
+@pytest.mark.parametrize("kind", BAD_RESULTS, ids=str)
+def test_sweep_refuses_a_damaged_results_file(grid_files, kind, capsys):
+    out = grid_files / "r.csv"
+    out.write_bytes(BAD_RESULTS[kind])
+    _refused(["sweep", grid_files / "grid.toml", "--serial", "--quiet", "-o", out], capsys, "r.csv")
+    assert out.read_bytes() == BAD_RESULTS[kind]
+
+
+def test_sweep_plot_refuses_results_that_are_not_numbers(grid_files, capsys):
+    out = grid_files / "r.csv"
+    assert _run(["sweep", str(grid_files / "grid.toml"), "--serial", "--quiet", "-o", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_text().splitlines()
+    header = text[0].split(",")
+    row = next(__import__("csv").reader([text[1]]))
+    row[header.index("tokens_per_s")] = "fast"
+    row.append("extra")
+    header.append("my_note")
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([header, row])
+    out.write_text(buf.getvalue())
+    _refused(["sweep", grid_files / "grid.toml", "--serial", "--quiet", "-o", out, "--plot", grid_files / "p.png"],
+             capsys, "tokens_per_s = 'fast' is not a number")
+    assert not (grid_files / "p.png").exists()
+
+
+@pytest.fixture
+def grid_files(files):
+    from specsim.demo import demo_trace
+
+    r = demo_trace(20).requests
+    lines = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in
+                                                          zip(r["arrival_s"].tolist(), r["prompt_tokens"].tolist(),
+                                                              r["output_tokens"].tolist())]
+    (files / "trace.csv").write_text("\n".join(lines) + "\n")
+    (files / "grid.toml").write_text('[traces]\ntr = "trace.csv"\n[tables]\nt = "t.toml"\n[calibrations]\n'
+                                     'c = "c.toml"\n[axes]\npolicy = ["fixed:1"]\n')
+    return files
+
+
+@pytest.mark.parametrize("option", ['limit = "ten"', 'limit = -1', 'skip_bad_rows = 1', 'format = 3',
+                                    'window = "soon"', 'columns = [1]', 'arrival_unit = "days"'])
+def test_grid_reader_options_of_the_wrong_type_are_refused(grid_files, option, capsys):
+    (grid_files / "grid.toml").write_text(f'[traces]\ntr = {{ path = "trace.csv", {option} }}\n[tables]\nt = "t.toml"\n'
+                                          '[calibrations]\nc = "c.toml"\n[axes]\npolicy = ["fixed:1"]\n')
+    _refused(["sweep", grid_files / "grid.toml", "--serial", "--quiet", "-o", grid_files / "r.csv"], capsys,
+             "grid.toml", "[traces] tr", option.split(" ")[0])
+
+
+def test_grid_input_errors_name_the_grid_and_the_entry(grid_files, capsys):
+    (grid_files / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,x\n")
+    _refused(["sweep", grid_files / "grid.toml", "--serial", "--quiet", "-o", grid_files / "r.csv"], capsys,
+             "grid.toml: [traces] tr:")
+
+
+@pytest.mark.parametrize("address", ["garbage", "tcp://", "http://x:1", "tcp://host:99999", "a b:1", ""])
+def test_a_garbage_scheduler_address_is_refused(grid_files, address, capsys):
+    _refused(["sweep", grid_files / "grid.toml", "--scheduler", address, "--quiet", "-o", grid_files / "r.csv"],
+             capsys, "--scheduler")
+
+
+def test_a_csv_log_with_a_byte_order_mark_is_read_and_a_folder_is_named_as_one(files, capsys):
+    log = files / "steps.csv"
+    log.write_bytes(("\ufeffdrafts,accepted\n" + "3,2\n3,0\n3,3\n" * 60).encode("utf-8"))
+    fit = ["calib", "fit", "--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true",
+           "-o", str(files / "cal.toml")]
+    assert _run(fit + ["--steps-log", str(log)]) == 0
+    capsys.readouterr()
+    _refused(fit + ["--steps-log", files / "adir"], capsys, "is a folder")
+
+
+def test_a_refusal_with_a_million_problems_fits_a_screen():
+    from specsim.errors import SpecsimError
+
+    e = SpecsimError("x" * 100_000, [f"problem {i}" for i in range(1_000_000)])
+    text = str(e)
+    assert len(text) < 4000 and "… and 999,990 more" in text and "problem 9" in text

@@ -1,4 +1,4 @@
-"""Measuring tables (SPEC §7): sweep, resume, merge, meters, backends, digests.
+"""Measuring tables (docs/measure.md): sweep, resume, merge, meters, backends, digests.
 
 CPU tests run the ``tiny`` recipe with millisecond windows; NVML and CuPy are exercised against
 autospec mocks here, and for real in the ``gpu``-marked tests where a CUDA device exists.
@@ -561,7 +561,8 @@ def test_interrupt_before_the_first_cell_says_nothing_was_kept(tmp_path):
 
 def test_a_corrupt_partial_file_is_refused_with_its_line(tmp_path):
     p = tmp_path / "x.toml.partial.jsonl"
-    p.write_text('{"specsim_partial": 1}\n{"cell": {"n": 1}}\n')
+    header = '{"specsim_partial": 1, "key": {}, "grid": {}, "settings": {}, "meta": {}}'
+    p.write_text(header + '\n{"cell": {"n": 1}, "extras": {}}\n')
     with pytest.raises(MeasureError, match=r"x.toml.partial.jsonl:2: not a measured cell"):
         harness.read_partial(p)
     p.write_text("not json\n")

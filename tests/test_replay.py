@@ -1,4 +1,4 @@
-"""Acceptance-trace replay (SPEC §5), policy strings, and ``table import``."""
+"""Acceptance-trace replay (docs/replay.md), policy strings, and ``table import``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cost tables (SPEC §1): kernels against tests/reference.py, validation, rendering, keys."""
+"""Cost tables (docs/tables.md): kernels against tests/reference.py, validation, rendering, keys."""
 
 import math
 import struct
@@ -75,7 +75,7 @@ def test_cell_interpolates_and_takes_the_nearest_width_outside():
     assert t.cell(3, 0).verify_ms == 10.0 + (30.0 - 10.0) * 0.25
     assert t.cell(0, 0) == Cell(0, 0, 10.0, 2.0, 0.0, 0.0)  # n = 0 is below the range
     assert t.cell(1000, 0) == Cell(1000, 0, 30.0, 4.0, 0.0, 0.0)
-    assert t.cell(2**64 - 1, 0).verify_ms == 30.0  # any usize width, as the seed takes
+    assert t.cell(2**64 - 1, 0).verify_ms == 30.0  # any usize width, as the metrale serve takes
     assert t.cell(2, 1) is None
     c = t.cell(4, 0)
     assert (c.step_ms, c.step_j) == (20.0, 3.0)
@@ -148,7 +148,7 @@ def test_flat_arrays():
     assert t.cells == sorted(cells)
 
 
-# ---------------------------------------------------------------- validation (§1.2)
+# ---------------------------------------------------------------- validation (docs/tables.md#validation)
 BASE = """[key]
 schema = 1
 box_class = "h200"
@@ -224,7 +224,7 @@ def test_reference_rules_agree_with_parse():
         try:
             nums = [tuple(int(v) if f in ("n", "k") else float(v) for f, v in zip(Cell._fields, c)) for c in cells]
         except ValueError:
-            continue  # a type error, not a §1.2 rule
+            continue  # a type error, not a validation rule
         schema = 2 if "schema = 2" in head else 1
         if head is BASE or schema == 2:
             assert ref.ref_table_rules(nums, schema), rule
@@ -283,7 +283,7 @@ def test_hypothesis_grids_refused_exactly_when_reference_says(cells, data):
 
 def test_toml_edge_forms():
     text = text_of(VALID)
-    assert CostTable.parse("\ufeff" + text) == CostTable.parse(text)  # a BOM is skipped, as the seed does
+    assert CostTable.parse("\ufeff" + text) == CostTable.parse(text)  # a BOM is skipped, as the metrale serve does
     assert CostTable.parse(text.replace("\n", "\r\n")) == CostTable.parse(text)
     assert CostTable.parse(text.encode()) == CostTable.parse(text)
     with pytest.raises(TableError, match="not valid TOML"):
@@ -310,7 +310,7 @@ def test_load_reports_a_missing_file(tmp_path):
     assert CostTable.load(p).source == str(p)
 
 
-# ---------------------------------------------------------------- rendering (§1.5)
+# ---------------------------------------------------------------- rendering (docs/tables.md#rendering)
 SEED_RENDERED = r'''[key]
 schema = 1
 box_class = "gb10"
@@ -355,12 +355,12 @@ draft_j = 0.316
 
 
 def test_seed_rendered_text_parses_with_identical_cells():
-    # The seed writes floats with Rust's `{:?}` (1e-7, 1e20, 125.0) and strings with `{:?}`.
+    # The metrale serve writes floats with Rust's `{:?}` (1e-7, 1e20, 125.0) and strings with `{:?}`.
     t = CostTable.parse(SEED_RENDERED)
     assert t.cell(8, 0).verify_ms == 1e-7 and t.cell(8, 0).verify_j == 1e20
     assert t.cell(1, 1) == Cell(1, 1, 83.64, 5.368, 5.66, 0.363)
     assert t.key == TableKey(1, "gb10", "qwen3.6/qwen3.6-35b-a3b-fp8-nvfp4head", {"verify": "sha256:1e", "draft": "sha256:0f"})
-    # and ours has the seed's layout for a plain key
+    # and ours has the metrale serve's layout for a plain key
     assert CostTable.render(t.key, t.cells) == SEED_RENDERED.replace("1e-7", "1e-07").replace("1e20", "1e+20")
 
 
@@ -402,7 +402,7 @@ def test_render_sorts_by_n_then_k():
     assert order == [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
-# ---------------------------------------------------------------- keys (§1.4)
+# ---------------------------------------------------------------- keys (docs/tables.md#key)
 def test_check_lists_every_difference_in_order():
     table = TableKey(1, "h200", "r1", {"verify": "a", "draft": "b", "batch": "c"})
     serve = TableKey(2, "gb10", "r2", {"verify": "a", "draft": "B", "extra": "e"})

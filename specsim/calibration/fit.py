@@ -8,7 +8,6 @@ sees millions of rows; it lives in :mod:`specsim.calibration.logs` and runs in N
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import dataclass
@@ -315,10 +314,9 @@ def load_counts(path) -> FitCounts:
 def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
     """Parse counts text (TOML, or JSON with ``json_format``), listing every problem."""
     if json_format:
-        try:
-            doc = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CalibrationError(f"{source}: the counts file is not valid JSON: {e}") from e
+        from specsim._io import loads_json
+
+        doc = loads_json(text, "the counts file", source, CalibrationError)
     else:
         doc = _toml.loads(text, "the counts file", source, CalibrationError)
     if not isinstance(doc, dict):

@@ -164,6 +164,8 @@ def check_edges(edges, source="<edges>"):
 def read_log(path, columns):
     """Named columns of a CSV or JSON Lines log as arrays (floats for ``confidence``)."""
     path = Path(path)
+    if path.is_dir():
+        raise CalibrationError(f"{path}: is a folder, not a log file; give the log's file name")
     if not path.is_file():
         raise CalibrationError(f"{path}: no such log file")
     if path.suffix.lower() in _JSON_SUFFIXES:
@@ -173,7 +175,8 @@ def read_log(path, columns):
 
 def _read_csv(path, columns):
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        # utf-8-sig: a byte-order mark before the header is not part of its first name.
+        with open(path, encoding="utf-8-sig", newline="") as f:
             header = f.readline()
     except (OSError, UnicodeDecodeError) as e:
         raise CalibrationError(f"{path}: cannot read the log ({e})") from e

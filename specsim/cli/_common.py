@@ -88,3 +88,11 @@ def print_json(obj, out=None) -> None:
 
 def refuse(message: str, problems=()):
     raise SpecsimError(message, problems)
+
+
+def require_matplotlib(flag: str = "--plot") -> None:
+    """Refuse ``flag`` before any work when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim[plot]'") from None

@@ -66,7 +66,18 @@ def register(sub, groups):
 
 
 def cmd_bench(args):
+    from pathlib import Path
+
+    from specsim._io import Outputs
     from specsim.measure import SweepInterrupted, SweepSettings, bench
+    from specsim.measure.harness import partial_path
+
+    # The table and its partial file are written by the sweep itself (the partial file after
+    # every cell, so Ctrl-C keeps what is finished); both are checked here before any work.
+    recipe = args.recipe if Path(args.recipe).is_file() else None
+    out = Outputs({"--recipe": recipe})
+    out.declare(args.out, "-o")
+    out.declare(str(partial_path(args.out)), "the partial file of -o")
 
     settings = SweepSettings(min_window_s=args.min_window_s, repeats=args.repeats, warmup=args.warmup,
                              cooldown_s=args.cooldown_s, idle_s=args.idle_s)
@@ -88,7 +99,10 @@ def cmd_bench(args):
 
 
 def cmd_merge(args):
+    from specsim._io import Outputs
     from specsim.measure import merge_files
+
+    Outputs([("RUN", r) for r in args.runs]).declare(args.out, "-o")
 
     table = merge_files(args.runs, args.out)
     print(f"wrote {args.out}: median of {len(args.runs)} runs; widths "

@@ -104,7 +104,19 @@ def register_fit(csub):
 
 
 def cmd_fit(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
+
+    inputs = {"--counts": args.counts, "--drafts-log": args.drafts_log, "--steps-log": args.steps_log,
+              "--windows": args.windows}
+    with Outputs(inputs) as out:
+        out.declare(args.output, "-o")
+        out.declare(args.counts_out, "--counts-out")
+        out.declare(args.plot, "--plot")
+        _fit(args, out)
+    return 0
+
+
+def _fit(args, out):
     from specsim.calibration import DrafterKey
     from specsim.calibration.fit import (
         calibration_from_rates, counts_from_steps, fit_counts, load_counts, render_counts,
@@ -147,12 +159,11 @@ def cmd_fit(args):
         fit = fit_counts(drafter, counts)
         cal = fit.calibration
     report = build_report(cal, fit, holdout)
-    text = cal.render()
-    atomic_write_text(args.output, text)
+    out.text(args.output, cal.render())
     if args.counts_out:
-        atomic_write_text(args.counts_out, render_counts(fit.counts))
+        out.text(args.counts_out, render_counts(fit.counts))
     if args.plot:
-        plot_reliability(report, args.plot)
+        plot_reliability(report, out.path(args.plot))
     if args.json:
         print_json(report)
     elif args.report:
@@ -161,7 +172,6 @@ def cmd_fit(args):
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
                 if fit else f"one bucket from {args.rates_form} rates")
         print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
-    return 0
 
 
 def _read_windows(path, run):

@@ -27,21 +27,30 @@ def register(sub, groups):
 
 
 def cmd_model(args):
-    from specsim._io import atomic_write_text
-    from specsim.costmodel import (DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table)
+    from specsim._io import Outputs
+
+    inputs = [(f"--{kind}-spec", path) for kind in ("gpu", "model", "drafter")
+              for path in getattr(args, f"{kind}_spec")]
+    with Outputs(inputs) as out:
+        out.declare(args.output, "-o")
+        table = _model(args)
+        out.text(args.output, table.to_text())
+    widths = ", ".join(map(str, table.widths.tolist()))
+    print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
+          f"depths 0..{table.max_k} (energy_source = model: an estimate, not a measurement)")
+    return 0
+
+
+def _model(args):
+    from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 
     specs = {"gpu": {}, "model": {}, "drafter": {}}
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
         for kind, found in load_specs(path).items():
             specs[kind].update(found)
-    table = model_table(
+    return model_table(
         args.gpu, args.model, args.drafter, tp=args.tp,
         context_tokens=DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens,
         widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
         max_k=args.max_k, dtype=args.dtype, specs=specs,
     )
-    atomic_write_text(args.output, table.to_text())
-    widths = ", ".join(map(str, table.widths.tolist()))
-    print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
-          f"depths 0..{table.max_k} (energy_source = model: an estimate, not a measurement)")
-    return 0

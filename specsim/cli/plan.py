@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from specsim.cli._common import count, format_grid, print_json, slack
 
@@ -31,29 +30,32 @@ def register(sub, groups):
 
 
 def _read_json(path, what):
+    from specsim._io import read_json
     from specsim.errors import PlanError
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read the {what} ({e.strerror or e})") from e
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: the {what} is not JSON: line {e.lineno} column {e.colno}: {e.msg}") from e
+    return read_json(path, f"the {what}", PlanError)
 
 
 def _confidences(path):
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, show
     from specsim.errors import PlanError
 
     data = _read_json(path, "confidences")
     if not isinstance(data, list):
         raise PlanError(f"{path}: expected a JSON list of lists of numbers (one list per sequence)")
+    if len(data) > MAX_WIDTH:
+        raise PlanError(f"{path}: {len(data):,} sequences; at most {MAX_WIDTH:,} (docs/limits.md)")
     rows = []
     for i, row in enumerate(data):
-        if not isinstance(row, list) or not all(
-            (isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in row
-        ):
-            raise PlanError(f"{path}: sequence {i} is not a list of numbers (null = unmeasured)")
+        if not isinstance(row, list):
+            raise PlanError(f"{path}: sequence {i} is {show(row)}, not a list of numbers (null = unmeasured)")
+        bad = next((j for j, v in enumerate(row) if not (is_number(v) or v is None)), None)
+        if bad is not None:
+            raise PlanError(f"{path}: sequence {i}, draft {bad} is {show(row[bad])}, not a number "
+                            "(null = unmeasured)")
+        if len(row) > MAX_DEPTH:
+            raise PlanError(f"{path}: sequence {i} has {len(row):,} drafts; at most {MAX_DEPTH:,} "
+                            "(docs/limits.md)")
         rows.append([float("nan") if v is None else float(v) for v in row])
     return rows
 
@@ -82,11 +84,15 @@ def cmd_plan(args):
             raise PlanError(f"--n {args.n} disagrees with the {len(conf)} sequences in {args.confidences}")
         known = [len(r) for r in conf]
         if args.known_drafts:
+            from specsim._checks import MAX_DEPTH, int_problem
+
             known = _read_json(args.known_drafts, "known drafts")
-            if not isinstance(known, list) or len(known) != len(conf) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in known
-            ):
-                raise PlanError(f"{args.known_drafts}: expected a list of {len(conf)} non-negative integers")
+            if not isinstance(known, list) or len(known) != len(conf):
+                raise PlanError(f"{args.known_drafts}: expected a list of {len(conf)} non-negative integers "
+                                "(one per sequence in --confidences)")
+            problems = [p for i, v in enumerate(known) if (p := int_problem(v, f"sequence {i}", 0, MAX_DEPTH))]
+            if problems:
+                raise PlanError(f"{args.known_drafts}: the known drafts are refused", problems)
         k_max = table.max_k if args.k_max is None else args.k_max
         budget = sum(known) if args.row_budget is None else args.row_budget
         capped = args.max_seqs is not None and len(conf) > args.max_seqs

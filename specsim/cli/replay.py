@@ -1,4 +1,4 @@
-"""``specsim replay`` (acceptance-trace replay, SPEC §5) and ``specsim table import``."""
+"""``specsim replay`` (acceptance-trace replay, docs/replay.md) and ``specsim table import``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def register(sub, groups):
     p = sub.add_parser(
         "replay",
         help="replay a policy on a logged acceptance trace at one width until a token budget",
-        description="Replay a draft-depth policy on a logged acceptance trace (SPEC §5). Costs come from "
+        description="Replay a draft-depth policy on a logged acceptance trace (docs/replay.md). Costs come from "
                     "--table, else from the file's per-depth step_ms list (no joules). propose and goodput "
                     "take their priors from --calibration, else estimate them from the trace.",
     )
@@ -43,7 +43,15 @@ def register(sub, groups):
 
 
 def cmd_replay(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
+
+    with Outputs({"FILE": args.file, "--table": args.table, "--calibration": args.calibration}) as out:
+        out.declare(args.json, "--json")
+        _replay(args, out)
+    return 0
+
+
+def _replay(args, out):
     from specsim.errors import PolicyError, SpecsimWarning
     from specsim.sim.replay import load_acceptance_file, replay
 
@@ -79,12 +87,11 @@ def cmd_replay(args):
     print(f"  {result.tokens_per_s:.2f} tok/s, {result.tokens_per_ms:.5f} tok/ms, {per_j} tok/J")
     if args.json:
         doc = result.to_dict() | {"file": Path(args.file).name, "costs": "table" if table is not None else "step_ms"}
-        atomic_write_text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    return 0
+        out.text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
 def cmd_import(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.errors import TableError
     from specsim.sim.replay import load_acceptance_file, run_table
     from specsim.table import SCHEMA, CostTable, TableKey
@@ -93,13 +100,15 @@ def cmd_import(args):
         if not value.strip():
             raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
     digests = digest_map(args.digest)
+    out = Outputs({"FILE": args.file})
+    out.declare(args.output, "-o")
     afile = load_acceptance_file(args.file)
     cells = afile.run(args.run)
     key = TableKey(SCHEMA, args.box_class, args.recipe, digests)
     meta = {"imported_from": Path(args.file).name, "run": args.run}
     table = run_table(cells, key, meta=meta, source=f"{args.file} run {args.run}")
-    text = CostTable.render(table.key, table.cells, table.meta)
-    atomic_write_text(args.output, text)
+    with out:
+        out.text(args.output, CostTable.render(table.key, table.cells, table.meta))
     print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
           f"depths 0..{table.max_k}")
     return 0

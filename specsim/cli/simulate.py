@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import count, float_list, nonneg_float, slack
+from specsim.cli._common import count, float_list, nonneg_float, require_matplotlib, slack
 from specsim.cli.trace import add_trace_options
 
 
@@ -58,10 +58,25 @@ def register(sub, groups):
 
 
 def cmd_simulate(args):
+    from specsim._io import Outputs
+
+    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
+                  "--acceptance": args.acceptance}) as out:
+        out.declare(args.json, "--json")
+        out.declare(args.requests_csv, "--requests-csv")
+        if out.declare(args.plot, "--plot"):
+            require_matplotlib()
+        _simulate(args, out)
+    for path in out.written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _simulate(args, out):
     from pathlib import Path
 
     from specsim import __version__
-    from specsim._io import atomic_write_text
+    from specsim._checks import check_finite_results
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
     from specsim.errors import SimulationError
@@ -91,6 +106,10 @@ def cmd_simulate(args):
         warnings.simplefilter("ignore", TraceWarning)
         results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
     summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
+    check_finite_results({s["label"]: s for s in summaries},
+                         f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
+                         f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "
+                         "(times or joules too large to add up)", SimulationError)
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
     print(comparison_table(summaries))
@@ -106,24 +125,13 @@ def cmd_simulate(args):
             "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s},
             "specsim_version": __version__,
         }
-        try:
-            text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-        except ValueError:
-            raise SimulationError(
-                "the results hold infinite or NaN figures (a cost option so large that times overflow?); "
-                "check --prefill-ms-per-token, --prefill-j-per-token and --idle-w"
-            ) from None
-        atomic_write_text(args.json, text)
+        out.text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     if args.requests_csv:
-        atomic_write_text(args.requests_csv, requests_csv(results))
+        out.text(args.requests_csv, requests_csv(results))
     if args.plot:
         from specsim.sim.report import plot
 
-        plot(results, summaries, args.plot)
-    for path in (args.json, args.requests_csv, args.plot):
-        if path:
-            print(f"wrote {path}", file=sys.stderr)
-    return 0
+        plot(results, summaries, out.path(args.plot))
 
 
 def _acceptance(args):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import count
+from specsim.cli._common import count, require_matplotlib
 
 
 def register(sub, groups):
@@ -25,24 +25,31 @@ def register(sub, groups):
 
 
 def cmd_sweep(args):
+    from specsim._io import Outputs
     from specsim.errors import SpecsimError
     from specsim.sweep import load_grid, read_results, run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise SpecsimError(f"--workers must be >= 1, got {args.workers}")
     if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise SpecsimError("--plot needs matplotlib: pip install 'specsim[plot]'") from None
+        require_matplotlib()
     grid = load_grid(args.grid)
-    report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
-                       progress=not args.quiet)
-    print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
-          f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
-    if args.plot:
-        from specsim.sweep.plot import pareto_plot
+    inputs = [("GRID", args.grid)] + [(f"[traces] {n}", p) for n, (p, _) in grid.traces.items()]
+    inputs += [(f"[tables] {n}", p) for n, p in grid.tables.items()]
+    inputs += [(f"[calibrations] {n}", p) for n, p in grid.calibrations.items()]
+    # The results file is rewritten (atomically) after every point, so an interrupted sweep
+    # keeps what is finished; the plot is written once, at the end.
+    with Outputs(inputs) as out:
+        out.declare(args.out, "-o")
+        out.declare(args.plot, "--plot")
+        report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
+                           progress=not args.quiet)
+        print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
+              f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        if args.plot:
+            from specsim.sweep.plot import pareto_plot
 
-        pareto_plot(read_results(args.out), args.plot)
+            pareto_plot(read_results(args.out), out.path(args.plot))
+    if args.plot:
         print(f"plot written to {args.plot}")
     return 0

@@ -1,5 +1,5 @@
-"""Cost tables without hardware: an analytic roofline model over public specs (issue: tables
-without hardware). A modelled table says so in its ``[meta]`` (``energy_source = "model"``)."""
+"""Cost tables without hardware: an analytic roofline model over public specs, for
+when no hardware is at hand (docs/measure.md#a-table-without-hardware). A modelled table says so in its ``[meta]`` (``energy_source = "model"``)."""
 
 from specsim.costmodel.roofline import (DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, Overheads, model_table,
                                         plain_decode_ms, plain_decode_power_w, step_costs)

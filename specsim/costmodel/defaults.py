@@ -21,11 +21,11 @@ DEMO_CONTEXT_TOKENS = 1024
 # rates on MT-bench -- the acceptance of a draft whose input holds n predicted features, i.e.
 # of chain position n + 1 given the earlier ones were accepted -- of about 0.79, 0.74, 0.72,
 # 0.73, 0.74 for n = 0..4 (Vicuna-7B, greedy). Those are the priors of positions 1-5; later
-# positions keep the last value (SPEC §2.2). No such per-position table is published for
+# positions keep the last value (docs/calibration.md#queries). No such per-position table is published for
 # Llama-3.1-8B; the 7B-class numbers stand in for it.
 EAGLE_PRIORS = (0.79, 0.74, 0.72, 0.73, 0.74)
 
-# Confidence buckets: SPEC §3's default edges. EAGLE-2 (Li et al.; EMNLP 2024, arXiv:2406.16858)
+# Confidence buckets: the fit's default edges (docs/calibration.md#from-logs-to-counts). EAGLE-2 (Li et al.; EMNLP 2024, arXiv:2406.16858)
 # observes that the EAGLE draft model is well calibrated -- its confidence (top-1 probability)
 # approximates the acceptance rate with small error -- so each bucket's P(accept) is
 # exp(midpoint of its log-probability range). The lowest bucket (-inf, -4] takes -5, the

@@ -1,4 +1,4 @@
-"""The analytic cost model: a roofline per forward pass, turned into a cost table (SPEC §1).
+"""The analytic cost model: a roofline per forward pass, turned into a cost table (docs/tables.md).
 
 One forward pass over ``rows`` tokens of ``seqs`` sequences, each with ``context`` tokens of KV
 cache, on ``tp`` GPUs in tensor parallel, costs

@@ -1,4 +1,4 @@
-"""Measuring cost tables (SPEC §7): a timed, metered sweep of verify and draft steps.
+"""Measuring cost tables (docs/measure.md): a timed, metered sweep of verify and draft steps.
 
 ``bench`` runs a sweep end to end; the parts (backends, meters, workloads, the harness, merging)
 are usable on their own. Nothing here imports CuPy or NVML until a run asks for them.

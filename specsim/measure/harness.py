@@ -1,6 +1,6 @@
 """The sweep: time and meter every (width, depth) cell, keep each on disk, resume, write the table.
 
-For each width ``n`` and depth ``k`` (SPEC §7) the harness warms the step up, times ``repeats``
+For each width ``n`` and depth ``k`` (docs/measure.md) the harness warms the step up, times ``repeats``
 separate calls of it (median, p10, p90, coefficient of variation), then runs it back to back for
 at least ``min_window_s`` between two readings of the energy meter and divides. Each end of that
 window is aligned on an update of the counter (single steps run until its value changes, for at
@@ -232,6 +232,12 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
                                "or delete it to start again")
         header, done = read_partial(partial)
         problems = _resume_problems(header, key, grid, wanted, energy_source)
+        # Cells outside this grid would be copied into the table and counted as measured.
+        cells = {(n, k) for n in widths for k in range(max_k + 1)}
+        outside = sorted(c for c in done if c not in cells)
+        if outside:
+            problems.append(f"{len(outside)} kept cell(s) lie outside widths {widths} and depths 0..{max_k}: "
+                            + ", ".join(f"(n={n}, k={k})" for n, k in outside[:5]))
         if problems:
             raise MeasureError(f"{partial}: --resume refused, the kept sweep differs from this one", problems)
         log(f"resuming: {len(done)} of {len(widths) * (max_k + 1)} cells already measured in {partial}")
@@ -323,31 +329,60 @@ def _write_partial(path, header, done):
 
 
 def read_partial(path):
-    """The header and ``{(n, k): (Cell, extras)}`` of a partial sweep file."""
+    """The header and ``{(n, k): (Cell, extras)}`` of a partial sweep file.
+
+    Read with the guards of every side file (binary, UTF-16, deep nesting, huge integers are
+    refused naming the line); a header or cell of the wrong shape or type is refused too.
+    """
+    from specsim._io import decode_text, loads_json, read_input
+
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise MeasureError(f"{path}: cannot read the partial sweep ({e.strerror or e})") from e
-    try:
-        header = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError as e:
-        raise MeasureError(f"{path}:1: the header line is not JSON ({e}); delete the file to start again") from e
+    again = "; delete the file to start again"
+    text = decode_text(read_input(path, "the partial sweep", MeasureError), "the partial sweep", path, MeasureError)
+    lines = text.splitlines()
+    header = loads_json(lines[0], "the header line", f"{path}:1", MeasureError) if lines else None
     if not isinstance(header, dict) or header.get("specsim_partial") != PARTIAL_FORMAT:
-        raise MeasureError(f"{path}:1: not a specsim partial sweep of format {PARTIAL_FORMAT}; "
-                           "delete the file to start again")
+        raise MeasureError(f"{path}:1: not a specsim partial sweep of format {PARTIAL_FORMAT}{again}")
+    problems = [f"{name} is {_toml_type(header.get(name))}, not an object"
+                for name in ("key", "grid", "settings", "meta") if not isinstance(header.get(name), dict)]
+    if problems:
+        raise MeasureError(f"{path}:1: the header is damaged{again}", problems)
     done = {}
     for lineno, line in enumerate(lines[1:], start=2):
-        try:
-            row = json.loads(line)
-            cell = Cell(**row["cell"])
-            extras = dict(row["extras"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise MeasureError(f"{path}:{lineno}: not a measured cell ({e}); delete the file to start again") from e
+        where = f"{path}:{lineno}"
+        row = loads_json(line, "the cell line", where, MeasureError)
+        cell, extras = _partial_cell(row, where, again)
         if (cell.n, cell.k) in done:
-            raise MeasureError(f"{path}:{lineno}: cell (n={cell.n}, k={cell.k}) appears twice")
+            raise MeasureError(f"{where}: cell (n={cell.n}, k={cell.k}) appears twice{again}")
         done[(cell.n, cell.k)] = (cell, extras)
     return header, done
+
+
+def _toml_type(value):
+    from specsim._toml import type_name
+
+    return "missing" if value is None else f"a {type_name(value)}"
+
+
+def _partial_cell(row, where, again):
+    """One ``{"cell": {...}, "extras": {...}}`` line as ``(Cell, extras)``, every field checked."""
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, number_problem
+
+    if not isinstance(row, dict) or not isinstance(row.get("cell"), dict) or not isinstance(row.get("extras"), dict):
+        raise MeasureError(f"{where}: not a measured cell (an object with `cell` and `extras` objects){again}")
+    raw, fields = row["cell"], Cell._fields
+    problems = [f"{f} is missing" for f in fields if f not in raw]
+    problems += [f"unknown field {f}" for f in raw if f not in fields]
+    if not problems:
+        problems += [p for p in (int_problem(raw["n"], "n", 1, MAX_WIDTH), int_problem(raw["k"], "k", 0, MAX_DEPTH))
+                     if p]
+        problems += [p for f in fields[2:] if (p := number_problem(raw[f], f, 0.0))]
+    extras = row["extras"]
+    problems += [f"extras {name} = {v!r} is not a finite number" for name, v in extras.items()
+                 if not (is_number(v) and math.isfinite(v))]
+    if problems:
+        raise MeasureError(f"{where}: not a measured cell{again}", problems)
+    return Cell(int(raw["n"]), int(raw["k"]), *(float(raw[f]) for f in fields[2:])), dict(extras)
 
 
 def _resume_problems(header, key, grid, wanted, energy_source):
@@ -358,6 +393,7 @@ def _resume_problems(header, key, grid, wanted, energy_source):
         if kept.get(field) != mine[field]:
             problems.append(f"key {field}: kept {kept.get(field)!r}, now {mine[field]!r}")
     kd, md = kept.get("plan_digests", {}), mine["plan_digests"]
+    kd = kd if isinstance(kd, dict) else {}
     for mode in sorted(set(kd) | set(md)):
         if kd.get(mode) != md.get(mode):
             problems.append(f"plan digest of mode {mode!r}: kept {kd.get(mode)!r}, now {md.get(mode)!r}")

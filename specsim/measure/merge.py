@@ -1,4 +1,4 @@
-"""Merging several measured runs of one sweep into one table: the per-field median (SPEC §7)."""
+"""Merging several measured runs of one sweep into one table: the per-field median (docs/measure.md#merging)."""
 
 from __future__ import annotations
 

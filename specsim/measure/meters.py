@@ -2,7 +2,7 @@
 
 - :class:`NvmlMeter`: NVML's total-energy counter (millijoules since the driver loaded; Volta and
   newer), summed over the devices a run uses. It updates every ~10-100 ms, so a window must be
-  long (SPEC §7: >= 1 s) for one update period to be a small error.
+  long (>= 1 s, docs/measure.md#the-energy-window) for one update period to be a small error.
 - :class:`RaplMeter`: Linux RAPL package counters (``/sys/class/powercap/intel-rapl:N``), in
   microjoules, wrapping at ``max_energy_range_uj``; often readable by root only.
 - :class:`AssumedPowerMeter`: no meter, a constant power the user states; joules are that power

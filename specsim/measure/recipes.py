@@ -1,4 +1,4 @@
-"""Model recipes: the dimensions a proxy workload is sized by (SPEC §7).
+"""Model recipes: the dimensions a proxy workload is sized by (docs/formats.md#recipe).
 
 A recipe is a flat TOML file::
 

@@ -1,4 +1,4 @@
-"""Sweeps: many what-if simulations over a grid, on a Dask cluster or serially (issue: sweeps)."""
+"""Sweeps: many what-if simulations over a grid, on a Dask cluster or serially (docs/formats.md#sweep-grid)."""
 
 from specsim.sweep.grid import Grid, GridError, load_grid, parse_grid, point_id
 from specsim.sweep.run import SweepReport, read_results, run_point, run_sweep

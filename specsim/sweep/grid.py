@@ -41,15 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import show
 from specsim._io import read_input
-from specsim.errors import SimulationError
+from specsim.errors import GridError, SimulationError
 
 INPUT_AXES = ("trace", "table", "calibration")
 READER_OPTIONS = ("format", "columns", "arrival_unit", "limit", "window", "skip_bad_rows")
-
-
-class GridError(SimulationError):
-    """A sweep grid that cannot run."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +100,12 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                 options = {k: v for k, v in value.items() if k != "path"}
                 bad = [k for k in options if k not in READER_OPTIONS]
                 if bad:
-                    problems.append(f"[{section}] {name}: unknown option(s) {', '.join(bad)}; "
+                    problems.append(f"[{section}] {name}: unknown option(s) {', '.join(map(show, bad))}; "
                                     f"known: path, {', '.join(READER_OPTIONS)}")
+                problems.extend(f"[{section}] {name}: {p}" for p in _reader_option_problems(options))
+                if isinstance(options.get("window"), list) and len(options["window"]) in (1, 2):
+                    w = options["window"]
+                    options["window"] = (w[0], w[1] if len(w) == 2 else None)
                 value = value.get("path")
             if not isinstance(value, str):
                 problems.append(f"[{section}] {name}: give a path string"
@@ -193,6 +194,32 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
             raise GridError(f"{source}: point {json.dumps(p)} has bad server options: {e}") from None
     object.__setattr__(grid, "points", points)
     return grid
+
+
+def _reader_option_problems(options: dict) -> list:
+    """What is wrong with a trace's reader options in a grid (types and values)."""
+    from specsim._checks import int_problem, is_number
+    from specsim.sim.traces import FORMATS
+
+    units = ("s", "ms", "us", "ns", "datetime")
+    problems = []
+    for name, v in options.items():
+        if name == "format" and v not in FORMATS:
+            problems.append(f"format = {show(v)} is not one of {', '.join(FORMATS)}")
+        elif name == "arrival_unit" and v not in units:
+            problems.append(f"arrival_unit = {show(v)} is not one of {', '.join(units)}")
+        elif name == "columns" and not (isinstance(v, str) or (
+                isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))):
+            problems.append(f"columns = {show(v)} must be \"arrival=COL,prompt=COL,output=COL\" or a table of "
+                            "column names")
+        elif name == "limit" and (p := int_problem(v, "limit")):
+            problems.append(p)
+        elif name == "skip_bad_rows" and not isinstance(v, bool):
+            problems.append(f"skip_bad_rows = {show(v)} must be true or false")
+        elif name == "window" and not (isinstance(v, list) and len(v) in (1, 2) and all(is_number(x) for x in v)):
+            problems.append(f"window = {show(v)} must be [START_S, END_S] or [START_S] (seconds from the "
+                            "trace start)")
+    return problems
 
 
 def point_options(grid: Grid, point: dict) -> dict:

@@ -3,6 +3,8 @@ and the Pareto front (no other point is both faster and cheaper)."""
 
 from __future__ import annotations
 
+import math
+
 from specsim.errors import SpecsimError
 
 
@@ -33,13 +35,23 @@ def pareto_plot(rows, path) -> None:
         raise SpecsimError("the plot needs matplotlib: pip install 'specsim[plot]'") from None
     from specsim._io import atomic_write_bytes
 
-    rows = [r for r in rows if r.get("tokens_per_s") is not None and r.get("j_per_token") is not None]
+    from specsim._checks import is_number, show
+
+    for r in rows:
+        for name in ("tokens_per_s", "j_per_token", "tpot_s_p99"):
+            v = r.get(name)
+            if v is not None and not is_number(v):
+                raise SpecsimError(f"sweep point {show(r.get('point_id'))}: {name} = {show(v)} is not a number; "
+                                   "the results file was edited: repair it or run the sweep into a new file")
+    # Points without a finite throughput and energy have no place on the axes.
+    rows = [r for r in rows if all(is_number(r.get(n)) and math.isfinite(r[n]) for n in ("tokens_per_s", "j_per_token"))]
     if not rows:
         raise SpecsimError("no sweep point has both tokens/s and J/token to plot")
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     policies = sorted({str(r.get("policy")) for r in rows})
     markers = "osD^v<>ph*"
-    colour = [r.get("tpot_s_p99") if r.get("tpot_s_p99") is not None else float("nan") for r in rows]
+    colour = [float(r["tpot_s_p99"]) if is_number(r.get("tpot_s_p99")) and math.isfinite(r["tpot_s_p99"])
+              else float("nan") for r in rows]
     vmin = min((c for c in colour if c == c), default=0.0)
     vmax = max((c for c in colour if c == c), default=1.0)
     sc = None

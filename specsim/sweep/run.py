@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from specsim._io import atomic_write_bytes, atomic_write_text
-from specsim.sweep.grid import INPUT_AXES, Grid, GridError, point_id, point_options
+from specsim._checks import show
+from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
+from specsim.errors import GridError, SpecsimError
+from specsim.sweep.grid import INPUT_AXES, Grid, point_id, point_options
 
 SERIAL_NOTE = ("dask.distributed is not installed: running the sweep serially in this process "
                "(pip install 'specsim[dist]' to spread it over workers)")
@@ -76,6 +78,19 @@ def _is_parquet(path) -> bool:
 TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram")
 
 
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+
+
+def check_scheduler(address) -> None:
+    """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
+    import re
+
+    m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
+    if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
+        raise GridError(f"--scheduler {show(address)} is not a Dask scheduler address: give "
+                        f"[SCHEME://]HOST:PORT, e.g. tcp://10.0.0.5:8786 (schemes: {', '.join(SCHEDULER_SCHEMES)})")
+
+
 def check_results_path(path) -> None:
     """Refuse a results path that is not .csv/.parquet, or a file that is not sweep results."""
     path = Path(path)
@@ -101,19 +116,25 @@ def read_results(path) -> list:
         if "point_id" not in table.column_names:
             raise GridError(not_results)
         return table.to_pylist()
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            header = reader.fieldnames
-            rows = list(reader)
-    except UnicodeDecodeError:
-        raise GridError(f"{path}: not a UTF-8 CSV file; choose another -o") from None
-    if header is None and not rows:
-        if path.stat().st_size == 0:
-            return []
-    if not header or "point_id" not in header:
+    what = "the sweep results file"
+    text = decode_text(read_input(path, what, GridError), what, path, GridError)
+    header, rows = csv_rows(text, what, path, GridError)
+    if header is None:
+        return []
+    if "point_id" not in header:
         raise GridError(not_results)
-    return [{k: (v if k in TEXT_COLUMNS else _from_text(v)) for k, v in r.items()} for r in rows]
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise GridError(f"{path}:1: the header names {', '.join(map(show, dup[:5]))} twice; choose another -o")
+    out = []
+    for line, row in rows:
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise GridError(f"{path}:{line}: {len(row)} fields where the header has {len(header)}; "
+                            "the file is damaged: repair or delete it, or choose another -o")
+        out.append({k: (v if k in TEXT_COLUMNS else _from_text(v)) for k, v in zip(header, row)})
+    return out
 
 
 def write_results(path, rows, columns) -> None:
@@ -146,7 +167,7 @@ def _from_text(text):
     for cast in (int, float):
         try:
             return cast(text)
-        except ValueError:
+        except ValueError:  # also Python's refusal of integers past 4,300 digits
             pass
     if text in ("True", "False"):
         return text == "True"
@@ -176,12 +197,21 @@ def _load_inputs(grid: Grid, points):
     from specsim.table import CostTable
 
     used = {a: {p[a] for p in points} for a in INPUT_AXES}
+
+    def load(section, name, read, *args, **kwargs):
+        # The grid's file and entry lead the reader's own message, so the user knows which.
+        try:
+            return read(*args, **kwargs)
+        except SpecsimError as e:
+            raise GridError(f"{grid.source}: [{section}] {name}: {e.headline}", e.problems) from None
+
     traces = {}
     for name in sorted(used["trace"]):
         path, options = grid.traces[name]
-        traces[name] = read_trace(path, **options).requests
-    tables = {name: CostTable.load(grid.tables[name]) for name in sorted(used["table"])}
-    cals = {name: AcceptanceCalibration.load(grid.calibrations[name]) for name in sorted(used["calibration"])}
+        traces[name] = load("traces", name, read_trace, path, **options).requests
+    tables = {name: load("tables", name, CostTable.load, grid.tables[name]) for name in sorted(used["table"])}
+    cals = {name: load("calibrations", name, AcceptanceCalibration.load, grid.calibrations[name])
+            for name in sorted(used["calibration"])}
     return traces, tables, cals
 
 
@@ -203,6 +233,8 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     from specsim._progress import Progress
 
     start = time.monotonic()
+    if scheduler is not None:
+        check_scheduler(scheduler)
     check_results_path(out)
     done = {r["point_id"]: r for r in read_results(out)}
     todo = [p for p in grid.points if point_id(p) not in done]
@@ -261,8 +293,8 @@ def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -
     if scheduler:
         try:
             client = Client(scheduler, timeout="20s")
-        except (OSError, TimeoutError) as e:
-            raise GridError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
+        except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
+            raise GridError(f"cannot reach the Dask scheduler at {show(scheduler)}: {show(str(e), 200)}") from None
     else:
         n = workers or os.cpu_count() or 1
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)

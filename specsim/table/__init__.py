@@ -1,4 +1,4 @@
-"""Cost tables: format, validation and lookup (SPEC §1)."""
+"""Cost tables: format, validation and lookup (docs/tables.md)."""
 
 from specsim.table._types import COST_FIELDS, SCHEMA, Cell, KeyMismatch, TableKey
 from specsim.table.cost_table import CostTable

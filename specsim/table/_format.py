@@ -1,4 +1,4 @@
-"""The TOML form of a cost table (SPEC §1.1): reading into plain values and writing back."""
+"""The TOML form of a cost table (docs/formats.md#cost-table): reading into plain values and writing back."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ CELL_INT_FIELDS = ("n", "k")
 
 
 def read(text, source: str = "<text>"):
-    """Parse table text into ``(key, cells, meta, extras)`` without applying §1.2's rules.
+    """Parse table text into ``(key, cells, meta, extras)`` without applying the validation rules.
 
     Every shape problem (a missing or mistyped field) is collected and raised together.
-    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the seed's reader ignores.
+    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the metrale serve's reader ignores.
     """
     doc = _toml.loads(text, "the cost table", source, TableError)
     problems = []
@@ -110,7 +110,7 @@ def _read_cell(i, raw, problems):
 
 
 def rule_problems(cells, where=lambda i: f"cells[{i}]"):
-    """Every breach of SPEC §1.2's cell rules, as messages; empty when the grid is valid."""
+    """Every breach of the cell rules (docs/tables.md#validation), as messages; empty when the grid is valid."""
     problems = []
     seen = {}
     for i, c in enumerate(cells):

@@ -1,4 +1,4 @@
-"""Numba kernels over a cost table's flat arrays (SPEC §1.3).
+"""Numba kernels over a cost table's flat arrays (docs/tables.md#lookup).
 
 A table is ``widths int64[W]`` (ascending, distinct, >= 1) and
 ``costs float64[W, max_k + 1, 4]`` in the order (verify_ms, verify_j, draft_ms, draft_j).

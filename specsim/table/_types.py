@@ -40,7 +40,7 @@ class Cell(NamedTuple):
 
 @dataclass(frozen=True)
 class KeyMismatch:
-    """One way a table's key differs from the serve's (SPEC §1.4).
+    """One way a table's key differs from the serve's (docs/tables.md#key).
 
     ``kind`` is one of ``"schema"``, ``"box_class"``, ``"recipe"``, ``"plan_digest"``; ``mode`` is
     set for plan digests, where ``table``/``serve`` is None on the side that lacks the mode.
@@ -94,7 +94,7 @@ class TableKey:
         )
 
     def check(self, serve: "TableKey") -> list:
-        """Every way this (the table's) key differs from ``serve``'s, in SPEC §1.4's order.
+        """Every way this (the table's) key differs from ``serve``'s, in the order docs/tables.md#key gives.
 
         Returns
         -------

@@ -1,4 +1,4 @@
-"""``CostTable``: a parsed, validated cost table held as flat arrays (SPEC §1)."""
+"""``CostTable``: a parsed, validated cost table held as flat arrays (docs/tables.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class CostTable:
     """What one speculative step costs at each batch width and draft depth, on one box class.
 
     Build one with :meth:`parse`, :meth:`load` or :meth:`from_cells`; each refuses a table that
-    breaks any rule of SPEC §1.2 and lists every problem it finds.
+    breaks any rule of docs/tables.md#validation and lists every problem it finds.
 
     Attributes
     ----------
@@ -28,7 +28,7 @@ class CostTable:
     meta : dict
         The optional ``[meta]`` table (device, energy source, ...); never read by the planner.
     extras : dict
-        ``(n, k) -> {field: value}`` of per-cell fields beyond the six the seed reads.
+        ``(n, k) -> {field: value}`` of per-cell fields beyond the six standard ones.
     """
 
     __slots__ = ("key", "widths", "costs", "meta", "extras", "source")
@@ -61,7 +61,7 @@ class CostTable:
 
     @classmethod
     def parse(cls, text, source: str = "<text>") -> "CostTable":
-        """Parse and validate table text (SPEC §1.1-1.2).
+        """Parse and validate table text (docs/formats.md#cost-table, docs/tables.md#validation).
 
         Raises
         ------
@@ -118,7 +118,7 @@ class CostTable:
         ]
 
     def cell(self, n: int, k: int):
-        """The cost at width ``n`` and depth ``k``, interpolated in width (SPEC §1.3).
+        """The cost at width ``n`` and depth ``k``, interpolated in width (docs/tables.md#lookup).
 
         Returns None when ``k > max_k``.
         """
@@ -129,7 +129,7 @@ class CostTable:
 
         out = np.empty(4)
         # Every n at or above the widest measured width takes that width's costs, so clamping to
-        # int64 changes nothing but lets any Python int (the seed's usize) be asked.
+        # int64 changes nothing but lets any Python int (the metrale serve's usize) be asked.
         cell_into_nb(self.widths, self.costs, min(n, _INT64_MAX), k, out)
         return Cell(n, k, *map(float, out))
 

@@ -1,0 +1,139 @@
+"""The value checks every reader and option parser shares: whole numbers, finite numbers,
+fractions, and the size limits of docs/limits.md.
+
+Each ``*_problem`` function returns ``None`` for a good value, else one line saying what is
+wrong (the value shown short, so a 100 MB string never reaches a message); the ``check_*``
+functions raise the caller's error class with that line. Booleans are never numbers here,
+although Python counts ``True`` as 1.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+# The largest count anything accepts (widths, budgets, limits, seeds of sizes), and the
+# "no cap" value the planner and engine use where a cap is optional: far above any real size,
+# far below int64's end, so sums of a few of them never overflow.
+COUNT_MAX = 1 << 62
+
+# -- size limits (docs/limits.md) ------------------------------------------------------------
+# Deepest draft depth a table, calibration, trace or policy may name: every per-depth array is
+# built with this many entries at most.
+MAX_DEPTH = 1024
+# Most batch widths (sequences per step) a table, option or replay may name.
+MAX_WIDTH = 1 << 20
+# Most output (or prompt) tokens one request may ask for.
+MAX_TOKENS_PER_REQUEST = 1 << 24
+# Most points a sweep grid may cross to.
+MAX_GRID_POINTS = 1_000_000
+# Most tokens a replay may emit (its budget).
+MAX_BUDGET_TOKENS = 1 << 40
+# Longest pause or window, in seconds, a measurement option may ask for (one day).
+MAX_SECONDS = 86_400.0
+# Most columns one row of a windows histogram (depth + 1) may have.
+MAX_WINDOW_COLUMNS = MAX_DEPTH + 1
+# Deepest nesting of lists/objects a JSON side file may hold.
+MAX_JSON_DEPTH = 64
+
+
+def show(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for messages."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}…({len(text):,} characters)"
+
+
+def is_int(value) -> bool:
+    """An integer (Python or NumPy), not a boolean."""
+    return isinstance(value, (int, numbers.Integral)) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A real number (int or float, Python or NumPy), not a boolean."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str = "") -> str | None:
+    """``None`` if ``value`` is an integer in ``low..high``, else what is wrong with it."""
+    if not is_int(value):
+        return f"{name} = {show(value)} must be a whole number"
+    if not low <= value <= high:
+        limit = f" (the limit{': ' + why if why else ''}; see docs/limits.md)" if high < COUNT_MAX else ""
+        return f"{name} = {show(value)} is outside {low:,}..{high:,}{limit}"
+    return None
+
+
+def number_problem(value, name: str, low: float = -math.inf, high: float = math.inf, *,
+                   low_open: bool = False, unit: str = "") -> str | None:
+    """``None`` if ``value`` is a finite number in ``[low, high]`` (``(low, high]`` with
+    ``low_open``), else what is wrong with it."""
+    u = f" {unit}" if unit else ""
+    if not is_number(value):
+        return f"{name} = {show(value)} must be a number{u}"
+    v = float(value)
+    if not math.isfinite(v):
+        return f"{name} = {show(value)} must be finite"
+    if v < low or (low_open and v == low) or v > high:
+        lo = "> " if low_open else ">= "
+        bounds = []
+        if low > -math.inf:
+            bounds.append(f"{lo}{low:g}")
+        if high < math.inf:
+            bounds.append(f"<= {high:g}")
+        return f"{name} = {show(value)} must be {' and '.join(bounds)}{u}"
+    return None
+
+
+def fraction_problem(value, name: str, *, top_open: bool = False) -> str | None:
+    """``None`` if ``value`` is a number in ``[0, 1]`` (``[0, 1)`` with ``top_open``)."""
+    problem = number_problem(value, name, 0.0, 1.0)
+    if problem is None and top_open and float(value) >= 1.0:
+        problem = f"{name} = {show(value)} must be below 1"
+    return problem
+
+
+def check_int(value, name: str, error_cls, low: int = 0, high: int = COUNT_MAX, why: str = "") -> int:
+    """``int(value)``, or ``error_cls`` when :func:`int_problem` finds something."""
+    problem = int_problem(value, name, low, high, why)
+    if problem:
+        raise error_cls(problem)
+    return int(value)
+
+
+def check_number(value, name: str, error_cls, low: float = -math.inf, high: float = math.inf, *,
+                 low_open: bool = False, unit: str = "") -> float:
+    """``float(value)``, or ``error_cls`` when :func:`number_problem` finds something."""
+    problem = number_problem(value, name, low, high, low_open=low_open, unit=unit)
+    if problem:
+        raise error_cls(problem)
+    return float(value)
+
+
+def check_finite_results(values: dict, cause: str, error_cls) -> None:
+    """Refuse results that hold infinities or NaN, naming what caused them.
+
+    Parameters
+    ----------
+    values : dict
+        Name -> number (or nested dicts/lists of numbers): the figures about to be reported.
+    cause : str
+        The inputs that can make them non-finite (``--prefill-ms-per-token``, the table ...).
+    """
+    bad = list(_non_finite(values, ""))
+    if bad:
+        raise error_cls(f"the results are not finite numbers; they come from {cause}: check it",
+                        [f"{path} = {v}" for path, v in bad])
+
+
+def _non_finite(value, path):
+    stack = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+        elif is_number(v) and not is_int(v) and not math.isfinite(float(v)):
+            yield where, v

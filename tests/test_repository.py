@@ -1,0 +1,119 @@
+"""The repository stands on its own: nothing in the package, the tests, the benchmarks, the
+examples, the README, the docs or any ``--help`` text points the reader to a document they do not
+have. Rules and formats are explained in the project's words, in docs/*.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Built from pieces, so that this file does not hold the very strings it looks for.
+_RULES = {
+    "a section citation": re.compile("\u00a7"),
+    "a citation of an outside spec": re.compile(r"\bSP" + r"EC\b"),
+    # A random seed ("the seed of the draws") is fine; the outside reference implementation is not.
+    "a citation of an outside reference implementation": re.compile(
+        r"(?i)\bthe se" + r"ed\b(?!\s+(of|value|argument|=))"),
+    "a citation of an issue": re.compile(r"(?i)\bissu" + r"e:"),
+    "a machine path": re.compile("/wo" + r"rk/|\.libr" + "ary"),
+}
+
+_TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".json", ".jsonl", ".csv", ".sh", ".yml", ".yaml"}
+
+
+def _project_files():
+    """Text files the project writes: package, tests, benchmarks, examples, docs, README.
+
+    ``tests/data`` holds third-party data with its publishers' own READMEs; only the READMEs
+    written for this project there are checked.
+    """
+    files = [ROOT / "README.md", ROOT / "pyproject.toml"]
+    for folder in ("specsim", "tests", "benchmarks", "examples", "docs"):
+        base = ROOT / folder
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix.lower() not in _TEXT_SUFFIXES:
+                continue
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("tests", "data") and path.name != "README.md":
+                continue
+            if path == Path(__file__).resolve():
+                continue
+            files.append(path)
+    return [f for f in files if f.is_file()]
+
+
+def _hits(text):
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for what, rule in _RULES.items():
+            if rule.search(line):
+                out.append((lineno, what, line.strip()[:160]))
+    return out
+
+
+def test_the_scan_sees_the_package_tests_and_docs():
+    files = {f.relative_to(ROOT).as_posix() for f in _project_files()}
+    assert "specsim/__init__.py" in files and "README.md" in files
+    assert "tests/conftest.py" in files and "docs/README.md" in files
+    assert "tests/data/README.md" in files
+    assert not any(f.startswith("tests/data/") and not f.endswith("README.md") for f in files)
+
+
+@pytest.mark.parametrize("text, caught", [
+    ("see " + "SP" + "EC \u00a71.2 for the rules", True),
+    ("as " + "the se" + "ed's reader does", True),
+    ("The se" + "ed writes floats", True),
+    ("(issu" + "e: sweeps)", True),
+    ("from /wo" + "rk/shared/data", True),
+    ("USER_SPECS = parse_specs(text)", False),
+    ("the seed of the draft outcomes", False),
+    ("--synthetic requests=N,seed=S", False),
+    ("see docs/tables.md#validation", False),
+])
+def test_the_rules_catch_citations_and_spare_plain_words(text, caught):
+    assert bool(_hits(text)) is caught
+
+
+def test_no_file_cites_an_outside_document():
+    problems = []
+    for path in _project_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for lineno, what, line in _hits(text):
+            problems.append(f"{path.relative_to(ROOT)}:{lineno}: {what}: {line}")
+    assert not problems, "explain in the project's words or link docs/<page>.md#heading:\n" + "\n".join(problems)
+
+
+def _all_parsers():
+    from specsim.cli import build_parser
+
+    seen, todo = [], [(["specsim"], build_parser())]
+    while todo:
+        path, parser = todo.pop()
+        seen.append((path, parser))
+        for action in parser._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                for name, sub in action.choices.items():
+                    todo.append((path + [name], sub))
+    return seen
+
+
+def test_every_command_is_walked():
+    paths = {" ".join(p) for p, _ in _all_parsers()}
+    assert {"specsim", "specsim table", "specsim calib fit", "specsim simulate", "specsim bench"} <= paths
+
+
+def test_no_help_text_cites_an_outside_document():
+    problems = []
+    for path, parser in _all_parsers():
+        for lineno, what, line in _hits(parser.format_help()):
+            problems.append(f"{' '.join(path)} --help, line {lineno}: {what}: {line}")
+    assert not problems, "\n".join(problems)
