@@ -316,9 +316,6 @@ def monitor_steps(calibration, batches, settings=None, history=False):
 def plot_drift(rep: DriftReport, history, path, title="") -> None:
     """Write a PNG of every stream's CUSUM statistic (the larger of down and up) over the steps,
     with the alarm threshold and the alarms marked."""
-    from specsim.calibration.report import require_matplotlib
-
-    require_matplotlib()
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -70,6 +70,29 @@ inputs (exactly one):
 """
 
 
+def drafter_flags(p):
+    """The drafter key flags every command that writes a calibration takes."""
+    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
+    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
+    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
+    p.add_argument("--context", required=True, choices=("true", "false"),
+                   help="whether the drafter's prompt context was active")
+
+
+def drafter_key(args):
+    """The :class:`DrafterKey` of :func:`drafter_flags`, refused when a field is empty."""
+    from specsim.calibration import DrafterKey
+    from specsim.errors import CalibrationError
+
+    if args.vocab < 1:
+        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
+    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
+        if not value.strip():
+            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
+                                   "so its key must name it")
+    return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
+
+
 def register_fit(csub):
     from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
 
@@ -90,11 +113,7 @@ def register_fit(csub):
                    help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
     p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
-    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
-    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
-    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
-    p.add_argument("--context", required=True, choices=("true", "false"),
-                   help="whether the drafter's prompt context was active")
+    drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
     p.add_argument("--counts-out", metavar="FILE", help="also write the binned counts (TOML counts file)")
     p.add_argument("--report", action="store_true", help="print the reliability report")
@@ -117,19 +136,13 @@ def cmd_fit(args):
 
 
 def _fit(args, out):
-    from specsim.calibration import DrafterKey
     from specsim.calibration.fit import (
         calibration_from_rates, counts_from_steps, fit_counts, load_counts, render_counts,
     )
     from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
     from specsim.errors import CalibrationError
 
-    if args.vocab < 1:
-        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
-    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
-        if not value.strip():
-            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
-                                   "so its key must name it")
+    drafter = drafter_key(args)
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
     if args.edges is not None and not args.drafts_log:
@@ -138,7 +151,6 @@ def _fit(args, out):
         raise CalibrationError("--counts-out needs counts: --rates has none")
     if args.plot:
         require_matplotlib()  # before anything is written
-    drafter = DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
     fit = holdout = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)

@@ -4,7 +4,6 @@ drift`` (live outcomes against a calibration); registered by :mod:`specsim.cli.c
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from specsim.cli._common import count
@@ -36,6 +35,8 @@ def register(csub):
     p.add_argument("--assume", choices=ASSUMPTIONS, help="assumption for a mean-only source (constant-rate)")
     p.add_argument("--depth", type=count, metavar="K", help="drafts per verify step, when the source does not say")
     p.add_argument("--strict", action="store_true", help="refuse lines that look like the format but cannot be read")
+    from specsim.cli.calib import drafter_flags
+
     drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
     p.add_argument("--windows-out", metavar="W.toml",
@@ -43,70 +44,24 @@ def register(csub):
     p.set_defaults(func=cmd_import)
 
 
-def drafter_flags(p):
-    """The drafter key flags, as ``calib fit`` takes them."""
-    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
-    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
-    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
-    p.add_argument("--context", required=True, choices=("true", "false"),
-                   help="whether the drafter's prompt context was active")
-
-
-def drafter_key(args):
-    from specsim.calibration import DrafterKey
-    from specsim.errors import CalibrationError
-
-    if args.vocab < 1:
-        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
-    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
-        if not value.strip():
-            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
-                                   "so its key must name it")
-    return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
-
-
-def refuse_overwrite(outputs, inputs):
-    """Refuse before any work when an output path names an input file (or two outputs collide)."""
-    from specsim.errors import SpecsimError
-
-    seen = {}
-    for flag, out in outputs:
-        if not out:
-            continue
-        for name, path in inputs:
-            if _same(out, path):
-                raise SpecsimError(f"{flag} {out} is the input {name}: write elsewhere, inputs are never overwritten")
-        for other_flag, other in seen.items():
-            if _same(out, other):
-                raise SpecsimError(f"{flag} and {other_flag} are the same file {out}: give two names")
-        seen[flag] = out
-
-
-def _same(a, b) -> bool:
-    try:
-        if os.path.exists(a) and os.path.exists(b):
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return Path(os.path.abspath(a)) == Path(os.path.abspath(b))
-
-
 def cmd_import(args):
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.calibration.telemetry import identify, read_telemetry, render_windows
     from specsim.calibration.telemetry.identify import calibration_from
+    from specsim.cli.calib import drafter_key
 
-    refuse_overwrite([("-o", args.output), ("--windows-out", args.windows_out)],
-                     [(f, f) for f in args.files])
-    drafter = drafter_key(args)
-    fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict)
-    names = [Path(f).name for f in args.files]
-    ident = identify(fmt, records, tally, args.assume, args.depth, names)
-    cal = calibration_from(ident, drafter, ", ".join(names))
-    windows = render_windows(ident, fmt) if args.windows_out else None
-    atomic_write_text(args.output, cal.render())
-    if windows is not None:
-        atomic_write_text(args.windows_out, windows)
+    with Outputs([("FILE", f) for f in args.files]) as out:
+        out.declare(args.output, "-o")
+        out.declare(args.windows_out, "--windows-out")
+        drafter = drafter_key(args)
+        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict)
+        names = [Path(f).name for f in args.files]
+        ident = identify(fmt, records, tally, args.assume, args.depth, names)
+        cal = calibration_from(ident, drafter, ", ".join(names))
+        windows = render_windows(ident, fmt) if args.windows_out else None
+        out.text(args.output, cal.render())
+        if windows is not None:
+            out.text(args.windows_out, windows)
     m = ident.meta
     priors = ", ".join(f"{p:.3f}" for p in cal.priors)
     print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "
@@ -158,33 +113,35 @@ def register_drift(csub):
 def cmd_drift(args):
     import json
 
-    from specsim._io import atomic_write_text
+    from specsim._io import Outputs
     from specsim.calibration import AcceptanceCalibration
     from specsim.calibration.drift import DriftSettings, plot_drift
+    from specsim.cli._common import require_matplotlib
     from specsim.errors import CalibrationError
 
-    inputs = [("CAL", args.calibration)] + [(f, f) for f in (args.from_log or [])] + [
+    inputs = [("CAL", args.calibration)] + [("--from-log", f) for f in (args.from_log or [])] + [
         (flag, v) for flag, v in (("--acceptance", args.acceptance), ("--drafts-log", args.drafts_log),
                                   ("--steps-log", args.steps_log)) if v]
-    refuse_overwrite([("--plot", args.plot), ("--json", args.json)], inputs)
-    if args.trace is not None and not args.acceptance:
-        raise CalibrationError("--trace goes with --acceptance FILE")
-    if args.width < 1:
-        raise CalibrationError("--width must be at least 1 chain per step")
-    if args.plot:
-        from specsim.calibration.report import require_matplotlib
-
-        require_matplotlib()
-    settings = DriftSettings(shift=args.shift, threshold=args.threshold)
-    cal = AcceptanceCalibration.load(args.calibration)
-    rep, hist, what = _replay_drift(args, cal, settings)
-    print(f"{what} against {args.calibration}")
-    print(rep.format(), end="")
-    if args.json:
-        atomic_write_text(args.json, json.dumps(rep.to_dict(), indent=2, allow_nan=False) + "\n")
-    if args.plot:
-        plot_drift(rep, hist, args.plot, title=what)
-        print(f"wrote {args.plot}")
+    with Outputs(inputs) as out:
+        out.declare(args.plot, "--plot")
+        out.declare(args.json, "--json")
+        if args.trace is not None and not args.acceptance:
+            raise CalibrationError("--trace goes with --acceptance FILE")
+        if args.width < 1:
+            raise CalibrationError("--width must be at least 1 chain per step")
+        if args.plot:
+            require_matplotlib()
+        settings = DriftSettings(shift=args.shift, threshold=args.threshold)
+        cal = AcceptanceCalibration.load(args.calibration)
+        rep, hist, what = _replay_drift(args, cal, settings)
+        print(f"{what} against {args.calibration}")
+        print(rep.format(), end="")
+        if args.json:
+            out.text(args.json, json.dumps(rep.to_dict(), indent=2, allow_nan=False) + "\n")
+        if args.plot:
+            plot_drift(rep, hist, out.path(args.plot), title=what)
+    for path in out.written:
+        print(f"wrote {path}")
     return 0
 
 

@@ -13,7 +13,6 @@ skipped and could not read. Records come in three kinds, by what they identify (
 
 from __future__ import annotations
 
-import codecs
 import json
 from dataclasses import dataclass, field
 from typing import Optional
@@ -115,25 +114,15 @@ class Tally:
 
 
 def read_text(path) -> str:
-    """A telemetry file's text, refused when it is empty, binary or not UTF-8 (UTF-16 included).
+    """A telemetry file's text, refused (naming the file) when it is empty, binary, UTF-16 or
+    not UTF-8; a UTF-8 byte-order mark is dropped."""
+    from specsim._io import decode_text
 
-    A UTF-8 byte-order mark is dropped. The error names the file and says what was expected.
-    """
-    raw = read_input(path, "the telemetry file", CalibrationError)
-    if raw.startswith(codecs.BOM_UTF8):
-        raw = raw[len(codecs.BOM_UTF8):]
-    if not raw.strip():
+    text = decode_text(read_input(path, "the telemetry file", CalibrationError), "the telemetry file", path,
+                       CalibrationError)
+    if not text.strip():
         raise CalibrationError(f"{path}: the telemetry file is empty: give a log, a /metrics scrape or a JSON dump")
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or raw[:200].count(b"\x00") > 0:
-        what = "UTF-16 text" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or raw[1:200:2].count(0) > 50 \
-            else "binary data"
-        raise CalibrationError(f"{path}: the telemetry file holds {what}, not UTF-8 text: re-save it as UTF-8 "
-                               "(e.g. `iconv -f UTF-16 -t UTF-8`)")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CalibrationError(f"{path}: the telemetry file is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x}): "
-                               "give the log or scrape as the serve wrote it") from None
+    return text
 
 
 def json_documents(text: str, source: str, tally: Tally):
