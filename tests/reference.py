@@ -75,7 +75,7 @@ def f32(x):
 
 
 def ref_bucket(edges, lp):
-    """SPEC §2.2: the first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
+    """docs/calibration.md#queries: the first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
     lp = f32(lp)
     for i, e in enumerate(edges):
         if lp <= f32(e):
@@ -99,7 +99,7 @@ def ref_p_position(edges, p_accept, priors, lps, j):
 
 
 def ref_expected_accepted(edges, p_accept, priors, lps, k):
-    """SPEC §2.2: ``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
+    """docs/calibration.md#queries: ``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
     run, total = 1.0, 0.0
     for j in range(1, k + 1):
         run *= ref_p_position(edges, p_accept, priors, lps, j)
@@ -108,7 +108,7 @@ def ref_expected_accepted(edges, p_accept, priors, lps, k):
 
 
 def ref_calibration_rules(edges, p_accept, priors):
-    """SPEC §2.1: the set of rules broken (edges compared as float32)."""
+    """docs/formats.md#acceptance-calibration: the set of rules broken (edges compared as float32)."""
     broken = set()
     e32 = [f32(e) for e in edges]
     if not edges:
@@ -127,7 +127,7 @@ def ref_calibration_rules(edges, p_accept, priors):
 
 
 def ref_conditional_priors(marginals):
-    """SPEC §2.2: ``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
+    """docs/calibration.md#queries: ``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
     out = []
     before = 1.0
     zero_seen = False
@@ -276,7 +276,7 @@ def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, kno
     return depth
 
 
-# --- fitting (§3) -------------------------------------------------------------------------------
+# --- fitting (docs/calibration.md#fitting) -------------------------------------------------------------------------------
 REF_MIN_OUTCOMES = 100
 
 
@@ -295,7 +295,7 @@ def _is_count(v):
 
 
 def ref_fit(edges, accepted, rejected, steps):
-    """SPEC §3 fit: ``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
+    """docs/calibration.md#fitting fit: ``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
     edges, accepted, rejected = list(edges), list(accepted), list(rejected)
     if len(edges) == 0:
         raise RefRefused("no edges")
@@ -311,7 +311,7 @@ def ref_fit(edges, accepted, rejected, steps):
         d, a = key
         if not (_is_count(d) and _is_count(a) and _is_count(c)) or a > d:
             raise RefRefused("bad step")
-    # The result must also be a valid calibration (§2.1): edges ascending as float32, last >= 0.
+    # The result must also be a valid calibration (docs/formats.md#acceptance-calibration): edges ascending as float32, last >= 0.
     if not all(isinstance(e, (int, float, np.number)) and not isinstance(e, bool) for e in edges):
         raise RefRefused("edge not a number")
     e32 = [np.float32(e) for e in edges]
@@ -353,7 +353,7 @@ def ref_fit(edges, accepted, rejected, steps):
 
 
 def fit_ref_bucket(edges, lp):
-    """SPEC §2.2 bucket: first edge with lp <= edge, comparing float32 values; else the last."""
+    """docs/calibration.md#queries bucket: first edge with lp <= edge, comparing float32 values; else the last."""
     with np.errstate(over="ignore"):
         lp = np.float32(lp)
     for i, e in enumerate(edges):
@@ -404,7 +404,7 @@ def ref_bin_drafts(edges, rows, held_out_steps=()):
 
 
 def ref_conditional(rates, form="marginal"):
-    """SPEC §2.2: conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
+    """docs/calibration.md#queries: conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
     rates = [float(r) for r in rates]
     if form == "conditional":
         return rates

@@ -1,4 +1,4 @@
-"""Acceptance calibrations: format, queries and fitting (SPEC §2-§3)."""
+"""Acceptance calibrations: format, queries and fitting (docs/calibration.md)."""
 
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors

@@ -97,7 +97,7 @@ def register_fit(csub):
     from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
 
     p = csub.add_parser(
-        "fit", help="fit a calibration from counts, logs, rates or step histograms (SPEC §3)",
+        "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
     )
     src = p.add_mutually_exclusive_group(required=True)
