@@ -452,6 +452,85 @@ def ref_wilson(k, n, z=1.959963984540054):
     return centre - half, centre + half
 
 
+# --- online calibration and drift (docs/telemetry.md) -------------------------------------------
+
+def ref_online_step(edges, confidences, n_conf, accepted_run):
+    """One scheduler step's counts, draft by draft: ``(accepted, rejected, steps, nonfinite)``
+    with bucket lists, a ``(d, a) -> count`` dict and the NaN-confidence count. A sequence's
+    reached drafts are positions ``1..min(a + 1, d)``; a sequence with no draft adds nothing."""
+    b = len(edges)
+    acc, rej, steps, nonfinite = [0] * b, [0] * b, {}, 0
+    for row, d, a in zip(confidences, n_conf, accepted_run):
+        d, a = int(d), int(a)
+        if d == 0:
+            continue
+        for j in range(min(a + 1, d)):
+            lp = row[j]
+            if math.isnan(float(lp)):
+                nonfinite += 1
+                continue
+            i = ref_bucket(edges, lp)
+            if j < a:
+                acc[i] += 1
+            else:
+                rej[i] += 1
+        steps[(d, a)] = steps.get((d, a), 0) + 1
+    return acc, rej, steps, nonfinite
+
+
+def ref_online_counts(edges, batches, window=None, half_life=None):
+    """Running counts after every batch: every step kept, the last ``window`` steps, or each
+    step weighted ``2 ** (-age / half_life)`` (age 0 for the latest)."""
+    per_step = [ref_online_step(edges, *b) for b in batches]
+    if window is not None:
+        per_step = per_step[-window:]
+    n = len(per_step)
+    b = len(edges)
+    acc, rej, steps, nonfinite = [0.0] * b, [0.0] * b, {}, 0.0
+    for t, (a_, r_, s_, nf) in enumerate(per_step):
+        w = 1.0 if half_life is None else 2.0 ** (-(n - 1 - t) / half_life)
+        for i in range(b):
+            acc[i] += w * a_[i]
+            rej[i] += w * r_[i]
+        for k, c in s_.items():
+            steps[k] = steps.get(k, 0.0) + w * c
+        nonfinite += w * nf
+    return acc, rej, steps, nonfinite
+
+
+def ref_cusum(rates, shift, threshold, outcomes):
+    """Two-sided binomial CUSUM per stream, one step at a time.
+
+    ``rates[m]`` is stream m's in-control rate (clamped to [0.001, 0.999]); ``outcomes`` is a
+    list of steps, each a list of ``(n, k)`` per stream (outcomes, acceptances). The one-sided
+    statistics (log-odds moved down, up by ``shift``) add ``k * log(p1 / p0) + (n - k) *
+    log((1 - p1) / (1 - p0))`` and floor at 0 until the first time they exceed ``threshold``
+    (then they are kept as they are). Returns ``(stats, alarms)``: the final ``[down, up]``
+    statistics and ``{(m, direction): (start step, alarm step)}``."""
+    stats = [[0.0, 0.0] for _ in rates]
+    start = {}
+    alarms = {}
+    for t, step in enumerate(outcomes):
+        for m, (n, k) in enumerate(step):
+            if n == 0:
+                continue
+            p0 = min(max(rates[m], 1e-3), 1 - 1e-3)
+            lo = math.log(p0 / (1 - p0))
+            for dr, sign in ((0, -1.0), (1, 1.0)):
+                p1 = 1 / (1 + math.exp(-(lo + sign * shift)))
+                s = stats[m][dr] + k * math.log(p1 / p0) + (n - k) * math.log((1 - p1) / (1 - p0))
+                latched = (m, dr) in alarms
+                if s <= 0 and not latched:
+                    stats[m][dr] = 0.0
+                    continue
+                if stats[m][dr] == 0 and not latched:
+                    start[(m, dr)] = t
+                stats[m][dr] = max(s, 0.0)
+                if s > threshold and not latched:
+                    alarms[(m, dr)] = (start[(m, dr)], t)
+    return stats, alarms
+
+
 # --- traces and replay (§5, §6 readers) ---------------------------------------------------------
 
 import csv as _csv
