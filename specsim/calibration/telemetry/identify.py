@@ -43,7 +43,8 @@ class Identified:
     windows : dict
         ``d -> list of rows [accepted d, .., rejected]`` (one per request or record).
     runs : dict
-        ``d -> list of accepted runs`` in serve order (per-step sources only).
+        ``d -> list`` aligned with ``windows[d]``: each window's accepted runs in serve order
+        (per-step sources), or None where only its histogram is known.
     """
 
     steps: Optional[dict]
@@ -100,9 +101,10 @@ def identify(fmt, records, tally, assume=None, depth=None, files=()):
             _add(steps, r.steps)
             for d, rows in r.windows.items():
                 windows.setdefault(d, []).extend(rows)
+                runs.setdefault(d, []).extend([None] * len(rows))
             for d, run in r.runs.items():
-                runs.setdefault(d, []).extend(run)
                 windows.setdefault(d, []).append(_row(run, d))
+                runs.setdefault(d, []).append(run)
         meta["identifies"] = "accept-run histogram (per-position priors)"
         meta["assumption"] = "none"
         meta["steps"] = sum(steps.values())
@@ -268,12 +270,15 @@ def render_windows(ident: Identified, fmt: str) -> str:
         if d > 9:
             continue  # a trace holds one digit per step
         rows = ident.windows[d]
-        if d in ident.runs:
-            seq = ident.runs[d]
+        orders = ident.runs.get(d, [None] * len(rows))
+        seq = []
+        for row, order in zip(rows, orders):
+            seq += order if order is not None else spread(row[::-1])
+        if all(o is not None for o in orders):
             note = f"{fmt}: per-step accepted runs in serve order"
         else:
-            seq = [a for row in rows for a in spread(row[::-1])]
-            note = f"{fmt}: histograms only, each window's accepted runs spread evenly (the order is not the serve's)"
+            note = (f"{fmt}: windows known by histogram only have their accepted runs spread evenly (the order is "
+                    "not the serve's)")
         digits = "".join(str(a) for a in seq)
         chunks = [digits[i:i + 96] for i in range(0, len(digits), 96)] or [""]
         lines += ["", "[[trace]]", f"name = {_toml.string(f'd{d}')}", f"note = {_toml.string(note)}",
