@@ -85,11 +85,16 @@ def test_streams_are_pools_then_positions():
 
 
 def test_in_control_runs_stay_quiet_at_the_stated_rate():
-    # docs/telemetry.md states at most 5% of 500-step runs of in-control chains raise any alarm
-    # (three fitted positions, both directions); measured here over 200 seeded runs.
+    # docs/telemetry.md states about 0.2% of in-control runs of 2,000 chains raise any alarm at
+    # the default threshold (three fitted positions, both directions). Measured here over 200
+    # seeded runs; the bound leaves room for the sampling error of 200 runs, not for a monitor
+    # an order of magnitude noisier.
     cal = AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.62, 0.48, 0.40])
-    rate = false_alarm_rate(cal, depth=5, steps=500, runs=200, settings=DEFAULT, seed=1000)
-    assert rate <= 0.05
+    rate = false_alarm_rate(cal, depth=5, steps=2000, runs=200, settings=DEFAULT, seed=1000)
+    assert rate <= 0.02
+    # A lower threshold trades quiet for speed: the same runs alarm far more often at 4 nats.
+    loud = false_alarm_rate(cal, depth=5, steps=2000, runs=50, settings=DriftSettings(threshold=4.0), seed=1000)
+    assert loud > rate
 
 
 def test_a_change_is_caught_and_dated():
@@ -127,7 +132,7 @@ def test_real_pre_fix_drafter_raises_the_alarm(shared_data):
     rep, _ = monitor_runs(cal, *_trace_steps(traces["glm53_dflash_dk7"]), DEFAULT)
     assert rep.drifted
     first = min(rep.alarms, key=lambda a: a.alarm_step)
-    assert first.alarm_step <= 250
+    assert first.alarm_step <= 300  # 265 steps at the default threshold
     assert first.stream.label == "position 1" and first.direction == "down"
 
 

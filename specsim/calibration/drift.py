@@ -39,7 +39,7 @@ class DriftSettings:
     """
 
     shift: float = 0.4
-    threshold: float = 6.0
+    threshold: float = 10.0
     min_rate: float = 1e-3
     max_rate: float = 1.0 - 1e-3
 
@@ -234,15 +234,16 @@ def simulate_runs(priors, depth: int, steps: int, seed: int = 0):
     return ok.sum(axis=1).astype(np.int64)
 
 
-def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, settings=None, seed: int = 0):
+def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, settings=None, seed: int = 0,
+                     width: int = 1):
     """Fraction of ``runs`` in-control simulations (chains drawn from the calibration's own
-    priors) of ``steps`` chains each that raise any alarm: the monitor's family-wise false-alarm
-    rate over that many steps."""
+    priors) of ``steps`` chains each (``width`` per monitored step) that raise any alarm: the
+    monitor's family-wise false-alarm rate over that many chains."""
     alarms = 0
     drafts = np.full(steps, depth, dtype=np.int64)
     for r in range(runs):
         acc = simulate_runs(calibration.priors, depth, steps, seed + r)
-        rep, _ = monitor_runs(calibration, drafts, acc, settings)
+        rep, _ = monitor_runs(calibration, drafts, acc, settings, width)
         alarms += rep.drifted
     return alarms / runs
 

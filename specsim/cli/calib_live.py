@@ -103,8 +103,8 @@ def register_drift(csub):
     p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
     p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
-    p.add_argument("--threshold", type=nonneg_float, default=6.0, metavar="NATS",
-                   help="alarm threshold (default 6.0; false-alarm rates: docs/telemetry.md)")
+    p.add_argument("--threshold", type=nonneg_float, default=10.0, metavar="NATS",
+                   help="alarm threshold (default 10; false-alarm rates: docs/telemetry.md)")
     p.add_argument("--plot", metavar="PNG", help="write the monitored statistics over time (needs matplotlib)")
     p.add_argument("--json", metavar="OUT", help="write the verdict as JSON")
     p.set_defaults(func=cmd_drift)
