@@ -85,7 +85,7 @@ def test_streams_are_pools_then_positions():
 
 
 def test_in_control_runs_stay_quiet_at_the_stated_rate():
-    # docs/telemetry.md states about 0.2% of in-control runs of 2,000 chains raise any alarm at
+    # docs/telemetry.md states about 0.4% of in-control runs of 2,000 chains raise any alarm at
     # the default threshold (three fitted positions, both directions). Measured here over 200
     # seeded runs; the bound leaves room for the sampling error of 200 runs, not for a monitor
     # an order of magnitude noisier.
