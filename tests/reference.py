@@ -142,10 +142,10 @@ def ref_conditional_priors(marginals):
     return out
 
 
-# --- planner (§4) -------------------------------------------------------------------------------
+# --- planner (docs/planner.md) -------------------------------------------------------------------
 
 def plan_ref_cell(widths, costs, n, k):
-    """SPEC §1.3 cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
+    """The table lookup cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
     max_k = len(costs[0]) - 1
     if k > max_k:
         return None
@@ -182,7 +182,7 @@ def ref_p(edges, p_accept, priors, lps, j):
 
 
 def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """SPEC §4.1, line by line."""
+    """propose_depth as docs/planner.md words it, line by line."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -227,8 +227,26 @@ def ref_goodput_depth(widths, costs, priors, n, max_seqs):
     return best[0]
 
 
+def ref_explain(widths, costs, priors, n, slack, max_seqs):
+    """Per depth: (k, tokens, step_ms, step_j, feasible) at width n, and propose's choice."""
+    max_k = len(costs[0]) - 1
+    rows = []
+    for k in range(max_k + 1):
+        total, run = 0.0, 1.0
+        for j in range(1, k + 1):
+            run *= plan_ref_prior(priors, j)
+            total += run
+        c = plan_ref_cell(widths, costs, n, k)
+        rows.append([k, n * (1 + total), c[0] + c[2], c[1] + c[3]])
+    r = min(1, max_k)
+    floor = (1 - slack) * (rows[r][1] / rows[r][2])
+    for row in rows:
+        row.append(row[1] / row[2] >= floor)
+    return [tuple(row) for row in rows], ref_propose_depth(widths, costs, priors, n, slack, max_seqs)
+
+
 def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, known, k_max, row_budget, slack):
-    """SPEC §4.2, line by line: a full stable sort and a cost re-derived for every prefix."""
+    """sequence_depths as docs/planner.md words it, line by line: a full stable sort and a cost re-derived for every prefix."""
     n = len(confidences)
     max_k = len(costs[0]) - 1
     k_max = min(k_max, max_k)

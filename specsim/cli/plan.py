@@ -9,7 +9,7 @@ from specsim.cli._common import count, format_grid, print_json, slack
 def register(sub, groups):
     p = sub.add_parser(
         "plan",
-        help="pick a draft depth for a batch width (SPEC §4.1) or per-sequence depths (§4.2)",
+        help="pick a draft depth for a batch width, or per-sequence depths after drafting",
         description="Print the draft depth the planner picks at width N, with each depth's expected tokens/s "
                     "and tokens/J, or (with --confidences) each sequence's verify depth.",
     )
@@ -96,7 +96,7 @@ def cmd_plan(args):
         k_max = table.max_k if args.k_max is None else args.k_max
         budget = sum(known) if args.row_budget is None else args.row_budget
         capped = args.max_seqs is not None and len(conf) > args.max_seqs
-        # Above the speculation cap the serve plain-decodes (SPEC §4.1): nothing is verified.
+        # Above the speculation cap the serve plain-decodes: nothing is verified.
         depths = [0] * len(conf) if capped else sequence_depths(table, cal, conf, known, k_max, budget, args.slack)
         if args.json:
             print_json({"depths": depths, "rows": sum(depths), "k_max": k_max, "row_budget": budget,
@@ -112,33 +112,18 @@ def cmd_plan(args):
     if args.n is None:
         raise PlanError("give --n N (the batch width) or --confidences FILE")
     planner = Planner(table, cal, slack=args.slack, max_seqs=args.max_seqs, memo=False)
-    n = args.n
-    depth = planner.propose(n)
-    capped = args.max_seqs is not None and n > args.max_seqs
-    rows, figures = [], []
-    r = min(1, table.max_k)
-    tokens_r = n * (1 + planner.cum_priors[r])
-    reference = tokens_r / table.cell(n, r).step_ms
-    for k in range(table.max_k + 1):
-        cell = table.cell(n, k)
-        tokens = n * (1 + planner.cum_priors[k])
-        tok_s = tokens / cell.step_ms * 1000.0
-        tok_j = tokens / cell.step_j
-        feasible = tokens / cell.step_ms >= (1 - args.slack) * reference
-        figures.append({"k": k, "tokens": tokens, "step_ms": cell.step_ms, "step_j": cell.step_j,
-                        "tokens_per_s": tok_s, "tokens_per_j": tok_j, "feasible": bool(feasible)})
-        mark = "<-" if k == depth and not capped else ""
-        rows.append([k, f"{tokens:.3f}", f"{cell.step_ms:.3f}", f"{cell.step_j:.4f}", f"{tok_s:.1f}",
-                     f"{tok_j:.3f}", "yes" if feasible else "no", mark])
+    ex = planner.explain(args.n)
     if args.json:
-        print_json({"n": n, "depth": depth, "slack": args.slack, "max_seqs": args.max_seqs, "capped": bool(capped),
-                    "floor_tokens_per_s": (1 - args.slack) * reference * 1000.0, "depths": figures})
+        doc = ex.to_dict()
+        print_json({"n": ex.n, "depth": ex.depth, "slack": ex.slack, "max_seqs": args.max_seqs, "capped": ex.capped,
+                    "floor_tokens_per_s": ex.floor_tokens_per_s, "depths": doc["depths"]})
         return 0
+    rows = [[d.k, f"{d.tokens:.3f}", f"{d.step_ms:.3f}", f"{d.step_j:.4f}", f"{d.tokens_per_s:.1f}",
+             f"{d.tokens_per_j:.3f}", "yes" if d.feasible else "no", "<-" if d.chosen else ""] for d in ex.depths]
     print(format_grid(["k", "E[tokens]", "step ms", "step J", "tok/s", "tok/J", "fast enough", ""], rows))
-    if capped:
-        print(f"n = {n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
+    if ex.capped:
+        print(f"n = {ex.n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
     else:
-        print(f"depth {depth}: the most tokens/J among depths with tok/s >= {(1 - args.slack) * reference * 1000.0:.1f} "
-              f"({1 - args.slack:g} x depth {r}'s)")
-
+        print(f"depth {ex.depth}: the most tokens/J among depths with tok/s >= {ex.floor_tokens_per_s:.1f} "
+              f"({1 - args.slack:g} x depth {ex.reference_depth}'s)")
     return 0

@@ -1,4 +1,4 @@
-"""Draft-depth planning (SPEC §4)."""
+"""Draft-depth planning: how many drafts to propose and to verify (docs/planner.md)."""
 
 from specsim.plan.planner import (
     Planner,

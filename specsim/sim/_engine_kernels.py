@@ -17,6 +17,7 @@ import numpy as np
 
 from specsim._jit import jit
 from specsim.plan._kernels import DJ, DMS, VJ, VMS, goodput_depth_nb, row_cost_nb, sequence_depths_nb
+from specsim.plan._types import PlanArrays, PlanWorkspace
 
 # splitmix64 (Steele, Lea, Flood; OOPSLA 2014) finaliser constants and the golden-ratio increment.
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -247,6 +248,8 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
     n_digits = acc_digits.shape[0]
     max_k = costs.shape[1] - 1
     key = seed_key_nb(seed)
+    plan = PlanArrays(widths, costs, edges, cells, p_accept, priors)
+    ws = PlanWorkspace(gains, owner, counts, wc)
     steps = 0
     while steps < step_limit:
         t = fstate[F_T]
@@ -325,8 +328,8 @@ def simulate_nb(arrival_s, prompt_tokens, output_tokens,
                 if d > kd:
                     kd = d
             if kd > 0:
-                rows = sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf[:n], n_conf[:n],
-                                          known[:n], kd, row_budget, slack, vdepth[:n], gains, owner, counts, wc)
+                rows = sequence_depths_nb(plan, conf[:n], n_conf[:n], known[:n], kd, row_budget, slack,
+                                          vdepth[:n], ws)
             else:
                 rows = 0
                 for s in range(n):
