@@ -155,3 +155,27 @@ def test_bad_inputs_are_refused_and_change_nothing():
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(CalibrationError, match=match):
         OnlineCalibration(CAL, **kwargs)
+
+
+def test_a_refit_swapped_into_a_planner_plans_as_a_fresh_planner():
+    from specsim import Cell, CostTable, Planner, TableKey
+
+    rng = np.random.default_rng(5)
+    cells = [Cell(n, k, 8.0 + 0.05 * n * (k + 1) + 0.3 * (k % 2), 1.5 + 0.01 * n * (k + 1), 0.9 * k, 0.08 * k)
+             for n in (1, 4, 16, 64) for k in range(6)]
+    table = CostTable.from_cells(TableKey(1, "box", "recipe", {"verify": "v"}), cells)
+    online = OnlineCalibration(CAL, max_depth=8)
+    for _ in range(30):
+        online.update(*batch(rng, 64, 8))
+    refit = online.calibration()
+    assert refit != CAL
+    swapped = Planner(table, CAL, slack=0.1)
+    swapped.update_calibration(refit)
+    fresh = Planner(table, refit, slack=0.1)
+    stale = Planner(table, CAL, slack=0.1)
+    widths = (1, 3, 16, 64, 100)
+    assert [swapped.propose(n) for n in widths] == [fresh.propose(n) for n in widths]
+    assert [stale.propose(n) for n in widths] != [fresh.propose(n) for n in widths]  # the swap mattered
+    conf, n_conf, _ = batch(rng, 16, 5, nan_share=0.1)
+    known = n_conf.copy()
+    np.testing.assert_array_equal(swapped.depths(conf, n_conf, known, 5, 64), fresh.depths(conf, n_conf, known, 5, 64))
