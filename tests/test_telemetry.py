@@ -421,3 +421,39 @@ def test_import_recovers_known_priors_within_binomial_error(tmp_path, source):
         se = math.sqrt(p * (1 - p) / reached)
         assert abs(cal.priors[j] - p) < 4 * se + 1e-3 * (source == "vllm-log"), (j, cal.priors[j], p)
         reached = int(reached * p)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.lists(st.integers(0, 60), min_size=10, max_size=10)),
+                min_size=1, max_size=6))
+def test_windows_file_round_trip(requests):
+    """Histograms in, the windows file out, and back: `calib fit --windows` and the acceptance
+    file reader see every step again."""
+    from specsim.calibration.telemetry.identify import Identified
+    from specsim.cli.calib import _read_windows
+    from specsim.sim.replay import parse_acceptance_file
+
+    windows, steps = {}, {}
+    for d, counts in requests:
+        row = counts[: d + 1]  # index a = steps that accepted exactly a
+        windows.setdefault(d, []).append(row[::-1])
+        for a, c in enumerate(row):
+            if c:
+                steps[(d, a)] = steps.get((d, a), 0) + c
+    if not any(sum(r) for rows in windows.values() for r in rows):
+        return
+    text = render_windows(Identified(steps, None, None, {}, windows, {}), "vllm-request")
+    afile = parse_acceptance_file(text)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.toml"
+        path.write_text(text)
+        for d, rows in windows.items():
+            trace = afile.traces[f"d{d}"]
+            want = sorted(a for row in rows for a, c in enumerate(row[::-1]) for _ in range(c))
+            assert sorted(trace.accepted.tolist()) == want
+            if want:
+                got = _read_windows(str(path), f"d{d}")
+                assert {k: v for k, v in got.items() if v} == {k: v for k, v in steps.items() if k[0] == d}

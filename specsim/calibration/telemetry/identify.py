@@ -267,8 +267,8 @@ def render_windows(ident: Identified, fmt: str) -> str:
         raise CalibrationError(f"{fmt} has no accept-run histograms or per-step counts: it has no windows to write")
     lines = [f"# specsim acceptance windows imported from {fmt}: accept-run histograms and traces by draft depth"]
     for d in sorted(ident.windows):
-        if d > 9:
-            continue  # a trace holds one digit per step
+        if d > 9 or not any(sum(row) for row in ident.windows[d]):
+            continue  # a trace holds one digit per step, and at least one
         rows = ident.windows[d]
         orders = ident.runs.get(d, [None] * len(rows))
         seq = []
