@@ -196,3 +196,29 @@ def test_cli_refuses_an_output_over_an_input(tmp_path):
     r = _cli("calib", "drift", cal_path, "--steps-log", tmp_path / "s.csv", "--json", cal_path)
     assert r.returncode == 2 and "specsim: error:" in r.stderr and "Traceback" not in r.stderr
     assert AcceptanceCalibration.load(cal_path) == CAL
+
+
+def test_cli_from_serving_telemetry(tmp_path):
+    from tests.test_telemetry import vllm_line
+
+    cal = AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.8, 0.6, 0.5])
+    cal_path = tmp_path / "c.toml"
+    cal_path.write_text(cal.render())
+    lines = []
+    for t in range(60):  # intervals of 200 steps; from interval 30 on, position 1 drops to 0.7
+        p1 = 0.8 if t < 30 else 0.7
+        runs = simulate_runs([p1, 0.6, 0.5], 3, 200, seed=t)
+        lines.append(vllm_line([int((runs >= j).sum()) for j in (1, 2, 3)], 200, 3))
+    log = tmp_path / "v.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "v.json"
+    r = _cli("calib", "drift", cal_path, "--from-log", log, "--json", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    first = min(doc["alarms"], key=lambda a: a["alarm_step"])
+    assert first["stream"] == "position 1" and first["direction"] == "down"
+    assert 30 <= first["alarm_step"] <= 35 and 25 <= first["since_step"] <= 31
+    mean_only = tmp_path / "s.log"
+    mean_only.write_text("[x] Decode batch, #running-req: 4, #token: 9, token usage: 0.05, accept len: 2.50\n")
+    r = _cli("calib", "drift", cal_path, "--from-log", mean_only)
+    assert r.returncode == 2 and "mean acceptance only" in r.stderr
