@@ -1,6 +1,6 @@
 """Plain, slow, obviously-correct versions of specsim's kernels, for tests to compare against.
 
-Each section follows SPEC's text line by line, in plain Python over lists and dicts, with no
+Each section follows the rules of docs/ line by line, in plain Python over lists and dicts, with no
 Numba and no vectorising. Append new sections at the end, each under its own heading.
 """
 
@@ -70,7 +70,7 @@ def ref_table_rules(cells, schema=1):
 
 
 def f32(x):
-    """``x`` rounded to float32 (as the seed stores edges and confidences), back as a Python float."""
+    """``x`` rounded to float32 (as metrale stores edges and confidences), back as a Python float."""
     return float(np.float32(x))
 
 

@@ -1,4 +1,4 @@
-"""``specsim simulate``: serve a request trace with one or more draft-depth policies (SPEC §6)."""
+"""``specsim simulate``: serve a request trace with one or more draft-depth policies (docs/simulation.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def register(sub, groups):
         "simulate",
         help="serve a request trace with draft-depth policies: throughput, energy, latency",
         description="Run a request trace through a continuous-batching decode server whose step costs come "
-                    "from a cost table and whose draft outcomes come from an acceptance calibration (SPEC §6). "
+                    "from a cost table and whose draft outcomes come from an acceptance calibration (docs/simulation.md). "
                     "Every policy meets the same draft outcomes (common random numbers). propose and sequence "
                     "run once per --slack; the others once.",
     )
@@ -46,7 +46,7 @@ def register(sub, groups):
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
                         "whose mean acceptance is the calibration's prior)")
     p.add_argument("--acceptance", metavar="FILE",
-                   help="draw draft outcomes from a logged acceptance trace in FILE (SPEC §5) instead of the calibration")
+                   help="draw draft outcomes from a logged acceptance trace in FILE (an acceptance file, docs/formats.md) instead of the calibration")
     p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
