@@ -21,6 +21,11 @@ from specsim._io import read_input
 from specsim.errors import CalibrationError
 
 
+MAX_DEPTH = 64
+"""Deepest draft chain a telemetry record may describe; a longer histogram or per-position list
+is unreadable (no serve drafts that deep, and the fit's work grows with the depth squared)."""
+
+
 @dataclass
 class Record:
     """The counts of one line, scrape difference or block, in the order the serve wrote them.
@@ -129,10 +134,12 @@ def json_documents(text: str, source: str, tally: Tally):
     """The JSON values of a file: one document, or one per line (JSON Lines).
 
     A JSON Lines file keeps the lines that parse; a line that does not is garbage (counted).
+    ``NaN`` is accepted (Python's JSON writer emits it for an empty mean); nesting too deep to
+    read is refused, naming the file.
     """
     stripped = text.strip()
     try:
-        return [json.loads(stripped)]
+        return [_loads(stripped, source)]
     except ValueError:
         pass
     docs = []
@@ -141,10 +148,17 @@ def json_documents(text: str, source: str, tally: Tally):
         if not line:
             continue
         try:
-            docs.append(json.loads(line))
+            docs.append(_loads(line, f"{source}:{i}"))
         except ValueError:
             tally.bad(f"{source}:{i}", "not a JSON value")
     return docs
+
+
+def _loads(text, source):
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CalibrationError(f"{source}: the JSON nests too deep to read") from None
 
 
 def walk(value):
@@ -197,6 +211,9 @@ def histogram_record(hist, depth, where, tally):
         tally.bad(where, f"the acceptance histogram {hist!r} is not a list of counts")
         return None
     d = len(counts) - 1 if depth is None else depth
+    if d > MAX_DEPTH:
+        tally.bad(where, f"a histogram of {d} drafts per step: at most {MAX_DEPTH}")
+        return None
     if len(counts) > d + 1:
         if any(counts[d + 1:]):
             tally.bad(where, f"the histogram has {len(counts)} entries for {d} drafts per step")

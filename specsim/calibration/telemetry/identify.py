@@ -171,6 +171,10 @@ def _constant_rate(records, assume, depth, meta, where):
         told_text = f"records say {sorted(told)}" if told else "the source does not say"
         raise CalibrationError(f"{', '.join(where)}: --assume constant-rate needs the drafts per step ({told_text}): "
                                "give --depth K")
+    from specsim.calibration.telemetry._records import MAX_DEPTH
+
+    if depth > MAX_DEPTH:
+        raise CalibrationError(f"{', '.join(where)}: {depth} drafts per step: at most {MAX_DEPTH}")
     total_acc = total_steps = 0.0
     unknown = 0
     for r in records:

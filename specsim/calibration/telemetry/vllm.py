@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from specsim.calibration.telemetry._records import (
-    Record, Tally, as_count, as_number, histogram_record, json_documents, walk,
+    MAX_DEPTH, Record, Tally, as_count, as_number, histogram_record, json_documents, walk,
 )
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -73,7 +73,7 @@ def _v1_line(body, where, tally):
         tally.notes["generation"] = "vllm-v1-early"
         return Record("mean", where, accepted_tokens=accepted, drafted_tokens=drafted)
     rates = [as_number(v) for v in pp.group(1).split(",")]
-    if not rates or any(r is None or not 0.0 <= r <= 1.0 for r in rates):
+    if not rates or len(rates) > MAX_DEPTH or any(r is None or not 0.0 <= r <= 1.0 for r in rates):
         tally.bad(where, f"per-position rates {pp.group(1)!r} are not numbers in [0, 1]")
         return None
     k = len(rates)
@@ -200,6 +200,9 @@ def scrapes_record(counts, where, tally):
         tally.zero_draft += 1
         return None
     k = max(acc_pos) + 1
+    if k > MAX_DEPTH:
+        tally.bad(where, f"per-position counters up to position {k - 1}: at most {MAX_DEPTH} positions")
+        return None
     acc = [int(round(acc_pos.get(j, 0.0))) for j in range(k)]
     if draft_pos:
         tally.notes["denominators"] = "per-position draft tokens"
@@ -297,7 +300,7 @@ def parse_bench(text: str, source: str):
 
 def _bench_block(fields, positions, where, tally):
     drafts = as_count(fields.get("Drafts"))
-    if drafts is None or not positions or sorted(positions) != list(range(len(positions))):
+    if drafts is None or not positions or sorted(positions) != list(range(len(positions))) or len(positions) > MAX_DEPTH:
         tally.bad(where, "a Speculative Decoding block without `Drafts` or its `Position i:` lines")
         return None
     if drafts == 0:
@@ -341,7 +344,8 @@ def _request_block(block, where, accepted_key, tally):
     if isinstance(accepted, list) and isinstance(drafted, list):
         a = [as_count(v) for v in accepted]
         d = [as_count(v) for v in drafted]
-        if len(a) != len(d) or any(x is None for x in a + d) or any(x > y for x, y in zip(a, d)):
+        if (len(a) != len(d) or any(x is None for x in a + d) or any(x > y for x, y in zip(a, d))
+                or max(d, default=0) > MAX_DEPTH):
             tally.bad(where, "per_step_accepted and per_step_drafted are not matching lists of counts, accepted <= drafted")
             return None
         steps, runs = {}, {}
