@@ -179,3 +179,29 @@ def test_a_refit_swapped_into_a_planner_plans_as_a_fresh_planner():
     conf, n_conf, _ = batch(rng, 16, 5, nan_share=0.1)
     known = n_conf.copy()
     np.testing.assert_array_equal(swapped.depths(conf, n_conf, known, 5, 64), fresh.depths(conf, n_conf, known, 5, 64))
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches())
+def test_steps_without_confidences_count_as_nan_confidences(bs):
+    by_rows = OnlineCalibration(CAL, max_depth=8, window=4)
+    by_hist = OnlineCalibration(CAL, max_depth=8, window=4)
+    for conf, n_conf, run in bs:
+        by_rows.update(np.full_like(conf, np.nan), n_conf, run)
+        hist = np.zeros((9, 9), dtype=np.int64)
+        np.add.at(hist, (n_conf, run), 1)
+        hist[0, 0] = 0  # a sequence without drafts is not a step
+        by_hist.update_steps(hist)
+    assert by_rows.counts() == by_hist.counts()
+    np.testing.assert_array_equal(by_rows.statistics(), by_hist.statistics())
+
+
+def test_update_steps_refuses_bad_histograms():
+    online = OnlineCalibration(CAL, max_depth=2)
+    with pytest.raises(CalibrationError, match="int64 matrix"):
+        online.update_steps(np.zeros((2, 2), dtype=np.int64))
+    bad = np.zeros((3, 3), dtype=np.int64)
+    bad[1, 2] = 1
+    with pytest.raises(CalibrationError, match=r"steps\[1, 2\]"):
+        online.update_steps(bad)
+    assert online.steps_seen == 0

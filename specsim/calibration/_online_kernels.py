@@ -163,20 +163,13 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
     n = conf.shape[0]
     nb = edges.shape[0]
     size = counts.shape[0]
-    side = 1
-    while (side + 1) * (side + 1) + 2 * nb + 1 <= size:
-        side += 1  # side = D + 1
+    side = _side_nb(nb, size)
     for i in range(n):
         d = n_conf[i]
         if d < 0 or d > conf.shape[1] or d >= side or accepted_run[i] < 0 or accepted_run[i] > d:
             return i
+    _begin_step_nb(counts, before, ring, slot, decay)
     use_ring = ring.shape[0] > 0
-    for s in range(size):
-        c = counts[s] * decay
-        if use_ring:
-            c -= ring[slot, s]
-        counts[s] = c
-        before[s] = c
     bits = conf.view(np.int32)
     for i in range(n):
         d = n_conf[i]
@@ -192,10 +185,74 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
                 b = bucket_fast_nb(edges, cells, c, bits[i, j])
                 counts[b if j < a else nb + b] += 1.0
         counts[2 * nb + d * side + a] += 1.0
-    if use_ring:
-        for s in range(size):
+    _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
+    return OK
+
+
+@jit(inline="always")
+def _side_nb(nb, size):
+    """``D + 1`` from the size of ``counts`` (``2 B + (D + 1)**2 + 1``)."""
+    side = 1
+    while (side + 1) * (side + 1) + 2 * nb + 1 <= size:
+        side += 1
+    return side
+
+
+@jit(inline="always")
+def _begin_step_nb(counts, before, ring, slot, decay):
+    """Decay the counts, drop the step leaving the window, and remember where this step began."""
+    use_ring = ring.shape[0] > 0
+    for s in range(counts.shape[0]):
+        c = counts[s] * decay
+        if use_ring:
+            c -= ring[slot, s]
+        counts[s] = c
+        before[s] = c
+
+
+@jit(inline="always")
+def _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold):
+    """Keep this step's own counts in the window and move the drift monitor by them."""
+    if ring.shape[0] > 0:
+        for s in range(counts.shape[0]):
             ring[slot, s] = counts[s] - before[s]
     if llr.shape[0] > 0:
         _tally_step_nb(counts, before, nb, side, pool_of_bucket, mon_f)
         cusum_step_nb(llr, mon_f, mon_i, step, threshold)
+
+
+@jit
+def online_add_steps_nb(nb, hist, decay, slot, counts, before, ring, pool_of_bucket, llr, mon_f, mon_i, step,
+                        threshold):
+    """Fold one step given as a histogram of chains without confidences (telemetry).
+
+    Parameters
+    ----------
+    nb : int
+        Buckets of the calibration.
+    hist : ndarray(int64, ndim=2), shape (D + 1, D + 1)
+        Chains of this step by ``(drafts d, accepted run a)``, ``a <= d``; ``D`` as the buffers.
+    Other parameters as :func:`online_update_nb`.
+
+    Returns
+    -------
+    int
+        ``OK`` (-1), or ``d * (D + 1) + a`` of the first cell with a negative count or ``a > d``.
+    """
+    side = _side_nb(nb, counts.shape[0])
+    for d in range(side):
+        for a in range(side):
+            if hist[d, a] < 0 or (a > d and hist[d, a] != 0):
+                return d * side + a
+    _begin_step_nb(counts, before, ring, slot, decay)
+    size = counts.shape[0]
+    for d in range(1, side):
+        for a in range(d + 1):
+            c = hist[d, a]
+            if c == 0:
+                continue
+            counts[2 * nb + d * side + a] += c
+            # Reached drafts without a confidence are counted apart, as a NaN confidence is.
+            counts[size - 1] += c * (a + 1 if a < d else d)
+    _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
     return OK

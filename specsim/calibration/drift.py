@@ -214,7 +214,14 @@ def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, h
     accepted = np.ascontiguousarray(accepted, dtype=np.int64).reshape(-1)
     if drafts.shape != accepted.shape:
         raise CalibrationError(f"{drafts.shape[0]} draft counts for {accepted.shape[0]} accepted runs")
-    batches = [(drafts[lo:lo + width], accepted[lo:lo + width]) for lo in range(0, drafts.shape[0], width)]
+    if drafts.shape[0] and (drafts.min() < 0 or (accepted < 0).any() or (accepted > drafts).any()):
+        raise CalibrationError("every chain needs 0 <= accepted <= drafts")
+    batches = []
+    for lo in range(0, drafts.shape[0], width):
+        b = {}
+        for d, a in zip(drafts[lo:lo + width].tolist(), accepted[lo:lo + width].tolist()):
+            b[(d, a)] = b.get((d, a), 0) + 1
+        batches.append(b)
     return monitor_steps(calibration, batches, settings, history)
 
 
@@ -298,17 +305,30 @@ def monitor_drafts(calibration, step, sequence, position, confidence, accepted, 
 
 
 def monitor_steps(calibration, batches, settings=None, history=False):
-    """Replay telemetry in serve order: each batch is ``(drafts, accepted)`` arrays of one
-    monitored step (a log interval, a scrape difference, a request)."""
+    """Replay steps known as chains by ``(drafts, accepted run)`` through a drift monitor.
+
+    Parameters
+    ----------
+    batches : sequence of dict
+        One per monitored step (a log interval, a scrape difference, a request):
+        ``(drafts, accepted run) -> chains``.
+
+    Returns
+    -------
+    (DriftReport, ndarray(float64, ndim=2) or None)
+        As :func:`monitor_runs`.
+    """
     from specsim.calibration.online import OnlineCalibration
 
-    depth = max((int(d.max()) for d, _ in batches if d.shape[0]), default=1)
+    depth = max((d for b in batches for d, _ in b), default=1)
     online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
-    width = max((d.shape[0] for d, _ in batches), default=1)
-    conf = np.full((width, max(depth, 1)), np.nan, dtype=np.float32)
     hist = np.empty((len(batches), len(online.streams))) if history else None
-    for t, (d, a) in enumerate(batches):
-        online.update(conf[: d.shape[0]], d, a)
+    grid = np.zeros((depth + 1, depth + 1), dtype=np.int64)
+    for t, b in enumerate(batches):
+        grid[:] = 0
+        for (d, a), c in b.items():
+            grid[d, a] += c
+        online.update_steps(grid)
         if history:
             hist[t] = online.statistics().max(axis=1)
     return online.drift(), hist

@@ -123,6 +123,31 @@ class OnlineCalibration:
                 f"<= n_conf <= {min(confidences.shape[1], self.max_depth)} (the matrix's columns and max_depth)")
         self.steps_seen = step + 1
 
+    def update_steps(self, steps: np.ndarray) -> None:
+        """Fold one step known only as chains by ``(drafts, accepted run)`` (telemetry without
+        confidences): their reached drafts count apart as non-finite confidences, their steps
+        and the position monitors as in :meth:`update`.
+
+        Parameters
+        ----------
+        steps : ndarray(int64, ndim=2), shape (max_depth + 1, max_depth + 1)
+            Chains by ``[drafts, accepted run]``, zero where ``accepted > drafts``.
+        """
+        from specsim.calibration._online_kernels import online_add_steps_nb
+
+        side = self.max_depth + 1
+        if not (type(steps) is np.ndarray and steps.dtype is _I64 and steps.shape == (side, side)
+                and steps.flags.c_contiguous):
+            raise CalibrationError(f"steps must be a C-contiguous int64 matrix ({side}, {side}) of chains by "
+                                   "[drafts, accepted run]")
+        step = self.steps_seen
+        bad = online_add_steps_nb(self._edges.shape[0], steps, self._decay, step % self._ring_rows, *self._state,
+                                  step, self._threshold)
+        if bad != -1:
+            d, a = divmod(bad, side)
+            raise CalibrationError(f"steps[{d}, {a}] = {int(steps[d, a])}: counts are >= 0 and accepted <= drafts")
+        self.steps_seen = step + 1
+
     def counts(self) -> FitCounts:
         """The running counts as :class:`FitCounts` (whole numbers unless a half-life decays them)."""
         buf = self._buf

@@ -316,7 +316,7 @@ def calibration_from(ident: Identified, drafter, source: str = "<telemetry>"):
 
 
 def record_batches(fmt, records):
-    """Each record's verify steps as ``(drafts, accepted)`` int64 arrays, in serve order: the
+    """Each record's verify steps as ``(drafts, accepted run) -> chains``, in serve order: the
     steps a drift monitor replays, one monitored step per record.
 
     Raises
@@ -324,17 +324,7 @@ def record_batches(fmt, records):
     CalibrationError
         When the records are means only (they tell no position's outcomes).
     """
-    import numpy as np
-
-    out = []
-    for r in records:
-        if r.kind == "mean":
-            continue
-        steps = r.steps if r.kind == "steps" else _marginal_steps([r])[0]
-        keys = sorted(steps)
-        counts = [steps[k] for k in keys]
-        out.append((np.repeat(np.array([k[0] for k in keys], dtype=np.int64), counts),
-                    np.repeat(np.array([k[1] for k in keys], dtype=np.int64), counts)))
+    out = [r.steps if r.kind == "steps" else _marginal_steps([r])[0] for r in records if r.kind != "mean"]
     if not out:
         raise CalibrationError(f"{fmt} holds mean acceptance only: a drift test needs per-position outcomes "
                                "(per-position counts, accept-run histograms or per-step logs)")
