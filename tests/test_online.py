@@ -137,6 +137,10 @@ def test_bad_inputs_are_refused_and_change_nothing():
         online.update(np.zeros((2, 8), dtype=np.float32)[:, ::2], ok, ok)  # not contiguous
     with pytest.raises(CalibrationError, match="int64"):
         online.update(conf, ok.astype(np.int32), ok)
+    with pytest.raises(CalibrationError, match="one per row"):
+        online.update(conf, ok[:1].copy(), ok[:1].copy())
+    with pytest.raises(CalibrationError, match="float32"):
+        online.update(conf.tolist(), ok, ok)
     with pytest.raises(CalibrationError, match="row 1"):
         online.update(conf, ok, np.array([1, 2], dtype=np.int64))  # run past its drafts
     with pytest.raises(CalibrationError, match="row 0"):

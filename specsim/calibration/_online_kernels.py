@@ -19,6 +19,7 @@ from specsim._jit import jit
 from specsim.calibration._kernels import bucket_fast_nb
 
 OK = -1  # a kernel returns OK, or the first bad row
+BAD_LENGTH = -2  # n_conf or accepted_run has another length than the confidences' rows
 
 # Columns of the monitor's float state, per stream and direction.
 STAT, N_SINCE, K_SINCE, N_STEP, K_STEP = 0, 1, 2, 3, 4
@@ -157,13 +158,16 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
     Returns
     -------
     int
-        ``OK`` (-1), or the first row with ``n_conf`` outside ``0..=min(m, D)`` or an accepted
-        run outside ``0..=n_conf``; nothing is changed then.
+        ``OK`` (-1); ``BAD_LENGTH`` (-2) when ``n_conf`` or ``accepted_run`` has another length
+        than ``conf`` has rows; or the first row with ``n_conf`` outside ``0..=min(m, D)`` or an
+        accepted run outside ``0..=n_conf``. Nothing is changed unless ``OK``.
     """
     n = conf.shape[0]
     nb = edges.shape[0]
     size = counts.shape[0]
     side = _side_nb(nb, size)
+    if n_conf.shape[0] != n or accepted_run.shape[0] != n:
+        return BAD_LENGTH
     for i in range(n):
         d = n_conf[i]
         if d < 0 or d > conf.shape[1] or d >= side or accepted_run[i] < 0 or accepted_run[i] > d:
