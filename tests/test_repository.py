@@ -117,3 +117,54 @@ def test_no_help_text_cites_an_outside_document():
         for lineno, what, line in _hits(parser.format_help()):
             problems.append(f"{' '.join(path)} --help, line {lineno}: {what}: {line}")
     assert not problems, "\n".join(problems)
+
+
+def test_test_data_stays_out_of_the_wheel_and_the_sdist():
+    from specsim._toml import tomllib  # tomli before Python 3.11
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["specsim*"]  # only the package: tests/ is no package of the wheel
+    manifest = [line.split() for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert ["prune", "tests"] in manifest  # the sdist leaves out tests/ and its data
+    assert not any(f.suffix == ".py" for f in (ROOT / "tests" / "data").rglob("*"))  # never importable
+
+
+def _slug(heading: str) -> str:
+    """The anchor a Markdown heading gets (as GitHub makes it)."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set:
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            anchors.add(_slug(line.lstrip("#")))
+    return anchors
+
+
+def test_slugs_follow_the_markdown_rule():
+    assert _slug("Bucket probabilities (pools)") == "bucket-probabilities-pools"
+    assert _slug("The `[meta]` table") == "the-meta-table"
+
+
+def test_every_docs_link_reaches_a_page_and_heading():
+    """``docs/page.md#heading`` anywhere in the project, and relative links inside docs/."""
+    problems = []
+    for path in _project_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        refs = [(m.group(1), m.group(2)) for m in re.finditer(r"docs/([\w.-]+\.md)(?:#([\w-]+))?", text)]
+        if path.parent == ROOT / "docs":
+            refs += [(m.group(1), m.group(2)) for m in re.finditer(r"\]\(([\w.-]+\.md)(?:#([\w-]+))?\)", text)]
+            refs += [(path.name, m.group(1)) for m in re.finditer(r"\]\(#([\w-]+)\)", text)]
+        for page, anchor in refs:
+            target = ROOT / "docs" / page
+            if not target.is_file():
+                problems.append(f"{path.relative_to(ROOT)}: links docs/{page}, which does not exist")
+            elif anchor and anchor not in _anchors(target):
+                problems.append(f"{path.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
+    assert not problems, "\n".join(sorted(set(problems)))

@@ -11,8 +11,8 @@ def register(sub, groups):
         help="run a grid of simulations (policy x slack x batch cap x traffic x seed x trace)",
         description="Cross the axes of GRID.toml and simulate every point, on a local Dask cluster (default), an "
                     "existing one (--scheduler) or serially. Each finished point is saved at once; points already "
-                    "in RESULTS are skipped, so an interrupted sweep resumes. See specsim.sweep.grid for the "
-                    "grid format.",
+                    "in RESULTS are skipped, so an interrupted sweep resumes. The grid format is in "
+                    "docs/formats.md#sweep-grid.",
     )
     p.add_argument("grid", help="grid TOML (traces, tables, calibrations, [server], [slo], [axes])")
     p.add_argument("-o", "--out", required=True, metavar="RESULTS", help="results file: .csv, or .parquet (pyarrow)")

@@ -1,5 +1,5 @@
 """Sweep grids: which traces, tables and calibrations, and which axes to cross (one simulation
-per point).
+per point). The format is documented in docs/formats.md#sweep-grid.
 
 A grid is a TOML file; paths in it are relative to the file's folder::
 
@@ -13,7 +13,7 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     gb10 = "gb10-calibration.toml"
 
     [server]                      # options every point shares (see specsim.sim.ServerOptions)
-    max_batch = 8
+    idle_w = 60.0
     prefill_ms_per_token = 0.2
 
     [slo]                         # optional targets for SLO attainment
