@@ -245,6 +245,22 @@ def test_vllm_per_request_histograms_windows_and_per_step(tmp_path):
         [0] * 10 + [1] * 20 + [2] * 30 + [3] * 40 + [0, 1, 2, 3] + [3, 0, 1, 2])
 
 
+def test_vllm_streamed_response_final_usage_chunk(tmp_path):
+    chunks = [{"id": "x", "choices": [{"delta": {"content": "hi"}}]},
+              {"id": "x", "choices": [], "usage": {"completion_tokens": 9, "metrics": {"speculative_decoding": {
+                  "acceptance_histogram": [2, 3, 4], "num_spec_tokens": 2}}}}]
+    text = "\n\n".join(f"data: {json.dumps(c)}" for c in chunks) + "\n\ndata: [DONE]\n"
+    fmt, ident, tally = load(tmp_path, text, "stream.txt")
+    assert fmt == "vllm-request" and ident.steps == {(2, 0): 2, (2, 1): 3, (2, 2): 4}
+    assert tally.garbage == 0
+
+
+def test_sglang_gauges_are_refused_with_the_reason(tmp_path):
+    text = 'sglang:spec_accept_length{model_name="m"} 2.5\nsglang:spec_accept_rate{model_name="m"} 0.6\n'
+    with pytest.raises(CalibrationError, match="gauges reset every log interval"):
+        load(tmp_path, text, "m.prom")
+
+
 def test_vllm_per_request_mean_only_needs_the_assumption(tmp_path):
     text = json.dumps({"speculative_decoding": {"num_spec_steps": 200, "num_accepted_draft_tokens": 300,
                                                 "num_spec_tokens": 4}})

@@ -44,6 +44,11 @@ _MARKERS = (
 
 def detect_format(text: str, source: str = "<text>") -> str:
     """The telemetry format of a file's text, told from markers each format always carries."""
+    if "sglang:spec_accept" in text and "Decode batch" not in text:
+        raise CalibrationError(
+            f"{source}: SGLang's sglang:spec_accept_length / spec_accept_rate are gauges reset every log interval, "
+            "so a scrape holds one interval's mean and loses the rest; import the `Decode batch` log lines or the "
+            "per-request meta_info instead")
     for name, markers in _MARKERS:
         if any(m in text for m in markers):
             return name

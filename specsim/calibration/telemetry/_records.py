@@ -131,7 +131,8 @@ def read_text(path) -> str:
 
 
 def json_documents(text: str, source: str, tally: Tally):
-    """The JSON values of a file: one document, or one per line (JSON Lines).
+    """The JSON values of a file: one document, or one per line (JSON Lines, or a saved
+    streaming response whose lines are ``data: {...}`` events ending in ``data: [DONE]``).
 
     A JSON Lines file keeps the lines that parse; a line that does not is garbage (counted).
     ``NaN`` is accepted (Python's JSON writer emits it for an empty mean); nesting too deep to
@@ -145,6 +146,10 @@ def json_documents(text: str, source: str, tally: Tally):
     docs = []
     for i, line in enumerate(text.splitlines(), 1):
         line = line.strip()
+        if line.startswith("data:"):  # a saved server-sent event stream: the metrics ride its last chunk
+            line = line[5:].strip()
+            if line == "[DONE]":
+                continue
         if not line:
             continue
         try:
