@@ -72,6 +72,12 @@ def test_vllm_lines_aggregate_by_counts_with_prefixes_extra_fields_and_junk(tmp_
     assert cal.meta["source_format"] == "vllm-log" and cal.meta["assumption"] == "none"
 
 
+def test_vllm_line_without_the_average_field(tmp_path):
+    line = vllm_line([80, 50, 20], 100, 3).split(", Avg Draft")[0] + "  "
+    _, ident, _ = load(tmp_path, line)
+    assert ident.steps == {(3, 0): 20, (3, 1): 30, (3, 2): 30, (3, 3): 20}
+
+
 def test_vllm_mean_acceptance_length_with_and_without_bonus(tmp_path):
     with_bonus = vllm_line([80, 50, 20], 100, 3)                    # 2.50: later builds
     without = vllm_line([80, 50, 20], 100, 3, mal=1.5)              # 1.50: before mid-2025

@@ -13,6 +13,8 @@ _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 _V1 = re.compile(r"SpecDecoding metrics:\s*(.*)$")
 _V0 = re.compile(r"Speculative metrics:\s*(.*)$")
 _PER_POS = re.compile(r"Per-position acceptance rate:\s*(.*?),\s*Avg Draft acceptance rate")
+# Builds that end the line with the list (or put another field after it): a run of numbers.
+_PER_POS_RUN = re.compile(r"Per-position acceptance rate:\s*((?:[0-9.]+|nan)(?:\s*,\s*(?:[0-9.]+|nan))*)")
 _FIELD = {
     "mean_len": re.compile(r"Mean acceptance length:\s*" + _NUM),
     "accepted": re.compile(r"Accepted:\s*([0-9]+)\s*tokens"),
@@ -68,7 +70,7 @@ def _v1_line(body, where, tally):
     if accepted > drafted:
         tally.bad(where, f"accepted {accepted} > drafted {drafted}")
         return None
-    pp = _PER_POS.search(body)
+    pp = _PER_POS.search(body) or _PER_POS_RUN.search(body)
     if pp is None:  # the early V1 generation: a rate and two counts, no per-position list
         tally.notes["generation"] = "vllm-v1-early"
         return Record("mean", where, accepted_tokens=accepted, drafted_tokens=drafted)
