@@ -422,25 +422,41 @@ def test_cli_refuses_output_over_input_and_strict_junk(tmp_path):
 
 
 # -- known calibration in, priors back -------------------------------------------------------------
-@pytest.mark.parametrize("source", ["vllm-log", "vllm-request"])
+def _synthetic(source, truth, k, intervals=40, steps=500):
+    """Telemetry of ``source`` for chains drawn from per-position conditional rates ``truth``."""
+    parts, total = [], [0] * (k + 1)
+    for interval in range(intervals):
+        runs = simulate_runs(truth, k, steps, seed=100 + interval)
+        hist = np.bincount(runs, minlength=k + 1).tolist()
+        total = [t + h for t, h in zip(total, hist)]
+        acc = [int((runs >= j).sum()) for j in range(1, k + 1)]
+        if source == "vllm-log":
+            parts.append(vllm_line(acc, steps, k))
+        elif source == "vllm-request":
+            parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k}}))
+        elif source == "sglang-request":
+            parts.append(json.dumps({"meta_info": {"spec_correct_drafts_histogram": hist}}))
+        elif source == "trtllm-request":
+            parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k,
+                                                              "total_accepted_draft_tokens": int(runs.sum())}}))
+    if source == "vllm-prometheus":
+        acc = [sum(total[j:]) for j in range(1, k + 1)]
+        parts.append(scrape({"0": (sum(total), acc, None)}))
+    return "\n".join(parts) + "\n"
+
+
+@pytest.mark.parametrize("source", ["vllm-log", "vllm-request", "vllm-prometheus", "sglang-request",
+                                    "trtllm-request"])
 def test_import_recovers_known_priors_within_binomial_error(tmp_path, source):
     truth = [0.8, 0.65, 0.5, 0.4]
     k = 4
-    lines, docs = [], []
-    for interval in range(40):  # 40 intervals (or requests) of 500 verify steps
-        runs = simulate_runs(truth, k, 500, seed=100 + interval)
-        if source == "vllm-log":
-            acc = [int((runs >= j).sum()) for j in range(1, k + 1)]
-            lines.append(vllm_line(acc, 500, k))
-        else:
-            docs.append(json.dumps({"speculative_decoding": {
-                "acceptance_histogram": np.bincount(runs, minlength=k + 1).tolist(), "num_spec_tokens": k}}))
-    text = "\n".join(lines or docs) + "\n"
-    _, ident, _ = load(tmp_path, text, "syn.txt")
+    fmt, ident, _ = load(tmp_path, _synthetic(source, truth, k), "syn.txt")
+    assert fmt == source
     cal = calibration_from(ident, DRAFTER)
     reached = 40 * 500
     for j, p in enumerate(truth):
         se = math.sqrt(p * (1 - p) / reached)
+        # 4 standard errors; the log line's rates are rounded to 3 decimals (at most 0.0005 each).
         assert abs(cal.priors[j] - p) < 4 * se + 1e-3 * (source == "vllm-log"), (j, cal.priors[j], p)
         reached = int(reached * p)
 
