@@ -495,3 +495,23 @@ def test_windows_file_round_trip(requests):
             if want:
                 got = _read_windows(str(path), f"d{d}")
                 assert {k: v for k, v in got.items() if v} == {k: v for k, v in steps.items() if k[0] == d}
+
+
+def test_files_of_different_formats_are_refused_and_from_overrides_detection(tmp_path):
+    a = write(tmp_path, "a.log", vllm_line([80, 50, 20], 100, 3))
+    b = write(tmp_path, "b.txt", BENCH)
+    with pytest.raises(CalibrationError, match="one format at a time"):
+        read_telemetry([a, b])
+    # Named explicitly, a bench summary read as a log has no log lines: nothing to import.
+    fmt, records, tally = read_telemetry([b], "vllm-log")
+    assert fmt == "vllm-log" and not records and tally.other == len(BENCH.splitlines())
+    with pytest.raises(CalibrationError, match="no speculative-decoding counts"):
+        identify(fmt, records, tally, files=["b.txt"])
+    with pytest.raises(CalibrationError, match="unknown telemetry format"):
+        read_telemetry([a], "vllm-logs")
+
+
+def test_sglang_older_line_shape_is_recorded(tmp_path):
+    _, ident, _ = load(tmp_path, "\n".join([SGL[1]] * 3), "old.log", assume="constant-rate", depth=3)  # 120 steps
+    assert ident.meta["source_sglang_line"].startswith("older")
+    assert ident.meta["mean_accepted_per_step"] == pytest.approx(2.5)
