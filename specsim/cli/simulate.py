@@ -1,4 +1,4 @@
-"""``specsim simulate``: serve a request trace with one or more draft-depth policies (docs/simulation.md)."""
+"""``specsim simulate``: serve a request trace with one or more draft-depth policies."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def register(sub, groups):
         "simulate",
         help="serve a request trace with draft-depth policies: throughput, energy, latency",
         description="Run a request trace through a continuous-batching decode server whose step costs come "
-                    "from a cost table and whose draft outcomes come from an acceptance calibration (docs/simulation.md). "
+                    "from a cost table and whose draft outcomes come from an acceptance calibration. "
                     "Every policy meets the same draft outcomes (common random numbers). propose and sequence "
                     "run once per --slack; the others once.",
     )
