@@ -48,6 +48,8 @@ _EXPORTS = {
     "plan_digest": "specsim.measure",
     "MIN_OUTCOMES": "specsim.calibration.fit",
     "fit_calibration": "specsim.calibration.fit",
+    "OnlineCalibration": "specsim.calibration.online",
+    "DriftSettings": "specsim.calibration.drift",
     "REQUEST_DT": "specsim.traces",
     "TraceRead": "specsim.traces",
     "read_trace": "specsim.traces",

@@ -1,6 +1,6 @@
 """Plain, slow, obviously-correct versions of specsim's kernels, for tests to compare against.
 
-Each section follows the documented rules (docs/*.md) line by line, in plain Python over lists and dicts, with no
+Each section follows the rules of docs/ line by line, in plain Python over lists and dicts, with no
 Numba and no vectorising. Append new sections at the end, each under its own heading.
 """
 
@@ -70,12 +70,12 @@ def ref_table_rules(cells, schema=1):
 
 
 def f32(x):
-    """``x`` rounded to float32 (as tables store edges and confidences), back as a Python float."""
+    """``x`` rounded to float32 (as metrale stores edges and confidences), back as a Python float."""
     return float(np.float32(x))
 
 
 def ref_bucket(edges, lp):
-    """The first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
+    """docs/calibration.md#queries: the first ``i`` with ``lp <= edges[i]`` in float32; the last bucket above all."""
     lp = f32(lp)
     for i, e in enumerate(edges):
         if lp <= f32(e):
@@ -99,7 +99,7 @@ def ref_p_position(edges, p_accept, priors, lps, j):
 
 
 def ref_expected_accepted(edges, p_accept, priors, lps, k):
-    """``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
+    """docs/calibration.md#queries: ``sum_{j=1..k} prod_{t=1..j} p_t``, folded left to right."""
     run, total = 1.0, 0.0
     for j in range(1, k + 1):
         run *= ref_p_position(edges, p_accept, priors, lps, j)
@@ -108,7 +108,7 @@ def ref_expected_accepted(edges, p_accept, priors, lps, k):
 
 
 def ref_calibration_rules(edges, p_accept, priors):
-    """The set of rules broken (edges compared as float32)."""
+    """docs/formats.md#acceptance-calibration: the set of rules broken (edges compared as float32)."""
     broken = set()
     e32 = [f32(e) for e in edges]
     if not edges:
@@ -127,7 +127,7 @@ def ref_calibration_rules(edges, p_accept, priors):
 
 
 def ref_conditional_priors(marginals):
-    """``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
+    """docs/calibration.md#queries: ``c_j = m_j / m_{j-1}`` (``m_0 = 1``) clamped to [0, 1], 0 after a zero marginal."""
     out = []
     before = 1.0
     zero_seen = False
@@ -142,10 +142,10 @@ def ref_conditional_priors(marginals):
     return out
 
 
-# --- planner -------------------------------------------------------------------------------
+# --- planner (docs/planner.md) -------------------------------------------------------------------
 
 def plan_ref_cell(widths, costs, n, k):
-    """cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
+    """The table lookup cell(n, k) over plain lists: ``widths[i]`` -> ``costs[i][k] = [vms, vj, dms, dj]``."""
     max_k = len(costs[0]) - 1
     if k > max_k:
         return None
@@ -182,7 +182,7 @@ def ref_p(edges, p_accept, priors, lps, j):
 
 
 def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """The batch depth before drafting, line by line."""
+    """propose_depth as docs/planner.md words it, line by line."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -227,8 +227,26 @@ def ref_goodput_depth(widths, costs, priors, n, max_seqs):
     return best[0]
 
 
+def ref_explain(widths, costs, priors, n, slack, max_seqs):
+    """Per depth: (k, tokens, step_ms, step_j, feasible) at width n, and propose's choice."""
+    max_k = len(costs[0]) - 1
+    rows = []
+    for k in range(max_k + 1):
+        total, run = 0.0, 1.0
+        for j in range(1, k + 1):
+            run *= plan_ref_prior(priors, j)
+            total += run
+        c = plan_ref_cell(widths, costs, n, k)
+        rows.append([k, n * (1 + total), c[0] + c[2], c[1] + c[3]])
+    r = min(1, max_k)
+    floor = (1 - slack) * (rows[r][1] / rows[r][2])
+    for row in rows:
+        row.append(row[1] / row[2] >= floor)
+    return [tuple(row) for row in rows], ref_propose_depth(widths, costs, priors, n, slack, max_seqs)
+
+
 def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, known, k_max, row_budget, slack):
-    """Per-sequence verify depths after drafting, line by line: a full stable sort and a cost re-derived for every prefix."""
+    """sequence_depths as docs/planner.md words it, line by line: a full stable sort and a cost re-derived for every prefix."""
     n = len(confidences)
     max_k = len(costs[0]) - 1
     k_max = min(k_max, max_k)
@@ -276,7 +294,7 @@ def ref_sequence_depths(widths, costs, edges, p_accept, priors, confidences, kno
     return depth
 
 
-# --- fitting -------------------------------------------------------------------------------
+# --- fitting (docs/calibration.md#fitting) -------------------------------------------------------------------------------
 REF_MIN_OUTCOMES = 100
 
 
@@ -295,7 +313,7 @@ def _is_count(v):
 
 
 def ref_fit(edges, accepted, rejected, steps):
-    """``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
+    """docs/calibration.md#fitting fit: ``(p_accept, priors)`` as lists of floats, or raises RefRefused."""
     edges, accepted, rejected = list(edges), list(accepted), list(rejected)
     if len(edges) == 0:
         raise RefRefused("no edges")
@@ -311,7 +329,7 @@ def ref_fit(edges, accepted, rejected, steps):
         d, a = key
         if not (_is_count(d) and _is_count(a) and _is_count(c)) or a > d:
             raise RefRefused("bad step")
-    # The result must also be a valid calibration: edges ascending as float32, last >= 0.
+    # The result must also be a valid calibration (docs/formats.md#acceptance-calibration): edges ascending as float32, last >= 0.
     if not all(isinstance(e, (int, float, np.number)) and not isinstance(e, bool) for e in edges):
         raise RefRefused("edge not a number")
     e32 = [np.float32(e) for e in edges]
@@ -353,7 +371,7 @@ def ref_fit(edges, accepted, rejected, steps):
 
 
 def fit_ref_bucket(edges, lp):
-    """bucket: first edge with lp <= edge, comparing float32 values; else the last."""
+    """docs/calibration.md#queries bucket: first edge with lp <= edge, comparing float32 values; else the last."""
     with np.errstate(over="ignore"):
         lp = np.float32(lp)
     for i, e in enumerate(edges):
@@ -404,7 +422,7 @@ def ref_bin_drafts(edges, rows, held_out_steps=()):
 
 
 def ref_conditional(rates, form="marginal"):
-    """conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
+    """docs/calibration.md#queries: conditional rates from marginal ones, clamped to [0, 1], 0 after a zero marginal."""
     rates = [float(r) for r in rates]
     if form == "conditional":
         return rates
@@ -450,6 +468,85 @@ def ref_wilson(k, n, z=1.959963984540054):
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return centre - half, centre + half
+
+
+# --- online calibration and drift (docs/telemetry.md) -------------------------------------------
+
+def ref_online_step(edges, confidences, n_conf, accepted_run):
+    """One scheduler step's counts, draft by draft: ``(accepted, rejected, steps, nonfinite)``
+    with bucket lists, a ``(d, a) -> count`` dict and the NaN-confidence count. A sequence's
+    reached drafts are positions ``1..min(a + 1, d)``; a sequence with no draft adds nothing."""
+    b = len(edges)
+    acc, rej, steps, nonfinite = [0] * b, [0] * b, {}, 0
+    for row, d, a in zip(confidences, n_conf, accepted_run):
+        d, a = int(d), int(a)
+        if d == 0:
+            continue
+        for j in range(min(a + 1, d)):
+            lp = row[j]
+            if math.isnan(float(lp)):
+                nonfinite += 1
+                continue
+            i = ref_bucket(edges, lp)
+            if j < a:
+                acc[i] += 1
+            else:
+                rej[i] += 1
+        steps[(d, a)] = steps.get((d, a), 0) + 1
+    return acc, rej, steps, nonfinite
+
+
+def ref_online_counts(edges, batches, window=None, half_life=None):
+    """Running counts after every batch: every step kept, the last ``window`` steps, or each
+    step weighted ``2 ** (-age / half_life)`` (age 0 for the latest)."""
+    per_step = [ref_online_step(edges, *b) for b in batches]
+    if window is not None:
+        per_step = per_step[-window:]
+    n = len(per_step)
+    b = len(edges)
+    acc, rej, steps, nonfinite = [0.0] * b, [0.0] * b, {}, 0.0
+    for t, (a_, r_, s_, nf) in enumerate(per_step):
+        w = 1.0 if half_life is None else 2.0 ** (-(n - 1 - t) / half_life)
+        for i in range(b):
+            acc[i] += w * a_[i]
+            rej[i] += w * r_[i]
+        for k, c in s_.items():
+            steps[k] = steps.get(k, 0.0) + w * c
+        nonfinite += w * nf
+    return acc, rej, steps, nonfinite
+
+
+def ref_cusum(rates, shift, threshold, outcomes):
+    """Two-sided binomial CUSUM per stream, one step at a time.
+
+    ``rates[m]`` is stream m's in-control rate (clamped to [0.001, 0.999]); ``outcomes`` is a
+    list of steps, each a list of ``(n, k)`` per stream (outcomes, acceptances). The one-sided
+    statistics (log-odds moved down, up by ``shift``) add ``k * log(p1 / p0) + (n - k) *
+    log((1 - p1) / (1 - p0))`` and floor at 0 until the first time they exceed ``threshold``
+    (then they are kept as they are). Returns ``(stats, alarms)``: the final ``[down, up]``
+    statistics and ``{(m, direction): (start step, alarm step)}``."""
+    stats = [[0.0, 0.0] for _ in rates]
+    start = {}
+    alarms = {}
+    for t, step in enumerate(outcomes):
+        for m, (n, k) in enumerate(step):
+            if n == 0:
+                continue
+            p0 = min(max(rates[m], 1e-3), 1 - 1e-3)
+            lo = math.log(p0 / (1 - p0))
+            for dr, sign in ((0, -1.0), (1, 1.0)):
+                p1 = 1 / (1 + math.exp(-(lo + sign * shift)))
+                s = stats[m][dr] + k * math.log(p1 / p0) + (n - k) * math.log((1 - p1) / (1 - p0))
+                latched = (m, dr) in alarms
+                if s <= 0 and not latched:
+                    stats[m][dr] = 0.0
+                    continue
+                if stats[m][dr] == 0 and not latched:
+                    start[(m, dr)] = t
+                stats[m][dr] = max(s, 0.0)
+                if s > threshold and not latched:
+                    alarms[(m, dr)] = (start[(m, dr)], t)
+    return stats, alarms
 
 
 # --- traces and replay ---------------------------------------------------------

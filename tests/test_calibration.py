@@ -1,4 +1,4 @@
-"""Acceptance calibrations (SPEC §2): kernels against tests/reference.py, validation, rendering."""
+"""Acceptance calibrations (docs/calibration.md): kernels against tests/reference.py, validation, rendering."""
 
 import math
 import struct
@@ -55,7 +55,7 @@ def test_bucket_edge_cases():
     assert c.bucket(float(np.nextafter(np.float32(-1.0), np.float32(0)))) == 1
     assert c.bucket(3.0) == 2 and c.bucket(math.inf) == 2  # above every edge: the last bucket
     assert c.bucket(-math.inf) == 0
-    assert c.bucket(math.nan) == 2  # the seed's bucket of NaN; expected_accepted deviates (§2.2)
+    assert c.bucket(math.nan) == 2  # metrale's bucket of NaN; expected_accepted deviates (docs/calibration.md#queries)
     # compared in float32: -0.1 as a float64 lies below float32(-0.1), which is the edge
     assert c.bucket(-0.1) == c.bucket(float(np.float32(-0.1)))
     for lp in EDGE_LPS:
@@ -183,7 +183,7 @@ def test_batch_wrappers_check_shapes():
     assert c.expected_accepted_batch(conf, [0, 3], [1, 2], out=out) is out
 
 
-# ---------------------------------------------------------------- files and validation (§2.1)
+# ------------------------------------------ files and validation (docs/formats.md#acceptance-calibration)
 TEXT = """[drafter]
 weights_sha256 = "abab"
 vocab = 32000
@@ -274,7 +274,7 @@ def test_hypothesis_calibrations_refused_exactly_when_reference_says(c, rule):
 
 def test_integer_edges_round_once_to_float32():
     # 2**60 + 2**36 + 1 rounds up in one step to float32 but, through float64, lands on a tie
-    # and rounds down: the seed reads integers straight into f32.
+    # and rounds down: metrale reads integers straight into f32.
     x = (1 << 60) + (1 << 36) + 1
     c = AcceptanceCalibration.parse(TEXT.replace("edges = [-1.0, -0.1, 0.0]", f"edges = [-1.0, {x}, 1e30]"))
     assert float(c.edges[1]) == float((1 << 60) + (1 << 37))

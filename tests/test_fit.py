@@ -1,4 +1,4 @@
-"""Fitting calibrations (SPEC §3), binning logs, importing rates, the report and `calib fit`."""
+"""Fitting calibrations (docs/calibration.md#fitting), binning logs, importing rates, the report and `calib fit`."""
 
 import json
 import math

@@ -1,4 +1,9 @@
-"""Acceptance calibrations: format, queries and fitting (SPEC §2-§3)."""
+"""Acceptance calibrations: format, queries and fitting (docs/calibration.md).
+
+Beside them: :mod:`.telemetry` reads serving engines' speculative-decoding telemetry,
+:mod:`.online` keeps a calibration fitted from live outcomes and :mod:`.drift` tests live
+outcomes against a calibration (docs/telemetry.md).
+"""
 
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors

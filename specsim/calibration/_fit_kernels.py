@@ -1,4 +1,4 @@
-"""Numba kernels that bin raw draft and step logs into fitting counts (SPEC §3).
+"""Numba kernels that bin raw draft and step logs into fitting counts (docs/calibration.md#fitting).
 
 A per-draft log is flat arrays, one entry per logged draft: ``step int64``, ``seq int64``,
 ``position int64`` (1-based), ``conf float32`` (top-1 log-probability), ``accepted int8`` (0/1).

@@ -1,4 +1,4 @@
-"""Numba kernels over a calibration's flat arrays (SPEC §2.2).
+"""Numba kernels over a calibration's flat arrays (docs/calibration.md#queries).
 
 A calibration is ``edges float32[B]`` (strictly ascending upper bounds), ``p_accept float64[B]``
 and ``priors float64[P]`` (conditional, position 1 first). Confidences are float32 top-1
@@ -19,7 +19,7 @@ from specsim._jit import jit
 def bucket_nb(edges, lp):
     """Index of the first edge with ``lp <= edge`` (float32 compare); the last bucket above all.
 
-    NaN lands in the last bucket, as in the seed. Counting the edges below ``lp`` gives the same
+    NaN lands in the last bucket, as metrale's lookup does. Counting the edges below ``lp`` gives the same
     index for strictly ascending edges and has no data-dependent branch.
     """
     last = edges.shape[0] - 1
@@ -117,7 +117,7 @@ def expected_accepted_into_nb(edges, p_accept, priors, conf, n_conf, depths, dep
             below[x] += flat[x] > edge
     # Position by position across rows: rows are independent, so their running products overlap
     # instead of waiting on one row's chain; each row still folds sum_j prod_{t<=j} p_t left to
-    # right, exactly as SPEC §2.2 writes it.
+    # right, exactly as docs/calibration.md#queries writes it.
     for j in range(1, deepest + 1):
         prior = priors[min(j - 1, last_prior)]
         for i in range(n):

@@ -17,7 +17,7 @@ class DrafterKey:
 
 @dataclass(frozen=True)
 class FitCounts:
-    """What a calibration is fitted from (SPEC §3): bucket counts of reached drafts and steps.
+    """What a calibration is fitted from (docs/calibration.md#fitting): bucket counts of reached drafts and steps.
 
     Counts are Python ints, so totals and the float64 divisions of the fit are exact at any size.
 

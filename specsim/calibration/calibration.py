@@ -1,4 +1,4 @@
-"""``AcceptanceCalibration``: confidence -> acceptance, fitted on one drafter (SPEC §2)."""
+"""``AcceptanceCalibration``: confidence -> acceptance, fitted on one drafter (docs/calibration.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class AcceptanceCalibration:
     Raises
     ------
     CalibrationError
-        Listing every rule of SPEC §2.1 the arrays break.
+        Listing every rule of the calibration rules (docs/formats.md#acceptance-calibration) the arrays break.
     """
 
     __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
@@ -53,7 +53,7 @@ class AcceptanceCalibration:
     # -- files ----------------------------------------------------------------------------
     @classmethod
     def parse(cls, text, source: str = "<text>") -> "AcceptanceCalibration":
-        """Parse and validate calibration text (SPEC §2.1), listing every problem."""
+        """Parse and validate calibration text (docs/formats.md#acceptance-calibration), listing every problem."""
         doc = _toml.loads(text, "the acceptance calibration", source, CalibrationError)
         problems = []
         drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
@@ -96,11 +96,11 @@ class AcceptanceCalibration:
             raise CalibrationError("the rendered calibration does not read back identically")
         return text
 
-    # -- queries (SPEC §2.2) --------------------------------------------------------------
+    # -- queries (docs/calibration.md#queries) --------------------------------------------------------------
     def bucket(self, lp: float) -> int:
         """Bucket index of a confidence: the first edge with ``lp <= edge`` in float32, else the last.
 
-        NaN compares false with every edge and so lands in the last bucket, as in the seed.
+        NaN compares false with every edge and so lands in the last bucket, as metrale's lookup does.
         """
         from specsim.calibration._kernels import bucket_nb
 
@@ -110,11 +110,11 @@ class AcceptanceCalibration:
         return int(bucket_nb(self.edges, lp))
 
     def p_given_lp(self, lp: float) -> float:
-        """P(accept) of a draft whose top-1 log-probability is ``lp`` (SPEC §2.2).
+        """P(accept) of a draft whose top-1 log-probability is ``lp`` (docs/calibration.md#queries).
 
-        This is the seed's bucket lookup, NaN included (last bucket). Where a position is known
+        This is metrale's bucket lookup, NaN included (last bucket). Where a position is known
         (:meth:`expected_accepted`, the planner, the simulator) a NaN confidence is instead
-        treated as unmeasured and takes the position prior: SPEC §2.2's deviation.
+        treated as unmeasured and takes the position prior: specsim's choice (docs/calibration.md#queries).
         """
         return float(self.p_accept[self.bucket(lp)])
 
@@ -133,7 +133,7 @@ class AcceptanceCalibration:
         return float(out[0])
 
     def p_matrix(self, confidences, n_conf, m_out=None, out=None):
-        """P(accept) per row and draft position of a batch (SPEC §2.2).
+        """P(accept) per row and draft position of a batch (docs/calibration.md#queries).
 
         Parameters
         ----------
@@ -254,7 +254,7 @@ def bucket_cells(edges):
 
 
 def conditional_priors(rates, form: str = "marginal"):
-    """Per-position conditional priors from rates a serve reports (SPEC §2.2).
+    """Per-position conditional priors from rates a serve reports (docs/calibration.md#queries).
 
     Parameters
     ----------
@@ -423,7 +423,7 @@ def _read_acceptance(raw, problems):
         if bad:
             problems.append(f"[acceptance] {name}[{bad[0]}] = {value[bad[0]]!r} is not a number")
             continue
-        # Edges keep their integers so each is rounded to float32 once, as the seed's reader does.
+        # Edges keep their integers so each is rounded to float32 once, as metrale's reader does.
         arrays.append(_edges_f32(value) if name == "edges" else nums)
     return arrays if len(arrays) == 3 else None
 

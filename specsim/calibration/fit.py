@@ -1,4 +1,4 @@
-"""Fitting an acceptance calibration from a serve's counts (SPEC §3).
+"""Fitting an acceptance calibration from a serve's counts (docs/calibration.md#fitting).
 
 The fit itself runs on a handful of integers (per-bucket counts and a step histogram), so it is
 plain Python on Python ints: totals never overflow and every probability is the correctly rounded
@@ -22,10 +22,10 @@ from specsim.errors import CalibrationError
 
 MIN_OUTCOMES = 100
 """Reached drafts a pool (and reached steps a position prior) needs: 100 observations bound a
-fitted probability's binomial standard error by 0.05 at any rate (SPEC §3)."""
+fitted probability's binomial standard error by 0.05 at any rate (docs/calibration.md#fitting)."""
 
 DEFAULT_EDGES = (-4.0, -2.0, -1.0, -0.5, -0.25, -0.1, -0.05, -0.02, -0.005, 0.0)
-"""Bucket edges used when raw logs are binned and none are given (SPEC §3)."""
+"""Bucket edges used when raw logs are binned and none are given (docs/calibration.md#fitting)."""
 
 _MAX_LISTED = 12  # problems listed individually before "... and N more"
 
@@ -56,7 +56,7 @@ class CalibrationFit:
 
 
 def fit_calibration(drafter: DrafterKey, edges, accepted, rejected, steps) -> AcceptanceCalibration:
-    """Fit an acceptance calibration from a serve's counts, exactly as SPEC §3 says.
+    """Fit an acceptance calibration from a serve's counts, exactly as docs/calibration.md#fitting says.
 
     Parameters
     ----------
@@ -116,7 +116,7 @@ def make_counts(edges, accepted, rejected, steps, nonfinite=0, unreached=0, sour
 
 
 def fit_counts(drafter: DrafterKey, counts: FitCounts) -> CalibrationFit:
-    """Fit validated counts (SPEC §3) and keep the pools and positions for a report.
+    """Fit validated counts (docs/calibration.md#fitting) and keep the pools and positions for a report.
 
     Raises
     ------
@@ -139,7 +139,7 @@ def fit_counts(drafter: DrafterKey, counts: FitCounts) -> CalibrationFit:
             f"one draft), fewer than {MIN_OUTCOMES}; log more steps"
         )
     if problems:
-        raise CalibrationError(f"{counts.source}: cannot fit an acceptance calibration (SPEC §3)", problems)
+        raise CalibrationError(f"{counts.source}: cannot fit an acceptance calibration (docs/calibration.md#fitting)", problems)
     p_accept = [0.0] * len(counts.edges)
     for pool in pools:
         for i in range(pool.first, pool.last + 1):
@@ -157,7 +157,7 @@ def fit_counts(drafter: DrafterKey, counts: FitCounts) -> CalibrationFit:
 
 
 def pool_buckets(accepted, rejected):
-    """Pools of buckets per SPEC §3, the most confident first.
+    """Pools of buckets per docs/calibration.md#fitting, the most confident first.
 
     Walk from the last bucket down, adding each to an open pool that closes once it holds at
     least ``MIN_OUTCOMES`` reached drafts; a low-end remainder that never gets there joins the
@@ -194,7 +194,7 @@ def position_counts(steps):
 
 
 def position_priors(steps):
-    """Per-position priors per SPEC §3 and the position where they stop.
+    """Per-position priors per docs/calibration.md#fitting and the position where they stop.
 
     For ``j = 1, 2, ..``: ``reached = #steps with d >= j and a >= j - 1``; the first ``j`` with
     fewer than ``MIN_OUTCOMES`` stops the walk; ``prior(j) = #steps with d >= j and a >= j /
@@ -271,7 +271,7 @@ def counts_from_steps(steps, edge: float = 0.0, nonfinite=0, source="<steps>") -
 
 
 def calibration_from_rates(drafter: DrafterKey, rates, form: str = "marginal", edge: float = 0.0):
-    """A one-bucket calibration from per-position acceptance rates a serve reports (SPEC §2.2).
+    """A one-bucket calibration from per-position acceptance rates a serve reports (docs/calibration.md#queries).
 
     Parameters
     ----------
@@ -372,7 +372,7 @@ def render_counts(counts: FitCounts) -> str:
     """Counts as a TOML counts file that :func:`parse_counts` reads back equal."""
     steps = ", ".join(f"[{d}, {a}, {c}]" for (d, a), c in sorted(counts.steps.items()))
     return "\n".join([
-        "# specsim calibration counts (SPEC §3): reached drafts per bucket, verify steps by (drafts, accepted)",
+        "# specsim calibration counts (docs/calibration.md#fitting): reached drafts per bucket, verify steps by (drafts, accepted)",
         "edges = [" + ", ".join(_toml.number(float(e)) for e in counts.edges) + "]",
         "accepted = [" + ", ".join(str(c) for c in counts.accepted) + "]",
         "rejected = [" + ", ".join(str(c) for c in counts.rejected) + "]",

@@ -1,4 +1,4 @@
-"""Raw serve logs binned into fitting counts (SPEC §3).
+"""Raw serve logs binned into fitting counts (docs/calibration.md#fitting).
 
 Two logs are read, each as CSV (a header row naming the columns, in any order; other columns are
 ignored) or JSON Lines (one object per line; chosen by a ``.jsonl``, ``.ndjson`` or ``.json``
@@ -38,7 +38,7 @@ _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDGES, holdout: float = 0.0,
                source: str = "<drafts>"):
-    """Bin a per-draft log into counts (SPEC §3), optionally holding out the latest steps.
+    """Bin a per-draft log into counts (docs/calibration.md#fitting), optionally holding out the latest steps.
 
     Parameters
     ----------

@@ -17,6 +17,10 @@ def register(sub, groups):
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_show)
     register_fit(csub)
+    from specsim.cli import calib_live
+
+    calib_live.register(csub)
+    calib_live.register_drift(csub)
 
 
 def cmd_show(args):
@@ -66,6 +70,29 @@ inputs (exactly one):
 """
 
 
+def drafter_flags(p):
+    """The drafter key flags every command that writes a calibration takes."""
+    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
+    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
+    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
+    p.add_argument("--context", required=True, choices=("true", "false"),
+                   help="whether the drafter's prompt context was active")
+
+
+def drafter_key(args):
+    """The :class:`DrafterKey` of :func:`drafter_flags`, refused when a field is empty."""
+    from specsim.calibration import DrafterKey
+    from specsim.errors import CalibrationError
+
+    if args.vocab < 1:
+        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
+    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
+        if not value.strip():
+            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
+                                   "so its key must name it")
+    return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
+
+
 def register_fit(csub):
     from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
 
@@ -86,11 +113,7 @@ def register_fit(csub):
                    help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
     p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
-    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
-    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
-    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
-    p.add_argument("--context", required=True, choices=("true", "false"),
-                   help="whether the drafter's prompt context was active")
+    drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
     p.add_argument("--counts-out", metavar="FILE", help="also write the binned counts (TOML counts file)")
     p.add_argument("--report", action="store_true", help="print the reliability report")
@@ -113,19 +136,13 @@ def cmd_fit(args):
 
 
 def _fit(args, out):
-    from specsim.calibration import DrafterKey
     from specsim.calibration.fit import (
         calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
     from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
     from specsim.errors import CalibrationError
 
-    if args.vocab < 1:
-        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
-    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
-        if not value.strip():
-            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
-                                   "so its key must name it")
+    drafter = drafter_key(args)
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
     if args.edges is not None and not args.drafts_log:
@@ -134,7 +151,6 @@ def _fit(args, out):
         raise CalibrationError("--counts-out needs counts: --rates has none")
     if args.plot:
         require_matplotlib()  # before anything is written
-    drafter = DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
     fit = holdout = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
@@ -192,15 +208,19 @@ def _read_windows(path, run):
     runs = doc.get("run", [])
     if not isinstance(runs, list):
         runs = []
+    traces = doc.get("trace", [])
+    if not isinstance(traces, list):
+        traces = []
+    # Windows sit at top level, in [[run]] tables, or in the [[trace]] tables `calib import` writes.
     tables = ([("", doc)] if "windows" in doc else []) + [
-        (r.get("name", f"run {i}"), r) for i, r in enumerate(runs) if isinstance(r, dict) and "windows" in r
+        (r.get("name", f"run {i}"), r) for i, r in enumerate(runs + traces) if isinstance(r, dict) and "windows" in r
     ]
     if run is not None:
         tables = [(name, t) for name, t in tables if name == run]
         if not tables:
-            raise CalibrationError(f"{path}: no [[run]] named {run!r} with windows")
+            raise CalibrationError(f"{path}: no [[run]] or [[trace]] named {run!r} with windows")
     if not tables:
-        raise CalibrationError(f"{path}: no `windows` array at top level or in any [[run]] table")
+        raise CalibrationError(f"{path}: no `windows` array at top level or in any [[run]] or [[trace]] table")
     rows = []
     for name, t in tables:
         if not isinstance(t["windows"], list):

@@ -112,33 +112,18 @@ def cmd_plan(args):
     if args.n is None:
         raise PlanError("give --n N (the batch width) or --confidences FILE")
     planner = Planner(table, cal, slack=args.slack, max_seqs=args.max_seqs, memo=False)
-    n = args.n
-    depth = planner.propose(n)
-    capped = args.max_seqs is not None and n > args.max_seqs
-    rows, figures = [], []
-    r = min(1, table.max_k)
-    tokens_r = n * (1 + planner.cum_priors[r])
-    reference = tokens_r / table.cell(n, r).step_ms
-    for k in range(table.max_k + 1):
-        cell = table.cell(n, k)
-        tokens = n * (1 + planner.cum_priors[k])
-        tok_s = tokens / cell.step_ms * 1000.0
-        tok_j = tokens / cell.step_j
-        feasible = tokens / cell.step_ms >= (1 - args.slack) * reference
-        figures.append({"k": k, "tokens": tokens, "step_ms": cell.step_ms, "step_j": cell.step_j,
-                        "tokens_per_s": tok_s, "tokens_per_j": tok_j, "feasible": bool(feasible)})
-        mark = "<-" if k == depth and not capped else ""
-        rows.append([k, f"{tokens:.3f}", f"{cell.step_ms:.3f}", f"{cell.step_j:.4f}", f"{tok_s:.1f}",
-                     f"{tok_j:.3f}", "yes" if feasible else "no", mark])
+    ex = planner.explain(args.n)
     if args.json:
-        print_json({"n": n, "depth": depth, "slack": args.slack, "max_seqs": args.max_seqs, "capped": bool(capped),
-                    "floor_tokens_per_s": (1 - args.slack) * reference * 1000.0, "depths": figures})
+        doc = ex.to_dict()
+        print_json({"n": ex.n, "depth": ex.depth, "slack": ex.slack, "max_seqs": args.max_seqs, "capped": ex.capped,
+                    "floor_tokens_per_s": ex.floor_tokens_per_s, "depths": doc["depths"]})
         return 0
+    rows = [[d.k, f"{d.tokens:.3f}", f"{d.step_ms:.3f}", f"{d.step_j:.4f}", f"{d.tokens_per_s:.1f}",
+             f"{d.tokens_per_j:.3f}", "yes" if d.feasible else "no", "<-" if d.chosen else ""] for d in ex.depths]
     print(format_grid(["k", "E[tokens]", "step ms", "step J", "tok/s", "tok/J", "fast enough", ""], rows))
-    if capped:
-        print(f"n = {n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
+    if ex.capped:
+        print(f"n = {ex.n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
     else:
-        print(f"depth {depth}: the most tokens/J among depths with tok/s >= {(1 - args.slack) * reference * 1000.0:.1f} "
-              f"({1 - args.slack:g} x depth {r}'s)")
-
+        print(f"depth {ex.depth}: the most tokens/J among depths with tok/s >= {ex.floor_tokens_per_s:.1f} "
+              f"({1 - args.slack:g} x depth {ex.reference_depth}'s)")
     return 0

@@ -19,7 +19,8 @@ def register(sub, groups):
                     "take their priors from --calibration, else estimate them from the trace.",
     )
     p.add_argument("file", help="acceptance file (TOML with [[trace]] entries and optionally step_ms)")
-    p.add_argument("--trace", required=True, metavar="NAME", help="name of the [[trace]] to replay")
+    p.add_argument("--trace", metavar="NAME",
+                   help="name of the [[trace]] to replay (default: the file's only trace)")
     p.add_argument("--policy", required=True, metavar="P",
                    help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose or goodput")
     p.add_argument("--width", required=True, type=count, metavar="N", help="streams per step")
@@ -58,7 +59,7 @@ def _replay(args, out):
     from specsim.sim.replay import load_acceptance_file, replay
 
     afile = load_acceptance_file(args.file)
-    trace = afile.trace(args.trace)
+    trace = afile.trace(args.trace if args.trace is not None else _only_trace(afile, "--trace"))
     table = cal = None
     if args.table:
         from specsim.table import CostTable
@@ -123,3 +124,13 @@ def cmd_import(args):
     print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
           f"depths 0..{table.max_k}")
     return 0
+
+
+def _only_trace(afile, flag):
+    """The name of an acceptance file's only trace; several (or none) need ``flag NAME``."""
+    from specsim.errors import TraceError
+
+    if len(afile.traces) != 1:
+        raise TraceError(f"{afile.source} holds {len(afile.traces)} traces ({', '.join(afile.traces) or 'none'}): "
+                         f"name one with {flag} NAME")
+    return next(iter(afile.traces))

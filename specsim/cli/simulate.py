@@ -177,8 +177,9 @@ def _acceptance(args):
         return None
     afile = load_acceptance_file(args.acceptance)
     if args.acceptance_trace is None:
-        raise TraceError(f"--acceptance needs --acceptance-trace NAME; traces in {args.acceptance}: "
-                         f"{', '.join(afile.traces) or 'none'}")
+        from specsim.cli.replay import _only_trace
+
+        args.acceptance_trace = _only_trace(afile, "--acceptance-trace")
     trace = afile.trace(args.acceptance_trace)
     if trace.above_k_logged:
         print(f"specsim: warning: acceptance trace {trace.name!r}: {trace.above_k_logged} entries exceed k_logged = "

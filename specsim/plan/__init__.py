@@ -1,5 +1,6 @@
-"""Draft-depth planning (SPEC §4)."""
+"""Draft-depth planning: how many drafts to propose and to verify (docs/planner.md)."""
 
+from specsim.plan._explain import DepthFigures, ProposeExplanation
 from specsim.plan.planner import (
     Planner,
     SpecCostState,
@@ -10,5 +11,5 @@ from specsim.plan.planner import (
     sequence_depths,
 )
 
-__all__ = ["Planner", "SpecCostState", "check_slack", "goodput_depth", "propose_depth", "ragged_confidences",
-           "sequence_depths"]
+__all__ = ["DepthFigures", "Planner", "ProposeExplanation", "SpecCostState", "check_slack", "goodput_depth",
+           "propose_depth", "ragged_confidences", "sequence_depths"]

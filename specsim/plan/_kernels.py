@@ -1,7 +1,7 @@
-"""Numba kernels of the depth planner (SPEC §4).
+"""Numba kernels of the depth planner (docs/planner.md).
 
-Every ratio, interpolation, product and sum is computed in float64 in the order SPEC §4 writes
-it, so answers are bit-identical to the plain reference; the speed comes from doing less work,
+Every ratio, interpolation, product and sum is computed in float64 in the order docs/planner.md
+writes it, so answers are bit-identical to the plain reference; the speed comes from doing less work,
 never from reassociating arithmetic.
 
 Inputs are the table's flat arrays (``widths int64[W]``, ``costs float64[W, K + 1, 4]``), the
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.plan._types import SORT_BUCKETS
-
 from specsim._jit import jit
-from specsim.calibration._kernels import bucket_fast_nb
+from specsim.plan._sort import sort_gains_desc_nb
+from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb
 
 # The cost axis of a table, defined once in specsim.table._types.
 from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
+# Unsigned subscripts in hot loops: Numba skips negative-index wraparound for them.
+U = np.uintp
 
 
 @jit
@@ -37,7 +38,7 @@ def cum_priors_nb(priors, max_k, out):
         out[j] = total
 
 
-@jit
+@jit(inline="always")
 def width_costs_nb(widths, costs, n, out):
     """Interpolate every depth's four costs at width ``n`` into ``out float64[K + 1, 4]``.
 
@@ -59,7 +60,7 @@ def width_costs_nb(widths, costs, n, out):
 
 @jit
 def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
-    """One draft depth for a batch of width ``n`` before drafting (SPEC §4.1).
+    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
 
     ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
     """
@@ -129,7 +130,7 @@ def row_cost_nb(vc, n, rows, max_k, sunk):
     """Verify cost of ``rows`` draft rows over ``n`` sequences, plus the sunk draft cost.
 
     ``vc`` holds one verify cost per depth at width ``n``; the depth ``rows / n`` falls between
-    two integer depths and the cost is interpolated between them (SPEC §4.2). This is the exact
+    two integer depths and the cost is interpolated between them (docs/planner.md). This is the exact
     arithmetic; the scan below only calls it when a cheaper bound cannot decide. The serving
     simulator prices per-sequence steps with it, so it charges the cost the planner optimised.
     """
@@ -143,141 +144,160 @@ def row_cost_nb(vc, n, rows, max_k, sunk):
     return v + sunk
 
 
-# The size above which a bucket of the counting sort is heap-sorted apart.
-SMALL_BUCKET = 32
 # Relative width of the bounds that decide comparisons without dividing (see _scan_nb).
 TOL = 1e-9
 GUARD = 1e-12
 
 
-@jit
-def _insertion_desc(ordered, start, stop):
-    for t in range(start + 1, stop):
-        x = ordered[t]
-        q = t - 1
-        while q >= start and ordered[q] < x:
-            ordered[q + 1] = ordered[q]
-            q -= 1
-        ordered[q + 1] = x
+@jit(inline="always")
+def _caps_nb(n_conf, known, kk, m, caps, reals):
+    """Per sequence: ``caps[i] = min(known[i], kk)`` and ``reals[i]``, its positions with a real
+    confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
+    base_rows = 0
+    for i in range(n_conf.shape[0]):
+        ui = U(i)
+        cap = known[ui]
+        cap = cap if cap < kk else kk
+        cap = cap if cap > 0 else 0
+        real = n_conf[ui]
+        real = real if real < m else m
+        real = real if real < cap else cap
+        caps[ui] = cap
+        reals[ui] = real if real > 0 else 0
+        base_rows += 1 if cap > 0 else 0
+    return base_rows
 
 
-@jit
-def _sift_down_min(a, start, root, end):
-    """Restore a min-heap on ``a[start:end]`` (heap index ``root``, 0-based from ``start``)."""
-    while True:
-        child = 2 * root + 1
-        if child >= end - start:
-            return
-        if child + 1 < end - start and a[start + child + 1] < a[start + child]:
-            child += 1
-        if a[start + child] < a[start + root]:
-            x = a[start + root]
-            a[start + root] = a[start + child]
-            a[start + child] = x
-            root = child
-        else:
-            return
+@jit(inline="always")
+def _bucket_p(edges, cells, p_accept, last, lp, b):
+    """``p_accept`` of the bucket of ``lp`` (not NaN; ``b`` its bit pattern) through the coarse
+    index ``cells`` (``calibration.bucket_cells``): the bucket of the lowest float of the cell,
+    then a step up per edge below ``lp`` (rarely one, never more than the edges in the cell)."""
+    q = cells[U((((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + 2048))]
+    while q < last and lp > edges[U(q)]:
+        q += 1
+    return p_accept[U(q)]
 
 
-@jit
-def _heapsort_desc(a, start, stop):
-    """Sort ``a[start:stop]`` descending in place: O(m log m) for a crowded bucket. (Written out
-    rather than ndarray.sort, whose generic quicksort costs seconds of compilation.)"""
-    m = stop - start
-    for root in range(m // 2 - 1, -1, -1):
-        _sift_down_min(a, start, root, stop)
-    for end in range(m - 1, 0, -1):
-        x = a[start]
-        a[start] = a[start + end]
-        a[start + end] = x
-        _sift_down_min(a, start, 0, start + end)
+@jit(inline="always")
+def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
+    """The base tokens and every extra row's gain.
 
+    Walks position by position over all sequences, keeping each sequence's running product in
+    ``run``: the products of different sequences are independent, so they overlap in the CPU
+    instead of waiting on each other. Row ``(i, j)``'s gain goes to ``strided[i * stride + j - 2]``
+    (for assigning depths) and to the next free place of ``compact`` (for sorting). Subscripts
+    are unsigned (``U``) because Numba then skips its negative-index wraparound: here that is
+    most of the work.
 
-@jit
-def sort_gains_desc_nb(gains, count, ordered, counts):
-    """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are >= 0).
-
-    A counting sort on the leading bits of the float64 pattern (non-negative doubles order as
-    their bit patterns) into about two buckets per value, then one insertion pass that only
-    has to fix order inside buckets: linear time for the gains a planner sees, where a
-    comparison sort of n * K values would dominate the call. A crowded bucket (values packed
-    far closer than their spread) is sorted on its own instead. ``counts`` is
-    ``int64[2 * SORT_BUCKETS + 1]`` workspace.
+    Returns
+    -------
+    (float, int, float, float, float)
+        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
+        gains written, their least and greatest values, and their sum in the order written
+        (only ever used as a bound: it is not the sum in descending order). Zeros when none.
     """
-    if count <= SMALL_BUCKET:
-        for t in range(count):
-            ordered[t] = gains[t]
-        _insertion_desc(ordered, 0, count)
-        return
-    bits = gains[:count].view(np.int64)
-    umin = bits[0]
-    umax = bits[0]
-    for e in range(1, count):
-        u = bits[e]
-        umin = min(umin, u)
-        umax = max(umax, u)
-    limit = 2 * count if count < SORT_BUCKETS else 2 * SORT_BUCKETS
-    shift = 20
-    while (umax >> shift) - (umin >> shift) >= limit:
-        shift += 1
-    base = umin >> shift
-    nb = (umax >> shift) - base + 1
-    for b in range(nb):
-        counts[b] = 0
-    crowded = 0
-    for e in range(count):
-        b = (bits[e] >> shift) - base
-        c = counts[b] + 1
-        counts[b] = c
-        crowded = max(crowded, c)
-    # Bucket b starts after every bucket above it: descending order.
-    pos = 0
-    for b in range(nb - 1, -1, -1):
-        c = counts[b]
-        counts[b] = pos
-        pos += c
-    for e in range(count):
-        b = (bits[e] >> shift) - base
-        ordered[counts[b]] = gains[e]
-        counts[b] += 1
-    if crowded <= SMALL_BUCKET:
-        _insertion_desc(ordered, 0, count)
-        return
-    # counts[b] is now the end of bucket b.
-    start = 0
-    for b in range(nb - 1, -1, -1):
-        stop = counts[b]
-        size = stop - start
-        if size > SMALL_BUCKET:
-            _heapsort_desc(ordered, start, stop)
-        elif size > 1:
-            _insertion_desc(ordered, start, stop)
-        start = stop
+    n = conf.shape[0]
+    bits = conf.view(np.int32)
+    edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
+    last = edges.shape[0] - 1
+    last_prior = priors.shape[0] - 1
+    base_tokens = float(n)
+    if kk < 1:
+        return base_tokens, 0, 0.0, 0.0, 0.0
+    prior_1 = priors[0]
+    for i in range(n):
+        ui = U(i)
+        p = prior_1
+        if reals[ui] >= 1:
+            lp = conf[ui, U(0)]
+            if lp == lp:  # NaN: unmeasured, the prior
+                p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
+        run[ui] = p
+        if caps[ui] >= 1:
+            base_tokens += p
+    extras = 0
+    lowest = 2.0
+    highest = -1.0
+    total = 0.0
+    for j in range(2, kk + 1):
+        prior_j = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+        uj = U(j - 1)
+        for i in range(n):
+            ui = U(i)
+            if caps[ui] < j:
+                continue
+            p = prior_j
+            if j <= reals[ui]:
+                lp = conf[ui, uj]
+                if lp == lp:
+                    p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, uj])
+            g = run[ui] * p
+            run[ui] = g
+            strided[U(i * stride + j - 2)] = g
+            compact[U(extras)] = g
+            extras += 1
+            lowest = g if g < lowest else lowest
+            highest = g if g > highest else highest
+            total += g
+    if extras == 0:
+        return base_tokens, 0, 0.0, 0.0, 0.0
+    return base_tokens, extras, lowest, highest, total
 
 
-@jit
-def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, k_max, row_budget,
-                       slack, out, gains, owner, counts, wc):
-    """How many of each sequence's drafts to verify, after drafting (SPEC §4.2).
+@jit(inline="always")
+def _assign_nb(strided, stride, caps, ordered, best_take, out):
+    """Depths from the best prefix of the sorted gains (out[i] already holds the first draft).
+
+    Rows strictly above the cut gain are all in; of the rows equal to it, the first ones in
+    (sequence, depth) order fill the remaining places: the stable order the rules ask for. A
+    sequence's gains never increase with depth, so its walk stops at its first row below the cut.
+    """
+    cut = ordered[best_take - 1]
+    t = best_take - 1
+    while t > 0 and ordered[t - 1] == cut:
+        t -= 1
+    ties = best_take - t
+    for i in range(caps.shape[0]):
+        d = out[U(i)]
+        row = i * stride - 2
+        for j in range(2, caps[U(i)] + 1):
+            g = strided[U(row + j)]
+            if g > cut:
+                d += 1
+            elif g == cut and ties > 0:
+                d += 1
+                ties -= 1
+            else:
+                break
+        out[U(i)] = d
+
+
+@jit(inline="always")
+def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, out, ws):
+    """How many of each sequence's drafts to verify, after drafting (docs/planner.md).
+
+    The in-kernel entry point: other kernels (the serving simulator) call it directly. Inputs
+    are trusted (Python callers go through ``Planner``, which checks them), but out-of-range
+    counts are clamped, never used as indices.
 
     Parameters
     ----------
-    cells : ndarray(int64, ndim=1), shape (BUCKET_CELLS,)
-        The calibration's coarse bucket index (``calibration.bucket_cells(edges)``).
+    arrays : PlanArrays
+        The table and calibration (``plan._types.plan_arrays``).
     conf : ndarray(float32, ndim=2), shape (n, m)
         Top-1 log-probabilities of each sequence's drafts; NaN or columns past ``n_conf`` are
         unmeasured and take the position prior. C-contiguous.
     n_conf, known : ndarray(int64, ndim=1), shape (n,)
         Real confidences and drafts available per sequence.
     k_max, row_budget : int
+        Deepest verify depth; most draft rows in the batch.
     slack : float
+        In [0, 1).
     out : ndarray(int64, ndim=1), shape (n,)
         Modified in place: the depths.
-    gains : ndarray(float64, ndim=1), shape >= (2 * n * K,)
-    owner : ndarray(int64, ndim=1), shape >= (n * K,)
-    counts : ndarray(int64, ndim=1), shape >= (2 * SORT_BUCKETS + 1,)
-    wc : ndarray(float64, ndim=2), shape (K + 1, 4)
-        Workspaces (overwritten).
+    ws : PlanWorkspace
+        Scratch for at least ``n`` sequences (``plan._types.plan_workspace``); overwritten.
 
     Returns
     -------
@@ -285,100 +305,119 @@ def sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf, n_co
         Total draft rows planned.
     """
     n = conf.shape[0]
-    max_k = costs.shape[1] - 1
+    m = conf.shape[1]
+    max_k = arrays.costs.shape[1] - 1
     kk = k_max if k_max < max_k else max_k
-    if kk < 0:
-        kk = 0
+    kk = kk if kk > 0 else 0
     for i in range(n):
         out[i] = 0
     if n == 0:
         return 0
-    base_rows = 0
-    for i in range(n):
-        cap = known[i] if known[i] < kk else kk
-        if cap >= 1:
-            base_rows += 1
+    stride = max_k if max_k > 1 else 1
+    g = ws.gains
+    strided = g[:n * stride]
+    compact = g[n * stride:2 * n * stride]
+    ordered = g[2 * n * stride:3 * n * stride]
+    run = g[3 * n * stride:3 * n * stride + n]
+    o = ws.owner
+    keys = o[:n * stride]
+    caps = o[n * stride:n * stride + n]
+    reals = o[n * stride + n:n * stride + 2 * n]
+
+    base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
     if base_rows > row_budget:
         return 0
-
-    # Base tokens and every extra row's gain, in sequence order then depth order. The position
-    # probabilities are SPEC §2.2's (NaN or absent: the prior), buckets through the coarse index.
-    bits = conf.view(np.int32)
-    m = conf.shape[1]
-    last_prior = priors.shape[0] - 1
-    base_tokens = float(n)
-    extras = 0
+    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride,
+                                                            compact)
     for i in range(n):
-        cap = known[i] if known[i] < kk else kk
-        if cap < 1:
-            continue
-        out[i] = 1
-        real = n_conf[i] if n_conf[i] < m else m
-        if real > cap:
-            real = cap
-        # Position 1 feeds the base tokens; positions 2..cap are the extra rows' gains. Positions
-        # with a real confidence come first, then the ones that take the prior: two tight loops.
-        run = priors[0]
-        if real >= 1:
-            lp = conf[i, 0]
-            if lp == lp:
-                run = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, 0])]
-        base_tokens += run
-        for j in range(2, real + 1):
-            lp = conf[i, j - 1]
-            if lp == lp:
-                p = p_accept[bucket_fast_nb(edges, cells, lp, bits[i, j - 1])]
-            else:
-                p = priors[j - 1 if j - 1 < last_prior else last_prior]
-            run *= p
-            gains[extras] = run
-            owner[extras] = i
-            extras += 1
-        for j in range(real + 1 if real >= 1 else 2, cap + 1):
-            run *= priors[j - 1 if j - 1 < last_prior else last_prior]
-            gains[extras] = run
-            owner[extras] = i
-            extras += 1
+        out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
-    if take_max > extras:
-        take_max = extras
+    take_max = take_max if take_max < extras else extras
     if take_max <= 0:
         return base_rows
 
+    width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
+    # No prefix can beat the first drafts alone: skip the sort and the scan.
+    base_eff = base_tokens / row_cost_nb(ws.wc[:, VJ], n, base_rows, max_k, ws.wc[kk, DJ])
+    rest = total * (1.0 + BOUND_SLACK) + 1e-300
+    if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
+        return base_rows
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
-    # the tie order matters only when rows are assigned, below.
-    ordered = gains[extras:2 * extras]
-    sort_gains_desc_nb(gains, extras, ordered, counts)
-    width_costs_nb(widths, costs, n, wc)
-    best_take = _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
+    # the tie order matters only when rows are assigned.
+    sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
+    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest)
     if best_take == 0:
         return base_rows
-
-    # Rows strictly above the cut gain are all in; of the rows equal to it, the first ones in
-    # (sequence, depth) order fill the remaining places: the stable order of SPEC §4.2.
-    cut = ordered[best_take - 1]
-    ties = 0
-    for t in range(best_take):
-        if ordered[t] == cut:
-            ties += 1
-    for e in range(extras):
-        g = gains[e]
-        if g > cut:
-            out[owner[e]] += 1
-        elif g == cut and ties > 0:
-            out[owner[e]] += 1
-            ties -= 1
+    _assign_nb(strided, stride, caps, ordered, best_take, out)
     return base_rows + best_take
 
 
-@jit
-def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack):
-    """The best prefix of the descending gains (SPEC §4.2's scan), 0 for none.
+# Relative slack of the bounds of _no_prefix_reaches: far above any rounding of a sum of
+# gains (at most count * 2**-53 relative), far below any difference that decides an answer.
+BOUND_SLACK = 1e-9
 
-    Every prefix is visited. Rows advance through depth segments ``[lo, lo + 1)``, inside which
-    a row cost is affine in ``rem / n``; each comparison is first decided from bounds on the
-    cost, built with multiplications only. When a bound cannot decide (a near-tie), the exact
-    SPEC arithmetic decides, so the answer is bit for bit the plain scan's.
+
+@jit(inline="always")
+def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, target):
+    """True when no prefix of the next ``count`` rows (after ``rows0`` rows holding ``tokens0``
+    tokens) can reach ``target`` tokens/J: those rows then need no sorting or scanning.
+
+    Any ``t`` of those rows add at most ``min(t * highest, rest)`` tokens (``highest`` the
+    largest of their gains, ``rest`` at least their sum) and, inside a depth segment, cost at
+    least the segment's affine lower bound on joules. Their ratio is monotone between the ends
+    of a segment and the kink ``t = rest / highest``, so those points bound every prefix. Every
+    bound is loosened by ``BOUND_SLACK``: a comparison too close to call answers False, and the
+    exact scan decides.
+    """
+    vj = wc[:, VJ]
+    sunk_j = wc[kk, DJ]
+    limit = target * (1.0 - BOUND_SLACK)
+    kink = rest / highest if highest > 0.0 else 0.0
+    inv_n = 1.0 / n
+    lo = rows0 // n
+    rem = rows0 - lo * n
+    take = 0
+    while take < count:
+        nxt = lo + 1 if lo < max_k else max_k
+        a_j = vj[lo] + sunk_j
+        d_j = vj[nxt] - vj[lo]
+        tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
+        stop = n - rem
+        if stop > count - take:
+            stop = count - take
+        for point in range(3):
+            if point == 0:
+                t = float(take + 1)
+            elif point == 1:
+                t = float(take + stop)
+            else:
+                t = kink
+                if not take + 1 < t < take + stop:
+                    continue
+            extra = t * highest
+            extra = extra if extra < rest else rest
+            tokens = (tokens0 + extra) * (1.0 + BOUND_SLACK)
+            joules = a_j + d_j * ((rem + t - take) * inv_n) - tol_j
+            if joules <= 0.0 or tokens >= limit * joules:
+                return False
+        take += stop
+        rem += stop
+        if rem == n:
+            rem = 0
+            lo += 1
+    return True
+
+
+@jit(inline="always")
+def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total):
+    """The best prefix of the descending gains, 0 for none.
+
+    Every prefix is visited or bounded. Rows advance through depth segments ``[lo, lo + 1)``,
+    inside which a row cost is affine in ``rem / n``; each comparison is first decided from
+    bounds on the cost, built with multiplications only. When a bound cannot decide (a
+    near-tie), the exact arithmetic of ``row_cost_nb`` decides, so the answer is bit for bit the
+    plain scan's. At each later segment the rest is skipped when :func:`_no_prefix_reaches` proves
+    none of it reaches the best's tokens/J so far (``total`` is at least the sum of all gains).
     """
     vms = wc[:, VMS]
     vj = wc[:, VJ]
@@ -406,6 +445,12 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
     tokens = base_tokens
     take = 0
     while take < take_max:
+        if take > 0:
+            # At most what is left of the total, and at most the next (largest left) gain per row.
+            rest = total - (tokens - base_tokens) * (1.0 - BOUND_SLACK)
+            if _no_prefix_reaches(wc, n, max_k, kk, tokens, base_rows + take, take_max - take, ordered[U(take)],
+                                  rest, best_tokens / best_j_hi):
+                break
         # One depth segment: the row costs are a + d * rem / n for rem in (rem, n].
         nxt = lo + 1 if lo < max_k else max_k
         a_ms = vms[lo] + sunk_ms
@@ -418,7 +463,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
         if stop > take_max - take:
             stop = take_max - take
         for step in range(1, stop + 1):
-            tokens += ordered[take + step - 1]
+            tokens += ordered[U(take + step - 1)]
             f = (rem + step) * inv_n
             ms = a_ms + d_ms * f
             if tokens < floor_lo * (ms - tol_ms):
@@ -452,8 +497,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack)
 
 
 @jit
-def sequence_depths_many_nb(widths, costs, edges, cells, p_accept, priors, conf, n_conf, known, offsets, k_max,
-                            row_budget, slack, out, gains, owner, counts, wc):
+def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
     """:func:`sequence_depths_nb` for many batches laid end to end.
 
     ``offsets int64[B + 1]``: batch ``b`` is rows ``offsets[b]:offsets[b + 1]`` of ``conf``,
@@ -462,5 +506,87 @@ def sequence_depths_many_nb(widths, costs, edges, cells, p_accept, priors, conf,
     for b in range(offsets.shape[0] - 1):
         s = offsets[b]
         e = offsets[b + 1]
-        sequence_depths_nb(widths, costs, edges, cells, p_accept, priors, conf[s:e], n_conf[s:e], known[s:e],
-                           k_max[b], row_budget[b], slack, out[s:e], gains, owner, counts, wc)
+        sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
+
+
+@jit(inline="always")
+def unpack_plan_nb(packed):
+    """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
+    w = packed[0]
+    kp1 = packed[1]
+    b = packed[2]
+    c = packed[3]
+    p = packed[4]
+    o = PACK_HEADER
+    widths = packed[o:o + w]
+    o += w
+    costs = packed[o:o + w * kp1 * 4].view(np.float64).reshape((w, kp1, 4))
+    o += w * kp1 * 4
+    half = (b + 1) // 2
+    edges = packed[o:o + half].view(np.float32)[:b]
+    o += half
+    cells = packed[o:o + c]
+    o += c
+    p_accept = packed[o:o + b].view(np.float64)
+    o += b
+    priors = packed[o:o + p].view(np.float64)
+    return PlanArrays(widths, costs, edges, cells, p_accept, priors)
+
+
+# Codes the Planner's kernel returns instead of rows when an input is out of range; the caller
+# turns them into an error that names the argument (see ``Planner.depths``).
+E_SHAPE_N_CONF = -1
+E_SHAPE_KNOWN = -2
+E_SHAPE_OUT = -3
+E_K_MAX = -4
+E_ROW_BUDGET = -5
+E_WORKSPACE = -6
+E_ALIAS = -7
+# Row i with a bad n_conf: E_ROW - 2i; with a bad known: E_ROW - 2i - 1.
+E_ROW = -16
+
+
+@jit(inline="always")
+def _overlaps(a, b):
+    lo_a = a.ctypes.data
+    lo_b = b.ctypes.data
+    return lo_a < lo_b + b.nbytes and lo_b < lo_a + a.nbytes and a.nbytes > 0 and b.nbytes > 0
+
+
+@jit
+def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out, work, check):
+    """``Planner.depths``' kernel: checks what is cheap to check here, then
+    :func:`sequence_depths_nb` on ``unpack_plan_nb(packed)`` and the workspace in the buffer
+    ``work`` (``_types.workspace_buffer``): two arguments where the bundles have ten arrays.
+
+    Shapes, scalar ranges, the workspace's size and ``out`` overlapping an input are always
+    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m`` and
+    ``known[i] >= 0`` (without it such values are clamped). Returns the planned rows, or one of
+    the negative ``E_*`` codes.
+    """
+    n = conf.shape[0]
+    m = conf.shape[1]
+    if n_conf.shape[0] != n:
+        return E_SHAPE_N_CONF
+    if known.shape[0] != n:
+        return E_SHAPE_KNOWN
+    if out.shape[0] != n:
+        return E_SHAPE_OUT
+    if k_max < 0:
+        return E_K_MAX
+    if row_budget < 0:
+        return E_ROW_BUDGET
+    max_k = packed[1] - 1
+    ws = workspace_views_nb(work, max_k)
+    if ws.owner.shape[0] < n * ((max_k if max_k > 1 else 1) + 2):
+        return E_WORKSPACE
+    if _overlaps(out, conf) or _overlaps(out, n_conf) or _overlaps(out, known):
+        return E_ALIAS
+    if check:
+        for i in range(n):
+            c = n_conf[i]
+            if c < 0 or c > m:
+                return E_ROW - 2 * i
+            if known[i] < 0:
+                return E_ROW - 2 * i - 1
+    return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -1,32 +1,34 @@
 """The depth planner's public face: one-shot functions, the scheduler-loop ``Planner``, and the
-serve-side load of a table and calibration (SPEC §4)."""
+serve-side load of a table and calibration (docs/planner.md)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.calibration import bucket_cells
 from specsim._checks import COUNT_MAX
 from specsim.errors import KeyMismatchError, PlanError
-from specsim.plan._kernels import sequence_depths_nb
-from specsim.plan._types import plan_workspace
-
-_F32 = np.dtype(np.float32)
+from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
+from specsim.plan._explain import ProposeExplanation, explain_propose
+from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
 from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
 NO_CAP = COUNT_MAX
+# A thread's first workspace holds this many sequences; it grows to the widest batch seen.
+FIRST_ROWS = 64
 
 
 def check_slack(slack) -> float:
     """``slack`` as a float in [0, 1), else PlanError."""
     try:
         value = float(slack)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PlanError(f"slack {slack!r} is not a number") from None
     if not 0.0 <= value < 1.0:
         raise PlanError(
@@ -35,14 +37,8 @@ def check_slack(slack) -> float:
     return value
 
 
-def _count(value, name) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
-
-
 def _cap(max_seqs) -> int:
-    return NO_CAP if max_seqs is None else min(_count(max_seqs, "max_seqs"), NO_CAP)
+    return NO_CAP if max_seqs is None else min(cap_arg(max_seqs, "max_seqs"), NO_CAP)
 
 
 def _cum_priors(cal, max_k):
@@ -55,7 +51,10 @@ def _cum_priors(cal, max_k):
 
 def ragged_confidences(confidences):
     """A list of per-sequence confidence lists -> ``(float32[n, m] NaN-padded, int64[n] counts)``."""
-    rows = [np.asarray(r, dtype=np.float32).reshape(-1) for r in confidences]
+    try:
+        rows = [np.asarray(r, dtype=np.float32).reshape(-1) for r in confidences]
+    except (TypeError, ValueError) as e:
+        raise PlanError(f"confidences must be a list of lists of numbers, one list per sequence ({e})") from None
     m = max((r.shape[0] for r in rows), default=0)
     conf = np.full((len(rows), m), np.nan, dtype=np.float32)
     for i, r in enumerate(rows):
@@ -64,29 +63,21 @@ def ragged_confidences(confidences):
 
 
 def propose_depth(table: CostTable, cal: AcceptanceCalibration, n: int, slack: float, max_seqs: int) -> int:
-    """One draft depth for a batch of ``n`` sequences, before drafting (SPEC §4.1).
+    """One draft depth for a batch of ``n`` sequences, before drafting (docs/planner.md).
 
     Picks the depth with the most expected tokens per joule among those whose tokens per ms are
     at least ``(1 - slack)`` times depth 1's; above ``max_seqs`` sequences, 0 (plain decode).
     """
-    from specsim.plan._kernels import propose_depth_nb
-
-    n, slack, cap = _count(n, "n"), check_slack(slack), _cap(max_seqs)
-    scratch = np.empty((table.max_k + 1, 4))
-    return int(propose_depth_nb(table.widths, table.costs, _cum_priors(cal, table.max_k), n, slack, cap, scratch))
+    return Planner(table, cal, slack=slack, max_seqs=max_seqs, memo=False).propose(n)
 
 
 def goodput_depth(table: CostTable, cal: AcceptanceCalibration, n: int, max_seqs=None) -> int:
     """The depth with the most expected tokens per ms at width ``n`` (energy ignored)."""
-    from specsim.plan._kernels import goodput_depth_nb
-
-    n, cap = _count(n, "n"), _cap(max_seqs)
-    scratch = np.empty((table.max_k + 1, 4))
-    return int(goodput_depth_nb(table.widths, table.costs, _cum_priors(cal, table.max_k), n, cap, scratch))
+    return Planner(table, cal, max_seqs=max_seqs, memo=False).goodput(n)
 
 
 def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, slack) -> list:
-    """How many of each sequence's drafts to verify, after drafting (SPEC §4.2).
+    """How many of each sequence's drafts to verify, after drafting (docs/planner.md).
 
     Parameters
     ----------
@@ -94,8 +85,9 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
         Per sequence, the top-1 log-probability of each of its drafts (ragged, possibly empty;
         NaN = unmeasured).
     known_drafts : sequence of int
-        Drafts each sequence has.
+        Drafts each sequence has (>= 0; values past 2**63 - 1 count as 2**63 - 1).
     k_max, row_budget : int
+        Deepest verify depth and most draft rows, >= 0; values past 2**63 - 1 mean no bound.
     slack : float in [0, 1)
 
     Returns
@@ -104,18 +96,55 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
     """
     planner = Planner(table, cal, slack=slack, memo=False)
     conf, n_conf = ragged_confidences(confidences)
-    known = np.asarray(known_drafts, dtype=np.int64).reshape(-1)
-    if known.shape[0] != conf.shape[0]:
-        raise PlanError(f"known_drafts has {known.shape[0]} entries for {conf.shape[0]} sequences of confidences")
-    return planner.depths(conf, n_conf, known, _count(k_max, "k_max"), _count(row_budget, "row_budget")).tolist()
+    known = counts_arg(known_drafts, conf.shape[0], "known_drafts")
+    return planner.depths(conf, n_conf, known, k_max, row_budget).tolist()
+
+
+class _Calibrated(NamedTuple):
+    """Everything a Planner derives from its calibration, swapped as one reference."""
+
+    calibration: AcceptanceCalibration
+    arrays: object  # PlanArrays
+    packed: np.ndarray
+    cum_priors: np.ndarray
+    memo: np.ndarray
+    memo_list: list
+
+
+_KERNEL_LOCK = threading.Lock()
+_KERNEL = []
+
+
+def _depths_kernel(packed, work):
+    """``planner_depths_nb``, compiled (or loaded from the disk cache) for the one set of
+    argument types it is meant for, then closed to others: a call with any other type then fails
+    dispatch at once (a TypeError the Planner turns into a check of every argument) instead of
+    compiling a new version or converting silently."""
+    if not _KERNEL:
+        with _KERNEL_LOCK:
+            if not _KERNEL:
+                from specsim.plan._kernels import planner_depths_nb
+
+                empty = np.empty(0, dtype=np.int64)
+                planner_depths_nb(packed, 0.0, np.empty((0, 0), dtype=np.float32), empty, empty, 0, 0,
+                                  np.empty(0, dtype=np.int64), work, True)
+                planner_depths_nb.disable_compile()
+                _KERNEL.append(planner_depths_nb)
+    return _KERNEL[0]
 
 
 class Planner:
     """Draft-depth planning for a serve's scheduler loop, built once per (table, calibration, slack).
 
     Everything that depends only on those is computed here: the cumulative position priors,
-    ``propose`` answers for every width up to ``min(max_seqs, 4096)``, and workspaces, so that
-    :meth:`propose` is a list lookup and :meth:`depths` allocates nothing when ``out`` is given.
+    ``propose`` answers for every width up to ``min(max_seqs, 4096)``, and the kernel's packed
+    inputs, so that :meth:`propose` is a list lookup and :meth:`depths` allocates nothing when
+    ``out`` is given.
+
+    Thread safety: one Planner may be shared by any number of threads. Each thread gets its own
+    workspace on its first :meth:`depths` call (thread-local, grown to the widest batch that
+    thread has planned), and :meth:`update_calibration` swaps the calibration-derived inputs as
+    one reference, so a concurrent call sees either the old calibration or the new one.
 
     Parameters
     ----------
@@ -124,46 +153,93 @@ class Planner:
     slack : float in [0, 1)
     max_seqs : int, optional
         Speculation cap: above this width every step is a plain decode. Default: no cap.
+    memo : bool
+        Precompute ``propose`` for small widths (default True; one-shot uses skip it).
     """
 
     def __init__(self, table: CostTable, cal: AcceptanceCalibration, slack: float = 0.0, max_seqs=None, memo=True):
-        from specsim.plan._kernels import propose_table_nb
-
+        if not isinstance(table, CostTable):
+            raise PlanError(f"table must be a CostTable, got {type(table).__name__}")
+        if not isinstance(cal, AcceptanceCalibration):
+            raise PlanError(f"cal must be an AcceptanceCalibration, got {type(cal).__name__}")
         self.table = table
-        self.calibration = cal
         self.slack = check_slack(slack)
         self.max_seqs = _cap(max_seqs)
         self.max_k = table.max_k
-        self.cum_priors = _cum_priors(cal, table.max_k)
-        self._cells = bucket_cells(cal.edges)
-        # The kernel's constant inputs, bound once: attribute chains cost on the hot path.
-        self._widths, self._costs = table.widths, table.costs
-        self._edges, self._p_accept, self._priors = cal.edges, cal.p_accept, cal.priors
-        self._reserve(64)
-        size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
-        self._memo = np.empty(size, dtype=np.int64)
-        if size:
-            propose_table_nb(table.widths, table.costs, self.cum_priors, self.slack, self.max_seqs, self._memo,
-                             self._scratch)
-        self._memo_list = self._memo.tolist()
-        self._memo_len = size
+        self._memo_size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
+        self._local = threading.local()
+        self._update_lock = threading.Lock()
+        self._install(self._derive(cal))
+        self._kernel = _depths_kernel(self._packed, self._workspace(1))
 
-    def _reserve(self, n):
-        ws = getattr(self, "_ws", None)
-        if ws is None or ws.rows < n:
-            self._ws = plan_workspace(n, self.max_k)
-            self._gains, self._owner, self._counts, self._scratch = self._ws
+    # -- the calibration ------------------------------------------------------------------
+    def _derive(self, cal) -> _Calibrated:
+        from specsim.plan._kernels import propose_table_nb
+
+        arrays = plan_arrays(self.table, cal)
+        cum = _cum_priors(cal, self.max_k)
+        memo = np.empty(self._memo_size, dtype=np.int64)
+        if self._memo_size:
+            propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
+                             np.empty((self.max_k + 1, 4)))
+        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo.tolist())
+
+    def _install(self, state: _Calibrated):
+        # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
+        # _state; each is complete on its own, so no reader needs a lock.
+        self._state = state
+        self._packed = state.packed
+        self._memo_list = state.memo_list
+
+    @property
+    def calibration(self) -> AcceptanceCalibration:
+        """The calibration in use."""
+        return self._state.calibration
+
+    @property
+    def cum_priors(self) -> np.ndarray:
+        """``float64[max_k + 1]``: ``cum_priors[k] = sum_{j<=k} prod_{t<=j} prior(t)``."""
+        return self._state.cum_priors
+
+    def update_calibration(self, cal: AcceptanceCalibration) -> None:
+        """Plan with ``cal`` from now on (a refit of the same drafter, e.g. from live telemetry).
+
+        Rebuilds only what depends on the calibration (cumulative priors, the ``propose`` memo,
+        the bucket index and probability arrays) and swaps it in as one reference: calls running
+        in other threads finish with the old calibration, later calls use the new one.
+
+        Raises
+        ------
+        KeyMismatchError
+            ``cal`` was fitted on another drafter (weights, vocabulary, quantization or context).
+        """
+        if not isinstance(cal, AcceptanceCalibration):
+            raise PlanError(f"update_calibration needs an AcceptanceCalibration, got {type(cal).__name__}")
+        mine = self._state.calibration.drafter
+        problems = [f"drafter {f}: planner has {getattr(mine, f)!r}, new calibration has {getattr(cal.drafter, f)!r}"
+                    for f in ("weights_sha256", "vocab", "quantization", "context")
+                    if getattr(mine, f) != getattr(cal.drafter, f)]
+        if problems:
+            raise KeyMismatchError("the new calibration was fitted on another drafter", problems)
+        with self._update_lock:
+            self._install(self._derive(cal))
 
     # -- before drafting ------------------------------------------------------------------
     def propose(self, n: int) -> int:
-        """Draft depth for a batch of width ``n`` (SPEC §4.1)."""
-        if 0 <= n < self._memo_len:
-            return self._memo_list[n]
+        """Draft depth for a batch of width ``n`` (docs/planner.md)."""
+        if type(n) is int and n >= 0:
+            try:
+                return self._memo_list[n]
+            except IndexError:
+                pass
         from specsim.plan._kernels import propose_depth_nb
 
-        n = _count(n, "n")
-        return int(propose_depth_nb(self.table.widths, self.table.costs, self.cum_priors, n, self.slack,
-                                    self.max_seqs, self._scratch))
+        n = count_arg(n, "n")
+        if n > self.max_seqs:
+            return 0
+        st = self._state
+        return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                    self.max_seqs, np.empty((self.max_k + 1, 4))))
 
     def propose_many(self, ns, out=None):
         """Depths for an array of widths in one call.
@@ -171,74 +247,113 @@ class Planner:
         Parameters
         ----------
         ns : ndarray(int64, ndim=1), shape (N,)
+            Widths, >= 0.
         out : ndarray(int64, ndim=1), shape (N,), optional
             Filled in place when given.
         """
         from specsim.plan._kernels import propose_many_nb
 
-        ns = np.ascontiguousarray(ns, dtype=np.int64)
-        if ns.ndim != 1 or (ns.shape[0] and ns.min() < 0):
-            raise PlanError("widths must be a 1-d array of non-negative integers")
-        if out is None:
-            out = np.empty(ns.shape[0], dtype=np.int64)
-        elif out.shape[0] < ns.shape[0]:
-            raise PlanError(f"out has {out.shape[0]} entries for {ns.shape[0]} widths")
-        propose_many_nb(self._memo, self.table.widths, self.table.costs, self.cum_priors, self.slack, self.max_seqs,
-                        ns, out, self._scratch)
+        ns = counts_arg(ns, len(ns) if np.ndim(ns) == 1 else -1, "widths")
+        out = np.empty(ns.shape[0], dtype=np.int64) if out is None else out_arg(out, ns.shape[0], {"widths": ns})
+        st = self._state
+        propose_many_nb(st.memo, st.arrays.widths, st.arrays.costs, st.cum_priors, self.slack, self.max_seqs, ns, out,
+                        np.empty((self.max_k + 1, 4)))
         return out
 
     def goodput(self, n: int) -> int:
         """The depth with the most expected tokens per ms at width ``n`` (energy ignored)."""
         from specsim.plan._kernels import goodput_depth_nb
 
-        return int(goodput_depth_nb(self.table.widths, self.table.costs, self.cum_priors, _count(n, "n"),
-                                    self.max_seqs, self._scratch))
+        n = count_arg(n, "n")
+        if n > self.max_seqs:
+            return 0
+        st = self._state
+        return int(goodput_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.max_seqs,
+                                    np.empty((self.max_k + 1, 4))))
+
+    def explain(self, n: int) -> ProposeExplanation:
+        """The figures behind :meth:`propose` at width ``n``: per depth the expected tokens, the
+        step's ms and J, tokens/s, tokens/J, whether it is fast enough, and which one is chosen."""
+        n = count_arg(n, "n")
+        st = self._state
+        return explain_propose(st.arrays, st.cum_priors, n, self.slack, self.max_seqs, self.propose(n))
 
     # -- after drafting -------------------------------------------------------------------
-    def depths(self, confidences, n_conf, known_drafts, k_max, row_budget, out=None):
-        """Drafts to verify per sequence (SPEC §4.2).
+    def _workspace(self, n):
+        """This thread's workspace buffer (``_types.workspace_buffer``), grown to hold ``n``
+        sequences."""
+        rows = getattr(self._local, "rows", 0)
+        if rows < n or rows == 0:
+            rows = max(n, FIRST_ROWS, 2 * rows)
+            self._local.work = workspace_buffer(rows, self.max_k)
+            self._local.rows = rows
+        return self._local.work
+
+    def depths(self, confidences, n_conf, known_drafts, k_max, row_budget, out=None, *, check=True):
+        """Drafts to verify per sequence (docs/planner.md). Safe from any number of threads.
 
         Parameters
         ----------
         confidences : ndarray(float32, ndim=2), shape (n, m)
+            Top-1 log-probabilities; NaN = unmeasured. Other real dtypes, layouts and nested
+            lists are converted (a copy).
         n_conf : ndarray(int64, ndim=1), shape (n,)
-            How many entries of each row are real.
+            How many entries of each row are real, ``0 <= n_conf[i] <= m``.
         known_drafts : ndarray(int64, ndim=1), shape (n,)
+            Drafts each sequence has, >= 0.
         k_max, row_budget : int
+            Deepest verify depth and most draft rows in the batch, >= 0; values past 2**63 - 1
+            mean no bound.
         out : ndarray(int64, ndim=1), shape (n,), optional
-            Filled in place; nothing is allocated when it is given.
+            Filled in place; nothing is allocated when it is given. C-contiguous, writable, and
+            sharing no memory with the inputs.
+        check : bool
+            With False the per-sequence range check of ``n_conf`` and ``known_drafts`` is
+            skipped (out-of-range values are then clamped, not refused); every other check
+            stays. For callers that build their arrays once and keep them valid.
 
         Returns
         -------
         ndarray(int64, ndim=1), shape (n,)
+            ``out``.
+
+        Raises
+        ------
+        PlanError
+            Naming the argument and the value, for any input outside the above.
         """
-        n = confidences.shape[0]
-        if (confidences.dtype != _F32 or not confidences.flags.c_contiguous or confidences.ndim != 2
-                or n_conf.shape[0] != n or known_drafts.shape[0] != n):
-            confidences, n_conf, known_drafts = self._coerce(confidences, n_conf, known_drafts)
+        # Fast path: the kernel accepts only the exact types (anything else fails dispatch) and
+        # checks shapes, ranges and aliasing itself; any refusal is redone through every check.
+        if type(k_max) is int and type(row_budget) is int:
+            try:
+                if out is None:
+                    out = np.empty(confidences.shape[0], dtype=np.int64)
+                rows = self._kernel(self._packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
+                                    out, self._local.work, check)
+            except (AttributeError, TypeError, ValueError, OverflowError, IndexError):
+                rows = -1
+            if rows >= 0:
+                return out
+        return self._depths_checked(confidences, n_conf, known_drafts, k_max, row_budget, out, check)
+
+    def _depths_checked(self, confidences, n_conf, known_drafts, k_max, row_budget, out, check):
+        conf = confidences_arg(confidences)
+        n, m = conf.shape
+        n_conf_a = counts_arg(n_conf, n, "n_conf", upper=m)
+        known = counts_arg(known_drafts, n, "known_drafts")
+        k_max = cap_arg(k_max, "k_max")
+        row_budget = cap_arg(row_budget, "row_budget")
         if out is None:
             out = np.empty(n, dtype=np.int64)
-        elif out.shape[0] != n:
-            raise PlanError(f"out has {out.shape[0]} entries for {n} sequences")
-        if self._ws.rows < n:
-            self._reserve(n)
-        sequence_depths_nb(self._widths, self._costs, self._edges, self._cells, self._p_accept, self._priors,
-                           confidences, n_conf, known_drafts, k_max, row_budget, self.slack, out, self._gains,
-                           self._owner, self._counts, self._scratch)
+        else:
+            out_arg(out, n, {"confidences": confidences, "n_conf": n_conf, "known_drafts": known_drafts,
+                             "the converted confidences": conf, "the converted n_conf": n_conf_a,
+                             "the converted known_drafts": known})
+        rows = self._kernel(self._packed, self.slack, conf, n_conf_a, known, k_max, row_budget, out,
+                            self._workspace(n), True)
+        if rows < 0:  # every refusal of the kernel is also one of the checks above
+            raise PlanError(f"internal: the planner kernel refused checked inputs (code {rows})")
         return out
-
-    @staticmethod
-    def _coerce(confidences, n_conf, known_drafts):
-        conf = np.ascontiguousarray(confidences, dtype=np.float32)
-        n_conf = np.ascontiguousarray(n_conf, dtype=np.int64)
-        known = np.ascontiguousarray(known_drafts, dtype=np.int64)
-        n = conf.shape[0]
-        if conf.ndim != 2 or n_conf.shape != (n,) or known.shape != (n,):
-            raise PlanError(
-                f"confidences (n, m), n_conf (n,) and known_drafts (n,) disagree: shapes {conf.shape}, "
-                f"{n_conf.shape}, {known.shape}"
-            )
-        return conf, n_conf, known
 
     def depths_many(self, confidences, n_conf, known_drafts, offsets, k_max, row_budget, out=None):
         """:meth:`depths` for many batches laid end to end in one call.
@@ -251,34 +366,46 @@ class Planner:
         offsets : ndarray(int64, ndim=1), shape (B + 1,)
             Batch ``b`` is rows ``offsets[b]:offsets[b + 1]``.
         k_max, row_budget : int or ndarray(int64, ndim=1), shape (B,)
+            >= 0; values past 2**63 - 1 mean no bound.
         out : ndarray(int64, ndim=1), shape (R,), optional
         """
         from specsim.plan._kernels import sequence_depths_many_nb
 
-        conf, n_conf, known = self._coerce(confidences, n_conf, known_drafts)
+        conf = confidences_arg(confidences)
+        rows, m = conf.shape
+        n_conf_a = counts_arg(n_conf, rows, "n_conf", upper=m)
+        known = counts_arg(known_drafts, rows, "known_drafts")
+        offsets = np.asarray(offsets)
+        if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.shape[0] < 1 or offsets[0] != 0
+                or offsets[-1] != rows or (np.diff(offsets.astype(np.int64)) < 0).any()):
+            raise PlanError(f"offsets must rise from 0 to {rows} (the number of rows), got {offsets.tolist()[:8]}")
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        rows = conf.shape[0]
-        if conf.ndim != 2 or n_conf.shape != (rows,) or known.shape != (rows,):
-            raise PlanError("confidences (R, m), n_conf (R,) and known_drafts (R,) disagree in shape")
-        if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets[0] != 0 or offsets[-1] != rows or (np.diff(offsets) < 0).any():
-            raise PlanError(f"offsets must rise from 0 to {rows} (the number of rows)")
         batches = offsets.shape[0] - 1
-        k_max = np.ascontiguousarray(np.broadcast_to(np.asarray(k_max, dtype=np.int64), (batches,)))
-        row_budget = np.ascontiguousarray(np.broadcast_to(np.asarray(row_budget, dtype=np.int64), (batches,)))
+        k_max = self._caps(k_max, batches, "k_max")
+        row_budget = self._caps(row_budget, batches, "row_budget")
         if out is None:
             out = np.empty(rows, dtype=np.int64)
+        else:
+            out_arg(out, rows, {"confidences": confidences, "n_conf": n_conf, "known_drafts": known_drafts,
+                                "offsets": offsets, "the converted confidences": conf})
         widest = int(np.diff(offsets).max()) if batches else 0
-        self._reserve(widest)
-        cal = self.calibration
-        sequence_depths_many_nb(self.table.widths, self.table.costs, cal.edges, self._cells, cal.p_accept, cal.priors, conf,
-                                n_conf, known, offsets, k_max, row_budget, self.slack, out, self._gains, self._owner,
-                                self._counts, self._scratch)
+        from specsim.plan._types import workspace_views_nb
+
+        sequence_depths_many_nb(self._state.arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
+                                out, workspace_views_nb(self._workspace(widest), self.max_k))
         return out
+
+    @staticmethod
+    def _caps(value, batches, name):
+        if np.ndim(value) == 0:
+            return np.full(batches, cap_arg(value if not isinstance(value, np.ndarray) else value.item(), name),
+                           dtype=np.int64)
+        return counts_arg(value, batches, name)
 
 
 @dataclass(frozen=True)
 class SpecCostState:
-    """A table, its drafter's calibration and the slack, as a serve loads and checks them (§4.4)."""
+    """A table, its drafter's calibration and the slack, as a serve loads and checks them."""
 
     table: CostTable
     calibration: AcceptanceCalibration

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from specsim._jit import jit
 from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
+from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
 )
@@ -132,9 +133,9 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
             kd = d
     if kd > 0:
         # The one call of the planner's kernel in the engine.
-        sequence_depths_nb(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors, ws.conf[:n],
-                           ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack, ws.vdepth[:n],
-                           ws.plan[0], ws.plan[1], ws.plan[2], ws.plan[3])
+        arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+        sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                           ws.vdepth[:n], ws.plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0

@@ -212,4 +212,4 @@ class Workspace(NamedTuple):
     known: np.ndarray
     vdepth: np.ndarray
     verdict: np.ndarray
-    plan: tuple
+    plan: tuple  # specsim.plan._types.PlanWorkspace

@@ -309,7 +309,7 @@ def new_workspace(max_num_seqs: int, max_k: int):
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), tuple(plan_workspace(s, max_k)))
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k))
 
 
 def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):

@@ -1,0 +1,205 @@
+"""``OnlineCalibration``: a calibration that keeps fitting itself from a serve's live outcomes.
+
+A scheduler loop calls :meth:`OnlineCalibration.update` once per verify step with the step's
+confidences, drafts and accepted runs (arrays in, nothing allocated, one Numba kernel), and
+:meth:`OnlineCalibration.calibration` when it wants a refit, which goes through the same code as
+``calib fit`` (the ``MIN_OUTCOMES`` pooling and position rules). Old outcomes can be forgotten
+by a sliding window of steps or an exponential half-life. A drift monitor (two-sided Bernoulli
+CUSUM per pool and position, :mod:`specsim.calibration.drift`) watches the same outcomes
+against the calibration it started from. See ``docs/telemetry.md``, "Online calibration".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from specsim.calibration._types import FitCounts
+from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
+from specsim.errors import CalibrationError
+
+_F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
+
+
+class OnlineCalibration:
+    """Running acceptance counts of a live serve, refitted on demand.
+
+    Parameters
+    ----------
+    calibration : AcceptanceCalibration
+        The starting calibration: its drafter and bucket edges are kept, and the drift monitor
+        compares live outcomes with its pools and priors. Its probabilities are not counts, so
+        the running counts start empty.
+    window : int, optional
+        Keep only the last ``window`` steps (an exact sliding window).
+    half_life : float, optional
+        Weigh a step ``half_life`` updates old by one half (counts decay by ``2**(-1/half_life)``
+        per update). At most one of ``window`` and ``half_life``; neither keeps every step.
+    max_depth : int
+        Most drafts a sequence verifies in one step (sizes the step histogram).
+    drift : bool or DriftSettings
+        Attach a drift monitor (default settings for True).
+
+    Notes
+    -----
+    Not thread-safe: it holds mutable buffers that :meth:`update` writes in place. Use one per
+    scheduler loop, or guard it with a lock. Memory: ``8 * window * (2 B + (max_depth + 1)**2)``
+    bytes for the window's ring.
+    """
+
+    def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth: int = 16,
+                 drift=True):
+        from specsim.calibration._online_kernels import online_buffers, online_update_nb
+        from specsim.calibration.drift import DriftSettings, reference_streams
+
+        if not isinstance(calibration, AcceptanceCalibration):
+            raise CalibrationError(f"OnlineCalibration needs an AcceptanceCalibration, got {type(calibration).__name__}")
+        if window is not None and half_life is not None:
+            raise CalibrationError("give window or half_life, not both: one rule for forgetting old steps")
+        if window is not None and (isinstance(window, bool) or int(window) != window or window < 1):
+            raise CalibrationError(f"window = {window!r}: give a whole number of steps >= 1")
+        if half_life is not None and not (math.isfinite(half_life) and half_life > 0):
+            raise CalibrationError(f"half_life = {half_life!r}: give a finite number of steps > 0")
+        if isinstance(max_depth, bool) or int(max_depth) != max_depth or not 1 <= max_depth <= 255:
+            raise CalibrationError(f"max_depth = {max_depth!r}: give the most drafts per sequence per step (1..255)")
+        self.reference = calibration
+        self.window = None if window is None else int(window)
+        self.half_life = None if half_life is None else float(half_life)
+        self.max_depth = int(max_depth)
+        self._decay = 1.0 if half_life is None else 2.0 ** (-1.0 / half_life)
+        self.settings = (DriftSettings() if drift is True else drift) if drift else None
+        if self.settings is None:
+            self.streams = ()
+            self._pool_of_bucket = np.zeros(0, dtype=np.int64)
+            self._llr = np.zeros((0, 2, 2))
+            self._threshold = math.inf
+        else:
+            self.streams, self._pool_of_bucket, self._llr = reference_streams(calibration, self.settings)
+            self._threshold = float(self.settings.threshold)
+        self._cells = bucket_cells(calibration.edges)
+        self._buf = buf = online_buffers(calibration.edges.shape[0], self.max_depth, self.window or 0,
+                                         len(self.streams))
+        self._edges = calibration.edges
+        self._ring_rows = self.window or 1
+        self._state = (buf.counts, buf.before, buf.ring, self._pool_of_bucket, self._llr, buf.mon_f, buf.mon_i)
+        self._kernel = online_update_nb
+        self.steps_seen = 0
+
+    def update(self, confidences, n_conf, accepted_run) -> None:
+        """Fold one verify step's outcomes in.
+
+        Parameters
+        ----------
+        confidences : ndarray(float32, ndim=2), shape (n, m), C-contiguous
+            Each sequence's draft confidences (top-1 log-probabilities), NaN where unknown.
+        n_conf : ndarray(int64, ndim=1), shape (n,)
+            Drafts each sequence verified this step (its first ``n_conf[i]`` confidences), in
+            ``0..=min(m, max_depth)``.
+        accepted_run : ndarray(int64, ndim=1), shape (n,)
+            Drafts each sequence had accepted before the first rejection, ``0..=n_conf[i]``.
+
+        Raises
+        ------
+        CalibrationError
+            Arrays of another dtype, rank or layout (no conversion is made in the hot path), or
+            a row out of range (nothing is counted then).
+        """
+        # Checks without conversion (the hot path allocates nothing). Each attribute read costs
+        # about a tenth of the whole update, so only what the kernel cannot check itself is
+        # checked here (dtype, rank, layout: a mismatch would compile another specialisation);
+        # the kernel checks the lengths and ranges.
+        try:
+            ok = (confidences.dtype is _F32 and n_conf.dtype is _I64 and accepted_run.dtype is _I64
+                  and confidences.ndim == 2 and n_conf.ndim == 1 and accepted_run.ndim == 1
+                  and confidences.flags.c_contiguous)
+        except AttributeError:
+            ok = False
+        if not ok:
+            raise CalibrationError("update takes a C-contiguous float32 matrix (n, m) of confidences and int64 vectors "
+                                   "n_conf and accepted_run of length n")
+        step = self.steps_seen
+        bad = self._kernel(self._edges, self._cells, confidences, n_conf, accepted_run, self._decay,
+                           step % self._ring_rows, *self._state, step, self._threshold)
+        if bad == -2:
+            raise CalibrationError(f"n_conf has {n_conf.shape[0]} and accepted_run {accepted_run.shape[0]} entries for "
+                                   f"{confidences.shape[0]} rows of confidences: one per row")
+        if bad != -1:
+            raise CalibrationError(
+                f"row {bad}: n_conf {int(n_conf[bad])} and accepted_run {int(accepted_run[bad])} need 0 <= accepted_run "
+                f"<= n_conf <= {min(confidences.shape[1], self.max_depth)} (the matrix's columns and max_depth)")
+        self.steps_seen = step + 1
+
+    def update_steps(self, steps: np.ndarray) -> None:
+        """Fold one step known only as chains by ``(drafts, accepted run)`` (telemetry without
+        confidences): their reached drafts count apart as non-finite confidences, their steps
+        and the position monitors as in :meth:`update`.
+
+        Parameters
+        ----------
+        steps : ndarray(int64, ndim=2), shape (max_depth + 1, max_depth + 1)
+            Chains by ``[drafts, accepted run]``, zero where ``accepted > drafts``.
+        """
+        from specsim.calibration._online_kernels import online_add_steps_nb
+
+        side = self.max_depth + 1
+        if not (type(steps) is np.ndarray and steps.dtype is _I64 and steps.shape == (side, side)
+                and steps.flags.c_contiguous):
+            raise CalibrationError(f"steps must be a C-contiguous int64 matrix ({side}, {side}) of chains by "
+                                   "[drafts, accepted run]")
+        step = self.steps_seen
+        bad = online_add_steps_nb(self._edges.shape[0], steps, self._decay, step % self._ring_rows, *self._state,
+                                  step, self._threshold)
+        if bad != -1:
+            d, a = divmod(bad, side)
+            raise CalibrationError(f"steps[{d}, {a}] = {int(steps[d, a])}: counts are >= 0 and accepted <= drafts")
+        self.steps_seen = step + 1
+
+    def counts(self) -> FitCounts:
+        """The running counts as :class:`FitCounts` (whole numbers unless a half-life decays them)."""
+        buf = self._buf
+        nb = self.reference.edges.shape[0]
+        side = self.max_depth + 1
+        whole = self.half_life is None
+        conv = (lambda v: int(round(v))) if whole else float
+        c = buf.counts
+        hist = c[2 * nb: 2 * nb + side * side].reshape(side, side)
+        steps = {(int(d), int(a)): conv(hist[d, a]) for d, a in zip(*np.nonzero(hist))}
+        return FitCounts(
+            tuple(float(e) for e in self.reference.edges),
+            tuple(conv(v) for v in c[:nb]), tuple(conv(v) for v in c[nb:2 * nb]), steps,
+            conv(c[-1]), 0, "<online>",
+        )
+
+    def calibration(self) -> AcceptanceCalibration:
+        """A calibration refitted from the running counts, exactly as ``fit_calibration`` fits
+        (pools and position priors under ``MIN_OUTCOMES``; decayed counts are weights).
+
+        Raises
+        ------
+        CalibrationError
+            When no pool or no position prior has ``MIN_OUTCOMES`` outcomes yet.
+        """
+        from specsim.calibration.fit import fit_counts
+
+        return fit_counts(self.reference.drafter, self.counts()).calibration
+
+    def drift(self):
+        """Which pools and positions moved away from the starting calibration: a
+        :class:`specsim.calibration.drift.DriftReport`."""
+        from specsim.calibration.drift import report
+
+        if self.settings is None:
+            raise CalibrationError("this OnlineCalibration has no drift monitor (drift=False)")
+        return report(self.streams, self._buf.mon_f, self._buf.mon_i, self.steps_seen, self.settings)
+
+    def statistics(self):
+        """The monitor's CUSUM statistics now, ``(streams, 2)`` [down, up] (a copy)."""
+        from specsim.calibration._online_kernels import STAT
+
+        return self._buf.mon_f[:, :, STAT].copy()
+
+    def __repr__(self):
+        forget = (f"window={self.window}" if self.window else f"half_life={self.half_life}" if self.half_life
+                  else "every step")
+        return f"OnlineCalibration({forget}, steps_seen={self.steps_seen}, drafter={self.reference.drafter!r})"

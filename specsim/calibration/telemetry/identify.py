@@ -1,0 +1,331 @@
+"""Telemetry records -> what they identify: a step histogram, or a mean under a named assumption.
+
+- ``"steps"`` records (accept-run histograms, per-step arrays) are verify steps by ``(drafts,
+  accepted run)``: exactly what a calibration's position priors are fitted from.
+- ``"marginal"`` records count, per position ``j``, the drafts proposed there ``N_j`` and those
+  accepted ``A_j``. At a fixed depth ``K`` (every ``N_j`` equal) they are a step histogram
+  exactly: ``A_0 = N`` steps, ``A_a - A_(a+1)`` of them accepted exactly ``a`` drafts. With
+  per-position denominators that differ (the depth varied), the marginal rates ``A_j / N_j``
+  are turned into steps at the deepest depth assuming the depth did not depend on acceptance,
+  and ``[meta]`` says so.
+- ``"mean"`` records identify no per-position rate. They fit a calibration only under an
+  assumption named by the caller: ``constant-rate``, one conditional rate ``p`` at every
+  position with ``p + p^2 + .. + p^K`` equal to the mean accepted drafts per step.
+
+Counts from many records add up (never their rates): a long log aggregates as one interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from specsim import _toml
+from specsim.errors import CalibrationError
+
+ASSUMPTIONS = ("constant-rate",)
+
+
+@dataclass
+class Identified:
+    """What telemetry identifies.
+
+    Attributes
+    ----------
+    steps : dict or None
+        ``(drafts, accepted run) -> count`` when the source identifies per-position priors.
+    constant_rate : float or None
+        The conditional rate fitted under ``constant-rate`` (mean-only sources).
+    depth : int or None
+        Drafts per step of the constant-rate fit.
+    meta : dict
+        Source, assumption and counts, for the calibration's ``[meta]``.
+    windows : dict
+        ``d -> list of rows [accepted d, .., rejected]`` (one per request or record).
+    runs : dict
+        ``d -> list`` aligned with ``windows[d]``: each window's accepted runs in serve order
+        (per-step sources), or None where only its histogram is known.
+    """
+
+    steps: Optional[dict]
+    constant_rate: Optional[float]
+    depth: Optional[int]
+    meta: dict
+    windows: dict = field(default_factory=dict)
+    runs: dict = field(default_factory=dict)
+
+
+def identify(fmt, records, tally, assume=None, depth=None, files=()):
+    """Turn records into a step histogram or, for a mean-only source, a constant-rate fit.
+
+    Parameters
+    ----------
+    fmt : str
+        The telemetry format (recorded in ``[meta]``).
+    records : list of Record
+    tally : Tally
+    assume : str, optional
+        One of :data:`ASSUMPTIONS`; needed (and only used) when the source reports a mean only.
+    depth : int, optional
+        Drafts per verify step, for sources that do not tell it (or to override what they say).
+
+    Raises
+    ------
+    CalibrationError
+        No records; a mean-only source without ``assume``; an unknown assumption; a mean-only
+        source whose depth is neither told nor given.
+    """
+    if assume is not None and assume not in ASSUMPTIONS:
+        raise CalibrationError(f"--assume {assume!r} is not an assumption specsim knows: one of {', '.join(ASSUMPTIONS)}")
+    if not records:
+        raise CalibrationError(
+            f"{', '.join(files) or fmt}: no speculative-decoding counts to import ({_tally_text(tally)})")
+    kinds = [k for k in ("steps", "marginal", "mean") if any(r.kind == k for r in records)]
+    best = kinds[0]
+    used = [r for r in records if r.kind == best]
+    meta = {
+        "imported_by": "specsim calib import",
+        "source_format": fmt,
+        "source_files": [str(f) for f in files],
+        "records_used": len(used),
+        "records_not_identifying": len(records) - len(used),
+        "zero_draft_skipped": tally.zero_draft,
+        "garbage_ignored": tally.garbage,
+        "other_lines": tally.other,
+        "counter_resets": tally.resets,
+    }
+    meta.update({f"source_{k}": v for k, v in tally.notes.items()})
+    if best == "steps":
+        steps, windows, runs = {}, {}, {}
+        for r in used:
+            _add(steps, r.steps)
+            for d, rows in r.windows.items():
+                windows.setdefault(d, []).extend(rows)
+                runs.setdefault(d, []).extend([None] * len(rows))
+            for d, run in r.runs.items():
+                windows.setdefault(d, []).append(_row(run, d))
+                runs.setdefault(d, []).append(run)
+        meta["identifies"] = "accept-run histogram (per-position priors)"
+        meta["assumption"] = "none"
+        meta["steps"] = sum(steps.values())
+        return Identified(steps, None, None, meta, windows, runs)
+    if best == "marginal":
+        steps, exact = _marginal_steps(used)
+        meta["identifies"] = "per-position marginal acceptance"
+        meta["assumption"] = "none" if exact else "depth independent of acceptance (per-position denominators differ)"
+        meta["steps"] = sum(steps.values())
+        return Identified(steps, None, None, meta)
+    return _constant_rate(used, assume, depth, meta, files or (fmt,))
+
+
+def _add(into, steps):
+    for key, c in steps.items():
+        into[key] = into.get(key, 0) + c
+
+
+def _row(run, d):
+    counts = [0] * (d + 1)
+    for a in run:
+        counts[a] += 1
+    return counts[::-1]
+
+
+def _marginal_steps(records):
+    """A step histogram from per-position counts, and whether it is exact (a fixed depth)."""
+    k = max(len(r.accepted) for r in records)
+    acc = [0] * k
+    reached = [0] * k
+    exact = True
+    for r in records:
+        if len(set(r.reached)) != 1 or len(r.reached) != k:
+            exact = False
+        for j, (a, n) in enumerate(zip(r.accepted, r.reached)):
+            acc[j] += a
+            reached[j] += n
+    n = reached[0]
+    if exact:
+        runs = [n] + acc  # runs[a] = steps that accepted at least a drafts
+    else:
+        # Marginal rate A_j / N_j at each position, applied to position 1's drafts.
+        runs = [n] + [int(round(n * a / r)) if r else 0 for a, r in zip(acc, reached)]
+    for j in range(1, len(runs)):
+        runs[j] = min(runs[j], runs[j - 1])
+    runs.append(0)
+    steps = {(k, a): runs[a] - runs[a + 1] for a in range(k + 1) if runs[a] - runs[a + 1] > 0}
+    return steps, exact
+
+
+def _constant_rate(records, assume, depth, meta, where):
+    told = {r.depth for r in records if r.depth is not None}
+    if depth is None and len(told) == 1:
+        depth = told.pop()
+    mean_text = "a mean acceptance"
+    if assume is None:
+        raise CalibrationError(
+            f"{', '.join(where)}: {meta['source_format']} reports {mean_text} only, which does not identify per-position "
+            "priors; fit one rate for every position matching the mean with --assume constant-rate (and --depth K "
+            "when the source does not say how many drafts a step has), or import a source with per-position counts "
+            "or accept-run histograms"
+        )
+    if depth is None or depth < 1:
+        told_text = f"records say {sorted(told)}" if told else "the source does not say"
+        raise CalibrationError(f"{', '.join(where)}: --assume constant-rate needs the drafts per step ({told_text}): "
+                               "give --depth K")
+    from specsim.calibration.telemetry._records import MAX_DEPTH
+
+    if depth > MAX_DEPTH:
+        raise CalibrationError(f"{', '.join(where)}: {depth} drafts per step: at most {MAX_DEPTH}")
+    total_acc = total_steps = 0.0
+    unknown = 0
+    for r in records:
+        if r.accepted_tokens is not None:
+            n = r.drafted_tokens / depth
+            total_acc += r.accepted_tokens
+            total_steps += n
+        elif r.n_steps is not None:
+            total_acc += r.mean_accepted * r.n_steps
+            total_steps += r.n_steps
+        else:
+            unknown += 1
+    if unknown:  # no counts behind any mean (e.g. /server_info): the plain mean of the means
+        mean_a = sum(r.mean_accepted for r in records) / len(records)
+        steps_text = "unknown"
+    else:
+        mean_a = total_acc / total_steps
+        steps_text = int(round(total_steps))
+        from specsim.calibration.fit import MIN_OUTCOMES
+
+        if total_steps < MIN_OUTCOMES:
+            raise CalibrationError(f"{', '.join(where)}: {total_steps:g} verify steps behind the mean, fewer than "
+                                   f"{MIN_OUTCOMES}: log longer")
+    p = constant_rate(mean_a, depth)
+    meta.update({
+        "identifies": "mean accepted drafts per step only",
+        "assumption": "constant-rate: one conditional rate at every position matching the mean",
+        "mean_accepted_per_step": mean_a,
+        "depth": depth,
+        "steps": steps_text,
+        "constant_rate": p,
+    })
+    return Identified(None, p, depth, meta)
+
+
+def constant_rate(mean_accepted: float, depth: int) -> float:
+    """The rate ``p`` in [0, 1] with ``p + p^2 + .. + p^depth = mean_accepted`` (bisection to the
+    last bit; 0 below, 1 at or above the range ``[0, depth]``)."""
+    if not mean_accepted > 0:
+        return 0.0
+    if mean_accepted >= depth:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while True:
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            return lo
+        s, t = 0.0, 1.0
+        for _ in range(depth):
+            t *= mid
+            s += t
+        if s < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+
+
+def _tally_text(tally):
+    return (f"{tally.zero_draft} without drafts skipped, {tally.garbage} unreadable, {tally.other} other lines; "
+            "is it the right format and a run with speculation on?")
+
+
+def spread(counts):
+    """An accept-run sequence with exactly ``counts[a]`` entries ``a``, each value spread evenly
+    through it (a histogram has no order: this is the order replay then cycles through).
+
+    Parameters
+    ----------
+    counts : sequence of int, indexed by accepted run
+
+    Returns
+    -------
+    list of int
+    """
+    total = sum(counts)
+    credit = [0] * len(counts)
+    out = []
+    for _ in range(total):
+        for a, c in enumerate(counts):
+            credit[a] += c
+        best = max(range(len(counts)), key=lambda a: credit[a])
+        credit[best] -= total
+        out.append(best)
+    return out
+
+
+def render_windows(ident: Identified, fmt: str) -> str:
+    """The accept-run windows as an acceptance file: one ``[[trace]]`` per depth (``name =
+    "d<K>"``) with ``steps`` digits (the serve's order for per-step sources, else each window's
+    histogram spread evenly) and ``windows`` rows ``[accepted K, .., accepted 1, rejected]``.
+    ``specsim replay``, ``simulate --acceptance`` and ``calib fit --windows`` read it.
+    """
+    if not ident.windows:
+        raise CalibrationError(f"{fmt} has no accept-run histograms or per-step counts: it has no windows to write")
+    lines = [f"# specsim acceptance windows imported from {fmt}: accept-run histograms and traces by draft depth"]
+    for d in sorted(ident.windows):
+        if d > 9 or not any(sum(row) for row in ident.windows[d]):
+            continue  # a trace holds one digit per step, and at least one
+        rows = ident.windows[d]
+        orders = ident.runs.get(d, [None] * len(rows))
+        seq = []
+        for row, order in zip(rows, orders):
+            seq += order if order is not None else spread(row[::-1])
+        if all(o is not None for o in orders):
+            note = f"{fmt}: per-step accepted runs in serve order"
+        else:
+            note = (f"{fmt}: windows known by histogram only have their accepted runs spread evenly (the order is "
+                    "not the serve's)")
+        digits = "".join(str(a) for a in seq)
+        chunks = [digits[i:i + 96] for i in range(0, len(digits), 96)] or [""]
+        lines += ["", "[[trace]]", f"name = {_toml.string(f'd{d}')}", f"note = {_toml.string(note)}",
+                  f"k_logged = {d}", "steps = ["] + [f"  {_toml.string(c)}," for c in chunks] + ["]"]
+        lines.append("windows = [" + ", ".join("[" + ", ".join(str(c) for c in row) + "]" for row in rows) + "]")
+    if len(lines) == 1:
+        raise CalibrationError(f"{fmt}: every window is deeper than 9 drafts: a trace holds one digit per step")
+    return "\n".join(lines) + "\n"
+
+
+def calibration_from(ident: Identified, drafter, source: str = "<telemetry>"):
+    """The calibration ``ident`` gives, fitted through the same code as ``calib fit`` (position
+    priors under the ``MIN_OUTCOMES`` rule, one bucket since telemetry has no confidences), with
+    source, assumption and counts in its ``meta``.
+
+    Returns
+    -------
+    AcceptanceCalibration
+    """
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.calibration.fit import calibration_from_rates, counts_from_steps, fit_counts
+
+    if ident.steps is not None:
+        cal = fit_counts(drafter, counts_from_steps(ident.steps, source=source)).calibration
+    else:
+        cal = calibration_from_rates(drafter, [ident.constant_rate] * ident.depth, "conditional")
+    meta = dict(cal.meta)
+    meta.pop("rates", None)
+    meta.update(ident.meta)
+    return AcceptanceCalibration(cal.drafter, cal.edges, cal.p_accept, cal.priors, meta=meta, source=source)
+
+
+def record_batches(fmt, records):
+    """Each record's verify steps as ``(drafts, accepted run) -> chains``, in serve order: the
+    steps a drift monitor replays, one monitored step per record.
+
+    Raises
+    ------
+    CalibrationError
+        When the records are means only (they tell no position's outcomes).
+    """
+    out = [r.steps if r.kind == "steps" else _marginal_steps([r])[0] for r in records if r.kind != "mean"]
+    if not out:
+        raise CalibrationError(f"{fmt} holds mean acceptance only: a drift test needs per-position outcomes "
+                               "(per-position counts, accept-run histograms or per-step logs)")
+    return out

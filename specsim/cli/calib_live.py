@@ -1,0 +1,186 @@
+"""``specsim calib import`` (serving engines' telemetry -> calibration) and ``specsim calib
+drift`` (live outcomes against a calibration); registered by :mod:`specsim.cli.calib`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specsim.cli._common import count
+
+IMPORT_EPILOG = """\
+formats (--from; detected from the content when not given):
+{formats}
+
+What a source identifies decides what is written: accept-run histograms and per-position counts
+give per-position priors (fitted as `calib fit` does, MIN_OUTCOMES rule included); a mean
+acceptance alone does not, and is refused unless --assume constant-rate (one conditional rate at
+every position matching the mean; --depth K when the source does not tell the drafts per step).
+Lines that drafted nothing are skipped and counted; lines that look like the format but cannot be
+read are ignored and counted (--strict refuses them). [meta] records the source, the assumption
+and the counts. See docs/telemetry.md.
+"""
+
+
+def register(csub):
+    from specsim.calibration.telemetry import ASSUMPTIONS, FORMATS
+
+    p = csub.add_parser(
+        "import", help="import vLLM / SGLang / TensorRT-LLM speculative-decoding telemetry as a calibration",
+        epilog=IMPORT_EPILOG.format(formats="\n".join(f"  {k:<20} {v}" for k, v in FORMATS.items())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="telemetry files of one format, in the order written")
+    p.add_argument("--from", dest="fmt", choices=tuple(FORMATS), metavar="NAME", help="the format (default: detect)")
+    p.add_argument("--assume", choices=ASSUMPTIONS, help="assumption for a mean-only source (constant-rate)")
+    p.add_argument("--depth", type=count, metavar="K", help="drafts per verify step, when the source does not say")
+    p.add_argument("--strict", action="store_true", help="refuse lines that look like the format but cannot be read")
+    from specsim.cli.calib import drafter_flags
+
+    drafter_flags(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
+    p.add_argument("--windows-out", metavar="W.toml",
+                   help="also write the accept-run windows and traces (an acceptance file replay and simulate read)")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args):
+    from specsim._io import Outputs
+    from specsim.calibration.telemetry import identify, read_telemetry, render_windows
+    from specsim.calibration.telemetry.identify import calibration_from
+    from specsim.cli.calib import drafter_key
+
+    with Outputs([("FILE", f) for f in args.files]) as out:
+        out.declare(args.output, "-o")
+        out.declare(args.windows_out, "--windows-out")
+        drafter = drafter_key(args)
+        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict)
+        names = [Path(f).name for f in args.files]
+        ident = identify(fmt, records, tally, args.assume, args.depth, names)
+        cal = calibration_from(ident, drafter, ", ".join(names))
+        windows = render_windows(ident, fmt) if args.windows_out else None
+        out.text(args.output, cal.render())
+        if windows is not None:
+            out.text(args.windows_out, windows)
+    m = ident.meta
+    priors = ", ".join(f"{p:.3f}" for p in cal.priors)
+    print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "
+          f"skipped, {m['garbage_ignored']} unreadable ignored, {m['counter_resets']} counter resets), "
+          f"{m['steps']} steps; assumption {m['assumption']}; priors [{priors}]")
+    if windows is not None:
+        print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
+    return 0
+
+
+DRIFT_EPILOG = """\
+inputs (exactly one), replayed in serve order against CAL:
+  --acceptance FILE --trace NAME   an acceptance trace (one digit per verify step)
+  --drafts-log FILE                per-draft log as `calib fit` reads it (one step per step id)
+  --steps-log FILE                 per-step log (drafts, accepted), --width chains per step
+  --from-log FILE...               serving telemetry as `calib import` reads it (one step per log
+                                   line, scrape interval or request); mean-only sources are refused
+
+Each pool of buckets and each fitted position of CAL runs a two-sided CUSUM; an alarm names the
+stream, the direction, the calibrated and observed rates and the step the change began. Exit 0
+either way; the verdict is printed (and written with --json). See docs/telemetry.md.
+"""
+
+
+def register_drift(csub):
+    from specsim.calibration.telemetry import FORMATS
+    from specsim.cli._common import nonneg_float
+
+    p = csub.add_parser("drift", help="test live outcomes against a calibration (CUSUM per pool and position)",
+                        epilog=DRIFT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("calibration", metavar="CAL", help="calibration TOML the serve plans with")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--acceptance", metavar="FILE", help="acceptance file with [[trace]] entries")
+    src.add_argument("--drafts-log", metavar="FILE", help="per-draft log (CSV or JSON Lines)")
+    src.add_argument("--steps-log", metavar="FILE", help="per-step log (CSV or JSON Lines)")
+    src.add_argument("--from-log", nargs="+", metavar="FILE", help="serving telemetry files of one format")
+    p.add_argument("--trace", metavar="NAME", help="--acceptance: the [[trace]] to replay")
+    p.add_argument("--from", dest="fmt", choices=tuple(FORMATS), metavar="NAME", help="--from-log: the format")
+    p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
+    p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
+                   help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
+    p.add_argument("--threshold", type=nonneg_float, default=10.0, metavar="NATS",
+                   help="alarm threshold (default 10; false-alarm rates: docs/telemetry.md)")
+    p.add_argument("--plot", metavar="PNG", help="write the monitored statistics over time (needs matplotlib)")
+    p.add_argument("--json", metavar="OUT", help="write the verdict as JSON")
+    p.set_defaults(func=cmd_drift)
+
+
+def cmd_drift(args):
+    import json
+
+    from specsim._io import Outputs
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.calibration.drift import DriftSettings, plot_drift
+    from specsim.cli._common import require_matplotlib
+    from specsim.errors import CalibrationError
+
+    inputs = [("CAL", args.calibration)] + [("--from-log", f) for f in (args.from_log or [])] + [
+        (flag, v) for flag, v in (("--acceptance", args.acceptance), ("--drafts-log", args.drafts_log),
+                                  ("--steps-log", args.steps_log)) if v]
+    with Outputs(inputs) as out:
+        out.declare(args.plot, "--plot")
+        out.declare(args.json, "--json")
+        if args.trace is not None and not args.acceptance:
+            raise CalibrationError("--trace goes with --acceptance FILE")
+        if args.width < 1:
+            raise CalibrationError("--width must be at least 1 chain per step")
+        if args.plot:
+            require_matplotlib()
+        settings = DriftSettings(shift=args.shift, threshold=args.threshold)
+        cal = AcceptanceCalibration.load(args.calibration)
+        rep, hist, what = _replay_drift(args, cal, settings)
+        print(f"{what} against {args.calibration}")
+        print(rep.format(), end="")
+        if args.json:
+            out.text(args.json, json.dumps(rep.to_dict(), indent=2, allow_nan=False) + "\n")
+        if args.plot:
+            plot_drift(rep, hist, out.path(args.plot), title=what)
+    for path in out.written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _replay_drift(args, cal, settings):
+    import numpy as np
+
+    from specsim.calibration import drift
+    from specsim.errors import CalibrationError
+
+    if args.acceptance:
+        from specsim.sim.replay import load_acceptance_file
+
+        afile = load_acceptance_file(args.acceptance)
+        if args.trace is None:
+            if len(afile.traces) != 1:
+                raise CalibrationError(f"--acceptance needs --trace NAME; traces in {args.acceptance}: "
+                                       f"{', '.join(afile.traces) or 'none'}")
+            args.trace = next(iter(afile.traces))
+        t = afile.trace(args.trace)
+        a = np.minimum(t.accepted.astype(np.int64), t.k_logged)
+        d = np.full(a.shape[0], t.k_logged, dtype=np.int64)
+        rep, hist = drift.monitor_runs(cal, d, a, settings, args.width, history=True)
+        return rep, hist, f"trace {t.name} ({a.shape[0]} verify steps at k_logged {t.k_logged}, width {args.width})"
+    if args.drafts_log:
+        from specsim.calibration.logs import DRAFT_COLUMNS, read_log
+
+        cols = read_log(args.drafts_log, DRAFT_COLUMNS)
+        rep, hist = drift.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
+        return rep, hist, f"per-draft log {Path(args.drafts_log).name}"
+    if args.steps_log:
+        from specsim.calibration.logs import STEP_COLUMNS, read_log
+
+        cols = read_log(args.steps_log, STEP_COLUMNS)
+        rep, hist = drift.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
+        return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
+    from specsim.calibration.telemetry import read_telemetry
+    from specsim.calibration.telemetry.identify import record_batches
+
+    fmt, records, _ = read_telemetry(args.from_log, args.fmt)
+    batches = record_batches(fmt, records)
+    rep, hist = drift.monitor_steps(cal, batches, settings, history=True)
+    return rep, hist, f"{fmt} telemetry, {len(batches)} records"
