@@ -7,6 +7,7 @@ import json
 import sys
 
 from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
+from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
 
@@ -41,7 +42,7 @@ def register(sub, groups):
                    help=f"largest fleet to try (default {DEFAULT_MAX_REPLICAS})")
     p.add_argument("--gpu-hour-usd", type=nonneg_float, metavar="X",
                    help="price of one GPU-hour, for $ per million tokens")
-    _add_server_options(p)
+    add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
@@ -52,42 +53,6 @@ def register(sub, groups):
     p.add_argument("--plot", metavar="PNG", help="attainment against replicas, one line per policy (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_capacity)
-
-
-def _add_server_options(p):
-    """The server options of ``specsim simulate`` (docs/simulation.md), for every replica; a fleet
-    file's ``[group.server]`` overrides them per group."""
-    from specsim.cli.simulate import _budget
-    from specsim.sim.options import DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS
-
-    p.add_argument("--max-num-seqs", "--max-batch", dest="max_batch", type=count, metavar="B",
-                   help="most running requests per replica (default: the table's widest measured width)")
-    p.add_argument("--max-num-batched-tokens", type=_budget, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
-                   help=f"token budget per step (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}; 'none' for no budget)")
-    p.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
-                   help="prefill admitted prompts whole in steps of their own (default: chunked prefill)")
-    p.add_argument("--kv-capacity-tokens", type=count, metavar="T",
-                   help="KV-cache capacity per replica in tokens (default: the table's [meta], else unlimited)")
-    p.add_argument("--kv-block-size", type=count, default=DEFAULT_KV_BLOCK_SIZE, metavar="N",
-                   help=f"tokens per KV block (default {DEFAULT_KV_BLOCK_SIZE})")
-    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode")
-    p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step")
-    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step")
-    for name, unit, what in (("ms-per-token", "ms", "per prefilled token"), ("j-per-token", "J", "per prefilled token"),
-                             ("ms-per-step", "ms", "per step that prefills"), ("j-per-step", "J", "per step that prefills")):
-        p.add_argument(f"--prefill-{name}", type=nonneg_float, metavar="X",
-                       help=f"prefill {unit} {what} (default: the table's [meta], else the engine's default)")
-    p.add_argument("--idle-w", type=nonneg_float, metavar="W",
-                   help="power of a replica with nothing to do, and in standby (default: the table's [meta], else 0)")
-
-
-def _server_options(args) -> dict:
-    return {"max_batch": args.max_batch, "max_num_batched_tokens": args.max_num_batched_tokens,
-            "chunked_prefill": args.chunked_prefill, "kv_capacity_tokens": args.kv_capacity_tokens,
-            "kv_block_size": args.kv_block_size, "max_seqs": args.max_seqs, "k_max": args.k_max,
-            "row_budget": args.row_budget, "prefill_ms_per_token": args.prefill_ms_per_token,
-            "prefill_j_per_token": args.prefill_j_per_token, "prefill_ms_per_step": args.prefill_ms_per_step,
-            "prefill_j_per_step": args.prefill_j_per_step, "idle_w": args.idle_w, "seed": args.seed}
 
 
 def cmd_capacity(args):
@@ -107,7 +72,7 @@ def cmd_capacity(args):
     if sum(map(bool, (args.serial, args.threads, args.scheduler))) > 1:
         raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
-                  "--fleet": args.fleet}) as out:
+                  "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()
@@ -130,7 +95,7 @@ def _inputs(args, out):
     from specsim.sim.fleet import Fleet, load_fleet
     from specsim.table import CostTable
 
-    base = _server_options(args)
+    base = server_options(args) | {"seed": args.seed}
     if args.fleet is not None:
         fleet = load_fleet(args.fleet, base)
         for g in fleet.groups:

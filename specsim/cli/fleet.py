@@ -11,7 +11,7 @@ from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
-    from specsim.cli.capacity import _add_server_options
+    from specsim.cli._server import add_server_options
     from specsim.sim.fleet import ROUTERS
 
     p = sub.add_parser(
@@ -33,7 +33,7 @@ def register(sub, groups):
     p.add_argument("--policy", required=True, action="append", metavar="P",
                    help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
-    _add_server_options(p)
+    add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
@@ -54,7 +54,7 @@ def cmd_fleet(args):
     if args.replicas is not None and args.replicas < 1:
         raise FleetError(f"--replicas must be >= 1, got {args.replicas}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
-                  "--fleet": args.fleet}) as out:
+                  "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         _run(args, out)
