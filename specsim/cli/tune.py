@@ -98,8 +98,11 @@ def cmd_tune(args):
                       min_gain=args.min_gain, progress=not args.quiet, names=names)
         print(report(result, read))
         out.text(args.out, result.to_toml())
-    print(f"wrote {args.out}; serve it with: specsim schedule export {args.out} --to vllm|trtllm|sglang",
-          file=sys.stderr)
+    from specsim.schedule.formats import policy_text
+
+    what = "the tuned schedule" if result.serves_tuned else f"{result.best_fixed}, the best fixed depth"
+    print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "
+          f"specsim schedule export {args.out} --to vllm|trtllm|sglang", file=sys.stderr)
     return 0
 
 
