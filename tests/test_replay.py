@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim import AcceptanceTrace, load_acceptance_file, parse_acceptance_file, parse_policy, replay
-from specsim.sim.policy import OPEN_END, Policy
+from specsim.sim.policy import Policy
 from specsim.table import CostTable
 from tests import reference as ref
 
@@ -231,11 +231,7 @@ def test_parse_policies():
     assert [s.depth_for_width(n) for n in (1, 16, 17, 64, 65, 10_000)] == [3, 3, 2, 2, 0, 0]
     gap = parse_policy("schedule:2-4=3,8=5")
     assert [gap.depth_for_width(n) for n in (1, 2, 4, 5, 8, 9)] == [0, 3, 3, 0, 5, 0]  # uncovered -> 0
-    lo, hi, k = s.schedule_arrays()
-    assert lo.tolist() == [1, 17, 65] and hi.tolist() == [16, 64, OPEN_END] and k.tolist() == [3, 2, 0]
-    assert lo.dtype == np.int64
     assert parse_policy("sequence").needs_planner and not parse_policy("fixed:0").needs_planner
-    assert parse_policy("goodput").code == 4
     with pytest.raises(PolicyError, match="planner"):
         parse_policy("propose").depth_for_width(3)
 

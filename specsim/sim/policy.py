@@ -24,15 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from specsim.errors import PolicyError
 
 KINDS = ("fixed", "schedule", "propose", "sequence", "goodput")
-# Integer codes for kernels.
-FIXED, SCHEDULE, PROPOSE, SEQUENCE, GOODPUT = range(5)
-# Upper bound of an open schedule range ("65-") in the flat arrays.
-OPEN_END = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
@@ -54,11 +48,6 @@ class Policy:
     kind: str
     depth: int = 0
     ranges: tuple = ()
-
-    @property
-    def code(self) -> int:
-        """The kind as an integer for kernels (:data:`FIXED` ... :data:`GOODPUT`)."""
-        return KINDS.index(self.kind)
 
     @property
     def params(self) -> tuple:
@@ -126,13 +115,6 @@ class Policy:
                     return k
             return 0
         raise PolicyError(f"policy {self} picks its depth with the planner, not from the width alone")
-
-    def schedule_arrays(self):
-        """``(first, last, depth)`` as int64 arrays, shape (R,); ``last`` is OPEN_END for an open range."""
-        lo = np.array([r[0] for r in self.ranges], dtype=np.int64)
-        hi = np.array([OPEN_END if r[1] is None else r[1] for r in self.ranges], dtype=np.int64)
-        k = np.array([r[2] for r in self.ranges], dtype=np.int64)
-        return lo, hi, k
 
     def __str__(self) -> str:
         if self.kind == "fixed":
