@@ -37,6 +37,9 @@ MAX_SECONDS = 86_400.0
 MAX_REPEATS = 1_000_000
 # Largest assumed power, in watts (a whole rack draws less).
 MAX_POWER_W = 1e6
+# Smallest assumed power, in watts: below it the joules of a sub-millisecond step round to 0
+# in the table's figures, which a table refuses only after the whole measurement.
+MIN_POWER_W = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 

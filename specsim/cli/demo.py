@@ -34,6 +34,9 @@ def cmd_demo(args):
     from specsim.errors import SpecsimError
     from specsim.sim.report import comparison_table
 
+    if not args.out.strip():
+        # An empty name would put the demo's files (trace.csv, table.toml, ...) in the current folder.
+        raise SpecsimError("--out: the folder name is empty; give a folder (default specsim-demo)")
     if args.requests < 1:
         raise SpecsimError(f"--requests must be >= 1, got {args.requests}")
     if args.seed < 0:
