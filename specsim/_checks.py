@@ -40,6 +40,14 @@ MAX_POWER_W = 1e6
 # Smallest assumed power, in watts: below it the joules of a sub-millisecond step round to 0
 # in the table's figures, which a table refuses only after the whole measurement.
 MIN_POWER_W = 1e-3
+# Largest cost of one step in a cost table, in milliseconds or joules: far past any real step,
+# and small enough that sums and products over any run (2^40 tokens at most) stay finite; the
+# metrale serve writes such extremes in exponent form (1e20), which must still read.
+MAX_STEP_COST = 1e30
+# Traffic scaling (``--rate-scale``, a grid's ``rate_scale`` axis): a million times faster or
+# slower than the trace is far past any what-if, and keeps scaled arrival times finite.
+MIN_RATE_SCALE = 1e-6
+MAX_RATE_SCALE = 1e6
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -146,6 +154,13 @@ def request_size_problem(prompt, output) -> str | None:
             return (f"request {i}: {name} = {int(tokens[i]):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens one "
                     f"request may ask for ({int(big.sum()):,} request(s) are; docs/limits.md)")
     return None
+
+
+def rate_scale_problem(value, name: str = "rate scale") -> str | None:
+    """``None`` if ``value`` is a traffic scale within :data:`MIN_RATE_SCALE` ..
+    :data:`MAX_RATE_SCALE`, else what is wrong with it."""
+    problem = number_problem(value, name, MIN_RATE_SCALE, MAX_RATE_SCALE)
+    return problem and f"{problem} (2 = twice the traffic; docs/limits.md)"
 
 
 def check_finite_results(values: dict, cause: str, error_cls) -> None:

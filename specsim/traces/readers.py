@@ -243,12 +243,12 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
 
 
 def _check_options(rate_scale, limit, window):
-    try:
-        rate_scale = float(rate_scale)
-    except (TypeError, ValueError):
-        raise TraceError(f"rate scale {rate_scale!r} is not a number") from None
-    if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise TraceError(f"rate scale must be a finite number > 0 (2 = twice the traffic), got {rate_scale!r}")
+    from specsim._checks import rate_scale_problem
+
+    problem = rate_scale_problem(rate_scale)
+    if problem:
+        raise TraceError(problem)
+    rate_scale = float(rate_scale)
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
             raise TraceError(f"request limit must be an integer >= 0, got {limit!r}")
