@@ -48,6 +48,10 @@ MAX_STEP_COST = 1e30
 # slower than the trace is far past any what-if, and keeps scaled arrival times finite.
 MIN_RATE_SCALE = 1e-6
 MAX_RATE_SCALE = 1e6
+# Latest arrival a trace may hold, in seconds after its first request (about 31 years; the
+# public traces span an hour to a few months): later ones would turn idle power into infinite
+# joules, which would then be blamed on the costs.
+MAX_ARRIVAL_S = 1e9
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -161,6 +165,31 @@ def rate_scale_problem(value, name: str = "rate scale") -> str | None:
     :data:`MAX_RATE_SCALE`, else what is wrong with it."""
     problem = number_problem(value, name, MIN_RATE_SCALE, MAX_RATE_SCALE)
     return problem and f"{problem} (2 = twice the traffic; docs/limits.md)"
+
+
+def arrival_problem(arrival) -> str | None:
+    """``None`` if every arrival time is finite and at most :data:`MAX_ARRIVAL_S`, else which
+    request is not.
+
+    Parameters
+    ----------
+    arrival : ndarray(float64), shape (R,)
+        Seconds since the trace's first request.
+    """
+    import numpy as np
+
+    if arrival.shape[0] == 0:
+        return None
+    finite = np.isfinite(arrival)
+    if not finite.all():
+        return f"request {int(np.argmin(finite))}: arrival_s is not finite"
+    late = arrival > MAX_ARRIVAL_S
+    if late.any():
+        i = int(late.argmax())
+        return (f"request {i}: arrival_s = {float(arrival[i]):.6g} s is beyond {MAX_ARRIVAL_S:g} s after the first "
+                f"request ({int(late.sum()):,} request(s) are; check the trace's time unit, or --rate-scale; "
+                "docs/limits.md)")
+    return None
 
 
 def check_finite_results(values: dict, cause: str, error_cls) -> None:

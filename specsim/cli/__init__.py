@@ -42,7 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit code (2 for any refused input)."""
+    """Run the command line; returns the exit code (2 for any refused input, 130 on Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Also while the parser is built and the command modules imported: no traceback.
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv) -> int:
     from specsim.errors import SpecsimError
 
     parser = build_parser()
@@ -58,16 +67,25 @@ def main(argv=None) -> int:
     except SpecsimError as e:
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``| head``): not an error; keep the interpreter's final flush quiet.
+        _quiet_stdout()
+        return 0
     except OSError as e:
         # A file we were told to write or read could not be: name it, no traceback.
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         print(f"specsim: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("specsim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def run() -> None:

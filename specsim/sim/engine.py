@@ -167,8 +167,11 @@ def _request_arrays(requests):
     prompt = np.ascontiguousarray(r["prompt_tokens"], dtype=np.int64)
     output = np.ascontiguousarray(r["output_tokens"], dtype=np.int64)
     if arrival.shape[0]:
-        if not np.isfinite(arrival).all():
-            raise SimulationError(f"request {int(np.argmin(np.isfinite(arrival)))}: arrival_s is not finite")
+        from specsim._checks import arrival_problem
+
+        problem = arrival_problem(arrival - arrival[0] if np.isfinite(arrival[0]) else arrival)
+        if problem:
+            raise SimulationError(problem)
         if (np.diff(arrival) < 0).any():
             i = int(np.argmax(np.diff(arrival) < 0)) + 1
             raise SimulationError(f"request {i}: arrivals must be sorted ascending (trace readers sort them)")

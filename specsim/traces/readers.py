@@ -230,6 +230,11 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
         arrival = arrival - window[0]
     if rate_scale != 1.0:
         arrival = arrival / rate_scale
+    from specsim._checks import arrival_problem
+
+    problem = arrival_problem(arrival)
+    if problem:
+        raise TraceError(f"{source}: {problem}")
     out = np.empty(hi - lo, dtype=REQUEST_DT)
     out["arrival_s"] = arrival
     if ordered:
