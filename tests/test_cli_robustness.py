@@ -306,3 +306,42 @@ def test_progress_lines_stay_off_a_pipe_unless_asked(monkeypatch):
             bar.update(3)
         assert term.getvalue() == "" and bar.done == 3
         monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)
+
+
+def test_demo_refuses_an_empty_out_folder_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    # An empty --out used to put the demo's trace.csv and table.toml in the current folder,
+    # replacing files of those names there.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trace.csv").write_text("sentinel")
+    _refused(["demo", "--out", "", "--requests", "20", "--no-plot", "--no-tune"], capsys, "--out")
+    assert (tmp_path / "trace.csv").read_text() == "sentinel"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.csv"]
+
+
+def test_a_closed_pipe_is_not_an_error(files):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The reader (``| head -1``) is gone before the command writes anything.
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", "table", "show", str(files / "t.toml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait() == 0, err
+    assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
+    import specsim.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["table", "show", "x"]) == 130
+    err = capsys.readouterr().err
+    assert err == "specsim: interrupted\n"

@@ -89,4 +89,8 @@ def _quiet_stdout() -> None:
 
 
 def run() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit
+        code = 130
+    sys.exit(code)
