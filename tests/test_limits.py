@@ -295,3 +295,11 @@ def test_bench_refuses_an_assumed_power_too_small_to_leave_a_joule(files, capsys
     refused(["bench", "--recipe", "tiny", "--widths", "1", "--max-k", "1", "--backend", "numpy", "--meter", "assumed",
              "--assume-power-w", "1e-320", "-o", files / "b.toml"], capsys, "0.001")
     assert not [p for p in files.iterdir() if p.name.startswith("b.toml")]
+
+
+@pytest.mark.parametrize("cv", ["1e308", "0.0000001"])
+def test_a_synthetic_cv_past_the_limits_is_refused_not_a_division_by_zero(capsys, cv):
+    from specsim.traces.synthetic import MAX_CV, MIN_CV
+
+    refused(["trace", "show", "--synthetic", f"requests=10,rate=1,arrival=gamma,cv={cv}"], capsys,
+            f"{MIN_CV:g}..{MAX_CV:g}")
