@@ -52,6 +52,8 @@ MAX_RATE_SCALE = 1e6
 # public traces span an hour to a few months): later ones would turn idle power into infinite
 # joules, which would then be blamed on the costs.
 MAX_ARRIVAL_S = 1e9
+# How far above 0 a logged log-probability may be and still be taken as rounding.
+LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -190,6 +192,30 @@ def arrival_problem(arrival) -> str | None:
                 f"request ({int(late.sum()):,} request(s) are; check the trace's time unit, or --rate-scale; "
                 "docs/limits.md)")
     return None
+
+
+def logprob_problem(values) -> str | None:
+    """``None`` if no confidence in ``values`` is a positive number, else the first that is.
+
+    A confidence is a top-1 log-probability, so at most 0; :data:`LOGPROB_SLACK` above it is
+    taken as rounding. A positive one means the column holds probabilities or logits, which
+    would all land in the top bucket. NaN (unknown) passes.
+
+    Parameters
+    ----------
+    values : ndarray(float), any shape
+    """
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        above = arr > LOGPROB_SLACK
+    if not above.any():
+        return None
+    i = int(above.argmax())
+    return (f"confidence {i} (counting from 0) is {float(arr[i]):.6g}: a confidence is a log-probability, "
+            f"at most 0 ({int(above.sum()):,} are above); for probabilities p give log(p) "
+            "(docs/formats.md#per-draft-log)")
 
 
 def check_finite_results(values: dict, cause: str, error_cls) -> None:

@@ -345,3 +345,19 @@ def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatc
     assert cli.main(["table", "show", "x"]) == 130
     err = capsys.readouterr().err
     assert err == "specsim: interrupted\n"
+
+
+def test_positive_confidences_are_refused_as_not_log_probabilities(files, capsys):
+    # Probabilities or logits given where log-probabilities belong all fell in the top bucket.
+    (files / "conf.json").write_text("[[-0.1, 0.7], [-0.5]]")
+    _refused(["plan", files / "t.toml", files / "c.toml", "--confidences", files / "conf.json"], capsys,
+             "conf.json", "sequence 0", "log-probability")
+    (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,7.5,1\n")
+    fit = ["calib", "fit", "--drafts-log", files / "drafts.csv", "--drafter-sha256", "ab", "--vocab", "9",
+           "--quantization", "bf16", "--context", "true", "-o", files / "cal.toml"]
+    _refused(fit, capsys, "drafts.csv", "7.5", "log-probability")
+    _refused(["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"], capsys, "drafts.csv")
+    # rounding just above 0, and log-probs past float32's range, are still read, without a warning
+    (files / "conf.json").write_text("[[-1e300, 0.0001]]")
+    assert _run(["plan", str(files / "t.toml"), str(files / "c.toml"), "--confidences", str(files / "conf.json")]) == 0
+    assert "Warning" not in capsys.readouterr().err

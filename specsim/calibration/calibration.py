@@ -128,7 +128,8 @@ class AcceptanceCalibration:
 
         Positions without a confidence (past the end of ``lps``, or NaN) take the position prior.
         """
-        lps = np.ascontiguousarray(lps, dtype=np.float32).reshape(1, -1)
+        with np.errstate(over="ignore"):  # past float32's range is -inf: the first bucket
+            lps = np.ascontiguousarray(lps, dtype=np.float32).reshape(1, -1)
         out = self.expected_accepted_batch(lps, np.array([lps.shape[1]], dtype=np.int64), int(k))
         return float(out[0])
 

@@ -37,7 +37,7 @@ def _read_json(path, what):
 
 
 def _confidences(path):
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, show
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, logprob_problem, show
     from specsim.errors import PlanError
 
     data = _read_json(path, "confidences")
@@ -57,6 +57,9 @@ def _confidences(path):
             raise PlanError(f"{path}: sequence {i} has {len(row):,} drafts; at most {MAX_DEPTH:,} "
                             "(docs/limits.md)")
         rows.append([float("nan") if v is None else float(v) for v in row])
+        problem = logprob_problem(rows[-1])
+        if problem:
+            raise PlanError(f"{path}: sequence {i}: {problem.replace('docs/formats.md#per-draft-log', 'docs/formats.md#planner-inputs')}")
     return rows
 
 
