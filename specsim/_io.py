@@ -12,6 +12,8 @@ from pathlib import Path
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
     if "\x00" in str(path):
         raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
     path = Path(path)

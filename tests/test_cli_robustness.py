@@ -361,3 +361,21 @@ def test_positive_confidences_are_refused_as_not_log_probabilities(files, capsys
     (files / "conf.json").write_text("[[-1e300, 0.0001]]")
     assert _run(["plan", str(files / "t.toml"), str(files / "c.toml"), "--confidences", str(files / "conf.json")]) == 0
     assert "Warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [None, -1, 1.5, 10**30, object(), ["t.toml"]])
+def test_the_loaders_and_simulate_refuse_wrong_types_with_a_specsim_error(bad):
+    import numpy as np
+
+    from specsim import (REQUEST_DT, AcceptanceCalibration, CostTable, SpecsimError, load_schedule, simulate)
+
+    for call in (CostTable.load, CostTable.parse, AcceptanceCalibration.load, AcceptanceCalibration.parse,
+                 load_schedule):
+        with pytest.raises(SpecsimError):
+            call(bad)
+    requests = np.zeros(1, dtype=REQUEST_DT)
+    requests["prompt_tokens"], requests["output_tokens"] = 5, 5
+    with pytest.raises(SpecsimError, match="table must be a CostTable"):
+        simulate(requests, bad, demo_calibration(), "fixed:1")
+    with pytest.raises(SpecsimError, match="calibration must be an? AcceptanceCalibration"):
+        simulate(requests, demo_table(), bad, "fixed:1")

@@ -66,9 +66,8 @@ class AcceptanceCalibration:
     @classmethod
     def load(cls, path) -> "AcceptanceCalibration":
         """Read and validate a calibration file."""
-        path = Path(path)
         text = read_input(path, "the calibration", CalibrationError)
-        return cls.parse(text, str(path))
+        return cls.parse(text, str(Path(path)))
 
     def render(self, meta=None) -> str:
         """The calibration file text; parses back to an equal calibration."""

@@ -357,6 +357,14 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     from specsim.sim._draw_kernels import MAX_POSITION
     from specsim.sim._types import CalArrays, TableArrays
 
+    from specsim.calibration.calibration import AcceptanceCalibration
+    from specsim.table import CostTable
+
+    for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
+        if not isinstance(value, cls):
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
+                                  f"got {type(value).__name__}")
     pol = parse_policy(policy)
     arrival, prompt, output = _request_arrays(requests)
     resolved = opts.resolved(table)

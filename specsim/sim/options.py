@@ -179,10 +179,10 @@ class ServerOptions:
         return out
 
 
-def _int(value, name, low, high=COUNT_MAX):
+def _int(value, name, low, high=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise SimulationError(f"{name} must be an integer >= {low}, got {show(value)}")
-    if value > high:
+    if high is not None and value > high:
         raise SimulationError(f"{name} = {show(value)} is beyond {high:,} (docs/limits.md)")
     return int(value)
 

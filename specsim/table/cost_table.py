@@ -74,9 +74,8 @@ class CostTable:
     @classmethod
     def load(cls, path) -> "CostTable":
         """Read and validate a table file."""
-        path = Path(path)
         text = read_input(path, "the cost table", TableError)
-        return cls.parse(text, str(path))
+        return cls.parse(text, str(Path(path)))
 
     @staticmethod
     def render(key: TableKey, cells, meta=None, extras=None) -> str:
