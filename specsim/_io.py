@@ -133,7 +133,9 @@ class Outputs:
         if "\x00" in given:
             raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
-        if p.is_dir():
+        if p.is_dir() or given.endswith(("/", os.sep)):
+            # "out/" names a folder even before it exists: Path() would drop the slash and
+            # write a file called "out".
             raise self._error(f"{label} {given}: is a folder; give a file name")
         if p.exists() and not p.is_file():
             raise self._error(f"{label} {given}: is not a regular file (a device or a pipe); give a file name")
