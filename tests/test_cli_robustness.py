@@ -379,3 +379,15 @@ def test_the_loaders_and_simulate_refuse_wrong_types_with_a_specsim_error(bad):
         simulate(requests, bad, demo_calibration(), "fixed:1")
     with pytest.raises(SpecsimError, match="calibration must be an? AcceptanceCalibration"):
         simulate(requests, demo_table(), bad, "fixed:1")
+
+
+def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(files, capsys):
+    pytest.importorskip("matplotlib")
+    (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n"
+                                      + "".join(f"{i},0,1,-0.5,{i % 2}\n" for i in range(300)))
+    key = ["--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+    for argv in (["calib", "fit", "--drafts-log", files / "drafts.csv", *key, "-o", files / "c2.toml"],
+                 ["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"],
+                 ["sweep", files / "grid.toml", "--serial", "-o", files / "r.csv"]):
+        _refused([*argv, "--plot", files / "p.xyz"], capsys, "cannot write .xyz")
+    assert not [p for p in files.iterdir() if p.name in ("c2.toml", "r.csv", "p.xyz")]

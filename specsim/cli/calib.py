@@ -139,7 +139,7 @@ def _fit(args, out):
     from specsim.calibration.fit import (
         calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
-    from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
+    from specsim.calibration.report import build_report, format_report, plot_reliability
     from specsim.errors import CalibrationError
 
     drafter = drafter_key(args)
@@ -150,7 +150,10 @@ def _fit(args, out):
     if args.counts_out and args.rates is not None:
         raise CalibrationError("--counts-out needs counts: --rates has none")
     if args.plot:
-        require_matplotlib()  # before anything is written
+        # before anything is written; the shared check also refuses a format matplotlib lacks
+        from specsim.cli._common import require_matplotlib as require_plot_format
+
+        require_plot_format("--plot", args.plot)
     fit = holdout = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)

@@ -32,7 +32,7 @@ def cmd_sweep(args):
     if args.workers is not None and args.workers < 1:
         raise SpecsimError(f"--workers must be >= 1, got {args.workers}")
     if args.plot:
-        require_matplotlib()
+        require_matplotlib("--plot", args.plot)
     grid = load_grid(args.grid)
     inputs = [("GRID", args.grid)] + [(f"[traces] {n}", p) for n, (p, _) in grid.traces.items()]
     inputs += [(f"[tables] {n}", p) for n, p in grid.tables.items()]
