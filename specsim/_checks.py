@@ -52,6 +52,9 @@ MAX_RATE_SCALE = 1e6
 # public traces span an hour to a few months): later ones would turn idle power into infinite
 # joules, which would then be blamed on the costs.
 MAX_ARRIVAL_S = 1e9
+# Largest file read whole (tables, calibrations, grids, schedules, side files): far beyond any
+# real one, and a bound on the memory a never-ending pipe can take.
+MAX_INPUT_BYTES = 1 << 30
 # How far above 0 a logged log-probability may be and still be taken as rounding.
 LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.

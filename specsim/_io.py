@@ -16,13 +16,39 @@ def read_input(path, what: str, error_cls) -> bytes:
         raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
     if "\x00" in str(path):
         raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
+    import stat
+
+    from specsim._checks import MAX_INPUT_BYTES
+
     path = Path(path)
     if path.is_dir():
         raise error_cls(f"{path}: is a folder, not {what}; give a file")
+    too_big = f"{path}: {what} is larger than {MAX_INPUT_BYTES:,} bytes, the most specsim reads (docs/limits.md)"
     try:
-        return path.read_bytes()
+        refuse_device(path, what, error_cls)
+        if stat.S_ISREG(path.stat().st_mode) and path.stat().st_size > MAX_INPUT_BYTES:
+            raise error_cls(too_big)
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
         raise error_cls(f"{path}: cannot read {what} ({e.strerror or e})") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise error_cls(too_big)
+    return data
+
+
+def refuse_device(path, what: str, error_cls) -> None:
+    """Refuse ``path`` when it is a device (``/dev/zero``, ``/dev/urandom``, a terminal) or a
+    socket: reading one never ends, so a reader would hang or fill the memory. Pipes (``/dev/stdin``
+    fed by another command) pass; a missing file passes too, for the reader to name."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise error_cls(f"{path}: is a device, not {what}; give a file")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:

@@ -381,7 +381,8 @@ def test_the_loaders_and_simulate_refuse_wrong_types_with_a_specsim_error(bad):
         simulate(requests, demo_table(), bad, "fixed:1")
 
 
-def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(files, capsys):
+def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(grid_files, capsys):
+    files = grid_files
     pytest.importorskip("matplotlib")
     (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n"
                                       + "".join(f"{i},0,1,-0.5,{i % 2}\n" for i in range(300)))
@@ -391,3 +392,23 @@ def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(files, capsy
                  ["sweep", files / "grid.toml", "--serial", "-o", files / "r.csv"]):
         _refused([*argv, "--plot", files / "p.xyz"], capsys, "cannot write .xyz")
     assert not [p for p in files.iterdir() if p.name in ("c2.toml", "r.csv", "p.xyz")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("argv", [
+    ["table", "show", "/dev/zero"], ["calib", "show", "/dev/zero"], ["sweep", "/dev/zero", "-o", "{d}/r.csv"],
+    ["plan", "{d}/t.toml", "{d}/c.toml", "--confidences", "/dev/zero"],
+    ["replay", "/dev/zero", "--trace", "x", "--policy", "fixed:1", "--width", "1", "--budget", "10"],
+    ["schedule", "import", "--from", "vllm", "/dev/zero"], ["trace", "show", "/dev/zero", "--format", "mooncake"],
+    ["trace", "show", "/dev/zero"], ["calib", "drift", "{d}/c.toml", "--from-log", "/dev/zero"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_device_given_as_input_is_refused_not_read_for_ever(files, argv, capsys):
+    # /dev/zero never ends: these hung, or filled the memory until the process was killed.
+    _refused([a.format(d=files) for a in argv], capsys, "/dev/zero")
+
+
+def test_inputs_past_the_size_limit_are_refused_unread(files, monkeypatch, capsys):
+    import specsim._checks as checks
+
+    monkeypatch.setattr(checks, "MAX_INPUT_BYTES", 100)
+    _refused(["table", "show", files / "t.toml"], capsys, "t.toml", "larger than 100 bytes")

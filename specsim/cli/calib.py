@@ -196,17 +196,13 @@ def _fit(args, out):
 
 
 def _read_windows(path, run):
-    from pathlib import Path
-
     from specsim import _toml
     from specsim._checks import is_int
+    from specsim._io import read_input
     from specsim.calibration.fit import steps_from_windows
     from specsim.errors import CalibrationError
 
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read the windows file ({e.strerror or e})") from e
+    raw = read_input(path, "the windows file", CalibrationError)
     doc = _toml.loads(raw, "the windows file", path, CalibrationError)
     runs = doc.get("run", [])
     if not isinstance(runs, list):

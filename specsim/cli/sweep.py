@@ -32,7 +32,7 @@ def cmd_sweep(args):
     if args.workers is not None and args.workers < 1:
         raise SpecsimError(f"--workers must be >= 1, got {args.workers}")
     if args.plot:
-        require_matplotlib("--plot", args.plot)
+        require_matplotlib()
     grid = load_grid(args.grid)
     inputs = [("GRID", args.grid)] + [(f"[traces] {n}", p) for n, (p, _) in grid.traces.items()]
     inputs += [(f"[tables] {n}", p) for n, p in grid.tables.items()]
@@ -42,6 +42,8 @@ def cmd_sweep(args):
     with Outputs(inputs) as out:
         out.declare(args.out, "-o")
         out.declare(args.plot, "--plot")
+        if args.plot:
+            require_matplotlib("--plot", args.plot)  # a format matplotlib writes, before the work
         report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
                            progress=not args.quiet)
         print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "

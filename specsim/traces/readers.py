@@ -95,7 +95,10 @@ def detect_format(path) -> str:
     TraceError
         When the file cannot be read or matches no known format.
     """
+    from specsim._io import refuse_device
+
     path = Path(path)
+    refuse_device(path, "a trace", TraceError)
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
@@ -318,6 +321,9 @@ def _blocks(f):
 
 
 def _open(path):
+    from specsim._io import refuse_device
+
+    refuse_device(path, "a trace", TraceError)
     try:
         return open(path, "rb")
     except OSError as e:
@@ -391,7 +397,10 @@ def _column_index(path, header, name, exact):
     if name.lower() in lowered:
         return lowered.index(name.lower())
     hint = "" if exact else "; name columns as they appear in the header"
-    raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {', '.join(stripped)}){hint}")
+    from specsim._checks import few, show
+
+    # Names shown quoted and short: a binary file's "header" is control bytes and noise.
+    raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {few(show(h, 40) for h in stripped)}){hint}")
 
 
 def _read_jsonl(path, keys, skip_bad):
