@@ -412,3 +412,17 @@ def test_inputs_past_the_size_limit_are_refused_unread(files, monkeypatch, capsy
 
     monkeypatch.setattr(checks, "MAX_INPUT_BYTES", 100)
     _refused(["table", "show", files / "t.toml"], capsys, "t.toml", "larger than 100 bytes")
+
+
+@pytest.mark.parametrize("bad", [None, "x", b"x", object()])
+def test_calibration_queries_and_options_refuse_wrong_types_with_a_specsim_error(bad):
+    from specsim import AcceptanceCalibration, ServerOptions, SpecsimError
+
+    cal = demo_calibration()
+    calls = [cal.bucket, cal.p_given_lp, cal.prior, lambda v: ServerOptions(occupancy=v),
+             lambda v: AcceptanceCalibration(cal.drafter, v, cal.p_accept, cal.priors),
+             lambda v: AcceptanceCalibration(cal.drafter, cal.edges, v, cal.priors)]
+    for call in calls[:3] if bad is None else calls:  # None is "no occupancy" and an empty list elsewhere
+        with pytest.raises(SpecsimError):
+            call(bad)
+    assert cal.prior(0) == cal.prior(1)  # positions below 1 still take the first prior

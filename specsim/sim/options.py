@@ -129,6 +129,14 @@ class ServerOptions:
                 object.__setattr__(self, name, _rate(value, name))
         if self.prefill_curve is not None:
             object.__setattr__(self, "prefill_curve", load_prefill_curve(self.prefill_curve))
+        if self.occupancy is not None:
+            try:
+                occupancy = np.asarray(self.occupancy, dtype=np.float64)
+            except (TypeError, ValueError, OverflowError):
+                raise SimulationError(f"occupancy must be weights per bucket (numbers), got {show(self.occupancy)}") from None
+            if not np.isfinite(occupancy).all() or (occupancy < 0).any():
+                raise SimulationError("occupancy weights must be finite numbers >= 0")
+            object.__setattr__(self, "occupancy", occupancy)
 
     def _check_counts(self):
         seqs, batch = self.max_num_seqs, self.max_batch
