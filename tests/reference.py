@@ -663,3 +663,116 @@ def ref_trace_priors(digits, k_logged):
         reached = sum(1 for x in a if x >= j - 1)
         out.append(sum(1 for x in a if x >= j) / reached if reached else 0.0)
     return out
+
+
+# -- fleets: replicas behind a router ----------------------------------------------------------------
+
+class _RefReplica:
+    """One single server of fixed depth ``k``, stepped one step at a time (the engine's model:
+    admit first come first served, a prefill step over the admitted, else a decode step)."""
+
+    def __init__(self, widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed):
+        self.widths, self.costs, self.p_accept, self.occ_cdf = widths, costs, p_accept, occ_cdf
+        self.k, self.max_batch, self.prefill_ms, self.prefill_j, self.seed = k, max_batch, prefill_ms, prefill_j, seed
+        self.reqs, self.first, self.finish, self.emitted, self.active = [], [], [], [], []
+        self.blocks = []
+        self.t, self.nxt = None, 0
+
+    def add(self, request):
+        if self.t is None:
+            self.t = request[0]
+        self.reqs.append(request)
+        self.blocks.append(0)
+        self.first.append(math.nan)
+        self.finish.append(math.nan)
+        self.emitted.append(0)
+
+    def next_start(self):
+        if self.active:
+            return self.t
+        if self.nxt < len(self.reqs):
+            return max(self.t, self.reqs[self.nxt][0])
+        return math.inf
+
+    def outstanding(self):
+        return sum(1 for i in range(len(self.reqs)) if math.isnan(self.finish[i]))
+
+    def kv_used(self):
+        """KV blocks (16 tokens) held by running requests: each holds blocks for its prompt,
+        then for prompt + emitted + this step's drafts at every decode step, until it finishes."""
+        return sum(self.blocks[i] for i in self.active)
+
+    def step(self):
+        from tests.reference_engine import ref_draft_accepted
+
+        while True:
+            new = []
+            while self.nxt < len(self.reqs) and len(self.active) < self.max_batch and self.reqs[self.nxt][0] <= self.t:
+                self.active.append(self.nxt)
+                new.append(self.nxt)
+                self.nxt += 1
+            if new:
+                self.t = self.t + self.prefill_ms * sum(self.reqs[i][1] for i in new) / 1000.0
+                for i in new:
+                    self.blocks[i] = -(-self.reqs[i][1] // 16)
+                    self.emitted[i] = 1
+                    self.first[i] = self.t
+                    if self.reqs[i][2] == 1:
+                        self.finish[i] = self.t
+                self.active = [i for i in self.active if self.emitted[i] < self.reqs[i][2]]
+                return
+            if not self.active:
+                self.t = max(self.t, self.reqs[self.nxt][0])
+                continue
+            n = len(self.active)
+            c = plan_ref_cell(self.widths, self.costs, n, self.k)
+            self.t = self.t + (c[0] + c[2]) / 1000.0
+            for i in self.active:
+                e = self.emitted[i]
+                self.blocks[i] = max(self.blocks[i], -(-(self.reqs[i][1] + e + self.k) // 16))
+                need = self.reqs[i][2] - e - 1
+                acc = 0
+                for j in range(1, min(self.k, need) + 1):
+                    if not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, i, e + j - 1, j):
+                        break
+                    acc += 1
+                self.emitted[i] = e + 1 + acc
+                if self.emitted[i] == self.reqs[i][2]:
+                    self.finish[i] = self.t
+            self.active = [i for i in self.active if self.emitted[i] < self.reqs[i][2]]
+            return
+
+
+def ref_fleet(requests, replicas, router, widths, costs, p_accept, occ_cdf, k, *, max_batch=8, prefill_ms=0.0,
+              prefill_j=0.0, seed=0):
+    """A fleet of ``replicas`` identical fixed-depth servers behind ``router``, one event at a time:
+    route every arrival due at or before the earliest next step start (ties to the lower
+    replica), else step that replica. Routers break ties by taking turns. Returns (assignment, first, finish) in trace order."""
+    reps = [_RefReplica(widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed)
+            for _ in range(replicas)]
+    assignment, where = [], []
+    nxt, last = 0, -1
+    while True:
+        starts = [r.next_start() for r in reps]
+        best = min(range(replicas), key=lambda r: (starts[r], r))
+        if nxt < len(requests) and (starts[best] == math.inf or requests[nxt][0] <= starts[best]):
+            # Ties go to the first tied replica after the last one chosen.
+            after = [(last + 1 + j) % replicas for j in range(replicas)]
+            if router == "round_robin":
+                r = nxt % replicas
+            elif router == "least_outstanding":
+                r = min(after, key=lambda x: (reps[x].outstanding(), after.index(x)))
+            else:
+                r = min(after, key=lambda x: (reps[x].kv_used(), after.index(x)))
+            last = r
+            assignment.append(r)
+            where.append(len(reps[r].reqs))
+            reps[r].add(requests[nxt])
+            nxt += 1
+            continue
+        if starts[best] == math.inf:
+            break
+        reps[best].step()
+    first = [reps[r].first[i] for r, i in zip(assignment, where)]
+    finish = [reps[r].finish[i] for r, i in zip(assignment, where)]
+    return assignment, first, finish

@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "specsim.cli.simulate",
     "specsim.cli.replay",
     "specsim.cli.sweep",
+    "specsim.cli.capacity",
+    "specsim.cli.fleet",
     "specsim.cli.schedule",
     "specsim.cli.tune",
 )

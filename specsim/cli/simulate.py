@@ -6,18 +6,12 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import count, float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
 
-def _budget(text: str):
-    """``N`` tokens, or ``none`` for no token budget."""
-    return None if text.strip().lower() == "none" else count(text)
-
-
 def register(sub, groups):
-    from specsim.sim.options import DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS
-
     p = sub.add_parser(
         "simulate",
         help="serve a request trace with draft-depth policies: throughput, energy, latency",
@@ -36,34 +30,7 @@ def register(sub, groups):
                    help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence or goodput (repeat to compare)")
     p.add_argument("--slack", type=slack, action="append", metavar="S",
                    help="planner slack in [0, 1) for propose and sequence (repeat to sweep; default 0)")
-    p.add_argument("--max-num-seqs", "--max-batch", dest="max_batch", type=count, metavar="B",
-                   help="most running requests (default: the table's widest measured width)")
-    p.add_argument("--max-num-batched-tokens", type=_budget, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
-                   help=f"token budget per step: decode tokens, drafts and prefill chunks together (default "
-                        f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}; 'none' for no budget)")
-    p.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
-                   help="prefill admitted prompts whole in steps of their own while decodes wait (default: chunked "
-                        "prefill shares steps with decodes)")
-    p.add_argument("--kv-capacity-tokens", type=count, metavar="T",
-                   help="KV-cache capacity in tokens (default: the table's [meta] kv_capacity_tokens, else unlimited)")
-    p.add_argument("--kv-block-size", type=count, default=DEFAULT_KV_BLOCK_SIZE, metavar="N",
-                   help=f"tokens per KV block (default {DEFAULT_KV_BLOCK_SIZE})")
-    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
-    p.add_argument("--k-max", type=count, metavar="K", help="most drafts per sequence per step (default: the table's max_k)")
-    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step (default: no limit)")
-    p.add_argument("--prefill-ms-per-token", type=nonneg_float, metavar="X",
-                   help="prefill wall ms per prefilled token (default: the table's [meta], else 0.1, a placeholder)")
-    p.add_argument("--prefill-j-per-token", type=nonneg_float, metavar="X",
-                   help="prefill joules per prefilled token (default: the table's [meta], else 0.06)")
-    p.add_argument("--prefill-ms-per-step", type=nonneg_float, metavar="X",
-                   help="fixed prefill ms of a step that prefills anything (default: the table's [meta], else 0)")
-    p.add_argument("--prefill-j-per-step", type=nonneg_float, metavar="X",
-                   help="fixed prefill joules of a step that prefills anything (default: the table's [meta], else 0)")
-    p.add_argument("--prefill-curve", metavar="CSV",
-                   help="profiled prefill cost instead: CSV with columns tokens,ms,j (prefill tokens in a step -> "
-                        "ms and J, interpolated)")
-    p.add_argument("--idle-w", type=nonneg_float, metavar="W",
-                   help="power while nothing is active (default: the table's [meta], else 0)")
+    add_server_options(p)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--occupancy", type=float_list, metavar="W1,W2,...",
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
@@ -120,13 +87,7 @@ def _simulate(args, out):
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
     plan = policy_runs(args.policy, slacks)
-    base = ServerOptions(max_batch=args.max_batch, max_num_batched_tokens=args.max_num_batched_tokens,
-                         chunked_prefill=args.chunked_prefill, kv_capacity_tokens=args.kv_capacity_tokens,
-                         kv_block_size=args.kv_block_size, max_seqs=args.max_seqs, k_max=args.k_max,
-                         row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
-                         prefill_j_per_token=args.prefill_j_per_token, prefill_ms_per_step=args.prefill_ms_per_step,
-                         prefill_j_per_step=args.prefill_j_per_step, prefill_curve=args.prefill_curve,
-                         idle_w=args.idle_w, seed=args.seed, occupancy=args.occupancy)
+    base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from specsim.cli._common import count, nonneg_float, slack
+from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
 
@@ -22,7 +23,6 @@ def _share(text):
 
 def register(sub, groups):
     from specsim.schedule.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
-    from specsim.sim.engine import DEFAULT_IDLE_W, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN
 
     p = sub.add_parser(
         "tune",
@@ -62,17 +62,7 @@ def register(sub, groups):
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
                    help="planner slack for the propose start and comparison (default 0)")
-    p.add_argument("--max-batch", type=count, metavar="B",
-                   help="most sequences in a batch (default: the table's widest measured width)")
-    p.add_argument("--max-seqs", type=count, metavar="M", help="speculation cap: wider batches plain-decode (default: none)")
-    p.add_argument("--k-max", type=count, metavar="K", help="deepest depth to try (default: the table's max_k)")
-    p.add_argument("--row-budget", type=count, metavar="R", help="most draft rows verified per step (default: no limit)")
-    p.add_argument("--prefill-ms-per-token", type=nonneg_float, default=DEFAULT_PREFILL_MS_PER_TOKEN, metavar="X",
-                   help=f"prefill wall ms per prompt token (default {DEFAULT_PREFILL_MS_PER_TOKEN})")
-    p.add_argument("--prefill-j-per-token", type=nonneg_float, default=DEFAULT_PREFILL_J_PER_TOKEN, metavar="X",
-                   help=f"prefill joules per prompt token (default {DEFAULT_PREFILL_J_PER_TOKEN})")
-    p.add_argument("--idle-w", type=nonneg_float, default=DEFAULT_IDLE_W, metavar="W",
-                   help=f"power while nothing is active (default {DEFAULT_IDLE_W})")
+    add_server_options(p)
     p.add_argument("--seed", type=count, default=0, metavar="N", help="first draft-outcome seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_tune)
@@ -91,14 +81,13 @@ def cmd_tune(args):
 
     if args.seeds < 1:
         raise ScheduleError("--seeds must be >= 1")
-    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration}) as out:
+    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
+                  "--prefill-curve": args.prefill_curve}) as out:
         out.declare(args.out, "-o")
         read = trace_from_args(args, args.trace)
         table = CostTable.load(args.table)
         cal = AcceptanceCalibration.load(args.calibration)
-        opts = ServerOptions(slack=args.slack, max_batch=args.max_batch, max_seqs=args.max_seqs, k_max=args.k_max,
-                             row_budget=args.row_budget, prefill_ms_per_token=args.prefill_ms_per_token,
-                             prefill_j_per_token=args.prefill_j_per_token, idle_w=args.idle_w, seed=args.seed)
+        opts = ServerOptions(**server_options(args), slack=args.slack, seed=args.seed)
         executor = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}

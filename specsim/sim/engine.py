@@ -148,6 +148,13 @@ class SimResult:
 
         return summarize(self, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
 
+    def to_frame(self):
+        """One row per request as a pandas DataFrame (needs pandas; see
+        :func:`specsim.frames.requests_frame` for the columns)."""
+        from specsim.frames import requests_frame
+
+        return requests_frame(self)
+
 
 # -- preparing a run ------------------------------------------------------------------------------
 

@@ -26,6 +26,8 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     slack = [0.0, 0.3]
     rate_scale = [1.0, 2.0]       # compress arrivals: 2 = twice the traffic
     max_batch = [4, 8]            # any server option can be an axis
+    replicas = [1, 2, 4]          # a fleet of identical replicas behind a router (docs/fleets.md)
+    router = ["round_robin", "least_outstanding"]
 
 Every point is identified by its axis values (``point_id``), so results from an earlier,
 interrupted run are recognised and skipped.
@@ -46,6 +48,8 @@ from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 
 INPUT_AXES = ("trace", "table", "calibration")
+# Axes that are neither inputs nor server options.
+RUN_AXES = ("policy", "rate_scale", "replicas", "router")
 READER_OPTIONS = ("format", "columns", "arrival_unit", "limit", "window", "skip_bad_rows")
 
 
@@ -157,8 +161,8 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     for name, values in raw_axes.items():
         if name in INPUT_AXES:
             continue
-        if name not in option_names | {"policy", "rate_scale"}:
-            problems.append(f"[axes] {name}: not an axis; axes are trace, table, calibration, policy, rate_scale "
+        if name not in option_names | set(RUN_AXES):
+            problems.append(f"[axes] {name}: not an axis; axes are trace, table, calibration, {', '.join(RUN_AXES)} "
                             f"and the server options ({', '.join(sorted(option_names))})")
             continue
         if name in server:
@@ -174,6 +178,16 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                     parse_policy(v)
                 except Exception as e:  # the parser's own message says what is wrong
                     problems.append(f"[axes] policy {v!r}: {e}")
+        if name == "replicas":
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 16:
+                    problems.append(f"[axes] replicas {v!r} must be a whole number of replicas >= 1")
+        if name == "router":
+            from specsim.sim.fleet import ROUTERS
+
+            for v in values:
+                if v not in ROUTERS:
+                    problems.append(f"[axes] router {v!r}: use one of {', '.join(ROUTERS)}")
         if name == "rate_scale":
             for v in values:
                 problem = rate_scale_problem(v, "rate_scale")
@@ -231,6 +245,6 @@ def point_options(grid: Grid, point: dict) -> dict:
     """The server options of one point: [server] overridden by its option axes."""
     opts = dict(grid.server)
     for name, value in point.items():
-        if name not in INPUT_AXES and name not in ("policy", "rate_scale"):
+        if name not in INPUT_AXES and name not in RUN_AXES:
             opts[name] = value
     return opts

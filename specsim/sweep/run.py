@@ -33,6 +33,13 @@ class SweepReport:
     out: str
     workers: int
 
+    def to_frame(self):
+        """Every row of the results file (this run's and earlier ones') as a pandas DataFrame."""
+        from specsim.frames import rows_frame
+
+        rows = read_results(self.out)
+        return rows_frame(rows, list(rows[0]) if rows else None)
+
 
 def run_point(point: dict, requests, table, calibration, options: dict, slo: dict) -> dict:
     """Simulate one grid point and return its result row (axis values + summary fields)."""
@@ -44,6 +51,18 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo: dic
         # `specsim simulate --rate-scale` run of the same file.
         requests = requests.copy()
         requests["arrival_s"] = requests["arrival_s"] / scale
+    if "replicas" in point or "router" in point:
+        # A fleet point: identical replicas behind a router (one replica, any router, is the
+        # single server). Per-replica rows stay out of the flat row.
+        from specsim.sim.engine import ServerOptions
+        from specsim.sim.fleet import Fleet, simulate_fleet
+
+        fleet = Fleet.uniform(table, calibration, int(point.get("replicas", 1)), ServerOptions(**options))
+        result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", "round_robin"),
+                                progress=_no_progress)
+        summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
+        summary = {k: v for k, v in summary.items() if k not in ("per_replica", "groups")}
+        return result_row(point, summary)
     # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
     result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
     summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
@@ -80,7 +99,7 @@ def _is_parquet(path) -> bool:
 
 # Columns that hold names, not numbers, whatever their text looks like (a point id can be all
 # digits, or read as a float like "1e5").
-TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram")
+TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram", "router")
 
 
 SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")

@@ -1,0 +1,198 @@
+"""``specsim capacity``: the fewest replicas per policy that meet an SLO, and what a token costs
+(see docs/fleets.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
+from specsim.cli._server import add_server_options, server_options
+from specsim.cli.trace import add_trace_options
+
+
+def register(sub, groups):
+    from specsim.sim.fleet import ROUTERS
+    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
+
+    p = sub.add_parser(
+        "capacity",
+        help="the fewest replicas per policy that meet an SLO; tokens/s per GPU, J/token, $ per million tokens",
+        description="For each policy, find the fewest replicas (behind a router) whose SLO attainment on the trace "
+                    "meets the target: galloping then bisection over the fleet size, checked one size above the "
+                    "answer. Plain decoding (fixed:0) is always sized, as the baseline of the savings. Probes run "
+                    "on a local Dask cluster (default when dask.distributed is installed), an existing one "
+                    "(--scheduler) or serially (--serial).",
+    )
+    p.add_argument("--trace", metavar="FILE", help="request trace (format detected from the file unless --format)")
+    add_trace_options(p)
+    p.add_argument("--table", metavar="T", help="one replica's cost table TOML (with --calibration)")
+    p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
+    p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
+    p.add_argument("--policy", required=True, action="append", metavar="P",
+                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+    p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
+    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
+    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
+    p.add_argument("--attainment", type=float, default=0.99, metavar="F",
+                   help="fraction of requests that must meet both targets (default 0.99)")
+    p.add_argument("--router", choices=ROUTERS, default=None,
+                   help=f"how requests are spread (default: the fleet file's, else {DEFAULT_ROUTER})")
+    p.add_argument("--max-replicas", type=count, default=DEFAULT_MAX_REPLICAS, metavar="R",
+                   help=f"largest fleet to try (default {DEFAULT_MAX_REPLICAS})")
+    p.add_argument("--gpu-hour-usd", type=nonneg_float, metavar="X",
+                   help="price of one GPU-hour, for $ per million tokens")
+    add_server_options(p, replica=True)
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
+    p.add_argument("--serial", action="store_true", help="run the probes in this process, without Dask")
+    p.add_argument("--threads", type=count, metavar="N",
+                   help="run the probes on N threads of this process, without Dask (the kernels release the GIL)")
+    p.add_argument("--json", metavar="OUT", help="write the answers, every probe and the inputs as JSON")
+    p.add_argument("--plot", metavar="PNG", help="attainment against replicas, one line per policy (matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_capacity)
+
+
+def cmd_capacity(args):
+    from specsim._io import Outputs
+    from specsim.sizing import CapacityError
+
+    if args.fleet is None and (args.table is None or args.calibration is None):
+        raise CapacityError("give --table and --calibration (one replica), or --fleet FILE")
+    if args.fleet is not None and (args.table is not None or args.calibration is not None):
+        raise CapacityError("give either --fleet or --table with --calibration, not both")
+    if args.slo_ttft_s is None and args.slo_tpot_s is None:
+        raise CapacityError("give an SLO: --slo-ttft-s, --slo-tpot-s, or both")
+    if not 0 < args.attainment <= 1:
+        raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
+    if args.workers is not None and args.workers < 1:
+        raise CapacityError(f"--workers must be >= 1, got {args.workers}")
+    if sum(map(bool, (args.serial, args.threads, args.scheduler))) > 1:
+        raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
+    with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
+                  "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
+        out.declare(args.json, "--json")
+        if out.declare(args.plot, "--plot"):
+            require_matplotlib()
+        fleet, read = _inputs(args, out)
+        result = _search(args, fleet, read)
+        print(capacity_table(result))
+        if args.json:
+            out.text(args.json, json.dumps(_document(args, result, read), indent=2, allow_nan=False) + "\n")
+        if args.plot:
+            plot_capacity(result, out.path(args.plot))
+    for path in out.written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _inputs(args, out):
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.cli.trace import trace_from_args
+    from specsim.sim.engine import ServerOptions
+    from specsim.sim.fleet import Fleet, load_fleet
+    from specsim.table import CostTable
+
+    base = server_options(args) | {"seed": args.seed}
+    if args.fleet is not None:
+        fleet = load_fleet(args.fleet, base)
+        for g in fleet.groups:
+            for kind, path in g.paths.items():
+                out.add_input(path, f"{kind} of group {g.name!r}")
+    else:
+        fleet = Fleet.uniform(CostTable.load(args.table), AcceptanceCalibration.load(args.calibration), 1,
+                              ServerOptions(**base))
+    return fleet, trace_from_args(args, args.trace)
+
+
+def _search(args, fleet, read):
+    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
+
+    router = args.router or fleet.router or DEFAULT_ROUTER
+    n = int(read.requests.shape[0])
+    print(f"{read.source} ({read.format}): {n} requests, {int(read.requests['output_tokens'].sum())} output tokens "
+          f"over {read.span_s:.1f} s; unit: {fleet.replicas} replica(s), {fleet.gpus} GPU(s); router {router}",
+          file=sys.stderr)
+    kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
+              attainment=args.attainment, router=router, max_replicas=args.max_replicas,
+              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
+    if args.threads:
+        return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
+    dask = None
+    if not args.serial:
+        try:
+            import dask.distributed  # noqa: F401
+            dask = True
+        except ImportError:
+            print("specsim capacity: dask.distributed is not installed: probing serially "
+                  "(pip install 'specsim[dist]' to spread probes over workers)", file=sys.stderr)
+    if dask is None:
+        return capacity(read.requests, policies=args.policy, runner=serial_runner, **kw)
+    with DaskRunner(args.scheduler, args.workers) as runner:
+        return capacity(read.requests, policies=args.policy, runner=runner, **kw)
+
+
+def _f(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def capacity_table(result) -> str:
+    """The policies side by side."""
+    from specsim._text import format_grid
+
+    header = ["policy", "replicas", "GPUs", "attain", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
+              "J saving", "checked"]
+    rows = []
+    for p in result.policies:
+        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"),
+                     _f(p.tokens_per_s_per_gpu, ".1f"), _f(p.j_per_token, ".4f"), _f(p.gpu_hours_per_mtok, ".3f"), _f(p.usd_per_mtok, ".2f"),
+                     _f(p.gpu_saving, ".1%"), _f(p.energy_saving, ".1%"),
+                     {True: "yes", False: "NON-MONOTONE", None: "at cap"}[p.monotone_at_boundary]])
+    slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", result.slo_ttft_s), ("TPOT", result.slo_tpot_s))
+                    if v is not None)
+    note = (f"\n(target: {result.target:.2%} of requests with {slo}; router {result.router}; savings against "
+            "fixed:0; checked: one unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    bad = [p.label for p in result.policies if p.monotone_at_boundary is False]
+    if bad:
+        note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
+                 "in replicas here, so read that answer with care")
+    return format_grid(header, rows) + note
+
+
+def _document(args, result, read) -> dict:
+    from specsim import __version__
+    from specsim.traces import summary as trace_summary
+
+    doc = result.to_dict()
+    doc.update({"trace": trace_summary(read), "specsim_version": __version__,
+                "inputs": {"table": args.table, "calibration": args.calibration, "fleet": args.fleet}})
+    return doc
+
+
+def plot_capacity(result, path) -> None:
+    """Attainment against replicas, one line per policy, the target as a dashed line and each
+    policy's answer marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for p in result.policies:
+        xs = [q.replicas for q in p.probes]
+        ys = [q.attainment for q in p.probes]
+        (line,) = ax.plot(xs, ys, marker="o", label=f"{p.label}: {p.replicas}")
+        ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
+    ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 8, not 2^3
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("SLO attainment")
+    ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,259 @@
+"""Capacity planning: the search finds the fewest replicas where the answer is known by
+construction, checks its boundary, refuses what no fleet up to the cap can meet, and the
+command writes all of its outputs or none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.sim import ServerOptions
+from specsim.sim.fleet import Fleet, ReplicaGroup
+from specsim.sizing import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
+from tests.test_engine import requests, small_calibration, small_table
+
+K = 5  # replicas that are exactly enough for the burst traffic below
+
+
+def bursts(k=K, periods=30):
+    """``k`` one-token requests of 100 prompt tokens every second: with one request per replica
+    at a time and 1 ms of prefill per token, ``k`` replicas serve every burst at once (TTFT
+    0.1 s); with ``k - 1`` one request per burst waits a turn (TTFT 0.2 s)."""
+    return requests([(float(t), 100, 1) for t in range(periods) for _ in range(k)])
+
+
+OPTS = ServerOptions(max_batch=1, prefill_ms_per_token=1.0, prefill_j_per_token=0.5, idle_w=3.0)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
+def test_answer_known_by_construction(router):
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2", "sequence"], slo_ttft_s=0.15,
+                   attainment=0.99, options=OPTS, router=router, max_replicas=64)
+    assert [p.label for p in res.policies] == ["fixed:0", "fixed:2", "sequence@0"]
+    for p in res.policies:
+        assert p.replicas == K and p.gpus == K and p.attainment == 1.0
+        below = {q.units: q for q in p.probes}[K - 1]
+        assert below.attainment == pytest.approx((K - 1) / K)  # one request of every burst waits
+        assert p.monotone_at_boundary is True and {q.units for q in p.probes} >= {K - 1, K, K + 1}
+        # One-token requests never decode: every policy costs the same, so nothing is saved.
+        assert p.gpu_saving == 0.0 and p.energy_saving == 0.0
+
+
+def test_costs_per_token():
+    reqs = bursts()
+    res = capacity(reqs, small_table(), small_calibration(), ["propose"], slo_ttft_s=0.15, options=OPTS,
+                   gpu_hour_usd=2.5)
+    p = res.policy("propose@0")
+    probe = {q.units: q for q in p.probes}[K]
+    tokens = int(reqs["output_tokens"].sum())
+    assert probe.output_tokens == tokens and probe.gpus == K
+    assert p.tokens_per_s_per_gpu == pytest.approx(tokens / probe.makespan_s / K)
+    assert p.gpu_hours_per_mtok == pytest.approx(K * probe.makespan_s / 3600 / tokens * 1e6)
+    assert p.usd_per_mtok == pytest.approx(2.5 * p.gpu_hours_per_mtok)
+    # Energy: 0.5 J per prompt token of every request, plus 3 W over each replica's idle time.
+    idle_s = K * probe.makespan_s - reqs.shape[0] * 0.1
+    assert p.j_per_token * tokens == pytest.approx(0.5 * 100 * reqs.shape[0] + 3.0 * idle_s)
+
+
+def reference_search(attain, target, cap):
+    """The fewest ``m`` in 1..cap with ``attain(m) >= target`` for a monotone ``attain``."""
+    return next((m for m in range(1, cap + 1) if attain(m) >= target), None)
+
+
+def drive(gen, attain):
+    probed = []
+    try:
+        m = next(gen)
+        while True:
+            probed.append(m)
+            m = gen.send(attain(m))
+    except StopIteration as stop:
+        return stop.value[0], probed
+
+
+@settings(max_examples=200, deadline=None)
+@given(threshold=st.integers(1, 300), cap=st.integers(1, 256))
+def test_search_matches_a_linear_scan(threshold, cap):
+    def attain(m):
+        return 1.0 if m >= threshold else m / (threshold + 1)
+
+    answer, probed = drive(search_sizes(0.99, cap), attain)
+    assert answer == reference_search(attain, 0.99, cap)
+    assert len(probed) == len(set(probed)) and max(probed) <= cap
+    assert len(probed) <= 2 * cap.bit_length() + 2
+    if answer is not None:
+        assert answer == 1 or answer - 1 in probed
+        assert answer + 1 in probed or answer == cap
+
+
+def fake_runner(attain):
+    def run(args):
+        out = []
+        for a in args:
+            units, label = a[4], a[8]
+            out.append(Probe(label, units, units, units, attain(label, units), 1000, 10.0, 500.0, 0.1, 0.01))
+        return out
+    return run
+
+
+def test_non_monotone_boundary_is_reported():
+    # Met at 4 replicas and from 8 on, but not at 5: the search answers 4 and says it is fragile.
+    def attain(label, m):
+        return 1.0 if m == 4 or m >= 8 else 0.5
+
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=1.0, options=OPTS,
+                   runner=fake_runner(attain))
+    p = res.policy("fixed:1")
+    assert p.replicas == 4 and p.monotone_at_boundary is False
+    assert sorted(q.units for q in p.probes) == [1, 2, 3, 4, 5]
+
+
+def test_unreachable_target_names_the_best_attainment():
+    def attain(label, m):
+        return min(0.9, 0.1 * m) if label == "fixed:1" else 1.0
+
+    with pytest.raises(CapacityError) as info:
+        capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=1.0, options=OPTS,
+                 runner=fake_runner(attain), max_replicas=20)
+    text = str(info.value)
+    assert "up to 20 replicas" in text and "fixed:1: best attainment 0.9000 (at 16 replicas)" in text
+    assert "fixed:0" not in text.split("\n", 1)[1]
+
+
+def test_fleet_unit_is_multiplied():
+    cal = small_calibration()
+    unit = Fleet((ReplicaGroup("a", 2, small_table(), cal, OPTS), ReplicaGroup("b", 1, small_table(), cal, OPTS, 2)))
+    res = capacity(bursts(k=7), policies=["fixed:1"], fleet=unit, slo_ttft_s=0.15, options=None,
+                   router="least_outstanding", max_replicas=30)
+    p = res.policy("fixed:1")
+    # 7 simultaneous requests need 7 replicas: three units (9 replicas, 12 GPUs); two units have 6.
+    assert p.units == 3 and p.replicas == 9 and p.gpus == 12
+    assert res.unit_replicas == 3 and res.unit_gpus == 4
+
+
+def test_bad_arguments():
+    t, c = small_table(), small_calibration()
+    reqs = bursts()
+    with pytest.raises(CapacityError, match="give an SLO"):
+        capacity(reqs, t, c)
+    with pytest.raises(CapacityError, match="attainment"):
+        capacity(reqs, t, c, slo_ttft_s=1.0, attainment=1.5)
+    with pytest.raises(CapacityError, match="not both"):
+        capacity(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo_ttft_s=1.0)
+    with pytest.raises(CapacityError, match="below one unit"):
+        capacity(reqs, fleet=Fleet.uniform(t, c, 4), slo_ttft_s=1.0, max_replicas=3)
+    with pytest.raises(CapacityError, match="table and a calibration"):
+        capacity(reqs, t, slo_ttft_s=1.0)
+
+
+def test_frames():
+    pytest.importorskip("pandas")
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2"], slo_ttft_s=0.15, options=OPTS)
+    df = res.to_frame()
+    assert list(df["label"]) == ["fixed:0", "fixed:2"] and list(df["replicas"]) == [K, K]
+    probes = res.probes_frame()
+    assert len(probes) == sum(len(p.probes) for p in res.policies)
+    assert set(probes["units"]) >= {K - 1, K, K + 1}
+
+
+def test_dask_runner_gives_the_serial_answer():
+    pytest.importorskip("dask.distributed")
+    from specsim.sizing import DaskRunner
+
+    args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
+    serial = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=serial_runner, **args)
+    with DaskRunner(workers=1) as runner:
+        spread = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=runner, **args)
+    assert spread.to_dict() == serial.to_dict()
+
+
+def test_thread_runner_gives_the_serial_answer():
+    from specsim.sizing import ThreadRunner
+
+    args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
+    serial = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)
+    threads = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], runner=ThreadRunner(3),
+                       **args)
+    assert threads.to_dict() == serial.to_dict()
+
+
+def test_probe_is_a_pure_function():
+    fleet = Fleet.uniform(small_table(), small_calibration(), 1, OPTS)
+    a = run_probe(bursts(), fleet, "sequence", 0.1, 3, "least_outstanding", 0.15, None, "x")
+    b = run_probe(bursts(), fleet, "sequence", 0.1, 3, "least_outstanding", 0.15, None, "x")
+    assert a == b and a.replicas == 3
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+def write_inputs(tmp_path, k=K):
+    (tmp_path / "t.toml").write_text(small_table().to_text())
+    (tmp_path / "c.toml").write_text(small_calibration().render())
+    rows = "\n".join(f"{float(t)},100,1" for t in range(20) for _ in range(k))
+    (tmp_path / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+
+
+def cli(tmp_path, *extra):
+    argv = [sys.executable, "-m", "specsim", "capacity", "--trace", str(tmp_path / "trace.csv"), "--format", "csv",
+            "--columns", "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens",
+            "--table", str(tmp_path / "t.toml"), "--calibration", str(tmp_path / "c.toml"), "--max-batch", "1",
+            "--prefill-ms-per-token", "1", "--slo-ttft-s", "0.15", "--serial", *extra]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_cli_writes_json_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_inputs(tmp_path)
+    run = cli(tmp_path, "--policy", "fixed:2", "--policy", "propose", "--gpu-hour-usd", "3", "--json", "cap.json",
+              "--plot", "cap.png")
+    assert run.returncode == 0, run.stderr
+    assert "fixed:2" in run.stdout and "propose@0" in run.stdout and "capacity:" in run.stderr
+    doc = json.loads((tmp_path / "cap.json").read_text())
+    assert [p["replicas"] for p in doc["policies"]] == [K, K, K]
+    assert doc["policies"][1]["usd_per_mtok"] == pytest.approx(3 * doc["policies"][1]["gpu_hours_per_mtok"])
+    assert doc["trace"]["requests"] == 20 * K
+    assert (tmp_path / "cap.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_unreachable_slo_writes_nothing(tmp_path):
+    write_inputs(tmp_path)
+    (tmp_path / "cap.json").write_text("earlier")
+    run = cli(tmp_path, "--policy", "fixed:2", "--max-replicas", "3", "--json", "cap.json", "--plot", "cap.png",
+              "--quiet")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "no fleet of up to 3 replicas meets 0.99" in run.stderr and "best attainment 0.6000" in run.stderr
+    assert (tmp_path / "cap.json").read_text() == "earlier" and not (tmp_path / "cap.png").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--policy", "fixed:1", "--json", "t.toml"), "is also the input"),
+    (("--policy", "fixed:1", "--attainment", "0"), "--attainment"),
+    (("--policy", "nonsense"), "nonsense"),
+    (("--policy", "fixed:1", "--fleet", "f.toml"), "not both"),
+])
+def test_cli_refusals(tmp_path, extra, message):
+    write_inputs(tmp_path)
+    before = (tmp_path / "t.toml").read_bytes()
+    run = cli(tmp_path, *extra)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
+    assert (tmp_path / "t.toml").read_bytes() == before
+
+
+def test_cli_needs_an_slo(tmp_path):
+    write_inputs(tmp_path)
+    argv = [sys.executable, "-m", "specsim", "capacity", "--trace", "trace.csv", "--table", "t.toml",
+            "--calibration", "c.toml", "--policy", "fixed:0", "--serial"]
+    run = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 2 and "give an SLO" in run.stderr
+
+
+def test_to_json_is_finite():
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=0.15, options=OPTS)
+    text = json.dumps(res.to_dict(), allow_nan=False)
+    assert np.isfinite(json.loads(text)["policies"][0]["j_per_token"])
