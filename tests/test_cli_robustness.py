@@ -426,3 +426,13 @@ def test_calibration_queries_and_options_refuse_wrong_types_with_a_specsim_error
         with pytest.raises(SpecsimError):
             call(bad)
     assert cal.prior(0) == cal.prior(1)  # positions below 1 still take the first prior
+
+
+@pytest.mark.parametrize("rates,position", [("0.5,0.9", "position 2"), ("0,0.5", "position 2"),
+                                            ("0.82,0.61,0.45", None)])
+def test_rising_marginal_rates_are_reported_not_clamped_silently(files, capsys, rates, position):
+    code = _run(["calib", "fit", "--rates", rates, "--drafter-sha256", "ab", "--vocab", "9", "--quantization",
+                 "bf16", "--context", "true", "-o", str(files / "r.toml")])
+    err = capsys.readouterr().err
+    assert code == 0 and "Traceback" not in err
+    assert (position in err and "warning" in err) if position else "warning" not in err

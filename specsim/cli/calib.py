@@ -157,6 +157,7 @@ def _fit(args, out):
     fit = holdout = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
+        _warn_rising_marginals(args.rates, args.rates_form)
     else:
         if args.counts:
             counts = load_counts(args.counts)
@@ -193,6 +194,23 @@ def _fit(args, out):
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
                 if fit else f"one bucket from {args.rates_form} rates")
         print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
+
+
+def _warn_rising_marginals(rates, form):
+    """Say where marginal rates rise: their conditional rate is above 1 and is clamped to 1
+    (docs/calibration.md#marginal-and-conditional-rates), so the calibration is not what was given."""
+    import sys
+
+    if form != "marginal":
+        return
+    before = 1.0
+    for j, m in enumerate(rates, 1):
+        if m > before:
+            taken = "is clamped to 1" if before > 0 else "is taken as 0 after a zero rate"
+            print(f"specsim: warning: --rates position {j} ({m:g}) is above position {j - 1}'s ({before:g}): "
+                  f"a draft cannot be accepted more often than the one before it; its conditional rate "
+                  f"{taken} (are these conditional rates? --rates-form conditional)", file=sys.stderr)
+        before = m
 
 
 def _read_windows(path, run):
