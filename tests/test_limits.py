@@ -316,3 +316,10 @@ def test_tune_refuses_arguments_of_the_wrong_type_before_any_work(kw):
     r["arrival_s"], r["prompt_tokens"], r["output_tokens"] = [0.0, 1.0, 2.0], 5, 5
     with pytest.raises(ScheduleError):
         tune(r, demo_table(), demo_calibration(), **{"executor": "serial", **kw})
+
+
+def test_plan_and_query_widths_past_the_limit_are_refused_not_stretched(files, capsys):
+    # A width of 2**62 used to be planned on the widest measured width's costs, stretched.
+    refused(["plan", files / "t.toml", files / "c.toml", "--n", str(MAX_WIDTH + 1)], capsys, f"{MAX_WIDTH:,}")
+    refused(["table", "query", files / "t.toml", str(MAX_WIDTH + 1), "1"], capsys, f"{MAX_WIDTH:,}")
+    refused(["table", "query", files / "t.toml", "0", "0"], capsys, "at least 1")

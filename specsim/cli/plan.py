@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from specsim.cli._common import count, format_grid, print_json, slack
+from specsim.cli._common import count, format_grid, print_json, slack, width
 
 
 def register(sub, groups):
@@ -15,7 +15,7 @@ def register(sub, groups):
     )
     p.add_argument("table", help="cost table TOML")
     p.add_argument("calibration", help="acceptance calibration TOML")
-    p.add_argument("--n", type=count, help="batch width (sequences in the step); default: the number of "
+    p.add_argument("--n", type=width, help="batch width (sequences in the step); default: the number of "
                    "sequences in --confidences")
     p.add_argument("--slack", type=slack, default=0.0, help="throughput slack in [0, 1) (default 0)")
     p.add_argument("--max-seqs", type=count, default=None, help="speculation cap: above it, plain decode (default: none)")
