@@ -9,6 +9,10 @@ import tempfile
 from pathlib import Path
 
 
+# The longest file name (one path component) common file systems take, in bytes.
+MAX_NAME_BYTES = 255
+
+
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
@@ -58,7 +62,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(21, "is a folder; give a file name", str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         os.fchmod(fd, _mode_for(path))
@@ -159,6 +163,11 @@ class Outputs:
         if "\x00" in given:
             raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
+        if len(os.fsencode(p.name)) > MAX_NAME_BYTES:
+            from specsim._checks import show
+
+            raise self._error(f"{label} {show(given)}: the file name is {len(os.fsencode(p.name)):,} bytes long; "
+                              f"file systems take at most {MAX_NAME_BYTES}")
         if p.is_dir() or given.endswith(("/", os.sep)):
             # "out/" names a folder even before it exists: Path() would drop the slash and
             # write a file called "out".
@@ -206,7 +215,7 @@ class Outputs:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Writers that pick a format from the extension (matplotlib) see the target's; a name
         # without one gets PNG's, the format the plot writers use then.
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix or '.png'}",
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=f".tmp{target.suffix[:16] or '.png'}",
                                    dir=target.parent)
         os.close(fd)
         self._staged[real] = Path(tmp)
@@ -293,7 +302,7 @@ def _nearest_existing(folder: Path) -> Path:
 
 def _temp_with(target: Path, data: bytes) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -303,6 +312,15 @@ def _temp_with(target: Path, data: bytes) -> Path:
         _unlink(tmp)
         raise
     return Path(tmp)
+
+
+def _temp_prefix(target: Path) -> str:
+    """A temporary file's name prefix: the target's name, cut so that the whole temporary name
+    stays within the 255 bytes a file name may have even when the target's name is that long."""
+    name = target.name
+    while len(os.fsencode(name)) > 100:
+        name = name[:-1]
+    return f".{name}."
 
 
 def _unlink(path) -> None:
