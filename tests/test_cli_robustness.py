@@ -436,3 +436,15 @@ def test_rising_marginal_rates_are_reported_not_clamped_silently(files, capsys, 
     err = capsys.readouterr().err
     assert code == 0 and "Traceback" not in err
     assert (position in err and "warning" in err) if position else "warning" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--recipe", "x" * 100_000, "--widths", "1", "--max-k", "1", "-o", "{d}/b.toml"],
+    ["schedule", "export", "--planner", "{d}/t.toml", "{d}/c.toml", "--to", "vllm", "--method", "x" * 100_000],
+    ["table", "show", "{d}/" + "y" * 5000],
+], ids=["recipe", "method", "long-path"])
+def test_a_huge_argument_gives_a_short_refusal(files, argv, capsys):
+    code = _run([a.format(d=files) if "{d}" in a[:3] else a for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "error" in err and "Traceback" not in err
+    assert len(err) < 4000, f"{len(err)} characters"

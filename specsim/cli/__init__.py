@@ -75,8 +75,10 @@ def _main(argv) -> int:
         return 0
     except OSError as e:
         # A file we were told to write or read could not be: name it, no traceback.
-        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"specsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        from specsim.errors import clip
+
+        where = f"{clip(e.filename)}: " if getattr(e, "filename", None) else ""
+        print(f"specsim: error: {where}{clip(e.strerror or e)}", file=sys.stderr)
         return 2
 
 
