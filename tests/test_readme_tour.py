@@ -53,6 +53,9 @@ def test_the_tour_is_found():
     assert any(c.startswith("SHA=$(sha256sum examples/drafter.safetensors") for c in cmds)
     assert any(c.startswith("specsim simulate") for c in cmds)
     assert any(c.startswith("specsim sweep examples/grid.toml") for c in cmds)
+    for command in ("specsim fleet", "specsim capacity", "specsim tune", "specsim schedule export",
+                    "specsim calib import", "specsim calib drift"):
+        assert any(c.startswith(command) for c in cmds), command
     assert len(blocks("python")) == 1
 
 

@@ -237,3 +237,43 @@ def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
         _executor("dask", None)
     with pytest.raises(ScheduleError, match="Dask is not installed"):
         _executor("auto", "tcp://127.0.0.1:8786")
+
+
+def test_the_file_serves_the_best_fixed_depth_unless_the_tuned_schedule_earned_its_place():
+    """A tuned schedule that did not beat the best fixed depth on the held-out window by more
+    than the noise is recorded, but the file and the exports carry the fixed depth."""
+    from dataclasses import replace
+
+    from specsim.schedule.formats import policy_text
+    from specsim.schedule.tune import Score, TuneResult
+
+    def score(policy, mean):
+        return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
+                     tpot_p99_s=0.05)
+
+    tuned = ((1, 4, 3), (5, None, 1))
+    base = TuneResult(ranges=tuned, objective="energy", train=score("schedule:1-4=3,5-=1", 1.0),
+                      holdout=(score("schedule:1-4=3,5-=1", 0.99), score("fixed:2", 1.0)), best_fixed="fixed:2",
+                      gain=0.01, gain_noise=0.001, starts={}, evaluations=1, seconds=1.0, executor="serial")
+    assert base.serves_tuned and base.recommended == tuned
+    for gain, noise in ((0.0005, 0.001), (-0.01, 0.001)):
+        worse = replace(base, gain=gain, gain_noise=noise)
+        assert not worse.serves_tuned
+        assert worse.recommended == ((1, None, 2),)
+        doc = load_schedule_text(worse.to_toml())
+        assert policy_text(doc.ranges) == "schedule:1-=2"
+        assert doc.sections["result"]["tuned"] == "schedule:1-4=3,5-=1"
+        assert doc.sections["result"]["served"] == "best fixed"
+    assert load_schedule_text(base.to_toml()).sections["result"]["served"] == "tuned"
+
+
+def load_schedule_text(text):
+    import tempfile
+    from pathlib import Path
+
+    from specsim.schedule.formats import load_schedule
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "s.toml"
+        f.write_text(text)
+        return load_schedule(f)

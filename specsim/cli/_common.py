@@ -85,14 +85,24 @@ def width(text: str) -> int:
     return value
 
 
-def slack(text: str) -> float:
+def _fraction(text: str, outside: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"slack {value} is outside [0, 1): 0 = no slower than depth 1, near 1 = energy first")
+        raise argparse.ArgumentTypeError(outside.format(value=value))
     return value
+
+
+def slack(text: str) -> float:
+    """A planner slack in [0, 1) for argparse ``type=``."""
+    return _fraction(text, "slack {value} is outside [0, 1): 0 = no slower than depth 1, near 1 = energy first")
+
+
+def share(text: str) -> float:
+    """A share in [0, 1) for argparse ``type=``: held-out windows, smallest gains."""
+    return _fraction(text, "{value} is outside [0, 1)")
 
 
 def print_json(obj, out=None, cause: str = "the inputs") -> None:

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, nonneg_float, slack
+from specsim.cli._common import count, nonneg_float, share, slack
 from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
-
-
-def _share(text):
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{value} is outside [0, 1)")
-    return value
 
 
 def register(sub, groups):
@@ -48,7 +36,7 @@ def register(sub, groups):
                    help="widest width with its own depth (default: the batch cap); wider batches share it")
     p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
                    help=f"draft-outcome seeds per evaluation (default {DEFAULT_SEEDS}; the final check uses N others)")
-    p.add_argument("--holdout", type=_share, default=DEFAULT_HOLDOUT, metavar="FRAC",
+    p.add_argument("--holdout", type=share, default=DEFAULT_HOLDOUT, metavar="FRAC",
                    help=f"share of the trace's span, at its end, kept for the final check (default {DEFAULT_HOLDOUT})")
     p.add_argument("--compare", action="append", default=[], metavar="P",
                    help="another policy for the final check, e.g. vllm:current.json (repeatable)")
@@ -58,7 +46,7 @@ def register(sub, groups):
     where.add_argument("--serial", action="store_true", help="run evaluations one after another in this process")
     p.add_argument("--workers", type=count, metavar="N", help="local Dask workers or threads (default: the CPU count)")
     p.add_argument("--max-rounds", type=count, default=40, metavar="N", help="most rounds of moves (default 40)")
-    p.add_argument("--min-gain", type=_share, default=MIN_GAIN, metavar="G",
+    p.add_argument("--min-gain", type=share, default=MIN_GAIN, metavar="G",
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
                    help="planner slack for the propose start and comparison (default 0)")
@@ -98,8 +86,11 @@ def cmd_tune(args):
                       min_gain=args.min_gain, progress=not args.quiet, names=names)
         print(report(result, read))
         out.text(args.out, result.to_toml())
-    print(f"wrote {args.out}; serve it with: specsim schedule export {args.out} --to vllm|trtllm|sglang",
-          file=sys.stderr)
+    from specsim.schedule.formats import policy_text
+
+    what = "the tuned schedule" if result.serves_tuned else f"{result.best_fixed}, the best fixed depth"
+    print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "
+          f"specsim schedule export {args.out} --to vllm|trtllm|sglang", file=sys.stderr)
     return 0
 
 

@@ -139,6 +139,24 @@ class TuneResult:
         return policy_text(self.ranges)
 
     @property
+    def serves_tuned(self) -> bool:
+        """Whether the tuned schedule earned its place: better than the best fixed depth on the
+        held-out window by more than the noise (or by anything, with one seed)."""
+        if not self.gain > 0:
+            return False
+        return self.within_noise is not True
+
+    @property
+    def recommended(self) -> tuple:
+        """The ranges to serve: the tuned ones when :attr:`serves_tuned`, else the best fixed
+        depth as one range. The schedule file and the exports carry these."""
+        if self.serves_tuned:
+            return self.ranges
+        from specsim.sim.policy import parse_policy
+
+        return ((1, None, parse_policy(self.best_fixed).fixed_depth),)
+
+    @property
     def within_noise(self):
         """Whether the gain over the best fixed depth is no larger than the noise between seeds (None with
         one seed: the noise is not measured)."""
@@ -196,9 +214,10 @@ class TuneResult:
             "gain": self.gain, "gain_noise": None if self.gain_noise != self.gain_noise else self.gain_noise,
             "within_noise": self.within_noise, "unit": self.unit(),
             "evaluations": self.evaluations, "seconds": round(self.seconds, 3),
+            "tuned": self.policy, "served": "tuned" if self.serves_tuned else "best fixed",
         }
         compared = {s.policy: s.mean for s in self.holdout[1:]}
-        return render_schedule(self.ranges, objective=self.objective, max_batch=self.inputs.get("max_batch"),
+        return render_schedule(self.recommended, objective=self.objective, max_batch=self.inputs.get("max_batch"),
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
 
     def export(self, engine: str, **kw):
@@ -206,7 +225,7 @@ class TuneResult:
         from specsim.schedule.formats import export
 
         kw.setdefault("max_batch", self.inputs.get("max_batch"))
-        return export(engine, self.ranges, **kw)
+        return export(engine, self.recommended, **kw)
 
 
 # -- evaluation -------------------------------------------------------------------------------------
