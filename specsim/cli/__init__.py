@@ -97,4 +97,9 @@ def run() -> None:
         code = main()
     except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit
         code = 130
+    # The work is done and its files are in place: a Ctrl-C during the interpreter's shutdown
+    # would otherwise kill the process by the signal, with a traceback or no exit code of ours.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)
