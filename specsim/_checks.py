@@ -37,6 +37,26 @@ MAX_SECONDS = 86_400.0
 MAX_REPEATS = 1_000_000
 # Largest assumed power, in watts (a whole rack draws less).
 MAX_POWER_W = 1e6
+# Smallest assumed power, in watts: below it the joules of a sub-millisecond step round to 0
+# in the table's figures, which a table refuses only after the whole measurement.
+MIN_POWER_W = 1e-3
+# Largest cost of one step in a cost table, in milliseconds or joules: far past any real step,
+# and small enough that sums and products over any run (2^40 tokens at most) stay finite; the
+# metrale serve writes such extremes in exponent form (1e20), which must still read.
+MAX_STEP_COST = 1e30
+# Traffic scaling (``--rate-scale``, a grid's ``rate_scale`` axis): a million times faster or
+# slower than the trace is far past any what-if, and keeps scaled arrival times finite.
+MIN_RATE_SCALE = 1e-6
+MAX_RATE_SCALE = 1e6
+# Latest arrival a trace may hold, in seconds after its first request (about 31 years; the
+# public traces span an hour to a few months): later ones would turn idle power into infinite
+# joules, which would then be blamed on the costs.
+MAX_ARRIVAL_S = 1e9
+# Largest file read whole (tables, calibrations, grids, schedules, side files): far beyond any
+# real one, and a bound on the memory a never-ending pipe can take.
+MAX_INPUT_BYTES = 1 << 30
+# How far above 0 a logged log-probability may be and still be taken as rounding.
+LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
 
@@ -143,6 +163,62 @@ def request_size_problem(prompt, output) -> str | None:
             return (f"request {i}: {name} = {int(tokens[i]):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens one "
                     f"request may ask for ({int(big.sum()):,} request(s) are; docs/limits.md)")
     return None
+
+
+def rate_scale_problem(value, name: str = "rate scale") -> str | None:
+    """``None`` if ``value`` is a traffic scale within :data:`MIN_RATE_SCALE` ..
+    :data:`MAX_RATE_SCALE`, else what is wrong with it."""
+    problem = number_problem(value, name, MIN_RATE_SCALE, MAX_RATE_SCALE)
+    return problem and f"{problem} (2 = twice the traffic; docs/limits.md)"
+
+
+def arrival_problem(arrival) -> str | None:
+    """``None`` if every arrival time is finite and at most :data:`MAX_ARRIVAL_S`, else which
+    request is not.
+
+    Parameters
+    ----------
+    arrival : ndarray(float64), shape (R,)
+        Seconds since the trace's first request.
+    """
+    import numpy as np
+
+    if arrival.shape[0] == 0:
+        return None
+    finite = np.isfinite(arrival)
+    if not finite.all():
+        return f"request {int(np.argmin(finite))}: arrival_s is not finite"
+    late = arrival > MAX_ARRIVAL_S
+    if late.any():
+        i = int(late.argmax())
+        return (f"request {i}: arrival_s = {float(arrival[i]):.6g} s is beyond {MAX_ARRIVAL_S:g} s after the first "
+                f"request ({int(late.sum()):,} request(s) are; check the trace's time unit, or --rate-scale; "
+                "docs/limits.md)")
+    return None
+
+
+def logprob_problem(values) -> str | None:
+    """``None`` if no confidence in ``values`` is a positive number, else the first that is.
+
+    A confidence is a top-1 log-probability, so at most 0; :data:`LOGPROB_SLACK` above it is
+    taken as rounding. A positive one means the column holds probabilities or logits, which
+    would all land in the top bucket. NaN (unknown) passes.
+
+    Parameters
+    ----------
+    values : ndarray(float), any shape
+    """
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        above = arr > LOGPROB_SLACK
+    if not above.any():
+        return None
+    i = int(above.argmax())
+    return (f"confidence {i} (counting from 0) is {float(arr[i]):.6g}: a confidence is a log-probability, "
+            f"at most 0 ({int(above.sum()):,} are above); for probabilities p give log(p) "
+            "(docs/formats.md#per-draft-log)")
 
 
 def check_finite_results(values: dict, cause: str, error_cls) -> None:

@@ -9,18 +9,50 @@ import tempfile
 from pathlib import Path
 
 
+# The longest file name (one path component) common file systems take, in bytes.
+MAX_NAME_BYTES = 255
+
+
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, no permission)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
     if "\x00" in str(path):
         raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
+    import stat
+
+    from specsim._checks import MAX_INPUT_BYTES
+
     path = Path(path)
     if path.is_dir():
         raise error_cls(f"{path}: is a folder, not {what}; give a file")
+    too_big = f"{path}: {what} is larger than {MAX_INPUT_BYTES:,} bytes, the most specsim reads (docs/limits.md)"
     try:
-        return path.read_bytes()
+        refuse_device(path, what, error_cls)
+        if stat.S_ISREG(path.stat().st_mode) and path.stat().st_size > MAX_INPUT_BYTES:
+            raise error_cls(too_big)
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
         raise error_cls(f"{path}: cannot read {what} ({e.strerror or e})") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise error_cls(too_big)
+    return data
+
+
+def refuse_device(path, what: str, error_cls) -> None:
+    """Refuse ``path`` when it is a device (``/dev/zero``, ``/dev/urandom``, a terminal) or a
+    socket: reading one never ends, so a reader would hang or fill the memory. Pipes (``/dev/stdin``
+    fed by another command) pass; a missing file passes too, for the reader to name."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise error_cls(f"{path}: is a device, not {what}; give a file")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
@@ -30,7 +62,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(21, "is a folder; give a file name", str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         os.fchmod(fd, _mode_for(path))
@@ -131,7 +163,14 @@ class Outputs:
         if "\x00" in given:
             raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
-        if p.is_dir():
+        if len(os.fsencode(p.name)) > MAX_NAME_BYTES:
+            from specsim._checks import show
+
+            raise self._error(f"{label} {show(given)}: the file name is {len(os.fsencode(p.name)):,} bytes long; "
+                              f"file systems take at most {MAX_NAME_BYTES}")
+        if p.is_dir() or given.endswith(("/", os.sep)):
+            # "out/" names a folder even before it exists: Path() would drop the slash and
+            # write a file called "out".
             raise self._error(f"{label} {given}: is a folder; give a file name")
         if p.exists() and not p.is_file():
             raise self._error(f"{label} {given}: is not a regular file (a device or a pipe); give a file name")
@@ -176,7 +215,7 @@ class Outputs:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Writers that pick a format from the extension (matplotlib) see the target's; a name
         # without one gets PNG's, the format the plot writers use then.
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix or '.png'}",
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=f".tmp{target.suffix[:16] or '.png'}",
                                    dir=target.parent)
         os.close(fd)
         self._staged[real] = Path(tmp)
@@ -263,7 +302,7 @@ def _nearest_existing(folder: Path) -> Path:
 
 def _temp_with(target: Path, data: bytes) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -273,6 +312,15 @@ def _temp_with(target: Path, data: bytes) -> Path:
         _unlink(tmp)
         raise
     return Path(tmp)
+
+
+def _temp_prefix(target: Path) -> str:
+    """A temporary file's name prefix: the target's name, cut so that the whole temporary name
+    stays within the 255 bytes a file name may have even when the target's name is that long."""
+    name = target.name
+    while len(os.fsencode(name)) > 100:
+        name = name[:-1]
+    return f".{name}."
 
 
 def _unlink(path) -> None:

@@ -24,9 +24,11 @@ MISSING = object()
 
 def loads(text: str, what: str, source: str, error_cls):
     """Parse TOML text or raise ``error_cls`` naming the source and the parser's position."""
-    if isinstance(text, bytes):
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise error_cls(f"{source}: {what} must be text (str or bytes), got {type(text).__name__}")
+    if isinstance(text, (bytes, bytearray)):
         try:
-            text = text.decode("utf-8")
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
             raise error_cls(f"{source}: {what} is not UTF-8 text ({e})") from e
     # A byte-order mark from a Windows editor is not content; the metrale serve's reader skips it too.

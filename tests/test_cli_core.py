@@ -106,8 +106,9 @@ def test_table_query(files, capsys):
     assert "measured" in out and "verify_ms 14.0" in out
     code, _, err = run(capsys, "table", "query", files / "t.toml", 1, 3)
     assert code == 2 and "deepest measured depth 2" in err
-    code, _, err = run(capsys, "table", "query", files / "t.toml", -1, 0)
-    assert code == 2
+    with pytest.raises(SystemExit) as refused:  # argparse refuses a negative width
+        run(capsys, "table", "query", files / "t.toml", -1, 0)
+    assert refused.value.code == 2
 
 
 def test_calib_show(files, capsys):

@@ -306,3 +306,145 @@ def test_progress_lines_stay_off_a_pipe_unless_asked(monkeypatch):
             bar.update(3)
         assert term.getvalue() == "" and bar.done == 3
         monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)
+
+
+def test_demo_refuses_an_empty_out_folder_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    # An empty --out used to put the demo's trace.csv and table.toml in the current folder,
+    # replacing files of those names there.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trace.csv").write_text("sentinel")
+    _refused(["demo", "--out", "", "--requests", "20", "--no-plot", "--no-tune"], capsys, "--out")
+    assert (tmp_path / "trace.csv").read_text() == "sentinel"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.csv"]
+
+
+def test_a_closed_pipe_is_not_an_error(files):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The reader (``| head -1``) is gone before the command writes anything.
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", "table", "show", str(files / "t.toml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait() == 0, err
+    assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
+    import specsim.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["table", "show", "x"]) == 130
+    err = capsys.readouterr().err
+    assert err == "specsim: interrupted\n"
+
+
+def test_positive_confidences_are_refused_as_not_log_probabilities(files, capsys):
+    # Probabilities or logits given where log-probabilities belong all fell in the top bucket.
+    (files / "conf.json").write_text("[[-0.1, 0.7], [-0.5]]")
+    _refused(["plan", files / "t.toml", files / "c.toml", "--confidences", files / "conf.json"], capsys,
+             "conf.json", "sequence 0", "log-probability")
+    (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,7.5,1\n")
+    fit = ["calib", "fit", "--drafts-log", files / "drafts.csv", "--drafter-sha256", "ab", "--vocab", "9",
+           "--quantization", "bf16", "--context", "true", "-o", files / "cal.toml"]
+    _refused(fit, capsys, "drafts.csv", "7.5", "log-probability")
+    _refused(["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"], capsys, "drafts.csv")
+    # rounding just above 0, and log-probs past float32's range, are still read, without a warning
+    (files / "conf.json").write_text("[[-1e300, 0.0001]]")
+    assert _run(["plan", str(files / "t.toml"), str(files / "c.toml"), "--confidences", str(files / "conf.json")]) == 0
+    assert "Warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [None, -1, 1.5, 10**30, object(), ["t.toml"]])
+def test_the_loaders_and_simulate_refuse_wrong_types_with_a_specsim_error(bad):
+    import numpy as np
+
+    from specsim import (REQUEST_DT, AcceptanceCalibration, CostTable, SpecsimError, load_schedule, simulate)
+
+    for call in (CostTable.load, CostTable.parse, AcceptanceCalibration.load, AcceptanceCalibration.parse,
+                 load_schedule):
+        with pytest.raises(SpecsimError):
+            call(bad)
+    requests = np.zeros(1, dtype=REQUEST_DT)
+    requests["prompt_tokens"], requests["output_tokens"] = 5, 5
+    with pytest.raises(SpecsimError, match="table must be a CostTable"):
+        simulate(requests, bad, demo_calibration(), "fixed:1")
+    with pytest.raises(SpecsimError, match="calibration must be an? AcceptanceCalibration"):
+        simulate(requests, demo_table(), bad, "fixed:1")
+
+
+def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(grid_files, capsys):
+    files = grid_files
+    pytest.importorskip("matplotlib")
+    (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n"
+                                      + "".join(f"{i},0,1,-0.5,{i % 2}\n" for i in range(300)))
+    key = ["--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+    for argv in (["calib", "fit", "--drafts-log", files / "drafts.csv", *key, "-o", files / "c2.toml"],
+                 ["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"],
+                 ["sweep", files / "grid.toml", "--serial", "-o", files / "r.csv"]):
+        _refused([*argv, "--plot", files / "p.xyz"], capsys, "cannot write .xyz")
+    assert not [p for p in files.iterdir() if p.name in ("c2.toml", "r.csv", "p.xyz")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("argv", [
+    ["table", "show", "/dev/zero"], ["calib", "show", "/dev/zero"], ["sweep", "/dev/zero", "-o", "{d}/r.csv"],
+    ["plan", "{d}/t.toml", "{d}/c.toml", "--confidences", "/dev/zero"],
+    ["replay", "/dev/zero", "--trace", "x", "--policy", "fixed:1", "--width", "1", "--budget", "10"],
+    ["schedule", "import", "--from", "vllm", "/dev/zero"], ["trace", "show", "/dev/zero", "--format", "mooncake"],
+    ["trace", "show", "/dev/zero"], ["calib", "drift", "{d}/c.toml", "--from-log", "/dev/zero"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_device_given_as_input_is_refused_not_read_for_ever(files, argv, capsys):
+    # /dev/zero never ends: these hung, or filled the memory until the process was killed.
+    _refused([a.format(d=files) for a in argv], capsys, "/dev/zero")
+
+
+def test_inputs_past_the_size_limit_are_refused_unread(files, monkeypatch, capsys):
+    import specsim._checks as checks
+
+    monkeypatch.setattr(checks, "MAX_INPUT_BYTES", 100)
+    _refused(["table", "show", files / "t.toml"], capsys, "t.toml", "larger than 100 bytes")
+
+
+@pytest.mark.parametrize("bad", [None, "x", b"x", object()])
+def test_calibration_queries_and_options_refuse_wrong_types_with_a_specsim_error(bad):
+    from specsim import AcceptanceCalibration, ServerOptions, SpecsimError
+
+    cal = demo_calibration()
+    calls = [cal.bucket, cal.p_given_lp, cal.prior, lambda v: ServerOptions(occupancy=v),
+             lambda v: AcceptanceCalibration(cal.drafter, v, cal.p_accept, cal.priors),
+             lambda v: AcceptanceCalibration(cal.drafter, cal.edges, v, cal.priors)]
+    for call in calls[:3] if bad is None else calls:  # None is "no occupancy" and an empty list elsewhere
+        with pytest.raises(SpecsimError):
+            call(bad)
+    assert cal.prior(0) == cal.prior(1)  # positions below 1 still take the first prior
+
+
+@pytest.mark.parametrize("rates,position", [("0.5,0.9", "position 2"), ("0,0.5", "position 2"),
+                                            ("0.82,0.61,0.45", None)])
+def test_rising_marginal_rates_are_reported_not_clamped_silently(files, capsys, rates, position):
+    code = _run(["calib", "fit", "--rates", rates, "--drafter-sha256", "ab", "--vocab", "9", "--quantization",
+                 "bf16", "--context", "true", "-o", str(files / "r.toml")])
+    err = capsys.readouterr().err
+    assert code == 0 and "Traceback" not in err
+    assert (position in err and "warning" in err) if position else "warning" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--recipe", "x" * 100_000, "--widths", "1", "--max-k", "1", "-o", "{d}/b.toml"],
+    ["schedule", "export", "--planner", "{d}/t.toml", "{d}/c.toml", "--to", "vllm", "--method", "x" * 100_000],
+    ["table", "show", "{d}/" + "y" * 5000],
+], ids=["recipe", "method", "long-path"])
+def test_a_huge_argument_gives_a_short_refusal(files, argv, capsys):
+    code = _run([a.format(d=files) if "{d}" in a[:3] else a for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "error" in err and "Traceback" not in err
+    assert len(err) < 4000, f"{len(err)} characters"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsim._checks import (MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_GRID_POINTS, MAX_TOKENS_PER_REQUEST, MAX_WIDTH,
-                             few, fraction_problem, int_problem, number_problem, show)
+from specsim._checks import (MAX_ARRIVAL_S, MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_GRID_POINTS, MAX_RATE_SCALE,
+                             MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, MIN_RATE_SCALE, few,
+                             fraction_problem, int_problem, number_problem, rate_scale_problem, show)
 from specsim.cli import main
 from specsim.costmodel.defaults import demo_calibration, demo_table
 
@@ -175,13 +176,150 @@ def test_the_shared_checks():
     assert len(show("x" * 10**6)) < 80 and few(range(100), 3) == "0, 1, 2, … and 97 more"
 
 
-def test_non_finite_simulation_results_are_refused_naming_the_table(files, capsys):
+def test_step_costs_that_would_sum_to_infinity_are_refused_naming_the_table(files, capsys):
     import re
 
+    # Costs of 1e308 per step made the run's energy infinite; the table now refuses them itself.
     text = re.sub(r"(verify_ms|verify_j) = [0-9.e+-]+", r"\1 = 1e308", (files / "t.toml").read_text())
     (files / "hot.toml").write_text(text)
     (files / "out.json").write_text("sentinel")
     refused(["simulate", "--trace", files / "trace.csv", "--table", files / "hot.toml", "--calibration",
              files / "c.toml", "--policy", "fixed:0", "--policy", "fixed:1", "--json", files / "out.json"], capsys,
-            "not finite", "hot.toml", "energy_j = inf")
+            "hot.toml", f"beyond {MAX_STEP_COST:g} ms or J per step")
     assert (files / "out.json").read_text() == "sentinel"
+
+
+# -- bounds added after an adversarial run: each used to reach an overflow, a huge allocation or
+#    a message blaming the wrong input
+
+def test_rate_scale_is_bounded_in_one_place(files, capsys):
+    assert rate_scale_problem(2.0) is None
+    for bad in (MIN_RATE_SCALE / 10, MAX_RATE_SCALE * 10, 1e-320, 1e308):
+        assert "docs/limits.md" in rate_scale_problem(bad)
+    # 1e-320 used to overflow the arrival times and be blamed on arrival_s
+    refused(["trace", "show", files / "trace.csv", "--rate-scale", "1e-320"], capsys, "rate scale", "1e-06")
+    (files / "grid.toml").write_text('[traces]\ntr = "trace.csv"\n[tables]\nt = "t.toml"\n[calibrations]\n'
+                                     'c = "c.toml"\n[axes]\npolicy = ["fixed:1"]\nrate_scale = [1.0, 1e308]\n')
+    refused(["sweep", files / "grid.toml", "--serial", "-o", files / "r.csv"], capsys, "rate_scale", "1e+06")
+    assert not (files / "r.csv").exists()
+    refused(["demo", "--rate-scale", "1e7", "--no-plot", "--no-tune", "--out", files / "d"], capsys, "--rate-scale")
+
+
+@pytest.mark.parametrize("arrival", ["1e308", "1000000000000"])
+def test_an_arrival_beyond_the_limit_is_refused_naming_the_trace_not_the_costs(files, capsys, arrival):
+    (files / "late.csv").write_text(f"arrival_s,prompt_tokens,output_tokens\n0.0,10,20\n{arrival},10,30\n")
+    err = refused(["simulate", "--trace", files / "late.csv", "--table", files / "t.toml", "--calibration",
+                   files / "c.toml", "--policy", "fixed:1", "--idle-w", "100"], capsys, "late.csv", "request 1",
+                  f"{MAX_ARRIVAL_S:g} s")
+    assert "costs" not in err
+
+
+def test_the_engine_refuses_an_arrival_beyond_the_limit():
+    import numpy as np
+
+    from specsim import REQUEST_DT, SimulationError, simulate
+
+    r = np.zeros(2, dtype=REQUEST_DT)
+    r["arrival_s"] = [5.0, 5.0 + 2 * MAX_ARRIVAL_S]
+    r["prompt_tokens"], r["output_tokens"] = 10, 10
+    with pytest.raises(SimulationError, match="request 1"):
+        simulate(r, demo_table(), demo_calibration(), "fixed:1")
+
+
+@pytest.mark.parametrize("option,value", [("kv_block_size", 10**19), ("log_size", 10**19),
+                                          ("kv_block_size", MAX_TOKENS_PER_REQUEST + 1)])
+def test_server_sizes_are_bounded(option, value):
+    from specsim import ServerOptions, SimulationError
+
+    with pytest.raises(SimulationError, match=option):
+        ServerOptions(**{option: value})
+
+
+def test_online_window_is_bounded_and_bad_types_are_refused():
+    from specsim import CalibrationError, OnlineCalibration
+    from specsim.calibration.online import MAX_WINDOW_STEPS
+
+    cal = demo_calibration()
+    for kw in ({"window": MAX_WINDOW_STEPS + 1}, {"window": 1e308}, {"window": "x"}, {"half_life": "x"},
+               {"half_life": float("nan")}, {"max_depth": None}):
+        with pytest.raises(CalibrationError):
+            OnlineCalibration(cal, **kw)
+
+
+@pytest.mark.parametrize("ranges,kw,needle", [
+    ([(1, 10**30, 2)], {}, "last width"), ([(1, 8, 10**6)], {}, "depth"), ([(1, 8, 2)], {"max_batch": 10**30}, "max_batch"),
+    (None, {}, "not a list"), (5, {}, "not a list"),
+])
+def test_schedule_export_refuses_widths_and_depths_past_the_limits(ranges, kw, needle):
+    from specsim import ScheduleError, export_schedule
+
+    with pytest.raises(ScheduleError, match=needle):
+        export_schedule("vllm", ranges, **kw)
+
+
+def test_schedule_export_takes_numpy_integers():
+    import numpy as np
+
+    from specsim import export_schedule
+
+    text = export_schedule("vllm", [(np.int64(1), None, np.int64(2))], max_batch=8).text
+    assert '"num_speculative_tokens": 2' in text
+
+
+def test_table_lookup_refuses_an_out_buffer_it_would_overrun_and_non_integer_queries():
+    import numpy as np
+
+    from specsim import TableError
+
+    t = demo_table()
+    ns, ks = np.arange(1, 101), np.ones(100, np.int64)
+    for out in (np.empty((1, 4)), np.empty((100, 4), np.float32), np.empty((100, 4), order="F")):
+        with pytest.raises(TableError, match="out"):
+            t.lookup(ns, ks, out=out)
+    for bad in ([10**30], [1.5]):
+        with pytest.raises(TableError, match="whole numbers"):
+            t.lookup(bad, [1])
+    out = np.empty((100, 4))
+    assert t.lookup(ns, ks, out=out) is out
+
+
+def test_drift_shift_past_the_limit_is_refused_not_an_overflow(files, capsys):
+    from specsim.calibration.drift import MAX_SHIFT_LOGODDS
+
+    (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,-0.5,1\n")
+    refused(["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv", "--shift", "1e12"], capsys,
+            f"at most {MAX_SHIFT_LOGODDS:g}")
+
+
+def test_bench_refuses_an_assumed_power_too_small_to_leave_a_joule(files, capsys):
+    refused(["bench", "--recipe", "tiny", "--widths", "1", "--max-k", "1", "--backend", "numpy", "--meter", "assumed",
+             "--assume-power-w", "1e-320", "-o", files / "b.toml"], capsys, "0.001")
+    assert not [p for p in files.iterdir() if p.name.startswith("b.toml")]
+
+
+@pytest.mark.parametrize("cv", ["1e308", "0.0000001"])
+def test_a_synthetic_cv_past_the_limits_is_refused_not_a_division_by_zero(capsys, cv):
+    from specsim.traces.synthetic import MAX_CV, MIN_CV
+
+    refused(["trace", "show", "--synthetic", f"requests=10,rate=1,arrival=gamma,cv={cv}"], capsys,
+            f"{MIN_CV:g}..{MAX_CV:g}")
+
+
+@pytest.mark.parametrize("kw", [{"max_rounds": None}, {"max_rounds": 1.5}, {"widths_max": "x"}, {"widths_max": 1.5},
+                                {"attainment": "x", "slo_ttft_s": 1.0}, {"objective": [1]}, {"executor": None}])
+def test_tune_refuses_arguments_of_the_wrong_type_before_any_work(kw):
+    import numpy as np
+
+    from specsim import REQUEST_DT, ScheduleError, tune
+
+    r = np.zeros(3, dtype=REQUEST_DT)
+    r["arrival_s"], r["prompt_tokens"], r["output_tokens"] = [0.0, 1.0, 2.0], 5, 5
+    with pytest.raises(ScheduleError):
+        tune(r, demo_table(), demo_calibration(), **{"executor": "serial", **kw})
+
+
+def test_plan_and_query_widths_past_the_limit_are_refused_not_stretched(files, capsys):
+    # A width of 2**62 used to be planned on the widest measured width's costs, stretched.
+    refused(["plan", files / "t.toml", files / "c.toml", "--n", str(MAX_WIDTH + 1)], capsys, f"{MAX_WIDTH:,}")
+    refused(["table", "query", files / "t.toml", str(MAX_WIDTH + 1), "1"], capsys, f"{MAX_WIDTH:,}")
+    refused(["table", "query", files / "t.toml", "0", "0"], capsys, "at least 1")

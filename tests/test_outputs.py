@@ -205,3 +205,24 @@ def test_outputs_api(tmp_path):
         assert a.read_text() == SENTINEL
     assert a.read_text() == "new a" and b.read_text() == "new b"
     assert same_file(a, tmp_path / "sub" / ".." / "a.txt") and not same_file(a, b)
+
+
+def test_an_output_name_ending_in_a_slash_names_a_folder(tmp_path, capsys):
+    # "-o out/" used to write a file called "out".
+    with pytest.raises(OutputError, match="is a folder"):
+        Outputs().declare(str(tmp_path / "out") + "/", "-o")
+    code = main(["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k", "2",
+                 "-o", str(tmp_path / "out") + "/"])
+    assert code == 2 and "is a folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_long_output_name_is_written_and_one_too_long_is_refused_before_the_work(tmp_path, capsys):
+    # The temporary file beside a 250-byte name used to exceed 255 bytes, so the name could never be written.
+    model = ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k", "2"]
+    longest = tmp_path / ("a" * 250 + ".toml")
+    assert main(model + ["-o", str(longest)]) == 0 and longest.exists()
+    capsys.readouterr()
+    assert main(model + ["-o", str(tmp_path / ("b" * 260 + ".toml"))]) == 2
+    assert "at most 255" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [longest.name]

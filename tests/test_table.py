@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specsim._checks import MAX_STEP_COST
 from specsim import Cell, CostTable, KeyMismatch, TableError, TableKey
 from specsim.table import _kernels
 from tests import reference as ref
@@ -31,7 +32,8 @@ def grid(widths, max_k, cost=lambda n, k, f: 1.0 + n + 10 * k + 0.1 * f):
             for n in widths for k in range(max_k + 1)]
 
 
-positive = st.floats(min_value=5e-324, max_value=1e300, allow_nan=False, allow_infinity=False)
+# Every cost a table accepts: the smallest positive float up to the per-step limit (docs/limits.md).
+positive = st.floats(min_value=5e-324, max_value=MAX_STEP_COST, allow_nan=False, allow_infinity=False)
 
 
 @st.composite

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim import _toml
+from specsim._checks import is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
 from specsim.errors import CalibrationError
@@ -36,9 +37,13 @@ class AcceptanceCalibration:
     __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
 
     def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>"):
-        edges = _edges_f32(edges)
-        p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
-        priors = np.asarray(prior_by_position, dtype=np.float64).reshape(-1)
+        try:
+            edges = _edges_f32(edges)
+            p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
+            priors = np.asarray(prior_by_position, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise CalibrationError(f"{source}: edges, p_accept and prior_by_position must be lists of numbers "
+                                   f"({e})") from None
         problems = _rule_problems(edges, p_accept, priors)
         if problems:
             raise CalibrationError(f"{source}: the acceptance calibration is refused", problems)
@@ -66,9 +71,8 @@ class AcceptanceCalibration:
     @classmethod
     def load(cls, path) -> "AcceptanceCalibration":
         """Read and validate a calibration file."""
-        path = Path(path)
         text = read_input(path, "the calibration", CalibrationError)
-        return cls.parse(text, str(path))
+        return cls.parse(text, str(Path(path)))
 
     def render(self, meta=None) -> str:
         """The calibration file text; parses back to an equal calibration."""
@@ -104,7 +108,10 @@ class AcceptanceCalibration:
         """
         from specsim.calibration._kernels import bucket_nb
 
-        lp = np.float32(lp)
+        if not is_number(lp):
+            raise CalibrationError(f"a confidence must be a number (a log-probability), got {show(lp)}")
+        with np.errstate(over="ignore"):  # past float32's range is -inf: the first bucket
+            lp = np.float32(lp)
         if np.isnan(lp):
             return self.edges.shape[0] - 1
         return int(bucket_nb(self.edges, lp))
@@ -120,6 +127,8 @@ class AcceptanceCalibration:
 
     def prior(self, j: int) -> float:
         """Prior of 1-based draft position ``j``; past the last fitted position, the last prior."""
+        if not is_int(j):
+            raise CalibrationError(f"a draft position must be a whole number (counting from 1), got {show(j)}")
         i = min(max(int(j) - 1, 0), self.priors.shape[0] - 1)
         return float(self.priors[i])
 
@@ -128,7 +137,8 @@ class AcceptanceCalibration:
 
         Positions without a confidence (past the end of ``lps``, or NaN) take the position prior.
         """
-        lps = np.ascontiguousarray(lps, dtype=np.float32).reshape(1, -1)
+        with np.errstate(over="ignore"):  # past float32's range is -inf: the first bucket
+            lps = np.ascontiguousarray(lps, dtype=np.float32).reshape(1, -1)
         out = self.expected_accepted_batch(lps, np.array([lps.shape[1]], dtype=np.int64), int(k))
         return float(out[0])
 

@@ -21,6 +21,10 @@ import numpy as np
 from specsim.errors import CalibrationError
 
 
+# The largest change in log-odds a drift monitor may be tuned to (see DriftSettings).
+MAX_SHIFT_LOGODDS = 20.0
+
+
 @dataclass(frozen=True)
 class DriftSettings:
     """Tuning of the drift monitor.
@@ -44,8 +48,11 @@ class DriftSettings:
     max_rate: float = 1.0 - 1e-3
 
     def __post_init__(self):
-        if not (math.isfinite(self.shift) and self.shift > 0):
-            raise CalibrationError(f"drift shift {self.shift!r}: give a log-odds change > 0")
+        # Past 20 log-odds the alternative rate is 1 or 0 to double precision and its
+        # log-likelihood ratios are infinite: no drift that large needs a tuned detector.
+        if not (math.isfinite(self.shift) and 0 < self.shift <= MAX_SHIFT_LOGODDS):
+            raise CalibrationError(f"drift shift {self.shift!r}: give a log-odds change > 0 and at most "
+                                   f"{MAX_SHIFT_LOGODDS:g}")
         if not (math.isfinite(self.threshold) and self.threshold > 0):
             raise CalibrationError(f"drift threshold {self.threshold!r}: give a number > 0")
 

@@ -179,10 +179,17 @@ def read_log(path, columns):
     if path.is_dir():
         raise CalibrationError(f"{path}: is a folder, not a log file; give the log's file name")
     if not path.is_file():
+        if path.exists():
+            raise CalibrationError(f"{path}: is not a regular file (a device or a pipe); give the log's file name")
         raise CalibrationError(f"{path}: no such log file")
-    if path.suffix.lower() in _JSON_SUFFIXES:
-        return _read_jsonl(path, columns)
-    return _read_csv(path, columns)
+    cols = _read_jsonl(path, columns) if path.suffix.lower() in _JSON_SUFFIXES else _read_csv(path, columns)
+    if "confidence" in cols:
+        from specsim._checks import logprob_problem
+
+        problem = logprob_problem(cols["confidence"])
+        if problem:
+            raise CalibrationError(f"{path}: {problem}")
+    return cols
 
 
 def _read_csv(path, columns):

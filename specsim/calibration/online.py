@@ -15,9 +15,13 @@ import math
 
 import numpy as np
 
+from specsim._checks import int_problem, number_problem
 from specsim.calibration._types import FitCounts
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
 from specsim.errors import CalibrationError
+
+# Most steps a sliding window may hold (docs/limits.md).
+MAX_WINDOW_STEPS = 1 << 20
 
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -57,12 +61,14 @@ class OnlineCalibration:
             raise CalibrationError(f"OnlineCalibration needs an AcceptanceCalibration, got {type(calibration).__name__}")
         if window is not None and half_life is not None:
             raise CalibrationError("give window or half_life, not both: one rule for forgetting old steps")
-        if window is not None and (isinstance(window, bool) or int(window) != window or window < 1):
-            raise CalibrationError(f"window = {window!r}: give a whole number of steps >= 1")
-        if half_life is not None and not (math.isfinite(half_life) and half_life > 0):
-            raise CalibrationError(f"half_life = {half_life!r}: give a finite number of steps > 0")
-        if isinstance(max_depth, bool) or int(max_depth) != max_depth or not 1 <= max_depth <= 255:
-            raise CalibrationError(f"max_depth = {max_depth!r}: give the most drafts per sequence per step (1..255)")
+        # The window's ring is allocated up front (window x a few hundred floats): a million
+        # steps is already about a gigabyte at the largest max_depth.
+        problem = window is not None and int_problem(window, "window (steps)", 1, MAX_WINDOW_STEPS)
+        problem = problem or (half_life is not None and number_problem(half_life, "half_life (steps)", 0.0,
+                                                                        low_open=True))
+        problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, 255)
+        if problem:
+            raise CalibrationError(problem)
         self.reference = calibration
         self.window = None if window is None else int(window)
         self.half_life = None if half_life is None else float(half_life)

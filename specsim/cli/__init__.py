@@ -44,7 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit code (2 for any refused input)."""
+    """Run the command line; returns the exit code (2 for any refused input, 130 on Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Also while the parser is built and the command modules imported: no traceback.
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv) -> int:
     from specsim.errors import SpecsimError
 
     parser = build_parser()
@@ -60,17 +69,37 @@ def main(argv=None) -> int:
     except SpecsimError as e:
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``| head``): not an error; keep the interpreter's final flush quiet.
+        _quiet_stdout()
+        return 0
     except OSError as e:
         # A file we were told to write or read could not be: name it, no traceback.
-        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"specsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        from specsim.errors import clip
+
+        where = f"{clip(e.filename)}: " if getattr(e, "filename", None) else ""
+        print(f"specsim: error: {where}{clip(e.strerror or e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("specsim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def run() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit
+        code = 130
+    # The work is done and its files are in place: a Ctrl-C during the interpreter's shutdown
+    # would otherwise kill the process by the signal, with a traceback or no exit code of ours.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

@@ -73,6 +73,18 @@ def count(text: str) -> int:
     return value
 
 
+def width(text: str) -> int:
+    """A batch width in ``0..MAX_WIDTH`` for argparse ``type=`` (docs/limits.md): beyond it a
+    table's costs are only its widest width's, stretched over a batch no server steps."""
+    from specsim._checks import MAX_WIDTH
+
+    value = count(text)
+    if value > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"{value:,} is beyond {MAX_WIDTH:,} sequences, the widest batch specsim "
+                                         "takes (docs/limits.md)")
+    return value
+
+
 def _fraction(text: str, outside: str) -> float:
     try:
         value = float(text)

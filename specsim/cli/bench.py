@@ -22,14 +22,14 @@ def _seconds(text):
 
 
 def _watts(text):
-    from specsim._checks import MAX_POWER_W
+    from specsim._checks import MAX_POWER_W, MIN_POWER_W
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a power in watts") from None
-    if not 0 < value <= MAX_POWER_W:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a power in watts > 0 and <= {MAX_POWER_W:g} "
+    if not MIN_POWER_W <= value <= MAX_POWER_W:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a power in watts >= {MIN_POWER_W:g} and <= {MAX_POWER_W:g} "
                                          "(docs/limits.md)")
     return value
 

@@ -139,7 +139,7 @@ def _fit(args, out):
     from specsim.calibration.fit import (
         calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
-    from specsim.calibration.report import build_report, format_report, plot_reliability, require_matplotlib
+    from specsim.calibration.report import build_report, format_report, plot_reliability
     from specsim.errors import CalibrationError
 
     drafter = drafter_key(args)
@@ -150,10 +150,14 @@ def _fit(args, out):
     if args.counts_out and args.rates is not None:
         raise CalibrationError("--counts-out needs counts: --rates has none")
     if args.plot:
-        require_matplotlib()  # before anything is written
+        # before anything is written; the shared check also refuses a format matplotlib lacks
+        from specsim.cli._common import require_matplotlib as require_plot_format
+
+        require_plot_format("--plot", args.plot)
     fit = holdout = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
+        _warn_rising_marginals(args.rates, args.rates_form)
     else:
         if args.counts:
             counts = load_counts(args.counts)
@@ -192,18 +196,31 @@ def _fit(args, out):
         print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
 
 
-def _read_windows(path, run):
-    from pathlib import Path
+def _warn_rising_marginals(rates, form):
+    """Say where marginal rates rise: their conditional rate is above 1 and is clamped to 1
+    (docs/calibration.md#marginal-and-conditional-rates), so the calibration is not what was given."""
+    import sys
 
+    if form != "marginal":
+        return
+    before = 1.0
+    for j, m in enumerate(rates, 1):
+        if m > before:
+            taken = "is clamped to 1" if before > 0 else "is taken as 0 after a zero rate"
+            print(f"specsim: warning: --rates position {j} ({m:g}) is above position {j - 1}'s ({before:g}): "
+                  f"a draft cannot be accepted more often than the one before it; its conditional rate "
+                  f"{taken} (are these conditional rates? --rates-form conditional)", file=sys.stderr)
+        before = m
+
+
+def _read_windows(path, run):
     from specsim import _toml
     from specsim._checks import is_int
+    from specsim._io import read_input
     from specsim.calibration.fit import steps_from_windows
     from specsim.errors import CalibrationError
 
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read the windows file ({e.strerror or e})") from e
+    raw = read_input(path, "the windows file", CalibrationError)
     doc = _toml.loads(raw, "the windows file", path, CalibrationError)
     runs = doc.get("run", [])
     if not isinstance(runs, list):

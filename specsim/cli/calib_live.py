@@ -130,7 +130,7 @@ def cmd_drift(args):
         if args.width < 1:
             raise CalibrationError("--width must be at least 1 chain per step")
         if args.plot:
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         settings = DriftSettings(shift=args.shift, threshold=args.threshold)
         cal = AcceptanceCalibration.load(args.calibration)
         rep, hist, what = _replay_drift(args, cal, settings)

@@ -30,16 +30,21 @@ def register(sub, groups):
 def cmd_demo(args):
     import time
 
+    from specsim._checks import rate_scale_problem
     from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, run_demo
     from specsim.errors import SpecsimError
     from specsim.sim.report import comparison_table
 
+    if not args.out.strip():
+        # An empty name would put the demo's files (trace.csv, table.toml, ...) in the current folder.
+        raise SpecsimError("--out: the folder name is empty; give a folder (default specsim-demo)")
     if args.requests < 1:
         raise SpecsimError(f"--requests must be >= 1, got {args.requests}")
     if args.seed < 0:
         raise SpecsimError(f"--seed must be >= 0, got {args.seed}")
-    if not 0 < args.rate_scale < 1e6:
-        raise SpecsimError(f"--rate-scale must be a number > 0 (2 = twice the traffic), got {args.rate_scale}")
+    problem = rate_scale_problem(args.rate_scale, "--rate-scale")
+    if problem:
+        raise SpecsimError(problem)
     start = time.monotonic()
     summaries, results, inputs = run_demo(args.requests, args.seed, out=args.out, plot=not args.no_plot,
                                           rate_scale=args.rate_scale)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from specsim.cli._common import count, format_grid, print_json, slack
+from specsim.cli._common import count, format_grid, print_json, slack, width
 
 
 def register(sub, groups):
@@ -15,7 +15,7 @@ def register(sub, groups):
     )
     p.add_argument("table", help="cost table TOML")
     p.add_argument("calibration", help="acceptance calibration TOML")
-    p.add_argument("--n", type=count, help="batch width (sequences in the step); default: the number of "
+    p.add_argument("--n", type=width, help="batch width (sequences in the step); default: the number of "
                    "sequences in --confidences")
     p.add_argument("--slack", type=slack, default=0.0, help="throughput slack in [0, 1) (default 0)")
     p.add_argument("--max-seqs", type=count, default=None, help="speculation cap: above it, plain decode (default: none)")
@@ -37,7 +37,7 @@ def _read_json(path, what):
 
 
 def _confidences(path):
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, show
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, logprob_problem, show
     from specsim.errors import PlanError
 
     data = _read_json(path, "confidences")
@@ -57,6 +57,9 @@ def _confidences(path):
             raise PlanError(f"{path}: sequence {i} has {len(row):,} drafts; at most {MAX_DEPTH:,} "
                             "(docs/limits.md)")
         rows.append([float("nan") if v is None else float(v) for v in row])
+        problem = logprob_problem(rows[-1])
+        if problem:
+            raise PlanError(f"{path}: sequence {i}: {problem.replace('docs/formats.md#per-draft-log', 'docs/formats.md#planner-inputs')}")
     return rows
 
 

@@ -7,6 +7,19 @@ import sys
 from specsim.cli._common import count, slack
 
 
+def _method_name(text: str) -> str:
+    """An engine's name for a speculative method (eagle, Eagle3, mtp, ...): one short word, as
+    it is written into the engine's config and repeated in the notes."""
+    import argparse
+
+    from specsim._checks import show
+
+    if not text or len(text) > 64 or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a method name (one word of at most 64 characters, "
+                                         "such as eagle, Eagle3 or mtp)")
+    return text
+
+
 def register(sub, groups):
     from specsim.schedule.formats import ENGINES
 
@@ -30,7 +43,7 @@ def register(sub, groups):
                    help="with --planner: widest width to plan (default the table's widest); "
                         "wider widths keep its depth")
     p.add_argument("--to", required=True, choices=ENGINES, help="the engine to write for")
-    p.add_argument("--method", metavar="NAME",
+    p.add_argument("--method", metavar="NAME", type=_method_name,
                    help="speculative method as the engine names it (default: vLLM eagle, TensorRT-LLM Eagle3, "
                         "SGLang EAGLE)")
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights, written where the engine takes them")

@@ -42,6 +42,8 @@ def cmd_sweep(args):
     with Outputs(inputs) as out:
         out.declare(args.out, "-o")
         out.declare(args.plot, "--plot")
+        if args.plot:
+            require_matplotlib("--plot", args.plot)  # a format matplotlib writes, before the work
         report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
                            progress=not args.quiet)
         print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "

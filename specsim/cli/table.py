@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import digest_map, format_grid, print_json
+from specsim.cli._common import count, digest_map, format_grid, print_json, width
 
 
 def register(sub, groups):
@@ -28,8 +28,8 @@ def register(sub, groups):
 
     p = tsub.add_parser("query", help="the (interpolated) cell at width N and depth K")
     p.add_argument("file", help="cost table TOML")
-    p.add_argument("n", type=int, help="batch width")
-    p.add_argument("k", type=int, help="draft depth")
+    p.add_argument("n", type=width, help="batch width")
+    p.add_argument("k", type=count, help="draft depth")
     p.add_argument("--json", action="store_true", help="print the cell as JSON")
     p.set_defaults(func=cmd_query)
 
@@ -106,8 +106,8 @@ def cmd_query(args):
     from specsim.table import CostTable
 
     table = CostTable.load(args.file)
-    if args.n < 0 or args.k < 0:
-        raise TableError(f"N and K must be >= 0, got N={args.n}, K={args.k}")
+    if args.n < 1:
+        raise TableError(f"N is a batch width: at least 1 sequence, got N={args.n}")
     cell = table.cell(args.n, args.k)
     if cell is None:
         raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest measured depth {table.max_k}")

@@ -114,7 +114,7 @@ BUILTIN = {
 def builtin_recipe(name: str) -> Recipe:
     """The built-in recipe called ``name`` (see :data:`BUILTIN`)."""
     if name not in BUILTIN:
-        raise MeasureError(f"there is no built-in recipe {name!r}; built-in recipes: {', '.join(BUILTIN)}")
+        raise MeasureError(f"there is no built-in recipe {show(name)}; built-in recipes: {', '.join(BUILTIN)}")
     return Recipe(**BUILTIN[name])
 
 

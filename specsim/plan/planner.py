@@ -52,7 +52,9 @@ def _cum_priors(cal, max_k):
 def ragged_confidences(confidences):
     """A list of per-sequence confidence lists -> ``(float32[n, m] NaN-padded, int64[n] counts)``."""
     try:
-        rows = [np.asarray(r, dtype=np.float32).reshape(-1) for r in confidences]
+        # A finite log-prob past float32's range is -inf there: the first bucket, as in the fit.
+        with np.errstate(over="ignore"):
+            rows = [np.asarray(r, dtype=np.float32).reshape(-1) for r in confidences]
     except (TypeError, ValueError) as e:
         raise PlanError(f"confidences must be a list of lists of numbers, one list per sequence ({e})") from None
     m = max((r.shape[0] for r in rows), default=0)

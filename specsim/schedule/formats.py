@@ -77,15 +77,24 @@ def check_ranges(ranges, where: str = "schedule") -> tuple:
         A range that is not whole numbers, starts below 1, ends before it starts, has a
         negative depth, or overlaps another.
     """
+    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_int, show
+
+    if isinstance(ranges, (str, bytes)) or not hasattr(ranges, "__iter__"):
+        raise ScheduleError(f"{where}: {show(ranges)} is not a list of (first_width, last_width or None, depth)")
     out = []
     for r in ranges:
         try:
             lo, hi, k = r
         except (TypeError, ValueError):
-            raise ScheduleError(f"{where}: {r!r} is not (first_width, last_width or None, depth)") from None
+            raise ScheduleError(f"{where}: {show(r)} is not (first_width, last_width or None, depth)") from None
         for name, v in (("first width", lo), ("depth", k)) + ((("last width", hi),) if hi is not None else ()):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ScheduleError(f"{where}: the {name} of range {r!r} is not a whole number")
+            if not is_int(v):
+                raise ScheduleError(f"{where}: the {name} of range {show(r)} is not a whole number")
+        # Widths and depths past the limits no engine serves (docs/limits.md).
+        for name, v, top in (("first width", lo, MAX_WIDTH), ("last width", hi, MAX_WIDTH), ("depth", k, MAX_DEPTH)):
+            problem = v is not None and v > top and int_problem(v, f"the {name} of range {show(r)}", 0, top)
+            if problem:
+                raise ScheduleError(f"{where}: {problem}")
         if lo < 1:
             raise ScheduleError(f"{where}: range {r!r} starts below width 1")
         if hi is not None and hi < lo:
@@ -171,10 +180,13 @@ def export(engine: str, ranges, *, method=None, max_batch=None, draft_model=None
     ScheduleError
         The engine cannot represent the schedule (the message says why and what would do).
     """
-    if engine not in ENGINES:
-        raise ScheduleError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
-        raise ScheduleError(f"max_batch must be a whole number >= 1, got {max_batch!r}")
+    from specsim._checks import MAX_WIDTH, int_problem, show
+
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
+    problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
+    if problem:
+        raise ScheduleError(problem)
     c = canonical(ranges)
     method = method or DEFAULT_METHOD[engine]
     return {"vllm": _export_vllm, "trtllm": _export_trtllm, "sglang": _export_sglang}[engine](

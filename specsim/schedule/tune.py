@@ -483,19 +483,22 @@ def _split(requests, holdout):
 
 
 def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor):
-    if objective not in OBJECTIVES:
-        raise ScheduleError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    from specsim._checks import number_problem, show
+
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
         raise ScheduleError(f"seeds must be a whole number >= 1, got {seeds!r}")
     if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
         raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
-    if executor not in EXECUTORS:
-        raise ScheduleError(f"executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if not isinstance(executor, str) or executor not in EXECUTORS:
+        raise ScheduleError(f"executor {show(executor)}: use one of {', '.join(EXECUTORS)}")
     has_slo = slo_ttft_s is not None or slo_tpot_s is not None
     if attainment is not None and not has_slo:
         raise ScheduleError("an attainment target needs an SLO: give slo_ttft_s and/or slo_tpot_s")
-    if attainment is not None and not 0 < attainment <= 1:
-        raise ScheduleError(f"attainment must be in (0, 1], got {attainment!r}")
+    problem = attainment is not None and number_problem(attainment, "attainment", 0.0, 1.0, low_open=True)
+    if problem:
+        raise ScheduleError(problem)
     return (DEFAULT_ATTAINMENT if attainment is None else float(attainment)) if has_slo else None
 
 
@@ -574,6 +577,12 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
     if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
         raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
+    from specsim._checks import COUNT_MAX, int_problem
+
+    problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
+    problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
+    if problem:
+        raise ScheduleError(problem)
     requests = getattr(requests, "requests", requests)
     if requests.shape[0] == 0:
         raise ScheduleError("the trace has no requests")

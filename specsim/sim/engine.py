@@ -174,8 +174,11 @@ def _request_arrays(requests):
     prompt = np.ascontiguousarray(r["prompt_tokens"], dtype=np.int64)
     output = np.ascontiguousarray(r["output_tokens"], dtype=np.int64)
     if arrival.shape[0]:
-        if not np.isfinite(arrival).all():
-            raise SimulationError(f"request {int(np.argmin(np.isfinite(arrival)))}: arrival_s is not finite")
+        from specsim._checks import arrival_problem
+
+        problem = arrival_problem(arrival - arrival[0] if np.isfinite(arrival[0]) else arrival)
+        if problem:
+            raise SimulationError(problem)
         if (np.diff(arrival) < 0).any():
             i = int(np.argmax(np.diff(arrival) < 0)) + 1
             raise SimulationError(f"request {i}: arrivals must be sorted ascending (trace readers sort them)")
@@ -361,6 +364,14 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     from specsim.sim._draw_kernels import MAX_POSITION
     from specsim.sim._types import CalArrays, TableArrays
 
+    from specsim.calibration.calibration import AcceptanceCalibration
+    from specsim.table import CostTable
+
+    for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
+        if not isinstance(value, cls):
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
+                                  f"got {type(value).__name__}")
     pol = parse_policy(policy)
     arrival, prompt, output = _request_arrays(requests)
     resolved = opts.resolved(table)

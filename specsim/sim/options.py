@@ -14,13 +14,15 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import COUNT_MAX, MAX_WIDTH
+from specsim._checks import COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, show
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
 DEFAULT_IDLE_W = 0.0
 DEFAULT_LOG_SIZE = 4096
+# Most entries a step log may hold (it is allocated up front).
+MAX_LOG_SIZE = 1 << 24
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 DEFAULT_CHUNKED_PREFILL = True
 DEFAULT_KV_BLOCK_SIZE = 16
@@ -127,6 +129,14 @@ class ServerOptions:
                 object.__setattr__(self, name, _rate(value, name))
         if self.prefill_curve is not None:
             object.__setattr__(self, "prefill_curve", load_prefill_curve(self.prefill_curve))
+        if self.occupancy is not None:
+            try:
+                occupancy = np.asarray(self.occupancy, dtype=np.float64)
+            except (TypeError, ValueError, OverflowError):
+                raise SimulationError(f"occupancy must be weights per bucket (numbers), got {show(self.occupancy)}") from None
+            if not np.isfinite(occupancy).all() or (occupancy < 0).any():
+                raise SimulationError("occupancy weights must be finite numbers >= 0")
+            object.__setattr__(self, "occupancy", occupancy)
 
     def _check_counts(self):
         seqs, batch = self.max_num_seqs, self.max_batch
@@ -149,8 +159,11 @@ class ServerOptions:
                                   "precomputed for every width up to it; use a realistic batch cap")
         object.__setattr__(self, "max_num_seqs", seqs)
         object.__setattr__(self, "max_batch", seqs)
-        object.__setattr__(self, "kv_block_size", _int(self.kv_block_size, "kv_block_size", 1))
-        object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0))
+        # A block larger than any request, or a step log past 2**24 entries, is a mistake; both
+        # would otherwise reach the kernels as int64 overflows or a huge allocation.
+        object.__setattr__(self, "kv_block_size",
+                           _int(self.kv_block_size, "kv_block_size", 1, MAX_TOKENS_PER_REQUEST))
+        object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0, MAX_LOG_SIZE))
 
     def resolved(self, table) -> dict:
         """The options with every default filled in from ``table``, JSON-ready."""
@@ -174,9 +187,11 @@ class ServerOptions:
         return out
 
 
-def _int(value, name, low):
+def _int(value, name, low, high=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise SimulationError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise SimulationError(f"{name} must be an integer >= {low}, got {show(value)}")
+    if high is not None and value > high:
+        raise SimulationError(f"{name} = {show(value)} is beyond {high:,} (docs/limits.md)")
     return int(value)
 
 

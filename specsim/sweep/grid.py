@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, number_problem, show
+from specsim._checks import MAX_GRID_POINTS, number_problem, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 
@@ -190,8 +190,9 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                     problems.append(f"[axes] router {v!r}: use one of {', '.join(ROUTERS)}")
         if name == "rate_scale":
             for v in values:
-                if number_problem(v, "rate_scale", 0.0, low_open=True):
-                    problems.append(f"[axes] rate_scale {show(v)} must be a number > 0")
+                problem = rate_scale_problem(v, "rate_scale")
+                if problem:
+                    problems.append(f"[axes] {problem}")
         axes.append((name, tuple(values)))
     if "policy" not in raw_axes:
         problems.append("[axes] policy is missing: list the policies to compare, e.g. [\"propose\", \"sequence\"]")

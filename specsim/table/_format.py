@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, show
+from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_WIDTH, few, show
 from specsim.errors import TableError
 from specsim.table._types import COST_FIELDS, SCHEMA, Cell, TableKey
 
@@ -128,6 +128,11 @@ def rule_problems(cells, where=lambda i: f"cells[{i}]"):
         bad = [f for f, v in zip(COST_FIELDS, costs) if not math.isfinite(v)]
         if bad:
             problems.append(f"{shown}: {', '.join(bad)} not finite")
+        # Sums of larger costs over a run can overflow to infinity.
+        huge = [f for f, v in zip(COST_FIELDS, costs) if math.isfinite(v) and v > MAX_STEP_COST]
+        if huge:
+            problems.append(f"{shown}: {', '.join(huge)} beyond {MAX_STEP_COST:g} ms or J per step "
+                            "(docs/limits.md)")
         for f in ("verify_ms", "verify_j"):
             v = getattr(c, f)
             if math.isfinite(v) and not v > 0:

@@ -74,9 +74,8 @@ class CostTable:
     @classmethod
     def load(cls, path) -> "CostTable":
         """Read and validate a table file."""
-        path = Path(path)
         text = read_input(path, "the cost table", TableError)
-        return cls.parse(text, str(path))
+        return cls.parse(text, str(Path(path)))
 
     @staticmethod
     def render(key: TableKey, cells, meta=None, extras=None) -> str:
@@ -149,14 +148,18 @@ class CostTable:
         """
         from specsim.table._kernels import lookup_nb
 
-        ns = np.ascontiguousarray(ns, dtype=np.int64)
-        ks = np.ascontiguousarray(ks, dtype=np.int64)
+        ns, ks = _index_array(ns, "widths"), _index_array(ks, "depths")
         if ns.shape != ks.shape or ns.ndim != 1:
             raise TableError(f"lookup needs two 1-d arrays of one length, got shapes {ns.shape} and {ks.shape}")
         if (ns < 0).any() or (ks < 0).any():
             raise TableError("lookup widths and depths must be >= 0")
         if out is None:
             out = np.empty((ns.shape[0], 4))
+        elif not (isinstance(out, np.ndarray) and out.dtype == np.float64 and out.shape == (ns.shape[0], 4)
+                  and out.flags.c_contiguous and out.flags.writeable):
+            # The kernel writes N rows without bounds checks: a smaller buffer would be overrun.
+            raise TableError(f"lookup out must be a writable C-contiguous float64 array of shape ({ns.shape[0]}, 4), "
+                             f"got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         lookup_nb(self.widths, self.costs, ns, ks, out)
         return out
 
@@ -188,3 +191,16 @@ def _check_index(value, name):
     if not is_int(value) or value < 0:
         raise TableError(f"{name} must be a non-negative integer, got {show(value)}")
     return int(value)
+
+
+def _index_array(values, name: str):
+    """``values`` as a contiguous int64 array; non-integers and integers past int64 refused."""
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TableError(f"lookup {name}: not an array of whole numbers ({e})") from None
+    if arr.dtype == object or not (arr.dtype.kind in "iu" or arr.size == 0):
+        raise TableError(f"lookup {name} must be whole numbers within 64 bits, got an array of {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        raise TableError(f"lookup {name} must fit 64-bit signed integers")
+    return np.ascontiguousarray(arr, dtype=np.int64)

@@ -95,7 +95,10 @@ def detect_format(path) -> str:
     TraceError
         When the file cannot be read or matches no known format.
     """
+    from specsim._io import refuse_device
+
     path = Path(path)
+    refuse_device(path, "a trace", TraceError)
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
@@ -230,6 +233,11 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
         arrival = arrival - window[0]
     if rate_scale != 1.0:
         arrival = arrival / rate_scale
+    from specsim._checks import arrival_problem
+
+    problem = arrival_problem(arrival)
+    if problem:
+        raise TraceError(f"{source}: {problem}")
     out = np.empty(hi - lo, dtype=REQUEST_DT)
     out["arrival_s"] = arrival
     if ordered:
@@ -243,12 +251,12 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
 
 
 def _check_options(rate_scale, limit, window):
-    try:
-        rate_scale = float(rate_scale)
-    except (TypeError, ValueError):
-        raise TraceError(f"rate scale {rate_scale!r} is not a number") from None
-    if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise TraceError(f"rate scale must be a finite number > 0 (2 = twice the traffic), got {rate_scale!r}")
+    from specsim._checks import rate_scale_problem
+
+    problem = rate_scale_problem(rate_scale)
+    if problem:
+        raise TraceError(problem)
+    rate_scale = float(rate_scale)
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
             raise TraceError(f"request limit must be an integer >= 0, got {limit!r}")
@@ -313,6 +321,9 @@ def _blocks(f):
 
 
 def _open(path):
+    from specsim._io import refuse_device
+
+    refuse_device(path, "a trace", TraceError)
     try:
         return open(path, "rb")
     except OSError as e:
@@ -386,7 +397,10 @@ def _column_index(path, header, name, exact):
     if name.lower() in lowered:
         return lowered.index(name.lower())
     hint = "" if exact else "; name columns as they appear in the header"
-    raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {', '.join(stripped)}){hint}")
+    from specsim._checks import few, show
+
+    # Names shown quoted and short: a binary file's "header" is control bytes and noise.
+    raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {few(show(h, 40) for h in stripped)}){hint}")
 
 
 def _read_jsonl(path, keys, skip_bad):

@@ -66,6 +66,9 @@ class EmpiricalLengths:
 MAX_REQUESTS = 100_000_000
 
 
+# The coefficients of variation a gamma arrival process may have.
+MIN_CV, MAX_CV = 1e-3, 1e3
+
 def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=None, output=None, seed=0,
                     rate_scale=1.0, limit=None, window=None) -> TraceRead:
     """Generate a request trace.
@@ -101,8 +104,10 @@ def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=N
     if arrival not in ARRIVALS:
         raise TraceError(f"synthetic trace: arrival process {arrival!r} is not one of {', '.join(ARRIVALS)}")
     cv = float(cv)
-    if not (math.isfinite(cv) and cv > 0):
-        raise TraceError(f"synthetic trace: cv must be a finite number > 0, got {cv!r}")
+    # Past these the gamma's shape (1 / cv**2) underflows to 0 or overflows: no traffic is that
+    # bursty (bursty public traces measure cv 2 to 10) or that regular.
+    if not (math.isfinite(cv) and MIN_CV <= cv <= MAX_CV):
+        raise TraceError(f"synthetic trace: cv must be a number in {MIN_CV:g}..{MAX_CV:g}, got {cv!r}")
     if arrival == "poisson" and cv != 1.0:
         raise TraceError(f"synthetic trace: Poisson arrivals have cv 1, got cv={cv}; use arrival gamma for other cv")
     prompt = LogNormalLengths(512.0, 1.0) if prompt is None else prompt
