@@ -73,10 +73,11 @@ def test_schedule_policy_and_table_costs(shared_data):
     assert r5.ms == pytest.approx(r5.steps * c5.step_ms)
 
 
-def test_depth_beyond_the_costs_warns_and_clamps(shared_data):
+def test_depth_beyond_the_costs_is_refused(shared_data):
     table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
-    with pytest.warns(SpecsimWarning, match="price depths up to 3"):
-        r = replay(make_trace([4, 4, 4], 4), "fixed:4", 1, 9, table=table)
+    with pytest.raises(PolicyError, match="price depths up to 3"):
+        replay(make_trace([4, 4, 4], 4), "fixed:4", 1, 9, table=table)
+    r = replay(make_trace([4, 4, 4], 4), "fixed:3", 1, 9, table=table)
     assert r.depth == 3 and r.tokens == 12
 
 
@@ -371,3 +372,21 @@ def test_propose_with_a_given_calibration(shared_data, tmp_path):
     assert json.loads(out.read_text())["depth"] == 3
     assert main(["replay", str(shared_data / GLM), "--trace", "glm53_dflash_fk4", "--policy", "propose", "--width", "1",
                  "--budget", "500"]) == 2
+
+
+def test_named_depths_beyond_the_costs_are_refused_and_capped_ones_labelled(shared_data):
+    """As in the engine: a depth the step costs do not price is refused; one above the trace's
+    k_logged runs capped, and the label names the depth that ran."""
+    import warnings
+
+    afile = load_acceptance_file(shared_data / GLM)
+    trace = afile.trace("glm53_dflash_fk4")  # k_logged = 4; the step_ms list prices depths 0..7
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = replay(trace, "fixed:6", 1, 1000, step_ms=afile.step_ms)
+        assert (res.policy, res.depth) == ("fixed:4", 4)
+        res = replay(trace, "schedule:1-2=6,3-=1", 1, 1000, step_ms=afile.step_ms)
+        assert (res.policy, res.depth) == ("schedule:1-2=4,3-=1", 4)
+        assert replay(trace, "fixed:2", 1, 1000, step_ms=afile.step_ms).policy == "fixed:2"
+        with pytest.raises(PolicyError, match="fixed:99 names depth 99.*up to 7"):
+            replay(trace, "fixed:99", 1, 1000, step_ms=afile.step_ms)

@@ -11,8 +11,8 @@ An acceptance file (TOML) may hold:
   this module does not read (``windows``).
 
 Replaying a policy at width ``n`` until a token budget: the policy picks ``k`` (from the width
-alone, so one depth for the whole replay), clamped to ``k_logged`` and to the deepest depth the
-costs price; each step costs the table's ``cell(n, k)`` or ``step_ms[k]``; at ``k = 0`` every
+alone, so one depth for the whole replay; a named depth the costs do not price is refused),
+clamped to ``k_logged`` (the label shows the depth that ran); each step costs the table's ``cell(n, k)`` or ``step_ms[k]``; at ``k = 0`` every
 stream emits 1 token and no trace entry is used; otherwise stream ``i`` takes the next trace
 entry ``a`` (cycling), emits ``1 + min(a, k)``, and the cursor moves by ``n``. A digit above
 ``k_logged`` (a logging quirk: one real trace logged at 5 holds 7s) warns and counts as
@@ -334,15 +334,15 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
         raise TraceError("replay needs step costs: a cost table (--table) or the file's step_ms list")
     if policy.needs_planner and calibration is None and not policy.per_sequence:
         calibration = estimated_calibration(trace)
+    if not policy.needs_planner and policy.max_depth > costs.max_k:
+        raise PolicyError(f"policy {policy} names depth {policy.max_depth}, but the step costs price depths up to "
+                          f"{costs.max_k} only: name a depth of at most {costs.max_k}")
     wanted = policy_depth(policy, width, table, calibration, slack, max_seqs)
+    # A planner's depth is one the costs price, and a named one was checked above: only k_logged
+    # can lower it. A named depth above k_logged runs capped, and the label says what ran (as the
+    # engine's does).
     depth = min(wanted, trace.k_logged, costs.max_k)
-    if depth < min(wanted, trace.k_logged):
-        warnings.warn(
-            f"policy {policy} picks depth {wanted} at width {width}, but the step costs price depths up to "
-            f"{costs.max_k} only: replaying depth {depth}",
-            SpecsimWarning,
-            stacklevel=2,
-        )
+    label = str(policy.clamped(min(trace.k_logged, costs.max_k)))
     above = trace.above_k_logged
     if above and depth > 0:
         top = int(trace.accepted.max())
@@ -373,7 +373,7 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
     by_depth[depth] = int(steps)
     return ReplayResult(
         trace=trace.name,
-        policy=str(policy),
+        policy=label,
         width=width,
         depth=depth,
         budget=budget,
