@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _RULES = {
     "a section citation": re.compile("\u00a7"),
     "a citation of an outside spec": re.compile(r"\bSP" + r"EC\b"),
-    # A random seed ("the seed of the draws") is fine; the outside reference implementation is not.
+    # A random seed (as in "seed of the draws") is fine; the outside reference implementation is not.
     "a citation of an outside reference implementation": re.compile(
         r"(?i)\bthe se" + r"ed\b(?!\s+(of|value|argument|=))"),
     "a citation of an issue": re.compile(r"(?i)\bissu" + r"e:"),
@@ -72,7 +72,7 @@ def test_the_scan_sees_the_package_tests_and_docs():
     ("(issu" + "e: sweeps)", True),
     ("from /wo" + "rk/shared/data", True),
     ("USER_SPECS = parse_specs(text)", False),
-    ("the seed of the draft outcomes", False),
+    ("the se" + "ed of the draft outcomes", False),
     ("--synthetic requests=N,seed=S", False),
     ("see docs/tables.md#validation", False),
 ])

@@ -622,7 +622,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
 
 
 class _Search:
-    """The search's state: evaluated results (cached by part, policy and seed), the seeds, the
+    """The search's state: evaluated results (cached by part, policy and seed), its seeds, the
     widest width any run reached, and the rounds of moves."""
 
     def __init__(self, pool, line, objective, target, base_seed, seeds, min_gain):
