@@ -166,6 +166,24 @@ def _loads(text, source):
         raise CalibrationError(f"{source}: the JSON nests too deep to read") from None
 
 
+def block_records(text: str, source: str, tally: Tally, find, parse, label: str) -> list:
+    """Records of every block of every JSON document of a file: ``find(doc)`` lists a
+    document's blocks (none: the document is counted as other), ``parse(block, where)`` turns
+    one into a Record or None (already tallied). ``tally.records`` is set to the count."""
+    records = []
+    for n, doc in enumerate(json_documents(text, source, tally)):
+        blocks = find(doc)
+        if not blocks:
+            tally.other += 1
+            continue
+        for b, block in enumerate(blocks):
+            rec = parse(block, f"{source} document {n + 1} {label} {b + 1}")
+            if rec is not None:
+                records.append(rec)
+    tally.records = len(records)
+    return records
+
+
 def walk(value):
     """Every dict inside a JSON value, depth first, in document order."""
     stack = [value]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from specsim.calibration.telemetry._records import (
-    Record, Tally, as_count, as_number, histogram_record, json_documents, walk,
+    Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
 
 DECODE_LOG_INTERVAL = 40
@@ -76,20 +76,14 @@ def parse_requests(text: str, source: str):
     ``spec_accept_length - 1``, or (first generation) ``completion_tokens / spec_verify_ct - 1``
     (biased slightly high: ``completion_tokens`` includes the prefill's token) give a mean.
     """
-    tally = Tally()
-    records = []
-    for n, doc in enumerate(json_documents(text, source, tally)):
+    def find(doc):
         metas = [d["meta_info"] for d in walk(doc) if isinstance(d.get("meta_info"), dict)]
         if not metas and isinstance(doc, dict) and any(k.startswith("spec_") for k in doc):
             metas = [doc]
-        if not metas:
-            tally.other += 1
-            continue
-        for b, meta in enumerate(metas):
-            rec = _meta(meta, f"{source} document {n + 1} meta_info {b + 1}", tally)
-            if rec is not None:
-                records.append(rec)
-    tally.records = len(records)
+        return metas
+
+    tally = Tally()
+    records = block_records(text, source, tally, find, lambda meta, where: _meta(meta, where, tally), "meta_info")
     return records, tally
 
 

@@ -3,7 +3,7 @@ per-request blocks (``docs/telemetry.md``, "TensorRT-LLM")."""
 
 from __future__ import annotations
 
-from specsim.calibration.telemetry._records import Record, Tally, as_count, as_number, json_documents, walk
+from specsim.calibration.telemetry._records import Record, Tally, as_count, as_number, block_records, walk
 from specsim.calibration.telemetry.vllm import request_records
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
@@ -19,17 +19,9 @@ def parse_iterations(text: str, source: str):
     """``"mean"`` records of iteration stats: accepted drafts over the requests that drafted in
     that iteration (one verify step each); their drafted tokens over them give the depth."""
     tally = Tally()
-    records = []
-    for n, doc in enumerate(json_documents(text, source, tally)):
-        stats = [d[k] for d in walk(doc) for k in _STATS if isinstance(d.get(k), dict)]
-        if not stats:
-            tally.other += 1
-            continue
-        for i, s in enumerate(stats):
-            rec = _iteration(s, f"{source} document {n + 1} stats {i + 1}", tally)
-            if rec is not None:
-                records.append(rec)
-    tally.records = len(records)
+    records = block_records(text, source, tally,
+                            lambda doc: [d[k] for d in walk(doc) for k in _STATS if isinstance(d.get(k), dict)],
+                            lambda s, where: _iteration(s, where, tally), "stats")
     return records, tally
 
 

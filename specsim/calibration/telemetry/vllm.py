@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from specsim.calibration.telemetry._records import (
-    MAX_DEPTH, Record, Tally, as_count, as_number, histogram_record, json_documents, walk,
+    MAX_DEPTH, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
 )
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -323,20 +323,15 @@ def request_records(text: str, source: str, block_key="speculative_decoding", ac
                     tally=None):
     """Records of per-request speculative-decoding blocks (vLLM's, and TensorRT-LLM's with its
     own count names): per-step arrays, histograms by draft length, a histogram, else a mean."""
-    tally = tally or Tally()
-    records = []
-    for n, doc in enumerate(json_documents(text, source, tally)):
+    def find(doc):
         blocks = [d[block_key] for d in walk(doc) if isinstance(d.get(block_key), dict)]
         if not blocks and isinstance(doc, dict) and ("acceptance_histogram" in doc or "num_spec_steps" in doc):
             blocks = [doc]
-        if not blocks:
-            tally.other += 1
-            continue
-        for b, block in enumerate(blocks):
-            rec = _request_block(block, f"{source} document {n + 1} block {b + 1}", accepted_key, tally)
-            if rec is not None:
-                records.append(rec)
-    tally.records = len(records)
+        return blocks
+
+    tally = tally or Tally()
+    records = block_records(text, source, tally, find,
+                            lambda block, where: _request_block(block, where, accepted_key, tally), "block")
     return records, tally
 
 
