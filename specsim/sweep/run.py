@@ -14,12 +14,10 @@ from pathlib import Path
 
 
 from specsim._checks import request_size_problem, show
+from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
 from specsim.sweep.grid import INPUT_AXES, Grid, point_id, point_options
-
-SERIAL_NOTE = ("dask.distributed is not installed: running the sweep serially in this process "
-               "(pip install 'specsim[dist]' to spread it over workers)")
 
 
 @dataclass
@@ -100,19 +98,6 @@ def _is_parquet(path) -> bool:
 # Columns that hold names, not numbers, whatever their text looks like (a point id can be all
 # digits, or read as a float like "1e5").
 TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram", "router")
-
-
-SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
-
-
-def check_scheduler(address) -> None:
-    """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
-    import re
-
-    m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
-    if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
-        raise GridError(f"--scheduler {show(address)} is not a Dask scheduler address: give "
-                        f"[SCHEME://]HOST:PORT, e.g. tcp://10.0.0.5:8786 (schemes: {', '.join(SCHEDULER_SCHEMES)})")
 
 
 def check_results_path(path) -> None:
@@ -267,6 +252,8 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     start = time.monotonic()
     if scheduler is not None:
         check_scheduler(scheduler)
+    if workers is not None:
+        check_workers(workers)
     check_results_path(out)
     done = {r["point_id"]: r for r in read_results(out)}
     todo = [p for p in grid.points if point_id(p) not in done]
@@ -293,21 +280,23 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
         traces, tables, cals = _load_inputs(grid, todo)
         bar = Progress(len(todo), "sweep", enabled=progress, unit="points")
         try:
-            dist = None
-            if not serial:
-                try:
-                    import dask.distributed as dist  # noqa: F401
-                except ImportError:
-                    print(f"specsim sweep: {SERIAL_NOTE}", file=sys.stderr)
-                    dist = None
-            if dist is None:
-                for p in todo:
-                    row = run_point(p, traces[p["trace"]], tables[p["table"]], cals[p["calibration"]],
-                                    point_options(grid, p), grid.slo)
+            if serial:
+                ex = Executor("serial")
+            else:
+                ex = choose("auto", workers, scheduler, what="specsim sweep")
+            with ex:
+                n_workers = ex.workers
+                # Inputs travel once per worker, not once per point.
+                share = {kind: {name: ex.share(v) for name, v in pool.items()}
+                         for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals))}
+                calls = [(p, share["trace"][p["trace"]], share["table"][p["table"]],
+                          share["calibration"][p["calibration"]], point_options(grid, p), grid.slo) for p in todo]
+
+                def saved(i, row):
                     save(row)
                     bar.update()
-            else:
-                n_workers = _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers)
+
+                ex.map(run_point, calls, on_result=saved, keys=[f"specsim-point-{point_id(p)}" for p in todo])
         except KeyboardInterrupt:
             bar.close()
             kept = len(rows) - skipped
@@ -316,74 +305,3 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
             raise
         bar.close()
     return SweepReport(len(grid.points), len(todo), skipped, time.monotonic() - start, str(out), n_workers)
-
-
-def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -> int:
-    from dask.distributed import Client, LocalCluster, as_completed
-
-    cluster = None
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="20s")
-        except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
-            raise GridError(f"cannot reach the Dask scheduler at {show(scheduler)}: {show(str(e), 200)}") from None
-    else:
-        n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-    interrupted = False
-    try:
-        n_workers = len(client.scheduler_info()["workers"])
-        # Inputs travel once per worker, not once per task.
-        futs = {}
-        for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals)):
-            for name, value in pool.items():
-                futs[(kind, name)] = client.scatter(value, broadcast=True, hash=False)
-        tasks = []
-        for p in todo:
-            tasks.append(client.submit(
-                run_point, p, futs[("trace", p["trace"])], futs[("table", p["table"])],
-                futs[("calibration", p["calibration"])], point_options(grid, p), grid.slo,
-                pure=False, key=f"specsim-point-{point_id(p)}",
-            ))
-        for fut in as_completed(tasks):
-            save(fut.result())
-            bar.update()
-        return n_workers
-    except KeyboardInterrupt:
-        # Finished points are saved; the points still running are dropped at once rather than
-        # waited for (a worker cannot stop inside the engine kernel).
-        interrupted = True
-        _stop_local_workers(cluster)
-        raise
-    finally:
-        for close in (client.close, None if cluster is None else cluster.close):
-            if close is None:
-                continue
-            if not interrupted:
-                close()
-                continue
-            try:
-                close(timeout=2)
-            except Exception:  # noqa: BLE001  (shutting down after Ctrl-C: nothing left to save)
-                pass
-
-
-def _stop_local_workers(cluster) -> None:
-    """Silence Dask's shutdown warnings and end this sweep's own local worker processes."""
-    import logging
-    import signal
-
-    for name in ("distributed", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    if cluster is None:
-        return  # an existing cluster's workers are not ours to stop
-    for nanny in list(cluster.workers.values()):
-        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
