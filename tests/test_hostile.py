@@ -1,0 +1,75 @@
+"""Hostile input, round three: the commands added since the earlier rounds held to the same
+promises (docs/limits.md): no damaged file, no hang, no traceback, no foreign exception, no
+impossible value accepted in silence. One test per defect found, named after it."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from specsim.cli import main
+from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.errors import SpecsimError
+
+VLLM = '{"method": "eagle", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 64, 3]]}\n'
+TRACE = "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n"
+                                                           for i in range(40))
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "t.toml").write_text(demo_table().to_text())
+    (tmp_path / "c.toml").write_text(demo_calibration().render())
+    (tmp_path / "tiny.csv").write_text(TRACE)
+    (tmp_path / "v.json").write_text(VLLM)
+    return tmp_path
+
+
+def _run(argv):
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code
+
+
+def _refused(argv, capsys, *needles):
+    code = _run(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "specsim: error:" in err and "Traceback" not in err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+# -- damaged files and wrong answers -----------------------------------------------------------
+
+def _tc(d):
+    return ["--table", d / "t.toml", "--calibration", d / "c.toml"]
+
+
+POLICY_FILE_OUTPUTS = {
+    "simulate": lambda d, out: ["simulate", "--trace", d / "tiny.csv", *_tc(d), "--policy", f"vllm:{d / 'v.json'}",
+                                "--json", out],
+    "fleet": lambda d, out: ["fleet", "--trace", d / "tiny.csv", *_tc(d), "--replicas", "2",
+                             "--policy", f"vllm:{d / 'v.json'}", "--requests-csv", out],
+    "capacity": lambda d, out: ["capacity", "--trace", d / "tiny.csv", *_tc(d), "--slo-tpot-s", "1", "--serial",
+                                "--policy", f"vllm:{d / 'v.json'}", "--json", out],
+    "tune": lambda d, out: ["tune", "--trace", d / "tiny.csv", *_tc(d), "--serial",
+                            "--compare", f"vllm:{d / 'v.json'}", "-o", out],
+    "replay": lambda d, out: ["replay", d / "a.toml", "--trace", "x", "--policy", f"vllm:{d / 'v.json'}",
+                              "--width", "1", "--budget", "10", "--json", out],
+}
+
+
+@pytest.mark.parametrize("command", POLICY_FILE_OUTPUTS)
+@pytest.mark.parametrize("via_link", [False, True], ids=["same name", "symlink"])
+def test_an_output_may_overwrite_the_engine_config_named_by_a_policy(files, command, via_link, capsys):
+    out = files / "v.json"
+    if via_link:
+        out = files / "link.json"
+        out.symlink_to(files / "v.json")
+    _refused(POLICY_FILE_OUTPUTS[command](files, out), capsys, "destroy the input", "v.json")
+    assert (files / "v.json").read_text() == VLLM
