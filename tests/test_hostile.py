@@ -73,3 +73,31 @@ def test_an_output_may_overwrite_the_engine_config_named_by_a_policy(files, comm
         out.symlink_to(files / "v.json")
     _refused(POLICY_FILE_OUTPUTS[command](files, out), capsys, "destroy the input", "v.json")
     assert (files / "v.json").read_text() == VLLM
+
+
+def test_planner_with_no_cap_answers_0_above_widths_2_62_and_explain_says_capped():
+    from specsim import Planner
+
+    planner = Planner(demo_table(), demo_calibration())
+    for n in (2**62, 2**62 + 1, 2**63 - 1):
+        assert planner.propose(n) == planner.propose(2**20) > 0
+        assert planner.goodput(n) == planner.goodput(2**20) > 0
+        assert not planner.explain(n).capped
+    assert Planner(demo_table(), demo_calibration(), max_seqs=2**62).propose(2**62 + 1) == 0
+
+
+def test_capacity_on_an_empty_trace_answers_1_replica_at_100_percent(files, capsys):
+    (files / "empty.csv").write_text(TRACE.splitlines()[0] + "\n")
+    _refused(["capacity", "--trace", files / "empty.csv", *_tc(files), "--slo-tpot-s", "1", "--serial",
+              "--policy", "fixed:1", "--json", files / "out.json"], capsys, "no requests")
+    assert not (files / "out.json").exists()
+
+
+def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
+    from specsim.sizing import capacity
+    from specsim.traces import synthetic_trace
+
+    requests = synthetic_trace(20, 5.0, seed=1).requests
+    for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
+        with pytest.raises(SpecsimError, match="runner"):
+            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo_tpot_s=1.0, runner=runner)
