@@ -72,6 +72,7 @@ def cmd_capacity(args):
     _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()

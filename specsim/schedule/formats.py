@@ -272,15 +272,25 @@ def _export_sglang(c, method, max_batch, draft_model) -> EngineConfig:
 
 # -- import -----------------------------------------------------------------------------------------
 
-def engine_schedule(text):
-    """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``), or None when
-    ``text`` is not one (the policy parser's hook)."""
+def engine_file(text):
+    """``(engine, path)`` of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``), or None
+    when ``text`` is not one; the path is ``""`` when the file is missing from the text."""
     head, sep, path = str(text).strip().partition(":")
     if not sep or head.strip().lower() not in ENGINES:
         return None
-    if not path.strip():
-        raise PolicyError(f"policy {text!r} needs a file: {head.strip().lower()}:FILE")
-    return import_file(head.strip().lower(), path.strip())
+    return head.strip().lower(), path.strip()
+
+
+def engine_schedule(text):
+    """The ranges of an ``ENGINE:FILE`` policy, or None when ``text`` is not one (the policy
+    parser's hook)."""
+    named = engine_file(text)
+    if named is None:
+        return None
+    engine, path = named
+    if not path:
+        raise PolicyError(f"policy {text!r} needs a file: {engine}:FILE")
+    return import_file(engine, path)
 
 
 def import_file(engine: str, path) -> tuple:
