@@ -149,7 +149,7 @@ def _note_cut(meta, cut, min_depth):
 def _with_depth(r, depth, where):
     """``r`` at its depth: a histogram whose length is not its depth (SGLang's) takes the depth
     the record tells, else ``depth``, else is refused."""
-    if r.depth_told:
+    if r.depth_told or r.variable:
         return r
     d = r.depth if r.depth is not None else depth
     longest = max(k for k, _ in r.steps)
@@ -180,6 +180,9 @@ def _shallowest(records, m, where):
             "and would import biased low",
             [f"give the schedule the serve ran (--schedule FILE) or its shallowest depth (--min-depth K) to import "
              "the positions every step reached exactly", EXACT_WAY_OUT])
+    if m < 1:
+        raise CalibrationError(f"{where}: shallowest depth {m}: steps that draft nothing are not counted, so the "
+                               "shallowest depth that drafted is at least 1")
     out = []
     for r in records:
         if not r.variable:
@@ -191,7 +194,7 @@ def _shallowest(records, m, where):
             counts = {}
             for (_, a), c in r.steps.items():
                 counts[min(a, m)] = counts.get(min(a, m), 0) + c
-            k = min(m, max(d for d, _ in r.steps))
+            k = m  # every step drafted at least m: a run of m or more accepted all m
             row = [counts.get(a, 0) for a in range(k + 1)]
             out.append(Record("steps", r.where, steps={(k, a): c for a, c in enumerate(row) if c},
                               windows={k: [row[::-1]]}, depth=k))
