@@ -329,6 +329,22 @@ def test_sglang_meta_info_generations(tmp_path, meta, kind):
         assert ident.meta["mean_accepted_per_step"] == pytest.approx(1.8)
 
 
+def test_sglang_histogram_length_is_not_the_depth(tmp_path):
+    # SGLang grows the histogram to the largest accepted run + 1: at depth 4, runs of at most 2.
+    meta = {"spec_correct_drafts_histogram": [5, 10, 85], "spec_verify_ct": 100}
+    with pytest.raises(CalibrationError, match="--depth K"):
+        load(tmp_path, json.dumps({"meta_info": meta}), "s.json")
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": {**meta, "spec_num_proposed_drafts": 400}}), "s.json")
+    assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json", depth=4)
+    assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
+    # counts that contradict the histogram are unreadable
+    from specsim.calibration.telemetry.sglang import parse_requests
+
+    _, tally = parse_requests(json.dumps({"meta_info": {**meta, "spec_verify_ct": 99}}), "s.json")
+    assert tally.garbage == 1 and "contradict" in tally.problems[0]
+
+
 def test_sglang_server_info(tmp_path):
     doc = {"internal_states": [{"avg_spec_accept_length": 2.6, "speculative_num_steps": 3},
                                {"avg_spec_accept_length": 2.4}], "version": "0.5"}
@@ -440,7 +456,8 @@ def _synthetic(source, truth, k, intervals=40, steps=500):
         elif source == "vllm-request":
             parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k}}))
         elif source == "sglang-request":
-            parts.append(json.dumps({"meta_info": {"spec_correct_drafts_histogram": hist}}))
+            parts.append(json.dumps({"meta_info": {"spec_correct_drafts_histogram": hist, "spec_verify_ct": steps,
+                                                   "spec_num_proposed_drafts": steps * k}}))
         elif source == "trtllm-request":
             parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k,
                                                               "total_accepted_draft_tokens": int(runs.sum())}}))

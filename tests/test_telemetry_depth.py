@@ -241,3 +241,45 @@ def test_mean_only_sources_are_refused_and_fit_each_iteration_at_its_own_depth(t
     # the released per-request block: steps are drafted tokens / --depth, a mean at one depth
     fmt, ident = _import(tmp_path, per_request(steps, "trtllm-released"), assume="constant-rate", depth=4)
     assert fmt == "trtllm-request" and ident.depth == 4
+
+
+def _line(mal="2.20", acc=120, drafted=400, rates="0.800, 0.400, 0.000, 0.000"):
+    return (f"INFO [metrics.py:137] SpecDecoding metrics: Mean acceptance length: {mal}, Accepted throughput: 1.00 "
+            f"tokens/s, Drafted throughput: 1.00 tokens/s, Accepted: {acc} tokens, Drafted: {drafted} tokens, "
+            f"Per-position acceptance rate: {rates}, Avg Draft acceptance rate: 30.0%")
+
+
+LAB = 'engine="0",model_name="m"'
+BAD = [
+    ("vllm-log", _line()[:90], "without `Accepted"),  # a truncated line
+    ("vllm-log", _line(rates="1.200, 0.400, 0.000, 0.000"), "not numbers in \\[0, 1\\]"),
+    ("vllm-log", _line(rates="0.400, 0.800, 0.000, 0.000"), "cannot rise"),
+    ("vllm-log", _line(mal="inf"), "not a finite number"),
+    ("vllm-log", _line(mal="3.50"), "contradict"),
+    ("vllm-log", _line(acc=50 * 65, drafted=100 * 65, mal="33.50", rates=", ".join(["0.500"] * 65)), "at most 64"),
+    ("vllm-prometheus", f"vllm:spec_decode_num_drafts_total{{{LAB}}} 100\n"
+                        f"vllm:spec_decode_num_draft_tokens_total{{{LAB}}} 200\n"
+                        f"vllm:spec_decode_num_accepted_tokens_total{{{LAB}}} 150\n"
+                        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{LAB},position="0"}} 80\n'
+                        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{LAB},position="1"}} 40\n', "contradict"),
+    ("vllm-prometheus", f"vllm:spec_decode_num_drafts_total{{{LAB}}} 100\n"
+                        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{LAB},position="0"}} 40\n'
+                        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{LAB},position="1"}} 80\n', "cannot rise"),
+    ("vllm-request", json.dumps({"speculative_decoding": {"acceptance_histogram": [1, 2, 3], "num_spec_steps": 7,
+                                                          "num_spec_tokens": 2}}), "contradict"),
+]
+
+
+@pytest.mark.parametrize("fmt, text, why", BAD)
+def test_bad_input_is_named_by_file_and_line_and_strict_refuses(tmp_path, fmt, text, why):
+    p = tmp_path / "bad.txt"
+    p.write_text(text + "\n")
+    found, records, tally = read_telemetry([p], fmt)
+    assert tally.garbage == 1 and records == []
+    assert tally.problems[0].startswith("bad.txt"), tally.problems
+    import re
+
+    assert re.search(why, tally.problems[0]), tally.problems
+    with pytest.raises(CalibrationError, match="--strict") as e:
+        read_telemetry([p], fmt, strict=True)
+    assert any("bad.txt" in q for q in e.value.problems)
