@@ -278,3 +278,77 @@ def test_a_bad_axis_file_is_refused_by_the_commands(tmp_path, run_cli):
     path.write_text(_text(a=("tokens = [512, 2048]", "tokens = [2048, 512]")))
     code, _, err = run_cli("table", "show", str(path))
     assert code == 2 and str(path) in err and "[context] tokens = [2048, 512] is not strictly ascending" in err
+
+
+# ---------------------------------------------------------------- bench --contexts
+
+def _bench(tmp_path, backend_name="numpy", **kw):
+    from specsim.measure import SweepSettings, bench
+
+    fast = SweepSettings(min_window_s=0.003, repeats=3, warmup=1, idle_s=0.0, align_s=0.01)
+    out = tmp_path / "b.toml"
+    table = bench("tiny", [1, 2], 1, out, backend=backend_name, meter="assumed", assume_power_w=50.0, settings=fast,
+                  progress=False, **kw)
+    return table, out
+
+
+def test_bench_measures_the_grid_at_each_context(tmp_path):
+    import dataclasses
+
+    from specsim.measure import BUILTIN, NumpyBackend, ProxyWorkload, context_path, load_recipe
+
+    table, out = _bench(tmp_path, contexts=[16, 64])
+    assert table.contexts.tolist() == [16, 64]
+    # The tiny recipe's own context (64) is listed: it is the reference.
+    assert BUILTIN["tiny"]["context"] == 64 and table.reference_context == 64
+    assert not context_path(out, 16).exists() and not context_path(out, 64).exists()
+    assert CostTable.load(out) == table and table.meta["context_tokens"] == 64
+    # Each context's sweep reads a KV cache of that many tokens per sequence: its launch plan
+    # names the context, so the digests differ by context and combine.
+    recipe = load_recipe("tiny")
+    plans = {c: ProxyWorkload(dataclasses.replace(recipe, context=c), NumpyBackend()).plans() for c in (16, 64)}
+    for c, plan in plans.items():
+        assert f"kT[n,{recipe.kv_heads},{recipe.head_dim},{c}]" in " ".join(plan["verify"]["layer_ops"])
+    assert all(d.startswith("contexts:sha256:") for d in table.key.plan_digests.values())
+    assert (table.context_costs > 0)[..., 0].all()
+
+
+def test_bench_contexts_refusals(tmp_path):
+    from specsim.errors import MeasureError
+    from specsim.measure import CallableWorkload
+
+    for bad in ([64, 16], [0, 16], [16, 16]):
+        with pytest.raises(MeasureError, match="contexts"):
+            _bench(tmp_path, contexts=bad)
+    with pytest.raises(MeasureError, match="contexts need a recipe"):
+        from specsim.measure import SweepSettings, bench
+
+        steps = CallableWorkload(lambda n, k: None, None, "mine", digests={"verify": "d", "draft": "d"})
+        bench(steps, [1], 0, tmp_path / "x.toml", contexts=[16],
+              settings=SweepSettings(min_window_s=0.003, repeats=3, warmup=1, idle_s=0.0))
+    assert not (tmp_path / "b.toml").exists()
+
+
+def test_bench_contexts_on_the_cupy_path_with_mocks(tmp_path, monkeypatch):
+    """The CuPy backend runs the same proxy over ``backend.xp``: with a CuPy stand-in (no CUDA)
+    each context's sweep is timed by CUDA events and the table gets the axis."""
+    import specsim.measure as measure
+    from specsim.measure import CupyBackend
+    from tests.test_measure import fake_cupy
+
+    backend = CupyBackend(cupy=fake_cupy(elapsed_ms=3.0))
+    monkeypatch.setattr(measure, "open_backend", lambda name, device=0: backend)
+    table, _ = _bench(tmp_path, contexts=[16, 64])
+    assert table.contexts.tolist() == [16, 64] and table.meta["backend"] == "cupy"
+    assert (table.context_costs[..., 0] == 3.0).all()
+
+
+def test_cli_bench_contexts(tmp_path, run_cli):
+    out = tmp_path / "c.toml"
+    code, text, err = run_cli("bench", "--recipe", "tiny", "--widths", "1", "--max-k", "0", "--contexts", "16,32",
+                              "--min-window-s", "0.003", "--repeats", "3", "--warmup", "1", "--assume-power-w", "80",
+                              "--quiet", "-o", out)
+    assert code == 0 and CostTable.load(out).contexts.tolist() == [16, 32]
+    code, _, err = run_cli("bench", "--recipe", "tiny", "--widths", "1", "--max-k", "0", "--contexts", "32,16",
+                           "-o", tmp_path / "d.toml")
+    assert code == 2 and "not strictly ascending" in err and not (tmp_path / "d.toml").exists()
