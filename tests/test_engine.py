@@ -67,11 +67,12 @@ def ref_policy(text):
 def run_reference(reqs, table, cal, policy, **opts):
     from specsim.sim.options import (
         DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN,
-        DEFAULT_PREFILL_MS_PER_TOKEN,
+        DEFAULT_MIXED_STEP_PRICING, DEFAULT_PREFILL_MS_PER_TOKEN,
     )
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
             "chunked_prefill": DEFAULT_CHUNKED_PREFILL, "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            "mixed_step_pricing": DEFAULT_MIXED_STEP_PRICING,
             **opts}
     if "max_num_seqs" in opts:
         opts["max_batch"] = opts.pop("max_num_seqs")

@@ -37,7 +37,7 @@ import numpy as np
 from specsim.errors import SimulationError
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions,
+    NO_CAP, ServerOptions, prefill_fixed_part,
 )
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
@@ -335,6 +335,8 @@ def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, 
         r[name] = opts[name]
     curve = opts["prefill_curve"]
     r["prefill_curve"] = curve is not None
+    r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
     return Server(rec, depth_memo, *arrays)
 
