@@ -52,7 +52,9 @@ class GpuSpec:
     ``*_tflops`` are dense matrix rates (0 = no such tensor-core format: the weights are
     dequantised and run at the next wider rate); ``link_gbs`` is the per-GPU, per-direction
     bandwidth tensor-parallel collectives run over (NVLink, or PCIe where there is none);
-    ``idle_w`` the board power with nothing running.
+    ``idle_w`` the board power with nothing running; ``arch`` the GPU class whose fitted achieved
+    fractions apply (``ampere``, ``hopper``; any other takes the mean of the fitted classes, see
+    :func:`specsim.costmodel.roofline.achieved_for`).
     """
 
     name: str
@@ -64,6 +66,7 @@ class GpuSpec:
     fp8_tflops: float = 0.0
     fp4_tflops: float = 0.0
     link_gbs: float = 32.0
+    arch: str = ""
     source: str = ""
 
     def matrix_tflops(self, dtype: str) -> float:
@@ -187,27 +190,27 @@ class DrafterSpec:
 # -- built-ins ------------------------------------------------------------------------------
 _GPUS = (
     GpuSpec("h100-sxm", memory_gb=80, bandwidth_gbs=3350, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=70, link_gbs=450,
+            tdp_w=700, idle_w=70, link_gbs=450, arch="hopper",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
                    "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
     GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=75, link_gbs=450,
+            tdp_w=700, idle_w=75, link_gbs=450, arch="hopper",
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
                    "with sparsity (halved: dense), up to 700 W, NVLink 900 GB/s; idle power estimated as H100's"),
     GpuSpec("a100-80gb", memory_gb=80, bandwidth_gbs=2039, bf16_tflops=312,
-            tdp_w=400, idle_w=55, link_gbs=300,
+            tdp_w=400, idle_w=55, link_gbs=300, arch="ampere",
             source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
                    "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
     GpuSpec("l40s", memory_gb=48, bandwidth_gbs=864, bf16_tflops=362.05, fp8_tflops=733,
-            tdp_w=350, idle_w=35, link_gbs=32,
+            tdp_w=350, idle_w=35, link_gbs=32, arch="ada",
             source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "
                    "(724 / 1,466 with sparsity), 350 W, PCIe Gen4 x16 (64 GB/s both ways), no NVLink"),
     GpuSpec("b200", memory_gb=180, bandwidth_gbs=8000, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000,
-            tdp_w=1000, idle_w=120, link_gbs=900,
+            tdp_w=1000, idle_w=120, link_gbs=900, arch="blackwell",
             source="NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e, 8 TB/s, FP16/BF16 4.5 / FP8 9 / FP4 18 "
                    "PFLOPS with sparsity (halved: dense), 1,000 W, NVLink 5 1.8 TB/s; idle power estimated"),
     GpuSpec("gb10", memory_gb=128, bandwidth_gbs=273, bf16_tflops=62.5, fp8_tflops=250, fp4_tflops=500,
-            tdp_w=140, idle_w=10, link_gbs=25,
+            tdp_w=140, idle_w=10, link_gbs=25, arch="blackwell",
             source="NVIDIA DGX Spark (GB10 Grace Blackwell Superchip) spec sheet: 128 GB LPDDR5x unified, "
                    "273 GB/s, 1 PFLOP FP4 with sparsity (halved: 500 dense), 140 W SoC TDP; FP8 and BF16 rates "
                    "are not published and are estimated at 1/2 and 1/8 of FP4 (Blackwell ratios); ConnectX-7 200 Gb/s"),
