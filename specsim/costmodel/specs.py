@@ -293,6 +293,106 @@ def digest(*specs, **values) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# -- models from a Hugging Face config.json -------------------------------------------------
+# The fields a dense decoder's config.json must hold for the roofline to price it.
+HF_CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "vocab_size")
+# model_type -> gated (SwiGLU/GeGLU: gate, up and down matrices) or plain MLP (up and down).
+HF_GATED_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                            "phi3", "granite", "olmo", "olmo2", "internlm2", "cohere", "exaone", "yi", "deepseek"})
+HF_PLAIN_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "starcoder2", "phi",
+                            "gpt_bigcode", "mpt"})
+# hidden_act -> gated, when model_type names neither list.
+HF_GATED_ACTS = frozenset({"silu", "swish", "swiglu"})
+HF_PLAIN_ACTS = frozenset({"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "quick_gelu"})
+HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+# Keys that mark a mixture-of-experts config (priced only from a TOML spec, which names the shape).
+HF_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+
+
+def load_hf_config(path, name=None) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (a dense decoder).
+
+    Read: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``,
+    ``num_key_value_heads``, ``vocab_size`` (all required), ``head_dim`` (default hidden size /
+    heads), gated or plain MLP (from ``model_type``, else ``hidden_act``), and the weights' format
+    (``torch_dtype`` or ``dtype``; a ``quantization_config`` with ``quant_method = "fp8"`` makes it
+    fp8). The name is ``name``, else the file's folder, lower-cased.
+
+    Raises
+    ------
+    CostModelError
+        Naming the file and every missing or wrong field.
+    """
+    from specsim._io import loads_json
+
+    path = Path(path)
+    doc = loads_json(read_input(path, "the model config", CostModelError), "the model config", path, CostModelError)
+    return parse_hf_config(doc, str(path), name or (path.parent.name if path.name == "config.json" else path.stem).lower())
+
+
+def parse_hf_config(doc, source: str, name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a parsed ``config.json`` (see :func:`load_hf_config`)."""
+    if not isinstance(doc, dict):
+        raise CostModelError(f"{source}: a model config is a JSON object, not {type(doc).__name__}")
+    problems = []
+    missing = [f for f in HF_CONFIG_FIELDS if f not in doc]
+    if missing:
+        problems.append(f"missing field(s) {', '.join(missing)}: a decoder's config.json names them all")
+    values = {}
+    for f in HF_CONFIG_FIELDS + (("head_dim",) if doc.get("head_dim") is not None else ()):
+        if f in doc:
+            v = doc[f]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                problems.append(f"{f} = {v!r} must be a whole number >= 1")
+            else:
+                values[f] = v
+    moe = [k for k in HF_MOE_KEYS if doc.get(k)]
+    if moe:
+        problems.append(f"{', '.join(moe)}: a mixture-of-experts config; describe its shape in a TOML "
+                        "[[model]] spec (experts, experts_per_token, expert_intermediate) and pass --model-spec")
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    if hidden and heads and hidden % heads:
+        problems.append(f"num_attention_heads = {heads} does not divide hidden_size = {hidden}")
+    kv = values.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        problems.append(f"num_key_value_heads = {kv} does not divide num_attention_heads = {heads}")
+    model_type, act = doc.get("model_type"), doc.get("hidden_act", doc.get("activation_function"))
+    if model_type in HF_GATED_TYPES or (model_type not in HF_PLAIN_TYPES and act in HF_GATED_ACTS):
+        matrices = 3
+    elif model_type in HF_PLAIN_TYPES or act in HF_PLAIN_ACTS:
+        matrices = 2
+    else:
+        matrices = None
+        problems.append(f"model_type = {model_type!r} and hidden_act = {act!r} do not say whether the MLP is gated: "
+                        f"a gated one has hidden_act in {', '.join(sorted(HF_GATED_ACTS))}, a plain one in "
+                        f"{', '.join(sorted(HF_PLAIN_ACTS))}")
+    raw_dtype = doc.get("torch_dtype", doc.get("dtype"))
+    dtype = HF_DTYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
+    if dtype is None:
+        problems.append(f"torch_dtype = {raw_dtype!r} is not one of {', '.join(HF_DTYPES)}")
+    quant = doc.get("quantization_config")
+    if isinstance(quant, dict) and quant:
+        method = quant.get("quant_method")
+        if method == "fp8":
+            dtype = "fp8"
+        else:
+            problems.append(f"quantization_config.quant_method = {method!r}: only \"fp8\" is read; pass --dtype "
+                            "for another format")
+    if problems:
+        raise CostModelError(f"{source}: the model config is refused", problems)
+    head_dim = values.get("head_dim", hidden // heads)
+    spec = ModelSpec(name, layers=values["num_hidden_layers"], hidden=hidden, heads=heads, kv_heads=kv,
+                     head_dim=head_dim, intermediate=values["intermediate_size"], vocab=values["vocab_size"],
+                     mlp_matrices=matrices, dtype=dtype, head_dtype="bf16" if dtype == "fp8" else "",
+                     kv_dtype=dtype if dtype in ("fp16", "fp32") else "bf16",
+                     source=f"{source} (Hugging Face config.json, model_type {model_type})")
+    bad = _value_problems(spec)
+    if bad:
+        raise CostModelError(f"{source}: the model config is refused", bad)
+    return spec
+
+
 # -- user specs from TOML -------------------------------------------------------------------
 def load_specs(path) -> dict:
     """Specs from a TOML file: ``{"gpu": {name: GpuSpec}, "model": {...}, "drafter": {...}}``.
