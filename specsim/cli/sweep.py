@@ -28,6 +28,7 @@ def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
     from specsim.sweep import load_grid, read_results, run_sweep
+    from specsim.sweep.run import best_by_traffic
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -50,6 +51,8 @@ def cmd_sweep(args):
                            progress=not args.quiet)
         print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        for line in best_by_traffic(grid, read_results(args.out)):
+            print(line)
         if args.plot:
             from specsim.sweep.plot import pareto_plot
 
