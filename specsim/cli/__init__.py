@@ -66,15 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# What a group's actions act on, for its one-line summary in ``specsim --help``.
+# Groups whose one-line summary in ``specsim --help`` is built from their actions (several
+# modules add actions to them), and what those actions act on.
 GROUP_NOUNS = {"table": "cost tables", "calib": "acceptance calibrations"}
 
 
 def _summarise_groups(sub, groups) -> None:
     """Each group's summary names every action in it, whichever module added them."""
-    for group, actions in groups.items():
-        names = list(actions.choices)
-        summary = f"{', '.join(names[:-1])} and {names[-1]} {GROUP_NOUNS.get(group, group)}"
+    for group, noun in GROUP_NOUNS.items():
+        names = list(groups[group].choices)
+        summary = f"{', '.join(names[:-1])} and {names[-1]} {noun}"
         for choice in sub._choices_actions:
             if choice.dest == group:
                 choice.help = summary
@@ -135,7 +136,12 @@ def _quiet_stdout() -> None:
 
 
 def run() -> None:
+    """The ``specsim`` console script: :func:`main` on the process's arguments, after the
+    first-use notice when the command's kernels are still to be compiled."""
     try:
+        from specsim._coldstart import announce
+
+        announce(sys.argv[1:])
         code = main()
     except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit
         code = 130

@@ -183,7 +183,12 @@ class Planner:
         self._local = threading.local()
         self._update_lock = threading.Lock()
         self._install(self._derive(cal))
-        self._kernel = _depths_kernel(self._packed, self._workspace(1))
+
+    @property
+    def _kernel(self):
+        # Compiled (or loaded) on the first per-sequence call, not with the Planner: a command
+        # that only asks for a batch's depth never pays for the per-sequence kernel.
+        return _KERNEL[0] if _KERNEL else _depths_kernel(self._packed, self._workspace(1))
 
     # -- the calibration ------------------------------------------------------------------
     def _derive(self, cal) -> _Calibrated:
