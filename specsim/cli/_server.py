@@ -54,6 +54,16 @@ def add_server_options(p, *, replica: bool = False) -> None:
                    help=f"power{each} while nothing is active (default: the table's [meta], else 0)")
 
 
+def warn_placeholder_prefill(options, table, command: str) -> None:
+    """Print, once, that the prefill costs are placeholders when they are (see
+    ``ServerOptions.placeholder_prefill``)."""
+    import sys
+
+    note = options.placeholder_prefill(table)
+    if note:
+        print(f"specsim {command}: warning: {note}", file=sys.stderr)
+
+
 def server_options(args) -> dict:
     """The values of :func:`add_server_options`' flags, as ``ServerOptions`` keywords."""
     return {"max_batch": args.max_batch, "max_num_batched_tokens": args.max_num_batched_tokens,

@@ -30,6 +30,7 @@ def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
     from specsim.sweep import load_grid, read_results, run_sweep
+    from specsim.sweep.run import best_by_traffic
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -53,6 +54,8 @@ def cmd_sweep(args):
         print(f"{report.total} points: {report.computed} computed, {report.skipped} reused (inputs unchanged)"
               + (f", {report.stale} recomputed because an input changed" if report.stale else "") + "; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        for line in best_by_traffic(grid, read_results(args.out)):
+            print(line)
         if args.plot:
             from specsim.sweep.plot import pareto_plot
 

@@ -50,6 +50,17 @@ def _cum_priors(cal, max_k):
     return out
 
 
+def _refuse_positive_confidences(conf, n_conf) -> None:
+    """The confidences in use (row i's first ``n_conf[i]``) must be log-probabilities, as the
+    command line requires (docs/limits.md)."""
+    from specsim._checks import logprob_problem
+
+    used = np.arange(conf.shape[1])[None, :] < n_conf[:, None]
+    problem = logprob_problem(conf[used])
+    if problem:
+        raise PlanError(problem)
+
+
 def ragged_confidences(confidences):
     """A list of per-sequence confidence lists -> ``(float32[n, m] NaN-padded, int64[n] counts)``."""
     try:
@@ -173,7 +184,12 @@ class Planner:
         self._local = threading.local()
         self._update_lock = threading.Lock()
         self._install(self._derive(cal))
-        self._kernel = _depths_kernel(self._packed, self._workspace(1))
+
+    @property
+    def _kernel(self):
+        # Compiled (or loaded) on the first per-sequence call, not with the Planner: a command
+        # that only asks for a batch's depth never pays for the per-sequence kernel.
+        return _KERNEL[0] if _KERNEL else _depths_kernel(self._packed, self._workspace(1))
 
     # -- the calibration ------------------------------------------------------------------
     def _derive(self, cal) -> _Calibrated:
@@ -346,6 +362,8 @@ class Planner:
         known = counts_arg(known_drafts, n, "known_drafts")
         k_max = cap_arg(k_max, "k_max")
         row_budget = cap_arg(row_budget, "row_budget")
+        if check:
+            _refuse_positive_confidences(conf, n_conf_a)
         if out is None:
             out = np.empty(n, dtype=np.int64)
         else:
@@ -378,6 +396,7 @@ class Planner:
         rows, m = conf.shape
         n_conf_a = counts_arg(n_conf, rows, "n_conf", upper=m)
         known = counts_arg(known_drafts, rows, "known_drafts")
+        _refuse_positive_confidences(conf, n_conf_a)
         offsets = np.asarray(offsets)
         if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.shape[0] < 1 or offsets[0] != 0
                 or offsets[-1] != rows or (np.diff(offsets.astype(np.int64)) < 0).any()):

@@ -179,6 +179,21 @@ class ServerOptions:
                            _int(self.kv_block_size, "kv_block_size", 1, MAX_TOKENS_PER_REQUEST))
         object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0, MAX_LOG_SIZE))
 
+    def placeholder_prefill(self, table):
+        """A one-line warning when the prefill costs will be the built-in placeholders (no
+        option, no curve, nothing in the table's ``[meta]``), else None."""
+        meta = getattr(table, "meta", {}) or {}
+        if self.prefill_curve is not None:
+            return None
+        missing = [n for n in ("prefill_ms_per_token", "prefill_j_per_token")
+                   if getattr(self, n) is None and n not in meta]
+        if not missing:
+            return None
+        return (f"prefill costs are placeholders ({DEFAULT_PREFILL_MS_PER_TOKEN:g} ms and "
+                f"{DEFAULT_PREFILL_J_PER_TOKEN:g} J per prompt token where unset: "
+                f"{', '.join(missing)}): the table's [meta] gives none; pass --prefill-ms-per-token and "
+                "--prefill-j-per-token, or --prefill-curve, from a measurement of this model")
+
     def resolved(self, table) -> dict:
         """The options with every default filled in from ``table``, JSON-ready."""
         out = {}
