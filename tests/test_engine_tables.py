@@ -67,7 +67,8 @@ def test_a_grid_of_iterations_fits_every_cell(tmp_path):
     t = fitted.table
     assert t.widths.tolist() == [1, 4, 16] and t.max_k == 3
     assert t.meta["energy_source"] == "assumed" and t.meta["assumed_power_w"] == 500.0
-    assert t.meta["kept_apart_prefill_or_mixed_iterations"] == 1 and fitted.kept_apart["prefill or mixed iterations"] == 1
+    assert t.meta["kept_apart_prefill_or_mixed_iterations"] == 1
+    assert fitted.kept_apart["prefill or mixed iterations"] == 1
     for n in (1, 4, 16):
         for k in (0, 3):
             c = t.cell(n, k)
@@ -208,3 +209,30 @@ def test_cli_imports_telemetry_and_refuses_without_writing(tmp_path, capsys):
                  "--assume-power-w", "450", "-o", str(out2)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:{len(grid_docs()) + 1}" in err and "Traceback" not in err and not out2.exists()
+
+
+def test_joules_from_an_nvml_log(tmp_path, capsys):
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    log.write_text("timestamp, index, power.draw [W]\n"
+                   "2025/06/01 10:00:00.000, 0, 300.00 W\n2025/06/01 10:00:00.000, 1, 200.00 W\n"
+                   "2025/06/01 10:00:00.100, 0, 340.00 W\n2025/06/01 10:00:00.100, 1, 260.00 W\n")
+    assert nvml_log_power_w(log) == (550.0, 2, 2)
+    path = trtllm_file(tmp_path, grid_docs())
+    t = import_table([path], "trtllm-iterations", KEY, nvml_log=log).table
+    assert t.meta["energy_source"] == "nvml-log-mean" and t.meta["power_log_w"] == 550.0
+    assert "assumed_power_w" not in t.meta
+    c = t.cell(4, 3)
+    assert c.verify_j == pytest.approx(c.verify_ms * 1e-3 * 550.0)
+    with pytest.raises(TableError, match="one of --assume-power-w W and --nvml-log"):
+        import_table([path], "trtllm-iterations", KEY, power_w=100.0, nvml_log=log)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, [N/A]\n")
+    with pytest.raises(TableError, match=r"bad.csv:2: power.draw = '\[N/A\]'"):
+        nvml_log_power_w(bad)
+    out = tmp_path / "t.toml"
+    assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "b", "--recipe", "r",
+                 "--nvml-log", str(log), "-o", str(out)]) == 0
+    assert "mean 550.0 W" in capsys.readouterr().out
+    assert CostTable.load(out).meta["power_log"] == "power.csv"

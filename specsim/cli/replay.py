@@ -46,7 +46,10 @@ def register(sub, groups):
                         help="fit the table on engine telemetry: TensorRT-LLM iteration stats or SGLang "
                              "`Decode batch` lines")
     t.add_argument("--assume-power-w", type=float, metavar="W",
-                   help="with --from: joules are W watts times time ([meta] energy_source = assumed); required")
+                   help="with --from: joules are W watts times time ([meta] energy_source = assumed)")
+    t.add_argument("--nvml-log", metavar="CSV",
+                   help="with --from, instead of --assume-power-w: joules are the mean board power of this "
+                        "nvidia-smi power log (timestamp, index, power.draw) times time")
     t.add_argument("--min-samples", type=count, metavar="N", default=None,
                    help="with --from: fewest samples a measured cell rests on (default 5)")
     t.add_argument("-o", "--output", required=True, metavar="OUT", help="cost table TOML to write")
@@ -128,7 +131,7 @@ def cmd_import(args):
     digests = digest_map(args.digest)
     if args.from_format is not None:
         return _import_telemetry(args, digests)
-    for flag in ("--assume-power-w", "--min-samples"):
+    for flag in ("--assume-power-w", "--min-samples", "--nvml-log"):
         if getattr(args, flag[2:].replace("-", "_")) is not None:
             raise TableError(f"{flag} applies to --from (engine telemetry), not to --run")
     if len(args.file) != 1:
@@ -154,13 +157,17 @@ def _import_telemetry(args, digests):
     from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table
     from specsim.table import SCHEMA, CostTable, TableKey
 
-    if args.assume_power_w is None:
-        raise TableError("--from needs --assume-power-w W: engine telemetry holds no joules, so they are W watts "
-                         "times time (the table records energy_source = \"assumed\")")
-    out = Outputs({f"FILE {i + 1}": f for i, f in enumerate(args.file)})
+    if (args.assume_power_w is None) == (args.nvml_log is None):
+        raise TableError("--from needs one of --assume-power-w W (joules are W watts times time; the table records "
+                         "energy_source = \"assumed\") and --nvml-log CSV (the log's mean board power): engine "
+                         "telemetry holds no joules")
+    inputs = {f"FILE {i + 1}": f for i, f in enumerate(args.file)}
+    if args.nvml_log is not None:
+        inputs["--nvml-log"] = args.nvml_log
+    out = Outputs(inputs)
     out.declare(args.output, "-o")
     key = TableKey(SCHEMA, args.box_class, args.recipe, digests)
-    fitted = import_table(args.file, args.from_format, key, power_w=args.assume_power_w,
+    fitted = import_table(args.file, args.from_format, key, power_w=args.assume_power_w, nvml_log=args.nvml_log,
                           min_samples=MIN_CELL_SAMPLES if args.min_samples is None else args.min_samples)
     table = fitted.table
     with out:
@@ -168,8 +175,9 @@ def _import_telemetry(args, digests):
     measured = table.meta["measured_cells"]
     print(f"wrote {args.output}: {measured} measured cells ({table.meta['samples']:,} samples, at least "
           f"{table.meta['min_cell_samples']} each), {len(table.cells) - measured} fitted; widths "
-          f"{', '.join(map(str, table.widths.tolist()))}, depths 0..{table.max_k}; joules assumed at "
-          f"{args.assume_power_w:g} W")
+          f"{', '.join(map(str, table.widths.tolist()))}, depths 0..{table.max_k}; " + (
+              f"joules assumed at {args.assume_power_w:g} W" if args.nvml_log is None else
+              f"joules at the NVML log's mean {table.meta['power_log_w']:.1f} W"))
     if fitted.refused:
         print("refused (too few samples): " + table.meta["refused_cells"])
     apart = ", ".join(f"{v:,} {k}" for k, v in fitted.kept_apart.items() if v)

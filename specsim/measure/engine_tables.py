@@ -20,7 +20,8 @@ outside (the table lookup's own rule); a depth observed at no width linearly bet
 observed depths at each width (verify time, and draft time per draft). Each cell says how many
 samples it rests on (``samples``; 0 for a completed one) and ``source`` (``measured``,
 ``width-fit``, ``depth-fit``). Joules are the ``--assume-power-w`` power times time
-(``[meta] energy_source = "assumed"``).
+(``[meta] energy_source = "assumed"``), or the mean board power of an NVML log (``--nvml-log``,
+``energy_source = "nvml-log-mean"``) times time.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def trtllm_samples(text: str, source: str) -> Samples:
             drafts = requests = 0
             overhead = 0.0
             if stats is not None:
-                drafts, accepted, requests = (as_count(spec_field(stats, f)) for f in ("drafts", "accepted", "requests"))
+                drafts, accepted, requests = (as_count(spec_field(stats, f))
+                                              for f in ("drafts", "accepted", "requests"))
                 if None in (drafts, accepted, requests):
                     problems.append(f"{where}: specDecodingStats needs numDraftTokens, numAcceptedTokens and "
                                     "numRequestsWithDraftTokens as counts")
@@ -254,8 +256,9 @@ class Fitted(NamedTuple):
 
 
 def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_CELL_SAMPLES, meta=None,
-              source: str = "<telemetry>") -> Fitted:
-    """A cost table fitted on ``samples`` (see the module docstring), joules at ``power_w``."""
+              energy=None, source: str = "<telemetry>") -> Fitted:
+    """A cost table fitted on ``samples`` (see the module docstring), joules at ``power_w``;
+    ``energy`` is what ``[meta]`` says of them (default: an assumed power)."""
     from specsim.table import Cell, CostTable
 
     if not samples.decode:
@@ -311,8 +314,7 @@ def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_C
     meta = dict(meta or {})
     meta.update({
         "cost_source": "engine telemetry",
-        "energy_source": "assumed",
-        "assumed_power_w": float(power_w),
+        **(energy or {"energy_source": "assumed", "assumed_power_w": float(power_w)}),
         "min_cell_samples": min_samples,
         "steps_per_sample": samples.steps_per_sample,
         "samples": len(samples.decode),
@@ -328,14 +330,68 @@ def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_C
     return Fitted(table, refused, samples.kept_apart)
 
 
-def import_table(paths, fmt: str, key, *, power_w: float, min_samples: int = MIN_CELL_SAMPLES) -> Fitted:
-    """Read ``paths`` (``fmt``: one of :data:`ENGINE_FORMATS`) and fit a table under ``key``."""
+def nvml_log_power_w(path) -> tuple:
+    """Mean board power of an ``nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv``
+    log: the GPUs' powers summed per timestamp, averaged over the timestamps.
+
+    Returns
+    -------
+    (float, int, int)
+        Watts, timestamps, GPUs.
+    """
+    from specsim._io import csv_rows, decode_text, read_input
+
+    text = decode_text(read_input(path, "the NVML power log", TableError), "the NVML power log", path, TableError)
+    header, rows = csv_rows(text, "the NVML power log", path, TableError)
+    names = [h.split(" [")[0].strip().lower() for h in header or []]
+    if "power.draw" not in names:
+        raise TableError(f"{path}: the NVML power log has no power.draw column (log with nvidia-smi "
+                         "--query-gpu=timestamp,index,power.draw --format=csv -lms 100)")
+    col = names.index("power.draw")
+    when = names.index("timestamp") if "timestamp" in names else None
+    gpu = names.index("index") if "index" in names else None
+    totals, gpus, problems = {}, set(), []
+    for line, row in rows:
+        if not row or not "".join(row).strip():
+            continue
+        raw = row[col].strip() if col < len(row) else ""
+        try:
+            watts = float(raw.removesuffix("W").strip())
+        except ValueError:
+            watts = float("nan")
+        if not math.isfinite(watts) or watts < 0:
+            problems.append(f"{path}:{line}: power.draw = {raw!r} is not a power (finite watts >= 0)")
+            continue
+        stamp = row[when].strip() if when is not None and when < len(row) else line
+        gpus.add(row[gpu].strip() if gpu is not None and gpu < len(row) else "0")
+        totals[stamp] = totals.get(stamp, 0.0) + watts
+    if problems:
+        raise TableError(f"{path}: the NVML power log is refused", problems)
+    if not totals:
+        raise TableError(f"{path}: the NVML power log holds no sample")
+    return float(np.mean(list(totals.values()))), len(totals), len(gpus)
+
+
+def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
+                 min_samples: int = MIN_CELL_SAMPLES) -> Fitted:
+    """Read ``paths`` (``fmt``: one of :data:`ENGINE_FORMATS`) and fit a table under ``key``;
+    joules from an assumed ``power_w`` or from the mean power of an ``nvml_log``."""
     from specsim._checks import MAX_POWER_W, check_number
 
-    power_w = check_number(power_w, "--assume-power-w", TableError, 0.0, MAX_POWER_W, low_open=True, unit="W")
+    if (power_w is None) == (nvml_log is None):
+        raise TableError("give one of --assume-power-w W and --nvml-log FILE: engine telemetry holds no joules")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
         raise TableError(f"--min-samples = {min_samples!r} must be a whole number >= 1")
-    samples = read_samples(paths, fmt)
     names = ", ".join(Path(p).name for p in paths)
-    return fit_table(samples, key, power_w=power_w, min_samples=min_samples,
-                     meta={"imported_from": names, "telemetry_format": fmt}, source=names)
+    meta = {"imported_from": names, "telemetry_format": fmt}
+    if nvml_log is not None:
+        power_w, stamps, gpus = nvml_log_power_w(nvml_log)
+        energy = {"energy_source": "nvml-log-mean", "power_log": Path(nvml_log).name, "power_log_w": power_w,
+                  "power_log_samples": stamps, "power_log_gpus": gpus,
+                  "energy_note": "joules are the log's mean board power (summed over its GPUs) times each cell's "
+                                 "time: measured power, but one mean for every cell"}
+    else:
+        power_w = check_number(power_w, "--assume-power-w", TableError, 0.0, MAX_POWER_W, low_open=True, unit="W")
+        energy = {"energy_source": "assumed", "assumed_power_w": float(power_w)}
+    samples = read_samples(paths, fmt)
+    return fit_table(samples, key, power_w=power_w, min_samples=min_samples, meta=meta, energy=energy, source=names)
