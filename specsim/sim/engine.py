@@ -42,6 +42,12 @@ from specsim.sim.options import (  # noqa: F401  (names kept importable from her
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
 
+# The engine's semantics version: what a result means for given inputs. Raise it with any change
+# that alters some result for the same requests, table, calibration, policy and options (a
+# scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
+# disk by earlier versions (a sweep's results file) are recomputed rather than reused.
+ENGINE_SEMANTICS = 1
+
 # Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
 PROGRESS_CHUNK = 1 << 12
@@ -510,18 +516,19 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """
     import os
     import threading
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
     from dataclasses import replace
 
-    lock = threading.Lock()
-    stop = threading.Event()
+    from specsim._executor import MAX_WORKERS, Executor
 
-    def one(item):
-        pol, s = item
+    lock = threading.Lock()
+    workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
+    ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
+
+    def one(pol, s):
         seen = [0]
 
         def tick(finished):
-            if stop.is_set():
+            if ex.stop.is_set():
                 raise _Stopped
             if progress is not None:
                 with lock:
@@ -531,23 +538,8 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
                         progress=tick)
 
-    workers = min(len(runs), os.cpu_count() or 1)
-    if workers <= 1:
-        return [one(item) for item in runs]
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        futures = [pool.submit(one, item) for item in runs]
-        pending = futures
-        while pending:
-            # Short waits keep the main thread where Ctrl-C reaches it.
-            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-            if failed is not None:
-                failed.result()  # raises the run's error; the others stop below
-        return [f.result() for f in futures]
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+    with ex:
+        return ex.map(one, runs)
 
 
 class _Stopped(Exception):
