@@ -400,10 +400,17 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    priced = table.contexts.size and resolved["context_pricing"]
+    contexts = table.contexts if priced else np.zeros(0, np.int64)
+    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
+    for c in range(contexts.shape[0]):
+        for n in range(seqs + 1):
+            width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs), cal=cal,
+        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        cal=cal,
         srv=_server(resolved, pol, depth_memo, seqs, k_cap, kv_blocks),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
@@ -426,7 +433,8 @@ def collect(p: Prepared, req=None) -> SimResult:
     energy = {k: float(s[k]) for k in ("decode_j", "prefill_j", "idle_j", "decode_s", "prefill_s", "idle_s")}
     kv_blocks = int(p.srv.rec[0]["kv_blocks"])
     kv = {"block_size": int(p.srv.rec[0]["block_size"]), "capacity_blocks": None if kv_blocks == NO_CAP else kv_blocks,
-          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"])}
+          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"]),
+          "mean_decode_context": float(s["ctx_priced"]) / int(s["decode_steps"]) if s["decode_steps"] else 0.0}
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
