@@ -67,6 +67,7 @@ def _run(args, out):
     from specsim import __version__
     from specsim.cli.capacity import _inputs
     from specsim.sim.fleet import simulate_fleet
+    from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
     from specsim.traces import summary as trace_summary
 
@@ -80,6 +81,8 @@ def _run(args, out):
     print(f"{read.source} ({read.format}): {read.requests.shape[0]} requests; {fleet.replicas} replica(s), "
           f"{fleet.gpus} GPU(s); router {router}")
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     for s in summaries:
         print(f"\n{s['label']}: per replica")
         print(replica_table(s["per_replica"]))

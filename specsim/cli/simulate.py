@@ -75,7 +75,7 @@ def _simulate(args, out):
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.policy import policy_runs
-    from specsim.sim.metrics import requests_csv, summarize
+    from specsim.sim.metrics import overload_lines, requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
 
@@ -107,6 +107,8 @@ def _simulate(args, out):
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     if args.json:
         doc = {
             "policies": summaries,
