@@ -255,6 +255,11 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     elif table is not None or calibration is not None:
         raise CapacityError("give either a table and calibration or a fleet, not both")
     check_router(router)
+    from specsim.sim.engine import _request_arrays
+
+    if _request_arrays(requests)[0].shape[0] == 0:
+        raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
+                            "nothing to size; give a trace with requests")
     if slo_ttft_s is None and slo_tpot_s is None:
         raise CapacityError("give an SLO: a TTFT target, a TPOT target, or both (seconds)")
     for name, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
@@ -298,6 +303,12 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
         args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo[0], slo[1], label)
                 for label, m in pending.items()]
         results = runner(args)
+        if not (isinstance(results, (list, tuple)) and len(results) == len(args)
+                and all(isinstance(p, Probe) and p.label == a[-1] for p, a in zip(results, args))):
+            from specsim._checks import show
+
+            raise CapacityError(f"the runner answered {show(results)} for {len(args)} probes: a runner returns "
+                                "one Probe per argument tuple, in their order (as serial_runner does)")
         done += len(results)
         nxt = {}
         for probe in results:
@@ -374,17 +385,13 @@ class ThreadRunner:
     """
 
     def __init__(self, workers=None):
-        import os
+        from specsim._executor import Executor
 
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.ex = Executor("threads", workers)
+        self.workers = self.ex.workers
 
     def __call__(self, args) -> list:
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self.workers == 1 or len(args) == 1:
-            return serial_runner(args)
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(args))) as pool:
-            return list(pool.map(lambda a: run_probe(*a), args))
+        return self.ex.map(run_probe, args)
 
 
 class DaskRunner:
@@ -393,43 +400,24 @@ class DaskRunner:
     manager; not for use from several threads at once."""
 
     def __init__(self, scheduler=None, workers=None):
-        import os
+        from specsim._executor import Executor, ExecutorError
 
-        from dask.distributed import Client, LocalCluster
-
-        self.cluster = None
-        if scheduler:
-            try:
-                self.client = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as e:
-                raise CapacityError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
-        else:
-            n = workers or os.cpu_count() or 1
-            # A random dashboard port: a fixed one may be taken by another cluster on the machine.
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
-            self.client = Client(self.cluster)
-        self._scattered = {}
-
-    def _ship(self, value):
-        key = id(value)
-        if key not in self._scattered:
-            self._scattered[key] = (value, self.client.scatter(value, broadcast=True, hash=False))
-        return self._scattered[key][1]
+        try:
+            self.ex = Executor("dask", workers, scheduler)
+        except ExecutorError as e:
+            raise CapacityError(str(e)) from None
 
     def __call__(self, args) -> list:
-        futs = [self.client.submit(run_probe, self._ship(a[0]), self._ship(a[1]), *a[2:], pure=False) for a in args]
-        return self.client.gather(futs)
+        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:]) for a in args])
 
-    def close(self):
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+    def close(self, abandoned=False):
+        self.ex.close(abandoned)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, exc, tb):
+        self.close(abandoned=kind is not None)
         return False
 
 

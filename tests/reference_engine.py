@@ -72,6 +72,21 @@ def ref_prefill_cost(tokens, ms_per_token, j_per_token, ms_per_step=0.0, j_per_s
     return ms[hi - 1] + (ms[hi] - ms[hi - 1]) * f, js[hi - 1] + (js[hi] - js[hi - 1]) * f
 
 
+def ref_prefill_fixed(ms_per_step, j_per_step, curve):
+    """(ms, J) every prefilling step pays whatever its tokens: the affine model's per-step part,
+    or the curve's first segment extrapolated to 0 tokens, kept within [0, first point]."""
+    if curve is None:
+        return ms_per_step, j_per_step
+    xs, ms, js = curve
+    if len(xs) == 1:
+        return ms[0], js[0]
+    out = []
+    for y in (ms, js):
+        at_zero = y[0] - (y[1] - y[0]) / (xs[1] - xs[0]) * xs[0]
+        out.append(min(max(at_zero, 0.0), y[0]))
+    return tuple(out)
+
+
 class RefEngine:
     """The engine's rules (docs/simulation.md), one Python statement at a time, over lists.
 
@@ -86,11 +101,12 @@ class RefEngine:
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
-                 prefill_curve=None):
+                 prefill_curve=None, mixed_step_pricing="additive"):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
         self.chunked, self.block_size = chunked_prefill, kv_block_size
+        self.one_pass = mixed_step_pricing == "one-pass"
         self.prefill = (prefill_ms_per_token, prefill_j_per_token, prefill_ms_per_step, prefill_j_per_step,
                         prefill_curve)
         self.max_k = len(costs[0]) - 1
@@ -239,7 +255,8 @@ class RefEngine:
         return budget, preempted
 
     def price(self, dec, pre, verify, take, n, k):
-        """(ms, decode J, prefill J) of the step: the decode part plus the prefill part."""
+        """(ms, decode J, prefill J) of the step: the decode part plus the prefill part, less
+        (one forward pass) the share ``min(decode, prefill, prefill's fixed part)``."""
         ns, rows = len(dec), sum(verify[r] for r in dec)
         ptok = sum(take[r] for r in pre)
         dms = dj = 0.0
@@ -262,6 +279,10 @@ class RefEngine:
         pms = pj = 0.0
         if pre:
             pms, pj = ref_prefill_cost(ptok, *self.prefill)
+            if ns and self.one_pass:
+                fms, fj = ref_prefill_fixed(*self.prefill[2:])
+                pms -= min(dms, pms, fms)
+                pj -= min(dj, pj, fj)
             self.tot["prefill_steps"] += 1
             self.tot["prefill_tokens"] += ptok
             self.tot["mixed_steps"] += 1 if ns else 0

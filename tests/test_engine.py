@@ -67,11 +67,12 @@ def ref_policy(text):
 def run_reference(reqs, table, cal, policy, **opts):
     from specsim.sim.options import (
         DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN,
-        DEFAULT_PREFILL_MS_PER_TOKEN,
+        DEFAULT_MIXED_STEP_PRICING, DEFAULT_PREFILL_MS_PER_TOKEN,
     )
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
             "chunked_prefill": DEFAULT_CHUNKED_PREFILL, "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            "mixed_step_pricing": DEFAULT_MIXED_STEP_PRICING,
             **opts}
     if "max_num_seqs" in opts:
         opts["max_batch"] = opts.pop("max_num_seqs")
@@ -270,17 +271,30 @@ def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch,
 @given(
     n=st.integers(1, 20), trace_seed=st.integers(0, 10 ** 6), seed=st.integers(0, 2 ** 32),
     policy=st.sampled_from(POLICIES), max_batch=st.integers(1, 6), chunked=st.booleans(),
-    budget=st.one_of(st.none(), st.integers(1, 700)), kv=st.one_of(st.none(), st.integers(340, 1500)),
+    budget=st.one_of(st.none(), st.integers(1, 700)), kv_room=st.one_of(st.none(), st.integers(-48, 1200)),
     block=st.sampled_from([1, 7, 16, 32]), step_ms=st.sampled_from([0.0, 4.0]), rate=st.sampled_from([0.5, 5.0, 50.0]),
     curve=st.booleans(),
 )
 @settings(max_examples=60, deadline=None)
-def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_batch, chunked, budget, kv, block,
+def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_batch, chunked, budget, kv_room, block,
                                              step_ms, rate, curve):
     """Token budget, chunked or separate prefill, KV blocks and preemption, against the reference
-    step for step; and the rules' invariants."""
+    step for step; and the rules' invariants.
+
+    The KV capacity is drawn relative to the least that holds the largest request alone (its
+    prompt, output and a full set of drafts): a cache smaller than that is refused, as it must be,
+    and a larger one runs, with preemption when the requests do not all fit at once."""
     reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
     table, cal = small_table(), small_calibration()
+    kv = None
+    if kv_room is not None:
+        # Blocks the largest request needs alone (k_max defaults to the table's deepest depth).
+        need = int((-(-(reqs["prompt_tokens"] + reqs["output_tokens"] - 1 + table.max_k) // block)).max())
+        kv = max(1, need * block + kv_room)
+        if kv // block < need:
+            with pytest.raises(SimulationError, match="KV blocks"):
+                simulate(reqs, table, cal, policy, max_batch=max_batch, kv_capacity_tokens=kv, kv_block_size=block)
+            return
     opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                 kv_capacity_tokens=kv, kv_block_size=block, prefill_ms_per_step=step_ms, prefill_j_per_step=step_ms / 2,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14)

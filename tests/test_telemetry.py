@@ -152,14 +152,19 @@ def test_prometheus_two_scrapes_difference_and_a_reset(tmp_path):
     assert tally.resets == 5 and ident.meta["counter_resets"] == 5  # engine 1's five series
 
 
-def test_prometheus_per_position_denominators(tmp_path):
-    # Variable depth: 100 steps drafted position 1, 60 drafted position 2.
-    text = scrape({"0": (100, [80, 30], [100, 60])})
-    _, ident, _ = load(tmp_path, text, "m.prom")
-    assert ident.meta["source_denominators"] == "per-position draft tokens"
-    assert ident.meta["assumption"].startswith("depth independent")
-    # marginal at position 2 is 30/60: 50 of 100 steps accepted two
-    assert ident.steps == {(2, 0): 20, (2, 1): 30, (2, 2): 50}
+def test_prometheus_variable_depth_is_refused_or_cut_to_the_shallowest_depth(tmp_path):
+    # 100 drafting steps drafted 160 tokens at 2 positions: the depth varied.
+    text = scrape({"0": (100, [80, 30], None)}).replace(
+        "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\\\"x\"} 200.0",
+        "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\\\"x\"} 160.0")
+    assert "} 160.0" in text
+    with pytest.raises(CalibrationError, match="depth varied") as e:
+        load(tmp_path, text, "m.prom")
+    assert "--min-depth" in str(e.value) and "--per-request-spec-decode-metrics detailed" in str(e.value)
+    p = write(tmp_path, "m.prom", text)
+    fmt, records, tally = read_telemetry([p])
+    ident = identify(fmt, records, tally, files=["m.prom"], min_depth=1)
+    assert ident.steps == {(1, 0): 20, (1, 1): 80} and ident.meta["variable_depth_records"] == 1
 
 
 def test_prometheus_junk_is_counted_and_strict_refuses(tmp_path):
@@ -229,8 +234,8 @@ def test_vllm_per_request_histograms_windows_and_per_step(tmp_path):
     docs = [
         {"id": "a", "metrics": {"speculative_decoding": {"acceptance_histogram": [10, 20, 30, 40], "num_spec_tokens": 3,
                                                           "mean_acceptance_length": 3.0}}},
-        {"id": "b", "usage": {"metrics": {"speculative_decoding": {
-            "acceptance_histogram_by_draft_length": {"3": [1, 1, 1, 1], "2": [5, 0, 5]}}}}},
+        {"id": "b", "usage": {"metrics": {"speculative_decoding": {"acceptance_histogram": [1, 1, 1, 1],
+                                                                    "num_spec_tokens": 3}}}},
         {"id": "c", "metrics": {"speculative_decoding": {"per_step_accepted": [3, 0, 1, 2], "per_step_drafted": [3, 3, 3, 3],
                                                           "acceptance_histogram": [1, 1, 1, 1]}}},
         {"id": "d", "metrics": {"speculative_decoding": {"num_spec_steps": 0, "num_accepted_draft_tokens": 0}}},
@@ -238,7 +243,7 @@ def test_vllm_per_request_histograms_windows_and_per_step(tmp_path):
     text = "\n".join(json.dumps(d) for d in docs) + "\n{not json\n"
     fmt, ident, tally = load(tmp_path, text, "r.jsonl")
     assert fmt == "vllm-request"
-    assert ident.steps == {(3, 0): 12, (3, 1): 22, (3, 2): 32, (3, 3): 42, (2, 0): 5, (2, 2): 5}
+    assert ident.steps == {(3, 0): 12, (3, 1): 22, (3, 2): 32, (3, 3): 42}
     assert tally.zero_draft == 1 and tally.garbage == 1
     assert ident.runs[3] == [None, None, [3, 0, 1, 2]]
     text_w = render_windows(ident, fmt)
@@ -322,6 +327,22 @@ def test_sglang_meta_info_generations(tmp_path, meta, kind):
         assert ident.windows == {2: [[85, 10, 5]]}
     else:
         assert ident.meta["mean_accepted_per_step"] == pytest.approx(1.8)
+
+
+def test_sglang_histogram_length_is_not_the_depth(tmp_path):
+    # SGLang grows the histogram to the largest accepted run + 1: at depth 4, runs of at most 2.
+    meta = {"spec_correct_drafts_histogram": [5, 10, 85], "spec_verify_ct": 100}
+    with pytest.raises(CalibrationError, match="--depth K"):
+        load(tmp_path, json.dumps({"meta_info": meta}), "s.json")
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": {**meta, "spec_num_proposed_drafts": 400}}), "s.json")
+    assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json", depth=4)
+    assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
+    # counts that contradict the histogram are unreadable
+    from specsim.calibration.telemetry.sglang import parse_requests
+
+    _, tally = parse_requests(json.dumps({"meta_info": {**meta, "spec_verify_ct": 99}}), "s.json")
+    assert tally.garbage == 1 and "contradict" in tally.problems[0]
 
 
 def test_sglang_server_info(tmp_path):
@@ -435,7 +456,8 @@ def _synthetic(source, truth, k, intervals=40, steps=500):
         elif source == "vllm-request":
             parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k}}))
         elif source == "sglang-request":
-            parts.append(json.dumps({"meta_info": {"spec_correct_drafts_histogram": hist}}))
+            parts.append(json.dumps({"meta_info": {"spec_correct_drafts_histogram": hist, "spec_verify_ct": steps,
+                                                   "spec_num_proposed_drafts": steps * k}}))
         elif source == "trtllm-request":
             parts.append(json.dumps({"speculative_decoding": {"acceptance_histogram": hist, "num_spec_tokens": k,
                                                               "total_accepted_draft_tokens": int(runs.sum())}}))

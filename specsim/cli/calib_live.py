@@ -35,6 +35,15 @@ def register(csub):
     p.add_argument("--assume", choices=ASSUMPTIONS, help="assumption for a mean-only source (constant-rate)")
     p.add_argument("--depth", type=count, metavar="K", help="drafts per verify step, when the source does not say")
     p.add_argument("--strict", action="store_true", help="refuse lines that look like the format but cannot be read")
+    shallow = p.add_mutually_exclusive_group()
+    shallow.add_argument("--schedule", metavar="FILE",
+                         help="the width -> depth schedule the serve ran (a schedule TOML, or ENGINE:FILE such as "
+                              "vllm:config.json): where the depth varied, keep the positions its shallowest depth "
+                              "reached")
+    shallow.add_argument("--min-depth", type=count, metavar="K",
+                         help="the shallowest depth the serve drafted: where the depth varied, keep positions 1..K")
+    p.add_argument("--decode-log-interval", type=count, metavar="N",
+                   help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
     from specsim.cli.calib import drafter_flags
 
     drafter_flags(p)
@@ -54,9 +63,10 @@ def cmd_import(args):
         out.declare(args.output, "-o")
         out.declare(args.windows_out, "--windows-out")
         drafter = drafter_key(args)
-        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict)
+        min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
+        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
         names = [Path(f).name for f in args.files]
-        ident = identify(fmt, records, tally, args.assume, args.depth, names)
+        ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
         windows = render_windows(ident, fmt) if args.windows_out else None
         out.text(args.output, cal.render())
@@ -70,6 +80,20 @@ def cmd_import(args):
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
     return 0
+
+
+def shallowest_depth(text) -> int:
+    """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
+    from specsim.errors import CalibrationError
+    from specsim.schedule.formats import engine_schedule, load_schedule
+
+    ranges = engine_schedule(text)
+    if ranges is None:
+        ranges = load_schedule(text).ranges
+    depths = [k for _, _, k in ranges if k > 0]
+    if not depths:
+        raise CalibrationError(f"--schedule {text}: the schedule never drafts, so no telemetry came from it")
+    return min(depths)
 
 
 DRIFT_EPILOG = """\

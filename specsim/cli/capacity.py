@@ -67,12 +67,12 @@ def cmd_capacity(args):
         raise CapacityError("give an SLO: --slo-ttft-s, --slo-tpot-s, or both")
     if not 0 < args.attainment <= 1:
         raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
-    if args.workers is not None and args.workers < 1:
-        raise CapacityError(f"--workers must be >= 1, got {args.workers}")
-    if sum(map(bool, (args.serial, args.threads, args.scheduler))) > 1:
+    if sum(map(bool, (args.serial, args.threads is not None, args.scheduler))) > 1:
         raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
+    _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()
@@ -86,6 +86,22 @@ def cmd_capacity(args):
     for path in out.written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _check_executor(args):
+    """Worker counts and the scheduler address, refused before any input is read."""
+    from specsim._executor import ExecutorError, check_scheduler, check_workers
+    from specsim.sizing import CapacityError
+
+    try:
+        if args.workers is not None:
+            check_workers(args.workers, "--workers")
+        if args.threads is not None:
+            check_workers(args.threads, "--threads")
+        if args.scheduler is not None:
+            check_scheduler(args.scheduler)
+    except ExecutorError as e:
+        raise CapacityError(str(e)) from None
 
 
 def _inputs(args, out):
@@ -118,7 +134,7 @@ def _search(args, fleet, read):
     kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
               attainment=args.attainment, router=router, max_replicas=args.max_replicas,
               gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
-    if args.threads:
+    if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
     if not args.serial:

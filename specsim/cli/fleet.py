@@ -55,6 +55,7 @@ def cmd_fleet(args):
         raise FleetError(f"--replicas must be >= 1, got {args.replicas}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         _run(args, out)

@@ -48,6 +48,7 @@ def cmd_replay(args):
     from specsim._io import Outputs
 
     with Outputs({"FILE": args.file, "--table": args.table, "--calibration": args.calibration}) as out:
+        out.add_policies([args.policy])
         out.declare(args.json, "--json")
         _replay(args, out)
     return 0

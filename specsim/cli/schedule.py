@@ -44,8 +44,8 @@ def register(sub, groups):
                         "wider widths keep its depth")
     p.add_argument("--to", required=True, choices=ENGINES, help="the engine to write for")
     p.add_argument("--method", metavar="NAME", type=_method_name,
-                   help="speculative method as the engine names it (default: vLLM eagle, TensorRT-LLM Eagle3, "
-                        "SGLang EAGLE)")
+                   help="speculative method as the engine names it (default: vLLM eagle3, TensorRT-LLM Eagle3, "
+                        "SGLang EAGLE3: most current drafters are EAGLE-3)")
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights, written where the engine takes them")
     p.add_argument("--max-batch", type=count, metavar="N",
                    help="the serve's largest batch, where a format needs the last range closed (default: the "
@@ -61,6 +61,10 @@ def register(sub, groups):
     )
     p.add_argument("--from", dest="engine", required=True, choices=ENGINES, help="the engine the file is for")
     p.add_argument("file", help="the engine's config file")
+    p.add_argument("--trtllm-keys", choices=("upper", "lower"),
+                   help="how the TensorRT-LLM build reads draft_len_schedule keys: upper bounds (since PR #10860, "
+                        "about March 2026) or lower bounds (from PR #8194 until then); default: told from the file "
+                        "(key 1 with a 0 last length is a lower-bound file), else upper")
     p.set_defaults(func=cmd_import)
 
 
@@ -120,5 +124,9 @@ def cmd_export(args):
 def cmd_import(args):
     from specsim.schedule.formats import import_file, policy_text
 
-    print(policy_text(import_file(args.engine, args.file)))
+    from specsim.errors import ScheduleError
+
+    if args.trtllm_keys and args.engine != "trtllm":
+        raise ScheduleError("--trtllm-keys applies to --from trtllm")
+    print(policy_text(import_file(args.engine, args.file, args.trtllm_keys)))
     return 0

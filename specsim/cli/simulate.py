@@ -53,6 +53,7 @@ def cmd_simulate(args):
 
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--acceptance": args.acceptance, "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):

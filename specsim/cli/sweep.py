@@ -27,12 +27,14 @@ def register(sub, groups):
 
 
 def cmd_sweep(args):
+    from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
-    from specsim.errors import SpecsimError
     from specsim.sweep import load_grid, read_results, run_sweep
 
-    if args.workers is not None and args.workers < 1:
-        raise SpecsimError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers is not None:
+        check_workers(args.workers, "--workers")
+    if args.scheduler is not None:
+        check_scheduler(args.scheduler)
     if args.plot:
         require_matplotlib()
     grid = load_grid(args.grid)

@@ -10,16 +10,17 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim._checks import COUNT_MAX
 from specsim.errors import KeyMismatchError, PlanError
-from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
+from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
 from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
 from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
-NO_CAP = COUNT_MAX
+# "No cap": the planner takes widths up to int64's end (count_arg), so only a cap at that end
+# bounds nothing a width can reach; a smaller sentinel would act as a cap nobody set.
+NO_CAP = INT64_MAX
 # A thread's first workspace holds this many sequences; it grows to the widest batch seen.
 FIRST_ROWS = 64
 
@@ -38,7 +39,7 @@ def check_slack(slack) -> float:
 
 
 def _cap(max_seqs) -> int:
-    return NO_CAP if max_seqs is None else min(cap_arg(max_seqs, "max_seqs"), NO_CAP)
+    return NO_CAP if max_seqs is None else cap_arg(max_seqs, "max_seqs")
 
 
 def _cum_priors(cal, max_k):

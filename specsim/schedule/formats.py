@@ -35,7 +35,10 @@ from specsim.errors import PolicyError, ScheduleError
 
 ENGINES = ("vllm", "trtllm", "sglang")
 SCHEMA = 1
-DEFAULT_METHOD = {"vllm": "eagle", "trtllm": "Eagle3", "sglang": "EAGLE"}
+# Most current drafters are EAGLE-3 (vLLM's "eagle" means EAGLE-1); --method names another.
+DEFAULT_METHOD = {"vllm": "eagle3", "trtllm": "Eagle3", "sglang": "EAGLE3"}
+VLLM_PER_BATCH_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+"""The methods whose per-batch depth vLLM honours (others fall back to the static K, warning)."""
 # What none of the engines can be told, whatever the schedule.
 COMMON_LIMITS = (
     "one depth for the whole batch: per-sequence depths (specsim's sequence policy) cannot be expressed",
@@ -188,34 +191,79 @@ def export(engine: str, ranges, *, method=None, max_batch=None, draft_model=None
     if problem:
         raise ScheduleError(problem)
     c = canonical(ranges)
+    given = method
     method = method or DEFAULT_METHOD[engine]
-    return {"vllm": _export_vllm, "trtllm": _export_trtllm, "sglang": _export_sglang}[engine](
+    cfg = {"vllm": _export_vllm, "trtllm": _export_trtllm, "sglang": _export_sglang}[engine](
         c, method, max_batch, draft_model)
+    if given is None:
+        cfg = EngineConfig(cfg.engine, cfg.text, cfg.notes + (
+            f"method {method!r} is the default (most current drafters are EAGLE-3): give --method for another",),
+            cfg.usage)
+    return cfg
+
+
+def constant_depth(c):
+    """The one depth a canonical schedule gives every width, or None when it varies (a schedule
+    that plain-decodes above some width is not constant)."""
+    return c[0][2] if len(c) == 1 else None
+
+
+CONSTANT_NOTE = ("the schedule is one depth at every width: written as the engine's plain static setting, since a "
+                 "per-batch schedule costs CUDA-graph coverage even when constant")
 
 
 def _export_vllm(c, method, max_batch, draft_model) -> EngineConfig:
     deepest = _deepest(c, "vLLM")
-    entries = []
-    for lo, hi, k in c:
-        # vLLM keeps the last range's K for every wider batch, so any finite end is exact.
-        entries.append([lo, hi if hi is not None else max(lo, max_batch or lo), k])
     cfg = {"method": method}
     if draft_model:
         cfg["model"] = draft_model
     cfg["num_speculative_tokens"] = deepest
-    cfg["num_speculative_tokens_per_batch_size"] = entries
+    notes = list(COMMON_LIMITS)
+    if constant_depth(c) is not None:
+        notes.append(CONSTANT_NOTE + " (vLLM: any num_speculative_tokens_per_batch_size list turns FULL CUDA graphs "
+                                     "into PIECEWISE, about -14% single-stream in vLLM issue #49548)")
+    else:
+        entries = []
+        for lo, hi, k in c:
+            # vLLM keeps the last range's K for every wider batch, so any finite end is exact.
+            entries.append([lo, hi if hi is not None else max(lo, max_batch or lo), k])
+        cfg["num_speculative_tokens_per_batch_size"] = entries
+        notes += [
+            f"batch sizes above {entries[-1][1]} keep depth {entries[-1][2]} (vLLM extends the last range)",
+            "num_speculative_tokens_per_batch_size needs vLLM of about v0.24 or later: older releases refuse the "
+            "unknown key at start-up",
+            f"vLLM honours a per-batch depth only for methods {', '.join(VLLM_PER_BATCH_METHODS)} on the V1 runner, "
+            "and not with data parallelism: otherwise it serves num_speculative_tokens throughout, with a warning"
+            + ("" if method in VLLM_PER_BATCH_METHODS else f" (method {method!r} is not among them)"),
+            "vLLM's batch size counts every scheduled request, prefill chunks included, where specsim's width counts "
+            "decoding sequences: under chunked prefill the engine picks the depth of a wider batch",
+            "any per-batch list turns vLLM's FULL CUDA graphs into PIECEWISE (about -14% single-stream in vLLM issue "
+            "#49548): the schedule must win more than that to pay",
+        ]
     line = json.dumps(cfg, separators=(", ", ": "))
-    notes = list(COMMON_LIMITS) + [
-        f"batch sizes above {entries[-1][1]} keep depth {entries[-1][2]} (vLLM extends the last range)",
-        "dynamic depth is not available with data parallelism in vLLM",
-    ]
     if not draft_model:
         notes.append(f"method {method!r}: add \"model\" (the drafter's weights) for a method that has one")
     return EngineConfig("vllm", line + "\n", tuple(notes), f"vllm serve ... --speculative-config '{line}'")
 
 
+TRTLLM_FLOOR_MODES = ("DraftTarget", "PARD", "SA")
+"""TensorRT-LLM modes where open PR #16888 floors a depth-0 tier at 1 (tree modes too; one-model
+MTP rejects 0)."""
+
+
 def _export_trtllm(c, method, max_batch, draft_model) -> EngineConfig:
     deepest = _deepest(c, "TensorRT-LLM")
+    if constant_depth(c) is not None:
+        notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (TensorRT-LLM: max_draft_len without draft_len_schedule)"]
+        lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
+                 "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
+                 f"# Schedule: {policy_text(c)}"]
+        lines += [f"# Note: {n}" for n in notes]
+        lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
+        if draft_model:
+            lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
+        return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
+                            "trtllm-serve MODEL --extra_llm_api_options FILE")
     if c[0][2] != deepest:
         raise ScheduleError(
             f"{policy_text(c)}: TensorRT-LLM requires the smallest batch-size key to map to max_draft_len (the "
@@ -234,7 +282,17 @@ def _export_trtllm(c, method, max_batch, draft_model) -> EngineConfig:
             notes.append(f"batch sizes above {hi} plain-decode in TensorRT-LLM: keep max_batch_size <= {hi}")
         schedule[hi] = k
     notes += ["draft_len_schedule needs a speculative mode with dynamic draft length (PyTorch backend); "
-              "max_concurrency must stay unset (the two are exclusive)"]
+              "max_concurrency must stay unset (the two are exclusive)",
+              "keys are upper bounds in builds since PR #10860 (about March 2026); builds from PR #8194 until then "
+              "read them as lower bounds and give other depths: serve a current build",
+              "a dynamic draft length costs CUDA-graph coverage (graphs per draft length): the schedule must win "
+              "more than that to pay"]
+    if any(k == 0 for k in schedule.values()) and (method in TRTLLM_FLOOR_MODES or method.upper() == "MTP"):
+        notes.append(f"decoding_type {method}: a depth-0 tier is floored at 1 (open PR #16888; one-model MTP "
+                     "rejects 0): the engine drafts where this schedule plain-decodes")
+    elif any(k == 0 for k in schedule.values()):
+        notes.append("a depth-0 tier is floored at 1 in DraftTarget, PARD, SA and tree modes (open PR #16888) and "
+                     "rejected by one-model MTP")
     lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
              "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
              f"# Schedule: {policy_text(c)}"]
@@ -257,46 +315,81 @@ def _yaml_scalar(text) -> str:
 
 def _export_sglang(c, method, max_batch, draft_model) -> EngineConfig:
     deepest = _deepest(c, "SGLang")
+    flags = (f"--speculative-algorithm {method} --speculative-eagle-topk 1 --speculative-num-steps {deepest} "
+             f"--speculative-num-draft-tokens {deepest + 1}")
+    if constant_depth(c) is not None:
+        notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (SGLang: static --speculative-num-steps, no adaptive "
+                                                       "config; this file records the server arguments)"]
+        cfg = {"speculative_algorithm": method, "speculative_eagle_topk": 1, "speculative_num_steps": deepest,
+               "speculative_num_draft_tokens": deepest + 1}
+        if draft_model:
+            cfg["speculative_draft_model_path"] = draft_model
+        text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+        return EngineConfig("sglang", text, tuple(notes), f"python -m sglang.launch_server ... {flags}")
     cfg = {str(lo): {"candidate_steps": [k]} for lo, _, k in c}
     notes = list(COMMON_LIMITS) + [
         "SGLang rounds a batch up to its next CUDA-graph capture size before choosing the slot: a boundary "
         "between capture sizes acts at the next one (see --cuda-graph-bs)",
-        f"adaptive speculation runs only with EAGLE or EAGLE3 ({method}), topk 1 and no attention data parallelism",
+        f"adaptive speculation runs only with EAGLE or EAGLE3 ({method}), topk 1, no attention data parallelism, no "
+        "multi-layer EAGLE and no two-batch overlap; otherwise SGLang serves the static steps, with a warning",
         "one candidate per slot pins its depth: SGLang's acceptance-driven controller has nothing to choose",
+        "adaptive mode captures CUDA graphs for every candidate depth: the schedule must win more than that costs",
     ]
-    usage = (f"python -m sglang.launch_server ... --speculative-algorithm {method} --speculative-eagle-topk 1 "
-             f"--speculative-num-steps {deepest} --speculative-adaptive --speculative-adaptive-config FILE")
+    usage = f"python -m sglang.launch_server ... {flags} --speculative-adaptive --speculative-adaptive-config FILE"
     text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
     return EngineConfig("sglang", text, tuple(notes), usage)
 
 
 # -- import -----------------------------------------------------------------------------------------
 
-def engine_schedule(text):
-    """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``), or None when
-    ``text`` is not one (the policy parser's hook)."""
+def engine_file(text):
+    """``(engine, path)`` of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``), or None
+    when ``text`` is not one; the path is ``""`` when the file is missing from the text."""
     head, sep, path = str(text).strip().partition(":")
     if not sep or head.strip().lower() not in ENGINES:
         return None
-    if not path.strip():
-        raise PolicyError(f"policy {text!r} needs a file: {head.strip().lower()}:FILE")
-    return import_file(head.strip().lower(), path.strip())
+    return head.strip().lower(), path.strip()
 
 
-def import_file(engine: str, path) -> tuple:
-    """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical)."""
+def engine_schedule(text):
+    """The ranges of an ``ENGINE:FILE`` policy, or None when ``text`` is not one (the policy
+    parser's hook)."""
+    named = engine_file(text)
+    if named is None:
+        return None
+    engine, path = named
+    if not path:
+        raise PolicyError(f"policy {text!r} needs a file: {engine}:FILE")
+    return import_file(engine, path)
+
+
+TRTLLM_KEYS = ("upper", "lower")
+"""How a TensorRT-LLM build reads ``draft_len_schedule`` keys: upper bounds (since PR #10860,
+about March 2026) or lower bounds with key 1 required (from PR #8194, October 2025, until then)."""
+
+
+def import_file(engine: str, path, trtllm_keys=None) -> tuple:
+    """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical).
+
+    ``trtllm_keys`` (``upper`` or ``lower``, see :data:`TRTLLM_KEYS`) says how the build that
+    serves a TensorRT-LLM file reads its keys; None tells it from the file where the file shows
+    it (key 1 with a 0 last length is a lower-bound file), else upper bounds."""
     from specsim._io import decode_text, read_input
 
     if engine not in ENGINES:
         raise ScheduleError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     what = f"a {engine} config"
     text = decode_text(read_input(path, what, PolicyError), what, str(path), PolicyError)
-    return import_text(engine, text, str(path))
+    return import_text(engine, text, str(path), trtllm_keys)
 
 
-def import_text(engine: str, text: str, source: str = "<text>") -> tuple:
+def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None) -> tuple:
     """:func:`import_file` on text already read."""
-    parse = {"vllm": _parse_vllm, "trtllm": _parse_trtllm, "sglang": _parse_sglang}[engine]
+    if trtllm_keys is not None and trtllm_keys not in TRTLLM_KEYS:
+        raise ScheduleError(f"TensorRT-LLM keys {trtllm_keys!r}: one of {', '.join(TRTLLM_KEYS)}")
+    if engine == "trtllm":
+        return canonical(_parse_trtllm(text, source, trtllm_keys))
+    parse = {"vllm": _parse_vllm, "sglang": _parse_sglang}[engine]
     return canonical(parse(text, source))
 
 
@@ -358,7 +451,7 @@ def _parse_vllm(text, source):
     return tuple(out)
 
 
-def _parse_trtllm(text, source):
+def _parse_trtllm(text, source, keys=None):
     doc = read_yaml(text, source)
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: expected LLM-API options (a mapping with speculative_config)")
@@ -388,6 +481,17 @@ def _parse_trtllm(text, source):
                               "draft length >= 0")
         items.append((b, v))
     items.sort()
+    if keys is None:
+        # Key 1 with a 0 last length: meaningless as upper bounds (wider is 0 anyway), the shape of a
+        # lower-bound file (key 1 required, the last key's length covering every wider batch).
+        keys = "lower" if items[0][0] == 1 and len(items) > 1 and items[-1][1] == 0 else "upper"
+    if keys == "lower":
+        if items[0][0] != 1:
+            raise PolicyError(f"{source}: lower-bound draft_len_schedule keys need key 1 (builds from PR #8194 "
+                              "until PR #10860 require it)")
+        if mdl is not None and any(v > mdl for _, v in items):
+            raise PolicyError(f"{source}: a draft length in draft_len_schedule exceeds max_draft_len = {mdl}")
+        return tuple((b, items[i + 1][0] - 1 if i + 1 < len(items) else None, v) for i, (b, v) in enumerate(items))
     if mdl is not None:
         if items[0][1] != mdl:
             raise PolicyError(f"{source}: draft_len_schedule[{items[0][0]}] = {items[0][1]} must equal "
@@ -408,10 +512,19 @@ def _parse_sglang(text, source):
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
     slots = []
+    if not any(k.isdigit() for k in doc) and _whole(doc.get("speculative_num_steps")):
+        # static steps (what a constant schedule exports): the server arguments
+        k = doc["speculative_num_steps"]
+        if k < 0:
+            raise PolicyError(f"{source}: speculative_num_steps must be >= 0, got {k}")
+        return ((1, None, k),)
     for key, entry in doc.items():
         if not key.isdigit():
             continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
-        steps = entry.get("candidate_steps") if isinstance(entry, dict) else entry
+        if not isinstance(entry, dict):
+            raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
+                              f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
+        steps = entry.get("candidate_steps")
         if not isinstance(steps, list) or not steps or not all(_whole(s) and s >= 0 for s in steps):
             raise PolicyError(f"{source}: slot {key!r}: candidate steps must be a non-empty list of whole "
                               f"numbers >= 0, got {steps!r}")

@@ -487,7 +487,10 @@ def _schedule_nb(req, tab, cal, srv, st, ws, key):
 @step_part
 def _price_nb(tab, srv, st, ws, n, k):
     """Price the scheduled step and count it. Returns ``(ms, decoding sequences, rows, prefill
-    tokens)``; the cost of a mixed step is its decode part plus its prefill part."""
+    tokens)``. A mixed step costs its decode part ``d`` plus its prefill part ``p``, less, when
+    priced as one forward pass, the part the two share: ``min(d, p, p_fixed)`` with ``p_fixed``
+    the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
+    prefill part, which then pays only its tokens' marginal cost."""
     s = st.rec[0]
     n_sched = 0
     rows = 0
@@ -511,6 +514,9 @@ def _price_nb(tab, srv, st, ws, n, k):
     pj = 0.0
     if prefill:
         pms, pj = prefill_cost_nb(srv, ptok)
+        if n_sched > 0 and srv.rec[0].one_pass != 0:
+            pms -= min(dms, pms, srv.rec[0].prefill_fixed_ms)
+            pj -= min(dj, pj, srv.rec[0].prefill_fixed_j)
         s.prefill_steps += 1
         s.prefill_tokens += ptok
     if n_sched > 0:

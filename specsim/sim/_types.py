@@ -109,10 +109,12 @@ SERVER_DT = np.dtype([
     ("block_size", "i8"),      # KV tokens per block
     ("kv_blocks", "i8"),       # KV capacity in blocks
     ("prefill_curve", "i8"),   # 1: prefill cost from the profiled curve; 0: affine
+    ("one_pass", "i8"),        # 1: a mixed step shares the prefill's fixed part with its decode part
     ("seed", "u8"),
     ("slack", "f8"),
     ("prefill_ms_per_step", "f8"), ("prefill_j_per_step", "f8"),
     ("prefill_ms_per_token", "f8"), ("prefill_j_per_token", "f8"),
+    ("prefill_fixed_ms", "f8"), ("prefill_fixed_j", "f8"),  # the prefill cost's per-step fixed part
     ("idle_w", "f8"),
 ], align=True)
 

@@ -37,7 +37,7 @@ import numpy as np
 from specsim.errors import SimulationError
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions,
+    NO_CAP, ServerOptions, prefill_fixed_part,
 )
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
@@ -341,6 +341,8 @@ def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, 
         r[name] = opts[name]
     curve = opts["prefill_curve"]
     r["prefill_curve"] = curve is not None
+    r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
     return Server(rec, depth_memo, *arrays)
 
@@ -506,18 +508,19 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """
     import os
     import threading
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
     from dataclasses import replace
 
-    lock = threading.Lock()
-    stop = threading.Event()
+    from specsim._executor import MAX_WORKERS, Executor
 
-    def one(item):
-        pol, s = item
+    lock = threading.Lock()
+    workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
+    ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
+
+    def one(pol, s):
         seen = [0]
 
         def tick(finished):
-            if stop.is_set():
+            if ex.stop.is_set():
                 raise _Stopped
             if progress is not None:
                 with lock:
@@ -527,23 +530,8 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
                         progress=tick)
 
-    workers = min(len(runs), os.cpu_count() or 1)
-    if workers <= 1:
-        return [one(item) for item in runs]
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        futures = [pool.submit(one, item) for item in runs]
-        pending = futures
-        while pending:
-            # Short waits keep the main thread where Ctrl-C reaches it.
-            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-            if failed is not None:
-                failed.result()  # raises the run's error; the others stop below
-        return [f.result() for f in futures]
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+    with ex:
+        return ex.map(one, runs)
 
 
 class _Stopped(Exception):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -14,12 +13,10 @@ from pathlib import Path
 
 
 from specsim._checks import request_size_problem, show
+from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
 from specsim.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
-
-SERIAL_NOTE = ("dask.distributed is not installed: running the sweep serially in this process "
-               "(pip install 'specsim[dist]' to spread it over workers)")
 
 
 @dataclass
@@ -189,19 +186,6 @@ def _changed_parts(row: dict, inputs: dict) -> list:
     return [part for part in INPUT_PARTS if kept.get(part) != inputs[part]] or ["digest"]
 
 
-SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
-
-
-def check_scheduler(address) -> None:
-    """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
-    import re
-
-    m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
-    if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
-        raise GridError(f"--scheduler {show(address)} is not a Dask scheduler address: give "
-                        f"[SCHEME://]HOST:PORT, e.g. tcp://10.0.0.5:8786 (schemes: {', '.join(SCHEDULER_SCHEMES)})")
-
-
 def check_results_path(path) -> None:
     """Refuse a results path that is not .csv/.parquet, or a file that is not sweep results."""
     path = Path(path)
@@ -355,6 +339,8 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     start = time.monotonic()
     if scheduler is not None:
         check_scheduler(scheduler)
+    if workers is not None:
+        check_workers(workers)
     check_results_path(out)
     traces, tables, cals = _load_inputs(grid, grid.points)
     digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
@@ -400,21 +386,23 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     if todo:
         bar = Progress(len(todo), "sweep", enabled=progress, unit="points")
         try:
-            dist = None
-            if not serial:
-                try:
-                    import dask.distributed as dist  # noqa: F401
-                except ImportError:
-                    print(f"specsim sweep: {SERIAL_NOTE}", file=sys.stderr)
-                    dist = None
-            if dist is None:
-                for p in todo:
-                    row = run_point(p, traces[p["trace"]], tables[p["table"]], cals[p["calibration"]],
-                                    point_options(grid, p), grid.slo)
+            if serial:
+                ex = Executor("serial")
+            else:
+                ex = choose("auto", workers, scheduler, what="specsim sweep")
+            with ex:
+                n_workers = ex.workers
+                # Inputs travel once per worker, not once per point.
+                share = {kind: {name: ex.share(v) for name, v in pool.items()}
+                         for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals))}
+                calls = [(p, share["trace"][p["trace"]], share["table"][p["table"]],
+                          share["calibration"][p["calibration"]], point_options(grid, p), grid.slo) for p in todo]
+
+                def saved(i, row):
                     save(row)
                     bar.update()
-            else:
-                n_workers = _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers)
+
+                ex.map(run_point, calls, on_result=saved, keys=[f"specsim-point-{point_id(p)}" for p in todo])
         except KeyboardInterrupt:
             bar.close()
             kept = len(rows) - skipped
@@ -449,74 +437,3 @@ def resume_note(total: int, reused: int, n_stale: int, stale: dict, out) -> str:
         why = ", ".join(f"{PART_NAMES.get(k, k)} at {v}" for k, v in sorted(stale.items(), key=lambda kv: -kv[1]))
         parts.append(f"recomputing {n_stale} kept point(s) whose inputs changed: {why}")
     return "; ".join(parts) + f"; computing {total - reused} point(s)"
-
-
-def _run_dask(grid, todo, traces, tables, cals, save, bar, scheduler, workers) -> int:
-    from dask.distributed import Client, LocalCluster, as_completed
-
-    cluster = None
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="20s")
-        except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
-            raise GridError(f"cannot reach the Dask scheduler at {show(scheduler)}: {show(str(e), 200)}") from None
-    else:
-        n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-    interrupted = False
-    try:
-        n_workers = len(client.scheduler_info()["workers"])
-        # Inputs travel once per worker, not once per task.
-        futs = {}
-        for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals)):
-            for name, value in pool.items():
-                futs[(kind, name)] = client.scatter(value, broadcast=True, hash=False)
-        tasks = []
-        for p in todo:
-            tasks.append(client.submit(
-                run_point, p, futs[("trace", p["trace"])], futs[("table", p["table"])],
-                futs[("calibration", p["calibration"])], point_options(grid, p), grid.slo,
-                pure=False, key=f"specsim-point-{point_id(p)}",
-            ))
-        for fut in as_completed(tasks):
-            save(fut.result())
-            bar.update()
-        return n_workers
-    except KeyboardInterrupt:
-        # Finished points are saved; the points still running are dropped at once rather than
-        # waited for (a worker cannot stop inside the engine kernel).
-        interrupted = True
-        _stop_local_workers(cluster)
-        raise
-    finally:
-        for close in (client.close, None if cluster is None else cluster.close):
-            if close is None:
-                continue
-            if not interrupted:
-                close()
-                continue
-            try:
-                close(timeout=2)
-            except Exception:  # noqa: BLE001  (shutting down after Ctrl-C: nothing left to save)
-                pass
-
-
-def _stop_local_workers(cluster) -> None:
-    """Silence Dask's shutdown warnings and end this sweep's own local worker processes."""
-    import logging
-    import signal
-
-    for name in ("distributed", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    if cluster is None:
-        return  # an existing cluster's workers are not ours to stop
-    for nanny in list(cluster.workers.values()):
-        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-

@@ -18,7 +18,7 @@ from specsim.errors import CalibrationError
 FORMATS = {
     "vllm-log": "vLLM `SpecDecoding metrics:` / V0 `Speculative metrics:` log lines",
     "vllm-prometheus": "vLLM /metrics text exposition (one scrape, or several: their difference)",
-    "vllm-bench": "`vllm bench serve` summary (Speculative Decoding block)",
+    "vllm-bench": "`vllm bench serve` summary (Speculative Decoding block) or --save-result JSON",
     "vllm-request": "vLLM per-request `speculative_decoding` metrics (JSON or JSON Lines)",
     "sglang-log": "SGLang `Decode batch` log lines",
     "sglang-request": "SGLang per-request `meta_info` (JSON or JSON Lines)",
@@ -31,7 +31,7 @@ FORMATS = {
 _MARKERS = (
     ("vllm-prometheus", ("vllm:spec_decode_",)),
     ("vllm-log", ("SpecDecoding metrics:", "Speculative metrics:")),
-    ("vllm-bench", ("Speculative Decoding",)),
+    ("vllm-bench", ("Speculative Decoding", "spec_decode_per_position_acceptance_rates")),
     ("sglang-log", ("Decode batch",)),
     ("trtllm-iteration", ("specDecodingStats", "spec_decoding_stats")),
     ("trtllm-request", ("total_accepted_draft_tokens",)),
@@ -59,7 +59,7 @@ def detect_format(text: str, source: str = "<text>") -> str:
     )
 
 
-def read_telemetry(paths, fmt=None, strict: bool = False):
+def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=None):
     """Read telemetry files of one format into records in serve order.
 
     Parameters
@@ -71,6 +71,9 @@ def read_telemetry(paths, fmt=None, strict: bool = False):
     strict : bool
         Refuse any line or block that looks like the format but cannot be read (listing them),
         instead of skipping and counting it.
+    decode_log_interval : int, optional
+        SGLang's ``--decode-log-interval`` the serve ran (decode steps per ``Decode batch``
+        line; default 40).
 
     Returns
     -------
@@ -91,9 +94,11 @@ def read_telemetry(paths, fmt=None, strict: bool = False):
         texts.append((text, found))
         names.append(str(p))
     fmt = fmt or texts[0][1]
+    if decode_log_interval is not None and decode_log_interval < 1:
+        raise CalibrationError(f"--decode-log-interval {decode_log_interval}: SGLang logs every N >= 1 decode steps")
     parsers = {
         "vllm-log": vllm.parse_log, "vllm-bench": vllm.parse_bench, "vllm-request": vllm.request_records,
-        "sglang-log": sglang.parse_log, "sglang-request": sglang.parse_requests,
+        "sglang-log": lambda text, source: sglang.parse_log(text, source, decode_log_interval or sglang.DECODE_LOG_INTERVAL), "sglang-request": sglang.parse_requests,
         "sglang-server-info": sglang.parse_server_info, "trtllm-iteration": trtllm.parse_iterations,
         "trtllm-request": trtllm.parse_requests,
     }

@@ -6,8 +6,8 @@ skipped and could not read. Records come in three kinds, by what they identify (
 ``docs/telemetry.md``, "What each source identifies"):
 
 - ``"steps"``: verify steps by ``(drafts, accepted run)`` (accept-run histograms, per-step arrays);
-- ``"marginal"``: per-position accepted drafts and the drafts that reached each position's slot
-  (vLLM's per-position counters and rates);
+- ``"marginal"``: per-position accepted drafts over the steps that drafted (vLLM's per-position
+  counters and rates);
 - ``"mean"``: accepted drafts and verify steps, or a mean only (every other source).
 """
 
@@ -44,7 +44,8 @@ class Record:
     accepted : list of int
         ``"marginal"``: accepted drafts at positions 1..K.
     reached : list of int
-        ``"marginal"``: drafts proposed at positions 1..K (the per-position denominators).
+        ``"marginal"``: the steps behind each position's count (every step that drafted, the
+        denominator the engines divide by).
     mean_accepted : float
         ``"mean"``: accepted drafts per verify step (bonus token excluded).
     n_steps : float or None
@@ -52,8 +53,14 @@ class Record:
     depth : int or None
         Drafts per verify step when the record tells it.
     accepted_tokens, drafted_tokens : int or None
-        ``"mean"`` records that count tokens but not steps (vLLM's early V1 line): the steps are
-        ``drafted / depth`` once the depth is known.
+        ``"mean"`` records that count tokens but not steps (vLLM's early V1 line, TensorRT-LLM's
+        released per-request block): the steps are ``drafted / depth`` once the depth is known.
+    variable : str or None
+        Why the record's counts show that the depth varied from step to step (then positions
+        past the shallowest depth mix steps that never reached them); None when they do not.
+    depth_told : bool
+        False for a histogram whose length is not the depth (SGLang grows it to the largest
+        accepted run + 1): the depth must come from elsewhere.
     """
 
     kind: str
@@ -68,6 +75,8 @@ class Record:
     depth: Optional[int] = None
     accepted_tokens: Optional[int] = None
     drafted_tokens: Optional[int] = None
+    variable: Optional[str] = None
+    depth_told: bool = True
 
 
 @dataclass

@@ -71,10 +71,14 @@ _PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_tok
 def parse_requests(text: str, source: str):
     """Records of per-request ``meta_info``, every field generation.
 
-    A ``*_histogram`` (index j = verify steps that accepted exactly j) gives a ``"steps"`` record
-    at ``len - 1`` drafts; otherwise accepted drafts over ``spec_verify_ct`` steps, or
-    ``spec_accept_length - 1``, or (first generation) ``completion_tokens / spec_verify_ct - 1``
-    (biased slightly high: ``completion_tokens`` includes the prefill's token) give a mean.
+    A ``*_histogram`` (index j = verify steps that accepted exactly j) gives a ``"steps"`` record.
+    SGLang grows it to the largest accepted run + 1, not to the depth: the depth is proposed
+    drafts over ``spec_verify_ct`` (``spec_num_proposed_drafts``, 0.5.16+;
+    ``spec_draft_token_num``, 0.5.10), else ``--depth`` (the record is marked as not telling it).
+    Otherwise accepted drafts over ``spec_verify_ct`` steps give a mean; failing those,
+    ``spec_accept_length - 1`` or (first generation) ``completion_tokens / spec_verify_ct - 1``,
+    both ``completion_tokens / spec_verify_ct`` underneath and biased high by the prefill's token
+    (recorded in ``[meta] source_fields``).
     """
     def find(doc):
         metas = [d["meta_info"] for d in walk(doc) if isinstance(d.get("meta_info"), dict)]
@@ -95,25 +99,55 @@ def _first(meta, names):
 
 
 def _meta(meta, where, tally):
-    name, hist = _first(meta, _HISTOGRAMS)
-    if hist is not None:
-        tally.notes["fields"] = name
-        return histogram_record(hist, None, where, tally)
     verify = as_count(meta.get("spec_verify_ct"))
     name, acc = _first(meta, _ACCEPTED)
     _, proposed = _first(meta, _PROPOSED)
     if verify == 0:
         tally.zero_draft += 1
         return None
-    depth = None
-    if verify and as_count(proposed) is not None and as_count(proposed) % verify == 0:
-        depth = as_count(proposed) // verify
+    depth = variable = None
+    if verify and as_count(proposed) is not None:
+        if as_count(proposed) % verify:
+            variable = (f"proposed drafts {proposed} over {verify} verify steps is not whole: the depth varied (with "
+                        "topk > 1 the count is tree nodes, which no chain import reads)")
+        else:
+            depth = as_count(proposed) // verify
+    hname, hist = _first(meta, _HISTOGRAMS)
+    if hist is not None:
+        tally.notes["fields"] = hname
+        if isinstance(hist, list) and variable is None and depth is not None and len(hist) > depth + 1:
+            tally.bad(where, f"{hname} has {len(hist)} entries for {depth} drafts per step (proposed / verify "
+                             "steps): counts that contradict each other")
+            return None
+        rec = histogram_record(hist, depth, where, tally)
+        if rec is None:
+            return None
+        total = sum(rec.steps.values())
+        if verify is not None and verify != total:
+            tally.bad(where, f"spec_verify_ct {verify} but {hname} counts {total} steps: counts that contradict "
+                             "each other")
+            return None
+        if as_count(acc) is not None and as_count(acc) != sum(a * c for (_, a), c in rec.steps.items()):
+            tally.bad(where, f"{name} {acc} is not the accepted drafts {hname} counts: counts that contradict "
+                             "each other")
+            return None
+        rec.depth_told = depth is not None
+        rec.depth = depth
+        rec.variable = variable
+        return rec
     if verify and as_count(acc) is not None:
+        if depth is not None and as_count(acc) > verify * depth:
+            tally.bad(where, f"{name} {acc} is more than {verify} steps x {depth} drafts")
+            return None
+        if variable is not None and as_count(acc) > as_count(proposed):
+            tally.bad(where, f"{name} {acc} is more than the {proposed} proposed drafts")
+            return None
         tally.notes["fields"] = name
         return Record("mean", where, mean_accepted=as_count(acc) / verify, n_steps=verify, depth=depth)
     length = as_number(meta.get("spec_accept_length"))
     if length is not None and length >= 1.0:
-        tally.notes["fields"] = "spec_accept_length"
+        tally.notes["fields"] = ("spec_accept_length (completion tokens / verify steps: biased high by the prefill "
+                                 "token)")
         return Record("mean", where, mean_accepted=length - 1.0, n_steps=verify, depth=depth)
     tokens = as_count(meta.get("completion_tokens"))
     if verify and tokens is not None and tokens >= verify:

@@ -53,5 +53,9 @@ def _iteration(stats, where, tally):
 
 
 def parse_requests(text: str, source: str):
-    """Records of per-request ``speculative_decoding`` blocks (the PyTorch backend's names)."""
-    return request_records(text, source, accepted_key="total_accepted_draft_tokens")
+    """Records of per-request ``speculative_decoding`` blocks (the PyTorch backend's names). The
+    released block (``RequestPerfMetrics.speculative_decoding``) holds accepted and drafted tokens
+    only: a mean whose steps are ``total_draft_tokens / depth`` (``--depth``). The payload with
+    ``acceptance_histogram``, ``num_spec_steps`` and ``num_spec_tokens`` (null under
+    ``draft_len_schedule``) is read as vLLM's is."""
+    return request_records(text, source, keys=("total_accepted_draft_tokens", "total_draft_tokens"))

@@ -22,18 +22,19 @@ _FIELD = {
     "rate": re.compile(r"Draft acceptance rate:\s*" + _NUM),
     "v0_k": re.compile(r"Number of speculative tokens:\s*([0-9]+)"),
     "v0_accepted": re.compile(r"Number of accepted tokens:\s*([0-9]+)"),
-    "v0_drafted": re.compile(r"Number of draft tokens:\s*([0-9]+)"),
-    "v0_emitted": re.compile(r"Number of emitted tokens:\s*([0-9]+)"),
+    # The first V0 releases printed "Number of draft tokens tokens:" (and "emitted tokens tokens").
+    "v0_drafted": re.compile(r"Number of draft tokens(?: tokens)?:\s*([0-9]+)"),
+    "v0_emitted": re.compile(r"Number of emitted tokens(?: tokens)?:\s*([0-9]+)"),
 }
 
 
 def parse_log(text: str, source: str):
     """Records of vLLM's periodic speculative-decoding log lines, every generation.
 
-    Current lines (with per-position rates) give ``"marginal"`` records: steps ``N = Drafted /
-    K`` (every step drafts the full ``K``, the list's length) and accepted drafts at position
-    ``j`` ``round(rate_j * N)``. Early V1 lines (a rate, accepted and drafted only) and V0 lines
-    give ``"mean"`` records. Lines that drafted nothing are skipped and counted.
+    Current lines (with per-position rates) give ``"marginal"`` records: ``N`` drafting steps
+    and ``round(rate_j * N)`` drafts accepted at position ``j`` (see :func:`_v1_line` for ``N``
+    and the variable-depth test). Early V1 lines (a rate, accepted and drafted only) and V0
+    lines give ``"mean"`` records. Lines that drafted nothing are skipped and counted.
     """
     tally = Tally()
     records = []
@@ -59,6 +60,18 @@ def parse_log(text: str, source: str):
 
 
 def _v1_line(body, where, tally):
+    """One current (or early V1) line.
+
+    vLLM divides every per-position count by the drafting steps ``N`` and prints
+    ``1 + accepted / N`` as the mean length, neither of which it prints as a count. ``N`` is
+    bounded twice: by the mean (2 decimals, ``accepted / (mean - 1)``) and by the rates (3
+    decimals each, their sum is ``accepted / N``); the point taken is the middle of both bounds.
+    At a fixed depth ``K`` (the list's length) ``Drafted = K x N``; a line whose ``Drafted / K``
+    lies outside the bounds drafted fewer than ``K`` at some steps: its depth varied, and its
+    positions past the shallowest depth divide by steps that never reached them (the record is
+    marked ``variable``). Before mid-2025 the mean left out the bonus token: the rates' sum tells
+    which meaning a line has.
+    """
     fields = {k: r.search(body) for k, r in _FIELD.items()}
     if not (fields["accepted"] and fields["drafted"]):
         tally.bad(where, "a SpecDecoding metrics line without `Accepted: N tokens, Drafted: N tokens`")
@@ -68,32 +81,69 @@ def _v1_line(body, where, tally):
         tally.zero_draft += 1
         return None
     if accepted > drafted:
-        tally.bad(where, f"accepted {accepted} > drafted {drafted}")
+        tally.bad(where, f"accepted {accepted} > drafted {drafted}: counts that contradict each other")
         return None
     pp = _PER_POS.search(body) or _PER_POS_RUN.search(body)
     if pp is None:  # the early V1 generation: a rate and two counts, no per-position list
         tally.notes["generation"] = "vllm-v1-early"
         return Record("mean", where, accepted_tokens=accepted, drafted_tokens=drafted)
     rates = [as_number(v) for v in pp.group(1).split(",")]
-    if not rates or len(rates) > MAX_DEPTH or any(r is None or not 0.0 <= r <= 1.0 for r in rates):
+    if not rates or len(rates) > MAX_DEPTH:
+        tally.bad(where, f"{len(rates)} per-position rates: at most {MAX_DEPTH} positions")
+        return None
+    if any(r is None or not 0.0 <= r <= 1.0 for r in rates):
         tally.bad(where, f"per-position rates {pp.group(1)!r} are not numbers in [0, 1]")
         return None
+    rising = next((j for j in range(1, len(rates)) if rates[j] > rates[j - 1]), None)
+    if rising is not None:
+        tally.bad(where, f"per-position rate {rising + 1} ({rates[rising]:g}) is above position {rising}'s "
+                         f"({rates[rising - 1]:g}): a marginal rate cannot rise along positions")
+        return None
     k = len(rates)
-    n_steps = drafted / k
-    if drafted % k:
-        tally.notes["lines_with_partial_depth"] = tally.notes.get("lines_with_partial_depth", 0) + 1
-    n = max(int(round(n_steps)), 1)
+    mal = as_number(fields["mean_len"].group(1)) if fields["mean_len"] else None
+    if fields["mean_len"] and mal is None:
+        tally.bad(where, f"mean acceptance length {fields['mean_len'].group(1)!r} is not a finite number")
+        return None
+    steps = _step_bounds(accepted, rates, mal, tally)
+    if steps is None:
+        tally.bad(where, f"accepted {accepted}, mean acceptance length {mal}, rates summing to {sum(rates):.3f} "
+                         "give no common number of drafting steps: counts that contradict each other")
+        return None
+    lo, hi = steps
+    tally.notes["generation"] = "vllm-v1"
+    if lo <= drafted / k <= hi and drafted % k == 0:
+        n = drafted // k
+        variable = None
+    else:
+        n = max(int(round(0.5 * (lo + min(hi, drafted)))), 1)
+        variable = (f"Drafted {drafted} is not {k} (the per-position list's length) x the {n} drafting steps "
+                    f"that accepted {accepted} and the mean length give ({lo:.0f}-{hi:.0f})")
     acc = [min(int(round(r * n)), n) for r in rates]
     for j in range(1, k):  # rates are rounded to 3 decimals: keep the counts a non-increasing run
         acc[j] = min(acc[j], acc[j - 1])
-    tally.notes["generation"] = "vllm-v1"
-    if fields["mean_len"] and as_number(fields["mean_len"].group(1)) is not None:
-        mal = float(fields["mean_len"].group(1))
-        mean_a = accepted / n_steps
-        # Until mid-2025 the mean acceptance length left out the bonus token; later it has it.
-        bonus = abs(mal - (1.0 + mean_a)) <= abs(mal - mean_a)
+    return Record("marginal", where, accepted=acc, reached=[n] * k, depth=k, variable=variable)
+
+
+def _step_bounds(accepted, rates, mal, tally):
+    """The interval of drafting steps ``N`` a line's printed accepted count, rates (3 decimals)
+    and mean length (2 decimals) allow; None when they allow none. Records in ``tally`` whether
+    the mean counts the bonus token."""
+    inf = float("inf")
+    k = len(rates)
+    s = sum(rates)
+    half = 0.0005 * k
+    lo = accepted / (s + half) if accepted else 0.0
+    hi = accepted / (s - half) if s > half else inf
+    if accepted == 0:
+        return 0.0, inf
+    if mal is not None:
+        # With the bonus token the mean is 1 + sum of rates; without (before mid-2025) the sum.
+        bonus = abs(mal - (1.0 + s)) <= abs(mal - s)
         tally.notes["mean_acceptance_length"] = "with bonus token" if bonus else "without bonus token (before mid-2025)"
-    return Record("marginal", where, accepted=acc, reached=[n] * k, depth=k)
+        m = mal - 1.0 if bonus else mal
+        lo = max(lo, accepted / (m + 0.005))
+        hi = min(hi, accepted / (m - 0.005) if m > 0.005 else inf)
+    return (lo, hi) if lo <= hi + 1e-9 else None
 
 
 def _v0_line(body, where, tally):
@@ -138,7 +188,6 @@ PROM = {
     "draft_tokens": "vllm:spec_decode_num_draft_tokens",
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
     "accepted_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
-    "draft_pos": "vllm:spec_decode_num_draft_tokens_per_pos",
 }
 _BY_NAME = {v: k for k, v in PROM.items()}
 
@@ -187,14 +236,18 @@ def _labels(text):
 
 def scrapes_record(counts, where, tally):
     """A ``"marginal"`` record from one scrape's counters (counts since start) or their
-    increments between two scrapes, summed over engines and every label but ``position``."""
+    increments between two scrapes, summed over engines and every label but ``position``.
+
+    No release exports a per-position draft count: every position divides by the drafts
+    (``num_drafts``). When ``num_draft_tokens`` is not ``K x num_drafts`` (``K`` positions), the
+    depth varied and the record is marked ``variable``.
+    """
     totals = {}
     for (name, labels), value in counts.items():
         tkey = (name, dict(labels).get("position"))
         totals[tkey] = totals.get(tkey, 0.0) + value
     drafts = totals.get(("drafts", None))
     acc_pos = {int(p): v for (n, p), v in totals.items() if n == "accepted_pos" and p is not None and p.isdigit()}
-    draft_pos = {int(p): v for (n, p), v in totals.items() if n == "draft_pos" and p is not None and p.isdigit()}
     if drafts is None or not acc_pos:
         tally.bad(where, "no vllm:spec_decode_num_drafts or no per-position accepted counters in the scrape")
         return None
@@ -205,17 +258,38 @@ def scrapes_record(counts, where, tally):
     if k > MAX_DEPTH:
         tally.bad(where, f"per-position counters up to position {k - 1}: at most {MAX_DEPTH} positions")
         return None
+    n = int(round(drafts))
     acc = [int(round(acc_pos.get(j, 0.0))) for j in range(k)]
-    if draft_pos:
-        tally.notes["denominators"] = "per-position draft tokens"
-        reached = [int(round(draft_pos.get(j, 0.0))) for j in range(k)]
-    else:
-        tally.notes["denominators"] = "drafts"
-        reached = [int(round(drafts))] * k
-    if any(a > r for a, r in zip(acc, reached)):
-        tally.bad(where, f"per-position accepted {acc} exceed their drafts {reached}")
+    return marginal_record(acc, n, totals.get(("draft_tokens", None)), totals.get(("accepted_tokens", None)),
+                           where, tally, ("num_draft_tokens", "num_drafts"))
+
+
+def marginal_record(acc, n, draft_tokens, accepted_tokens, where, tally, names):
+    """A ``"marginal"`` record of ``acc[j]`` drafts accepted at position ``j + 1`` over ``n``
+    drafting steps, checked: a count above the steps, counts rising along positions, or a total
+    accepted that is not their sum are refused; ``draft_tokens`` other than ``K x n`` marks the
+    depth variable. ``names`` are the source's names for the draft tokens and the steps."""
+    k = len(acc)
+    if any(a > n for a in acc):
+        tally.bad(where, f"per-position accepted {acc} exceed the {n} drafting steps: counts that contradict each other")
         return None
-    return Record("marginal", where, accepted=acc, reached=reached, depth=k)
+    rising = next((j for j in range(1, k) if acc[j] > acc[j - 1]), None)
+    if rising is not None:
+        tally.bad(where, f"accepted at position {rising + 1} ({acc[rising]}) is above position {rising}'s "
+                         f"({acc[rising - 1]}): counts cannot rise along positions")
+        return None
+    if accepted_tokens is not None and abs(accepted_tokens - sum(acc)) > 0.5 + 1e-6 * accepted_tokens:
+        tally.bad(where, f"accepted tokens {accepted_tokens:g} are not the sum of the per-position counts {sum(acc)}: "
+                         "counts that contradict each other")
+        return None
+    variable = None
+    if draft_tokens is not None and int(round(draft_tokens)) != k * n:
+        if draft_tokens > k * n + 0.5:
+            tally.bad(where, f"{names[0]} {draft_tokens:g} is more than {k} positions x {names[1]} {n}: counts that "
+                             "contradict each other")
+            return None
+        variable = f"{names[0]} {draft_tokens:g} is not {k} (positions) x {names[1]} {n}"
+    return Record("marginal", where, accepted=acc, reached=[n] * k, depth=k, variable=variable)
 
 
 def parse_prometheus(texts, sources):
@@ -268,9 +342,14 @@ _KV = re.compile(r"^\s*([^:]+?):\s*" + _NUM + r"\s*$")
 
 
 def parse_bench(text: str, source: str):
-    """Records of ``vllm bench serve`` summaries: one ``"marginal"`` record per block, accepted
-    drafts at position ``i`` ``round(percent_i / 100 * Drafts)``."""
+    """Records of ``vllm bench serve`` results: the ``--save-result`` JSON (full-precision rates),
+    or the printed summary's ``Speculative Decoding`` blocks (rates in percent, 2 decimals). One
+    ``"marginal"`` record per result: accepted drafts at position ``i`` ``round(rate_i x Drafts)``."""
     tally = Tally()
+    if text.lstrip().startswith(("{", "[")):
+        records = block_records(text, source, tally, lambda doc: [d for d in walk(doc) if _BENCH_JSON[0] in d],
+                                lambda d, where: _bench_json(d, where, tally), "result")
+        return records, tally
     records = []
     lines = text.splitlines()
     i = 0
@@ -300,6 +379,36 @@ def parse_bench(text: str, source: str):
     return records, tally
 
 
+_BENCH_JSON = ("spec_decode_per_position_acceptance_rates", "spec_decode_num_drafts", "spec_decode_draft_tokens",
+               "spec_decode_accepted_tokens")
+
+
+def _bench_json(doc, where, tally):
+    rates, drafts, draft_tokens, accepted = (doc.get(k) for k in _BENCH_JSON)
+    drafts = as_count(drafts)
+    if not isinstance(rates, list) or drafts is None:
+        tally.bad(where, "a bench result without spec_decode_num_drafts or its per-position rates list")
+        return None
+    if drafts == 0:
+        tally.zero_draft += 1
+        return None
+    rates = [as_number(r) for r in rates]
+    if not rates or len(rates) > MAX_DEPTH or any(r is None or r < 0 for r in rates):
+        tally.bad(where, f"spec_decode_per_position_acceptance_rates is not 1..{MAX_DEPTH} finite rates")
+        return None
+    accepted = as_number(accepted)
+    scale = 1.0
+    if accepted is not None and sum(rates) > 0:
+        # Rates as fractions or as percent: the one that gives back the accepted count.
+        scale = min((1.0, 0.01), key=lambda f: abs(sum(rates) * f * drafts - accepted))
+    if any(r * scale > 1.0 + 1e-9 for r in rates):
+        tally.bad(where, f"per-position rates {rates} above 1")
+        return None
+    acc = [int(round(r * scale * drafts)) for r in rates]
+    return marginal_record(acc, drafts, as_number(draft_tokens), accepted, where, tally,
+                           ("spec_decode_draft_tokens", "spec_decode_num_drafts"))
+
+
 def _bench_block(fields, positions, where, tally):
     drafts = as_count(fields.get("Drafts"))
     if drafts is None or not positions or sorted(positions) != list(range(len(positions))) or len(positions) > MAX_DEPTH:
@@ -313,29 +422,42 @@ def _bench_block(fields, positions, where, tally):
         tally.bad(where, f"per-position acceptance {rates} is not percentages")
         return None
     acc = [int(round(r / 100.0 * drafts)) for r in rates]
-    for j in range(1, len(acc)):
+    for j in range(1, len(acc)):  # 2-decimal percentages: keep the counts a non-increasing run
         acc[j] = min(acc[j], acc[j - 1])
-    return Record("marginal", where, accepted=acc, reached=[drafts] * len(acc), depth=len(acc))
+    # The printed rates carry 4 significant digits: the accepted count is checked to that precision.
+    accepted = fields.get("Accepted tokens")
+    if accepted is not None and abs(accepted - sum(acc)) > 0.00005 * drafts * len(acc) + 0.5:
+        tally.bad(where, f"Accepted tokens {accepted:g} is not the sum of the per-position counts {sum(acc)}: counts "
+                         "that contradict each other")
+        return None
+    return marginal_record(acc, drafts, fields.get("Draft tokens"), None, where, tally, ("Draft tokens", "Drafts"))
 
 
 # -- per-request metrics --------------------------------------------------------------------
-def request_records(text: str, source: str, block_key="speculative_decoding", accepted_key="num_accepted_draft_tokens",
-                    tally=None):
+def request_records(text: str, source: str, block_key="speculative_decoding",
+                    keys=("num_accepted_draft_tokens", "num_draft_tokens")):
     """Records of per-request speculative-decoding blocks (vLLM's, and TensorRT-LLM's with its
-    own count names): per-step arrays, histograms by draft length, a histogram, else a mean."""
+    own count names ``keys``: accepted drafts, drafted tokens): per-step arrays, a histogram,
+    else a mean."""
     def find(doc):
         blocks = [d[block_key] for d in walk(doc) if isinstance(d.get(block_key), dict)]
         if not blocks and isinstance(doc, dict) and ("acceptance_histogram" in doc or "num_spec_steps" in doc):
             blocks = [doc]
         return blocks
 
-    tally = tally or Tally()
-    records = block_records(text, source, tally, find,
-                            lambda block, where: _request_block(block, where, accepted_key, tally), "block")
+    tally = Tally()
+    records = block_records(text, source, tally, find, lambda block, where: _request_block(block, where, keys, tally),
+                            "block")
     return records, tally
 
 
-def _request_block(block, where, accepted_key, tally):
+def _request_block(block, where, keys, tally):
+    """One block. The histogram has ``num_spec_tokens + 1`` entries (index j = steps that accepted
+    exactly j). Its steps are at that depth only when every step drafted it: ``num_draft_tokens``
+    other than ``num_spec_steps x num_spec_tokens``, or a null ``num_spec_tokens`` (TensorRT-LLM
+    writes null under ``draft_len_schedule``), marks the depth variable; per-step arrays stay
+    exact whatever the depth did."""
+    accepted_key, drafted_key = keys
     depth = as_count(block.get("num_spec_tokens"))
     accepted, drafted = block.get("per_step_accepted"), block.get("per_step_drafted")
     if isinstance(accepted, list) and isinstance(drafted, list):
@@ -343,7 +465,8 @@ def _request_block(block, where, accepted_key, tally):
         d = [as_count(v) for v in drafted]
         if (len(a) != len(d) or any(x is None for x in a + d) or any(x > y for x, y in zip(a, d))
                 or max(d, default=0) > MAX_DEPTH):
-            tally.bad(where, "per_step_accepted and per_step_drafted are not matching lists of counts, accepted <= drafted")
+            tally.bad(where, "per_step_accepted and per_step_drafted are not matching lists of counts, accepted <= "
+                             f"drafted <= {MAX_DEPTH}")
             return None
         steps, runs = {}, {}
         for x, y in zip(a, d):
@@ -355,34 +478,52 @@ def _request_block(block, where, accepted_key, tally):
             tally.zero_draft += 1
             return None
         return Record("steps", where, steps=steps, runs=runs, depth=depth)
-    by_len = block.get("acceptance_histogram_by_draft_length")
-    if isinstance(by_len, dict) and by_len:
-        merged = None
-        for key, hist in by_len.items():
-            k = as_count(key)
-            if k is None:
-                tally.bad(where, f"draft length {key!r} is not a count")
-                return None
-            rec = histogram_record(hist, k, where, Tally() if merged else tally)
-            if rec is None:
-                continue
-            if merged is None:
-                merged = rec
-            else:
-                for s, c in rec.steps.items():
-                    merged.steps[s] = merged.steps.get(s, 0) + c
-                merged.windows.update(rec.windows)
-        if merged is None:
-            tally.zero_draft += 1
-        return merged
-    if "acceptance_histogram" in block:
-        return histogram_record(block["acceptance_histogram"], depth, where, tally)
     n_steps = as_count(block.get("num_spec_steps"))
     acc = as_count(block.get(accepted_key))
+    drafted = as_count(block.get(drafted_key))
+    if "acceptance_histogram" in block:
+        hist = block["acceptance_histogram"]
+        if "num_spec_tokens" in block and block["num_spec_tokens"] is not None and depth is None:
+            tally.bad(where, f"num_spec_tokens {block['num_spec_tokens']!r} is not a count")
+            return None
+        rec = histogram_record(hist, depth, where, tally)
+        if rec is None:
+            return None
+        total = sum(rec.steps.values())
+        accepted_total = sum(a * c for (_, a), c in rec.steps.items())
+        if n_steps is not None and n_steps != total:
+            tally.bad(where, f"num_spec_steps {n_steps} but the histogram counts {total} steps: counts that contradict "
+                             "each other")
+            return None
+        if acc is not None and acc != accepted_total:
+            tally.bad(where, f"{accepted_key} {acc} but the histogram accepts {accepted_total}: counts that contradict "
+                             "each other")
+            return None
+        if depth is None and "num_spec_tokens" in block:
+            rec.variable = "num_spec_tokens is null (the depth followed a schedule)"
+        elif depth is not None and drafted is not None and drafted != total * depth:
+            if drafted > total * depth:
+                tally.bad(where, f"{drafted_key} {drafted} is more than {total} steps x num_spec_tokens {depth}")
+                return None
+            rec.variable = f"{drafted_key} {drafted} is not {total} steps x num_spec_tokens {depth}"
+        return rec
+    if n_steps is None and acc is not None and drafted is not None:
+        # TensorRT-LLM's released block: accepted and drafted tokens only; the steps need the depth.
+        if drafted == 0:
+            tally.zero_draft += 1
+            return None
+        if acc > drafted:
+            tally.bad(where, f"{accepted_key} {acc} > {drafted_key} {drafted}: counts that contradict each other")
+            return None
+        tally.notes["request_block"] = "accepted and drafted tokens only"
+        return Record("mean", where, accepted_tokens=acc, drafted_tokens=drafted, depth=depth)
     if n_steps is None or acc is None:
         tally.bad(where, f"a speculative-decoding block without a histogram, num_spec_steps or {accepted_key}")
         return None
     if n_steps == 0:
         tally.zero_draft += 1
+        return None
+    if depth is not None and acc > n_steps * depth:
+        tally.bad(where, f"{accepted_key} {acc} is more than {n_steps} steps x {depth} drafts")
         return None
     return Record("mean", where, mean_accepted=acc / n_steps, n_steps=n_steps, depth=depth)
