@@ -30,7 +30,7 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
