@@ -166,6 +166,9 @@ class RefEngine:
             k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
         elif kind == "goodput":
             k = ref_goodput_depth(self.widths, self.costs, self.priors, n, self.cap)
+        elif kind == "load-aware" and not self.queue:
+            # Nobody waits: the time a step saves would be spent idle, so energy counts above idle power.
+            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap, self.idle_w)
         else:
             k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap)
         k = min(k, self.k_cap)

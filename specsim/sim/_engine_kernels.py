@@ -156,7 +156,9 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
 def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
-    Uniform policies verify ``depth_memo[n]`` drafts each; the sequence policy drafts
+    Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
+    waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
+    sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
 
     Returns
@@ -165,7 +167,7 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
         ``ws.known[:n]`` (drafted per sequence) are written.
     """
-    k = srv.depth_memo[n]
+    k = srv.depth_memo[n] if st.rec[0].q_len > 0 else srv.idle_memo[n]
     if srv.rec[0].per_sequence != 0:
         return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
     for j in range(n):

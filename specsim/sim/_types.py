@@ -173,11 +173,13 @@ class CalArrays(NamedTuple):
 
 class Server(NamedTuple):
     """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
-    depth at every width) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
+    depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
+    array except for ``load-aware``) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
     ``curve_j`` (float64[P]; empty for the affine model)."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
+    idle_memo: np.ndarray
     curve_tokens: np.ndarray
     curve_ms: np.ndarray
     curve_j: np.ndarray
