@@ -283,3 +283,28 @@ def test_bad_input_is_named_by_file_and_line_and_strict_refuses(tmp_path, fmt, t
     with pytest.raises(CalibrationError, match="--strict") as e:
         read_telemetry([p], fmt, strict=True)
     assert any("bad.txt" in q for q in e.value.problems)
+
+
+def test_calib_export_vllm_synthetic_serves_the_calibrations_acceptance(tmp_path):
+    import subprocess
+    import sys
+
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.calibration.fit import calibration_from_rates
+
+    cal = calibration_from_rates(DRAFTER, TRUTH, "conditional")
+    f = tmp_path / "c.toml"
+    f.write_text(cal.render())
+    r = subprocess.run([sys.executable, "-m", "specsim", "calib", "export", str(f), "--to", "vllm-synthetic",
+                        "--depth", "6", "-o", str(tmp_path / "s.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "s.json").read_text())
+    assert cfg["rejection_sample_method"] == "synthetic" and cfg["num_speculative_tokens"] == 6
+    want = np.cumprod(TRUTH + [TRUTH[-1]] * 2)
+    assert np.allclose(cfg["synthetic_acceptance_rates"], want, atol=1e-6)
+    # the unconditional rates read back (as marginal rates) give the calibration's priors
+    back = calibration_from_rates(DRAFTER, cfg["synthetic_acceptance_rates"], "marginal")
+    assert np.allclose(back.priors[:4], AcceptanceCalibration.load(f).priors[:4], atol=1e-5)
+    r = subprocess.run([sys.executable, "-m", "specsim", "calib", "export", str(f), "--to", "vllm-synthetic",
+                        "--depth", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr

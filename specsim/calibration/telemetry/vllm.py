@@ -527,3 +527,41 @@ def _request_block(block, where, keys, tally):
         tally.bad(where, f"{accepted_key} {acc} is more than {n_steps} steps x {depth} drafts")
         return None
     return Record("mean", where, mean_accepted=acc / n_steps, n_steps=n_steps, depth=depth)
+
+
+# -- a calibration the real engine can serve -----------------------------------------------------
+def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
+    """vLLM's ``--speculative-config`` that makes the real engine accept drafts at ``cal``'s
+    rates: ``rejection_sample_method: "synthetic"`` with ``synthetic_acceptance_rates``, the
+    per-position unconditional rates (the product of the conditional priors up to each
+    position; a position past the fitted ones takes the last prior, as the simulator does).
+
+    Parameters
+    ----------
+    cal : AcceptanceCalibration
+    depth : int, optional
+        ``num_speculative_tokens`` (default: the calibration's fitted positions).
+    method, draft_model : str
+        The speculative method and the drafter's weights (``model``) the engine loads.
+
+    Returns
+    -------
+    dict
+    """
+    from specsim._checks import MAX_DEPTH, int_problem
+    from specsim.errors import CalibrationError
+
+    k = len(cal.priors) if depth is None else depth
+    problem = int_problem(k, "the depth", 1, MAX_DEPTH)
+    if problem:
+        raise CalibrationError(problem)
+    rates, run = [], 1.0
+    for j in range(1, k + 1):
+        run *= cal.prior(j)
+        rates.append(round(run, 6))
+    cfg = {"method": method}
+    if draft_model:
+        cfg["model"] = draft_model
+    cfg.update({"num_speculative_tokens": k, "rejection_sample_method": "synthetic",
+                "synthetic_acceptance_rates": rates})
+    return cfg
