@@ -10,8 +10,10 @@ def register(sub, groups):
         "sweep",
         help="run a grid of simulations (policy x slack x batch cap x traffic x seed x trace)",
         description="Cross the axes of GRID.toml and simulate every point, on a local Dask cluster (default), an "
-                    "existing one (--scheduler) or serially. Each finished point is saved at once; points already "
-                    "in RESULTS are skipped, so an interrupted sweep resumes. The grid format is in "
+                    "existing one (--scheduler) or serially. Each finished point is saved at once; points kept in "
+                    "RESULTS are reused when every input they were computed from (trace content, table, calibration, "
+                    "server options, policy, seed, SLO, engine version) is unchanged, so an interrupted sweep resumes "
+                    "and a changed input recomputes. The grid format is in "
                     "docs/formats.md#sweep-grid.",
     )
     p.add_argument("grid", help="grid TOML (traces, tables, calibrations, [server], [slo], [axes])")
@@ -48,7 +50,8 @@ def cmd_sweep(args):
             require_matplotlib("--plot", args.plot)  # a format matplotlib writes, before the work
         report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
                            progress=not args.quiet)
-        print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
+        print(f"{report.total} points: {report.computed} computed, {report.skipped} reused (inputs unchanged)"
+              + (f", {report.stale} recomputed because an input changed" if report.stale else "") + "; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
         if args.plot:
             from specsim.sweep.plot import pareto_plot

@@ -42,6 +42,12 @@ from specsim.sim.options import (  # noqa: F401  (names kept importable from her
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
 
+# The engine's semantics version: what a result means for given inputs. Raise it with any change
+# that alters some result for the same requests, table, calibration, policy and options (a
+# scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
+# disk by earlier versions (a sweep's results file) are recomputed rather than reused.
+ENGINE_SEMANTICS = 1
+
 # Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
 PROGRESS_CHUNK = 1 << 12
