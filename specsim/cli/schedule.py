@@ -65,6 +65,9 @@ def register(sub, groups):
                    help="how the TensorRT-LLM build reads draft_len_schedule keys: upper bounds (since PR #10860, "
                         "about March 2026) or lower bounds (from PR #8194 until then); default: told from the file "
                         "(key 1 with a 0 last length is a lower-bound file), else upper")
+    p.add_argument("--cuda-graph-bs", metavar="B1,B2,..",
+                   help="--from sglang: the serve's CUDA-graph capture sizes; a batch is padded up to the next one "
+                        "before its slot is chosen (the policy form is sglang[B1,B2,..]:FILE)")
     p.set_defaults(func=cmd_import)
 
 
@@ -126,7 +129,14 @@ def cmd_import(args):
 
     from specsim.errors import ScheduleError
 
+    from specsim.schedule.formats import cuda_graph_sizes, pad_to_graphs
+
     if args.trtllm_keys and args.engine != "trtllm":
         raise ScheduleError("--trtllm-keys applies to --from trtllm")
-    print(policy_text(import_file(args.engine, args.file, args.trtllm_keys)))
+    if args.cuda_graph_bs and args.engine != "sglang":
+        raise ScheduleError("--cuda-graph-bs applies to --from sglang")
+    ranges = import_file(args.engine, args.file, args.trtllm_keys)
+    if args.cuda_graph_bs:
+        ranges = pad_to_graphs(ranges, cuda_graph_sizes(args.cuda_graph_bs))
+    print(policy_text(ranges))
     return 0

@@ -352,15 +352,47 @@ def engine_file(text):
 
 
 def engine_schedule(text):
-    """The ranges of an ``ENGINE:FILE`` policy, or None when ``text`` is not one (the policy
-    parser's hook)."""
-    named = engine_file(text)
-    if named is None:
+    """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``, and
+    ``sglang[1,2,4,8,16]:FILE`` with SGLang's ``--cuda-graph-bs`` capture sizes), or None when
+    ``text`` is not one (the policy parser's hook)."""
+    head, sep, path = str(text).strip().partition(":")
+    head = head.strip().lower()
+    sizes = None
+    m = re.fullmatch(r"sglang\[(.*)\]", head)
+    if m:
+        head, sizes = "sglang", cuda_graph_sizes(m.group(1), text)
+    if not sep or head not in ENGINES:
         return None
-    engine, path = named
-    if not path:
-        raise PolicyError(f"policy {text!r} needs a file: {engine}:FILE")
-    return import_file(engine, path)
+    if not path.strip():
+        raise PolicyError(f"policy {text!r} needs a file: {head}:FILE")
+    ranges = import_file(head, path.strip())
+    return ranges if sizes is None else pad_to_graphs(ranges, sizes)
+
+
+def cuda_graph_sizes(text, where="--cuda-graph-bs"):
+    """SGLang's CUDA-graph capture batch sizes from ``1,2,4,8``: sorted, distinct, >= 1."""
+    from specsim._checks import MAX_WIDTH
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")
+    sizes = sorted({int(p) for p in parts})
+    if sizes[0] < 1 or sizes[-1] > MAX_WIDTH:
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must lie in 1..{MAX_WIDTH}, got {text!r}")
+    return tuple(sizes)
+
+
+def pad_to_graphs(ranges, sizes) -> tuple:
+    """The schedule SGLang serves from slot ``ranges`` with CUDA graphs captured at ``sizes``: a
+    batch is padded up to the next capture size before its slot is looked up (a batch wider than
+    every capture size runs without a graph, unpadded)."""
+    c = canonical(ranges)
+    top = max(max(sizes), c[-1][0]) + 1
+    depths = []
+    for w in range(1, top + 1):
+        padded = next((s for s in sizes if s >= w), w)
+        depths.append(depth_at(c, padded))
+    return ranges_from_depths(depths)
 
 
 TRTLLM_KEYS = ("upper", "lower")
