@@ -308,3 +308,20 @@ def test_calib_export_vllm_synthetic_serves_the_calibrations_acceptance(tmp_path
     r = subprocess.run([sys.executable, "-m", "specsim", "calib", "export", str(f), "--to", "vllm-synthetic",
                         "--depth", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_drift_replays_variable_depth_telemetry_exactly_or_refuses(tmp_path, steps):
+    from specsim.calibration.fit import calibration_from_rates
+    from specsim.calibration.telemetry.identify import record_batches
+
+    p = tmp_path / "serve.log"
+    p.write_text(vllm_log(steps))
+    fmt, records, _ = read_telemetry([p])
+    with pytest.raises(CalibrationError, match="depth varied"):
+        record_batches(fmt, records)
+    batches = record_batches(fmt, records, min_depth=2)
+    assert all(d == 2 for b in batches for d, _ in b)
+    from specsim.calibration import drift
+
+    rep, _ = drift.monitor_steps(calibration_from_rates(DRAFTER, TRUTH, "conditional"), batches, drift.DriftSettings())
+    assert not rep.alarms  # the truth's own calibration: no alarm on the exact positions

@@ -124,6 +124,13 @@ def register_drift(csub):
     src.add_argument("--from-log", nargs="+", metavar="FILE", help="serving telemetry files of one format")
     p.add_argument("--trace", metavar="NAME", help="--acceptance: the [[trace]] to replay")
     p.add_argument("--from", dest="fmt", choices=tuple(FORMATS), metavar="NAME", help="--from-log: the format")
+    p.add_argument("--depth", type=count, metavar="K", help="--from-log: drafts per step where the source does not say")
+    shallow = p.add_mutually_exclusive_group()
+    shallow.add_argument("--schedule", metavar="FILE",
+                         help="--from-log: the schedule the serve ran; where the depth varied, replay the positions "
+                              "its shallowest depth reached")
+    shallow.add_argument("--min-depth", type=count, metavar="K",
+                         help="--from-log: the shallowest depth the serve drafted")
     p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
     p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
@@ -205,6 +212,7 @@ def _replay_drift(args, cal, settings):
     from specsim.calibration.telemetry.identify import record_batches
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
-    batches = record_batches(fmt, records)
+    min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
+    batches = record_batches(fmt, records, args.depth, min_depth)
     rep, hist = drift.monitor_steps(cal, batches, settings, history=True)
     return rep, hist, f"{fmt} telemetry, {len(batches)} records"

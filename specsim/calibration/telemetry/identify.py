@@ -397,16 +397,21 @@ def calibration_from(ident: Identified, drafter, source: str = "<telemetry>"):
     return AcceptanceCalibration(cal.drafter, cal.edges, cal.p_accept, cal.priors, meta=meta, source=source)
 
 
-def record_batches(fmt, records):
+def record_batches(fmt, records, depth=None, min_depth=None):
     """Each record's verify steps as ``(drafts, accepted run) -> chains``, in serve order: the
-    steps a drift monitor replays, one monitored step per record.
+    steps a drift monitor replays, one monitored step per record. ``depth`` and ``min_depth``
+    are :func:`identify`'s: records whose depth varied are cut to the positions every step
+    reached, or refused.
 
     Raises
     ------
     CalibrationError
-        When the records are means only (they tell no position's outcomes).
+        When the records are means only (they tell no position's outcomes), or as
+        :func:`identify` refuses variable depth and histograms of unknown depth.
     """
-    out = [r.steps if r.kind == "steps" else _marginal_steps(r) for r in records if r.kind != "mean"]
+    used = [_with_depth(r, depth, fmt) for r in records if r.kind != "mean"]
+    used, _ = _shallowest(used, min_depth, fmt)
+    out = [r.steps if r.kind == "steps" else _marginal_steps(r) for r in used]
     if not out:
         raise CalibrationError(f"{fmt} holds mean acceptance only: a drift test needs per-position outcomes "
                                "(per-position counts, accept-run histograms or per-step logs)")
