@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.drift import simulate_runs
-from specsim.calibration.telemetry import detect_format, identify, read_telemetry, render_windows
-from specsim.calibration.telemetry.identify import calibration_from, constant_rate
+from specsim.calibration.telemetry import calibration_from, constant_rate, identify, render_windows
+from specsim.interop import detect_format, read_telemetry
 from specsim.errors import CalibrationError
 
 DRAFTER = DrafterKey("ef" * 32, 32000, "bf16", True)
@@ -183,7 +183,7 @@ def test_prometheus_round_trip(engines):
     for e, (drafts, acc) in enumerate(engines):
         acc = sorted((min(a, drafts) for a in acc), reverse=True)
         spec[str(e)] = (drafts, acc, None)
-    from specsim.calibration.telemetry.vllm import parse_prometheus
+    from specsim.interop.vllm import parse_prometheus
 
     records, tally = parse_prometheus([scrape(spec)], ["m.prom"])
     k = max(len(a) for _, a, _ in spec.values())
@@ -200,11 +200,12 @@ def test_vllm_log_line_round_trip(n, shares):
     for s in shares:
         run = int(run * s)
         acc.append(run)
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     records, tally = parse_log(vllm_line(acc, n, len(acc)), "x.log")
     assert tally.garbage == 0
     assert records[0].accepted == acc and records[0].reached == [n] * len(acc)
+    assert records[0].variable is None  # a fixed depth is never taken for a varying one
 
 
 # -- vLLM bench and per-request ------------------------------------------------------------------
@@ -339,7 +340,7 @@ def test_sglang_histogram_length_is_not_the_depth(tmp_path):
     _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json", depth=4)
     assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
     # counts that contradict the histogram are unreadable
-    from specsim.calibration.telemetry.sglang import parse_requests
+    from specsim.interop.sglang import parse_requests
 
     _, tally = parse_requests(json.dumps({"meta_info": {**meta, "spec_verify_ct": 99}}), "s.json")
     assert tally.garbage == 1 and "contradict" in tally.problems[0]
@@ -489,7 +490,7 @@ def test_import_recovers_known_priors_within_binomial_error(tmp_path, source):
 def test_windows_file_round_trip(requests):
     """Histograms in, the windows file out, and back: `calib fit --windows` and the acceptance
     file reader see every step again."""
-    from specsim.calibration.telemetry.identify import Identified
+    from specsim.calibration.telemetry import Identified
     from specsim.cli.calib import _read_windows
     from specsim.sim.replay import parse_acceptance_file
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from specsim.calibration import DrafterKey
-from specsim.calibration.telemetry import identify, read_telemetry
-from specsim.calibration.telemetry.identify import calibration_from
+from specsim.calibration.telemetry import calibration_from, identify
+from specsim.interop import read_telemetry
 from specsim.errors import CalibrationError
 
 TRUTH = [0.807, 0.739, 0.670, 0.687]
@@ -192,7 +192,7 @@ def test_per_step_arrays_are_exact_at_every_depth(tmp_path, steps):
 
 
 def test_the_log_line_counts_the_drafting_steps(steps):
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     text = vllm_log(steps, intervals=1)
     records, tally = parse_log(text, "x.log")
@@ -201,7 +201,7 @@ def test_the_log_line_counts_the_drafting_steps(steps):
 
 
 def test_a_fixed_depth_log_line_is_not_flagged():
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     steps = serve(n_batches=800, seed=5)
     fixed = (steps[0], steps[1], np.full_like(steps[2], K), steps[3])
@@ -312,7 +312,7 @@ def test_calib_export_vllm_synthetic_serves_the_calibrations_acceptance(tmp_path
 
 def test_drift_replays_variable_depth_telemetry_exactly_or_refuses(tmp_path, steps):
     from specsim.calibration.fit import calibration_from_rates
-    from specsim.calibration.telemetry.identify import record_batches
+    from specsim.calibration.telemetry import record_batches
 
     p = tmp_path / "serve.log"
     p.write_text(vllm_log(steps))

@@ -73,7 +73,7 @@ def cmd_export(args):
 
     from specsim._io import Outputs
     from specsim.calibration import AcceptanceCalibration
-    from specsim.calibration.telemetry.vllm import synthetic_config
+    from specsim.interop.vllm import synthetic_config
 
     with Outputs({"CAL": args.file}) as out:
         out.declare(args.out, "-o")

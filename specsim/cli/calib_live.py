@@ -23,7 +23,8 @@ and the counts. See docs/telemetry.md.
 
 
 def register(csub):
-    from specsim.calibration.telemetry import ASSUMPTIONS, FORMATS
+    from specsim.calibration.telemetry import ASSUMPTIONS
+    from specsim.interop import FORMATS
 
     p = csub.add_parser(
         "import", help="import vLLM / SGLang / TensorRT-LLM speculative-decoding telemetry as a calibration",
@@ -55,8 +56,8 @@ def register(csub):
 
 def cmd_import(args):
     from specsim._io import Outputs
-    from specsim.calibration.telemetry import identify, read_telemetry, render_windows
-    from specsim.calibration.telemetry.identify import calibration_from
+    from specsim.calibration.telemetry import calibration_from, identify, render_windows
+    from specsim.interop import read_telemetry
     from specsim.cli.calib import drafter_key
 
     with Outputs([("FILE", f) for f in args.files]) as out:
@@ -111,7 +112,7 @@ either way; the verdict is printed (and written with --json). See docs/telemetry
 
 
 def register_drift(csub):
-    from specsim.calibration.telemetry import FORMATS
+    from specsim.interop import FORMATS
     from specsim.cli._common import nonneg_float
 
     p = csub.add_parser("drift", help="test live outcomes against a calibration (CUSUM per pool and position)",
@@ -208,8 +209,8 @@ def _replay_drift(args, cal, settings):
         cols = read_log(args.steps_log, STEP_COLUMNS)
         rep, hist = drift.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
-    from specsim.calibration.telemetry import read_telemetry
-    from specsim.calibration.telemetry.identify import record_batches
+    from specsim.calibration.telemetry import record_batches
+    from specsim.interop import read_telemetry
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
     min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from specsim.calibration.telemetry._records import (
-    Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
+from specsim.interop._records import (
+    Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
 
 DECODE_LOG_INTERVAL = 40
@@ -18,7 +18,7 @@ _ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
 _ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
 
 
-def parse_log(text: str, source: str, interval: int = DECODE_LOG_INTERVAL):
+def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTERVAL):
     """``"mean"`` records of SGLang's ``Decode batch`` lines, one per line.
 
     ``accept len`` is accepted drafts plus the bonus token per request-step over the interval
@@ -57,8 +57,8 @@ def parse_log(text: str, source: str, interval: int = DECODE_LOG_INTERVAL):
             tally.notes["accept_rate_meaning"] = "accepted with bonus over draft slots (first generation)"
         if body.rstrip().endswith(",") or "Decode batch." in line:
             tally.notes.setdefault("sglang_line", "older (`Decode batch.`, trailing comma)")
-        records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=float(interval * running)))
-    tally.notes["steps_per_line"] = f"decode_log_interval {interval} x #running-req"
+        records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=float(decode_log_interval * running)))
+    tally.notes["steps_per_line"] = f"decode_log_interval {decode_log_interval} x #running-req"
     tally.records = len(records)
     return records, tally
 
@@ -187,3 +187,14 @@ def parse_server_info(text: str, source: str):
             records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=None, depth=depth))
     tally.records = len(records)
     return records, tally
+
+
+TELEMETRY = (
+    Format("sglang-log", "SGLang `Decode batch` log lines", ("Decode batch",), parse_log,
+           options=("decode_log_interval",)),
+    Format("sglang-request", "SGLang per-request `meta_info` (JSON or JSON Lines)",
+           ("spec_verify_ct", "spec_accept", "spec_num_correct_drafts", "spec_correct_drafts", "spec_accepted_drafts"),
+           parse_requests),
+    Format("sglang-server-info", "SGLang /server_info JSON", ("internal_states",), parse_server_info),
+)
+"""SGLang's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""

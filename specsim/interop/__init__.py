@@ -1,45 +1,34 @@
-"""Serving engines' speculative-decoding telemetry in, as calibration counts
-(``docs/telemetry.md``).
+"""The real serving engines, one module each (:mod:`~specsim.interop.vllm`,
+:mod:`~specsim.interop.sglang`, :mod:`~specsim.interop.trtllm`): what they print and export about
+speculative decoding (``docs/telemetry.md``), and the settings they read.
 
-:func:`read_telemetry` reads files of one format (named, or detected from the content) into
-records in serve order; :func:`identify` turns them into what the source identifies: a step
-histogram (accept-run histograms, per-step arrays, per-position counts at a fixed depth), or a
-mean only, which fits a calibration only under a named assumption.
+This registry names every telemetry format (:data:`TELEMETRY`), tells a file's format from its
+content (:func:`detect_format`) and reads files of one format into records in serve order
+(:func:`read_telemetry`); :func:`specsim.calibration.telemetry.identify` turns records into what
+they identify.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.calibration.telemetry._records import Record, Tally, read_text
-from specsim.calibration.telemetry.identify import ASSUMPTIONS, Identified, identify, render_windows
 from specsim.errors import CalibrationError
+from specsim.interop import sglang, trtllm, vllm
+from specsim.interop._records import Format, Record, Tally, read_text
 
-FORMATS = {
-    "vllm-log": "vLLM `SpecDecoding metrics:` / V0 `Speculative metrics:` log lines",
-    "vllm-prometheus": "vLLM /metrics text exposition (one scrape, or several: their difference)",
-    "vllm-bench": "`vllm bench serve` summary (Speculative Decoding block) or --save-result JSON",
-    "vllm-request": "vLLM per-request `speculative_decoding` metrics (JSON or JSON Lines)",
-    "sglang-log": "SGLang `Decode batch` log lines",
-    "sglang-request": "SGLang per-request `meta_info` (JSON or JSON Lines)",
-    "sglang-server-info": "SGLang /server_info JSON",
-    "trtllm-iteration": "TensorRT-LLM per-iteration `specDecodingStats` (JSON or JSON Lines)",
-    "trtllm-request": "TensorRT-LLM per-request `speculative_decoding` blocks (JSON or JSON Lines)",
-}
+ENGINES = {"vllm": vllm, "sglang": sglang, "trtllm": trtllm}
+"""The engines specsim knows, each one module holding its telemetry readers and its formats."""
 
-# Content markers, most specific first: the first format whose marker a file holds.
-_MARKERS = (
-    ("vllm-prometheus", ("vllm:spec_decode_",)),
-    ("vllm-log", ("SpecDecoding metrics:", "Speculative metrics:")),
-    ("vllm-bench", ("Speculative Decoding", "spec_decode_per_position_acceptance_rates")),
-    ("sglang-log", ("Decode batch",)),
-    ("trtllm-iteration", ("specDecodingStats", "spec_decoding_stats")),
-    ("trtllm-request", ("total_accepted_draft_tokens",)),
-    ("vllm-request", ("num_spec_steps", "acceptance_histogram", "\"speculative_decoding\"")),
-    ("sglang-server-info", ("internal_states",)),
-    ("sglang-request", ("spec_verify_ct", "spec_accept", "spec_num_correct_drafts", "spec_correct_drafts",
-                        "spec_accepted_drafts")),
-)
+TELEMETRY = {f.name: f for module in ENGINES.values() for f in module.TELEMETRY}
+"""Every telemetry format by name (``--from``)."""
+
+FORMATS = {name: f.description for name, f in TELEMETRY.items()}
+
+# Detection tries formats in this order, most specific marker first: the first format whose
+# marker a file holds.
+_DETECT_ORDER = ("vllm-prometheus", "vllm-log", "vllm-bench", "sglang-log", "trtllm-iteration", "trtllm-request",
+                 "vllm-request", "sglang-server-info", "sglang-request")
+_MARKERS = tuple((name, TELEMETRY[name].markers) for name in _DETECT_ORDER)
 
 
 def detect_format(text: str, source: str = "<text>") -> str:
@@ -80,8 +69,6 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
     (str, list of Record, Tally)
         The format, the records and what was read.
     """
-    from specsim.calibration.telemetry import sglang, trtllm, vllm
-
     if fmt is not None and fmt not in FORMATS:
         raise CalibrationError(f"unknown telemetry format {fmt!r}: one of {', '.join(FORMATS)}")
     texts, names = [], []
@@ -96,19 +83,15 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
     fmt = fmt or texts[0][1]
     if decode_log_interval is not None and decode_log_interval < 1:
         raise CalibrationError(f"--decode-log-interval {decode_log_interval}: SGLang logs every N >= 1 decode steps")
-    parsers = {
-        "vllm-log": vllm.parse_log, "vllm-bench": vllm.parse_bench, "vllm-request": vllm.request_records,
-        "sglang-log": lambda text, source: sglang.parse_log(text, source, decode_log_interval or sglang.DECODE_LOG_INTERVAL), "sglang-request": sglang.parse_requests,
-        "sglang-server-info": sglang.parse_server_info, "trtllm-iteration": trtllm.parse_iterations,
-        "trtllm-request": trtllm.parse_requests,
-    }
-    tally = Tally()
-    if fmt == "vllm-prometheus":
-        records, tally = vllm.parse_prometheus([t for t, _ in texts], [Path(n).name for n in names])
+    options = {"decode_log_interval": decode_log_interval or sglang.DECODE_LOG_INTERVAL}
+    reader = TELEMETRY[fmt]
+    kw = {k: options[k] for k in reader.options}
+    if reader.whole:  # one reading of every file together (scrapes: their differences)
+        records, tally = reader.parse([t for t, _ in texts], [Path(n).name for n in names], **kw)
     else:
-        records = []
+        records, tally = [], Tally()
         for (text, _), name in zip(texts, names):
-            recs, t = parsers[fmt](text, Path(name).name)
+            recs, t = reader.parse(text, Path(name).name, **kw)
             records += recs
             tally.merge(t)
     tally.records = len(records)
@@ -118,5 +101,4 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
     return fmt, records, tally
 
 
-__all__ = ["ASSUMPTIONS", "FORMATS", "Identified", "Record", "Tally", "detect_format", "identify", "read_telemetry",
-           "render_windows"]
+__all__ = ["ENGINES", "FORMATS", "TELEMETRY", "Format", "Record", "Tally", "detect_format", "read_telemetry"]

@@ -3,8 +3,8 @@ per-request blocks (``docs/telemetry.md``, "TensorRT-LLM")."""
 
 from __future__ import annotations
 
-from specsim.calibration.telemetry._records import Record, Tally, as_count, as_number, block_records, walk
-from specsim.calibration.telemetry.vllm import request_records
+from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
+from specsim.interop.vllm import request_records
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
 _FIELDS = {
@@ -59,3 +59,12 @@ def parse_requests(text: str, source: str):
     ``acceptance_histogram``, ``num_spec_steps`` and ``num_spec_tokens`` (null under
     ``draft_len_schedule``) is read as vLLM's is."""
     return request_records(text, source, keys=("total_accepted_draft_tokens", "total_draft_tokens"))
+
+
+TELEMETRY = (
+    Format("trtllm-iteration", "TensorRT-LLM per-iteration `specDecodingStats` (JSON or JSON Lines)",
+           ("specDecodingStats", "spec_decoding_stats"), parse_iterations),
+    Format("trtllm-request", "TensorRT-LLM per-request `speculative_decoding` blocks (JSON or JSON Lines)",
+           ("total_accepted_draft_tokens",), parse_requests),
+)
+"""TensorRT-LLM's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""

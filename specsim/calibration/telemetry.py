@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from specsim import _toml
-from specsim.calibration.telemetry._records import Record
+from specsim.interop._records import MAX_DEPTH, Record
 from specsim.errors import CalibrationError
 
 ASSUMPTIONS = ("constant-rate",)
@@ -225,8 +225,6 @@ def _constant_rate(records, assume, depth, meta, where):
     """The constant-rate fit, each record at its own depth (``depth`` overrides every record's):
     ``p`` with ``sum n_i (p + .. + p^d_i) = sum accepted_i`` over records of ``n_i`` steps at
     depth ``d_i``."""
-    from specsim.calibration.telemetry._records import MAX_DEPTH
-
     told = {r.depth for r in records if r.depth is not None}
     if assume is None:
         raise CalibrationError(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from specsim.calibration.telemetry._records import (
-    MAX_DEPTH, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
+from specsim.interop._records import (
+    MAX_DEPTH, Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
 )
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -131,7 +131,7 @@ def _step_bounds(accepted, rates, mal, tally):
     inf = float("inf")
     k = len(rates)
     s = sum(rates)
-    half = 0.0005 * k
+    half = 0.0005 * k + 1e-9  # printed to 3 decimals (plus the float error of the printing)
     lo = accepted / (s + half) if accepted else 0.0
     hi = accepted / (s - half) if s > half else inf
     if accepted == 0:
@@ -141,8 +141,8 @@ def _step_bounds(accepted, rates, mal, tally):
         bonus = abs(mal - (1.0 + s)) <= abs(mal - s)
         tally.notes["mean_acceptance_length"] = "with bonus token" if bonus else "without bonus token (before mid-2025)"
         m = mal - 1.0 if bonus else mal
-        lo = max(lo, accepted / (m + 0.005))
-        hi = min(hi, accepted / (m - 0.005) if m > 0.005 else inf)
+        lo = max(lo, accepted / (m + 0.005 + 1e-9))
+        hi = min(hi, accepted / (m - 0.005 - 1e-9) if m > 0.005 + 1e-9 else inf)
     return (lo, hi) if lo <= hi + 1e-9 else None
 
 
@@ -565,3 +565,16 @@ def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     cfg.update({"num_speculative_tokens": k, "rejection_sample_method": "synthetic",
                 "synthetic_acceptance_rates": rates})
     return cfg
+
+
+TELEMETRY = (
+    Format("vllm-log", "vLLM `SpecDecoding metrics:` / V0 `Speculative metrics:` log lines",
+           ("SpecDecoding metrics:", "Speculative metrics:"), parse_log),
+    Format("vllm-prometheus", "vLLM /metrics text exposition (one scrape, or several: their difference)",
+           ("vllm:spec_decode_",), parse_prometheus, whole=True),
+    Format("vllm-bench", "`vllm bench serve` summary (Speculative Decoding block) or --save-result JSON",
+           ("Speculative Decoding", "spec_decode_per_position_acceptance_rates"), parse_bench),
+    Format("vllm-request", "vLLM per-request `speculative_decoding` metrics (JSON or JSON Lines)",
+           ("num_spec_steps", "acceptance_histogram", "\"speculative_decoding\""), request_records),
+)
+"""vLLM's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""
