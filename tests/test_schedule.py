@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
-from specsim.schedule.formats import (
-    ENGINES, canonical, depth_at, export, import_text, load_schedule, ranges_from_depths,
-    read_yaml, render_schedule,
-)
-from specsim.schedule.formats import _yaml_subset
+from specsim.interop import ENGINES, import_text
+from specsim.interop import export_schedule as export
+from specsim.interop.trtllm import _yaml_subset, read_yaml
+from specsim.schedule.formats import canonical, depth_at, load_schedule, ranges_from_depths, render_schedule
 from specsim.sim.policy import parse_policy
 
 

@@ -178,7 +178,7 @@ def _shallowest(records, m, where):
             f"{where}: the draft depth varied from step to step ({len(variable)} of {len(records)} records; first "
             f"{r.where}: {r.variable}), so positions past the shallowest depth count steps that never reached them "
             "and would import biased low",
-            [f"give the schedule the serve ran (--schedule FILE) or its shallowest depth (--min-depth K) to import "
+            ["give the schedule the serve ran (--schedule FILE) or its shallowest depth (--min-depth K) to import "
              "the positions every step reached exactly", EXACT_WAY_OUT])
     if m < 1:
         raise CalibrationError(f"{where}: shallowest depth {m}: steps that draft nothing are not counted, so the "

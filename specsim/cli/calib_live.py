@@ -86,7 +86,8 @@ def cmd_import(args):
 def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
     from specsim.errors import CalibrationError
-    from specsim.schedule.formats import engine_schedule, load_schedule
+    from specsim.interop import engine_schedule
+    from specsim.schedule.formats import load_schedule
 
     ranges = engine_schedule(text)
     if ranges is None:
