@@ -48,9 +48,9 @@ from specsim.sim.policy import Policy, parse_policy
 # disk by earlier versions (a sweep's results file) are recomputed rather than reused.
 ENGINE_SEMANTICS = 1
 
-# Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
+# Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
-PROGRESS_CHUNK = 1 << 12
+PROGRESS_CHUNK = 1 << 10
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -519,9 +519,10 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     else:
         opts = options
     p = prepare(requests, table, calibration, policy, opts, acceptance)
-    step_limit = PROGRESS_CHUNK if progress is not None else NO_CAP
+    # Always in chunks, with or without a progress callback: the interpreter only acts on a
+    # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
-        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, step_limit)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, PROGRESS_CHUNK)
         if progress is not None:
             progress(int(p.st.rec[0]["finished"]))
         if done:
