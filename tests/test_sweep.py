@@ -302,7 +302,7 @@ def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_da
     for level in ("rate_scale 0.05:", "rate_scale 0.1:"):
         line = next(x for x in printed.splitlines() if x.strip().startswith(level))
         assert "least J/token: fixed:" in line and "most tokens/s: fixed:" in line
-    # The verdict follows the numbers: the best mean wins; a gap under the seed spread is a tie.
+    # The verdict follows the numbers: the best mean wins; a gap under the spread over seeds is a tie.
     grid = load_grid(grid_path)
     rows = read_results(inputs / "r.csv")
     fake = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]

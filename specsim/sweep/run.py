@@ -108,7 +108,7 @@ TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "trace", "table", "calibr
 #
 # A row is reused on a later run only when every input it was computed from is the same: the
 # trace's requests (after the reader's options), the table's and the calibration's files, the
-# server options, the point's run axes (policy, traffic scale, replicas, router; the seed, a
+# server options, the point's run axes (policy, traffic scale, replicas, router; seeds included, a
 # server option), the SLO and the engine's semantics version. Each is digested on its own, so a
 # resume can say which input changed.
 INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine")
@@ -442,13 +442,13 @@ def resume_note(total: int, reused: int, n_stale: int, stale: dict, out) -> str:
 
 # What the closing summary ranks, per traffic level: (column, how it reads, lower is better).
 OBJECTIVES = (("j_per_token", "least J/token", True), ("tokens_per_s", "most tokens/s", False))
-# Axes that set the traffic a point serves; the others (but the seed) name a candidate.
+# Axes that set the traffic a point serves; the others (but seed) name a candidate.
 TRAFFIC_AXES = ("trace", "rate_scale")
 
 
 def best_by_traffic(grid: Grid, rows) -> list:
     """The closing summary of a sweep: per traffic level (trace and rate scale) and objective,
-    the best candidate (the other axes' values, the seed averaged out), as lines of text.
+    the best candidate (the other axes' values, seeds averaged out), as lines of text.
 
     With a ``seed`` axis of two or more values, the best two candidates are told apart only when
     their means differ by more than the larger of their seed spreads (the standard deviation over
