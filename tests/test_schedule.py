@@ -10,12 +10,10 @@ from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
-from specsim.schedule.formats import (
-    ENGINES, canonical, depth_at, export, import_text, load_schedule, ranges_from_depths,
-    read_yaml, render_schedule,
-)
-from specsim.schedule.formats import _yaml_subset
-from specsim.sim.policy import parse_policy
+from specsim.policy.policy import parse_policy
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
+from specsim.schedule.formats import ENGINES, _yaml_subset, export, import_text, read_policy, read_yaml
+from specsim.studies.schedule_file import load_schedule, render_schedule
 
 
 @st.composite
@@ -299,13 +297,16 @@ def test_engine_files_are_schedule_policies(tmp_path):
     for engine in ENGINES:
         f = tmp_path / f"cfg.{engine}"
         f.write_text(export(engine, ranges, max_batch=256).text)
-        pol = parse_policy(f"{engine}:{f}")
+        pol = read_policy(f"{engine}:{f}")
         assert pol.kind == "schedule"
         assert all(pol.depth_for_width(w) == depth_at(ranges, w) for w in range(1, 257))
     with pytest.raises(PolicyError, match="needs a file"):
-        parse_policy("vllm:")
+        read_policy("vllm:")
     with pytest.raises(PolicyError, match="cannot read"):
-        parse_policy(f"sglang:{tmp_path / 'missing.json'}")
+        read_policy(f"sglang:{tmp_path / 'missing.json'}")
+    # the policy value reads no file: an ENGINE:FILE text is not one of its forms
+    with pytest.raises(PolicyError, match="unknown policy"):
+        parse_policy(f"vllm:{tmp_path / 'cfg.vllm'}")
 
 
 def test_schedule_file_roundtrip_and_refusals(tmp_path):

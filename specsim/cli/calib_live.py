@@ -44,7 +44,7 @@ def register(csub):
                          help="the shallowest depth the serve drafted: where the depth varied, keep positions 1..K")
     p.add_argument("--decode-log-interval", type=count, metavar="N",
                    help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
-    from specsim.cli.calib import drafter_flags
+    from specsim.cli._drafter import drafter_flags
 
     drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
@@ -57,7 +57,7 @@ def cmd_import(args):
     from specsim._io import Outputs
     from specsim.calibration.telemetry import identify, read_telemetry, render_windows
     from specsim.calibration.telemetry.identify import calibration_from
-    from specsim.cli.calib import drafter_key
+    from specsim.cli._drafter import drafter_key
 
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
@@ -85,7 +85,8 @@ def cmd_import(args):
 def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
     from specsim.errors import CalibrationError
-    from specsim.schedule.formats import engine_schedule, load_schedule
+    from specsim.schedule.formats import engine_schedule
+    from specsim.studies.schedule_file import load_schedule
 
     ranges = engine_schedule(text)
     if ranges is None:
@@ -172,7 +173,7 @@ def cmd_drift(args):
 def _replay_drift(args, cal, settings):
     import numpy as np
 
-    from specsim.calibration import drift
+    from specsim.calibration import online
     from specsim.errors import CalibrationError
 
     if args.acceptance:
@@ -187,24 +188,24 @@ def _replay_drift(args, cal, settings):
         t = afile.trace(args.trace)
         a = np.minimum(t.accepted.astype(np.int64), t.k_logged)
         d = np.full(a.shape[0], t.k_logged, dtype=np.int64)
-        rep, hist = drift.monitor_runs(cal, d, a, settings, args.width, history=True)
+        rep, hist = online.monitor_runs(cal, d, a, settings, args.width, history=True)
         return rep, hist, f"trace {t.name} ({a.shape[0]} verify steps at k_logged {t.k_logged}, width {args.width})"
     if args.drafts_log:
         from specsim.calibration.logs import DRAFT_COLUMNS, read_log
 
         cols = read_log(args.drafts_log, DRAFT_COLUMNS)
-        rep, hist = drift.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
+        rep, hist = online.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
         return rep, hist, f"per-draft log {Path(args.drafts_log).name}"
     if args.steps_log:
         from specsim.calibration.logs import STEP_COLUMNS, read_log
 
         cols = read_log(args.steps_log, STEP_COLUMNS)
-        rep, hist = drift.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
+        rep, hist = online.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
     from specsim.calibration.telemetry import read_telemetry
     from specsim.calibration.telemetry.identify import record_batches
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
     batches = record_batches(fmt, records)
-    rep, hist = drift.monitor_steps(cal, batches, settings, history=True)
+    rep, hist = online.monitor_steps(cal, batches, settings, history=True)
     return rep, hist, f"{fmt} telemetry, {len(batches)} records"

@@ -13,7 +13,7 @@ from specsim.cli.trace import add_trace_options
 
 def register(sub, groups):
     from specsim.sim.fleet import ROUTERS
-    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
+    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
 
     p = sub.add_parser(
         "capacity",
@@ -57,7 +57,7 @@ def register(sub, groups):
 
 def cmd_capacity(args):
     from specsim._io import Outputs
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     if args.fleet is None and (args.table is None or args.calibration is None):
         raise CapacityError("give --table and --calibration (one replica), or --fleet FILE")
@@ -91,7 +91,7 @@ def cmd_capacity(args):
 def _check_executor(args):
     """Worker counts and the scheduler address, refused before any input is read."""
     from specsim._executor import ExecutorError, check_scheduler, check_workers
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     try:
         if args.workers is not None:
@@ -124,7 +124,7 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
+    from specsim.studies.capacity import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
 
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])

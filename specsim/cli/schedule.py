@@ -73,7 +73,7 @@ def _planner_ranges(args):
 
     from specsim.calibration import AcceptanceCalibration
     from specsim.plan import Planner
-    from specsim.schedule.formats import ranges_from_depths
+    from specsim.policy.schedule import ranges_from_depths
     from specsim.table import CostTable
 
     table = CostTable.load(args.planner[0])
@@ -93,7 +93,9 @@ def _error(message):
 
 def cmd_export(args):
     from specsim._io import Outputs
-    from specsim.schedule.formats import export, load_schedule, policy_text
+    from specsim.schedule.formats import export
+    from specsim.policy.schedule import policy_text
+    from specsim.studies.schedule_file import load_schedule
 
     if (args.schedule is None) == (args.planner is None):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
@@ -122,7 +124,8 @@ def cmd_export(args):
 
 
 def cmd_import(args):
-    from specsim.schedule.formats import import_file, policy_text
+    from specsim.schedule.formats import import_file
+    from specsim.policy.schedule import policy_text
 
     from specsim.errors import ScheduleError
 

@@ -75,7 +75,8 @@ def _simulate(args, out):
     from specsim.traces import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
-    from specsim.sim.policy import policy_runs
+    from specsim.policy.policy import policy_runs
+    from specsim.schedule.formats import read_policy
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
@@ -87,7 +88,7 @@ def _simulate(args, out):
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
-    plan = policy_runs(args.policy, slacks)
+    plan = policy_runs([read_policy(p) for p in args.policy], slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
     n_req = int(read.requests.shape[0])

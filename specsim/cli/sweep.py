@@ -27,7 +27,7 @@ def register(sub, groups):
 def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
-    from specsim.sweep import load_grid, read_results, run_sweep
+    from specsim.studies.sweep import load_grid, read_results, run_sweep
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -51,7 +51,7 @@ def cmd_sweep(args):
         print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
         if args.plot:
-            from specsim.sweep.plot import pareto_plot
+            from specsim.studies.sweep.plot import pareto_plot
 
             pareto_plot(read_results(args.out), out.path(args.plot))
     if args.plot:

@@ -1,9 +1,11 @@
-"""Width-to-depth schedules: tuning one on a trace (:func:`tune`), and writing it for the serving
-engines or reading theirs back (:mod:`specsim.schedule.formats`)."""
+"""Width-to-depth schedules in the serving engines' formats: writing one for an engine or reading
+theirs back (:mod:`specsim.schedule.formats`). Tuning one is :mod:`specsim.studies.tune`; specsim's
+own schedule file is :mod:`specsim.studies.schedule_file`."""
 
-from specsim.schedule.formats import ENGINES, EngineConfig, ScheduleFile, canonical, import_file, load_schedule
+from specsim.policy.schedule import canonical
+from specsim.schedule.formats import ENGINES, EngineConfig, import_file, read_policy
 from specsim.schedule.formats import export as export_schedule
-from specsim.schedule.tune import Score, TuneResult, tune
+from specsim.studies.schedule_file import ScheduleFile, load_schedule
 
-__all__ = ["ENGINES", "EngineConfig", "ScheduleFile", "Score", "TuneResult", "canonical", "export_schedule",
-           "import_file", "load_schedule", "tune"]
+__all__ = ["ENGINES", "EngineConfig", "ScheduleFile", "canonical", "export_schedule", "import_file", "load_schedule",
+           "read_policy"]

@@ -82,7 +82,7 @@ def load_grid(path) -> Grid:
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
     from specsim.sim.engine import ServerOptions
-    from specsim.sim.policy import parse_policy
+    from specsim.schedule.formats import read_policy
 
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)
@@ -175,7 +175,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         if name == "policy":
             for v in values:
                 try:
-                    parse_policy(v)
+                    read_policy(v)
                 except Exception as e:  # the parser's own message says what is wrong
                     problems.append(f"[axes] policy {v!r}: {e}")
         if name == "replicas":
