@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
@@ -72,7 +72,7 @@ def cmd_capacity(args):
     _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()

@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, float_list, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
@@ -53,7 +53,7 @@ def cmd_simulate(args):
 
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--acceptance": args.acceptance, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, nonneg_float, share, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, share, slack
 from specsim.cli._server import add_server_options, server_options
 from specsim.cli.trace import add_trace_options
 
@@ -71,7 +71,7 @@ def cmd_tune(args):
         raise ScheduleError("--seeds must be >= 1")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.compare, "--compare")
+        add_policy_inputs(out, args.compare, "--compare")
         out.declare(args.out, "-o")
         read = trace_from_args(args, args.trace)
         table = CostTable.load(args.table)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.options import NO_CAP
+from specsim._checks import NO_CAP
 
 
 def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._checks import NO_CAP
 from specsim.errors import SimulationError, SpecsimError
 
 ROUTERS = ("round_robin", "least_outstanding", "least_kv")
@@ -25,7 +26,6 @@ GROUP_FIELDS = ("name", "count", "table", "calibration", "gpus_per_replica", "bo
 TOP_FIELDS = ("router", "group")
 # Most replicas one fleet may have: state is sized per replica.
 MAX_REPLICAS = 1 << 16
-_NO_CAP = 1 << 62
 
 
 class FleetError(SimulationError):
@@ -365,7 +365,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     max_k = max(g.table.max_k for g in fleet.groups)
     log_size = max(g.options.log_size for g in fleet.groups)
     st = _fleet_state(n_req, n_rep, max(16, -(-n_req // n_rep) + 16), seqs, max_k, log_size)
-    limit = PROGRESS_CHUNK if progress is not None else _NO_CAP
+    limit = PROGRESS_CHUNK if progress is not None else NO_CAP
     code = {"round_robin": fk.ROUND_ROBIN, "least_outstanding": fk.LEAST_OUTSTANDING, "least_kv": fk.LEAST_KV}[router]
     while True:
         status = fk.fleet_nb(arrival, prompt, output, code, groups, group_of, kv_tokens, block_size, st, limit)
@@ -384,7 +384,7 @@ def _kv_tokens(srv) -> int:
     """A replica's KV capacity in tokens (unlimited: ``least_kv`` then sends each request where
     the fewest KV tokens are in use)."""
     blocks = int(srv.rec[0]["kv_blocks"])
-    return _NO_CAP if blocks >= _NO_CAP else blocks * int(srv.rec[0]["block_size"])
+    return NO_CAP if blocks >= NO_CAP else blocks * int(srv.rec[0]["block_size"])
 
 
 def _replica_result(st, r, prepared):
