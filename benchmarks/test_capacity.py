@@ -24,7 +24,7 @@ import pytest
 from benchmarks.conftest import record_ratio
 from specsim.sim import ServerOptions, simulate
 from specsim.sim.fleet import Fleet, simulate_fleet
-from specsim.sizing import capacity
+from specsim.studies.capacity import capacity
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
 
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
@@ -69,7 +69,7 @@ def test_capacity_search_conv_10x_serial(benchmark, conv10, h200):
 
 
 def test_capacity_search_conv_10x_two_threads(benchmark, conv10, h200):
-    from specsim.sizing import ThreadRunner
+    from specsim.studies.capacity import ThreadRunner
 
     table, cal = h200
     start, cpu = time.perf_counter(), time.process_time()
@@ -81,7 +81,7 @@ def test_capacity_search_conv_10x_two_threads(benchmark, conv10, h200):
 
 def test_capacity_search_conv_10x_two_dask_workers(benchmark, conv10, h200):
     pytest.importorskip("dask.distributed")
-    from specsim.sizing import DaskRunner
+    from specsim.studies.capacity import DaskRunner
 
     table, cal = h200
     start = time.perf_counter()

@@ -78,7 +78,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     from specsim.costmodel.defaults import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
-    from specsim.sim.policy import policy_runs
+    from specsim.policy.policy import policy_runs
 
     outputs = None
     if out is not None:
@@ -177,7 +177,7 @@ def tune_demo(inputs, seed: int = 0, out=None):
     """
     from specsim._io import Outputs
     from specsim.errors import ScheduleError
-    from specsim.schedule.tune import tune
+    from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
 
     result = tune(inputs["trace"], inputs["table"], inputs["calibration"],

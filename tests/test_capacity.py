@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from specsim.sim import ServerOptions
 from specsim.sim.fleet import Fleet, ReplicaGroup
-from specsim.sizing import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
+from specsim.studies.capacity import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
 from tests.test_engine import requests, small_calibration, small_table
 
 K = 5  # replicas that are exactly enough for the burst traffic below
@@ -164,7 +164,7 @@ def test_frames():
 
 def test_dask_runner_gives_the_serial_answer():
     pytest.importorskip("dask.distributed")
-    from specsim.sizing import DaskRunner
+    from specsim.studies.capacity import DaskRunner
 
     args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
     serial = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=serial_runner, **args)
@@ -174,7 +174,7 @@ def test_dask_runner_gives_the_serial_answer():
 
 
 def test_thread_runner_gives_the_serial_answer():
-    from specsim.sizing import ThreadRunner
+    from specsim.studies.capacity import ThreadRunner
 
     args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
     serial = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)

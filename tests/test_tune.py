@@ -11,8 +11,9 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError, SpecsimError
-from specsim.schedule.formats import load_schedule, policy_text, ranges_from_depths
-from specsim.schedule.tune import _moves, _runs, evaluate, grid_widths, tune
+from specsim.policy.schedule import policy_text, ranges_from_depths
+from specsim.studies.schedule_file import load_schedule
+from specsim.studies.tune import _moves, _runs, evaluate, grid_widths, tune
 from specsim.sim.engine import ServerOptions
 
 
@@ -230,7 +231,7 @@ def test_progress_line_says_each_round(small, capsys):
 def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
     import builtins
 
-    from specsim.schedule.tune import _executor
+    from specsim.studies.tune import _executor
 
     real = builtins.__import__
 
@@ -253,8 +254,8 @@ def test_the_file_serves_the_best_fixed_depth_unless_the_tuned_schedule_earned_i
     than the noise is recorded, but the file and the exports carry the fixed depth."""
     from dataclasses import replace
 
-    from specsim.schedule.formats import policy_text
-    from specsim.schedule.tune import Score, TuneResult
+    from specsim.policy.schedule import policy_text
+    from specsim.studies.tune import Score, TuneResult
 
     def score(policy, mean):
         return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
@@ -280,7 +281,7 @@ def load_schedule_text(text):
     import tempfile
     from pathlib import Path
 
-    from specsim.schedule.formats import load_schedule
+    from specsim.studies.schedule_file import load_schedule
 
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "s.toml"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
     from specsim.sim.fleet import ROUTERS
-    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
+    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
 
     p = sub.add_parser(
         "capacity",
@@ -57,7 +57,7 @@ def register(sub, groups):
 
 def cmd_capacity(args):
     from specsim._io import Outputs
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     if args.fleet is None and (args.table is None or args.calibration is None):
         raise CapacityError("give --table and --calibration (one replica), or --fleet FILE")
@@ -72,7 +72,7 @@ def cmd_capacity(args):
     _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()
@@ -91,7 +91,7 @@ def cmd_capacity(args):
 def _check_executor(args):
     """Worker counts and the scheduler address, refused before any input is read."""
     from specsim._executor import ExecutorError, check_scheduler, check_workers
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     try:
         if args.workers is not None:
@@ -125,7 +125,7 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
+    from specsim.studies.capacity import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
 
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])

@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, float_list, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
@@ -53,7 +53,7 @@ def cmd_simulate(args):
 
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--acceptance": args.acceptance, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):
@@ -75,7 +75,8 @@ def _simulate(args, out):
     from specsim.traces import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
-    from specsim.sim.policy import policy_runs
+    from specsim.interop import read_policy
+    from specsim.policy.policy import policy_runs
     from specsim.sim.metrics import overload_lines, requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
@@ -87,7 +88,7 @@ def _simulate(args, out):
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
-    plan = policy_runs(args.policy, slacks)
+    plan = policy_runs([read_policy(p) for p in args.policy], slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
     warn_placeholder_prefill(base, table, "simulate")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, nonneg_float, share, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
-    from specsim.schedule.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
+    from specsim.studies.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
 
     p = sub.add_parser(
         "tune",
@@ -63,7 +63,7 @@ def cmd_tune(args):
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import trace_from_args
     from specsim.errors import ScheduleError
-    from specsim.schedule.tune import tune
+    from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
     from specsim.table import CostTable
 
@@ -71,7 +71,7 @@ def cmd_tune(args):
         raise ScheduleError("--seeds must be >= 1")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.compare, "--compare")
+        add_policy_inputs(out, args.compare, "--compare")
         out.declare(args.out, "-o")
         read = trace_from_args(args, args.trace)
         table = CostTable.load(args.table)
@@ -88,7 +88,7 @@ def cmd_tune(args):
                       min_gain=args.min_gain, progress=not args.quiet, names=names)
         print(report(result, read))
         out.text(args.out, result.to_toml())
-    from specsim.schedule.formats import policy_text
+    from specsim.policy.schedule import policy_text
 
     what = "the tuned schedule" if result.serves_tuned else f"{result.best_fixed}, the best fixed depth"
     print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "

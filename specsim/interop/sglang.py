@@ -17,7 +17,7 @@ from specsim.interop._config import (
 from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
-from specsim.schedule.formats import canonical, depth_at, ranges_from_depths
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
 
 DECODE_LOG_INTERVAL = 40
 """SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""

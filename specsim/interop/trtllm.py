@@ -13,7 +13,7 @@ from specsim.errors import PolicyError, ScheduleError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
 from specsim.interop.vllm import request_records
-from specsim.schedule.formats import policy_text, span
+from specsim.policy.schedule import policy_text, span
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
 _FIELDS = {

@@ -18,9 +18,10 @@ from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
-# "No cap": the planner takes widths up to int64's end (count_arg), so only a cap at that end
-# bounds nothing a width can reach; a smaller sentinel would act as a cap nobody set.
-NO_CAP = INT64_MAX
+# An unset max_seqs: the planner takes widths up to int64's end (count_arg), so only a cap at that
+# end bounds nothing a width can reach; the engine's NO_CAP (specsim._checks) would act as a cap
+# nobody set on the widest of them.
+UNCAPPED_WIDTH = INT64_MAX
 # A thread's first workspace holds this many sequences; it grows to the widest batch seen.
 FIRST_ROWS = 64
 
@@ -39,7 +40,7 @@ def check_slack(slack) -> float:
 
 
 def _cap(max_seqs) -> int:
-    return NO_CAP if max_seqs is None else cap_arg(max_seqs, "max_seqs")
+    return UNCAPPED_WIDTH if max_seqs is None else cap_arg(max_seqs, "max_seqs")
 
 
 def _cum_priors(cal, max_k):

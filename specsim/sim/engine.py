@@ -40,7 +40,9 @@ from specsim.sim.options import (  # noqa: F401  (names kept importable from her
     NO_CAP, ServerOptions, prefill_fixed_part,
 )
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
-from specsim.sim.policy import Policy, parse_policy
+from specsim.plan.depth_table import depth_by_width
+from specsim.policy.policy import Policy
+from specsim.interop import read_policy
 
 # The engine's semantics version: what a result means for given inputs. Raise it with any change
 # that alters some result for the same requests, table, calibration, policy and options (a
@@ -234,42 +236,6 @@ def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
     return pol.clamped(k_cap)
 
 
-def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int,
-                   idle_w: float = None) -> np.ndarray:
-    """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
-
-    ``propose``, ``sequence`` and ``load-aware`` use the planner's batch-depth kernel, ``goodput`` its own; the
-    speculation cap applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
-    With ``idle_w`` (watts): the depths ``load-aware`` runs while no request waits, planned by
-    tokens per joule above that idle power (other policies ignore it).
-    """
-    from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, propose_table_nb
-    from specsim.sim._draw_kernels import goodput_table_nb
-
-    cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
-    out = np.empty(max_batch + 1, dtype=np.int64)
-    scratch = np.empty((table.max_k + 1, 4))
-    if policy.needs_planner:
-        cum = np.empty(table.max_k + 1)
-        cum_priors_nb(cal.priors, table.max_k, cum)
-        if policy.maximises_goodput:
-            goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
-        elif idle_w is not None and policy.counts_idle:
-            above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
-        else:
-            propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
-    else:
-        out[:] = [policy.depth_for_width(n) for n in range(max_batch + 1)]
-    np.minimum(out, k_cap, out=out)
-    widths = np.arange(max_batch + 1)
-    out[widths > cap] = 0
-    if not policy.per_sequence and opts.row_budget is not None:
-        per_width = opts.row_budget // np.maximum(widths, 1)
-        np.minimum(out, per_width, out=out)
-    out[0] = 0
-    return np.ascontiguousarray(out)
-
-
 class Prepared(NamedTuple):
     """Everything one replica's run needs, built by :func:`prepare`: the kernels' bundles
     (``req``, ``tab``, ``cal``, ``srv``, ``st``, ``log``, ``ws``; see :mod:`specsim.sim._types`),
@@ -401,7 +367,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
             raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
                                   f"got {type(value).__name__}")
-    pol = parse_policy(policy)
+    pol = read_policy(policy)
     arrival, prompt, output = _request_arrays(requests)
     resolved = opts.resolved(table)
     seqs = resolved["max_num_seqs"]

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, show
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
@@ -31,7 +31,6 @@ DEFAULT_CHUNKED_PREFILL = True
 MIXED_STEP_PRICINGS = ("one-pass", "additive")
 DEFAULT_MIXED_STEP_PRICING = "one-pass"
 DEFAULT_KV_BLOCK_SIZE = 16
-NO_CAP = COUNT_MAX
 MAX_BATCH = MAX_WIDTH
 # Upper bound of the prefill costs and idle power: above it, times and energies would overflow
 # long before they meant anything.

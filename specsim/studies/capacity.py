@@ -246,7 +246,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
     from specsim.sim.fleet import Fleet, check_router
-    from specsim.sim.policy import parse_policy
+    from specsim.interop import read_policy
 
     if fleet is None:
         if table is None or calibration is None:
@@ -273,7 +273,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     if max_units < 1:
         raise CapacityError(f"max_replicas = {max_replicas} is below one unit of the fleet ({fleet.replicas} "
                             "replicas); raise the cap")
-    runs = _runs(policies, slack, parse_policy)
+    runs = _runs(policies, slack, read_policy)
     found, probes = _search_all(requests, fleet, runs, router, (slo_ttft_s, slo_tpot_s), attainment, max_units,
                                 runner or serial_runner, progress)
     failed = [label for label, m in found.items() if m is None]
@@ -331,7 +331,7 @@ def _bracket(probes, target, unit):
     return lo * unit, None if hi is None else hi * unit
 
 
-def _runs(policies, slack, parse_policy):
+def _runs(policies, slack, read_policy):
     """``(label, policy, slack)`` per policy, plain decoding first and once."""
     from specsim.plan.planner import check_slack
 
@@ -341,7 +341,7 @@ def _runs(policies, slack, parse_policy):
         raise CapacityError(str(e)) from None
     out = []
     for text in [PLAIN] + [p for p in policies]:
-        pol = parse_policy(text)
+        pol = read_policy(text)
         label = f"{pol}@{slack:g}" if pol.reads_slack else str(pol)
         if label not in [r[0] for r in out]:
             out.append((label, pol, slack))

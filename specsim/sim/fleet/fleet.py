@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._checks import NO_CAP
 from specsim.errors import SimulationError, SpecsimError
 
 ROUTERS = ("round_robin", "least_outstanding", "least_kv")
@@ -25,7 +26,6 @@ GROUP_FIELDS = ("name", "count", "table", "calibration", "gpus_per_replica", "bo
 TOP_FIELDS = ("router", "group")
 # Most replicas one fleet may have: state is sized per replica.
 MAX_REPLICAS = 1 << 16
-_NO_CAP = 1 << 62
 
 
 class FleetError(SimulationError):
@@ -272,7 +272,7 @@ def _group(group, requests, policy):
     """The engine bundles of one group (as :func:`specsim.simulate` prepares them: the same
     checks of the policy, the options and the requests' KV needs), and the group's policy and
     resolved options."""
-    from specsim.sim._fleet_kernels import Group
+    from specsim.sim.fleet._kernels import Group
     from specsim.sim.engine import prepare
 
     p = prepare(requests, group.table, group.calibration, policy, group.options)
@@ -282,7 +282,7 @@ def _group(group, requests, policy):
 def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
     """The one place the fleet kernel's buffers are sized (see ``FleetState``); with ``old``, a
     copy of it with ``rows`` request rows per replica (more than its own)."""
-    from specsim.sim import _fleet_kernels as fk
+    from specsim.sim.fleet import _kernels as fk
     from specsim.sim._types import STATE_DT
 
     leaves = 1 << max(n_rep - 1, 0).bit_length()
@@ -348,7 +348,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     the fleet, tables and calibrations are only read. Draft outcomes come from the calibrations
     (replaying a logged acceptance trace is a single-server feature).
     """
-    from specsim.sim import _fleet_kernels as fk
+    from specsim.sim.fleet import _kernels as fk
     from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays
 
     if not isinstance(fleet, Fleet):
@@ -385,7 +385,7 @@ def _kv_tokens(srv) -> int:
     """A replica's KV capacity in tokens (unlimited: ``least_kv`` then sends each request where
     the fewest KV tokens are in use)."""
     blocks = int(srv.rec[0]["kv_blocks"])
-    return _NO_CAP if blocks >= _NO_CAP else blocks * int(srv.rec[0]["block_size"])
+    return NO_CAP if blocks >= NO_CAP else blocks * int(srv.rec[0]["block_size"])
 
 
 def _replica_result(st, r, prepared):
@@ -405,7 +405,7 @@ def _replica_result(st, r, prepared):
 
 
 def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult":
-    from specsim.sim.fleet_result import FleetResult, merge_replicas
+    from specsim.sim.fleet.result import FleetResult, merge_replicas
 
     replicas, group_names, idle_w, gpus = [], [], [], []
     r = 0
