@@ -36,7 +36,7 @@ CONV_PROMPT_MEDIAN, CONV_PROMPT_SIGMA = 1020.0, 0.99
 CONV_OUTPUT_MEDIAN, CONV_OUTPUT_SIGMA = 129.0, 0.86
 
 DEMO_POLICIES = ("fixed:0", "fixed:3", "schedule:1-16=4,17-64=3,65-128=2,129-=1", "goodput", "propose",
-                 "sequence")
+                 "sequence", "load-aware")
 DEMO_RATE_SCALE = 2.0
 DEMO_REQUESTS = 3000
 DEMO_SLO_TTFT_S = 1.0

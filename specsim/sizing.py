@@ -51,6 +51,8 @@ class Probe:
     energy_j: float
     ttft_p99_s: float
     tpot_p99_s: float
+    overloaded: bool = None
+    queue_growth: float = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -150,15 +152,16 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     """Simulate ``units`` copies of ``fleet`` with one policy; a plain function, so that a Dask
     worker can run it."""
     from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import _percentiles, slo_attainment
+    from specsim.sim.metrics import _percentiles, overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
     res = simulate_fleet(requests, sized, policy, router=router)
     f = res.fleet
     att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+    over = overload(f)
     return Probe(label, units, sized.replicas, sized.gpus, float(att if att is not None else 1.0),
                  int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), _percentiles(f.ttft_s)["p99"],
-                 _percentiles(f.tpot_s)["p99"])
+                 _percentiles(f.tpot_s)["p99"], over["flag"], over["growth"])
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -252,6 +255,11 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     elif table is not None or calibration is not None:
         raise CapacityError("give either a table and calibration or a fleet, not both")
     check_router(router)
+    from specsim.sim.engine import _request_arrays
+
+    if _request_arrays(requests)[0].shape[0] == 0:
+        raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
+                            "nothing to size; give a trace with requests")
     if slo_ttft_s is None and slo_tpot_s is None:
         raise CapacityError("give an SLO: a TTFT target, a TPOT target, or both (seconds)")
     for name, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
@@ -295,6 +303,12 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
         args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo[0], slo[1], label)
                 for label, m in pending.items()]
         results = runner(args)
+        if not (isinstance(results, (list, tuple)) and len(results) == len(args)
+                and all(isinstance(p, Probe) and p.label == a[-1] for p, a in zip(results, args))):
+            from specsim._checks import show
+
+            raise CapacityError(f"the runner answered {show(results)} for {len(args)} probes: a runner returns "
+                                "one Probe per argument tuple, in their order (as serial_runner does)")
         done += len(results)
         nxt = {}
         for probe in results:

@@ -30,7 +30,7 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
@@ -72,6 +72,7 @@ def cmd_capacity(args):
     _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
             require_matplotlib()
@@ -174,7 +175,21 @@ def capacity_table(result) -> str:
     if bad:
         note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
                  "in replicas here, so read that answer with care")
+    for line in overload_probe_lines(result):
+        note += "\n" + line
     return format_grid(header, rows) + note
+
+
+def overload_probe_lines(result) -> list:
+    """One line per policy whose probes overloaded the fleet (queueing grew through the run)."""
+    lines = []
+    for p in result.policies:
+        over = [q for q in p.probes if q.overloaded]
+        if over:
+            sizes = ", ".join(f"{q.replicas} ({q.queue_growth:.3f})" for q in over)
+            lines.append(f"overloaded: {p.label} at replicas {sizes}: queueing delay grew (s per s of arrivals, in "
+                         "brackets) through the run, so those probes' attainment measures a backlog")
+    return lines
 
 
 def _document(args, result, read) -> dict:

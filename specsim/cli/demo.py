@@ -33,6 +33,7 @@ def cmd_demo(args):
     from specsim._checks import rate_scale_problem
     from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, run_demo
     from specsim.errors import SpecsimError
+    from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
 
     if not args.out.strip():
@@ -56,6 +57,8 @@ def cmd_demo(args):
           f"calibration from published EAGLE acceptance rates")
     print()
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     print(f"(SLO: TTFT <= {DEMO_SLO_TTFT_S} s and TPOT <= {DEMO_SLO_TPOT_S} s)")
     print()
     _verdict(summaries)

@@ -71,6 +71,7 @@ def cmd_tune(args):
         raise ScheduleError("--seeds must be >= 1")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--prefill-curve": args.prefill_curve}) as out:
+        out.add_policies(args.compare, "--compare")
         out.declare(args.out, "-o")
         read = trace_from_args(args, args.trace)
         table = CostTable.load(args.table)

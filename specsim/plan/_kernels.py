@@ -59,12 +59,11 @@ def width_costs_nb(widths, costs, n, out):
             out[k, f] = p + (costs[b, k, f] - p) * t
 
 
-@jit
-def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
-    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
-
-    ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
-    """
+@jit(inline="always")
+def _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch):
+    """The propose rule at width ``n`` with each step's energy counted above ``idle_w`` watts:
+    the most tokens per ``(verify_j + draft_j) - idle_w * (verify_ms + draft_ms) / 1000`` among
+    the depths that keep the speed floor (``idle_w = 0``: the propose rule itself)."""
     if n > max_seqs:
         return 0
     max_k = costs.shape[1] - 1
@@ -77,13 +76,31 @@ def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
     best = 0.0
     for k in range(max_k + 1):
         tokens = nf * (1.0 + cum_priors[k])
-        if tokens / (scratch[k, VMS] + scratch[k, DMS]) < floor_rate:
+        ms = scratch[k, VMS] + scratch[k, DMS]
+        if tokens / ms < floor_rate:
             continue
-        eff = tokens / (scratch[k, VJ] + scratch[k, DJ])
+        eff = tokens / ((scratch[k, VJ] + scratch[k, DJ]) - idle_w * ms / 1000.0)
         if best_k < 0 or eff > best:
             best = eff
             best_k = k
     return r if best_k < 0 else best_k
+
+
+@jit
+def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
+    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
+
+    ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
+    """
+    return _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, 0.0, scratch)
+
+
+@jit
+def above_idle_table_nb(widths, costs, cum_priors, slack, max_seqs, idle_w, out, scratch):
+    """``out[n]``: the propose rule at every width with step energy counted above ``idle_w``
+    watts (the ``load-aware`` policy's depth while no request waits; docs/planner.md)."""
+    for n in range(out.shape[0]):
+        out[n] = _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch)
 
 
 @jit
