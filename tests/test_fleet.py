@@ -22,7 +22,7 @@ from tests.test_engine import random_requests, requests, small_calibration, smal
 
 pytestmark = pytest.mark.kernels  # drives the fleet kernel: CI reruns it with bounds checks
 
-POLICIES = ("fixed:0", "fixed:2", "propose", "goodput", "sequence")
+POLICIES = ("fixed:0", "fixed:2", "propose", "goodput", "sequence", "load-aware")
 
 
 def other_table():

@@ -83,8 +83,8 @@ def _first(d, names):
 def trtllm_samples(text: str, source: str) -> Samples:
     """Decode samples of TensorRT-LLM iteration stats; refuses (naming file, line and field)
     negative or NaN latencies and counts that contradict each other."""
-    from specsim.calibration.telemetry._records import Tally, as_count, json_documents, walk
-    from specsim.calibration.telemetry.trtllm import spec_field, spec_stats
+    from specsim.interop._records import Tally, as_count, json_documents, walk
+    from specsim.interop.trtllm import spec_field, spec_stats
 
     tally, lines = Tally(), []
     docs = json_documents(text, source, tally, lines)
@@ -179,8 +179,8 @@ def _contradiction(drafts, accepted, requests, gen):
 def sglang_samples(text: str, source: str, interval=None) -> Samples:
     """Plain-decode samples of SGLang ``Decode batch`` lines: ``#running-req`` over the line's
     generation throughput is the mean step of its interval."""
-    from specsim.calibration.telemetry._records import as_count
-    from specsim.calibration.telemetry.sglang import DECODE_LOG_INTERVAL, decode_batch
+    from specsim.interop._records import as_count
+    from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
 
     problems, decode = [], []
     kept = {"intervals with a prefill batch": 0, "speculative lines (depth not logged)": 0}
@@ -226,7 +226,7 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
 # -- the fit -----------------------------------------------------------------------------------
 def read_samples(paths, fmt: str) -> Samples:
     """The samples of every file (one format)."""
-    from specsim.calibration.telemetry._records import read_text
+    from specsim.interop._records import read_text
     from specsim.errors import CalibrationError
 
     if fmt not in ENGINE_FORMATS:

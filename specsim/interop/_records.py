@@ -79,6 +79,33 @@ class Record:
     depth_told: bool = True
 
 
+@dataclass(frozen=True)
+class Format:
+    """A telemetry format an engine module reads.
+
+    Attributes
+    ----------
+    name : str
+        ``--from`` name, ``ENGINE-SOURCE``.
+    description : str
+    markers : tuple of str
+        Strings every file of the format holds (content detection).
+    parse : callable
+        ``parse(text, source, **options) -> (records, Tally)``; with ``whole``, ``parse(texts,
+        sources, **options)`` reads every file at once.
+    whole : bool
+    options : tuple of str
+        Reading options the parser takes (``decode_log_interval``).
+    """
+
+    name: str
+    description: str
+    markers: tuple
+    parse: object
+    whole: bool = False
+    options: tuple = ()
+
+
 @dataclass
 class Tally:
     """What a parser read.
