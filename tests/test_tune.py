@@ -287,3 +287,29 @@ def load_schedule_text(text):
         f = Path(d) / "s.toml"
         f.write_text(text)
         return load_schedule(f)
+
+
+def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(small, tmp_path, capsys):
+    """Per width band, the planner's depth at each measured context: deeper drafts where verify
+    steps grow dear with context (here: verify cost x 1 at context 128, x 6 at 8192)."""
+    from specsim.plan.planner import Planner
+    from specsim.table import CostTable
+
+    trace, table, cal = small
+    axis = CostTable.from_contexts({128: table, 8192: CostTable(table.key, table.widths, table.costs * [6, 6, 1, 1])})
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(axis.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "-o", str(tmp_path / "s.toml")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "best depth by context" in printed and "ctx 128" in printed and "ctx 8192" in printed
+    block = printed[printed.index("best depth by context"):].splitlines()[3:]
+    planner = Planner(axis, cal)
+    for line in block:
+        cells = line.split()
+        mid = int(cells[1])
+        assert [int(x) for x in cells[3:5]] == [planner.propose(mid, context=128), planner.propose(mid, context=8192)]

@@ -289,7 +289,8 @@ def new_workspace(max_num_seqs: int, max_k: int):
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k))
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k),
+                     np.zeros(1, np.int64), np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)))
 
 
 def _check_above_idle(table, idle_w: float) -> None:
@@ -308,7 +309,8 @@ def _check_above_idle(table, idle_w: float) -> None:
                               "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
 
 
-def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
+def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
+            cum_priors):
     from specsim.sim._types import SERVER_DT, Server
 
     rec = np.zeros(1, dtype=SERVER_DT)
@@ -329,9 +331,11 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
     curve = opts["prefill_curve"]
     r["prefill_curve"] = curve is not None
     r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
+    r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
-    return Server(rec, depth_memo, idle_memo, *arrays)
+    return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64))
 
 
 def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
@@ -391,6 +395,10 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    from specsim.plan._kernels import cum_priors_nb
+
+    cum = np.empty(table.max_k + 1)
+    cum_priors_nb(calibration.priors, table.max_k, cum)
     priced = table.contexts.size and resolved["context_pricing"]
     contexts = table.contexts if priced else np.zeros(0, np.int64)
     cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
@@ -402,7 +410,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     return Prepared(
         req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
         cal=cal,
-        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks),
+        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
     )
