@@ -26,15 +26,17 @@ def comparison_table(summaries) -> str:
         slo = s["slo"]["attainment"]
         checked = s["slo"]["ttft_target_s"] is not None or s["slo"]["tpot_target_s"] is not None
         rows.append([
-            s["label"], _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
+            s["label"] + (f" = {s['same_as']}" if s.get("same_as") else ""), _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
             _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"), _f(s["queue_s"]["p99"], ".3f"),
             _f(s["ttft_s"]["p50"], ".3f"), _f(s["ttft_s"]["p99"], ".3f"),
             _f(s["tpot_s"]["p50"], ".4f"), _f(s["tpot_s"]["p99"], ".4f"), _f(s["e2e_s"]["p99"], ".2f"),
             str(s["preemptions"]), "-" if s["kv"]["peak"] is None else f"{100 * s['kv']['peak']:.0f}%",
             f"{100 * slo:.1f}%" if checked and slo is not None else "-",
         ])
+    same = "; A = B: A was the same run as B (the same depth at every width it met)" \
+        if any(s.get("same_as") for s in summaries) else ""
     return (format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step; "
-            "KV peak = most KV blocks held / capacity)")
+            f"KV peak = most KV blocks held / capacity{same})")
 
 
 def _cdf(ax, values, name):

@@ -107,7 +107,7 @@ TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "trace", "table", "calibr
 #
 # A row is reused on a later run only when every input it was computed from is the same: the
 # trace's requests (after the reader's options), the table's and the calibration's files, the
-# server options, the point's run axes (policy, traffic scale, replicas, router; the seed is a
+# server options, the point's run axes (policy, traffic scale, replicas, router; its seed is a
 # server option), the SLO and the engine's semantics version. Each is digested on its own, so a
 # resume can say which input changed.
 INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine")
