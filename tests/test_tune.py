@@ -282,3 +282,24 @@ def load_schedule_text(text):
         f = Path(d) / "s.toml"
         f.write_text(text)
         return load_schedule(f)
+
+
+def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(small, tmp_path, capsys):
+    """A TPOT target below any step's time: nothing can meet it, so there is no schedule to serve."""
+    trace, table, cal = small
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
+            "--attainment", "0.99", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
+    assert "Traceback" not in err and not out.exists()
+    with pytest.raises(ScheduleError, match="best of the .* tried reached"):
+        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
+             executor="threads", slo_tpot_s=0.0001, attainment=0.99)
