@@ -212,8 +212,10 @@ def cli(tmp_path, *extra):
 def test_cli_writes_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     write_inputs(tmp_path)
+    # 100 requests x 3 seeds resolve 95% (a fleet meeting every request has a 95% interval from
+    # 98.7%), not 99%.
     run = cli(tmp_path, "--policy", "fixed:2", "--policy", "propose", "--gpu-hour-usd", "3", "--json", "cap.json",
-              "--plot", "cap.png")
+              "--plot", "cap.png", "--attainment", "0.95")
     assert run.returncode == 0, run.stderr
     assert "fixed:2" in run.stdout and "propose@0" in run.stdout and "capacity:" in run.stderr
     doc = json.loads((tmp_path / "cap.json").read_text())
@@ -227,9 +229,9 @@ def test_cli_unreachable_slo_writes_nothing(tmp_path):
     write_inputs(tmp_path)
     (tmp_path / "cap.json").write_text("earlier")
     run = cli(tmp_path, "--policy", "fixed:2", "--max-replicas", "3", "--json", "cap.json", "--plot", "cap.png",
-              "--quiet")
+              "--quiet", "--attainment", "0.95")
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert "no fleet of up to 3 replicas meets 0.99" in run.stderr and "best attainment 0.6000" in run.stderr
+    assert "no fleet of up to 3 replicas meets 0.95" in run.stderr and "best attainment 0.6000" in run.stderr
     assert (tmp_path / "cap.json").read_text() == "earlier" and not (tmp_path / "cap.png").exists()
 
 
