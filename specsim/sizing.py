@@ -361,7 +361,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
                     for label in failed]
         raise CapacityError(f"no fleet of up to {max_units * fleet.replicas} replicas meets {attainment:g} SLO "
                             f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
-                            problems)
+                            problems + notes)
     answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd) for label, _, _ in runs]
     plain = answers[0]
     answers = [_with_saving(a, plain) for a in answers]

@@ -209,8 +209,8 @@ def _document(args, result, read) -> dict:
 
 
 def plot_capacity(result, path) -> None:
-    """Attainment against replicas, one line per policy, the target as a dashed line and each
-    policy's answer marked."""
+    """Attainment against replicas with each probe's 95% interval as a band, one line per policy,
+    the target as a dashed line and each policy's answer marked; the legend sits outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,14 +222,18 @@ def plot_capacity(result, path) -> None:
         xs = [q.replicas for q in p.probes]
         ys = [q.attainment for q in p.probes]
         (line,) = ax.plot(xs, ys, marker="o", label=f"{p.label}: {p.replicas}")
+        lows = [q.interval[0] for q in p.probes]
+        highs = [q.interval[1] for q in p.probes]
+        ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
     ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 8, not 2^3
     ax.set_xlabel("replicas")
     ax.set_ylabel("SLO attainment")
-    ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
-    ax.legend(fontsize=8)
+    ax.set_title("SLO attainment against fleet size, 95% intervals shaded\n(star: fewest replicas whose interval "
+                 "clears the target)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
