@@ -160,6 +160,10 @@ def test_frames():
     probes = res.probes_frame()
     assert len(probes) == sum(len(p.probes) for p in res.policies)
     assert set(probes["units"]) >= {K - 1, K, K + 1}
+    # The intervals travel with the answers and the probes: 150 requests x 3 seeds, all met at K.
+    assert (df["attainment_low"] >= 0.99).all() and (df["attainment_high"] == 1.0).all()
+    assert set(probes["trials"]) == {450} and (probes["attainment_low"] <= probes["attainment"]).all()
+    assert (probes["attainment"] <= probes["attainment_high"]).all()
 
 
 def test_dask_runner_gives_the_serial_answer():
