@@ -84,3 +84,19 @@ def test_simulate_prints_equal_runs_and_verdicts_and_the_json_carries_them(files
     for v in doc["verdicts"]:
         assert v["runner_up"] != "schedule:1-=2" and v["leader"] != "schedule:1-=2"
         assert (v["winner"] is not None) == v["clear"] == (v["difference"] < 0 and -v["difference"] > v["half_width"])
+
+
+def test_identical_series_are_drawn_once_under_both_names(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specsim.sim.report import _distinct_series, plot
+
+    reqs = random_requests(60, 2, rate=3.0)
+    runs = [simulate(reqs, small_table(), small_calibration(), p, max_batch=4)
+            for p in ("fixed:2", "fixed:0", "schedule:1-=2")]
+    summaries = [r.summary(slo_ttft_s=0.5, slo_tpot_s=0.05) for r in runs]
+    mark_same_runs(runs, summaries)
+    shown = _distinct_series(runs, summaries)
+    assert [name for _, name in shown] == ["fixed:2 = schedule:1-=2", "fixed:0"]
+    assert shown[0][0] is runs[0]
+    plot(runs, summaries, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
