@@ -73,7 +73,8 @@ def demo_server(table=None) -> dict:
 def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, progress=None,
              rate_scale: float = DEMO_RATE_SCALE):
     """Simulate the demo and return ``(summaries, results, inputs)``; with ``out``, write the
-    table, calibration, trace, results and (with matplotlib) a plot there."""
+    table, calibration, trace, results and (with matplotlib) a plot there, and list the files
+    written in ``inputs["written"]``."""
     from specsim.costmodel.defaults import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
@@ -99,7 +100,9 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:
         with outputs:
-            write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot, outputs)
+            # The files actually written (no plot.png without matplotlib or with plot=False).
+            inputs["written"] = write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot,
+                                              outputs)
     return summaries, results, inputs
 
 

@@ -78,6 +78,8 @@ def run_reference(reqs, table, cal, policy, **opts):
         opts["max_batch"] = opts.pop("max_num_seqs")
     opts.setdefault("max_batch", int(table.widths[-1]))
     opts.pop("log_size", None)
+    if opts.pop("context_pricing", True) and table.contexts.size:
+        opts["contexts"], opts["context_costs"] = table.contexts.tolist(), table.context_costs.tolist()
     if opts.get("prefill_curve") is not None:
         from specsim.sim.options import load_prefill_curve
 
@@ -110,6 +112,7 @@ def assert_matches_reference(res, want):
                  "drafts_cut", "prefill_tokens", "resumed")
     assert tuple(c[n] for n in names) == tuple(want[n] for n in ref_names)
     assert res.kv["peak_blocks"] == want["kv_peak"] and res.kv["block_s"] == want["kv_block_s"]
+    assert res.kv["mean_decode_context"] == want["mean_decode_context"]
     if res.step_log_stride == 1 and res.step_t_s.shape[0] == len(want["steps"]):
         got = list(zip(res.step_t_s.tolist(), res.step_width.tolist(), res.step_mean_depth.tolist(),
                        res.step_tokens.tolist(), res.step_kv_blocks.tolist(), res.step_prefill_tokens.tolist()))

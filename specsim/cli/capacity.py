@@ -7,7 +7,7 @@ import json
 import sys
 
 from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
@@ -121,8 +121,9 @@ def _inputs(args, out):
             for kind, path in g.paths.items():
                 out.add_input(path, f"{kind} of group {g.name!r}")
     else:
-        fleet = Fleet.uniform(CostTable.load(args.table), AcceptanceCalibration.load(args.calibration), 1,
-                              ServerOptions(**base))
+        table, opts = CostTable.load(args.table), ServerOptions(**base)
+        warn_placeholder_prefill(opts, table, "capacity")
+        fleet = Fleet.uniform(table, AcceptanceCalibration.load(args.calibration), 1, opts)
     return fleet, trace_from_args(args, args.trace)
 
 

@@ -62,13 +62,22 @@ def cmd_demo(args):
     print(f"(SLO: TTFT <= {DEMO_SLO_TTFT_S} s and TPOT <= {DEMO_SLO_TPOT_S} s)")
     print()
     _verdicts(summaries, results, inputs, args.seed)
-    print(f"inputs, results and plot written to {args.out}/ ({time.monotonic() - start:.1f} s). Start from them:")
+    written = [p.name for p in inputs["written"]]
+    why = ""
+    if "plot.png" not in written:
+        why = ("; no plot: --no-plot" if args.no_plot else
+               "; no plot: matplotlib is not installed (pip install 'specsim[plot]')")
+    print(f"{_names(written)} written to {args.out}/ ({time.monotonic() - start:.1f} s{why}). Start from them:")
     print(f"  specsim simulate --trace {args.out}/trace.csv --table {args.out}/table.toml "
           f"--calibration {args.out}/calibration.toml --policy sequence --seed {args.seed} "
           f"--slo-ttft-s {DEMO_SLO_TTFT_S} --slo-tpot-s {DEMO_SLO_TPOT_S}")
     if not args.no_tune:
         _tuned(inputs, args)
     return 0
+
+
+def _names(names) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _tuned(inputs, args):

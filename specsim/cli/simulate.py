@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from specsim.cli._common import float_list, nonneg_float, require_matplotlib, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
@@ -91,6 +91,7 @@ def _simulate(args, out):
     plan = policy_runs(args.policy, slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
+    warn_placeholder_prefill(base, table, "simulate")
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)
     with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \

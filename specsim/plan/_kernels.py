@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
 from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
@@ -559,6 +560,8 @@ E_K_MAX = -4
 E_ROW_BUDGET = -5
 E_WORKSPACE = -6
 E_ALIAS = -7
+# A confidence above 0 (beyond rounding): probabilities or logits where log-probabilities belong.
+E_CONFIDENCE = -8
 # Row i with a bad n_conf: E_ROW - 2i; with a bad known: E_ROW - 2i - 1.
 E_ROW = -16
 
@@ -577,8 +580,9 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
     ``work`` (``_types.workspace_buffer``): two arguments where the bundles have ten arrays.
 
     Shapes, scalar ranges, the workspace's size and ``out`` overlapping an input are always
-    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m`` and
-    ``known[i] >= 0`` (without it such values are clamped). Returns the planned rows, or one of
+    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m``,
+    ``known[i] >= 0`` (without it such values are clamped) and every confidence in use at most
+    ``LOGPROB_SLACK`` (a log-probability). Returns the planned rows, or one of
     the negative ``E_*`` codes.
     """
     n = conf.shape[0]
@@ -606,4 +610,7 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
                 return E_ROW - 2 * i
             if known[i] < 0:
                 return E_ROW - 2 * i - 1
+            for j in range(c):
+                if conf[i, j] > LOGPROB_SLACK:
+                    return E_CONFIDENCE
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -220,11 +220,11 @@ class TuneResult:
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
 
     def export(self, engine: str, **kw):
-        """The schedule in an engine's format (:func:`specsim.schedule.formats.export`)."""
-        from specsim.schedule.formats import export
+        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
+        from specsim.interop import export_schedule
 
         kw.setdefault("max_batch", self.inputs.get("max_batch"))
-        return export(engine, self.recommended, **kw)
+        return export_schedule(engine, self.recommended, **kw)
 
 
 # -- evaluation -------------------------------------------------------------------------------------

@@ -48,9 +48,9 @@ from specsim.sim.policy import Policy, parse_policy
 # disk by earlier versions (a sweep's results file) are recomputed rather than reused.
 ENGINE_SEMANTICS = 1
 
-# Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
+# Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
-PROGRESS_CHUNK = 1 << 12
+PROGRESS_CHUNK = 1 << 10
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -425,10 +425,17 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    priced = table.contexts.size and resolved["context_pricing"]
+    contexts = table.contexts if priced else np.zeros(0, np.int64)
+    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
+    for c in range(contexts.shape[0]):
+        for n in range(seqs + 1):
+            width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs), cal=cal,
+        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        cal=cal,
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
@@ -451,7 +458,8 @@ def collect(p: Prepared, req=None) -> SimResult:
     energy = {k: float(s[k]) for k in ("decode_j", "prefill_j", "idle_j", "decode_s", "prefill_s", "idle_s")}
     kv_blocks = int(p.srv.rec[0]["kv_blocks"])
     kv = {"block_size": int(p.srv.rec[0]["block_size"]), "capacity_blocks": None if kv_blocks == NO_CAP else kv_blocks,
-          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"])}
+          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"]),
+          "mean_decode_context": float(s["ctx_priced"]) / int(s["decode_steps"]) if s["decode_steps"] else 0.0}
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
@@ -511,9 +519,10 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     else:
         opts = options
     p = prepare(requests, table, calibration, policy, opts, acceptance)
-    step_limit = PROGRESS_CHUNK if progress is not None else NO_CAP
+    # Always in chunks, with or without a progress callback: the interpreter only acts on a
+    # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
-        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, step_limit)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, PROGRESS_CHUNK)
         if progress is not None:
             progress(int(p.st.rec[0]["finished"]))
         if done:

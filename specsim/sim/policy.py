@@ -150,7 +150,7 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
-    from specsim.schedule.formats import engine_schedule
+    from specsim.interop import engine_schedule
 
     engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
     if engine_ranges is not None:
