@@ -313,3 +313,24 @@ def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(smal
         cells = line.split()
         mid = int(cells[1])
         assert [int(x) for x in cells[3:5]] == [planner.propose(mid, context=128), planner.propose(mid, context=8192)]
+
+
+def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(small, tmp_path, capsys):
+    """A TPOT target below any step's time: nothing can meet it, so there is no schedule to serve."""
+    trace, table, cal = small
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
+            "--attainment", "0.99", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
+    assert "Traceback" not in err and not out.exists()
+    with pytest.raises(ScheduleError, match="best of the .* tried reached"):
+        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
+             executor="threads", slo_tpot_s=0.0001, attainment=0.99)

@@ -550,6 +550,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        search.check_met()
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -587,6 +588,25 @@ class _Search:
             self.cache[t] = r
             self.reached = max(self.reached, r["max_width"])
         self.count += len(todo)
+
+    def check_met(self) -> None:
+        """Refuse a search whose SLO no candidate met on the training window: there is no schedule
+        to recommend, only the least bad, and the error names how far it fell short."""
+        if self.target is None:
+            return
+        by_policy = {}
+        for (part, pol, seed), r in self.cache.items():
+            if part == "train" and seed in self.train_seeds and r["attainment"] is not None:
+                by_policy.setdefault(pol, []).append(r["attainment"])
+        means = {pol: float(np.mean(v)) for pol, v in by_policy.items() if len(v) == len(self.train_seeds)}
+        if not means:
+            return
+        best = max(means, key=means.get)
+        if means[best] < self.target:
+            raise ScheduleError(
+                f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
+                f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
+                "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
 
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]
