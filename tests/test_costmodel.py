@@ -346,7 +346,7 @@ def test_plain_decode_time_matches_splitwise_llama2_70b(shared_data):
     err = _splitwise_errors(points, "llama2-70b")
     assert err.size >= 100
     print(f"splitwise llama2-70b (calibration set): n={err.size} mean {err.mean():.3f} worst {err.max():.3f}")
-    # Measured here: mean 0.090, worst 0.354.
+    # Measured here: mean 0.091, worst 0.374.
     assert err.mean() <= 0.10
     assert err.max() <= 0.40
 
@@ -356,7 +356,7 @@ def test_plain_decode_time_matches_splitwise_bloom_held_out(shared_data):
     err = _splitwise_errors(points, "bloom-176b")
     assert err.size >= 30
     print(f"splitwise bloom-176b (held out): n={err.size} mean {err.mean():.3f} worst {err.max():.3f}")
-    # Measured here: mean 0.029, worst 0.140.
+    # Measured here: mean 0.042, worst 0.131.
     assert err.mean() <= 0.10
     assert err.max() <= 0.20
 
@@ -374,7 +374,7 @@ def test_decode_power_matches_splitwise_a100_average_power(shared_data):
     bias = float(np.mean((modelled - measured) / measured))
     print(f"splitwise A100 mean power: n={err.size} mean {err.mean():.3f} median {np.median(err):.3f} "
           f"worst {err.max():.3f} bias {bias:+.3f}")
-    # Measured here: mean 0.266, median 0.188, bias -0.06; the worst are 8k-token prompts whose
+    # Measured here: mean 0.228, median 0.133, bias +0.002; the worst are 8k-token prompts whose
     # profiled average power (0.17) falls far below every other run.
     assert err.mean() <= 0.30 and np.median(err) <= 0.20 and abs(bias) <= 0.10
 
@@ -428,12 +428,12 @@ def test_verify_time_matches_the_gb10_table(shared_data):
 def test_gb10_draft_time_and_energy_errors_are_as_reported(shared_data):
     # Not a target the model meets: these bounds pin the reported errors, so a change to the
     # model that moves them is seen. Measured here: draft_ms mean 0.52 (the model reads a bf16
-    # LM head per MTP step, where the serve takes ~5.5 ms); verify_j mean 0.55 and draft_j mean
-    # 1.93 (GB10's 140 W is the whole SoC's TDP, while the measured GPU energy implies ~55 W).
+    # LM head per MTP step, where the serve takes ~5.5 ms); verify_j mean 0.73 and draft_j mean
+    # 2.29 (GB10's 140 W is the whole SoC's TDP, while the measured GPU energy implies ~55 W).
     errs = _gb10_errors(shared_data)
     assert 0.4 <= errs["draft_ms"].mean() <= 0.65
-    assert 0.4 <= errs["verify_j"].mean() <= 0.7
-    assert 1.6 <= errs["draft_j"].mean() <= 2.3
+    assert 0.55 <= errs["verify_j"].mean() <= 0.9
+    assert 1.9 <= errs["draft_j"].mean() <= 2.7
 
 
 def test_overheads_refuse_out_of_range_constants():

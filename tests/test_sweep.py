@@ -287,3 +287,33 @@ def test_engine_semantics_version_keys_the_rows(inputs, shared_data, monkeypatch
     monkeypatch.setattr(engine, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)
     report = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
     assert (report.computed, report.stale) == (1, 1)
+
+
+def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_data, capsys):
+    """One line per traffic level naming the best policy per objective; with a seed axis, two
+    policies whose means are closer than their seed spread are a tie within noise."""
+    from specsim.sweep.run import best_by_traffic
+
+    axes = 'policy = ["fixed:0", "fixed:3"]\nrate_scale = [0.05, 0.1]\nseed = [1, 2, 3]'
+    grid_path = write_grid(inputs, shared_data / CONV, axes, limit=60)
+    assert main(["sweep", str(grid_path), "-o", str(inputs / "r.csv"), "--serial", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "best per traffic level (mean over 3 seeds):" in printed
+    for level in ("rate_scale 0.05:", "rate_scale 0.1:"):
+        line = next(x for x in printed.splitlines() if x.strip().startswith(level))
+        assert "least J/token: fixed:" in line and "most tokens/s: fixed:" in line
+    # The verdict follows the numbers: the best mean wins; a gap under the spread over seeds is a tie.
+    grid = load_grid(grid_path)
+    rows = read_results(inputs / "r.csv")
+    fake = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]
+    lines = best_by_traffic(grid, fake)
+    assert all("least J/token: fixed:0 " in x and "tie within noise with fixed:3" in x for x in lines[1:])
+    apart = [dict(r, j_per_token=1.0 if r["policy"] == "fixed:3" else 2.0 + 0.01 * r["seed"]) for r in rows]
+    lines = best_by_traffic(grid, apart)
+    assert all("least J/token: fixed:3 (1)" in x and "tie" not in x.split(";")[0] for x in lines[1:])
+    # Without a seed axis nothing measures the noise: the best is named, no tie is claimed.
+    single = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:0", "fixed:3"]', limit=60))
+    assert main(["sweep", str(inputs / "grid.toml"), "-o", str(inputs / "s.csv"), "--serial", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "best per traffic level:" in printed and "all points: least J/token: fixed:" in printed
+    assert "tie" not in printed and best_by_traffic(single, read_results(inputs / "s.csv"))

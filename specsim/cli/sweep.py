@@ -30,6 +30,8 @@ def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
     from specsim.sweep import load_grid, read_results, run_sweep
+    from specsim.sweep.run import best_by_traffic
+    from specsim.sweep.grid import point_id
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -53,10 +55,20 @@ def cmd_sweep(args):
         print(f"{report.total} points: {report.computed} computed, {report.skipped} reused (inputs unchanged)"
               + (f", {report.stale} recomputed because an input changed" if report.stale else "") + "; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        ids = {point_id(p) for p in grid.points}
+        rows = [r for r in read_results(args.out) if r["point_id"] in ids]
+        over = [r for r in rows if r.get("overload_flag") is True]
+        if over:
+            worst = max(over, key=lambda r: r["overload_growth"])
+            print(f"overloaded: {len(over)} of {len(rows)} points (column overload_flag): queueing delay grew "
+                  f"through the run, up to {worst['overload_growth']:.3f} s per s of arrivals ({worst['label']}, "
+                  f"point {worst['point_id']}); their latency percentiles measure the backlog")
+        for line in best_by_traffic(grid, read_results(args.out)):
+            print(line)
         if args.plot:
             from specsim.sweep.plot import pareto_plot
 
-            pareto_plot(read_results(args.out), out.path(args.plot))
+            pareto_plot(rows, out.path(args.plot))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

@@ -328,7 +328,8 @@ def load_hf_config(path, name=None) -> ModelSpec:
 
     path = Path(path)
     doc = loads_json(read_input(path, "the model config", CostModelError), "the model config", path, CostModelError)
-    return parse_hf_config(doc, str(path), name or (path.parent.name if path.name == "config.json" else path.stem).lower())
+    default = (path.parent.name if path.name == "config.json" else path.stem).lower()
+    return parse_hf_config(doc, str(path), name or default)
 
 
 def parse_hf_config(doc, source: str, name: str) -> ModelSpec:

@@ -26,6 +26,20 @@ _DECODE = re.compile(r"Decode batch[.,]?\s*(?:\[\d+\])?[.,]?\s*(.*)$")
 _RUNNING = re.compile(r"#running-req:\s*([0-9]+)")
 _ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
 _ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
+_GEN_THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([-0-9.eE+]+|nan|inf)")
+
+
+def decode_batch(line: str):
+    """The raw fields of one ``Decode batch`` line (None: not such a line): ``running``
+    (#running-req), ``accept_len`` and ``throughput`` (gen throughput, token/s), each the text
+    as logged or None when the line lacks it."""
+    m = _DECODE.search(line)
+    if m is None:
+        return None
+    body = m.group(1)
+    found = {name: rx.search(body) for name, rx in (("running", _RUNNING), ("accept_len", _ACC_LEN),
+                                                    ("throughput", _GEN_THROUGHPUT))}
+    return {name: f.group(1) if f else None for name, f in found.items()}
 
 
 def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTERVAL):

@@ -21,6 +21,7 @@ _FIELDS = {
     "accepted": ("numAcceptedTokens", "num_accepted_tokens"),
     "requests": ("numRequestsWithDraftTokens", "num_requests_with_draft_tokens"),
     "length": ("acceptanceLength", "acceptance_length"),
+    "overhead": ("draftOverhead", "draft_overhead"),
 }
 
 
@@ -32,6 +33,20 @@ def parse_iterations(text: str, source: str):
                             lambda doc: [d[k] for d in walk(doc) for k in _STATS if isinstance(d.get(k), dict)],
                             lambda s, where: _iteration(s, where, tally), "stats")
     return records, tally
+
+
+def spec_stats(iteration: dict):
+    """The ``specDecodingStats`` block of one iteration's stats (either spelling), or None."""
+    for k in _STATS:
+        if isinstance(iteration.get(k), dict):
+            return iteration[k]
+    return None
+
+
+def spec_field(stats: dict, field: str):
+    """The raw value of one ``specDecodingStats`` field (``drafts``, ``accepted``, ``requests``,
+    ``length``, ``overhead``) under either spelling, or None."""
+    return _get(stats, field)
 
 
 def _get(stats, field):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "trace", "table", "calibr
 #
 # A row is reused on a later run only when every input it was computed from is the same: the
 # trace's requests (after the reader's options), the table's and the calibration's files, the
-# server options, the point's run axes (policy, traffic scale, replicas, router; the seed is a
+# server options, the point's run axes (policy, traffic scale, replicas, router; seeds included, a
 # server option), the SLO and the engine's semantics version. Each is digested on its own, so a
 # resume can say which input changed.
 INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine")
@@ -437,3 +438,62 @@ def resume_note(total: int, reused: int, n_stale: int, stale: dict, out) -> str:
         why = ", ".join(f"{PART_NAMES.get(k, k)} at {v}" for k, v in sorted(stale.items(), key=lambda kv: -kv[1]))
         parts.append(f"recomputing {n_stale} kept point(s) whose inputs changed: {why}")
     return "; ".join(parts) + f"; computing {total - reused} point(s)"
+
+
+# What the closing summary ranks, per traffic level: (column, how it reads, lower is better).
+OBJECTIVES = (("j_per_token", "least J/token", True), ("tokens_per_s", "most tokens/s", False))
+# Axes that set the traffic a point serves; the others (but seed) name a candidate.
+TRAFFIC_AXES = ("trace", "rate_scale")
+
+
+def best_by_traffic(grid: Grid, rows) -> list:
+    """The closing summary of a sweep: per traffic level (trace and rate scale) and objective,
+    the best candidate (the other axes' values, seeds averaged out), as lines of text.
+
+    With a ``seed`` axis of two or more values, the best two candidates are told apart only when
+    their means differ by more than the larger of their seed spreads (the standard deviation over
+    seeds); otherwise the line says "tie within noise". Without one there is no measured noise,
+    and the best is simply named.
+    """
+    import statistics
+
+    names = [a for a, _ in grid.axes]
+    traffic = [a for a in names if a in TRAFFIC_AXES and len(dict(grid.axes)[a]) > 1]
+    cand_axes = [a for a in names if a not in TRAFFIC_AXES and a != "seed"
+                 and (a == "policy" or len(dict(grid.axes)[a]) > 1)]
+    seeds = len(dict(grid.axes).get("seed", ())) if "seed" in names else 1
+    ids = {point_id(p) for p in grid.points}
+    groups = {}
+    for r in rows:
+        if r.get("point_id") not in ids:
+            continue
+        level = tuple((a, r[a]) for a in traffic)
+        cand = " ".join(str(r[a]) if a == "policy" else f"{a}={r[a]}" for a in cand_axes) or "the grid's point"
+        groups.setdefault(level, {}).setdefault(cand, []).append(r)
+    lines = []
+    for level, cands in groups.items():
+        where = ", ".join(f"{a} {v}" for a, v in level) or "all points"
+        parts = []
+        for col, label, lower in OBJECTIVES:
+            scored = []
+            for cand, rs in cands.items():
+                vals = [float(r[col]) for r in rs if r.get(col) not in (None, "") and math.isfinite(float(r[col]))]
+                if vals:
+                    spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
+                    scored.append((statistics.fmean(vals), spread, cand))
+            if not scored:
+                continue
+            scored.sort(key=lambda s: s[0] if lower else -s[0])
+            mean, spread, cand = scored[0]
+            text = f"{label}: {cand} ({mean:.5g})"
+            if len(scored) > 1 and spread is not None and scored[1][1] is not None:
+                noise = max(spread, scored[1][1])
+                if abs(mean - scored[1][0]) <= noise:
+                    text += f", tie within noise with {scored[1][2]} ({scored[1][0]:.5g}; seed spread {noise:.2g})"
+            parts.append(text)
+        if parts:
+            lines.append(f"  {where}: " + "; ".join(parts))
+    if not lines:
+        return []
+    head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
+    return [head] + lines
