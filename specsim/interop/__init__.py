@@ -173,6 +173,20 @@ def engine_schedule(text):
     return ranges if m is None else sglang.pad_to_graphs(ranges, sglang.cuda_graph_sizes(m.group(1), text))
 
 
+def engine_gate(text):
+    """The speculation gate ``(window, threshold)`` a ``trtllm:FILE`` policy's config carries
+    (``acceptance_window`` and ``acceptance_length_threshold`` in its ``speculative_config``), or
+    None (another policy, or a file without both keys)."""
+    from specsim._io import decode_text, read_input
+
+    named = engine_file(text)
+    if named is None or named[0] != "trtllm" or not named[1]:
+        return None
+    what = "a trtllm config"
+    body = decode_text(read_input(named[1], what, PolicyError), what, named[1], PolicyError)
+    return trtllm.parse_gate(body, named[1])
+
+
 def import_file(engine: str, path, trtllm_keys=None) -> tuple:
     """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical).
 
@@ -198,4 +212,4 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]
+           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]

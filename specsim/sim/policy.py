@@ -22,12 +22,14 @@ Forms:
     (docs/planner.md, "Load-aware").
 ``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
     The ``schedule`` an engine's config file sets, read as the engine reads it
-    (docs/schedules.md#reading-engine-files-back).
+    (docs/schedules.md#reading-engine-files-back); a ``trtllm:FILE`` whose config sets
+    ``acceptance_window`` and ``acceptance_length_threshold`` also carries TensorRT-LLM's
+    speculation gate (docs/schedules.md#the-engines-own-adaptation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 
@@ -48,11 +50,16 @@ class Policy:
         ``fixed`` only: the depth.
     ranges : tuple of (int, int or None, int)
         ``schedule`` only: ``(first_width, last_width or None for open, depth)``, sorted.
+    gate : tuple
+        ``(acceptance_window, acceptance_length_threshold)`` when the policy came from a
+        ``trtllm:FILE`` whose config sets TensorRT-LLM's speculation gate, else ``()``; the
+        server's own options take precedence (:class:`~specsim.sim.options.ServerOptions`).
     """
 
     kind: str
     depth: int = 0
     ranges: tuple = ()
+    gate: tuple = ()
 
     @property
     def params(self) -> tuple:
@@ -111,9 +118,9 @@ class Policy:
         """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
         ``k_cap`` drafts runs); planner policies are returned unchanged."""
         if self.kind == "fixed":
-            return Policy("fixed", depth=min(self.depth, k_cap))
+            return replace(self, depth=min(self.depth, k_cap))
         if self.kind == "schedule":
-            return Policy("schedule", ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
+            return replace(self, ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
         return self
 
     def depth_for_width(self, width: int) -> int:
@@ -150,11 +157,11 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
-    from specsim.interop import engine_schedule
+    from specsim.interop import engine_gate, engine_schedule
 
     engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
     if engine_ranges is not None:
-        return Policy("schedule", ranges=engine_ranges)
+        return Policy("schedule", ranges=engine_ranges, gate=engine_gate(raw) or ())
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
     forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
