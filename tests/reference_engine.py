@@ -101,7 +101,8 @@ class RefEngine:
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
-                 prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None):
+                 prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None,
+                 acceptance_window=None, acceptance_length_threshold=None):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
@@ -127,6 +128,11 @@ class RefEngine:
         self.first, self.finish, self.sched = [math.nan] * count, [math.nan] * count, [math.nan] * count
         self.emitted, self.prefilled, self.blocks = [0] * count, [0] * count, [0] * count
         self.target = list(self.prompt)
+        # The speculation gate: decode steps per request, the last ``window`` accepted lengths.
+        self.gate_window = acceptance_window or 0
+        self.gate_threshold = acceptance_length_threshold
+        self.decode_iters = [0] * count
+        self.gate_values, self.gate_off = [], False
         self.hist = [0] * (self.max_k + 1)
         self.tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0,
                         accepted=0, rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0,
@@ -195,6 +201,8 @@ class RefEngine:
         else:
             k = ref_propose_depth(widths, costs, self.priors, n, self.slack, self.cap)
         k = min(k, self.k_cap)
+        if self.gate_off:
+            k = 0
         if n > self.cap:
             k = 0
         if kind != "sequence" and self.row_budget != float("inf"):
@@ -351,6 +359,7 @@ class RefEngine:
                     break
                 acc += 1
             self.emitted[r] = e + 1 + acc
+            self.decode_iters[r] += 1
             tokens += 1 + acc
             self.tot["accepted"] += acc
         for r in pre:
@@ -390,7 +399,26 @@ class RefEngine:
             if self.emitted[r] == self.output[r]:
                 self.finish[r] = self.t
                 self.blocks[r] = 0
+        for r in self.running:  # the gate sees finished requests in admission order
+            if r in take and self.emitted[r] == self.output[r]:
+                self.gate(r)
         self.running = [r for r in self.running if self.emitted[r] < self.output[r]]
+
+
+    def gate(self, r):
+        """TensorRT-LLM's acceptance window: the finished request's mean accepted drafts per
+        decode step joins the last ``window``; a full window whose mean is below the threshold
+        turns speculation off for good. Requests that never decoded are not counted."""
+        if self.gate_window <= 0 or self.gate_off or self.decode_iters[r] == 0:
+            return
+        self.gate_values.append(max(0.0, self.output[r] / self.decode_iters[r] - 1.0))
+        if len(self.gate_values) > self.gate_window:
+            self.gate_values.pop(0)
+        if len(self.gate_values) == self.gate_window:
+            total = 0.0
+            for v in self.gate_values:
+                total += v
+            self.gate_off = total / self.gate_window < self.gate_threshold
 
 
 def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, **options):

@@ -182,8 +182,22 @@ def read_policy(text) -> Policy:
         return text
     ranges = engine_schedule(text)
     if ranges is not None:
-        return Policy("schedule", ranges=ranges)
+        return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
     return parse_policy(text)
+
+
+def engine_gate(text):
+    """The speculation gate ``(window, threshold)`` a ``trtllm:FILE`` policy's config carries
+    (``acceptance_window`` and ``acceptance_length_threshold`` in its ``speculative_config``), or
+    None (another policy, or a file without both keys)."""
+    from specsim._io import decode_text, read_input
+
+    named = engine_file(text)
+    if named is None or named[0] != "trtllm" or not named[1]:
+        return None
+    what = "a trtllm config"
+    body = decode_text(read_input(named[1], what, PolicyError), what, named[1], PolicyError)
+    return trtllm.parse_gate(body, named[1])
 
 
 def import_file(engine: str, path, trtllm_keys=None) -> tuple:
@@ -210,5 +224,6 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
     return canonical(ENGINES[engine].parse_config(text, source))
 
 
-__all__ = ["read_policy", "ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]
+__all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
+           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "read_policy", "read_telemetry"]

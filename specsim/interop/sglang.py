@@ -155,7 +155,7 @@ def _meta(meta, where, tally):
             tally.bad(where, f"{name} {acc} is not the accepted drafts {hname} counts: counts that contradict "
                              "each other")
             return None
-        rec.depth_told = depth is not None
+        rec.depth_told = False  # SGLang grows the histogram to the largest run + 1: the depth comes from elsewhere
         rec.depth = depth
         rec.variable = variable
         return rec

@@ -228,6 +228,29 @@ def parse_config(text, source, keys=None):
 
 
 
+GATE_KEYS = ("acceptance_window", "acceptance_length_threshold")
+"""``speculative_config`` keys of TensorRT-LLM's speculation gate (window in requests, threshold on
+their mean accepted drafts per step)."""
+
+
+def parse_gate(text, source):
+    """The speculation gate a TensorRT-LLM config sets: ``(window, threshold)``, or None when
+    either key is missing (TensorRT-LLM then never switches speculation off). A window <= 0 is
+    kept: it never switches off either."""
+    from specsim.errors import SimulationError
+    from specsim.sim.options import check_gate
+
+    doc = read_yaml(text, source)
+    sc = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
+    if not isinstance(sc, dict) or any(k not in sc for k in GATE_KEYS):
+        return None
+    window, threshold = (sc[k] for k in GATE_KEYS)
+    try:
+        return check_gate(window, threshold, f"{source}: speculative_config ", GATE_KEYS)
+    except SimulationError as e:
+        raise PolicyError(str(e)) from None
+
+
 # -- a small YAML reader for LLM-API options ---------------------------------------------------------
 
 def read_yaml(text: str, source: str):

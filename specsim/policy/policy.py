@@ -23,12 +23,14 @@ Forms:
 
 Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (the ``schedule`` an
 engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
-enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name.
+enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name; a ``trtllm:FILE``
+whose config sets ``acceptance_window`` and ``acceptance_length_threshold`` also carries
+TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
@@ -50,11 +52,16 @@ class Policy:
         ``fixed`` only: the depth.
     ranges : tuple of (int, int or None, int)
         ``schedule`` only: ``(first_width, last_width or None for open, depth)``, sorted.
+    gate : tuple
+        ``(acceptance_window, acceptance_length_threshold)`` when the policy came from a
+        ``trtllm:FILE`` whose config sets TensorRT-LLM's speculation gate, else ``()``; the
+        server's own options take precedence (:class:`~specsim.sim.options.ServerOptions`).
     """
 
     kind: str
     depth: int = 0
     ranges: tuple = ()
+    gate: tuple = ()
 
     @property
     def params(self) -> tuple:
@@ -113,9 +120,9 @@ class Policy:
         """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
         ``k_cap`` drafts runs); planner policies are returned unchanged."""
         if self.kind == "fixed":
-            return Policy("fixed", depth=min(self.depth, k_cap))
+            return replace(self, depth=min(self.depth, k_cap))
         if self.kind == "schedule":
-            return Policy("schedule", ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
+            return replace(self, ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
         return self
 
     def depth_for_width(self, width: int) -> int:

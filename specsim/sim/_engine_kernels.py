@@ -217,6 +217,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         _context_grid(tab, st, ws, n)
         if srv.rec[0].live_depth != 0:
             k = _live_depth(srv, ws, n, waiting)
+    if st.rec[0].gate_off != 0:
+        k = 0  # the speculation gate switched speculation off for the rest of the run
     if srv.rec[0].per_sequence != 0:
         return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
     for j in range(n):
@@ -444,9 +446,34 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
 
 
 @step_part
-def _finish(req, st, r, t):
+def gate_nb(req, srv, st, r):
+    """Record finished request ``r`` in the speculation gate (TensorRT-LLM's acceptance window):
+    its accepted length ``max(0, output tokens / decode iterations - 1)`` enters a ring of the
+    last ``acceptance_window`` requests; once that many have finished, a window mean below
+    ``acceptance_threshold`` switches speculation off for the rest of the run. A request that
+    never decoded (one output token) is not recorded."""
+    o = srv.rec[0]
+    s = st.rec[0]
+    w = o.acceptance_window
+    if w <= 0 or s.gate_off != 0 or req.decode_iters[r] == 0:
+        return
+    value = req.output[r] / req.decode_iters[r] - 1.0
+    s.gate_ring[s.gate_seen % w] = value if value > 0.0 else 0.0
+    s.gate_seen += 1
+    if s.gate_seen < w:
+        return
+    total = 0.0
+    for i in range(w):  # oldest first
+        total += s.gate_ring[(s.gate_seen + i) % w]
+    if total / w < o.acceptance_threshold:
+        s.gate_off = 1
+
+
+@step_part
+def _finish(req, srv, st, r, t):
     req.finish_s[r] = t
     st.rec[0].finished += 1
+    gate_nb(req, srv, st, r)
 
 
 @step_part
@@ -467,6 +494,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
         if j != NOT_DECODING:
             v = ws.vdepth[j]
             st.depth_hist[v] += 1
+            req.decode_iters[r] += 1
             acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
             req.emitted[r] += 1 + acc
             s.ctx_tokens += 1 + acc
@@ -487,7 +515,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             s.ctx_seqs += 1
         if req.emitted[r] == req.output[r]:
             _leave_context(req, s, r)
-            _finish(req, st, r, t)
+            _finish(req, srv, st, r, t)
             done += 1
     return tokens, accepted, done
 

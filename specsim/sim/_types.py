@@ -67,6 +67,10 @@ class ReplayResult(NamedTuple):
 # them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors of
 # :mod:`specsim.sim.engine`.
 
+# The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):
+# the one place its buffer in STATE_DT is sized; ServerOptions refuses a longer window.
+MAX_ACCEPTANCE_WINDOW = 1024
+
 # Loop state of one replica (a server): time, queue, counters, energy, log bookkeeping.
 STATE_DT = np.dtype([
     ("t_s", "f8"),             # simulated time
@@ -99,6 +103,11 @@ STATE_DT = np.dtype([
     ("ctx_tokens", "i8"),      # KV tokens of the decoding requests (prompt + emitted - 1 each), kept as they change
     ("ctx_seqs", "i8"),        # decoding requests counted in ctx_tokens
     ("ctx_priced", "f8"),      # the mean context each decode step was priced at, summed over decode steps
+    # The speculation gate (TensorRT-LLM's acceptance window): completed requests recorded, the
+    # ring of their accepted lengths (slot = recorded % window), and 1 once speculation is off.
+    ("gate_seen", "i8"),
+    ("gate_off", "i8"),
+    ("gate_ring", "f8", (MAX_ACCEPTANCE_WINDOW,)),
 ], align=True)
 
 # The server's options as the kernels read them.
@@ -121,6 +130,8 @@ SERVER_DT = np.dtype([
     ("spec_cap", "i8"),        # speculation cap: wider batches plain-decode
     ("prefill_fixed_ms", "f8"), ("prefill_fixed_j", "f8"),  # the prefill cost's per-step fixed part
     ("idle_w", "f8"),
+    ("acceptance_window", "i8"),     # the speculation gate's window in requests; 0: no gate
+    ("acceptance_threshold", "f8"),  # its threshold on the window's mean accepted drafts per step
 ], align=True)
 
 
@@ -131,7 +142,8 @@ class Requests(NamedTuple):
     ``arrival_s`` float64, ``prompt``/``output`` int64 are inputs; the rest are written:
     ``emitted`` tokens so far, ``prefilled``/``target`` prefill progress (a preempted request's
     target becomes prompt + emitted), ``blocks`` KV blocks held, ``first_s``/``finish_s``/
-    ``sched_s`` (first admission) times, NaN until they happen.
+    ``sched_s`` (first admission) times, NaN until they happen, ``decode_iters`` decode steps the
+    request took part in (the speculation gate's denominator).
     """
 
     arrival_s: np.ndarray
@@ -144,6 +156,7 @@ class Requests(NamedTuple):
     first_s: np.ndarray
     finish_s: np.ndarray
     sched_s: np.ndarray
+    decode_iters: np.ndarray
 
 
 class TableArrays(NamedTuple):

@@ -258,7 +258,8 @@ def new_requests(arrival, prompt, output):
 
     n = arrival.shape[0]
     return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
-                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
+                    np.zeros(n, np.int64))
 
 
 def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
@@ -334,6 +335,9 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
     r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
     r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
+    if opts["acceptance_window"] is not None:
+        r["acceptance_window"] = max(opts["acceptance_window"], 0)
+        r["acceptance_threshold"] = opts["acceptance_length_threshold"]
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
     return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64))
 
@@ -383,6 +387,9 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         resolved["k_max"] = k_cap
         resolved["acceptance_trace"] = acceptance.name
     pol = _policy_for(pol, table, k_cap)
+    if resolved["acceptance_window"] is None and pol.gate:
+        # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
+        resolved["acceptance_window"], resolved["acceptance_length_threshold"] = pol.gate
     if k_cap > MAX_POSITION:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_POSITION} drafts per "
                               f"sequence per step; set k_max <= {MAX_POSITION}")

@@ -294,7 +294,7 @@ def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
         arrival_s=grid(np.float64, rows), prompt=grid(np.int64, rows), output=grid(np.int64, rows),
         emitted=grid(np.int64, rows), prefilled=grid(np.int64, rows), target=grid(np.int64, rows),
         blocks=grid(np.int64, rows), first_s=grid(np.float64, rows, np.nan), finish_s=grid(np.float64, rows, np.nan),
-        sched_s=grid(np.float64, rows, np.nan), request=grid(np.int64, rows, -1), routed=np.zeros(n_rep, np.int64),
+        sched_s=grid(np.float64, rows, np.nan), decode_iters=grid(np.int64, rows), request=grid(np.int64, rows, -1), routed=np.zeros(n_rep, np.int64),
         rec=np.zeros(n_rep, dtype=STATE_DT), running=grid(np.int64, seqs), queue=grid(np.int64, rows),
         depth_hist=grid(np.int64, max_k + 1), log_t_s=grid(np.float64, log_size), log_width=grid(np.int64, log_size),
         log_depth=grid(np.float64, log_size), log_tokens=grid(np.int64, log_size),
@@ -309,7 +309,7 @@ def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
         return st
     width = old.arrival_s.shape[1]
     for name in ("arrival_s", "prompt", "output", "emitted", "prefilled", "target", "blocks", "first_s", "finish_s",
-                 "sched_s", "request"):
+                 "sched_s", "decode_iters", "request"):
         getattr(st, name)[:, :width] = getattr(old, name)
     for name in ("routed", "rec", "running", "depth_hist", "log_t_s", "log_width", "log_depth", "log_tokens",
                  "log_kv_blocks", "log_prefill_tokens", "assignment", "cursor", "tree_t", "tree_r"):
@@ -396,7 +396,8 @@ def _replica_result(st, r, prepared):
     c = int(st.routed[r])
     k = prepared.tab.costs.shape[1]
     req = Requests(*(getattr(st, f)[r, :c].copy() for f in ("arrival_s", "prompt", "output", "emitted", "prefilled",
-                                                             "target", "blocks", "first_s", "finish_s", "sched_s")))
+                                                             "target", "blocks", "first_s", "finish_s", "sched_s",
+                                                             "decode_iters")))
     rs = ReplicaState(st.rec[r:r + 1].copy(), st.running[r].copy(), st.queue[r].copy(), st.depth_hist[r, :k].copy())
     n = prepared.log.t_s.shape[0]
     log = StepLog(*(getattr(st, f)[r, :n].copy() for f in ("log_t_s", "log_width", "log_depth", "log_tokens",
