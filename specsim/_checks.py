@@ -59,6 +59,9 @@ MAX_INPUT_BYTES = 1 << 30
 LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
+# Most 8-byte values an online calibration's sliding-window ring may hold (1 GiB): the ring is
+# allocated up front, ``window`` rows of ``2 * buckets + (max_depth + 1)**2 + 1`` values each.
+MAX_ONLINE_RING_VALUES = 1 << 27
 
 
 def show(value, limit: int = 60) -> str:

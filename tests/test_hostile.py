@@ -185,3 +185,52 @@ def test_a_pipe_that_is_being_written_is_still_read(files):
     writer.start()
     assert read_input(fifo, "a file", SpecsimError) == payload
     writer.join()
+
+
+# -- tracebacks and foreign exceptions -----------------------------------------------------------
+
+@pytest.mark.slow
+def test_fleet_with_65536_replicas_dies_with_memoryerror():
+    # The documented replica limit: every replica's step log is its share of one fleet-wide
+    # budget, not 4,096 entries each (2 GiB per log array at this size).
+    from specsim.sim.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS, Fleet, simulate_fleet
+    from specsim.traces import synthetic_trace
+
+    requests = synthetic_trace(30, 5.0, seed=1).requests
+    result = simulate_fleet(requests, Fleet.uniform(demo_table(), demo_calibration(), MAX_REPLICAS), "fixed:2")
+    assert len(result.replicas) == MAX_REPLICAS
+    assert int(result.fleet.output_tokens.sum()) == int(requests["output_tokens"].sum())
+    assert sum(r.step_t_s.shape[0] for r in result.replicas) <= FLEET_LOG_ENTRIES
+
+
+def test_online_calibration_window_2_20_max_depth_64_asks_for_33_gib():
+    from specsim.calibration.online import MAX_WINDOW_STEPS, OnlineCalibration
+
+    with pytest.raises(SpecsimError, match="GiB.*at most"):
+        OnlineCalibration(demo_calibration(), window=MAX_WINDOW_STEPS, max_depth=64)
+    # The documented window still fits at the default depth.
+    OnlineCalibration(demo_calibration(), window=MAX_WINDOW_STEPS, max_depth=8)
+
+
+@pytest.mark.parametrize("drift", ["yes", 1, object()])
+def test_online_calibration_drift_yes_attributeerror(drift):
+    from specsim.calibration.online import OnlineCalibration
+
+    with pytest.raises(SpecsimError, match="drift"):
+        OnlineCalibration(demo_calibration(), drift=drift)
+
+
+@pytest.mark.parametrize("bad", [0.5, math.inf], ids=["positive", "+inf"])
+def test_online_calibration_update_takes_positive_or_inf_confidences(bad):
+    import numpy as np
+
+    from specsim.calibration.online import OnlineCalibration
+
+    online = OnlineCalibration(demo_calibration(), max_depth=4)
+    conf = np.array([[-0.1, -0.2], [-0.3, bad]], dtype=np.float32)
+    with pytest.raises(SpecsimError, match="row 1, draft 1.*log-probability"):
+        online.update(conf, np.array([2, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
+    assert online.steps_seen == 0 and sum(online.counts().accepted) == 0
+    conf[1, 1] = np.nan  # unknown passes
+    online.update(conf, np.array([2, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
+    assert online.steps_seen == 1
