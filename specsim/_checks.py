@@ -79,6 +79,18 @@ def few(values, first: int = 10) -> str:
     return head if len(values) <= first else f"{head}, … and {len(values) - first:,} more"
 
 
+def digits_int(text):
+    """``int(text)`` when ``text`` is plain ASCII digits (spaces around allowed) of at most 19
+    of them, else None: ``str.isdigit`` also passes superscripts (``"²"``) and other scripts'
+    digits, which ``int`` then refuses or reads, and 4,300 digits or more, which it refuses."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if not t or len(t) > 19 or not t.isascii() or not t.isdigit():
+        return None
+    return int(t)
+
+
 def is_int(value) -> bool:
     """An integer (Python or NumPy), not a boolean."""
     return isinstance(value, (int, numbers.Integral)) and not isinstance(value, bool)

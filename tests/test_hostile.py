@@ -234,3 +234,23 @@ def test_online_calibration_update_takes_positive_or_inf_confidences(bad):
     conf[1, 1] = np.nan  # unknown passes
     online.update(conf, np.array([2, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
     assert online.steps_seen == 1
+
+
+@pytest.mark.parametrize("engine,text", [
+    ("sglang", '{"\\u00b2": {"candidate_steps": [2]}, "1": {"candidate_steps": [3]}}'),
+    ("sglang", '{"' + "9" * 5000 + '": {"candidate_steps": [2]}}'),
+    ("trtllm", '{"speculative_config": {"draft_len_schedule": {"\\u00b2": 2}}}'),
+    ("trtllm", "speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 2\n  draft_len_schedule: {\u00b2: 2}\n"),
+    ("trtllm", "speculative_config:\n  max_draft_len: 2\n  draft_len_schedule: {" + "9" * 5000 + ": 2}\n"),
+], ids=["sglang ²", "sglang 5000 digits", "trtllm json ²", "trtllm yaml ²", "trtllm yaml 5000 digits"])
+def test_a_key_superscript_two_in_sglang_or_trtllm_configs_is_int_valueerror(files, engine, text, capsys):
+    path = files / "engine.cfg"
+    path.write_text(text, encoding="utf-8")
+    _refused(["schedule", "import", "--from", engine, path], capsys, "engine.cfg")
+
+
+def test_capacity_plot_xyz_fails_after_the_search(files, capsys):
+    pytest.importorskip("matplotlib")
+    _refused(["capacity", "--trace", files / "tiny.csv", *_tc(files), "--slo-tpot-s", "1", "--serial",
+              "--policy", "fixed:1", "--plot", files / "p.xyz"], capsys, "cannot write .xyz")
+    assert not (files / "p.xyz").exists()

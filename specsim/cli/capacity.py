@@ -76,7 +76,7 @@ def cmd_capacity(args):
         out.add_policies(args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         fleet, read = _inputs(args, out)
         result = _search(args, fleet, read)
         print(capacity_table(result))

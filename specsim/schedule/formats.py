@@ -31,6 +31,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from specsim._checks import digits_int, show
 from specsim.errors import PolicyError, ScheduleError
 
 ENGINES = ("vllm", "trtllm", "sglang")
@@ -392,7 +393,8 @@ def _parse_trtllm(text, source):
         raise PolicyError(f"{source}: draft_len_schedule must be a non-empty map of batch size -> draft length")
     items = []
     for key, v in sched.items():
-        b = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        b = digits_int(key) if isinstance(key, str) else key
+        b = key if b is None else b
         if not _whole(b) or b < 1 or not _whole(v) or v < 0:
             raise PolicyError(f"{source}: draft_len_schedule entry {key!r}: {v!r} needs a batch size >= 1 and a "
                               "draft length >= 0")
@@ -419,7 +421,9 @@ def _parse_sglang(text, source):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
     slots = []
     for key, entry in doc.items():
-        if not key.isdigit():
+        if digits_int(key) is None:
+            if key.strip().isdigit():  # digits of another script, or more than 19 of them
+                raise PolicyError(f"{source}: batch-size slot {show(key)} is not a plain decimal batch size")
             continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
         steps = entry.get("candidate_steps") if isinstance(entry, dict) else entry
         if not isinstance(steps, list) or not steps or not all(_whole(s) and s >= 0 for s in steps):
@@ -429,7 +433,7 @@ def _parse_sglang(text, source):
             raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
                               "them at run time from its acceptance average, which specsim does not simulate: "
                               "give each slot one candidate to pin its depth")
-        slots.append((int(key), steps[0]))
+        slots.append((digits_int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
     slots.sort()
@@ -472,7 +476,7 @@ def _yaml_value(text):
         return out
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
         return t[1:-1]
-    if re.fullmatch(r"[-+]?\d+", t):
+    if re.fullmatch(r"[-+]?[0-9]{1,19}", t):  # ASCII digits: \d also takes other scripts' digits
         return int(t)
     low = t.lower()
     if low in ("true", "false"):
