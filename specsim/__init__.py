@@ -77,7 +77,7 @@ _EXPORTS = {
     "tune": "specsim.schedule.tune",
     "TuneResult": "specsim.schedule.tune",
     "ScheduleError": "specsim.errors",
-    "export_schedule": "specsim.schedule",
+    "export_schedule": "specsim.interop",
     "load_schedule": "specsim.schedule",
 }
 

@@ -29,6 +29,9 @@ MAX_TOKENS_PER_REQUEST = 1 << 24
 MAX_MODEL_WIDTHS = 4096
 # Most points a sweep grid may cross to.
 MAX_GRID_POINTS = 1_000_000
+# Workers one run starts (threads, or processes of a local Dask cluster): an idle local Dask worker
+# holds about 65 MB, so 64 of them leave most of 24 GiB for the engine and inputs each one loads.
+MAX_WORKERS = 64
 # Most tokens a replay may emit (its budget).
 MAX_BUDGET_TOKENS = 1 << 40
 # Longest pause or window, in seconds, a measurement option may ask for (one day).

@@ -219,7 +219,7 @@ class Outputs:
     def add_policies(self, policies, label: str = "--policy") -> None:
         """Name the engine config files that ``ENGINE:FILE`` policies (``vllm:v.json``) read as
         inputs too; other policies name no file."""
-        from specsim.schedule.formats import engine_file
+        from specsim.interop import engine_file
 
         for text in policies or ():
             named = engine_file(text) if isinstance(text, str) else None

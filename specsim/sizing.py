@@ -51,6 +51,8 @@ class Probe:
     energy_j: float
     ttft_p99_s: float
     tpot_p99_s: float
+    overloaded: bool = None
+    queue_growth: float = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -150,15 +152,16 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     """Simulate ``units`` copies of ``fleet`` with one policy; a plain function, so that a Dask
     worker can run it."""
     from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import _percentiles, slo_attainment
+    from specsim.sim.metrics import _percentiles, overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
     res = simulate_fleet(requests, sized, policy, router=router)
     f = res.fleet
     att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+    over = overload(f)
     return Probe(label, units, sized.replicas, sized.gpus, float(att if att is not None else 1.0),
                  int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), _percentiles(f.ttft_s)["p99"],
-                 _percentiles(f.tpot_s)["p99"])
+                 _percentiles(f.tpot_s)["p99"], over["flag"], over["growth"])
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -382,17 +385,13 @@ class ThreadRunner:
     """
 
     def __init__(self, workers=None):
-        import os
+        from specsim._executor import Executor
 
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.ex = Executor("threads", workers)
+        self.workers = self.ex.workers
 
     def __call__(self, args) -> list:
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self.workers == 1 or len(args) == 1:
-            return serial_runner(args)
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(args))) as pool:
-            return list(pool.map(lambda a: run_probe(*a), args))
+        return self.ex.map(run_probe, args)
 
 
 class DaskRunner:
@@ -401,43 +400,24 @@ class DaskRunner:
     manager; not for use from several threads at once."""
 
     def __init__(self, scheduler=None, workers=None):
-        import os
+        from specsim._executor import Executor, ExecutorError
 
-        from dask.distributed import Client, LocalCluster
-
-        self.cluster = None
-        if scheduler:
-            try:
-                self.client = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as e:
-                raise CapacityError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
-        else:
-            n = workers or os.cpu_count() or 1
-            # A random dashboard port: a fixed one may be taken by another cluster on the machine.
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
-            self.client = Client(self.cluster)
-        self._scattered = {}
-
-    def _ship(self, value):
-        key = id(value)
-        if key not in self._scattered:
-            self._scattered[key] = (value, self.client.scatter(value, broadcast=True, hash=False))
-        return self._scattered[key][1]
+        try:
+            self.ex = Executor("dask", workers, scheduler)
+        except ExecutorError as e:
+            raise CapacityError(str(e)) from None
 
     def __call__(self, args) -> list:
-        futs = [self.client.submit(run_probe, self._ship(a[0]), self._ship(a[1]), *a[2:], pure=False) for a in args]
-        return self.client.gather(futs)
+        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:]) for a in args])
 
-    def close(self):
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+    def close(self, abandoned=False):
+        self.ex.close(abandoned)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, exc, tb):
+        self.close(abandoned=kind is not None)
         return False
 
 

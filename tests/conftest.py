@@ -1,6 +1,16 @@
+import os
+import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis: CI (the CI environment variable set, as .ci/run's hosts do) draws the same examples
+# on every run, so a red run replays as it failed; a local run explores new examples each time
+# (and prints the blob to reproduce a failure either way).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # Public data the tests read, shipped in the repository beside the tests (tests/data/README.md
 # names each source and licence); never part of the package.
@@ -25,3 +35,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in KERNEL_MODULES:
             item.add_marker(pytest.mark.kernels)
+
+
+@pytest.fixture
+def port_8787_taken():
+    """Port 8787 (Dask's default dashboard port) held by someone else while the test runs, as on
+    a machine where another cluster or notebook runs; nothing of ours may need it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 8787))
+        sock.listen(1)
+    except OSError:
+        pass  # already taken by another program: the condition the test wants
+    try:
+        yield
+    finally:
+        sock.close()

@@ -181,8 +181,9 @@ def ref_p(edges, p_accept, priors, lps, j):
     return plan_ref_prior(priors, j)
 
 
-def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """propose_depth as docs/planner.md words it, line by line."""
+def ref_propose_depth(widths, costs, priors, n, slack, max_seqs, idle_w=0.0):
+    """propose_depth as docs/planner.md words it, line by line; with ``idle_w``, each step's
+    energy is counted above that idle power (load-aware while no request waits)."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -205,7 +206,7 @@ def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
         ms, j = step(k)
         if tokens(k) / ms < (1 - slack) * reference:
             continue
-        eff = tokens(k) / j
+        eff = tokens(k) / (j - idle_w * ms / 1000.0)
         if best is None or eff > best[1]:
             best = (k, eff)
     return r if best is None else best[0]
@@ -776,3 +777,30 @@ def ref_fleet(requests, replicas, router, widths, costs, p_accept, occ_cdf, k, *
     first = [reps[r].first[i] for r, i in zip(assignment, where)]
     finish = [reps[r].finish[i] for r, i in zip(assignment, where)]
     return assignment, first, finish
+
+
+# --- tables: the context axis ---------------------------------------------------------------------------------
+
+def ref_context_cell(contexts, grids, n, k, c):
+    """``cell(n, k)`` at context ``c`` over ``grids[i]``, a list of ``(n, k, vms, vj, dms, dj)``
+    cells measured at ``contexts[i]`` (ascending): each measured width's costs linear in context
+    between the two contexts around ``c`` (the nearest outside them), then linear in width as
+    :func:`ref_cell`. None when ``k > max_k``."""
+    lo_i = max((i for i, x in enumerate(contexts) if x <= c), default=None)
+    hi_i = min((i for i, x in enumerate(contexts) if x >= c), default=None)
+    if lo_i is None:
+        lo_i = hi_i
+    if hi_i is None or contexts[lo_i] == c:
+        hi_i = lo_i
+    t = 0.0 if lo_i == hi_i else (c - contexts[lo_i]) / (contexts[hi_i] - contexts[lo_i])
+    by_key = [{(x[0], x[1]): tuple(x[2:6]) for x in g} for g in grids]
+
+    def at_context(key):
+        p = by_key[lo_i][key]
+        if lo_i == hi_i:
+            return p
+        q = by_key[hi_i][key]
+        return tuple(p[f] + (q[f] - p[f]) * t for f in range(4))
+
+    cells = [(w, kk) + at_context((w, kk)) for (w, kk) in by_key[0]]
+    return ref_cell(cells, n, k)

@@ -203,7 +203,9 @@ def cli(tmp_path, *extra):
     argv = [sys.executable, "-m", "specsim", "capacity", "--trace", str(tmp_path / "trace.csv"), "--format", "csv",
             "--columns", "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens",
             "--table", str(tmp_path / "t.toml"), "--calibration", str(tmp_path / "c.toml"), "--max-batch", "1",
-            "--prefill-ms-per-token", "1", "--slo-ttft-s", "0.15", "--serial", *extra]
+            "--prefill-ms-per-token", "1", "--slo-ttft-s", "0.15", *extra]
+    if not {"--threads", "--scheduler"} & set(extra):
+        argv.append("--serial")
     return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
 
 
@@ -236,6 +238,13 @@ def test_cli_unreachable_slo_writes_nothing(tmp_path):
     (("--policy", "fixed:1", "--attainment", "0"), "--attainment"),
     (("--policy", "nonsense"), "nonsense"),
     (("--policy", "fixed:1", "--fleet", "f.toml"), "not both"),
+    # Worker counts the machine cannot run, or none at all, and an address that is not one: refused
+    # before any work starts (no cluster of 100,000 processes, no distributed ValueError).
+    (("--policy", "fixed:1", "--workers", "100000"), "--workers 100,000 is outside 1..64"),
+    (("--policy", "fixed:1", "--workers", "0"), "--workers 0 is outside"),
+    (("--policy", "fixed:1", "--threads", "0"), "--threads 0 is outside"),
+    (("--policy", "fixed:1", "--threads", "65"), "--threads 65 is outside"),
+    (("--policy", "fixed:1", "--scheduler", "not a url"), "is not a Dask scheduler address"),
 ])
 def test_cli_refusals(tmp_path, extra, message):
     write_inputs(tmp_path)

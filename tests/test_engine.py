@@ -21,7 +21,7 @@ from specsim.sim.metrics import requests_csv, summarize
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference_engine as ref
 
-POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "schedule:1-2=3,3-4=1,5-=0")
+POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "load-aware", "schedule:1-2=3,3-4=1,5-=0")
 KEY = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
 
 
@@ -67,16 +67,19 @@ def ref_policy(text):
 def run_reference(reqs, table, cal, policy, **opts):
     from specsim.sim.options import (
         DEFAULT_CHUNKED_PREFILL, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_PREFILL_J_PER_TOKEN,
-        DEFAULT_PREFILL_MS_PER_TOKEN,
+        DEFAULT_MIXED_STEP_PRICING, DEFAULT_PREFILL_MS_PER_TOKEN,
     )
 
     opts = {"prefill_ms_per_token": DEFAULT_PREFILL_MS_PER_TOKEN, "prefill_j_per_token": DEFAULT_PREFILL_J_PER_TOKEN,
             "chunked_prefill": DEFAULT_CHUNKED_PREFILL, "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            "mixed_step_pricing": DEFAULT_MIXED_STEP_PRICING,
             **opts}
     if "max_num_seqs" in opts:
         opts["max_batch"] = opts.pop("max_num_seqs")
     opts.setdefault("max_batch", int(table.widths[-1]))
     opts.pop("log_size", None)
+    if opts.pop("context_pricing", True) and table.contexts.size:
+        opts["contexts"], opts["context_costs"] = table.contexts.tolist(), table.context_costs.tolist()
     if opts.get("prefill_curve") is not None:
         from specsim.sim.options import load_prefill_curve
 
@@ -109,6 +112,7 @@ def assert_matches_reference(res, want):
                  "drafts_cut", "prefill_tokens", "resumed")
     assert tuple(c[n] for n in names) == tuple(want[n] for n in ref_names)
     assert res.kv["peak_blocks"] == want["kv_peak"] and res.kv["block_s"] == want["kv_block_s"]
+    assert res.kv["mean_decode_context"] == want["mean_decode_context"]
     if res.step_log_stride == 1 and res.step_t_s.shape[0] == len(want["steps"]):
         got = list(zip(res.step_t_s.tolist(), res.step_width.tolist(), res.step_mean_depth.tolist(),
                        res.step_tokens.tolist(), res.step_kv_blocks.tolist(), res.step_prefill_tokens.tolist()))
@@ -270,17 +274,30 @@ def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch,
 @given(
     n=st.integers(1, 20), trace_seed=st.integers(0, 10 ** 6), seed=st.integers(0, 2 ** 32),
     policy=st.sampled_from(POLICIES), max_batch=st.integers(1, 6), chunked=st.booleans(),
-    budget=st.one_of(st.none(), st.integers(1, 700)), kv=st.one_of(st.none(), st.integers(340, 1500)),
+    budget=st.one_of(st.none(), st.integers(1, 700)), kv_room=st.one_of(st.none(), st.integers(-48, 1200)),
     block=st.sampled_from([1, 7, 16, 32]), step_ms=st.sampled_from([0.0, 4.0]), rate=st.sampled_from([0.5, 5.0, 50.0]),
     curve=st.booleans(),
 )
 @settings(max_examples=60, deadline=None)
-def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_batch, chunked, budget, kv, block,
+def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_batch, chunked, budget, kv_room, block,
                                              step_ms, rate, curve):
     """Token budget, chunked or separate prefill, KV blocks and preemption, against the reference
-    step for step; and the rules' invariants."""
+    step for step; and the rules' invariants.
+
+    The KV capacity is drawn relative to the least that holds the largest request alone (its
+    prompt, output and a full set of drafts): a cache smaller than that is refused, as it must be,
+    and a larger one runs, with preemption when the requests do not all fit at once."""
     reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
     table, cal = small_table(), small_calibration()
+    kv = None
+    if kv_room is not None:
+        # Blocks the largest request needs alone (k_max defaults to the table's deepest depth).
+        need = int((-(-(reqs["prompt_tokens"] + reqs["output_tokens"] - 1 + table.max_k) // block)).max())
+        kv = max(1, need * block + kv_room)
+        if kv // block < need:
+            with pytest.raises(SimulationError, match="KV blocks"):
+                simulate(reqs, table, cal, policy, max_batch=max_batch, kv_capacity_tokens=kv, kv_block_size=block)
+            return
     opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                 kv_capacity_tokens=kv, kv_block_size=block, prefill_ms_per_step=step_ms, prefill_j_per_step=step_ms / 2,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14)
@@ -595,3 +612,71 @@ def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
 
     got = compute(shared_data, {"chunked_prefill": False, "max_num_batched_tokens": None})
     assert got == json.loads(PINNED.read_text())
+
+
+# -- load-aware: propose while requests wait, tokens per joule above idle power while none do ---------
+
+def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
+    """Both of load-aware's plans equal the plain-Python rule: propose's while requests wait, and
+    propose's with every step's energy counted above idle power while none do."""
+    from specsim.sim.engine import depth_by_width
+    from specsim.sim.policy import parse_policy
+    from tests.reference import ref_propose_depth
+
+    table, cal = small_table(), small_calibration()
+    widths, costs, priors = table.widths.tolist(), table.costs.tolist(), cal.priors.tolist()
+    pol = parse_policy("load-aware")
+    differs = False
+    for idle_w in (0.0, 60.0, 150.0, 200.0):
+        for slack in (0.0, 0.3, 0.6):
+            opts = ServerOptions(idle_w=idle_w, slack=slack)
+            busy = depth_by_width(pol, table, cal, opts, 9, table.max_k).tolist()
+            idle = depth_by_width(pol, table, cal, opts, 9, table.max_k, idle_w=idle_w).tolist()
+            assert busy == [0] + [ref_propose_depth(widths, costs, priors, n, slack, 99) for n in range(1, 10)]
+            assert idle == [0] + [ref_propose_depth(widths, costs, priors, n, slack, 99, idle_w) for n in range(1, 10)]
+            differs |= busy != idle
+            if idle_w == 0.0:
+                assert idle == busy
+    assert differs  # the two plans do part somewhere on this table
+
+
+@pytest.mark.parametrize("idle_w,slack", [(150.0, 0.3), (200.0, 0.6), (100.0, 0.0)])
+@pytest.mark.parametrize("rate", [0.3, 30.0])
+def test_load_aware_engine_matches_reference(idle_w, slack, rate):
+    reqs = random_requests(40, 5, rate=rate, max_out=30)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=6, slack=slack, idle_w=idle_w, prefill_ms_per_token=0.02, seed=4)
+    res = simulate(reqs, table, cal, "load-aware", **opts)
+    assert_matches_reference(res, run_reference(reqs, table, cal, "load-aware", **opts))
+    assert res.policy == "load-aware" and res.summary()["label"] == f"load-aware@{slack:g}"
+
+
+def test_load_aware_switches_plans_with_the_queue():
+    """Under a backlog load-aware is propose step for step; with an idle server and widths where
+    the plans part, it runs its above-idle plan and spends less energy per token than propose."""
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=6, slack=0.3, idle_w=150.0, prefill_ms_per_token=0.02)
+    light = random_requests(60, 3, rate=0.5, max_out=30)
+    la, pr = (simulate(light, table, cal, p, **opts) for p in ("load-aware", "propose"))
+    assert la.depth_histogram.tolist() != pr.depth_histogram.tolist()
+    assert la.energy_j / la.output_tokens.sum() < pr.energy_j / pr.output_tokens.sum()
+
+
+@given(n=st.integers(1, 25), trace_seed=st.integers(0, 10 ** 6), idle_w=st.floats(0.0, 210.0),
+       slack=st.sampled_from([0.0, 0.2, 0.6]), max_batch=st.integers(1, 9), rate=st.sampled_from([0.3, 3.0, 30.0]),
+       chunked=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_load_aware_matches_reference_random(n, trace_seed, idle_w, slack, max_batch, rate, chunked):
+    reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=max_batch, slack=slack, idle_w=idle_w, chunked_prefill=chunked,
+                prefill_ms_per_token=0.03, prefill_j_per_token=0.02)
+    assert_matches_reference(simulate(reqs, table, cal, "load-aware", **opts),
+                             run_reference(reqs, table, cal, "load-aware", **opts))
+
+
+def test_load_aware_refuses_a_table_drawing_no_more_than_idle_power():
+    with pytest.raises(SimulationError, match="load-aware.*not above idle_w = 400"):
+        simulate(random_requests(5, 1), small_table(), small_calibration(), "load-aware", idle_w=400.0)
+    # Other policies do not plan by energy above idle, and run.
+    simulate(random_requests(5, 1), small_table(), small_calibration(), "propose", idle_w=400.0)

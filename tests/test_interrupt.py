@@ -33,16 +33,23 @@ def files(tmp_path):
     return tmp_path
 
 
-def start(argv, tmp_path):
-    """The command running in a subprocess, its stderr going to a file we can poll."""
+def start(argv, tmp_path, group=False):
+    """The command running in a subprocess, its stderr going to a file we can poll. ``group``:
+    in a process group of its own, so :func:`interrupt` signals it as a terminal's Ctrl-C does
+    (every process of the group, Dask's worker processes included)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                SPECSIM_PROGRESS="1")
     err = open(tmp_path / "stderr.txt", "wb")
     # A child inherits an ignored SIGINT from a parent that ignores it; Ctrl-C must reach it.
+    def child():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if group:
+            os.setsid()
+
     proc = subprocess.Popen([sys.executable, "-m", "specsim", *map(str, argv)], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=err,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.DEVNULL, stderr=err, preexec_fn=child)
     proc.err_file = err
+    proc.group = group
     return proc
 
 
@@ -60,7 +67,10 @@ def stderr(proc) -> str:
 
 
 def interrupt(proc):
-    proc.send_signal(signal.SIGINT)
+    if proc.group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
@@ -117,7 +127,7 @@ def test_sweep_stops_and_keeps_the_finished_points(files, how):
         '[axes]\npolicy = ["sequence", "propose"]\nslack = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]\n'
         'seed = [1, 2, 3, 4, 5]\n')
     out = files / "r.csv"
-    proc = start(["sweep", "grid.toml", *how, "-o", "r.csv"], files)
+    proc = start(["sweep", "grid.toml", *how, "-o", "r.csv"], files, group=how[0] == "--workers")
 
     def some_rows():
         try:
@@ -145,6 +155,31 @@ def test_bench_stops_and_keeps_the_finished_cells(files):
     _, done = read_partial(partial)
     assert 1 <= len(done) < 72
     assert not (files / "b.toml").exists()
+
+
+def test_capacity_on_dask_stops_at_once_without_worker_tracebacks(files):
+    """Ctrl-C at a terminal reaches the local cluster's workers too: none of them prints a
+    traceback, and the command still exits 130 at once (the worker processes are ended)."""
+    pytest.importorskip("dask.distributed")
+    (files / "cap.json").write_text(SENTINEL)
+    proc = start(["capacity", "--synthetic", "requests=300000,rate=3000,seed=1", "--table", "t.toml",
+                  "--calibration", "c.toml", "--policy", "fixed:2", "--policy", "propose", "--slo-ttft-s", "0.5",
+                  "--max-replicas", "64", "--workers", "2", "--json", "cap.json"], files, group=True)
+    wait_for(proc, lambda: "capacity: " in stderr(proc), "a finished round of probes")
+    text = interrupt(proc)
+    assert "interrupted" in text and "distributed" not in text
+    assert (files / "cap.json").read_text() == SENTINEL
+
+
+def test_tune_on_dask_stops_at_once_without_worker_tracebacks(files):
+    pytest.importorskip("dask.distributed")
+    (files / "s.toml").write_text(SENTINEL)
+    proc = start(["tune", "--synthetic", "requests=100000,rate=1000,seed=1", "--table", "t.toml",
+                  "--calibration", "c.toml", "--workers", "2", "-o", "s.toml"], files, group=True)
+    wait_for(proc, lambda: "evaluations" in stderr(proc), "the first evaluations")
+    text = interrupt(proc)
+    assert "interrupted" in text and "distributed" not in text
+    assert (files / "s.toml").read_text() == SENTINEL
 
 
 def cpu_seconds(proc) -> float:

@@ -602,7 +602,7 @@ def test_merge_takes_the_median_of_every_field(tmp_path):
 
     # An even number of runs: the median is the mean of the middle two, field by field.
     two = [CostTable.parse(run_text(s)) for s in (1.0, 2.0)]
-    _, cells, _, _ = merge_tables(two)
+    _, cells, _, _, _ = merge_tables(two)
     assert {(c.n, c.k): c.verify_ms for c in cells} == {(1, 0): 1.5, (1, 1): 1.5, (4, 0): 6.0, (4, 1): 6.0}
 
 

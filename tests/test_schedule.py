@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
-from specsim.schedule.formats import (
-    ENGINES, canonical, depth_at, export, import_text, load_schedule, ranges_from_depths,
-    read_yaml, render_schedule,
-)
-from specsim.schedule.formats import _yaml_subset
+from specsim.interop import ENGINES, import_text
+from specsim.interop import export_schedule as export
+from specsim.interop.trtllm import _yaml_subset, read_yaml
+from specsim.schedule.formats import canonical, depth_at, load_schedule, ranges_from_depths, render_schedule
 from specsim.sim.policy import parse_policy
 
 
@@ -84,7 +83,7 @@ def test_trtllm_roundtrip(ranges, max_batch):
         return
     back = _roundtrip("trtllm", ranges, max_batch=max_batch)
     last = ranges[-1]
-    if last[2] == 0:
+    if last[2] == 0 or len(ranges) == 1:  # a constant schedule is max_draft_len alone: exact
         assert back == ranges
     else:
         # An open speculating range ends at the serve's largest batch: the same on every width it serves.
@@ -109,7 +108,7 @@ def test_sglang_roundtrip(ranges):
     ((1, 8, 4), (9, None, 0)),                         # a depth-0 tail
 ])
 def test_roundtrip_edge_cases(engine, ranges):
-    if engine == "trtllm" and ranges[-1][2] != 0:
+    if engine == "trtllm" and ranges[-1][2] != 0 and len(ranges) > 1:
         back = _roundtrip(engine, ranges, max_batch=1024)
         # TensorRT-LLM ends a speculating open range at the serve's largest batch.
         assert all(depth_at(back, w) == depth_at(ranges, w) for w in range(1, 1025))
@@ -132,8 +131,12 @@ def test_a_closed_last_range_exports_its_plain_tail():
 
 def vllm_rules(cfg):
     """vLLM's documented validation of num_speculative_tokens_per_batch_size, plus contiguity."""
-    entries, nst = cfg["num_speculative_tokens_per_batch_size"], cfg["num_speculative_tokens"]
-    assert isinstance(entries, list) and entries and nst > 0
+    nst = cfg["num_speculative_tokens"]
+    assert isinstance(nst, int) and nst > 0
+    if "num_speculative_tokens_per_batch_size" not in cfg:
+        return
+    entries = cfg["num_speculative_tokens_per_batch_size"]
+    assert isinstance(entries, list) and entries
     assert entries[0][0] == 1
     prev = 0
     for lo, hi, k in entries:
@@ -145,7 +148,11 @@ def vllm_rules(cfg):
 
 def trtllm_rules(spec):
     """TensorRT-LLM's draft_len_schedule validator."""
-    sched, mdl = spec["draft_len_schedule"], spec["max_draft_len"]
+    mdl = spec["max_draft_len"]
+    assert isinstance(mdl, int) and mdl > 0
+    if "draft_len_schedule" not in spec:
+        return
+    sched = spec["draft_len_schedule"]
     assert sched and mdl > 0
     assert all(b >= 1 and v >= 0 for b, v in sched.items())
     assert sched[min(sched)] == mdl
@@ -159,7 +166,8 @@ def test_vllm_export_obeys_vllms_rules(ranges, max_batch):
         return
     cfg = json.loads(export("vllm", ranges, max_batch=max_batch).text)
     vllm_rules(cfg)
-    assert cfg["method"] == "eagle"
+    assert cfg["method"] == "eagle3"
+    assert ("num_speculative_tokens_per_batch_size" in cfg) == (len(ranges) > 1)
 
 
 @settings(max_examples=100, deadline=None)
@@ -200,7 +208,7 @@ def test_every_export_says_what_the_engine_cannot_express():
 def test_exports_match_the_documented_examples():
     cfg = json.loads(export("vllm", ((1, 16, 4), (17, 64, 3), (65, None, 1)), max_batch=256,
                             draft_model="yuhuili/EAGLE-LLaMA3.1-Instruct-8B").text)
-    assert cfg == {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4,
+    assert cfg == {"method": "eagle3", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4,
                    "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 64, 3], [65, 256, 1]]}
     spec = _yaml_subset(export("trtllm", ((1, 4, 4), (5, 8, 2), (9, 32, 1))).text, "x")["speculative_config"]
     assert spec["draft_len_schedule"] == {4: 4, 8: 2, 32: 1} and spec["max_draft_len"] == 4
@@ -265,16 +273,22 @@ def test_yaml_subset_reads_what_pyyaml_reads():
     assert read_yaml(text, "x")["speculative_config"] == mine["speculative_config"]
 
 
-def test_sglang_import_takes_both_slot_forms_and_refuses_choices():
-    assert import_text("sglang", '{"8": [1], "1": {"candidate_steps": [3, 3]}, "strategy": "ema"}') == \
-        ((1, 7, 3), (8, None, 1))
-    assert import_text("sglang", '{"4": [2], "16": [0]}') == ((1, 15, 2), (16, None, 0))
+def test_sglang_import_reads_slots_as_its_loader_does_and_refuses_choices():
+    assert import_text("sglang", '{"8": {"candidate_steps": [1]}, "1": {"candidate_steps": [3, 3]}, '
+                                 '"strategy": "ema"}') == ((1, 7, 3), (8, None, 1))
+    assert import_text("sglang", '{"4": {"candidate_steps": [2]}, "16": {"candidate_steps": [0]}}') == \
+        ((1, 15, 2), (16, None, 0))
+    # SGLang's loader crashes on a bare list (AttributeError): refused, saying so
+    with pytest.raises(PolicyError, match="bare list"):
+        import_text("sglang", '{"4": [2], "16": [0]}')
     with pytest.raises(PolicyError, match="chooses among"):
-        import_text("sglang", '{"1": [1, 3, 5, 7], "8": [0, 1, 3]}')
+        import_text("sglang", '{"1": {"candidate_steps": [1, 3, 5, 7]}, "8": {"candidate_steps": [0, 1, 3]}}')
+    # static steps: the server arguments a constant schedule exports
+    assert import_text("sglang", '{"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}') == ((1, None, 3),)
     with pytest.raises(PolicyError, match="no batch-size slot"):
         import_text("sglang", '{"strategy": "ema"}')
     with pytest.raises(PolicyError, match="candidate steps"):
-        import_text("sglang", '{"1": []}')
+        import_text("sglang", '{"1": {"candidate_steps": []}}')
 
 
 # -- the policy hook and the command line ---------------------------------------------------------------------
@@ -372,3 +386,136 @@ def test_schedule_file_roundtrip_any_schedule(tmp_path_factory, ranges, max_batc
     doc = load_schedule(f)
     assert (doc.ranges, doc.max_batch, doc.objective) == (ranges, max_batch, objective)
     assert doc.sections["result"] == {"gain": 0.25, "within_noise": False, "note": 'a "quoted" word'}
+
+
+# -- constant schedules, notes, TensorRT-LLM key semantics, the documented schedules ----------------------------
+
+def test_a_constant_schedule_exports_as_each_engines_static_setting():
+    ranges = ((1, None, 3),)
+    vllm = export("vllm", ranges, max_batch=256)
+    assert json.loads(vllm.text) == {"method": "eagle3", "num_speculative_tokens": 3}
+    trt = export("trtllm", ranges, max_batch=256)
+    spec = _yaml_subset(trt.text, "x")["speculative_config"]
+    assert spec == {"decoding_type": "Eagle3", "max_draft_len": 3}
+    sg = export("sglang", ranges)
+    assert json.loads(sg.text)["speculative_num_steps"] == 3 and "--speculative-adaptive" not in sg.usage
+    for cfg in (vllm, trt, sg):
+        assert any("plain static setting" in n and "CUDA-graph" in n for n in cfg.notes), cfg.notes
+        assert import_text(cfg.engine, cfg.text, "exported") == ranges
+
+
+def test_vllm_notes_say_what_decides_whether_a_schedule_helps():
+    cfg = export("vllm", ((1, 16, 4), (17, None, 1)), max_batch=256)
+    text = " ".join(cfg.notes)
+    for needle in ("ngram, eagle, eagle3, mtp, draft_model, dflash", "v0.24", "prefill chunks", "PIECEWISE",
+                   "'eagle3' is the default"):
+        assert needle in text, needle
+    assert "is not among them" in " ".join(export("vllm", ((1, 16, 4), (17, None, 1)), method="medusa").notes)
+    assert not any("default" in n for n in export("vllm", ((1, 16, 4), (17, None, 1)), method="eagle").notes)
+
+
+def test_trtllm_notes_floor_depth_zero_tiers_and_key_semantics():
+    ranges = ((1, 4, 4), (5, 8, 0), (9, 32, 1))
+    notes = " ".join(export("trtllm", ranges).notes)
+    assert "PR #10860" in notes and "floored at 1" in notes
+    assert "the engine drafts where" in " ".join(export("trtllm", ranges, method="DraftTarget").notes)
+
+
+def test_trtllm_lower_bound_files_are_told_apart_or_named():
+    lower = "speculative_config:\n  max_draft_len: 4\n  draft_len_schedule:\n    1: 4\n    8: 2\n    32: 0\n"
+    # key 1 with a 0 tail: a lower-bound file (1-7 -> 4, 8-31 -> 2, 32 and wider -> 0)
+    assert import_text("trtllm", lower) == ((1, 7, 4), (8, 31, 2), (32, None, 0))
+    assert import_text("trtllm", lower, trtllm_keys="upper") == ((1, 1, 4), (2, 8, 2), (9, None, 0))
+    ambiguous = "speculative_config:\n  max_draft_len: 4\n  draft_len_schedule: {1: 4, 8: 2}\n"
+    assert import_text("trtllm", ambiguous) == ((1, 1, 4), (2, 8, 2), (9, None, 0))
+    assert import_text("trtllm", ambiguous, trtllm_keys="lower") == ((1, 7, 4), (8, None, 2))
+    with pytest.raises(PolicyError, match="key 1"):
+        import_text("trtllm", "speculative_config:\n  max_draft_len: 4\n  draft_len_schedule: {4: 4}\n",
+                    trtllm_keys="lower")
+
+
+def _vllm_engine_lookup(cfg, width):
+    """vLLM's lookup (dynamic/utils.py): inclusive [start, end, K] ranges, a gap or the tail
+    takes the K before it, K clamped to num_speculative_tokens; no list: the static K."""
+    nst = cfg["num_speculative_tokens"]
+    entries = cfg.get("num_speculative_tokens_per_batch_size")
+    if entries is None:
+        return nst
+    k = None
+    for lo, hi, kk in sorted(entries):
+        if lo <= width:
+            k = kk
+    return min(k, nst)
+
+
+def _trtllm_engine_lookup(spec, width):
+    """TensorRT-LLM (current builds): the smallest upper-bound key >= width, wider -> 0; no
+    schedule: max_draft_len."""
+    sched = spec.get("draft_len_schedule")
+    if sched is None:
+        return spec["max_draft_len"]
+    keys = [b for b in sorted(sched) if b >= width]
+    return sched[keys[0]] if keys else 0
+
+
+def _sglang_engine_lookup(doc, width):
+    """SGLang's adaptive loader: digit keys are slot lower bounds, each a dict with
+    candidate_steps (anything else crashes it); the slot is the largest key <= width (the
+    smallest for narrower widths); one candidate pins the depth. Static: the steps."""
+    slots = {int(k): v for k, v in doc.items() if k.isdigit()}
+    if not slots:
+        return doc["speculative_num_steps"]
+    for v in slots.values():
+        steps = v["candidate_steps"]  # a bare list raises here, as SGLang's loader does
+        assert len(steps) == 1
+    keys = [k for k in sorted(slots) if k <= width] or [min(slots)]
+    return slots[keys[-1]]["candidate_steps"][0]
+
+
+def _documented_schedules():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "schedules.md").read_text()
+    found = sorted(set(re.findall(r"schedule:[0-9][0-9=,-]*[0-9]", text)))
+    return [parse_policy(p).ranges for p in found] + [((1, 4, 4), (5, 8, 2), (9, 32, 1)), ((1, None, 3),)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_documented_schedules_load_through_each_engines_validator_and_lookup(engine):
+    schedules = _documented_schedules()
+    assert len(schedules) >= 6
+    for ranges in schedules:
+        c = canonical(ranges)
+        if engine == "trtllm" and c[0][2] != max(k for *_, k in c):
+            with pytest.raises(ScheduleError, match="max_draft_len"):
+                export(engine, c, max_batch=256)
+            continue
+        cfg = export(engine, c, max_batch=256)
+        if engine == "vllm":
+            doc = json.loads(cfg.text)
+            vllm_rules(doc)
+            look = _vllm_engine_lookup
+        elif engine == "trtllm":
+            doc = _yaml_subset(cfg.text, "x")["speculative_config"]
+            trtllm_rules(doc)
+            look = _trtllm_engine_lookup
+        else:
+            doc = json.loads(cfg.text)
+            look = _sglang_engine_lookup
+        assert all(look(doc, w) == depth_at(c, w) for w in range(1, 257)), (engine, c)
+
+
+def test_sglang_pads_the_batch_to_its_cuda_graph_sizes(tmp_path):
+    f = tmp_path / "a.json"
+    f.write_text('{"1": {"candidate_steps": [4]}, "6": {"candidate_steps": [2]}, "40": {"candidate_steps": [1]}}')
+    sizes = (1, 2, 4, 8, 16, 24, 32)
+    pol = parse_policy(f"sglang[{','.join(map(str, sizes))}]:{f}")
+    for w in range(1, 80):
+        padded = next((s for s in sizes if s >= w), w)  # wider than every graph: unpadded
+        slot = max(k for k in (1, 6, 40) if k <= padded)
+        assert pol.depth_for_width(w) == {1: 4, 6: 2, 40: 1}[slot], w
+    # width 5 pads to 8, past the slot boundary at 6: depth 2 where the plain lookup gives 4
+    assert pol.depth_for_width(5) == 2 and parse_policy(f"sglang:{f}").depth_for_width(5) == 4
+    with pytest.raises(PolicyError, match="CUDA-graph"):
+        parse_policy(f"sglang[0,x]:{f}")

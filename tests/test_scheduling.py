@@ -52,27 +52,90 @@ def test_separate_prefill_takes_the_whole_prompt_in_one_step():
     assert res.first_token_s[0] == pytest.approx(0.010) and res.counters["prefill_steps"] == 1
 
 
-def test_decodes_go_first_and_a_prefill_chunk_takes_what_the_budget_leaves():
+@pytest.mark.parametrize("pricing", ["additive", "one-pass"])
+def test_decodes_go_first_and_a_prefill_chunk_takes_what_the_budget_leaves(pricing):
     """A (prompt 2, 9 tokens) and B (prompt 6, 2 tokens) arrive together; fixed:2 with every
     draft accepted; budget 4: A decodes 1 + 2 tokens a step and B prefills 1 token beside it."""
     digits = acceptance_trace([2], 2)
     opts = dict(max_num_batched_tokens=4, max_num_seqs=2, prefill_ms_per_step=5.0, prefill_j_per_step=2.0,
-                prefill_ms_per_token=1.0, prefill_j_per_token=0.5)
+                prefill_ms_per_token=1.0, prefill_j_per_token=0.5, mixed_step_pricing=pricing)
     reqs = requests([(0.0, 2, 9), (0.0, 6, 2)])
     res = simulate(reqs, flat_table(), small_calibration(), "fixed:2", acceptance=digits, **opts)
     # Step 1: both admitted, chunks 2 + 2 (5 + 4 ms); A's prefill is done: its first token.
     assert res.first_token_s[0] == pytest.approx(0.009)
-    # Steps 2-4 are mixed: A's decode (10 ms) plus B's 1-token chunk (5 + 1 ms); A emits 3, 3, 2.
-    assert res.finish_s[0] == pytest.approx(0.009 + 3 * 0.016)
+    # Steps 2-4 are mixed: A's decode (10 ms, 1 J) and B's 1-token chunk (5 + 1 ms, 2 + 0.5 J).
+    # Added: 16 ms and 3.5 J. One pass: the chunk's fixed part is shared, at most the smaller
+    # part: 10 + 6 - min(10, 6, 5) = 11 ms and 1 + 2.5 - min(1, 2.5, 2) = 2.5 J.
+    mixed_ms, saved_j = (0.016, 0.0) if pricing == "additive" else (0.011, 1.0)
+    assert res.finish_s[0] == pytest.approx(0.009 + 3 * mixed_ms)
     # Step 5: B's last chunk alone (6 ms) emits its first token; step 6 decodes its last.
-    assert res.first_token_s[1] == pytest.approx(0.057 + 0.006)
-    assert res.finish_s[1] == pytest.approx(0.063 + 0.010)
+    a_done = 0.009 + 3 * mixed_ms
+    assert res.first_token_s[1] == pytest.approx(a_done + 0.006)
+    assert res.finish_s[1] == pytest.approx(a_done + 0.006 + 0.010)
     c = res.counters
     assert (c["mixed_steps"], c["prefill_steps"], c["decode_steps"], c["drafts_cut"]) == (3, 5, 4, 0)
-    assert res.energy["prefill_j"] == pytest.approx(5 * 2.0 + 8 * 0.5)
+    assert res.energy["prefill_j"] == pytest.approx(5 * 2.0 + 8 * 0.5 - 3 * saved_j)
     assert res.energy["decode_j"] == pytest.approx(4 * 1.0)
     assert res.step_prefill_tokens.tolist() == [1, 1, 1, 0]
     assert res.step_width.tolist() == [1, 1, 1, 1]
+
+
+def _first_mixed_step(**opts):
+    """(ms, prefill J) of the first mixed step: A (prompt 2, 2 tokens) prefills alone, then decodes
+    its last token (10 ms, 1 J) beside B's first 1-token chunk (budget 3), checked against the
+    plain engine."""
+    res = run([(0.0, 2, 2), (0.0, 3, 1)], max_num_batched_tokens=2, max_num_seqs=2, **opts)
+    ms = (res.step_t_s[0] - res.first_token_s[0]) * 1000.0
+    return ms, res
+
+
+@pytest.mark.parametrize("prefill, one_pass_ms", [
+    # (fixed ms, ms per token) -> the mixed step: decode d = 10 ms, prefill p of 1 token.
+    ((5.0, 1.0), 10 + 6 - 5),       # p_fixed the smallest: the shared weight read
+    ((20.0, 1.0), 21.0),            # d the smallest: the decode rides along, mixed = p = max(d, p)
+    ((0.0, 1.0), 10 + 1),           # no fixed part: nothing shared, the parts add
+    ((0.0, 0.0), 10.0),             # an empty prefill price: the decode price
+])
+def test_one_pass_rule_by_hand_affine(prefill, one_pass_ms):
+    fixed, per_token = prefill
+    opts = dict(prefill_ms_per_step=fixed, prefill_ms_per_token=per_token)
+    one, _ = _first_mixed_step(**opts)
+    added, _ = _first_mixed_step(mixed_step_pricing="additive", **opts)
+    assert one == pytest.approx(one_pass_ms)
+    assert added == pytest.approx(10 + fixed + per_token)
+    assert max(10.0, fixed + per_token) - 1e-9 <= one <= added + 1e-9
+
+
+@pytest.mark.parametrize("curve, one_pass_ms", [
+    # 1 token priced at the curve's floor (its first point); p_fixed = the first segment at 0 tokens.
+    ("tokens,ms,j\n1,4,1\n3,8,2\n", 10 + 4 - 2),      # intercept 4 - 2 * 1 = 2
+    ("tokens,ms,j\n1,30,1\n101,130,2\n", 30.0),        # intercept 29 > d: mixed = p
+    ("tokens,ms,j\n2,4,1\n3,20,2\n", 10 + 4 - 0),      # intercept 4 - 16 * 2 < 0: floored at 0
+    ("tokens,ms,j\n2,7,1\n", 10 + 7 - 7),               # one point: flat, all of it fixed
+])
+def test_one_pass_rule_by_hand_curve(tmp_path, curve, one_pass_ms):
+    path = tmp_path / "curve.csv"
+    path.write_text(curve)
+    one, _ = _first_mixed_step(prefill_curve=str(path))
+    assert one == pytest.approx(one_pass_ms)
+
+
+def test_a_mixed_step_costs_less_than_its_parts_priced_apart():
+    """One forward pass: the mixed step's time and energy are below its decode step plus its
+    prefill chunk priced alone, and at least the larger of the two."""
+    opts = dict(prefill_ms_per_step=5.0, prefill_ms_per_token=1.0, prefill_j_per_step=2.0, prefill_j_per_token=0.5)
+    one, res = _first_mixed_step(**opts)
+    added, add_res = _first_mixed_step(mixed_step_pricing="additive", **opts)
+    decode_alone, prefill_alone = 10.0, 5.0 + 1.0
+    assert max(decode_alone, prefill_alone) <= one < decode_alone + prefill_alone == pytest.approx(added)
+    assert res.counters["mixed_steps"] == add_res.counters["mixed_steps"] == 1
+    assert res.energy["prefill_j"] < add_res.energy["prefill_j"]
+    assert res.energy["decode_j"] == add_res.energy["decode_j"]
+
+
+def test_mixed_step_pricing_is_checked():
+    with pytest.raises(SimulationError, match="mixed_step_pricing must be one of one-pass, additive"):
+        simulate(requests([(0.0, 2, 2)]), flat_table(), small_calibration(), "fixed:0", mixed_step_pricing="max")
 
 
 def test_the_budget_cuts_drafts_not_sequences():

@@ -34,6 +34,29 @@ def float_list(text: str):
     return values
 
 
+def context_list(text: str):
+    """``"512,2048,8192"`` -> contexts (KV tokens per sequence) for argparse ``type=``: integers
+    >= 1, strictly ascending, as a table's context axis needs them."""
+    values = int_list(text)
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise argparse.ArgumentTypeError(f"context {bad[0]} is not a context length: each must be >= 1 token")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError(f"{text!r} is not strictly ascending: list each context once, smallest first")
+    return values
+
+
+def context(text: str) -> float:
+    """A context (mean KV tokens per decoding sequence) for argparse ``type=``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of tokens") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"context {text!r} must be a finite number of tokens > 0")
+    return value
+
+
 def nonneg_float(text: str) -> float:
     """A finite number >= 0 for argparse ``type=``: costs, powers, latency targets."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.cli._common import count, format_grid, int_list
+from specsim.cli._common import context_list, count, format_grid, int_list
 
 
 def _seconds(text):
@@ -45,6 +45,10 @@ def register(sub, groups):
                    help="recipe TOML, or a built-in: tiny, small, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b-tp8")
     p.add_argument("--widths", required=True, type=int_list, metavar="N,N,...", help="batch widths, e.g. 1,2,4,8")
     p.add_argument("--max-k", required=True, type=count, metavar="K", help="deepest draft depth (depths 0..K)")
+    p.add_argument("--contexts", type=context_list, metavar="C,C,...",
+                   help="measure the grid at each of these contexts (KV tokens each sequence attends over, "
+                        "ascending, e.g. 512,2048,8192): a table with a context axis (a recipe's context is "
+                        "replaced by each in turn)")
     p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
                    help="numpy: CPU, host clock; cupy: CUDA GPU, CUDA events (default numpy)")
     p.add_argument("--device", type=count, default=0, help="CUDA device for --backend cupy (default 0)")
@@ -75,7 +79,7 @@ def cmd_bench(args):
     from pathlib import Path
 
     from specsim._io import Outputs
-    from specsim.measure import SweepInterrupted, SweepSettings, bench
+    from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path
     from specsim.measure.harness import partial_path
 
     # The table and its partial file are written by the sweep itself (the partial file after
@@ -84,6 +88,10 @@ def cmd_bench(args):
     out = Outputs({"--recipe": recipe})
     out.declare(args.out, "-o")
     out.declare(str(partial_path(args.out)), "the partial file of -o")
+    for c in args.contexts or ():
+        kept = context_path(args.out, c)
+        out.declare(str(kept), f"the sweep at context {c} kept beside -o")
+        out.declare(str(partial_path(kept)), f"the partial file of the sweep at context {c}")
 
     settings = SweepSettings(min_window_s=args.min_window_s, repeats=args.repeats, warmup=args.warmup,
                              cooldown_s=args.cooldown_s, idle_s=args.idle_s)
@@ -94,7 +102,8 @@ def cmd_bench(args):
     try:
         table = bench(args.recipe, args.widths, args.max_k, args.out, backend=args.backend, device=args.device,
                       meter=args.meter, assume_power_w=args.assume_power_w, settings=settings,
-                      box_class=args.box_class, resume=args.resume, progress=not args.quiet, log=log)
+                      box_class=args.box_class, resume=args.resume, progress=not args.quiet, log=log,
+                      contexts=args.contexts)
     except SweepInterrupted as e:
         print(f"specsim bench: {e}", file=sys.stderr)
         return 130

@@ -23,7 +23,8 @@ and the counts. See docs/telemetry.md.
 
 
 def register(csub):
-    from specsim.calibration.telemetry import ASSUMPTIONS, FORMATS
+    from specsim.calibration.telemetry import ASSUMPTIONS
+    from specsim.interop import FORMATS
 
     p = csub.add_parser(
         "import", help="import vLLM / SGLang / TensorRT-LLM speculative-decoding telemetry as a calibration",
@@ -35,6 +36,15 @@ def register(csub):
     p.add_argument("--assume", choices=ASSUMPTIONS, help="assumption for a mean-only source (constant-rate)")
     p.add_argument("--depth", type=count, metavar="K", help="drafts per verify step, when the source does not say")
     p.add_argument("--strict", action="store_true", help="refuse lines that look like the format but cannot be read")
+    shallow = p.add_mutually_exclusive_group()
+    shallow.add_argument("--schedule", metavar="FILE",
+                         help="the width -> depth schedule the serve ran (a schedule TOML, or ENGINE:FILE such as "
+                              "vllm:config.json): where the depth varied, keep the positions its shallowest depth "
+                              "reached")
+    shallow.add_argument("--min-depth", type=count, metavar="K",
+                         help="the shallowest depth the serve drafted: where the depth varied, keep positions 1..K")
+    p.add_argument("--decode-log-interval", type=count, metavar="N",
+                   help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
     from specsim.cli.calib import drafter_flags
 
     drafter_flags(p)
@@ -46,17 +56,18 @@ def register(csub):
 
 def cmd_import(args):
     from specsim._io import Outputs
-    from specsim.calibration.telemetry import identify, read_telemetry, render_windows
-    from specsim.calibration.telemetry.identify import calibration_from
+    from specsim.calibration.telemetry import calibration_from, identify, render_windows
+    from specsim.interop import read_telemetry
     from specsim.cli.calib import drafter_key
 
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
         out.declare(args.windows_out, "--windows-out")
         drafter = drafter_key(args)
-        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict)
+        min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
+        fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
         names = [Path(f).name for f in args.files]
-        ident = identify(fmt, records, tally, args.assume, args.depth, names)
+        ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
         windows = render_windows(ident, fmt) if args.windows_out else None
         out.text(args.output, cal.render())
@@ -70,6 +81,21 @@ def cmd_import(args):
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
     return 0
+
+
+def shallowest_depth(text) -> int:
+    """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
+    from specsim.errors import CalibrationError
+    from specsim.interop import engine_schedule
+    from specsim.schedule.formats import load_schedule
+
+    ranges = engine_schedule(text)
+    if ranges is None:
+        ranges = load_schedule(text).ranges
+    depths = [k for _, _, k in ranges if k > 0]
+    if not depths:
+        raise CalibrationError(f"--schedule {text}: the schedule never drafts, so no telemetry came from it")
+    return min(depths)
 
 
 DRIFT_EPILOG = """\
@@ -87,7 +113,7 @@ either way; the verdict is printed (and written with --json). See docs/telemetry
 
 
 def register_drift(csub):
-    from specsim.calibration.telemetry import FORMATS
+    from specsim.interop import FORMATS
     from specsim.cli._common import nonneg_float
 
     p = csub.add_parser("drift", help="test live outcomes against a calibration (CUSUM per pool and position)",
@@ -100,6 +126,13 @@ def register_drift(csub):
     src.add_argument("--from-log", nargs="+", metavar="FILE", help="serving telemetry files of one format")
     p.add_argument("--trace", metavar="NAME", help="--acceptance: the [[trace]] to replay")
     p.add_argument("--from", dest="fmt", choices=tuple(FORMATS), metavar="NAME", help="--from-log: the format")
+    p.add_argument("--depth", type=count, metavar="K", help="--from-log: drafts per step where the source does not say")
+    shallow = p.add_mutually_exclusive_group()
+    shallow.add_argument("--schedule", metavar="FILE",
+                         help="--from-log: the schedule the serve ran; where the depth varied, replay the positions "
+                              "its shallowest depth reached")
+    shallow.add_argument("--min-depth", type=count, metavar="K",
+                         help="--from-log: the shallowest depth the serve drafted")
     p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
     p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
@@ -177,10 +210,11 @@ def _replay_drift(args, cal, settings):
         cols = read_log(args.steps_log, STEP_COLUMNS)
         rep, hist = drift.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
-    from specsim.calibration.telemetry import read_telemetry
-    from specsim.calibration.telemetry.identify import record_batches
+    from specsim.calibration.telemetry import record_batches
+    from specsim.interop import read_telemetry
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
-    batches = record_batches(fmt, records)
+    min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
+    batches = record_batches(fmt, records, args.depth, min_depth)
     rep, hist = drift.monitor_steps(cal, batches, settings, history=True)
     return rep, hist, f"{fmt} telemetry, {len(batches)} records"

@@ -7,7 +7,7 @@ import json
 import sys
 
 from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
@@ -30,7 +30,7 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
@@ -67,10 +67,9 @@ def cmd_capacity(args):
         raise CapacityError("give an SLO: --slo-ttft-s, --slo-tpot-s, or both")
     if not 0 < args.attainment <= 1:
         raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
-    if args.workers is not None and args.workers < 1:
-        raise CapacityError(f"--workers must be >= 1, got {args.workers}")
-    if sum(map(bool, (args.serial, args.threads, args.scheduler))) > 1:
+    if sum(map(bool, (args.serial, args.threads is not None, args.scheduler))) > 1:
         raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
+    _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
         out.add_policies(args.policy)
@@ -89,6 +88,22 @@ def cmd_capacity(args):
     return 0
 
 
+def _check_executor(args):
+    """Worker counts and the scheduler address, refused before any input is read."""
+    from specsim._executor import ExecutorError, check_scheduler, check_workers
+    from specsim.sizing import CapacityError
+
+    try:
+        if args.workers is not None:
+            check_workers(args.workers, "--workers")
+        if args.threads is not None:
+            check_workers(args.threads, "--threads")
+        if args.scheduler is not None:
+            check_scheduler(args.scheduler)
+    except ExecutorError as e:
+        raise CapacityError(str(e)) from None
+
+
 def _inputs(args, out):
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import trace_from_args
@@ -103,8 +118,9 @@ def _inputs(args, out):
             for kind, path in g.paths.items():
                 out.add_input(path, f"{kind} of group {g.name!r}")
     else:
-        fleet = Fleet.uniform(CostTable.load(args.table), AcceptanceCalibration.load(args.calibration), 1,
-                              ServerOptions(**base))
+        table, opts = CostTable.load(args.table), ServerOptions(**base)
+        warn_placeholder_prefill(opts, table, "capacity")
+        fleet = Fleet.uniform(table, AcceptanceCalibration.load(args.calibration), 1, opts)
     return fleet, trace_from_args(args, args.trace)
 
 
@@ -119,7 +135,7 @@ def _search(args, fleet, read):
     kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
               attainment=args.attainment, router=router, max_replicas=args.max_replicas,
               gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
-    if args.threads:
+    if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
     if not args.serial:
@@ -159,7 +175,21 @@ def capacity_table(result) -> str:
     if bad:
         note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
                  "in replicas here, so read that answer with care")
+    for line in overload_probe_lines(result):
+        note += "\n" + line
     return format_grid(header, rows) + note
+
+
+def overload_probe_lines(result) -> list:
+    """One line per policy whose probes overloaded the fleet (queueing grew through the run)."""
+    lines = []
+    for p in result.policies:
+        over = [q for q in p.probes if q.overloaded]
+        if over:
+            sizes = ", ".join(f"{q.replicas} ({q.queue_growth:.3f})" for q in over)
+            lines.append(f"overloaded: {p.label} at replicas {sizes}: queueing delay grew (s per s of arrivals, in "
+                         "brackets) through the run, so those probes' attainment measures a backlog")
+    return lines
 
 
 def _document(args, result, read) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import count, int_list
+from specsim.cli._common import context_list, count, int_list
 
 
 def register(sub, groups):
@@ -11,14 +11,24 @@ def register(sub, groups):
         description="Write a cost table from an analytic roofline over public specs. The table's [meta] "
                     "says energy_source = \"model\": it is an estimate, never a measurement.")
     p.add_argument("--gpu", required=True, help="GPU spec name (built-in or from --gpu-spec)")
-    p.add_argument("--model", required=True, help="model spec name (built-in or from --model-spec)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="model spec name (built-in or from --model-spec)")
+    which.add_argument("--model-config", metavar="PATH",
+                       help="a Hugging Face config.json of a dense decoder (instead of --model)")
     p.add_argument("--drafter", required=True, help="drafter spec name (built-in or from --drafter-spec)")
     p.add_argument("--tp", type=count, default=1, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--context-tokens", type=count, default=None,
-                   help="KV-cache tokens per sequence the costs assume (default 2048)")
+                   help="KV-cache tokens per sequence the costs assume (default 2048); with --contexts, the "
+                        "reference context (one of them; default 2048 when listed, else the smallest)")
+    p.add_argument("--contexts", type=context_list, default=None, metavar="C,C,...",
+                   help="model the grid at each of these contexts (ascending, e.g. 512,2048,8192): a table with a "
+                        "context axis, interpolated in context between them")
     p.add_argument("--widths", type=int_list, default=None, help="batch widths, e.g. 1,2,4,8 (default 1..256)")
     p.add_argument("--max-k", type=count, required=True, help="deepest draft depth")
     p.add_argument("--dtype", help="override the model's weight format (bf16, fp8, nvfp4, ...)")
+    p.add_argument("--overheads", choices=("cuda-graph", "eager"), default="cuda-graph",
+                   help="host overheads of the serving engine: cuda-graph (default) or eager (every kernel "
+                        "launched from Python; docs/tables.md)")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
@@ -31,26 +41,46 @@ def cmd_model(args):
 
     inputs = [(f"--{kind}-spec", path) for kind in ("gpu", "model", "drafter")
               for path in getattr(args, f"{kind}_spec")]
+    if args.model_config is not None:
+        inputs.append(("--model-config", args.model_config))
     with Outputs(inputs) as out:
         out.declare(args.output, "-o")
         table = _model(args)
         out.text(args.output, table.to_text())
     widths = ", ".join(map(str, table.widths.tolist()))
+    contexts = f"; contexts {', '.join(map(str, table.contexts.tolist()))}" if table.contexts.size else ""
     print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
-          f"depths 0..{table.max_k} (energy_source = model: an estimate, not a measurement)")
+          f"depths 0..{table.max_k}{contexts} (energy_source = model: an estimate, not a measurement)")
     return 0
 
 
 def _model(args):
     from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
+    from specsim.costmodel.specs import load_hf_config
 
     specs = {"gpu": {}, "model": {}, "drafter": {}}
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
         for kind, found in load_specs(path).items():
             specs[kind].update(found)
-    return model_table(
-        args.gpu, args.model, args.drafter, tp=args.tp,
-        context_tokens=DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens,
-        widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
-        max_k=args.max_k, dtype=args.dtype, specs=specs,
-    )
+    model = args.model if args.model_config is None else load_hf_config(args.model_config)
+
+    def at(context_tokens):
+        return model_table(
+            args.gpu, model, args.drafter, tp=args.tp, context_tokens=context_tokens,
+            widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
+            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs,
+        )
+
+    if args.contexts is None:
+        return at(DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens)
+    from specsim.errors import CostModelError
+    from specsim.table import CostTable
+
+    reference = args.context_tokens
+    if reference is None:
+        reference = DEFAULT_CONTEXT_TOKENS if DEFAULT_CONTEXT_TOKENS in args.contexts else args.contexts[0]
+    elif reference not in args.contexts:
+        raise CostModelError(f"--context-tokens {reference} is not one of --contexts {args.contexts}: the "
+                             "reference context must be a modelled one")
+    return CostTable.from_contexts({c: at(c) for c in args.contexts}, reference=reference,
+                                   source=f"<modelled table at contexts {args.contexts}>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import count, digest_map, format_grid, print_json, width
+from specsim.cli._common import context, count, digest_map, format_grid, print_json, width
 
 
 def register(sub, groups):
@@ -23,6 +23,9 @@ def register(sub, groups):
 
     p = tsub.add_parser("show", help="print a readable grid of step ms and J")
     p.add_argument("file", help="cost table TOML")
+    p.add_argument("--context", type=context, metavar="C",
+                   help="the grid at context C (mean KV tokens per decoding sequence; default: every measured "
+                        "context of a table with a context axis)")
     p.add_argument("--json", action="store_true", help="print the key, meta and cells as JSON")
     p.set_defaults(func=cmd_show)
 
@@ -30,6 +33,8 @@ def register(sub, groups):
     p.add_argument("file", help="cost table TOML")
     p.add_argument("n", type=width, help="batch width")
     p.add_argument("k", type=count, help="draft depth")
+    p.add_argument("--context", type=context, metavar="C",
+                   help="mean KV tokens per decoding sequence (default: the table's reference context)")
     p.add_argument("--json", action="store_true", help="print the cell as JSON")
     p.set_defaults(func=cmd_query)
 
@@ -70,18 +75,28 @@ def cmd_check(args):
 
 def cmd_show(args):
     from specsim.table import CostTable
-    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
     table = CostTable.load(args.file)
+    if args.context is not None:
+        grids = [(args.context, table.at_context(args.context))]
+    elif table.contexts.size:
+        grids = [(int(c), table.at_context(c)) for c in table.contexts]
+    else:
+        grids = [(None, table)]
     if args.json:
-        print_json({
+        doc = {
             "key": {"schema": table.key.schema, "box_class": table.key.box_class, "recipe": table.key.recipe,
                     "plan_digests": dict(table.key.plan_digests)},
             "meta": table.meta,
             "widths": table.widths.tolist(),
             "max_k": table.max_k,
-            "cells": [c._asdict() | {"step_ms": c.step_ms, "step_j": c.step_j} for c in table.cells],
-        }, cause=f"the costs in {args.file} (verify and draft too large to add up)")
+            "cells": [c._asdict() | {"step_ms": c.step_ms, "step_j": c.step_j} for c in grids[0][1].cells],
+        }
+        if table.contexts.size:
+            doc["contexts"] = table.contexts.tolist()
+            doc["reference_context"] = table.reference_context
+            doc["cells_by_context"] = {f"{c:g}": [cell._asdict() for cell in t.cells] for c, t in grids}
+        print_json(doc, cause=f"the costs in {args.file} (verify and draft too large to add up)")
         return 0
     k = table.key
     print(f"box class {k.box_class}   recipe {k.recipe}   schema {k.schema}")
@@ -90,15 +105,26 @@ def cmd_show(args):
     source = table.meta.get("energy_source")
     if source:
         print(f"  energy source: {source}")
+    if table.contexts.size:
+        print(f"  context axis: {', '.join(map(str, table.contexts.tolist()))} tokens "
+              f"(reference {table.reference_context}; linear between, nearest outside)")
+    for c, grid in grids:
+        at = "" if c is None else f" at context {c:g}"
+        print(f"step cost (verify + drafts){at}:")
+        print(format_grid(*_grid_rows(grid)))
+    return 0
+
+
+def _grid_rows(table):
+    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
     header = ["n"] + [f"k={d} ms" for d in range(table.max_k + 1)] + [f"k={d} J" for d in range(table.max_k + 1)]
     rows = []
     for i, n in enumerate(table.widths):
         step = table.costs[i]
         rows.append([int(n)] + [f"{step[d, VERIFY_MS] + step[d, DRAFT_MS]:.3f}" for d in range(table.max_k + 1)]
                     + [f"{step[d, VERIFY_J] + step[d, DRAFT_J]:.3f}" for d in range(table.max_k + 1)])
-    print("step cost (verify + drafts):")
-    print(format_grid(header, rows))
-    return 0
+    return header, rows
 
 
 def cmd_query(args):
@@ -108,15 +134,25 @@ def cmd_query(args):
     table = CostTable.load(args.file)
     if args.n < 1:
         raise TableError(f"N is a batch width: at least 1 sequence, got N={args.n}")
-    cell = table.cell(args.n, args.k)
+    cell = table.cell(args.n, args.k, context=args.context)
     if cell is None:
         raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest measured depth {table.max_k}")
     if args.json:
-        print_json(cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j},
-                   cause=f"the costs in {args.file} (verify and draft too large to add up)")
+        doc = cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j}
+        if table.contexts.size:
+            doc["context"] = args.context if args.context is not None else table.reference_context
+        print_json(doc, cause=f"the costs in {args.file} (verify and draft too large to add up)")
         return 0
     measured = int(args.n) in set(table.widths.tolist())
     how = "measured" if measured else "interpolated" if table.widths[0] < args.n < table.widths[-1] else "nearest width"
+    if table.contexts.size:
+        c = table.reference_context if args.context is None else args.context
+        cs = table.contexts.tolist()
+        where = ("reference context" if args.context is None else "measured context" if c in cs
+                 else "interpolated in context" if cs[0] < c < cs[-1] else "nearest context")
+        how += f"; context {c:g}, {where}"
+    elif args.context is not None:
+        how += "; the table has no context axis: the same at every context"
     print(f"n={cell.n} k={cell.k} ({how})")
     for f in ("verify_ms", "verify_j", "draft_ms", "draft_j", "step_ms", "step_j"):
         print(f"  {f:9} {getattr(cell, f)!r}")

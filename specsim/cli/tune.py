@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from specsim.cli._common import count, nonneg_float, share, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
 
@@ -77,6 +77,7 @@ def cmd_tune(args):
         table = CostTable.load(args.table)
         cal = AcceptanceCalibration.load(args.calibration)
         opts = ServerOptions(**server_options(args), slack=args.slack, seed=args.seed)
+        warn_placeholder_prefill(opts, table, "tune")
         executor = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}

@@ -14,13 +14,13 @@ from specsim.measure.workloads import CallableWorkload, ProxyWorkload, canonical
 __all__ = [
     "BUILTIN", "AssumedPowerMeter", "CallableWorkload", "CupyBackend", "NumpyBackend", "NvmlMeter",
     "ProxyWorkload", "RaplMeter", "Recipe", "SweepInterrupted", "SweepSettings", "bench",
-    "box_class_from_name", "canonical_json", "load_recipe", "measure_cell", "merge_files", "merge_tables",
+    "box_class_from_name", "canonical_json", "context_path", "load_recipe", "measure_cell", "merge_files", "merge_tables",
     "open_backend", "open_meter", "parse_recipe", "partial_path", "plan_digest", "run_sweep",
 ]
 
 
 def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="auto", assume_power_w=None,
-          settings=None, box_class=None, resume=False, progress=True, log=None):
+          settings=None, box_class=None, resume=False, progress=True, log=None, contexts=None):
     """Measure a cost table and write it to ``out``.
 
     Parameters
@@ -37,12 +37,22 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
     assume_power_w : float, optional
         Power to assume where no meter is readable (the table then says ``energy_source = "assumed"``).
     settings : SweepSettings, optional
+    contexts : sequence of int, optional
+        Measure the grid at each of these contexts (KV tokens each sequence attends over,
+        ascending, each >= 1; a recipe only): the recipe's ``context`` is replaced by each in turn,
+        so the attention reads grow with it, and the table gets a context axis
+        (docs/tables.md#context) whose reference is the recipe's own context when listed, else
+        the smallest. Each context's sweep is kept beside ``out`` (``OUT.context-C.toml`` and its
+        partial file) until the table is written; ``resume`` continues them.
 
     Returns
     -------
     CostTable
     """
     be = open_backend(backend, device)
+    if contexts is not None:
+        return _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings,
+                               box_class, resume, progress, log)
     if not isinstance(workload, CallableWorkload):
         workload = ProxyWorkload(workload, be)
     m, note = open_meter(meter, be, assume_power_w)
@@ -53,3 +63,58 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
                          settings=settings or SweepSettings(), resume=resume, progress=progress, log=log)
     finally:
         m.close()
+
+
+def context_path(out, context: int):
+    """Where ``bench --contexts`` keeps the sweep at ``context`` until the table is written."""
+    from pathlib import Path
+
+    out = Path(out)
+    return out.with_name(f"{out.name}.context-{context}.toml")
+
+
+def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings, box_class, resume,
+                    progress, log):
+    import dataclasses
+
+    from specsim._io import atomic_write_text
+    from specsim.errors import MeasureError
+    from specsim.table import CostTable
+
+    if isinstance(workload, CallableWorkload):
+        raise MeasureError("contexts need a recipe: a callable workload's steps set their own context")
+    contexts = list(contexts)
+    bad = [c for c in contexts if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+    if not contexts or bad:
+        raise MeasureError(f"contexts must be integers >= 1 (KV tokens per sequence), got {contexts}")
+    if any(b <= a for a, b in zip(contexts, contexts[1:])):
+        raise MeasureError(f"contexts {contexts} are not strictly ascending: list each once, smallest first")
+    recipe = load_recipe(workload)
+    tables = {}
+    for c in contexts:
+        path = context_path(out, c)
+        if resume and path.exists() and not partial_path(path).exists():
+            tables[c] = CostTable.load(path)
+            if log:
+                log(f"context {c}: kept sweep {path}")
+            continue
+        if path.exists() and not resume:
+            raise MeasureError(f"{path} holds the sweep at context {c} of an unfinished run: pass --resume to "
+                               "continue it, or delete it to start again")
+        if log:
+            log(f"context {c}: measuring")
+        m, note = open_meter(meter, be, assume_power_w)
+        if note and log:
+            log(note)
+        try:
+            tables[c] = run_sweep(ProxyWorkload(dataclasses.replace(recipe, context=c), be), be, m, widths, max_k,
+                                  path, box_class=box_class, settings=settings or SweepSettings(), resume=resume,
+                                  progress=progress, log=log, meta={"context_tokens": c})
+        finally:
+            m.close()
+    reference = recipe.context if recipe.context in tables else contexts[0]
+    table = CostTable.from_contexts(tables, reference=reference, source=str(out))
+    atomic_write_text(out, table.to_text())
+    for c in contexts:
+        context_path(out, c).unlink()
+    return CostTable.load(out)

@@ -9,22 +9,28 @@ import numpy as np
 from specsim._checks import is_number
 from specsim._io import atomic_write_text
 from specsim.errors import MeasureError
-from specsim.table import COST_FIELDS, Cell, CostTable
+from specsim.table import COST_FIELDS, Cell, ContextAxis, CostTable
 
 
 def merge_tables(tables, sources=None):
     """One table whose every cell field is the median of that field across ``tables``.
 
-    The four costs and every numeric extra cell field present in all runs are medians; ``[meta]``
-    keeps the fields all runs agree on, takes the median of numeric fields they do not, and gains
-    ``merged_runs``.
+    The four costs (at every context, for tables with a context axis) and every numeric extra cell
+    field present in all runs are medians; ``[meta]`` keeps the fields all runs agree on, takes the
+    median of numeric fields they do not, and gains ``merged_runs``.
 
     Parameters
     ----------
     tables : sequence of CostTable
-        Runs of one sweep: the same key, the same widths and depths, the same energy source.
+        Runs of one sweep: the same key, the same widths and depths, the same context axis (or
+        none), the same energy source.
     sources : sequence of str, optional
         Names of the runs for messages (default: each table's source).
+
+    Returns
+    -------
+    (TableKey, list of Cell, dict, dict, ContextAxis or None)
+        Key, cells, meta, extras and context axis, as :meth:`CostTable.render` takes them.
 
     Raises
     ------
@@ -49,6 +55,9 @@ def merge_tables(tables, sources=None):
             problems.append(f"{name}: has width(s) {sorted(theirs - mine)} that {name0} lacks")
         if t.max_k != first.max_k:
             problems.append(f"{name}: depths 0..{t.max_k}, {name0} has 0..{first.max_k}")
+        if t.contexts.tolist() != first.contexts.tolist() or t.reference_context != first.reference_context:
+            problems.append(f"{name}: context axis {t.contexts.tolist()} (reference {t.reference_context}), {name0} "
+                            f"has {first.contexts.tolist()} (reference {first.reference_context})")
         s0, s1 = first.meta.get("energy_source"), t.meta.get("energy_source")
         if s0 != s1:
             problems.append(f"{name}: energy source {s1!r}, {name0} has {s0!r}")
@@ -73,15 +82,24 @@ def merge_tables(tables, sources=None):
             extras[(c.n, c.k)] = merged
     meta = _merge_meta([t.meta for t in tables])
     meta["merged_runs"] = len(tables)
-    return first.key, cells, meta, extras
+    axis = None
+    if first.contexts.size:
+        grid = np.median(np.stack([t.context_costs for t in tables]), axis=0)
+        at = {(int(n), k): tuple(tuple(map(float, grid[c, i, k])) for c in range(first.contexts.size))
+              for i, n in enumerate(first.widths) for k in range(first.max_k + 1)}
+        # The plain grid is the axis at its reference: the same medians, taken once.
+        ref = first.contexts.tolist().index(first.reference_context)
+        cells = [Cell(c.n, c.k, *at[(c.n, c.k)][ref]) for c in cells]
+        axis = ContextAxis(tuple(first.contexts.tolist()), first.reference_context, at)
+    return first.key, cells, meta, extras, axis
 
 
 def merge_files(paths, out) -> CostTable:
     """Merge the table files ``paths`` into ``out`` (written atomically, validated by parsing back)."""
     paths = [Path(p) for p in paths]
     tables = [CostTable.load(p) for p in paths]
-    key, cells, meta, extras = merge_tables(tables, [str(p) for p in paths])
-    text = CostTable.render(key, cells, meta=meta, extras=extras)
+    key, cells, meta, extras, axis = merge_tables(tables, [str(p) for p in paths])
+    text = CostTable.render(key, cells, meta=meta, extras=extras, axis=axis)
     table = CostTable.parse(text, str(out))
     atomic_write_text(out, text)
     return table

@@ -1,9 +1,7 @@
-"""Width-to-depth schedules: tuning one on a trace (:func:`tune`), and writing it for the serving
-engines or reading theirs back (:mod:`specsim.schedule.formats`)."""
+"""Width-to-depth schedules: the schedule as a value and its file (:mod:`specsim.schedule.formats`),
+and tuning one on a trace (:mod:`specsim.schedule.tune`). The engines' formats of a schedule live
+with each engine in :mod:`specsim.interop`."""
 
-from specsim.schedule.formats import ENGINES, EngineConfig, ScheduleFile, canonical, import_file, load_schedule
-from specsim.schedule.formats import export as export_schedule
-from specsim.schedule.tune import Score, TuneResult, tune
+from specsim.schedule.formats import ScheduleFile, canonical, load_schedule
 
-__all__ = ["ENGINES", "EngineConfig", "ScheduleFile", "Score", "TuneResult", "canonical", "export_schedule",
-           "import_file", "load_schedule", "tune"]
+__all__ = ["ScheduleFile", "canonical", "load_schedule"]

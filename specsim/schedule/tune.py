@@ -28,7 +28,6 @@ so several threads may tune at once.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -221,11 +220,11 @@ class TuneResult:
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
 
     def export(self, engine: str, **kw):
-        """The schedule in an engine's format (:func:`specsim.schedule.formats.export`)."""
-        from specsim.schedule.formats import export
+        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
+        from specsim.interop import export_schedule
 
         kw.setdefault("max_batch", self.inputs.get("max_batch"))
-        return export(engine, self.recommended, **kw)
+        return export_schedule(engine, self.recommended, **kw)
 
 
 # -- evaluation -------------------------------------------------------------------------------------
@@ -263,68 +262,18 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
 
 
 class _Pool:
-    """Runs ``evaluate`` tasks on Dask, threads or serially; results come back in task order."""
+    """Runs ``evaluate`` tasks on an :class:`specsim._executor.Executor`; results come back in
+    task order. The trace's parts, the table and the calibration travel to each worker once."""
 
-    def __init__(self, kind, parts, table, cal, options, slo, scheduler=None, workers=None):
-        self.kind, self.parts, self.table, self.cal = kind, parts, table, cal
-        self.options, self.slo = options, slo
-        self.client = self.cluster = None
-        self.workers = workers or os.cpu_count() or 1
-        if kind == "dask":
-            self._start_dask(scheduler)
-
-    def _start_dask(self, scheduler):
-        from dask.distributed import Client, LocalCluster
-
-        if scheduler:
-            try:
-                self.client = Client(scheduler, timeout="20s")
-            except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
-                raise ScheduleError(f"cannot reach the Dask scheduler at {scheduler}: {str(e)[:200]}") from None
-        else:
-            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None)
-            self.client = Client(self.cluster)
-        self.workers = len(self.client.scheduler_info()["workers"]) or self.workers
-        # Inputs travel once per worker, not once per task.
-        self.remote = {name: self.client.scatter(part, broadcast=True, hash=False) for name, part in self.parts.items()}
-        self.remote_table = self.client.scatter(self.table, broadcast=True, hash=False)
-        self.remote_cal = self.client.scatter(self.cal, broadcast=True, hash=False)
+    def __init__(self, ex, parts, table, cal, options, slo):
+        self.ex, self.options, self.slo = ex, options, slo
+        self.parts = {name: ex.share(part) for name, part in parts.items()}
+        self.table, self.cal = ex.share(table), ex.share(cal)
 
     def run(self, tasks, tick=None):
         """``tasks``: list of (part name, policy text, seed). Returns their dicts in order."""
-        if not tasks:
-            return []
-        if self.kind == "dask":
-            from dask.distributed import as_completed
-
-            futs = [self.client.submit(evaluate, self.remote[p], self.remote_table, self.remote_cal, pol, self.options,
-                                       s, self.slo, pure=False) for p, pol, s in tasks]
-            for _ in as_completed(futs):
-                if tick:
-                    tick()
-            return self.client.gather(futs)
-
-        def one(task):
-            p, pol, s = task
-            out = evaluate(self.parts[p], self.table, self.cal, pol, self.options, s, self.slo)
-            if tick:
-                tick()
-            return out
-
-        if self.kind == "serial" or self.workers <= 1 or len(tasks) == 1:
-            return [one(t) for t in tasks]
-        from concurrent.futures import ThreadPoolExecutor
-
-        # The engine kernel releases the GIL, so threads simulate side by side.
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(tasks))) as pool:
-            return list(pool.map(one, tasks))
-
-    def close(self):
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        calls = [(self.parts[p], self.table, self.cal, pol, self.options, s, self.slo) for p, pol, s in tasks]
+        return self.ex.map(evaluate, calls, on_result=None if tick is None else (lambda i, r: tick()))
 
 
 class _Line:
@@ -502,23 +451,14 @@ def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, execut
     return (DEFAULT_ATTAINMENT if attainment is None else float(attainment)) if has_slo else None
 
 
-def _executor(executor, scheduler):
-    if scheduler:
-        from specsim.sweep.run import check_scheduler
+def _executor(executor, scheduler, workers):
+    """The executor ``tune`` runs on (``auto``: Dask when it is installed, else threads)."""
+    from specsim._executor import ExecutorError, choose
 
-        check_scheduler(scheduler)
-        if executor in ("threads", "serial"):
-            raise ScheduleError(f"a Dask scheduler runs the evaluations on Dask, not {executor}: give one or the other")
-    if executor in ("auto", "dask") or scheduler:
-        try:
-            import dask.distributed  # noqa: F401
-        except ImportError:
-            if executor == "dask" or scheduler:
-                raise ScheduleError("Dask is not installed (pip install 'specsim[dist]'); "
-                                    "use threads or serial") from None
-            return "threads"
-        return "dask"
-    return executor
+    try:
+        return choose(executor, workers, scheduler, what="specsim tune", fallback="threads")
+    except ExecutorError as e:
+        raise ScheduleError(str(e)) from None
 
 
 def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, slo_tpot_s=None, attainment=None,
@@ -594,27 +534,33 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
                             "use a smaller first seed")
     resolved = opts.resolved(table)
+    if widths_max is not None and (isinstance(widths_max, bool) or not isinstance(widths_max, (int, np.integer))
+                                   or widths_max < 1):
+        raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     widest = min(widths_max or resolved["max_batch"], resolved["max_batch"])
-    if widest < 1:
-        raise ScheduleError(f"widths_max must be >= 1, got {widths_max!r}")
     train_part, held_part = _split(requests, float(holdout))
     compare = [str(p) for p in compare]
     for p in compare:
         parse_policy(p)  # refuse a bad one before any work
-    kind = _executor(executor, scheduler)
-    pool = _Pool(kind, {"train": train_part, "held": held_part}, table, calibration, opts,
-                 (slo_ttft_s, slo_tpot_s), scheduler, workers)
-    search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
+    ex = _executor(executor, scheduler, workers)
+    kind = ex.kind
+    search = None
     try:
+        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, (slo_ttft_s, slo_tpot_s))
+        search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
         search.run([("held", p, s) for p in final for s in search.held_seeds])
+    except BaseException:
+        ex.close(abandoned=True)
+        raise
     finally:
-        pool.close()
-        search.line.close()
+        if search is not None:
+            search.line.close()
+    ex.close()
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
                      reached=reached, min_gain=min_gain, slo=(slo_ttft_s, slo_tpot_s), target=target)

@@ -37,10 +37,16 @@ import numpy as np
 from specsim.errors import SimulationError
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions,
+    NO_CAP, ServerOptions, prefill_fixed_part,
 )
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.sim.policy import Policy, parse_policy
+
+# The engine's semantics version: what a result means for given inputs. Raise it with any change
+# that alters some result for the same requests, table, calibration, policy and options (a
+# scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
+# disk by earlier versions (a sweep's results file) are recomputed rather than reused.
+ENGINE_SEMANTICS = 1
 
 # Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
@@ -228,13 +234,16 @@ def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
     return pol.clamped(k_cap)
 
 
-def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int) -> np.ndarray:
+def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: int, k_cap: int,
+                   idle_w: float = None) -> np.ndarray:
     """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
 
-    ``propose`` and ``sequence`` use the planner's batch-depth kernel, ``goodput`` its own; the speculation cap
-    applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
+    ``propose``, ``sequence`` and ``load-aware`` use the planner's batch-depth kernel, ``goodput`` its own; the
+    speculation cap applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
+    With ``idle_w`` (watts): the depths ``load-aware`` runs while no request waits, planned by
+    tokens per joule above that idle power (other policies ignore it).
     """
-    from specsim.plan._kernels import cum_priors_nb, propose_table_nb
+    from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, propose_table_nb
     from specsim.sim._draw_kernels import goodput_table_nb
 
     cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
@@ -245,6 +254,8 @@ def depth_by_width(policy: Policy, table, cal, opts: ServerOptions, max_batch: i
         cum_priors_nb(cal.priors, table.max_k, cum)
         if policy.maximises_goodput:
             goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
+        elif idle_w is not None and policy.counts_idle:
+            above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
         else:
             propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
     else:
@@ -315,7 +326,23 @@ def new_workspace(max_num_seqs: int, max_k: int):
                      np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k))
 
 
-def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
+def _check_above_idle(table, idle_w: float) -> None:
+    """Refuse ``load-aware`` on a table where some step draws no more than idle power: energy
+    above idle would be zero or negative there, and tokens per joule of it meaningless."""
+    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
+    c = table.costs
+    above = (c[..., VERIFY_J] + c[..., DRAFT_J]) - idle_w * (c[..., VERIFY_MS] + c[..., DRAFT_MS]) / 1000.0
+    if not (above > 0).all():
+        w, k = np.argwhere(~(above > 0))[0]
+        ms = c[w, k, VERIFY_MS] + c[w, k, DRAFT_MS]
+        j = c[w, k, VERIFY_J] + c[w, k, DRAFT_J]
+        raise SimulationError(f"policy load-aware: the table's step at width {int(table.widths[w])}, depth {int(k)} "
+                              f"draws {1000.0 * j / ms:.1f} W, not above idle_w = {idle_w:g} W: its energy above idle "
+                              "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
+
+
+def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
     from specsim.sim._types import SERVER_DT, Server
 
     rec = np.zeros(1, dtype=SERVER_DT)
@@ -335,8 +362,10 @@ def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, 
         r[name] = opts[name]
     curve = opts["prefill_curve"]
     r["prefill_curve"] = curve is not None
+    r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
-    return Server(rec, depth_memo, *arrays)
+    return Server(rec, depth_memo, idle_memo, *arrays)
 
 
 def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
@@ -389,14 +418,25 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
                               f"sequence per step; set k_max <= {MAX_POSITION}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
     depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+    idle_memo = depth_memo
+    if pol.counts_idle:
+        _check_above_idle(table, resolved["idle_w"])
+        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    priced = table.contexts.size and resolved["context_pricing"]
+    contexts = table.contexts if priced else np.zeros(0, np.int64)
+    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
+    for c in range(contexts.shape[0]):
+        for n in range(seqs + 1):
+            width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs), cal=cal,
-        srv=_server(resolved, pol, depth_memo, seqs, k_cap, kv_blocks),
+        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        cal=cal,
+        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
     )
@@ -418,7 +458,8 @@ def collect(p: Prepared, req=None) -> SimResult:
     energy = {k: float(s[k]) for k in ("decode_j", "prefill_j", "idle_j", "decode_s", "prefill_s", "idle_s")}
     kv_blocks = int(p.srv.rec[0]["kv_blocks"])
     kv = {"block_size": int(p.srv.rec[0]["block_size"]), "capacity_blocks": None if kv_blocks == NO_CAP else kv_blocks,
-          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"])}
+          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"]),
+          "mean_decode_context": float(s["ctx_priced"]) / int(s["decode_steps"]) if s["decode_steps"] else 0.0}
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
@@ -443,7 +484,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     table : CostTable
     calibration : AcceptanceCalibration
     policy : str or Policy
-        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``. A named depth
+        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence``, ``goodput`` or ``load-aware``. A named depth
         beyond the table's ``max_k`` raises :class:`~specsim.errors.PolicyError`; one beyond
         ``k_max`` (or an acceptance trace's ``k_logged``) runs at that cap, and the result's
         ``policy`` label names the depth run (``fixed:5`` under ``k_max=3`` is ``fixed:3``).
@@ -501,18 +542,19 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """
     import os
     import threading
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
     from dataclasses import replace
 
-    lock = threading.Lock()
-    stop = threading.Event()
+    from specsim._executor import MAX_WORKERS, Executor
 
-    def one(item):
-        pol, s = item
+    lock = threading.Lock()
+    workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
+    ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
+
+    def one(pol, s):
         seen = [0]
 
         def tick(finished):
-            if stop.is_set():
+            if ex.stop.is_set():
                 raise _Stopped
             if progress is not None:
                 with lock:
@@ -522,23 +564,8 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
                         progress=tick)
 
-    workers = min(len(runs), os.cpu_count() or 1)
-    if workers <= 1:
-        return [one(item) for item in runs]
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        futures = [pool.submit(one, item) for item in runs]
-        pending = futures
-        while pending:
-            # Short waits keep the main thread where Ctrl-C reaches it.
-            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-            if failed is not None:
-                failed.result()  # raises the run's error; the others stop below
-        return [f.result() for f in futures]
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+    with ex:
+        return ex.map(one, runs)
 
 
 class _Stopped(Exception):

@@ -25,6 +25,11 @@ DEFAULT_LOG_SIZE = 4096
 MAX_LOG_SIZE = 1 << 24
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 DEFAULT_CHUNKED_PREFILL = True
+# How a step that decodes and prefills is priced (docs/simulation.md, "The price of a step"):
+# "one-pass" reads the weights once (the prefill's fixed part is shared with the decode part),
+# "additive" prices the two parts apart and adds them (the earlier rule).
+MIXED_STEP_PRICINGS = ("one-pass", "additive")
+DEFAULT_MIXED_STEP_PRICING = "one-pass"
 DEFAULT_KV_BLOCK_SIZE = 16
 NO_CAP = COUNT_MAX
 MAX_BATCH = MAX_WIDTH
@@ -57,6 +62,15 @@ class ServerOptions:
     chunked_prefill : bool
         True (default): prefill chunks share steps with decodes. False: a step that admits
         requests prefills their whole prompts alone, and decodes wait (the first engine).
+    mixed_step_pricing : str
+        How a step with decodes and prefill tokens is priced: ``"one-pass"`` (default; one
+        forward pass, the weights read once: the prefill part pays only its tokens' marginal cost
+        on top of the decode part) or ``"additive"`` (decode part plus prefill part, the earlier
+        rule). See :func:`prefill_fixed_part`.
+    context_pricing : bool
+        True (default): on a table with a context axis every decode step is priced at its
+        batch's mean context (KV tokens per decoding sequence). False: at the table's reference
+        context, as a table without an axis prices every step.
     kv_capacity_tokens : int or None
         KV-cache capacity in tokens. Default: the table's ``[meta] kv_capacity_tokens``, else
         unlimited.
@@ -93,6 +107,8 @@ class ServerOptions:
     max_batch: Optional[int] = None
     max_num_batched_tokens: Optional[int] = DEFAULT_MAX_NUM_BATCHED_TOKENS
     chunked_prefill: bool = DEFAULT_CHUNKED_PREFILL
+    mixed_step_pricing: str = DEFAULT_MIXED_STEP_PRICING
+    context_pricing: bool = True
     kv_capacity_tokens: Optional[int] = None
     kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
     max_seqs: Optional[int] = None
@@ -119,6 +135,12 @@ class ServerOptions:
         if not isinstance(self.chunked_prefill, (bool, np.bool_)):
             raise SimulationError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}")
         object.__setattr__(self, "chunked_prefill", bool(self.chunked_prefill))
+        if not isinstance(self.context_pricing, (bool, np.bool_)):
+            raise SimulationError(f"context_pricing must be True or False, got {self.context_pricing!r}")
+        object.__setattr__(self, "context_pricing", bool(self.context_pricing))
+        if self.mixed_step_pricing not in MIXED_STEP_PRICINGS:
+            raise SimulationError(f"mixed_step_pricing must be one of {', '.join(MIXED_STEP_PRICINGS)}, "
+                                  f"got {show(self.mixed_step_pricing)}")
         seed = _int(self.seed, "seed", 0)
         if seed >= _U64:
             raise SimulationError(f"seed {seed} does not fit in 64 bits: use 0 <= seed < 2**64")
@@ -165,6 +187,21 @@ class ServerOptions:
                            _int(self.kv_block_size, "kv_block_size", 1, MAX_TOKENS_PER_REQUEST))
         object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0, MAX_LOG_SIZE))
 
+    def placeholder_prefill(self, table):
+        """A one-line warning when the prefill costs will be the built-in placeholders (no
+        option, no curve, nothing in the table's ``[meta]``), else None."""
+        meta = getattr(table, "meta", {}) or {}
+        if self.prefill_curve is not None:
+            return None
+        missing = [n for n in ("prefill_ms_per_token", "prefill_j_per_token")
+                   if getattr(self, n) is None and n not in meta]
+        if not missing:
+            return None
+        return (f"prefill costs are placeholders ({DEFAULT_PREFILL_MS_PER_TOKEN:g} ms and "
+                f"{DEFAULT_PREFILL_J_PER_TOKEN:g} J per prompt token where unset: "
+                f"{', '.join(missing)}): the table's [meta] gives none; pass --prefill-ms-per-token and "
+                "--prefill-j-per-token, or --prefill-curve, from a measurement of this model")
+
     def resolved(self, table) -> dict:
         """The options with every default filled in from ``table``, JSON-ready."""
         out = {}
@@ -207,6 +244,28 @@ def _rate(value, name) -> float:
     if value > MAX_RATE:
         raise SimulationError(f"{name} = {value!r} is beyond any real server ({MAX_RATE:g}); check its unit")
     return value
+
+
+def prefill_fixed_part(opts: dict) -> tuple:
+    """(ms, J) of the prefill cost's per-step fixed part: what a step that prefills pays whatever
+    its tokens (the weight read and launches), which a mixed step shares with its decode part.
+
+    ``opts`` is :meth:`ServerOptions.resolved`'s dict. Affine model: ``prefill_ms_per_step`` and
+    ``prefill_j_per_step``. Profiled curve: the line through its first two points extrapolated to
+    0 tokens, floored at 0 and capped at the first point's cost (the curve's floor); a one-point
+    curve is flat, all of it fixed.
+    """
+    curve = opts["prefill_curve"]
+    if curve is None:
+        return float(opts["prefill_ms_per_step"]), float(opts["prefill_j_per_step"])
+    tokens, ms, joules = curve
+    if len(tokens) == 1:
+        return float(ms[0]), float(joules[0])
+    out = []
+    for y in (ms, joules):
+        slope = (y[1] - y[0]) / (tokens[1] - tokens[0])
+        out.append(float(min(max(y[0] - slope * tokens[0], 0.0), y[0])))
+    return out[0], out[1]
 
 
 def load_prefill_curve(curve) -> tuple:

@@ -15,6 +15,11 @@ Forms:
     ``propose``, then per-sequence depths from the drafts' confidences, after drafting.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+``load-aware``
+    ``propose`` while requests wait; while none wait, ``propose`` with each step's energy
+    counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
+    speed floor: when the server keeps up, time a step saves is spent idle, not serving others
+    (docs/planner.md, "Load-aware").
 ``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
     The ``schedule`` an engine's config file sets, read as the engine reads it
     (docs/schedules.md#reading-engine-files-back).
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 from specsim.errors import PolicyError
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
 
 
 @dataclass(frozen=True)
@@ -59,12 +64,18 @@ class Policy:
     @property
     def needs_planner(self) -> bool:
         """Whether the depth comes from a cost table and a calibration (propose, sequence, goodput)."""
-        return self.kind in ("propose", "sequence", "goodput")
+        return self.kind in ("propose", "sequence", "goodput", "load-aware")
 
     @property
     def reads_slack(self) -> bool:
-        """Whether the planner slack changes what it does (propose, sequence)."""
-        return self.kind in ("propose", "sequence")
+        """Whether the planner slack changes what it does (propose, sequence, load-aware)."""
+        return self.kind in ("propose", "sequence", "load-aware")
+
+    @property
+    def counts_idle(self) -> bool:
+        """Whether, while no request waits, the depth is planned by tokens per joule above idle
+        power (load-aware)."""
+        return self.kind == "load-aware"
 
     @property
     def per_sequence(self) -> bool:
@@ -139,14 +150,14 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
-    from specsim.schedule.formats import engine_schedule
+    from specsim.interop import engine_schedule
 
     engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
     if engine_ranges is not None:
         return Policy("schedule", ranges=engine_ranges)
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:

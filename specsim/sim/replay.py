@@ -274,6 +274,11 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
             "policy sequence plans per-sequence depths from each draft's confidence, which an acceptance "
             "trace does not log: replay fixed, schedule, propose or goodput instead"
         )
+    if policy.counts_idle:
+        raise PolicyError(
+            "policy load-aware picks its plan by whether requests wait in the server's queue, and a replay "
+            "at a fixed width has no queue: replay propose (its plan while requests wait) instead"
+        )
     if table is None:
         raise PolicyError(
             f"policy {policy.kind} needs a cost table (--table): a step_ms list has no joules"

@@ -29,8 +29,8 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     replicas = [1, 2, 4]          # a fleet of identical replicas behind a router (docs/fleets.md)
     router = ["round_robin", "least_outstanding"]
 
-Every point is identified by its axis values (``point_id``), so results from an earlier,
-interrupted run are recognised and skipped.
+Every point is named by its axis values (``point_id``); its row is reused on a later run only
+when a digest of all its inputs matches (``specsim.sweep.run.point_inputs``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cost tables: format, validation and lookup (docs/tables.md)."""
 
-from specsim.table._types import COST_FIELDS, SCHEMA, Cell, KeyMismatch, TableKey
+from specsim.table._types import COST_FIELDS, SCHEMA, Cell, ContextAxis, KeyMismatch, TableKey
 from specsim.table.cost_table import CostTable
 
-__all__ = ["COST_FIELDS", "SCHEMA", "Cell", "CostTable", "KeyMismatch", "TableKey"]
+__all__ = ["COST_FIELDS", "SCHEMA", "Cell", "ContextAxis", "CostTable", "KeyMismatch", "TableKey"]

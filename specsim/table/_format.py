@@ -5,22 +5,28 @@ from __future__ import annotations
 import math
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_WIDTH, few, show
+from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, few, show
 from specsim.errors import TableError
-from specsim.table._types import COST_FIELDS, SCHEMA, Cell, TableKey
+from specsim.table._types import CONTEXT_FIELDS, COST_FIELDS, SCHEMA, Cell, ContextAxis, TableKey
 
 CELL_INT_FIELDS = ("n", "k")
+# A [context] table that was refused: its cells' costs per context are not checked against it.
+BAD_AXIS = ContextAxis((), 0, {})
 
 
 def read(text, source: str = "<text>"):
-    """Parse table text into ``(key, cells, meta, extras)`` without applying the validation rules.
+    """Parse table text into ``(key, cells, meta, extras, axis)`` without applying the validation
+    rules.
 
-    Every shape problem (a missing or mistyped field) is collected and raised together.
-    ``extras`` maps ``(n, k)`` to the cell's unknown fields, which the metrale serve's reader ignores.
+    Every shape problem (a missing or mistyped field, a context axis that is not ascending or a
+    cell whose costs per context do not match it) is collected and raised together. ``extras``
+    maps ``(n, k)`` to the cell's unknown fields, which the metrale serve's reader ignores;
+    ``axis`` is None or the :class:`ContextAxis` of a table with a ``[context]`` axis.
     """
     doc = _toml.loads(text, "the cost table", source, TableError)
     problems = []
     key = _read_key(doc.get("key", _toml.MISSING), problems)
+    axis = _read_axis(doc.get("context", _toml.MISSING), problems)
     cells, extras = [], {}
     raw_cells = doc.get("cells", _toml.MISSING)
     if raw_cells is _toml.MISSING:
@@ -35,15 +41,93 @@ def read(text, source: str = "<text>"):
             cell = _read_cell(i, raw, problems)
             if cell is not None:
                 cells.append(cell)
-                extra = {f: v for f, v in raw.items() if f not in Cell._fields}
+                extra = {f: v for f, v in raw.items() if f not in Cell._fields and f not in CONTEXT_FIELDS}
                 if extra:
                     extras[(cell.n, cell.k)] = extra
+                _read_cell_contexts(i, raw, cell, axis, problems)
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):
         meta = {"value": meta}
     if problems:
-        raise TableError(f"{source}: the cost table cannot be read", problems)
-    return key, cells, meta, extras
+        swapped = _toml.swapped_hint(doc, "cost table")
+        raise TableError(f"{source}: the cost table cannot be read" + (f": {swapped}" if swapped else ""), problems)
+    return key, cells, meta, extras, axis
+
+
+def _read_axis(raw, problems):
+    """The ``[context]`` table: ``tokens`` (strictly ascending integers >= 1) and ``reference``
+    (one of them). None when the table has none, ``BAD_AXIS`` when it is refused (the problem
+    listed); else the axis, its ``at`` filled as the cells are read."""
+    if raw is _toml.MISSING:
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"`context` is a {_toml.type_name(raw)}, not a table ([context] with tokens and reference)")
+        return BAD_AXIS
+    tokens = raw.get("tokens", _toml.MISSING)
+    if tokens is _toml.MISSING or not isinstance(tokens, list) or not tokens:
+        problems.append("[context] tokens must be a non-empty array of context lengths (mean KV tokens per "
+                        f"decoding sequence), got {show(tokens) if tokens is not _toml.MISSING else 'nothing'}")
+        return BAD_AXIS
+    values = [_toml.as_uint(t) for t in tokens]
+    bad = [show(t) for t, v in zip(tokens, values) if v is None or v == 0]
+    if bad:
+        problems.append(f"[context] tokens: {', '.join(bad)} is not a context length; each must be an integer >= 1")
+        return BAD_AXIS
+    if any(b <= a for a, b in zip(values, values[1:])):
+        problems.append(f"[context] tokens = {values} is not strictly ascending: list each context once, "
+                        "smallest first")
+        return BAD_AXIS
+    if max(values) > MAX_TOKENS_PER_REQUEST:
+        problems.append(f"[context] tokens: {max(values):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens a "
+                        "request may hold (docs/limits.md)")
+        return BAD_AXIS
+    reference = raw.get("reference", _toml.MISSING)
+    ref = None if reference is _toml.MISSING else _toml.as_uint(reference)
+    if ref is None or ref not in values:
+        problems.append(f"[context] reference = {show(reference) if reference is not _toml.MISSING else 'nothing'}"
+                        f" must be one of tokens {values}: the context the cells' plain cost fields price")
+        return BAD_AXIS
+    unknown = sorted(set(raw) - {"tokens", "reference"})
+    if unknown:
+        problems.append(f"[context] has unknown field(s) {', '.join(unknown)}; it holds tokens and reference")
+        return BAD_AXIS
+    return ContextAxis(tuple(values), ref, {})
+
+
+def _read_cell_contexts(i, raw, cell, axis, problems):
+    """A cell's ``*_at`` arrays (one value per context of the axis) into ``axis.at``."""
+    where = f"cells[{i}] (n={cell.n}, k={cell.k})"
+    present = [f for f in CONTEXT_FIELDS if f in raw]
+    if axis is BAD_AXIS:
+        return
+    if axis is None:
+        if present:
+            problems.append(f"{where} has {', '.join(present)} but the table has no [context] axis: add "
+                            "[context] tokens = [...] and reference, or drop the field(s)")
+        return
+    values = []
+    for name, plain in zip(CONTEXT_FIELDS, COST_FIELDS):
+        arr = raw.get(name, _toml.MISSING)
+        if arr is _toml.MISSING:
+            problems.append(f"{where} has no `{name}`: a table with a [context] axis gives every cost at every "
+                            f"context ({len(axis.tokens)} values)")
+            return
+        if not isinstance(arr, list) or len(arr) != len(axis.tokens):
+            got = f"{len(arr)} values" if isinstance(arr, list) else f"a {_toml.type_name(arr)}"
+            problems.append(f"{where} {name} has {got}; the context axis {list(axis.tokens)} is ragged there: give "
+                            f"one value per context ({len(axis.tokens)})")
+            return
+        nums = [_toml.as_float(v) for v in arr]
+        if any(v is None for v in nums):
+            problems.append(f"{where} {name} = {show(arr)} is not an array of numbers")
+            return
+        ref = nums[axis.tokens.index(axis.reference)]
+        if ref != getattr(cell, plain) and not (math.isnan(ref) and math.isnan(getattr(cell, plain))):
+            problems.append(f"{where} {name} at the reference context {axis.reference} is {ref!r} but {plain} is "
+                            f"{getattr(cell, plain)!r}: the plain field is the cost at the reference context")
+            return
+        values.append(tuple(nums))
+    axis.at[(cell.n, cell.k)] = tuple(zip(*values))
 
 
 def _read_key(raw, problems):
@@ -168,8 +252,9 @@ def key_problems(key):
     return []
 
 
-def write(key, cells, meta=None, extras=None) -> str:
-    """The TOML text of a table, cells sorted by (n, k); no validation here."""
+def write(key, cells, meta=None, extras=None, axis=None) -> str:
+    """The TOML text of a table, cells sorted by (n, k); no validation here. With ``axis`` (a
+    :class:`ContextAxis`), the ``[context]`` table and every cell's costs per context."""
     lines = ["[key]", f"schema = {_toml.number(key.schema)}", f"box_class = {_toml.string(key.box_class)}",
              f"recipe = {_toml.string(key.recipe)}", "", "[key.plan_digests]"]
     for mode, digest in key.plan_digests.items():
@@ -178,11 +263,18 @@ def write(key, cells, meta=None, extras=None) -> str:
         lines += ["", "[meta]"]
         for name, value in meta.items():
             lines.append(f"{_toml.key(name)} = {_toml.scalar(value)}")
+    if axis is not None:
+        lines += ["", "[context]", f"tokens = {_toml.scalar(list(axis.tokens))}",
+                  f"reference = {_toml.number(axis.reference)}"]
     extras = extras or {}
     for c in sorted(cells, key=lambda c: (c.n, c.k)):
         lines += ["", "[[cells]]", f"n = {c.n}", f"k = {c.k}"]
         for f in COST_FIELDS:
             lines.append(f"{f} = {_toml.number(getattr(c, f))}")
+        if axis is not None:
+            for f, name in enumerate(CONTEXT_FIELDS):
+                values = ", ".join(_toml.number(v[f]) for v in axis.at[(c.n, c.k)])
+                lines.append(f"{name} = [{values}]")
         for name, value in extras.get((c.n, c.k), {}).items():
             lines.append(f"{_toml.key(name)} = {_toml.scalar(value)}")
     return "\n".join(lines) + "\n"

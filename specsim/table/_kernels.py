@@ -1,7 +1,9 @@
 """Numba kernels over a cost table's flat arrays (docs/tables.md#lookup).
 
 A table is ``widths int64[W]`` (ascending, distinct, >= 1) and
-``costs float64[W, max_k + 1, 4]`` in the order (verify_ms, verify_j, draft_ms, draft_j).
+``costs float64[W, max_k + 1, 4]`` in the order (verify_ms, verify_j, draft_ms, draft_j). A
+table with a context axis also has ``contexts int64[C]`` (ascending, distinct, >= 1) and
+``context_costs float64[C, W, max_k + 1, 4]``, the grid at each measured context.
 The scalar helpers are inlined into the batch loop: as calls they cost more than their work.
 """
 
@@ -72,3 +74,61 @@ def lookup_nb(widths, costs, ns, ks, out):
         if not cell_into_nb(widths, costs, ns[i], ks[i], out[i]):
             for f in range(4):
                 out[i, f] = np.nan
+
+
+@jit(inline="always")
+def _context_value_nb(contexts, context_costs, lo, hi, t, w, k, f):
+    """Cost ``f`` of measured width index ``w`` at depth ``k``, between contexts ``lo`` and ``hi``."""
+    p = context_costs[lo, w, k, f]
+    if lo == hi:
+        return p
+    return p + (context_costs[hi, w, k, f] - p) * t
+
+
+@jit(inline="always")
+def context_bracket_nb(contexts, c):
+    """``(lo, hi, t)``: the measured contexts around ``c`` and the fraction between them; the
+    nearest context (``lo == hi``) outside the measured range or at a measured context."""
+    a, b = bracket_nb(contexts, c)
+    if a == b or b < 0:
+        return a, a, 0.0
+    if a < 0:
+        return b, b, 0.0
+    return a, b, (c - contexts[a]) / (contexts[b] - contexts[a])
+
+
+@jit
+def context_slice_nb(contexts, context_costs, c, out):
+    """The grid at context ``c`` into ``out`` (float64[W, K + 1, 4]): every cost linear in context
+    between the two measured contexts around ``c``, the nearest one's outside them."""
+    lo, hi, t = context_bracket_nb(contexts, c)
+    for w in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            for f in range(4):
+                out[w, k, f] = _context_value_nb(contexts, context_costs, lo, hi, t, w, k, f)
+
+
+@jit
+def context_lookup_nb(widths, contexts, context_costs, ns, ks, cs, out):
+    """Cells for arrays of widths, depths and contexts: in context first (at the measured widths
+    around ``n``), then in width, as :func:`cell_into_nb`. NaN rows where ``k`` is outside
+    ``0..=max_k``."""
+    max_k = context_costs.shape[2] - 1
+    for i in range(ns.shape[0]):
+        k = ks[i]
+        if k < 0 or k > max_k:
+            for f in range(4):
+                out[i, f] = np.nan
+            continue
+        lo, hi, t = context_bracket_nb(contexts, cs[i])
+        a, b = bracket_nb(widths, ns[i])
+        if a == b or b < 0 or a < 0:
+            src = b if a < 0 else a
+            for f in range(4):
+                out[i, f] = _context_value_nb(contexts, context_costs, lo, hi, t, src, k, f)
+            continue
+        tw = (ns[i] - widths[a]) / (widths[b] - widths[a])
+        for f in range(4):
+            p = _context_value_nb(contexts, context_costs, lo, hi, t, a, k, f)
+            q = _context_value_nb(contexts, context_costs, lo, hi, t, b, k, f)
+            out[i, f] = p + (q - p) * tw

@@ -11,6 +11,8 @@ SCHEMA = 1
 # Order of the four costs along the last axis of ``CostTable.costs``.
 COST_FIELDS = ("verify_ms", "verify_j", "draft_ms", "draft_j")
 VERIFY_MS, VERIFY_J, DRAFT_MS, DRAFT_J = range(4)
+# A cell's costs at every context of a table's context axis, one array per cost.
+CONTEXT_FIELDS = tuple(f"{f}_at" for f in COST_FIELDS)
 
 
 class Cell(NamedTuple):
@@ -36,6 +38,16 @@ class Cell(NamedTuple):
     def step_j(self) -> float:
         """GPU joules of the whole speculative step."""
         return self.verify_j + self.draft_j
+
+
+class ContextAxis(NamedTuple):
+    """A table's context axis (docs/tables.md#context): ``tokens``, the measured contexts (mean KV
+    tokens per decoding sequence), strictly ascending; ``reference``, the one of them the plain
+    grid prices; ``at``, ``(n, k) -> ((verify_ms, verify_j, draft_ms, draft_j) per context)``."""
+
+    tokens: tuple
+    reference: int
+    at: dict
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._checks import few
 from specsim._io import read_input
 from specsim.errors import TableError
 from specsim.table import _format
-from specsim.table._types import COST_FIELDS, Cell, TableKey
+from specsim.table._types import COST_FIELDS, Cell, ContextAxis, TableKey
 
 
 class CostTable:
@@ -29,11 +30,20 @@ class CostTable:
         The optional ``[meta]`` table (device, energy source, ...); never read by the planner.
     extras : dict
         ``(n, k) -> {field: value}`` of per-cell fields beyond the six standard ones.
+    contexts : ndarray(int64, ndim=1), shape (C,)
+        Measured contexts (mean KV tokens per decoding sequence), ascending; empty for a table
+        without a context axis (docs/tables.md#context).
+    context_costs : ndarray(float64, ndim=4), shape (C, W, max_k + 1, 4)
+        The grid at each measured context; ``costs`` is the one at ``reference_context``.
+    reference_context : int or None
+        The context ``costs`` prices; None without a context axis.
     """
 
-    __slots__ = ("key", "widths", "costs", "meta", "extras", "source")
+    __slots__ = ("key", "widths", "costs", "meta", "extras", "source", "contexts", "context_costs",
+                 "reference_context")
 
-    def __init__(self, key, widths, costs, meta=None, extras=None, source="<table>"):
+    def __init__(self, key, widths, costs, meta=None, extras=None, source="<table>", contexts=None,
+                 context_costs=None, reference_context=None):
         self.key = key
         self.widths = np.ascontiguousarray(widths, dtype=np.int64)
         self.costs = np.ascontiguousarray(costs, dtype=np.float64)
@@ -42,13 +52,29 @@ class CostTable:
         self.meta = dict(meta or {})
         self.extras = dict(extras or {})
         self.source = source
+        if contexts is None:
+            self.contexts = np.zeros(0, dtype=np.int64)
+            self.context_costs = self.costs[np.newaxis][:0]
+            self.reference_context = None
+        else:
+            self.contexts = np.ascontiguousarray(contexts, dtype=np.int64)
+            self.context_costs = np.ascontiguousarray(context_costs, dtype=np.float64)
+            self.reference_context = int(reference_context)
+            self.contexts.flags.writeable = False
+            self.context_costs.flags.writeable = False
 
     # -- building -------------------------------------------------------------------------
     @classmethod
-    def from_cells(cls, key: TableKey, cells, meta=None, extras=None, source="<cells>"):
-        """A table from a key and an iterable of :class:`Cell`; refused as :meth:`parse` would."""
+    def from_cells(cls, key: TableKey, cells, meta=None, extras=None, source="<cells>", axis=None):
+        """A table from a key and an iterable of :class:`Cell`; refused as :meth:`parse` would.
+
+        ``axis`` (a :class:`ContextAxis`) gives the table a context axis: ``cells`` are the grid at
+        ``axis.reference`` and ``axis.at`` every cell's costs at each context.
+        """
         cells = [c if isinstance(c, Cell) else Cell(*c) for c in cells]
         problems = _format.key_problems(key) + _format.rule_problems(cells)
+        if axis is not None:
+            problems += [p for p in _axis_problems(cells, axis) if p not in problems]
         if problems:
             raise TableError(f"{source}: the cost table is refused", problems)
         widths = sorted({c.n for c in cells})
@@ -57,7 +83,74 @@ class CostTable:
         row = {n: i for i, n in enumerate(widths)}
         for c in cells:
             costs[row[c.n], c.k] = [getattr(c, f) for f in COST_FIELDS]
-        return cls(key, widths, costs, meta, extras, source)
+        if axis is None:
+            return cls(key, widths, costs, meta, extras, source)
+        grid = np.empty((len(axis.tokens),) + costs.shape)
+        for (n, k), per_context in axis.at.items():
+            grid[:, row[n], k] = per_context
+        return cls(key, widths, costs, meta, extras, source, axis.tokens, grid, axis.reference)
+
+    @classmethod
+    def from_contexts(cls, tables, reference=None, meta=None, source="<tables by context>"):
+        """One table with a context axis from plain tables measured at several contexts.
+
+        Parameters
+        ----------
+        tables : dict
+            ``context -> CostTable`` (no axis), contexts integers >= 1; every table of one schema,
+            box class and recipe, with the same widths and depths.
+        reference : int, optional
+            The context the plain grid prices (default: the smallest).
+        meta : dict, optional
+            Default: the reference table's, with ``context_tokens`` set to the reference.
+
+        Each mode's plan digest is kept when every context's is the same; otherwise it becomes
+        ``contexts:`` and the SHA-256 of the (context, digest) list, so the key still tells
+        different measurements apart.
+        """
+        import hashlib
+        import json
+
+        if not tables:
+            raise TableError(f"{source}: no table to combine; give one per context")
+        contexts = sorted(tables)
+        bad = [c for c in contexts if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1]
+        if bad:
+            raise TableError(f"{source}: context {bad[0]!r} is not an integer >= 1 (mean KV tokens per "
+                             "decoding sequence)")
+        reference = contexts[0] if reference is None else reference
+        if reference not in tables:
+            raise TableError(f"{source}: reference context {reference!r} is not one of {contexts}")
+        ref = tables[reference]
+        problems = []
+        for c in contexts:
+            t = tables[c]
+            if t.contexts.size:
+                problems.append(f"the table at context {c} has a context axis of its own")
+            if (t.key.schema, t.key.box_class, t.key.recipe) != (ref.key.schema, ref.key.box_class, ref.key.recipe):
+                problems.append(f"the table at context {c} is for {t.key.box_class} / {t.key.recipe}, the one at "
+                                f"{reference} for {ref.key.box_class} / {ref.key.recipe}")
+            if not np.array_equal(t.widths, ref.widths) or t.max_k != ref.max_k:
+                problems.append(f"the table at context {c} has widths {t.widths.tolist()} and depths 0..{t.max_k}, "
+                                f"the one at {reference} widths {ref.widths.tolist()} and depths 0..{ref.max_k}: "
+                                "the axis would be ragged")
+        if problems:
+            raise TableError(f"{source}: the tables cannot share a context axis", problems)
+        digests = {}
+        for mode in sorted(set().union(*(tables[c].key.plan_digests for c in contexts))):
+            each = [(int(c), tables[c].key.plan_digests.get(mode)) for c in contexts]
+            if len({d for _, d in each}) == 1:
+                digests[mode] = each[0][1]
+            else:
+                text = json.dumps(each, separators=(",", ":"))
+                digests[mode] = "contexts:sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+        key = TableKey(ref.key.schema, ref.key.box_class, ref.key.recipe, digests)
+        if meta is None:
+            meta = dict(ref.meta)
+            if "context_tokens" in meta:
+                meta["context_tokens"] = int(reference)
+        grid = np.stack([tables[c].costs for c in contexts])
+        return cls(key, ref.widths, ref.costs, meta, ref.extras, source, contexts, grid, reference)
 
     @classmethod
     def parse(cls, text, source: str = "<text>") -> "CostTable":
@@ -68,8 +161,8 @@ class CostTable:
         TableError
             Listing every problem: file, cell index and values, and the rule each breaks.
         """
-        key, cells, meta, extras = _format.read(text, source)
-        return cls.from_cells(key, cells, meta, extras, source)
+        key, cells, meta, extras, axis = _format.read(text, source)
+        return cls.from_cells(key, cells, meta, extras, source, axis)
 
     @classmethod
     def load(cls, path) -> "CostTable":
@@ -78,28 +171,58 @@ class CostTable:
         return cls.parse(text, str(Path(path)))
 
     @staticmethod
-    def render(key: TableKey, cells, meta=None, extras=None) -> str:
-        """The table file text for ``key`` and ``cells``, sorted by (n, k).
+    def render(key: TableKey, cells, meta=None, extras=None, axis=None) -> str:
+        """The table file text for ``key`` and ``cells`` (and a context ``axis``), sorted by (n, k).
 
         Validated by parsing it back: a grid that would be refused when read is refused here,
         and a key or cell that would not read back identically raises.
         """
         cells = [c if isinstance(c, Cell) else Cell(*c) for c in cells]
         problems = _format.key_problems(key) + _format.rule_problems(cells)
+        if axis is not None:
+            problems += [p for p in _axis_problems(cells, axis) if p not in problems]
         if problems:
             raise TableError("the cost table to write is refused", problems)
         try:
-            text = _format.write(key, cells, meta, extras)
+            text = _format.write(key, cells, meta, extras, axis)
         except ValueError as e:
             raise TableError(f"the cost table cannot be written as TOML: {e}") from e
         back = CostTable.parse(text, "the table to write")
-        if back.key != key or sorted(back.cells) != sorted(cells):
+        if back.key != key or sorted(back.cells) != sorted(cells) or (back.axis is None) != (axis is None) or (
+                axis is not None and (back.axis.tokens, back.axis.reference, back.axis.at)
+                != (tuple(axis.tokens), axis.reference, {nk: tuple(map(tuple, v)) for nk, v in axis.at.items()})):
             raise TableError("the rendered table does not read back to the same key and cells")
         return text
 
     def to_text(self) -> str:
-        """This table rendered again, with its meta and extra cell fields."""
-        return self.render(self.key, self.cells, self.meta, self.extras)
+        """This table rendered again, with its meta, extra cell fields and context axis."""
+        return self.render(self.key, self.cells, self.meta, self.extras, self.axis)
+
+    # -- the context axis -------------------------------------------------------------------
+    @property
+    def axis(self):
+        """The :class:`ContextAxis` of a table with one, else None."""
+        if not self.contexts.size:
+            return None
+        at = {(int(n), k): tuple(tuple(map(float, self.context_costs[c, i, k])) for c in range(self.contexts.size))
+              for i, n in enumerate(self.widths) for k in range(self.costs.shape[1])}
+        return ContextAxis(tuple(map(int, self.contexts)), self.reference_context, at)
+
+    def at_context(self, context) -> "CostTable":
+        """This table's grid at ``context`` (mean KV tokens per decoding sequence) as a table
+        without an axis: each cost linear in context between the two measured contexts around
+        it, the nearest one's outside them (docs/tables.md#context). A table without an axis is
+        its own grid at every context."""
+        context = check_context(context)
+        if not self.contexts.size:
+            return self
+        from specsim.table._kernels import context_slice_nb
+
+        out = np.empty(self.costs.shape)
+        context_slice_nb(self.contexts, self.context_costs, context, out)
+        meta = dict(self.meta)
+        meta["context_tokens"] = int(context) if float(context).is_integer() else context
+        return CostTable(self.key, self.widths, out, meta, self.extras, f"{self.source} at context {context:g}")
 
     # -- lookup ---------------------------------------------------------------------------
     @property
@@ -116,14 +239,18 @@ class CostTable:
             for k in range(self.costs.shape[1])
         ]
 
-    def cell(self, n: int, k: int):
-        """The cost at width ``n`` and depth ``k``, interpolated in width (docs/tables.md#lookup).
+    def cell(self, n: int, k: int, context=None):
+        """The cost at width ``n`` and depth ``k``, interpolated in width (docs/tables.md#lookup)
+        and, with ``context`` on a table with a context axis, in context first
+        (docs/tables.md#context); without ``context`` the reference context's grid.
 
         Returns None when ``k > max_k``.
         """
         n, k = _check_index(n, "n"), _check_index(k, "k")
         if k > self.max_k:
             return None
+        if context is not None:
+            return Cell(n, k, *map(float, self.lookup([min(n, _INT64_MAX)], [k], contexts=[context])[0]))
         from specsim.table._kernels import cell_into_nb
 
         out = np.empty(4)
@@ -132,7 +259,7 @@ class CostTable:
         cell_into_nb(self.widths, self.costs, min(n, _INT64_MAX), k, out)
         return Cell(n, k, *map(float, out))
 
-    def lookup(self, ns, ks, out=None):
+    def lookup(self, ns, ks, out=None, contexts=None):
         """Cells for arrays of widths and depths in one call.
 
         Parameters
@@ -140,6 +267,8 @@ class CostTable:
         ns, ks : array_like of int, shape (N,)
         out : ndarray(float64, ndim=2), shape (N, 4), optional
             Filled in place when given.
+        contexts : array_like of float, shape (N,), optional
+            The context of each query (each > 0); a table without a context axis ignores them.
 
         Returns
         -------
@@ -160,6 +289,16 @@ class CostTable:
             # The kernel writes N rows without bounds checks: a smaller buffer would be overrun.
             raise TableError(f"lookup out must be a writable C-contiguous float64 array of shape ({ns.shape[0]}, 4), "
                              f"got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+        if contexts is not None:
+            cs = np.ascontiguousarray([check_context(c) for c in np.asarray(contexts, dtype=object).ravel()],
+                                      dtype=np.float64)
+            if cs.shape != ns.shape:
+                raise TableError(f"lookup contexts must have one per query ({ns.shape[0]}), got {cs.shape[0]}")
+            if self.contexts.size:
+                from specsim.table._kernels import context_lookup_nb
+
+                context_lookup_nb(self.widths, self.contexts, self.context_costs, ns, ks, cs, out)
+                return out
         lookup_nb(self.widths, self.costs, ns, ks, out)
         return out
 
@@ -170,6 +309,9 @@ class CostTable:
             self.key == other.key
             and np.array_equal(self.widths, other.widths)
             and np.array_equal(self.costs, other.costs)
+            and np.array_equal(self.contexts, other.contexts)
+            and np.array_equal(self.context_costs, other.context_costs)
+            and self.reference_context == other.reference_context
         )
 
     __hash__ = None
@@ -182,6 +324,53 @@ class CostTable:
 
 
 _INT64_MAX = (1 << 63) - 1
+
+
+def check_context(value) -> float:
+    """A context (mean KV tokens per decoding sequence) as a float: finite and > 0."""
+    import math
+
+    from specsim._checks import show
+
+    if isinstance(value, bool):
+        raise TableError(f"context must be a number of tokens > 0, got {value!r}")
+    try:
+        c = float(value)
+    except (TypeError, ValueError):
+        raise TableError(f"context must be a number of tokens > 0, got {show(value)}") from None
+    if not (math.isfinite(c) and c > 0):
+        raise TableError(f"context must be a finite number of tokens > 0 (mean KV tokens per decoding sequence), "
+                         f"got {show(value)}")
+    return c
+
+
+def _axis_problems(cells, axis):
+    """Breaches of the cell rules at each context of ``axis`` (docs/tables.md#context)."""
+    problems = []
+    tokens = list(axis.tokens)
+    if not tokens or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1 for t in tokens):
+        return [f"the context axis {tokens} must be integers >= 1 (mean KV tokens per decoding sequence)"]
+    if any(b <= a for a, b in zip(tokens, tokens[1:])):
+        return [f"the context axis {tokens} is not strictly ascending: list each context once, smallest first"]
+    if axis.reference not in tokens:
+        return [f"the reference context {axis.reference!r} is not one of the axis {tokens}"]
+    grid = {(c.n, c.k) for c in cells}
+    if set(axis.at) != grid:
+        odd = sorted(set(axis.at) ^ grid)
+        return [f"the context axis is ragged: cell(s) {few(odd)} have costs at some contexts and not at others"]
+    for (n, k), per_context in axis.at.items():
+        if len(per_context) != len(tokens):
+            return [f"cell (n={n}, k={k}) has costs at {len(per_context)} contexts, the axis has {len(tokens)}: "
+                    "the context axis is ragged"]
+    ref = tokens.index(axis.reference)
+    for c, context in enumerate(tokens):
+        at = [Cell(cell.n, cell.k, *axis.at[(cell.n, cell.k)][c]) for cell in cells]
+        if c == ref:
+            if at != cells:
+                problems.append(f"the costs at the reference context {context} differ from the cells' plain fields")
+            continue
+        problems += _format.rule_problems(at, where=lambda i, context=context: f"cells[{i}] at context {context}")
+    return problems
 
 
 def _check_index(value, name):

@@ -6,8 +6,8 @@ skipped and could not read. Records come in three kinds, by what they identify (
 ``docs/telemetry.md``, "What each source identifies"):
 
 - ``"steps"``: verify steps by ``(drafts, accepted run)`` (accept-run histograms, per-step arrays);
-- ``"marginal"``: per-position accepted drafts and the drafts that reached each position's slot
-  (vLLM's per-position counters and rates);
+- ``"marginal"``: per-position accepted drafts over the steps that drafted (vLLM's per-position
+  counters and rates);
 - ``"mean"``: accepted drafts and verify steps, or a mean only (every other source).
 """
 
@@ -44,7 +44,8 @@ class Record:
     accepted : list of int
         ``"marginal"``: accepted drafts at positions 1..K.
     reached : list of int
-        ``"marginal"``: drafts proposed at positions 1..K (the per-position denominators).
+        ``"marginal"``: the steps behind each position's count (every step that drafted, the
+        denominator the engines divide by).
     mean_accepted : float
         ``"mean"``: accepted drafts per verify step (bonus token excluded).
     n_steps : float or None
@@ -52,8 +53,14 @@ class Record:
     depth : int or None
         Drafts per verify step when the record tells it.
     accepted_tokens, drafted_tokens : int or None
-        ``"mean"`` records that count tokens but not steps (vLLM's early V1 line): the steps are
-        ``drafted / depth`` once the depth is known.
+        ``"mean"`` records that count tokens but not steps (vLLM's early V1 line, TensorRT-LLM's
+        released per-request block): the steps are ``drafted / depth`` once the depth is known.
+    variable : str or None
+        Why the record's counts show that the depth varied from step to step (then positions
+        past the shallowest depth mix steps that never reached them); None when they do not.
+    depth_told : bool
+        False for a histogram whose length is not the depth (SGLang grows it to the largest
+        accepted run + 1): the depth must come from elsewhere.
     """
 
     kind: str
@@ -68,6 +75,35 @@ class Record:
     depth: Optional[int] = None
     accepted_tokens: Optional[int] = None
     drafted_tokens: Optional[int] = None
+    variable: Optional[str] = None
+    depth_told: bool = True
+
+
+@dataclass(frozen=True)
+class Format:
+    """A telemetry format an engine module reads.
+
+    Attributes
+    ----------
+    name : str
+        ``--from`` name, ``ENGINE-SOURCE``.
+    description : str
+    markers : tuple of str
+        Strings every file of the format holds (content detection).
+    parse : callable
+        ``parse(text, source, **options) -> (records, Tally)``; with ``whole``, ``parse(texts,
+        sources, **options)`` reads every file at once.
+    whole : bool
+    options : tuple of str
+        Reading options the parser takes (``decode_log_interval``).
+    """
+
+    name: str
+    description: str
+    markers: tuple
+    parse: object
+    whole: bool = False
+    options: tuple = ()
 
 
 @dataclass
@@ -130,17 +166,20 @@ def read_text(path) -> str:
     return text
 
 
-def json_documents(text: str, source: str, tally: Tally):
+def json_documents(text: str, source: str, tally: Tally, lines=None):
     """The JSON values of a file: one document, or one per line (JSON Lines, or a saved
     streaming response whose lines are ``data: {...}`` events ending in ``data: [DONE]``).
 
     A JSON Lines file keeps the lines that parse; a line that does not is garbage (counted).
     ``NaN`` is accepted (Python's JSON writer emits it for an empty mean); nesting too deep to
-    read is refused, naming the file.
+    read is refused, naming the file. ``lines``, a list, receives each document's first line.
     """
     stripped = text.strip()
     try:
-        return [_loads(stripped, source)]
+        docs = [_loads(stripped, source)]
+        if lines is not None:
+            lines.append(text[:len(text) - len(text.lstrip())].count("\n") + 1)
+        return docs
     except ValueError:
         pass
     docs = []
@@ -154,6 +193,8 @@ def json_documents(text: str, source: str, tally: Tally):
             continue
         try:
             docs.append(_loads(line, f"{source}:{i}"))
+            if lines is not None:
+                lines.append(i)
         except ValueError:
             tally.bad(f"{source}:{i}", "not a JSON value")
     return docs

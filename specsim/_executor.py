@@ -1,0 +1,284 @@
+"""Where many independent simulations run: serially, on threads of this process, or on Dask.
+
+The one home for starting a Dask cluster (sweep, capacity and tune run on it) and for the pool of
+threads that simulates several policies side by side. Nothing here binds a fixed port: a local
+cluster's scheduler and its HTTP server (the dashboard, or distributed's metrics page when no
+dashboard is installed) take ports the system picks, so two clusters, or another program on port
+8787, never collide.
+
+Ctrl-C while work runs: the results that arrived are already with the caller (``on_result``), the
+threads are told to stop (``Executor.stop``), a local cluster's worker processes are ended at once
+and Dask's shutdown messages are silenced; the ``KeyboardInterrupt`` goes on to the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from specsim._checks import MAX_WORKERS
+from specsim.errors import SpecsimError
+
+KINDS = ("serial", "threads", "dask")
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+# How long a run waits for a named scheduler to answer.
+CONNECT_TIMEOUT = "20s"
+
+
+class ExecutorError(SpecsimError):
+    """An executor that cannot run: a worker count out of range, a scheduler that is not one."""
+
+
+def check_workers(n, what="--workers"):
+    """``n`` (None: the CPU count) as a worker count in ``1..MAX_WORKERS``, or an ExecutorError."""
+    if n is None:
+        return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+    import numbers
+
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise ExecutorError(f"{what} must be a whole number of workers, got {n!r}")
+    n = int(n)
+    if not 1 <= n <= MAX_WORKERS:
+        raise ExecutorError(f"{what} {n:,} is outside 1..{MAX_WORKERS}: more workers than that do not fit the "
+                            f"machine a run is sized for (docs/limits.md); leave it out for one per CPU")
+    return n
+
+
+def check_scheduler(address) -> None:
+    """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
+    import re
+
+    from specsim._checks import show
+
+    m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
+    if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
+        raise ExecutorError(f"--scheduler {show(address)} is not a Dask scheduler address: give "
+                            f"[SCHEME://]HOST:PORT, e.g. tcp://10.0.0.5:8786 (schemes: {', '.join(SCHEDULER_SCHEMES)})")
+
+
+def have_dask() -> bool:
+    """Whether ``dask.distributed`` can be imported."""
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class Executor:
+    """Runs calls of one function and hands back their results in call order.
+
+    Parameters
+    ----------
+    kind : {"serial", "threads", "dask"}
+    workers : int, optional
+        Threads, or processes of a local Dask cluster (default: the CPU count; at most
+        ``MAX_WORKERS``). With ``scheduler`` the cluster's own workers count instead.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``kind="dask"`` only); without one a local cluster
+        starts, and is ended by :meth:`close`.
+
+    Use as a context manager. ``stop`` is set when a run is abandoned (an error or Ctrl-C): a
+    long call on a thread can poll it to end early.
+    """
+
+    def __init__(self, kind="serial", workers=None, scheduler=None):
+        if kind not in KINDS:
+            raise ExecutorError(f"executor {kind!r}: use one of {', '.join(KINDS)}")
+        if scheduler is not None:
+            check_scheduler(scheduler)
+            if kind != "dask":
+                raise ExecutorError(f"a Dask scheduler runs the work on Dask, not {kind}: give one or the other")
+        self.kind = kind
+        self.workers = 1 if kind == "serial" else check_workers(workers)
+        self.stop = threading.Event()
+        self.client = self.cluster = None
+        self._shared = {}
+        if kind == "dask":
+            self._start_dask(scheduler)
+
+    # -- Dask -------------------------------------------------------------------------------------
+
+    def _start_dask(self, scheduler):
+        from dask.distributed import Client
+
+        from specsim._checks import show
+
+        if scheduler:
+            try:
+                self.client = Client(scheduler, timeout=CONNECT_TIMEOUT)
+            except Exception as e:  # Dask raises OSError, TimeoutError, ValueError ... by transport
+                raise ExecutorError(f"cannot reach the Dask scheduler at {show(scheduler)}: "
+                                    f"{show(str(e), 200)}") from None
+        else:
+            self.cluster = _local_cluster(self.workers)
+            self.client = Client(self.cluster)
+        self.workers = len(self.client.scheduler_info()["workers"]) or self.workers
+
+    def share(self, value):
+        """``value`` as an argument of many calls: on Dask it travels to each worker once."""
+        if self.kind != "dask":
+            return value
+        key = id(value)
+        if key not in self._shared:
+            self._shared[key] = (value, self.client.scatter(value, broadcast=True, hash=False))
+        return self._shared[key][1]
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def map(self, fn, calls, on_result=None, keys=None) -> list:
+        """``[fn(*c) for c in calls]``, spread over the workers; ``on_result(i, result)`` runs in
+        this thread as each call finishes (in finishing order), so a caller can save as it goes.
+        ``keys`` names the calls on Dask (one string per call)."""
+        calls = [tuple(c) for c in calls]
+        if not calls:
+            return []
+        try:
+            if self.kind == "dask":
+                return self._map_dask(fn, calls, on_result, keys)
+            if self.kind == "serial" or self.workers <= 1 or len(calls) == 1:
+                out = []
+                for i, c in enumerate(calls):
+                    out.append(fn(*c))
+                    if on_result is not None:
+                        on_result(i, out[-1])
+                return out
+            return self._map_threads(fn, calls, on_result)
+        except BaseException:
+            self.stop.set()
+            raise
+
+    def _map_threads(self, fn, calls, on_result):
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        pool = ThreadPoolExecutor(max_workers=min(self.workers, len(calls)))
+        done_ok = False
+        try:
+            futures = [pool.submit(fn, *c) for c in calls]
+            index = {f: i for i, f in enumerate(futures)}
+            pending = set(futures)
+            while pending:
+                # Short waits keep this thread where Ctrl-C reaches it.
+                done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=index.get):
+                    result = f.result()  # a call's error ends the run (the others are told to stop)
+                    if on_result is not None:
+                        on_result(index[f], result)
+            done_ok = True
+            return [f.result() for f in futures]
+        finally:
+            if not done_ok:
+                self.stop.set()
+            # An abandoned run does not wait for calls still inside a kernel.
+            pool.shutdown(wait=done_ok, cancel_futures=True)
+
+    def _map_dask(self, fn, calls, on_result, keys):
+        from dask.distributed import as_completed
+
+        kw = [{"key": k} for k in keys] if keys is not None else [{}] * len(calls)
+        futures = [self.client.submit(fn, *c, pure=False, **k) for c, k in zip(calls, kw)]
+        index = {f.key: i for i, f in enumerate(futures)}
+        results = [None] * len(calls)
+        for fut in as_completed(futures):
+            results[index[fut.key]] = fut.result()
+            if on_result is not None:
+                on_result(index[fut.key], results[index[fut.key]])
+        return results
+
+    # -- ending -----------------------------------------------------------------------------------
+
+    def close(self, abandoned=False):
+        """End the client and a local cluster; ``abandoned`` (an error or Ctrl-C): at once."""
+        if self.client is None:
+            return
+        client, cluster, self.client, self.cluster = self.client, self.cluster, None, None
+        if not abandoned:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+            return
+        _quiet_dask()
+        _kill_workers(cluster)
+        for close in (client.close, None if cluster is None else cluster.close):
+            if close is None:
+                continue
+            try:
+                close(timeout=1)
+            except BaseException:  # noqa: BLE001  (abandoning the run: nothing left to save)
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        self.close(abandoned=kind is not None)
+        return False
+
+
+def _local_cluster(workers):
+    """A local cluster of ``workers`` single-threaded processes on ports the system picks.
+
+    The workers ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and this
+    process, not each worker, decides what it means (see :meth:`Executor.close`).
+    """
+    import signal
+
+    from dask.distributed import LocalCluster
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        # ``dashboard_address=None`` still binds 8787 (distributed's HTTP server starts anyway);
+        # ":0" and scheduler_port=0 let the system pick free ports.
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, scheduler_port=0,
+                            dashboard_address=":0")
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+            # A Ctrl-C while the cluster started was held back; it is not lost.
+
+
+def _quiet_dask() -> None:
+    import logging
+
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _kill_workers(cluster) -> None:
+    """End a local cluster's worker processes now (a worker cannot stop inside a kernel)."""
+    import signal
+
+    if cluster is None:
+        return  # an existing cluster's workers are not ours to stop
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def choose(kind="auto", workers=None, scheduler=None, what="specsim", fallback="serial") -> Executor:
+    """The executor a command asked for: ``auto`` is Dask when it is installed (a local cluster,
+    or ``scheduler``), else ``fallback`` with one note on stderr."""
+    if kind not in ("auto", *KINDS):
+        raise ExecutorError(f"executor {kind!r}: use one of auto, {', '.join(KINDS)}")
+    if workers is not None:
+        check_workers(workers)
+    if scheduler is not None:
+        check_scheduler(scheduler)
+        if kind in ("threads", "serial"):
+            raise ExecutorError(f"a Dask scheduler runs the work on Dask, not {kind}: give one or the other")
+    if kind in ("auto", "dask") or scheduler:
+        if have_dask():
+            return Executor("dask", workers, scheduler)
+        if kind == "dask" or scheduler:
+            raise ExecutorError("Dask is not installed (pip install 'specsim[dist]'); use threads or serial")
+        how = "serially" if fallback == "serial" else "on threads"
+        print(f"{what}: dask.distributed is not installed: running {how} in this process "
+              "(pip install 'specsim[dist]' to spread the work over worker processes)", file=sys.stderr)
+        kind = fallback
+    return Executor(kind, workers, None)

@@ -1,0 +1,326 @@
+"""SGLang: its speculative-decoding telemetry (the ``Decode batch`` log line, per-request
+``meta_info`` and ``/server_info``; formats and versions: ``docs/telemetry.md``, "SGLang"), and
+the adaptive speculation config a schedule is served with and read back from (a slot per
+batch-size lower bound, string key, with its ``candidate_steps``; one candidate pins the slot's
+depth; widths below the smallest key use the smallest slot; the batch is padded to the next
+CUDA-graph size first; docs/schedules.md#sglang)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from specsim._checks import digits_int, show
+from specsim.errors import PolicyError
+from specsim.interop._config import (
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
+)
+from specsim.interop._records import (
+    Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
+)
+from specsim.schedule.formats import canonical, depth_at, ranges_from_depths
+
+DECODE_LOG_INTERVAL = 40
+"""SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""
+
+_DECODE = re.compile(r"Decode batch[.,]?\s*(?:\[\d+\])?[.,]?\s*(.*)$")
+_RUNNING = re.compile(r"#running-req:\s*([0-9]+)")
+_ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
+_ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
+_GEN_THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([-0-9.eE+]+|nan|inf)")
+
+
+def decode_batch(line: str):
+    """The raw fields of one ``Decode batch`` line (None: not such a line): ``running``
+    (#running-req), ``accept_len`` and ``throughput`` (gen throughput, token/s), each the text
+    as logged or None when the line lacks it."""
+    m = _DECODE.search(line)
+    if m is None:
+        return None
+    body = m.group(1)
+    found = {name: rx.search(body) for name, rx in (("running", _RUNNING), ("accept_len", _ACC_LEN),
+                                                    ("throughput", _GEN_THROUGHPUT))}
+    return {name: f.group(1) if f else None for name, f in found.items()}
+
+
+def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTERVAL):
+    """``"mean"`` records of SGLang's ``Decode batch`` lines, one per line.
+
+    ``accept len`` is accepted drafts plus the bonus token per request-step over the interval
+    in every version; a line's steps are ``interval x #running-req`` (its weight when lines
+    aggregate). ``accept rate`` changed meaning twice, so it is not used for counts; the version
+    it reads as is recorded when it can be told (a rate above 1 is the first meaning).
+    """
+    tally = Tally()
+    records = []
+    for i, line in enumerate(text.splitlines(), 1):
+        m = _DECODE.search(line)
+        if m is None:
+            tally.other += 1
+            continue
+        where = f"{source}:{i}"
+        body = m.group(1)
+        run = _RUNNING.search(body)
+        acc = _ACC_LEN.search(body)
+        if acc is None:
+            if run is None:
+                tally.bad(where, "a Decode batch line without #running-req")
+            else:
+                tally.other += 1  # a decode line of a serve without speculation
+            continue
+        length = as_number(acc.group(1))
+        running = as_count(run.group(1)) if run else None
+        if running == 0:
+            tally.zero_draft += 1
+            continue
+        if length is None or running is None or length < 1.0:
+            tally.bad(where, f"accept len {acc.group(1)!r} with #running-req {run.group(1) if run else None!r} "
+                             "cannot be read (accept len counts the bonus token: >= 1)")
+            continue
+        rate = _ACC_RATE.search(body)
+        if rate is not None and (as_number(rate.group(1)) or 0.0) > 1.0:
+            tally.notes["accept_rate_meaning"] = "accepted with bonus over draft slots (first generation)"
+        if body.rstrip().endswith(",") or "Decode batch." in line:
+            tally.notes.setdefault("sglang_line", "older (`Decode batch.`, trailing comma)")
+        records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=float(decode_log_interval * running)))
+    tally.notes["steps_per_line"] = f"decode_log_interval {decode_log_interval} x #running-req"
+    tally.records = len(records)
+    return records, tally
+
+
+_HISTOGRAMS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+
+
+def parse_requests(text: str, source: str):
+    """Records of per-request ``meta_info``, every field generation.
+
+    A ``*_histogram`` (index j = verify steps that accepted exactly j) gives a ``"steps"`` record.
+    SGLang grows it to the largest accepted run + 1, not to the depth: the depth is proposed
+    drafts over ``spec_verify_ct`` (``spec_num_proposed_drafts``, 0.5.16+;
+    ``spec_draft_token_num``, 0.5.10), else ``--depth`` (the record is marked as not telling it).
+    Otherwise accepted drafts over ``spec_verify_ct`` steps give a mean; failing those,
+    ``spec_accept_length - 1`` or (first generation) ``completion_tokens / spec_verify_ct - 1``,
+    both ``completion_tokens / spec_verify_ct`` underneath and biased high by the prefill's token
+    (recorded in ``[meta] source_fields``).
+    """
+    def find(doc):
+        metas = [d["meta_info"] for d in walk(doc) if isinstance(d.get("meta_info"), dict)]
+        if not metas and isinstance(doc, dict) and any(k.startswith("spec_") for k in doc):
+            metas = [doc]
+        return metas
+
+    tally = Tally()
+    records = block_records(text, source, tally, find, lambda meta, where: _meta(meta, where, tally), "meta_info")
+    return records, tally
+
+
+def _first(meta, names):
+    for name in names:
+        if name in meta:
+            return name, meta[name]
+    return None, None
+
+
+def _meta(meta, where, tally):
+    verify = as_count(meta.get("spec_verify_ct"))
+    name, acc = _first(meta, _ACCEPTED)
+    _, proposed = _first(meta, _PROPOSED)
+    if verify == 0:
+        tally.zero_draft += 1
+        return None
+    depth = variable = None
+    if verify and as_count(proposed) is not None:
+        if as_count(proposed) % verify:
+            variable = (f"proposed drafts {proposed} over {verify} verify steps is not whole: the depth varied (with "
+                        "topk > 1 the count is tree nodes, which no chain import reads)")
+        else:
+            depth = as_count(proposed) // verify
+    hname, hist = _first(meta, _HISTOGRAMS)
+    if hist is not None:
+        tally.notes["fields"] = hname
+        if isinstance(hist, list) and variable is None and depth is not None and len(hist) > depth + 1:
+            tally.bad(where, f"{hname} has {len(hist)} entries for {depth} drafts per step (proposed / verify "
+                             "steps): counts that contradict each other")
+            return None
+        rec = histogram_record(hist, depth, where, tally)
+        if rec is None:
+            return None
+        total = sum(rec.steps.values())
+        if verify is not None and verify != total:
+            tally.bad(where, f"spec_verify_ct {verify} but {hname} counts {total} steps: counts that contradict "
+                             "each other")
+            return None
+        if as_count(acc) is not None and as_count(acc) != sum(a * c for (_, a), c in rec.steps.items()):
+            tally.bad(where, f"{name} {acc} is not the accepted drafts {hname} counts: counts that contradict "
+                             "each other")
+            return None
+        rec.depth_told = depth is not None
+        rec.depth = depth
+        rec.variable = variable
+        return rec
+    if verify and as_count(acc) is not None:
+        if depth is not None and as_count(acc) > verify * depth:
+            tally.bad(where, f"{name} {acc} is more than {verify} steps x {depth} drafts")
+            return None
+        if variable is not None and as_count(acc) > as_count(proposed):
+            tally.bad(where, f"{name} {acc} is more than the {proposed} proposed drafts")
+            return None
+        tally.notes["fields"] = name
+        return Record("mean", where, mean_accepted=as_count(acc) / verify, n_steps=verify, depth=depth)
+    length = as_number(meta.get("spec_accept_length"))
+    if length is not None and length >= 1.0:
+        tally.notes["fields"] = ("spec_accept_length (completion tokens / verify steps: biased high by the prefill "
+                                 "token)")
+        return Record("mean", where, mean_accepted=length - 1.0, n_steps=verify, depth=depth)
+    tokens = as_count(meta.get("completion_tokens"))
+    if verify and tokens is not None and tokens >= verify:
+        tally.notes["fields"] = "spec_verify_ct (accept length biased high by the prefill token)"
+        return Record("mean", where, mean_accepted=tokens / verify - 1.0, n_steps=verify)
+    if any(k.startswith("spec_") for k in meta):
+        tally.bad(where, "meta_info has spec_ fields but no histogram, accepted count or accept length")
+    else:
+        tally.other += 1
+    return None
+
+
+def parse_server_info(text: str, source: str):
+    """``"mean"`` records of ``/server_info``: one per ``internal_states`` entry (per data-parallel
+    rank), ``avg_spec_accept_length - 1`` accepted drafts per step since the server started. The
+    steps behind it are not reported."""
+    tally = Tally()
+    records = []
+    for n, doc in enumerate(json_documents(text, source, tally)):
+        if not isinstance(doc, dict) or not isinstance(doc.get("internal_states"), list):
+            tally.bad(f"{source} document {n + 1}", "no internal_states list")
+            continue
+        depth = None
+        for d in walk(doc):
+            if as_count(d.get("speculative_num_steps")) is not None:
+                depth = as_count(d.get("speculative_num_steps"))
+                break
+        for i, state in enumerate(doc["internal_states"]):
+            where = f"{source} internal_states[{i}]"
+            length = as_number(state.get("avg_spec_accept_length")) if isinstance(state, dict) else None
+            if length is None:
+                tally.bad(where, "no avg_spec_accept_length")
+                continue
+            if length <= 1.0:
+                tally.zero_draft += 1
+                continue
+            records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=None, depth=depth))
+    tally.records = len(records)
+    return records, tally
+
+
+TELEMETRY = (
+    Format("sglang-log", "SGLang `Decode batch` log lines", ("Decode batch",), parse_log,
+           options=("decode_log_interval",)),
+    Format("sglang-request", "SGLang per-request `meta_info` (JSON or JSON Lines)",
+           ("spec_verify_ct", "spec_accept", "spec_num_correct_drafts", "spec_correct_drafts", "spec_accepted_drafts"),
+           parse_requests),
+    Format("sglang-server-info", "SGLang /server_info JSON", ("internal_states",), parse_server_info),
+)
+"""SGLang's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""
+
+
+# -- the adaptive speculation config a schedule is served with -----------------------------------
+DEFAULT_METHOD = "EAGLE3"
+
+
+def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+    deepest = deepest_depth(c, "SGLang")
+    flags = (f"--speculative-algorithm {method} --speculative-eagle-topk 1 --speculative-num-steps {deepest} "
+             f"--speculative-num-draft-tokens {deepest + 1}")
+    if constant_depth(c) is not None:
+        notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (SGLang: static --speculative-num-steps, no adaptive "
+                                                       "config; this file records the server arguments)"]
+        cfg = {"speculative_algorithm": method, "speculative_eagle_topk": 1, "speculative_num_steps": deepest,
+               "speculative_num_draft_tokens": deepest + 1}
+        if draft_model:
+            cfg["speculative_draft_model_path"] = draft_model
+        text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+        return EngineConfig("sglang", text, tuple(notes), f"python -m sglang.launch_server ... {flags}")
+    cfg = {str(lo): {"candidate_steps": [k]} for lo, _, k in c}
+    notes = list(COMMON_LIMITS) + [
+        "SGLang rounds a batch up to its next CUDA-graph capture size before choosing the slot: a boundary "
+        "between capture sizes acts at the next one (see --cuda-graph-bs)",
+        f"adaptive speculation runs only with EAGLE or EAGLE3 ({method}), topk 1, no attention data parallelism, no "
+        "multi-layer EAGLE and no two-batch overlap; otherwise SGLang serves the static steps, with a warning",
+        "one candidate per slot pins its depth: SGLang's acceptance-driven controller has nothing to choose",
+        "adaptive mode captures CUDA graphs for every candidate depth: the schedule must win more than that costs",
+    ]
+    usage = f"python -m sglang.launch_server ... {flags} --speculative-adaptive --speculative-adaptive-config FILE"
+    text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+    return EngineConfig("sglang", text, tuple(notes), usage)
+
+
+
+def parse_config(text, source):
+    doc = load_json(text, source, "SGLang adaptive")
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
+    slots = []
+    if not any(k.strip().isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
+        # static steps (what a constant schedule exports): the server arguments
+        k = doc["speculative_num_steps"]
+        if k < 0:
+            raise PolicyError(f"{source}: speculative_num_steps must be >= 0, got {k}")
+        return ((1, None, k),)
+    for key, entry in doc.items():
+        if digits_int(key) is None:
+            if key.strip().isdigit():  # digits of another script ("²"), or more than 19 of them
+                raise PolicyError(f"{source}: batch-size slot {show(key)} is not a plain decimal batch size")
+            continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
+        if not isinstance(entry, dict):
+            raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
+                              f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
+        steps = entry.get("candidate_steps")
+        if not isinstance(steps, list) or not steps or not all(whole(s) and s >= 0 for s in steps):
+            raise PolicyError(f"{source}: slot {key!r}: candidate steps must be a non-empty list of whole "
+                              f"numbers >= 0, got {steps!r}")
+        if len(set(steps)) != 1:
+            raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
+                              "them at run time from its acceptance average, which specsim does not simulate: "
+                              "give each slot one candidate to pin its depth")
+        slots.append((digits_int(key), steps[0]))
+    if not slots:
+        raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
+    slots.sort()
+    out = []
+    for i, (lo, k) in enumerate(slots):
+        # Widths below the smallest key use the smallest slot.
+        first = 1 if i == 0 else max(lo, 1)
+        end = slots[i + 1][0] - 1 if i + 1 < len(slots) else None
+        if end is not None and end < first:
+            continue  # a slot no batch size reaches (key 0 beside key 1)
+        out.append((first, end, k))
+    return tuple(out)
+
+
+
+def cuda_graph_sizes(text, where="--cuda-graph-bs"):
+    """SGLang's CUDA-graph capture batch sizes from ``1,2,4,8``: sorted, distinct, >= 1."""
+    from specsim._checks import MAX_WIDTH
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(digits_int(p) is not None for p in parts):
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")
+    sizes = sorted({int(p) for p in parts})
+    if sizes[0] < 1 or sizes[-1] > MAX_WIDTH:
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must lie in 1..{MAX_WIDTH}, got {text!r}")
+    return tuple(sizes)
+
+
+def pad_to_graphs(ranges, sizes) -> tuple:
+    """The schedule SGLang serves from slot ``ranges`` with CUDA graphs captured at ``sizes``: a
+    batch is padded up to the next capture size before its slot is looked up (a batch wider than
+    every capture size runs without a graph, unpadded)."""
+    c = canonical(ranges)
+    top = max(max(sizes), c[-1][0]) + 1
+    depths = []
+    for w in range(1, top + 1):
+        padded = next((s for s in sizes if s >= w), w)
+        depths.append(depth_at(c, padded))
+    return ranges_from_depths(depths)
