@@ -267,3 +267,35 @@ def test_table_model_gpu_spec_memory_gb_1e308_nan_valueerror(files, memory, band
     err = _refused(["table", "model", "--gpu", "big", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k",
                     "2", "--widths", "1,2", "--gpu-spec", files / "gpu.toml", "-o", files / "m.toml"], capsys, field)
     assert "verify_ms" not in err and not (files / "m.toml").exists()
+
+
+CURVE = "tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n"
+
+
+def test_a_prefill_curve_csv_with_a_200_kb_field_is_a_csv_error(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_text(CURVE + '"' + "9" * 200_000 + '",1,1\n')
+    with pytest.raises(SpecsimError, match="curve.csv:4.*not CSV"):
+        ServerOptions(prefill_curve=files / "curve.csv")
+
+
+def test_a_prefill_curve_with_a_utf8_bom_is_missing_the_tokens_header(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_bytes(b"\xef\xbb\xbf" + CURVE.encode())
+    assert ServerOptions(prefill_curve=files / "curve.csv").prefill_curve[0] == (128.0, 1024.0)
+
+
+def test_fractional_tokens_in_a_prefill_curve_are_accepted(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_text("tokens,ms,j\n128.5,5.0,2.0\n1024,20.0,9.0\n")
+    with pytest.raises(SpecsimError, match="128.5 is not a whole number"):
+        ServerOptions(prefill_curve=files / "curve.csv")
+
+
+def test_prefill_curve_together_with_prefill_ms_per_token_ignores_one(files, capsys):
+    (files / "curve.csv").write_text(CURVE)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "fixed:1", "--prefill-curve",
+              files / "curve.csv", "--prefill-ms-per-token", "0.1"], capsys, "prefill_ms_per_token")
