@@ -299,3 +299,20 @@ def test_prefill_curve_together_with_prefill_ms_per_token_ignores_one(files, cap
     (files / "curve.csv").write_text(CURVE)
     _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "fixed:1", "--prefill-curve",
               files / "curve.csv", "--prefill-ms-per-token", "0.1"], capsys, "prefill_ms_per_token")
+
+
+def test_table_import_of_a_run_with_a_cell_at_depth_10_12_memoryerror(files, capsys, watchdog):
+    (files / "run.toml").write_text('[[run]]\nname = "r"\ncells = [[1, 0, 80.0, 4.0, 0.0, 0.0], '
+                                    '[1, 1000000000000, 83.6, 5.3, 5.6, 0.3]]\n')
+    _refused(["table", "import", files / "run.toml", "--run", "r", "--box-class", "b", "--recipe", "x",
+              "-o", files / "o.toml"], capsys, "k = 1000000000000", "1,024")
+    assert not (files / "o.toml").exists()
+
+
+def test_api_costtable_from_cells_with_string_fields_typeerror():
+    from specsim.table import SCHEMA, CostTable, TableKey
+
+    key = TableKey(SCHEMA, "b", "r", {})
+    for cell in ((1, 0, "80", 4.0, 0.0, 0.0), ("1", 0, 80.0, 4.0, 0.0, 0.0), (1, None, 80.0, 4.0, 0.0, 0.0)):
+        with pytest.raises(SpecsimError, match="cells\\[0\\]"):
+            CostTable.from_cells(key, [cell])
