@@ -316,3 +316,31 @@ def test_api_costtable_from_cells_with_string_fields_typeerror():
     for cell in ((1, 0, "80", 4.0, 0.0, 0.0), ("1", 0, 80.0, 4.0, 0.0, 0.0), (1, None, 80.0, 4.0, 0.0, 0.0)):
         with pytest.raises(SpecsimError, match="cells\\[0\\]"):
             CostTable.from_cells(key, [cell])
+
+
+def _api_calls():
+    import numpy as np
+
+    from specsim import simulate
+    from specsim.interop import export_schedule
+    from specsim.sim.fleet import Fleet
+    from specsim.traces import synthetic_trace
+
+    table, cal = demo_table(), demo_calibration()
+    requests = synthetic_trace(10, 5.0, seed=1).requests
+    conf, n_conf = np.full((2, 3), -0.1, dtype=np.float32), np.array([3, 3], dtype=np.int64)
+    return {
+        "simulate warp=9": lambda: simulate(requests, table, cal, "fixed:1", warp=9),
+        "Fleet.with_options warp=9": lambda: Fleet.uniform(table, cal, 2).with_options(warp=9),
+        "export_schedule draft_model=object()": lambda: export_schedule("vllm", ((1, None, 2),),
+                                                                          draft_model=object()),
+        "p_matrix m_out=-1": lambda: cal.p_matrix(conf, n_conf, m_out=-1),
+        "p_matrix m_out='x'": lambda: cal.p_matrix(conf, n_conf, m_out="x"),
+        "Fleet.uniform('x', C, 1)": lambda: Fleet.uniform("x", cal, 1),
+    }
+
+
+@pytest.mark.parametrize("call", list(_api_calls()))
+def test_api_typeerrors_and_keyerrors_listed(call):
+    with pytest.raises(SpecsimError):
+        _api_calls()[call]()

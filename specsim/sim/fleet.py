@@ -66,6 +66,13 @@ class ReplicaGroup:
             object.__setattr__(self, "options", ServerOptions())
         if not isinstance(self.options, ServerOptions):
             raise FleetError(f"group {self.name!r}: options must be a ServerOptions, got {type(self.options).__name__}")
+        from specsim.calibration import AcceptanceCalibration
+        from specsim.table import CostTable
+
+        for name, cls in (("table", CostTable), ("calibration", AcceptanceCalibration)):
+            if not isinstance(getattr(self, name), cls):
+                raise FleetError(f"group {self.name!r}: {name} must be a {cls.__name__}, got "
+                                 f"{type(getattr(self, name)).__name__}")
         for name in ("count", "gpus_per_replica"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_REPLICAS:
@@ -120,6 +127,9 @@ class Fleet:
 
     def with_options(self, **changes) -> "Fleet":
         """The fleet with ``changes`` applied to every group's server options (e.g. ``slack``)."""
+        from specsim.sim.options import check_option_names
+
+        check_option_names(changes, FleetError)
         return Fleet(tuple(replace(g, options=replace(g.options, **changes)) for g in self.groups), self.router,
                      self.source)
 

@@ -273,6 +273,18 @@ def prefill_fixed_part(opts: dict) -> tuple:
     return out[0], out[1]
 
 
+def check_option_names(names, error_cls=SimulationError) -> None:
+    """Refuse names that are not :class:`ServerOptions` fields (a misspelt keyword), listing the
+    fields, instead of the dataclass's TypeError."""
+    from dataclasses import fields
+
+    known = [f.name for f in fields(ServerOptions)]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise error_cls(f"unknown server option(s) {', '.join(map(show, unknown))}; the options are "
+                        f"{', '.join(known)}")
+
+
 def load_prefill_curve(curve) -> tuple:
     """A profiled prefill curve as ``(tokens, ms, j)`` tuples of floats.
 
