@@ -78,7 +78,7 @@ def cmd_capacity(args):
         add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         fleet, read = _inputs(args, out)
         result = _search(args, fleet, read)
         print(capacity_table(result))

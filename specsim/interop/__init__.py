@@ -134,6 +134,9 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
     if problem:
         raise ScheduleError(problem)
+    for name, value in (("method", method), ("draft_model", draft_model)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
+            raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
     module = ENGINES[engine]
     cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
     if method is None:

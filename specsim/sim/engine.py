@@ -492,6 +492,9 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     from specsim.sim._engine_kernels import run_nb
 
     if options is None:
+        from specsim.sim.options import check_option_names
+
+        check_option_names(server_options)
         opts = ServerOptions(**server_options)
     elif server_options:
         raise SimulationError("give the server options either as options=ServerOptions(...) or as keywords, not both")
