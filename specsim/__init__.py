@@ -78,9 +78,9 @@ _EXPORTS = {
     "tune": "specsim.studies.tune",
     "TuneResult": "specsim.studies.tune",
     "ScheduleError": "specsim.errors",
-    "export_schedule": "specsim.schedule",
-    "load_schedule": "specsim.schedule",
-    "read_policy": "specsim.schedule",
+    "export_schedule": "specsim.interop",
+    "load_schedule": "specsim.studies.schedule_file",
+    "read_policy": "specsim.interop",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -15,36 +15,99 @@ MAX_NAME_BYTES = 255
 
 def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
-    it could not be read (missing, a folder, no permission)."""
+    it could not be read (missing, a folder, a device, a pipe nothing writes to, no permission,
+    past the size limit)."""
+    from specsim._checks import MAX_INPUT_BYTES
+
+    with open_input(path, what, error_cls) as f:
+        try:
+            data = f.read(MAX_INPUT_BYTES + 1)
+        except OSError as e:
+            raise error_cls(f"{path}: cannot read {what} ({e.strerror or e})") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise error_cls(_too_big(path, what))
+    return data
+
+
+def _too_big(path, what: str) -> str:
+    from specsim._checks import MAX_INPUT_BYTES
+
+    return f"{path}: {what} is larger than {MAX_INPUT_BYTES:,} bytes, the most specsim reads (docs/limits.md)"
+
+
+# How long a named pipe's first bytes (or its end) may take to show before it is taken as a pipe
+# nothing writes to: a writer that opened it before us has always written by then.
+PIPE_WAIT_S = 0.5
+
+
+def open_input(path, what: str, error_cls):
+    """The guarded opener every reader goes through: a binary file object of the input ``path``.
+
+    Refused with ``error_cls``, naming the file: a name that is not a str or path or holds a NUL,
+    a folder, a device (``/dev/zero`` never ends) or a socket, a regular file past the size limit,
+    and a named pipe (FIFO) nothing writes to, which would block a plain ``open`` for ever. It is
+    opened without blocking; a pipe that is being written (``/dev/stdin`` fed by another command)
+    is read, up to the size limit, and handed back from memory."""
+    import io
+    import stat
+    import time
+
+    from specsim._checks import MAX_INPUT_BYTES
+
     if not isinstance(path, (str, os.PathLike)):
         raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
     if "\x00" in str(path):
         raise error_cls(f"{str(path)!r}: a file name cannot hold a NUL character")
-    import stat
-
-    from specsim._checks import MAX_INPUT_BYTES
-
     path = Path(path)
     if path.is_dir():
         raise error_cls(f"{path}: is a folder, not {what}; give a file")
-    too_big = f"{path}: {what} is larger than {MAX_INPUT_BYTES:,} bytes, the most specsim reads (docs/limits.md)"
+    refuse_device(path, what, error_cls)
     try:
-        refuse_device(path, what, error_cls)
-        if stat.S_ISREG(path.stat().st_mode) and path.stat().st_size > MAX_INPUT_BYTES:
-            raise error_cls(too_big)
-        with open(path, "rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise error_cls(f"{path}: cannot read {what} ({e.strerror or e})") from e
-    if len(data) > MAX_INPUT_BYTES:
-        raise error_cls(too_big)
-    return data
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            raise error_cls(f"{path}: is a device, not {what}; give a file")
+        if stat.S_ISREG(mode):
+            if os.fstat(fd).st_size > MAX_INPUT_BYTES:
+                raise error_cls(_too_big(path, what))
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        if not stat.S_ISFIFO(mode):
+            raise error_cls(f"{path}: is not a regular file, not {what}; give a file")
+        chunks, size, deadline, started = [], 0, time.monotonic() + PIPE_WAIT_S, False
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                # A writer holds the pipe: from here on its data (or its end) is waited for.
+                started = True
+                os.set_blocking(fd, True)
+                continue
+            if chunk:
+                started = True
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_INPUT_BYTES:
+                    raise error_cls(_too_big(path, what))
+                continue
+            if started or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not started:
+            raise error_cls(f"{path}: is a named pipe (FIFO) that nothing writes to, not {what}; give a file")
+        return io.BytesIO(b"".join(chunks))
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def refuse_device(path, what: str, error_cls) -> None:
     """Refuse ``path`` when it is a device (``/dev/zero``, ``/dev/urandom``, a terminal) or a
-    socket: reading one never ends, so a reader would hang or fill the memory. Pipes (``/dev/stdin``
-    fed by another command) pass; a missing file passes too, for the reader to name."""
+    socket: reading one never ends, so a reader would hang or fill the memory. Pipes pass, for
+    :func:`open_input` to read without blocking; a missing file passes too, for the reader to name."""
     import stat
 
     try:

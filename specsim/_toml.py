@@ -57,6 +57,31 @@ class _FloatOverflow(ValueError):
     pass
 
 
+# What each input file of a run holds at its top level, and the option that takes it: a file of the
+# other kind given in its place is named as what it is, with the swap to try.
+FILE_KINDS = (
+    ("cost table", ("key", "cells"), "--table"),
+    ("acceptance calibration", ("drafter", "acceptance"), "--calibration"),
+)
+
+
+def swapped_hint(doc, expected: str):
+    """When ``doc`` (a parsed TOML document) is not the ``expected`` kind of :data:`FILE_KINDS`
+    but plainly another, a sentence saying which it is and the swap to try; else None."""
+    if not isinstance(doc, dict):
+        return None
+    want = next(flag for kind, _, flag in FILE_KINDS if kind == expected)
+    for kind, tables, flag in FILE_KINDS:
+        if kind != expected and all(t in doc for t in tables):
+            return (f"this file is {_a(kind)} {kind}, not {_a(expected)} {expected}: "
+                    f"did you swap {flag} and {want}?")
+    return None
+
+
+def _a(noun: str) -> str:
+    return "an" if noun[0] in "aeiou" else "a"
+
+
 def _binary64(literal: str) -> float:
     """A TOML float literal as a binary64; a finite literal that rounds to infinity is refused,
     as the metrale serve's reader refuses it (TOML floats are binary64, and 1e400 is not one)."""

@@ -36,7 +36,7 @@ CONV_PROMPT_MEDIAN, CONV_PROMPT_SIGMA = 1020.0, 0.99
 CONV_OUTPUT_MEDIAN, CONV_OUTPUT_SIGMA = 129.0, 0.86
 
 DEMO_POLICIES = ("fixed:0", "fixed:3", "schedule:1-16=4,17-64=3,65-128=2,129-=1", "goodput", "propose",
-                 "sequence")
+                 "sequence", "load-aware")
 DEMO_RATE_SCALE = 2.0
 DEMO_REQUESTS = 3000
 DEMO_SLO_TTFT_S = 1.0
@@ -73,7 +73,8 @@ def demo_server(table=None) -> dict:
 def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, progress=None,
              rate_scale: float = DEMO_RATE_SCALE):
     """Simulate the demo and return ``(summaries, results, inputs)``; with ``out``, write the
-    table, calibration, trace, results and (with matplotlib) a plot there."""
+    table, calibration, trace, results and (with matplotlib) a plot there, and list the files
+    written in ``inputs["written"]``."""
     from specsim.costmodel.defaults import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
@@ -97,7 +98,9 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:
         with outputs:
-            write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot, outputs)
+            # The files actually written (no plot.png without matplotlib or with plot=False).
+            inputs["written"] = write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot,
+                                              outputs)
     return summaries, results, inputs
 
 

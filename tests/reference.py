@@ -181,8 +181,9 @@ def ref_p(edges, p_accept, priors, lps, j):
     return plan_ref_prior(priors, j)
 
 
-def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
-    """propose_depth as docs/planner.md words it, line by line."""
+def ref_propose_depth(widths, costs, priors, n, slack, max_seqs, idle_w=0.0):
+    """propose_depth as docs/planner.md words it, line by line; with ``idle_w``, each step's
+    energy is counted above that idle power (load-aware while no request waits)."""
     if n > max_seqs:
         return 0
     max_k = len(costs[0]) - 1
@@ -205,7 +206,7 @@ def ref_propose_depth(widths, costs, priors, n, slack, max_seqs):
         ms, j = step(k)
         if tokens(k) / ms < (1 - slack) * reference:
             continue
-        eff = tokens(k) / j
+        eff = tokens(k) / (j - idle_w * ms / 1000.0)
         if best is None or eff > best[1]:
             best = (k, eff)
     return r if best is None else best[0]

@@ -101,12 +101,15 @@ class RefEngine:
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
-                 prefill_curve=None, mixed_step_pricing="additive"):
+                 prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
         self.chunked, self.block_size = chunked_prefill, kv_block_size
         self.one_pass = mixed_step_pricing == "one-pass"
+        # Context pricing: the grid (``costs`` layout) at each measured context, ascending.
+        self.contexts, self.context_costs = contexts, context_costs
+        self.contexts_priced = []
         self.prefill = (prefill_ms_per_token, prefill_j_per_token, prefill_ms_per_step, prefill_j_per_step,
                         prefill_curve)
         self.max_k = len(costs[0]) - 1
@@ -148,8 +151,10 @@ class RefEngine:
                 self.t = self.requests[fed][0]
                 continue
             self.step()
+        mean_context = sum(self.contexts_priced) / self.tot["decode_steps"] if self.contexts_priced else 0.0
         return dict(first=self.first, finish=self.finish, sched=self.sched, emitted=self.emitted,
-                    depth_histogram=self.hist, end_s=self.t, steps=self.steps, **self.tot)
+                    depth_histogram=self.hist, end_s=self.t, steps=self.steps, mean_decode_context=mean_context,
+                    **self.tot)
 
     def depth_at(self, n):
         kind = self.policy[0]
@@ -161,6 +166,9 @@ class RefEngine:
             k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
         elif kind == "goodput":
             k = ref_goodput_depth(self.widths, self.costs, self.priors, n, self.cap)
+        elif kind == "load-aware" and not self.queue:
+            # Nobody waits: the time a step saves would be spent idle, so energy counts above idle power.
+            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap, self.idle_w)
         else:
             k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap)
         k = min(k, self.k_cap)
@@ -254,6 +262,19 @@ class RefEngine:
             i += 1
         return budget, preempted
 
+    def decode_price(self, costs, ns, rows, k, uniform):
+        """(ms, J) of the decode part over the grid ``costs``: the cell, or the row cost."""
+        if uniform:
+            c = plan_ref_cell(self.widths, costs, ns, k)
+            return c[0] + c[2], c[1] + c[3]
+        d = rows / ns
+        lo, hi = min(math.floor(d), self.max_k), min(math.ceil(d), self.max_k)
+        f = d - math.floor(d)
+        c_lo = plan_ref_cell(self.widths, costs, ns, lo)
+        c_hi = plan_ref_cell(self.widths, costs, ns, hi)
+        c_k = plan_ref_cell(self.widths, costs, ns, k)
+        return c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_k[2], c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_k[3]
+
     def price(self, dec, pre, verify, take, n, k):
         """(ms, decode J, prefill J) of the step: the decode part plus the prefill part, less
         (one forward pass) the share ``min(decode, prefill, prefill's fixed part)``."""
@@ -261,18 +282,24 @@ class RefEngine:
         ptok = sum(take[r] for r in pre)
         dms = dj = 0.0
         if ns:
-            if self.policy[0] != "sequence" and ns == n and rows == n * k:
-                c = plan_ref_cell(self.widths, self.costs, ns, k)
-                dms, dj = c[0] + c[2], c[1] + c[3]
+            uniform = self.policy[0] != "sequence" and ns == n and rows == n * k
+            if not self.contexts:
+                dms, dj = self.decode_price(self.costs, ns, rows, k, uniform)
             else:
-                d = rows / ns
-                lo, hi = min(math.floor(d), self.max_k), min(math.ceil(d), self.max_k)
-                f = d - math.floor(d)
-                c_lo = plan_ref_cell(self.widths, self.costs, ns, lo)
-                c_hi = plan_ref_cell(self.widths, self.costs, ns, hi)
-                c_k = plan_ref_cell(self.widths, self.costs, ns, k)
-                dms = c_lo[0] + (c_hi[0] - c_lo[0]) * f + c_k[2]
-                dj = c_lo[1] + (c_hi[1] - c_lo[1]) * f + c_k[3]
+                # The mean KV tokens of the running requests that decode, recomputed here.
+                decoding = [r for r in self.running if self.emitted[r] > 0 and self.prefilled[r] >= self.target[r]]
+                c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / len(decoding)
+                self.contexts_priced.append(c)
+                xs = self.contexts
+                below = [i for i, x in enumerate(xs) if x <= c]
+                above = [i for i, x in enumerate(xs) if x >= c]
+                lo = below[-1] if below else above[0]
+                hi = above[0] if above else below[-1]
+                dms, dj = self.decode_price(self.context_costs[lo], ns, rows, k, uniform)
+                if lo != hi:
+                    t = (c - xs[lo]) / (xs[hi] - xs[lo])
+                    hms, hj = self.decode_price(self.context_costs[hi], ns, rows, k, uniform)
+                    dms, dj = dms + (hms - dms) * t, dj + (hj - dj) * t
             self.tot["decode_steps"] += 1
             self.tot["rows"] += rows
             self.tot["sequence_steps"] += ns

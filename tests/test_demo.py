@@ -65,6 +65,43 @@ def test_demo_plot_when_matplotlib_is_present(tmp_path):
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _written_line(printed):
+    return next(line for line in printed.splitlines() if " written to " in line and "Start from them" in line)
+
+
+def test_demo_names_only_the_files_it_wrote(tmp_path, capsys, monkeypatch):
+    """The closing line lists what is on disk: with --no-plot, or without matplotlib, no plot is
+    claimed, and the reason is given (the extra to install, when that is it)."""
+    import builtins
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    assert main(["demo", "--out", str(tmp_path / "a"), "--requests", "150", "--no-tune"]) == 0
+    line = _written_line(capsys.readouterr().out)
+    assert "plot.png" in line and "no plot" not in line and (tmp_path / "a" / "plot.png").exists()
+
+    assert main(["demo", "--out", str(tmp_path / "b"), "--requests", "150", "--no-tune", "--no-plot"]) == 0
+    line = _written_line(capsys.readouterr().out)
+    assert "plot" not in line.replace("no plot: --no-plot", "") and "no plot: --no-plot" in line
+    assert "results.json" in line and not (tmp_path / "b" / "plot.png").exists()
+
+    real = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert main(["demo", "--out", str(tmp_path / "c"), "--requests", "150", "--no-tune"]) == 0
+    line = _written_line(capsys.readouterr().out)
+    assert "plot.png" not in line and "pip install 'specsim[plot]'" in line
+    assert not (tmp_path / "c" / "plot.png").exists()
+    listed = line.split(" written to ")[0].replace(" and ", ", ").split(", ")
+    assert sorted(listed) == sorted(p.name for p in (tmp_path / "c").iterdir())
+
+
 def test_demo_refuses_bad_options(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--requests", "0"]) == 2
     assert "--requests" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from specsim.sim.metrics import requests_csv, summarize
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference_engine as ref
 
-POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "schedule:1-2=3,3-4=1,5-=0")
+POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "load-aware", "schedule:1-2=3,3-4=1,5-=0")
 KEY = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
 
 
@@ -78,6 +78,8 @@ def run_reference(reqs, table, cal, policy, **opts):
         opts["max_batch"] = opts.pop("max_num_seqs")
     opts.setdefault("max_batch", int(table.widths[-1]))
     opts.pop("log_size", None)
+    if opts.pop("context_pricing", True) and table.contexts.size:
+        opts["contexts"], opts["context_costs"] = table.contexts.tolist(), table.context_costs.tolist()
     if opts.get("prefill_curve") is not None:
         from specsim.sim.options import load_prefill_curve
 
@@ -110,6 +112,7 @@ def assert_matches_reference(res, want):
                  "drafts_cut", "prefill_tokens", "resumed")
     assert tuple(c[n] for n in names) == tuple(want[n] for n in ref_names)
     assert res.kv["peak_blocks"] == want["kv_peak"] and res.kv["block_s"] == want["kv_block_s"]
+    assert res.kv["mean_decode_context"] == want["mean_decode_context"]
     if res.step_log_stride == 1 and res.step_t_s.shape[0] == len(want["steps"]):
         got = list(zip(res.step_t_s.tolist(), res.step_width.tolist(), res.step_mean_depth.tolist(),
                        res.step_tokens.tolist(), res.step_kv_blocks.tolist(), res.step_prefill_tokens.tolist()))
@@ -609,3 +612,71 @@ def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
 
     got = compute(shared_data, {"chunked_prefill": False, "max_num_batched_tokens": None})
     assert got == json.loads(PINNED.read_text())
+
+
+# -- load-aware: propose while requests wait, tokens per joule above idle power while none do ---------
+
+def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
+    """Both of load-aware's plans equal the plain-Python rule: propose's while requests wait, and
+    propose's with every step's energy counted above idle power while none do."""
+    from specsim.sim.engine import depth_by_width
+    from specsim.policy.policy import parse_policy
+    from tests.reference import ref_propose_depth
+
+    table, cal = small_table(), small_calibration()
+    widths, costs, priors = table.widths.tolist(), table.costs.tolist(), cal.priors.tolist()
+    pol = parse_policy("load-aware")
+    differs = False
+    for idle_w in (0.0, 60.0, 150.0, 200.0):
+        for slack in (0.0, 0.3, 0.6):
+            opts = ServerOptions(idle_w=idle_w, slack=slack)
+            busy = depth_by_width(pol, table, cal, opts, 9, table.max_k).tolist()
+            idle = depth_by_width(pol, table, cal, opts, 9, table.max_k, idle_w=idle_w).tolist()
+            assert busy == [0] + [ref_propose_depth(widths, costs, priors, n, slack, 99) for n in range(1, 10)]
+            assert idle == [0] + [ref_propose_depth(widths, costs, priors, n, slack, 99, idle_w) for n in range(1, 10)]
+            differs |= busy != idle
+            if idle_w == 0.0:
+                assert idle == busy
+    assert differs  # the two plans do part somewhere on this table
+
+
+@pytest.mark.parametrize("idle_w,slack", [(150.0, 0.3), (200.0, 0.6), (100.0, 0.0)])
+@pytest.mark.parametrize("rate", [0.3, 30.0])
+def test_load_aware_engine_matches_reference(idle_w, slack, rate):
+    reqs = random_requests(40, 5, rate=rate, max_out=30)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=6, slack=slack, idle_w=idle_w, prefill_ms_per_token=0.02, seed=4)
+    res = simulate(reqs, table, cal, "load-aware", **opts)
+    assert_matches_reference(res, run_reference(reqs, table, cal, "load-aware", **opts))
+    assert res.policy == "load-aware" and res.summary()["label"] == f"load-aware@{slack:g}"
+
+
+def test_load_aware_switches_plans_with_the_queue():
+    """Under a backlog load-aware is propose step for step; with an idle server and widths where
+    the plans part, it runs its above-idle plan and spends less energy per token than propose."""
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=6, slack=0.3, idle_w=150.0, prefill_ms_per_token=0.02)
+    light = random_requests(60, 3, rate=0.5, max_out=30)
+    la, pr = (simulate(light, table, cal, p, **opts) for p in ("load-aware", "propose"))
+    assert la.depth_histogram.tolist() != pr.depth_histogram.tolist()
+    assert la.energy_j / la.output_tokens.sum() < pr.energy_j / pr.output_tokens.sum()
+
+
+@given(n=st.integers(1, 25), trace_seed=st.integers(0, 10 ** 6), idle_w=st.floats(0.0, 210.0),
+       slack=st.sampled_from([0.0, 0.2, 0.6]), max_batch=st.integers(1, 9), rate=st.sampled_from([0.3, 3.0, 30.0]),
+       chunked=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_load_aware_matches_reference_random(n, trace_seed, idle_w, slack, max_batch, rate, chunked):
+    reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_batch=max_batch, slack=slack, idle_w=idle_w, chunked_prefill=chunked,
+                prefill_ms_per_token=0.03, prefill_j_per_token=0.02)
+    assert_matches_reference(simulate(reqs, table, cal, "load-aware", **opts),
+                             run_reference(reqs, table, cal, "load-aware", **opts))
+
+
+def test_load_aware_refuses_a_table_drawing_no_more_than_idle_power():
+    with pytest.raises(SimulationError, match="load-aware.*not above idle_w = 400"):
+        simulate(random_requests(5, 1), small_table(), small_calibration(), "load-aware", idle_w=400.0)
+    # Other policies do not plan by energy above idle, and run.
+    simulate(random_requests(5, 1), small_table(), small_calibration(), "propose", idle_w=400.0)

@@ -25,6 +25,7 @@ def files(tmp_path):
     (tmp_path / "c.toml").write_text(demo_calibration().render())
     (tmp_path / "tiny.csv").write_text(TRACE)
     (tmp_path / "v.json").write_text(VLLM)
+    (tmp_path / "conf.json").write_text("[[-0.1, -0.5], [-0.2]]\n")
     return tmp_path
 
 
@@ -102,3 +103,86 @@ def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
     for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
         with pytest.raises(SpecsimError, match="runner"):
             capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0), runner=runner)
+
+
+# -- hangs ---------------------------------------------------------------------------------------
+
+def _calib_key():
+    return ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+
+
+FIFO_READERS = {
+    "table show": ["table", "show", "{p}"],
+    "table import": ["table", "import", "{p}", "--run", "r", "--box-class", "b", "--recipe", "x", "-o", "{d}/o.toml"],
+    "table model --gpu-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l",
+                               "--max-k", "2", "--widths", "1,2", "--gpu-spec", "{p}", "-o", "{d}/o.toml"],
+    "calib show": ["calib", "show", "{p}"],
+    "calib fit --counts": ["calib", "fit", "--counts", "{p}", *_calib_key(), "-o", "{d}/o.toml"],
+    "calib fit --drafts-log": ["calib", "fit", "--drafts-log", "{p}", *_calib_key(), "-o", "{d}/o.toml"],
+    "calib fit --steps-log": ["calib", "fit", "--steps-log", "{p}", *_calib_key(), "-o", "{d}/o.toml"],
+    "calib fit --windows": ["calib", "fit", "--windows", "{p}", *_calib_key(), "-o", "{d}/o.toml"],
+    "calib import": ["calib", "import", "{p}", *_calib_key(), "-o", "{d}/o.toml"],
+    "calib drift --from-log": ["calib", "drift", "{d}/c.toml", "--from-log", "{p}"],
+    "calib drift --acceptance": ["calib", "drift", "{d}/c.toml", "--acceptance", "{p}"],
+    "calib drift CAL": ["calib", "drift", "{p}", "--from-log", "{d}/c.toml"],
+    "plan --confidences": ["plan", "{d}/t.toml", "{d}/c.toml", "--confidences", "{p}"],
+    "plan --known-drafts": ["plan", "{d}/t.toml", "{d}/c.toml", "--confidences", "{d}/conf.json",
+                            "--known-drafts", "{p}"],
+    "replay": ["replay", "{p}", "--trace", "x", "--policy", "fixed:1", "--width", "1", "--budget", "10"],
+    "schedule import": ["schedule", "import", "--from", "vllm", "{p}"],
+    "schedule export": ["schedule", "export", "{p}", "--to", "vllm"],
+    "sweep": ["sweep", "{p}", "-o", "{d}/r.csv"],
+    "bench --recipe": ["bench", "--recipe", "{p}", "--widths", "1", "--max-k", "1", "-o", "{d}/o.toml"],
+    "trace show": ["trace", "show", "{p}"],
+    "simulate --trace": ["simulate", "--trace", "{p}", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+                         "--policy", "fixed:1"],
+    "simulate --prefill-curve": ["simulate", "--trace", "{d}/tiny.csv", "--table", "{d}/t.toml", "--calibration",
+                                 "{d}/c.toml", "--policy", "fixed:1", "--prefill-curve", "{p}"],
+    "simulate --policy sglang:": ["simulate", "--trace", "{d}/tiny.csv", "--table", "{d}/t.toml", "--calibration",
+                                  "{d}/c.toml", "--policy", "sglang:{p}"],
+    "simulate --policy trtllm:": ["simulate", "--trace", "{d}/tiny.csv", "--table", "{d}/t.toml", "--calibration",
+                                  "{d}/c.toml", "--policy", "trtllm:{p}"],
+    "fleet --fleet": ["fleet", "--trace", "{d}/tiny.csv", "--fleet", "{p}", "--policy", "fixed:1"],
+}
+
+
+@pytest.fixture
+def watchdog():
+    """Turn a hang into a failure: SIGALRM raises after a while, far past any refusal."""
+    import signal
+
+    def fire(*_):
+        raise TimeoutError("the reader blocked")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("reader", FIFO_READERS)
+def test_a_named_pipe_given_as_any_input_file_blocks_forever(files, reader, watchdog, capsys):
+    fifo = files / "in.dat"
+    os.mkfifo(fifo)
+    argv = [a.format(d=files, p=fifo) for a in FIFO_READERS[reader]]
+    _refused(argv, capsys, "named pipe")
+
+
+def test_a_pipe_that_is_being_written_is_still_read(files):
+    from specsim._io import read_input
+    import threading
+
+    fifo = files / "pipe"
+    os.mkfifo(fifo)
+    payload = b"x" * 300_000
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(payload)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert read_input(fifo, "a file", SpecsimError) == payload
+    writer.join()

@@ -180,3 +180,51 @@ def test_tune_on_dask_stops_at_once_without_worker_tracebacks(files):
     text = interrupt(proc)
     assert "interrupted" in text and "distributed" not in text
     assert (files / "s.toml").read_text() == SENTINEL
+
+
+def cpu_seconds(proc) -> float:
+    """User and system CPU time the command has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_seconds(proc):
+    """Ctrl-C, then the seconds until the command has exited (with 130, no traceback)."""
+    start_s = time.monotonic()
+    text = interrupt(proc)
+    return time.monotonic() - start_s, text
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the CPU time from /proc")
+
+
+@pytest.mark.slow
+@needs_proc
+@pytest.mark.parametrize("policies", [["sequence"], ["sequence", "fixed:2"]], ids=["one policy", "two policies"])
+def test_simulate_quiet_stops_on_ctrl_c(files, policies):
+    # --quiet draws no progress line: the engine must still come back between chunks of steps,
+    # where the interrupt is acted on, rather than run the whole trace in one kernel call.
+    (files / "out.json").write_text(SENTINEL)
+    argv = ["simulate", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
+            "--calibration", files / "c.toml", "--quiet", "--json", "out.json"]
+    proc = start(argv + [a for p in policies for a in ("--policy", p)], files)
+    wait_for(proc, lambda: cpu_seconds(proc) > 25.0, "the simulation under way")
+    seconds, text = stop_seconds(proc)
+    assert "interrupted" in text
+    assert (files / "out.json").read_text() == SENTINEL
+    assert not [p for p in files.iterdir() if p.name.startswith(".")]
+    print(f"stopped {seconds:.2f} s after Ctrl-C")
+
+
+@pytest.mark.slow
+@needs_proc
+def test_fleet_with_two_replicas_stops_on_ctrl_c(files):
+    (files / "out.csv").write_text(SENTINEL)
+    proc = start(["fleet", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
+                  "--calibration", files / "c.toml", "--replicas", "2", "--policy", "fixed:2",
+                  "--requests-csv", "out.csv"], files)
+    wait_for(proc, lambda: cpu_seconds(proc) > 25.0, "the fleet simulation under way")
+    seconds, text = stop_seconds(proc)
+    assert "interrupted" in text
+    assert (files / "out.csv").read_text() == SENTINEL
+    print(f"stopped {seconds:.2f} s after Ctrl-C")

@@ -159,9 +159,11 @@ def test_slack_limits_slow_extra_rows():
 
 ROUND = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0])
 PROB = st.one_of(ROUND, st.floats(0.0, 1.0))
+# Log-probabilities: at most 0, and up to LOGPROB_SLACK above it as rounding (the planner refuses
+# larger ones; tests/test_messages.py checks that refusal).
 LP = st.one_of(
-    st.sampled_from([-np.inf, -8.0, -1.0, -0.5, -0.1, -0.05, 0.0, float("nan")]),
-    st.floats(-10.0, 0.5, allow_nan=False, width=32),
+    st.sampled_from([-np.inf, -8.0, -1.0, -0.5, -0.1, -0.05, 0.0, 2.0 ** -10, float("nan")]),
+    st.floats(-10.0, 2.0 ** -10, allow_nan=False, width=32),
 )
 
 
@@ -800,3 +802,95 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
                                    c.priors.tolist(), conf.tolist(), caps.tolist(), m, n * m, slack)
         assert want == [1] * n
     assert proven >= 20
+
+
+# -- with a context (a table with a context axis) ----------------------------------------------------
+
+@st.composite
+def context_tables(draw):
+    """A table with 1-3 contexts: tables() at the first, every cost scaled up at the later ones."""
+    from specsim.table import Cell as C
+
+    base = draw(tables())
+    contexts = sorted(draw(st.sets(st.integers(1, 20000), min_size=1, max_size=3)))
+    grids = {}
+    for i, ctx in enumerate(contexts):
+        scale = [1.0] + [draw(st.floats(1.0, 4.0)) for _ in range(3)]
+        grids[ctx] = CostTable.from_cells(KEY, [C(x.n, x.k, x.verify_ms * scale[i], x.verify_j * scale[i],
+                                                  x.draft_ms, x.draft_j) for x in base.cells])
+    table = CostTable.from_contexts(grids, reference=draw(st.sampled_from(contexts)))
+    context = draw(st.one_of(st.sampled_from(contexts), st.floats(0.5, 30000.0)))
+    return table, grids, context
+
+
+def ref_grid_at(table, grids, context):
+    """The reference grid at ``context`` (tests/reference.py), per measured width and depth."""
+    from tests.reference import ref_context_cell
+
+    contexts = sorted(grids)
+    rows = [[tuple(c) for c in grids[x].cells] for x in contexts]
+    return [[list(ref_context_cell(contexts, rows, int(w), k, context)) for k in range(table.max_k + 1)]
+            for w in table.widths]
+
+
+@settings(max_examples=100, deadline=None)
+@given(context_tables(), calibrations(), st.integers(0, 80), st.one_of(st.just(0.0), st.floats(0.0, 0.99)),
+       st.integers(0, 80))
+def test_propose_with_a_context_matches_reference(tc, c, n, slack, max_seqs):
+    table, grids, context = tc
+    widths = table.widths.tolist()
+    want = ref_propose_depth(widths, ref_grid_at(table, grids, context), c.priors.tolist(), n, slack, max_seqs)
+    planner = Planner(table, c, slack=slack, max_seqs=max_seqs)
+    assert planner.propose(n, context=context) == want
+    assert planner.propose(n, context=context) == want  # the cached inputs answer alike
+    assert planner.propose_many(np.array([n, n], dtype=np.int64), context=context).tolist() == [want, want]
+    assert planner.explain(n, context=context).depth == want
+    assert planner.goodput(n, context=context) == ref_goodput_depth(
+        widths, ref_grid_at(table, grids, context), c.priors.tolist(), n, max_seqs)
+    # Without a context: the reference grid, as before.
+    ref = ref_propose_depth(widths, table.costs.tolist(), c.priors.tolist(), n, slack, max_seqs)
+    assert planner.propose(n) == ref == Planner(CostTable(KEY, table.widths, table.costs), c, slack=slack,
+                                                max_seqs=max_seqs).propose(n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(context_tables(), calibrations(), st.data(), st.one_of(st.just(0.0), st.floats(0.0, 0.99)))
+def test_sequence_depths_with_a_context_match_reference(tc, c, data, slack):
+    table, grids, context = tc
+    n = data.draw(st.integers(0, 30))
+    conf = [data.draw(st.lists(LP, max_size=7)) for _ in range(n)]
+    known = [data.draw(st.integers(0, 8)) for _ in range(n)]
+    k_max = data.draw(st.integers(0, 8))
+    budget = data.draw(st.integers(0, 120))
+    want = ref_sequence_depths(table.widths.tolist(), ref_grid_at(table, grids, context), c.edges.tolist(),
+                               c.p_accept.tolist(), c.priors.tolist(), conf, known, k_max, budget, slack)
+    planner = Planner(table, c, slack=slack)
+    from specsim.plan.planner import ragged_confidences
+
+    arr, n_conf = ragged_confidences(conf)
+    known_a = np.array(known, dtype=np.int64)
+    assert planner.depths(arr, n_conf, known_a, k_max, budget, context=context).tolist() == want
+    offsets = np.array([0, n], dtype=np.int64)
+    assert planner.depths_many(arr, n_conf, known_a, offsets, k_max, budget, context=context).tolist() == want
+    without = ref_sequence_depths(table.widths.tolist(), table.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),
+                                  c.priors.tolist(), conf, known, k_max, budget, slack)
+    assert planner.depths(arr, n_conf, known_a, k_max, budget).tolist() == without
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "x", True])
+def test_planner_refuses_a_context_of_zero_or_less(bad):
+    from specsim.errors import PlanError
+
+    table = CostTable.from_contexts({10: TIE, 20: TIE})
+    for t in (table, TIE):
+        planner = Planner(t, cal([0.9]))
+        with pytest.raises(PlanError, match="context must be"):
+            planner.propose(1, context=bad)
+        with pytest.raises(PlanError, match="context must be"):
+            planner.explain(1, context=bad)
+
+
+def test_a_context_on_a_table_without_an_axis_changes_nothing():
+    planner = Planner(TIE, cal([0.9]))
+    assert planner.propose(3, context=12345.0) == planner.propose(3)
+    assert planner.explain(3, context=7) == planner.explain(3)

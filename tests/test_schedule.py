@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
+from specsim.interop import ENGINES, import_text, read_policy
+from specsim.interop import export_schedule as export
+from specsim.interop.trtllm import _yaml_subset, read_yaml
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
-from specsim.schedule.formats import ENGINES, _yaml_subset, export, import_text, read_policy, read_yaml
 from specsim.studies.schedule_file import load_schedule, render_schedule
 
 
@@ -506,3 +508,18 @@ def test_the_documented_schedules_load_through_each_engines_validator_and_lookup
             doc = json.loads(cfg.text)
             look = _sglang_engine_lookup
         assert all(look(doc, w) == depth_at(c, w) for w in range(1, 257)), (engine, c)
+
+
+def test_sglang_pads_the_batch_to_its_cuda_graph_sizes(tmp_path):
+    f = tmp_path / "a.json"
+    f.write_text('{"1": {"candidate_steps": [4]}, "6": {"candidate_steps": [2]}, "40": {"candidate_steps": [1]}}')
+    sizes = (1, 2, 4, 8, 16, 24, 32)
+    pol = parse_policy(f"sglang[{','.join(map(str, sizes))}]:{f}")
+    for w in range(1, 80):
+        padded = next((s for s in sizes if s >= w), w)  # wider than every graph: unpadded
+        slot = max(k for k in (1, 6, 40) if k <= padded)
+        assert pol.depth_for_width(w) == {1: 4, 6: 2, 40: 1}[slot], w
+    # width 5 pads to 8, past the slot boundary at 6: depth 2 where the plain lookup gives 4
+    assert pol.depth_for_width(5) == 2 and parse_policy(f"sglang:{f}").depth_for_width(5) == 4
+    with pytest.raises(PolicyError, match="CUDA-graph"):
+        parse_policy(f"sglang[0,x]:{f}")

@@ -215,3 +215,105 @@ def test_results_paths_that_are_not_results_are_refused(tmp_path):
             check_results_path(tmp_path / name)
     check_results_path(tmp_path / "empty.csv")
     check_results_path(tmp_path / "new.csv")
+
+
+def test_a_changed_input_recomputes_the_points_it_feeds(inputs, shared_data, capsys):
+    """A kept row is reused only while every input it came from is unchanged: changing
+    [server] max_batch, swapping the table's content or the trace's requests recomputes."""
+    trace = shared_data / CONV
+    axes = 'policy = ["propose", "fixed:2"]'
+    grid_path = write_grid(inputs, trace, axes, server="max_batch = 32", limit=120)
+    out = inputs / "r.csv"
+    first = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (first.computed, first.skipped) == (2, 0)
+    rows32 = read_results(out)
+    assert all(len(r["inputs_digest"]) == 16 and set(json.loads(r["inputs"])) >= {"trace", "table", "server"}
+               for r in rows32)
+
+    again = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (again.computed, again.skipped, again.stale) == (0, 2, 0)
+    assert "reusing 2 of 2 points" in capsys.readouterr().err
+
+    # [server] max_batch 32 -> 8: both points recompute, and the note says why.
+    grid_path = write_grid(inputs, trace, axes, server="max_batch = 8", limit=120)
+    changed = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (changed.computed, changed.skipped, changed.stale) == (2, 0, 2)
+    assert "server options at 2" in capsys.readouterr().err
+    rows8 = read_results(out)
+    assert [r["point_id"] for r in rows8] == [r["point_id"] for r in rows32]
+    assert rows8[0]["inputs_digest"] != rows32[0]["inputs_digest"]
+    assert rows8[0]["mean_width"] != rows32[0]["mean_width"]
+
+    # Same names, another table inside gb10.toml (run 2 of the same box): recomputed.
+    metrale = shared_data / "metrale" / "qwen38_27b_mtp_gb10.toml"
+    before = (inputs / "gb10.toml").read_bytes()
+    assert main(["table", "import", str(metrale), "--run", "qwen38_27b_mtp_r2", "-o", str(inputs / "gb10.toml"),
+                 "--box-class", "gb10", "--recipe", "qwen38-27b-mtp"]) == 0
+    assert (inputs / "gb10.toml").read_bytes() != before
+    swapped = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (swapped.computed, swapped.stale) == (2, 2)
+    assert "table file at 2" in capsys.readouterr().err
+
+    # Fewer requests from the same trace file: the trace content differs.
+    grid_path = write_grid(inputs, trace, axes, server="max_batch = 8", limit=100)
+    fewer = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (fewer.computed, fewer.stale) == (2, 2)
+    assert "trace content at 2" in capsys.readouterr().err
+    assert all(r["requests"] == 100 for r in read_results(out))
+
+
+def test_rows_kept_without_inputs_are_recomputed(inputs, shared_data, capsys):
+    """A results file from before inputs were recorded is not trusted: its points recompute."""
+    from specsim.studies.sweep.run import write_results
+
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
+    out = inputs / "r.csv"
+    run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    rows = read_results(out)
+    old = [{k: v for k, v in r.items() if k not in ("inputs_digest", "inputs")} for r in rows]
+    write_results(out, old, list(old[0]))
+    report = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (report.computed, report.stale) == (1, 1)
+    assert "not recorded" in capsys.readouterr().err
+    assert read_results(out)[0]["inputs_digest"] == rows[0]["inputs_digest"]
+
+
+def test_engine_semantics_version_keys_the_rows(inputs, shared_data, monkeypatch):
+    import specsim.sim.engine as engine
+
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
+    out = inputs / "r.csv"
+    run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    monkeypatch.setattr(engine, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)
+    report = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert (report.computed, report.stale) == (1, 1)
+
+
+def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_data, capsys):
+    """One line per traffic level naming the best policy per objective; with a seed axis, two
+    policies whose means are closer than their seed spread are a tie within noise."""
+    from specsim.studies.sweep.run import best_by_traffic
+
+    axes = 'policy = ["fixed:0", "fixed:3"]\nrate_scale = [0.05, 0.1]\nseed = [1, 2, 3]'
+    grid_path = write_grid(inputs, shared_data / CONV, axes, limit=60)
+    assert main(["sweep", str(grid_path), "-o", str(inputs / "r.csv"), "--serial", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "best per traffic level (mean over 3 seeds):" in printed
+    for level in ("rate_scale 0.05:", "rate_scale 0.1:"):
+        line = next(x for x in printed.splitlines() if x.strip().startswith(level))
+        assert "least J/token: fixed:" in line and "most tokens/s: fixed:" in line
+    # The verdict follows the numbers: the best mean wins; a gap under the spread over seeds is a tie.
+    grid = load_grid(grid_path)
+    rows = read_results(inputs / "r.csv")
+    fake = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]
+    lines = best_by_traffic(grid, fake)
+    assert all("least J/token: fixed:0 " in x and "tie within noise with fixed:3" in x for x in lines[1:])
+    apart = [dict(r, j_per_token=1.0 if r["policy"] == "fixed:3" else 2.0 + 0.01 * r["seed"]) for r in rows]
+    lines = best_by_traffic(grid, apart)
+    assert all("least J/token: fixed:3 (1)" in x and "tie" not in x.split(";")[0] for x in lines[1:])
+    # Without a seed axis nothing measures the noise: the best is named, no tie is claimed.
+    single = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:0", "fixed:3"]', limit=60))
+    assert main(["sweep", str(inputs / "grid.toml"), "-o", str(inputs / "s.csv"), "--serial", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "best per traffic level:" in printed and "all points: least J/token: fixed:" in printed
+    assert "tie" not in printed and best_by_traffic(single, read_results(inputs / "s.csv"))

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.online import simulate_runs
-from specsim.calibration.telemetry import detect_format, identify, read_telemetry, render_windows
-from specsim.calibration.telemetry.identify import calibration_from, constant_rate
+from specsim.calibration.telemetry import calibration_from, constant_rate, identify, render_windows
+from specsim.interop import detect_format, read_telemetry
 from specsim.errors import CalibrationError
 
 DRAFTER = DrafterKey("ef" * 32, 32000, "bf16", True)
@@ -183,7 +183,7 @@ def test_prometheus_round_trip(engines):
     for e, (drafts, acc) in enumerate(engines):
         acc = sorted((min(a, drafts) for a in acc), reverse=True)
         spec[str(e)] = (drafts, acc, None)
-    from specsim.calibration.telemetry.vllm import parse_prometheus
+    from specsim.interop.vllm import parse_prometheus
 
     records, tally = parse_prometheus([scrape(spec)], ["m.prom"])
     k = max(len(a) for _, a, _ in spec.values())
@@ -200,11 +200,12 @@ def test_vllm_log_line_round_trip(n, shares):
     for s in shares:
         run = int(run * s)
         acc.append(run)
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     records, tally = parse_log(vllm_line(acc, n, len(acc)), "x.log")
     assert tally.garbage == 0
     assert records[0].accepted == acc and records[0].reached == [n] * len(acc)
+    assert records[0].variable is None  # a fixed depth is never taken for a varying one
 
 
 # -- vLLM bench and per-request ------------------------------------------------------------------
@@ -339,7 +340,7 @@ def test_sglang_histogram_length_is_not_the_depth(tmp_path):
     _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json", depth=4)
     assert ident.steps == {(4, 0): 5, (4, 1): 10, (4, 2): 85}
     # counts that contradict the histogram are unreadable
-    from specsim.calibration.telemetry.sglang import parse_requests
+    from specsim.interop.sglang import parse_requests
 
     _, tally = parse_requests(json.dumps({"meta_info": {**meta, "spec_verify_ct": 99}}), "s.json")
     assert tally.garbage == 1 and "contradict" in tally.problems[0]
@@ -489,7 +490,7 @@ def test_import_recovers_known_priors_within_binomial_error(tmp_path, source):
 def test_windows_file_round_trip(requests):
     """Histograms in, the windows file out, and back: `calib fit --windows` and the acceptance
     file reader see every step again."""
-    from specsim.calibration.telemetry.identify import Identified
+    from specsim.calibration.telemetry import Identified
     from specsim.cli.calib import _read_windows
     from specsim.sim.replay import parse_acceptance_file
 
@@ -537,3 +538,41 @@ def test_sglang_older_line_shape_is_recorded(tmp_path):
     _, ident, _ = load(tmp_path, "\n".join([SGL[1]] * 3), "old.log", assume="constant-rate", depth=3)  # 120 steps
     assert ident.meta["source_sglang_line"].startswith("older")
     assert ident.meta["mean_accepted_per_step"] == pytest.approx(2.5)
+
+
+# -- generations added: V0 "tokens tokens", bench JSON, SGLang 0.5.10 depth, TensorRT-LLM released block ----------
+def test_vllm_v0_first_releases_print_tokens_twice(tmp_path):
+    line = ("INFO 01-10 10:00:00 metrics.py:341] Speculative metrics: Draft acceptance rate: 0.500, System efficiency: "
+            "0.600, Number of speculative tokens: 4, Number of accepted tokens: 200, Number of draft tokens tokens: "
+            "400, Number of emitted tokens tokens: 300.")
+    _, ident, tally = load(tmp_path, line, assume="constant-rate")
+    assert tally.garbage == 0 and ident.depth == 4
+    assert ident.meta["mean_accepted_per_step"] == pytest.approx(2.0)  # 200 accepted over 300 - 200 steps
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_vllm_bench_save_result_json(tmp_path, scale):
+    doc = {"date": "20261201", "spec_decode_acceptance_rate": 55.0, "spec_decode_acceptance_length": 2.65,
+           "spec_decode_num_drafts": 2000, "spec_decode_draft_tokens": 6000, "spec_decode_accepted_tokens": 3300,
+           "spec_decode_per_position_acceptance_rates": [0.8 * scale, 0.55 * scale, 0.3 * scale]}
+    fmt, ident, _ = load(tmp_path, json.dumps(doc), "bench.json")
+    assert fmt == "vllm-bench"
+    assert ident.steps == {(3, 0): 400, (3, 1): 500, (3, 2): 500, (3, 3): 600}
+
+
+def test_sglang_0_5_10_depth_from_draft_tokens_over_verify_steps(tmp_path):
+    meta = {"spec_accept_histogram": [5, 10, 85], "spec_verify_ct": 100, "spec_draft_token_num": 300,
+            "spec_accept_token_num": 180}
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json")
+    assert ident.steps == {(3, 0): 5, (3, 1): 10, (3, 2): 85}
+
+
+def test_trtllm_released_per_request_block_is_a_mean_needing_the_depth(tmp_path):
+    doc = [{"request_id": i, "speculative_decoding": {"acceptance_rate": 0.5, "total_accepted_draft_tokens": 150,
+                                                       "total_draft_tokens": 300}} for i in range(2)]
+    with pytest.raises(CalibrationError, match="--depth K"):
+        load(tmp_path, json.dumps(doc), "r.json", assume="constant-rate")
+    fmt, ident, tally = load(tmp_path, json.dumps(doc), "r.json", assume="constant-rate", depth=3)
+    assert fmt == "trtllm-request" and ident.meta["steps"] == 200
+    assert ident.meta["mean_accepted_per_step"] == pytest.approx(1.5)
+    assert ident.meta["source_request_block"] == "accepted and drafted tokens only"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from specsim.calibration import DrafterKey
-from specsim.calibration.telemetry import identify, read_telemetry
-from specsim.calibration.telemetry.identify import calibration_from
+from specsim.calibration.telemetry import calibration_from, identify
+from specsim.interop import read_telemetry
 from specsim.errors import CalibrationError
 
 TRUTH = [0.807, 0.739, 0.670, 0.687]
@@ -192,7 +192,7 @@ def test_per_step_arrays_are_exact_at_every_depth(tmp_path, steps):
 
 
 def test_the_log_line_counts_the_drafting_steps(steps):
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     text = vllm_log(steps, intervals=1)
     records, tally = parse_log(text, "x.log")
@@ -201,7 +201,7 @@ def test_the_log_line_counts_the_drafting_steps(steps):
 
 
 def test_a_fixed_depth_log_line_is_not_flagged():
-    from specsim.calibration.telemetry.vllm import parse_log
+    from specsim.interop.vllm import parse_log
 
     steps = serve(n_batches=800, seed=5)
     fixed = (steps[0], steps[1], np.full_like(steps[2], K), steps[3])
@@ -283,3 +283,45 @@ def test_bad_input_is_named_by_file_and_line_and_strict_refuses(tmp_path, fmt, t
     with pytest.raises(CalibrationError, match="--strict") as e:
         read_telemetry([p], fmt, strict=True)
     assert any("bad.txt" in q for q in e.value.problems)
+
+
+def test_calib_export_vllm_synthetic_serves_the_calibrations_acceptance(tmp_path):
+    import subprocess
+    import sys
+
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.calibration.fit import calibration_from_rates
+
+    cal = calibration_from_rates(DRAFTER, TRUTH, "conditional")
+    f = tmp_path / "c.toml"
+    f.write_text(cal.render())
+    r = subprocess.run([sys.executable, "-m", "specsim", "calib", "export", str(f), "--to", "vllm-synthetic",
+                        "--depth", "6", "-o", str(tmp_path / "s.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "s.json").read_text())
+    assert cfg["rejection_sample_method"] == "synthetic" and cfg["num_speculative_tokens"] == 6
+    want = np.cumprod(TRUTH + [TRUTH[-1]] * 2)
+    assert np.allclose(cfg["synthetic_acceptance_rates"], want, atol=1e-6)
+    # the unconditional rates read back (as marginal rates) give the calibration's priors
+    back = calibration_from_rates(DRAFTER, cfg["synthetic_acceptance_rates"], "marginal")
+    assert np.allclose(back.priors[:4], AcceptanceCalibration.load(f).priors[:4], atol=1e-5)
+    r = subprocess.run([sys.executable, "-m", "specsim", "calib", "export", str(f), "--to", "vllm-synthetic",
+                        "--depth", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_drift_replays_variable_depth_telemetry_exactly_or_refuses(tmp_path, steps):
+    from specsim.calibration.fit import calibration_from_rates
+    from specsim.calibration.telemetry import record_batches
+
+    p = tmp_path / "serve.log"
+    p.write_text(vllm_log(steps))
+    fmt, records, _ = read_telemetry([p])
+    with pytest.raises(CalibrationError, match="depth varied"):
+        record_batches(fmt, records)
+    batches = record_batches(fmt, records, min_depth=2)
+    assert all(d == 2 for b in batches for d, _ in b)
+    from specsim.calibration import drift
+
+    rep, _ = drift.monitor_steps(calibration_from_rates(DRAFTER, TRUTH, "conditional"), batches, drift.DriftSettings())
+    assert not rep.alarms  # the truth's own calibration: no alarm on the exact positions

@@ -1,6 +1,7 @@
 """Acceptance calibrations: format, queries and fitting (docs/calibration.md).
 
-Beside them: :mod:`.telemetry` reads serving engines' speculative-decoding telemetry,
+Beside them: :mod:`.telemetry` turns serving engines' telemetry (read by
+:mod:`specsim.interop`) into what it identifies,
 :mod:`.online` keeps a calibration fitted from live outcomes and :mod:`.drift` tests live
 outcomes against a calibration (docs/telemetry.md).
 """

@@ -64,7 +64,9 @@ class AcceptanceCalibration:
         drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
         arrays = _read_acceptance(doc.get("acceptance", _toml.MISSING), problems)
         if problems:
-            raise CalibrationError(f"{source}: the acceptance calibration cannot be read", problems)
+            swapped = _toml.swapped_hint(doc, "acceptance calibration")
+            raise CalibrationError(f"{source}: the acceptance calibration cannot be read"
+                                   + (f": {swapped}" if swapped else ""), problems)
         meta = doc.get("meta", {})
         return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source)
 

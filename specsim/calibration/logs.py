@@ -175,14 +175,12 @@ def check_edges(edges, source="<edges>"):
 # -- reading files --------------------------------------------------------------------------
 def read_log(path, columns):
     """Named columns of a CSV or JSON Lines log as arrays (floats for ``confidence``)."""
+    from specsim._io import decode_text, read_input
+
     path = Path(path)
-    if path.is_dir():
-        raise CalibrationError(f"{path}: is a folder, not a log file; give the log's file name")
-    if not path.is_file():
-        if path.exists():
-            raise CalibrationError(f"{path}: is not a regular file (a device or a pipe); give the log's file name")
-        raise CalibrationError(f"{path}: no such log file")
-    cols = _read_jsonl(path, columns) if path.suffix.lower() in _JSON_SUFFIXES else _read_csv(path, columns)
+    text = decode_text(read_input(path, "the log", CalibrationError), "the log", path, CalibrationError)
+    read = _read_jsonl if path.suffix.lower() in _JSON_SUFFIXES else _read_csv
+    cols = read(text, path, columns)
     if "confidence" in cols:
         from specsim._checks import logprob_problem
 
@@ -192,13 +190,8 @@ def read_log(path, columns):
     return cols
 
 
-def _read_csv(path, columns):
-    try:
-        # utf-8-sig: a byte-order mark before the header is not part of its first name.
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            header = f.readline()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"{path}: cannot read the log ({e})") from e
+def _read_csv(text, path, columns):
+    header = text.split("\n", 1)[0]
     names = [h.strip().strip('"').lower() for h in header.strip().split(",")]
     missing = [c for c in columns if c not in names]
     if missing:
@@ -209,24 +202,26 @@ def _read_csv(path, columns):
     usecols = [names.index(c) for c in columns]
     fields = [(c, np.float64 if c == "confidence" else np.int64) for c in columns]
     try:
-        data = _loadtxt(path, usecols, fields, converters=None)
+        data = _loadtxt(text, usecols, fields, converters=None)
     except ValueError as first:
         if "accepted" not in columns:
             raise CalibrationError(f"{path}: {first}") from first
         # Slower second pass that also takes true/false in the accepted column.
         conv = {columns.index("accepted"): _bool_text}
         try:
-            data = _loadtxt(path, usecols, fields, converters=conv)
+            data = _loadtxt(text, usecols, fields, converters=conv)
         except ValueError as e:
             raise CalibrationError(f"{path}: {e} (rows count from the first after the header)") from e
     return {c: np.ascontiguousarray(data[c]) for c in columns}
 
 
-def _loadtxt(path, usecols, fields, converters):
+def _loadtxt(text, usecols, fields, converters):
+    import io
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "input contained no data": an empty log
-        return np.loadtxt(path, delimiter=",", skiprows=1, usecols=usecols, dtype=np.dtype(fields),
-                          ndmin=1, quotechar='"', converters=converters, encoding="utf-8")
+        return np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=usecols, dtype=np.dtype(fields),
+                          ndmin=1, quotechar='"', converters=converters)
 
 
 def _bool_text(text):
@@ -238,11 +233,7 @@ def _bool_text(text):
     raise ValueError(f"accepted value {text!r} is not 1, 0, true or false")
 
 
-def _read_jsonl(path, columns):
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"{path}: cannot read the log ({e})") from e
+def _read_jsonl(text, path, columns):
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     linenos = [i for i, _ in numbered]
     # One parse of all lines as an array is the fast path; per-line parsing finds a bad line

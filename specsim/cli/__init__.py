@@ -29,8 +29,30 @@ COMMAND_MODULES = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (its sub-commands' too), with the fix for the likeliest slip it reports
+    bare: an option whose value starts with a minus (``--edges -4,-2,0``) reads as "expected one
+    argument", since argparse takes ``-4,-2,0`` for an option."""
+
+    def error(self, message):
+        import re
+
+        m = re.match(r"argument (--[\w-]+)(?:/-\w)?: expected one argument$", message)
+        if m:
+            opt = m.group(1)
+            argv = ARGV[-1] if ARGV else sys.argv[1:]
+            after = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == opt and str(argv[i + 1]).startswith("-")]
+            value = after[0] if after else "-4,-2,0"
+            message += f"; a value that starts with a minus goes after '=': write {opt}={value}"
+        super().error(message)
+
+
+# The arguments being parsed (argparse's error() is not told them).
+ARGV = []
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specsim",
         description="Plan, simulate and measure the cost of speculative decoding in LLM serving.",
     )
@@ -40,7 +62,24 @@ def build_parser() -> argparse.ArgumentParser:
     groups = {}
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub, groups)
+    _summarise_groups(sub, groups)
     return parser
+
+
+# Groups whose one-line summary in ``specsim --help`` is built from their actions (several
+# modules add actions to them), and what those actions act on.
+GROUP_NOUNS = {"table": "cost tables", "calib": "acceptance calibrations"}
+
+
+def _summarise_groups(sub, groups) -> None:
+    """Each group's summary names every action in it, whichever module added them."""
+    for group, noun in GROUP_NOUNS.items():
+        names = list(groups[group].choices)
+        summary = f"{', '.join(names[:-1])} and {names[-1]} {noun}"
+        for choice in sub._choices_actions:
+            if choice.dest == group:
+                choice.help = summary
+        sub.choices[group].description = summary[0].upper() + summary[1:] + "."
 
 
 def main(argv=None) -> int:
@@ -63,7 +102,11 @@ def _main(argv) -> int:
     if bad:
         print(f"specsim: error: argument {bad[0]!r} holds a NUL character", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    ARGV.append(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = parser.parse_args(argv)
+    finally:
+        ARGV.pop()
     try:
         return int(args.func(args) or 0)
     except SpecsimError as e:
@@ -93,7 +136,12 @@ def _quiet_stdout() -> None:
 
 
 def run() -> None:
+    """The ``specsim`` console script: :func:`main` on the process's arguments, after the
+    first-use notice when the command's kernels are still to be compiled."""
     try:
+        from specsim._coldstart import announce
+
+        announce(sys.argv[1:])
         code = main()
     except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit
         code = 130

@@ -10,7 +10,7 @@ import sys
 from specsim._checks import COUNT_MAX, number_problem, show
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError
-from specsim.schedule.formats import engine_file
+from specsim.interop import engine_file
 
 
 def int_list(text: str):

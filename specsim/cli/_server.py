@@ -31,6 +31,9 @@ def add_server_options(p, *, replica: bool = False) -> None:
     p.add_argument("--mixed-step-pricing", choices=MIXED_STEP_PRICINGS, default=DEFAULT_MIXED_STEP_PRICING,
                    help="price a step that decodes and prefills as one forward pass, the weights read once "
                         "(one-pass, default), or as its decode and prefill parts added (additive, the earlier rule)")
+    p.add_argument("--no-context-pricing", dest="context_pricing", action="store_false",
+                   help="price every step at the table's reference context (default: a table with a context axis "
+                        "prices each decode step at its batch's mean KV tokens per sequence)")
     p.add_argument("--kv-capacity-tokens", type=count, metavar="T",
                    help=f"KV-cache capacity{each} in tokens (default: the table's [meta] kv_capacity_tokens, "
                         "else unlimited)")
@@ -54,10 +57,21 @@ def add_server_options(p, *, replica: bool = False) -> None:
                    help=f"power{each} while nothing is active (default: the table's [meta], else 0)")
 
 
+def warn_placeholder_prefill(options, table, command: str) -> None:
+    """Print, once, that the prefill costs are placeholders when they are (see
+    ``ServerOptions.placeholder_prefill``)."""
+    import sys
+
+    note = options.placeholder_prefill(table)
+    if note:
+        print(f"specsim {command}: warning: {note}", file=sys.stderr)
+
+
 def server_options(args) -> dict:
     """The values of :func:`add_server_options`' flags, as ``ServerOptions`` keywords."""
     return {"max_batch": args.max_batch, "max_num_batched_tokens": args.max_num_batched_tokens,
             "chunked_prefill": args.chunked_prefill, "mixed_step_pricing": args.mixed_step_pricing,
+            "context_pricing": args.context_pricing,
             "kv_capacity_tokens": args.kv_capacity_tokens,
             "kv_block_size": args.kv_block_size, "max_seqs": args.max_seqs, "k_max": args.k_max,
             "row_budget": args.row_budget, "prefill_ms_per_token": args.prefill_ms_per_token,

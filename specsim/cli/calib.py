@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli import calib_live
-from specsim.cli._common import float_list, format_grid, print_json
+from specsim.cli._common import count, float_list, format_grid, print_json
 from specsim.cli._drafter import drafter_flags, drafter_key
 
 
@@ -19,6 +19,20 @@ def register(sub, groups):
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_show)
     register_fit(csub)
+    p = csub.add_parser(
+        "export", help="write a calibration as an engine setting that serves drafts at its acceptance",
+        description="Write vLLM's --speculative-config with rejection_sample_method \"synthetic\" and "
+                    "synthetic_acceptance_rates (the calibration's per-position unconditional rates), so the real "
+                    "engine accepts drafts at this calibration's acceptance and can be timed there. See "
+                    "docs/telemetry.md#a-calibration-the-engine-can-serve.")
+    p.add_argument("file", help="calibration TOML")
+    p.add_argument("--to", required=True, choices=("vllm-synthetic",), help="the setting to write")
+    p.add_argument("--depth", type=count, metavar="K",
+                   help="num_speculative_tokens (default: the calibration's fitted positions)")
+    p.add_argument("--method", default="eagle3", metavar="NAME", help="the speculative method (default eagle3)")
+    p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights (vLLM `model`)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the JSON here (default: print it)")
+    p.set_defaults(func=cmd_export)
     calib_live.register(csub)
     calib_live.register_drift(csub)
 
@@ -50,6 +64,31 @@ def cmd_show(args):
         total += run
         prow.append([j, f"{p:.4f}", f"{run:.4f}", f"{total:.4f}"])
     print(format_grid(["position", "prior (cond.)", "P(reached+acc.)", "E[accepted] to here"], prow))
+    return 0
+
+
+def cmd_export(args):
+    import json
+    import sys
+
+    from specsim._io import Outputs
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.interop.vllm import synthetic_config
+
+    with Outputs({"CAL": args.file}) as out:
+        out.declare(args.out, "-o")
+        cal = AcceptanceCalibration.load(args.file)
+        cfg = synthetic_config(cal, args.depth, args.method, args.draft_model)
+        line = json.dumps(cfg, separators=(", ", ": "))
+        if args.out:
+            out.text(args.out, line + "\n")
+    print(f"specsim: use: vllm serve ... --speculative-config '{line}'", file=sys.stderr)
+    print("specsim: note: vLLM then accepts drafts at these rates whatever the drafter proposes: time the engine at "
+          "the widths and depths a cost table needs and write those step times as the table", file=sys.stderr)
+    if args.out:
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(line)
     return 0
 
 

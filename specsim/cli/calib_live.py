@@ -23,7 +23,8 @@ and the counts. See docs/telemetry.md.
 
 
 def register(csub):
-    from specsim.calibration.telemetry import ASSUMPTIONS, FORMATS
+    from specsim.calibration.telemetry import ASSUMPTIONS
+    from specsim.interop import FORMATS
 
     p = csub.add_parser(
         "import", help="import vLLM / SGLang / TensorRT-LLM speculative-decoding telemetry as a calibration",
@@ -55,9 +56,9 @@ def register(csub):
 
 def cmd_import(args):
     from specsim._io import Outputs
-    from specsim.calibration.telemetry import identify, read_telemetry, render_windows
-    from specsim.calibration.telemetry.identify import calibration_from
+    from specsim.calibration.telemetry import calibration_from, identify, render_windows
     from specsim.cli._drafter import drafter_key
+    from specsim.interop import read_telemetry
 
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
@@ -85,7 +86,7 @@ def cmd_import(args):
 def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
     from specsim.errors import CalibrationError
-    from specsim.schedule.formats import engine_schedule
+    from specsim.interop import engine_schedule
     from specsim.studies.schedule_file import load_schedule
 
     ranges = engine_schedule(text)
@@ -112,7 +113,7 @@ either way; the verdict is printed (and written with --json). See docs/telemetry
 
 
 def register_drift(csub):
-    from specsim.calibration.telemetry import FORMATS
+    from specsim.interop import FORMATS
     from specsim.cli._common import nonneg_float
 
     p = csub.add_parser("drift", help="test live outcomes against a calibration (CUSUM per pool and position)",
@@ -125,6 +126,13 @@ def register_drift(csub):
     src.add_argument("--from-log", nargs="+", metavar="FILE", help="serving telemetry files of one format")
     p.add_argument("--trace", metavar="NAME", help="--acceptance: the [[trace]] to replay")
     p.add_argument("--from", dest="fmt", choices=tuple(FORMATS), metavar="NAME", help="--from-log: the format")
+    p.add_argument("--depth", type=count, metavar="K", help="--from-log: drafts per step where the source does not say")
+    shallow = p.add_mutually_exclusive_group()
+    shallow.add_argument("--schedule", metavar="FILE",
+                         help="--from-log: the schedule the serve ran; where the depth varied, replay the positions "
+                              "its shallowest depth reached")
+    shallow.add_argument("--min-depth", type=count, metavar="K",
+                         help="--from-log: the shallowest depth the serve drafted")
     p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
     p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
@@ -202,10 +210,11 @@ def _replay_drift(args, cal, settings):
         cols = read_log(args.steps_log, STEP_COLUMNS)
         rep, hist = online.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
-    from specsim.calibration.telemetry import read_telemetry
-    from specsim.calibration.telemetry.identify import record_batches
+    from specsim.calibration.telemetry import record_batches
+    from specsim.interop import read_telemetry
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
-    batches = record_batches(fmt, records)
+    min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
+    batches = record_batches(fmt, records, args.depth, min_depth)
     rep, hist = online.monitor_steps(cal, batches, settings, history=True)
     return rep, hist, f"{fmt} telemetry, {len(batches)} records"

@@ -7,7 +7,7 @@ import json
 import sys
 
 from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
@@ -31,7 +31,7 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_slo_options(p, targets="(seconds)", attainment="fraction of requests that must meet both targets (default 0.99)",
                     default=0.99)
@@ -116,8 +116,9 @@ def _inputs(args, out):
             for kind, path in g.paths.items():
                 out.add_input(path, f"{kind} of group {g.name!r}")
     else:
-        fleet = Fleet.uniform(CostTable.load(args.table), AcceptanceCalibration.load(args.calibration), 1,
-                              ServerOptions(**base))
+        table, opts = CostTable.load(args.table), ServerOptions(**base)
+        warn_placeholder_prefill(opts, table, "capacity")
+        fleet = Fleet.uniform(table, AcceptanceCalibration.load(args.calibration), 1, opts)
     return fleet, trace_from_args(args, args.trace)
 
 
@@ -173,7 +174,21 @@ def capacity_table(result) -> str:
     if bad:
         note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
                  "in replicas here, so read that answer with care")
+    for line in overload_probe_lines(result):
+        note += "\n" + line
     return format_grid(header, rows) + note
+
+
+def overload_probe_lines(result) -> list:
+    """One line per policy whose probes overloaded the fleet (queueing grew through the run)."""
+    lines = []
+    for p in result.policies:
+        over = [q for q in p.probes if q.overloaded]
+        if over:
+            sizes = ", ".join(f"{q.replicas} ({q.queue_growth:.3f})" for q in over)
+            lines.append(f"overloaded: {p.label} at replicas {sizes}: queueing delay grew (s per s of arrivals, in "
+                         "brackets) through the run, so those probes' attainment measures a backlog")
+    return lines
 
 
 def _document(args, result, read) -> dict:

@@ -33,6 +33,7 @@ def cmd_demo(args):
     from specsim._checks import rate_scale_problem
     from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, run_demo
     from specsim.errors import SpecsimError
+    from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
 
     if not args.out.strip():
@@ -56,16 +57,27 @@ def cmd_demo(args):
           f"calibration from published EAGLE acceptance rates")
     print()
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     print(f"(SLO: TTFT <= {DEMO_SLO_TTFT_S} s and TPOT <= {DEMO_SLO_TPOT_S} s)")
     print()
     _verdict(summaries)
-    print(f"inputs, results and plot written to {args.out}/ ({time.monotonic() - start:.1f} s). Start from them:")
+    written = [p.name for p in inputs["written"]]
+    why = ""
+    if "plot.png" not in written:
+        why = ("; no plot: --no-plot" if args.no_plot else
+               "; no plot: matplotlib is not installed (pip install 'specsim[plot]')")
+    print(f"{_names(written)} written to {args.out}/ ({time.monotonic() - start:.1f} s{why}). Start from them:")
     print(f"  specsim simulate --trace {args.out}/trace.csv --table {args.out}/table.toml "
           f"--calibration {args.out}/calibration.toml --policy sequence --seed {args.seed} "
           f"--slo-ttft-s {DEMO_SLO_TTFT_S} --slo-tpot-s {DEMO_SLO_TPOT_S}")
     if not args.no_tune:
         _tuned(inputs, args)
     return 0
+
+
+def _names(names) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _tuned(inputs, args):

@@ -32,7 +32,7 @@ def register(sub, groups):
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help="how requests are spread (default: the fleet file's, else round_robin)")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
@@ -68,6 +68,7 @@ def _run(args, out):
     from specsim import __version__
     from specsim.cli.capacity import _inputs
     from specsim.sim.fleet import simulate_fleet
+    from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
     from specsim.traces import summary as trace_summary
 
@@ -81,6 +82,8 @@ def _run(args, out):
     print(f"{read.source} ({read.format}): {read.requests.shape[0]} requests; {fleet.replicas} replica(s), "
           f"{fleet.gpus} GPU(s); router {router}")
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     for s in summaries:
         print(f"\n{s['label']}: per replica")
         print(replica_table(s["per_replica"]))

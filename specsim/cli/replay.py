@@ -33,9 +33,25 @@ def register(sub, groups):
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_replay)
 
-    t = groups["table"].add_parser("import", help="convert a measured [[run]] of cells into a cost table")
-    t.add_argument("file", help="TOML with [[run]] tables (name, cells = [[n, k, verify_ms, verify_j, draft_ms, draft_j]])")
-    t.add_argument("--run", required=True, metavar="NAME", help="name of the [[run]] to convert")
+    t = groups["table"].add_parser(
+        "import", help="convert a measured [[run]] of cells, or an engine's telemetry, into a cost table",
+        description="Convert a measured [[run]] of cells (--run NAME) or fit a table on a serving engine's "
+                    "telemetry (--from trtllm-iterations|sglang-log, joules from --assume-power-w); see "
+                    "docs/measure.md.")
+    t.add_argument("file", nargs="+", help="TOML with [[run]] tables (name, cells = [[n, k, verify_ms, verify_j, "
+                                           "draft_ms, draft_j]]), or the telemetry files (with --from)")
+    source = t.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", metavar="NAME", help="name of the [[run]] to convert")
+    source.add_argument("--from", dest="from_format", choices=("trtllm-iterations", "sglang-log"),
+                        help="fit the table on engine telemetry: TensorRT-LLM iteration stats or SGLang "
+                             "`Decode batch` lines")
+    t.add_argument("--assume-power-w", type=float, metavar="W",
+                   help="with --from: joules are W watts times time ([meta] energy_source = assumed)")
+    t.add_argument("--nvml-log", metavar="CSV",
+                   help="with --from, instead of --assume-power-w: joules are the mean board power of this "
+                        "nvidia-smi power log (timestamp, index, power.draw) times time")
+    t.add_argument("--min-samples", type=count, metavar="N", default=None,
+                   help="with --from: fewest samples a measured cell rests on (default 5)")
     t.add_argument("-o", "--output", required=True, metavar="OUT", help="cost table TOML to write")
     t.add_argument("--box-class", required=True, help="key: the hardware class the run was measured on")
     t.add_argument("--recipe", required=True, help="key: model + drafter + precision recipe id")
@@ -113,6 +129,14 @@ def cmd_import(args):
         if not value.strip():
             raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
     digests = digest_map(args.digest)
+    if args.from_format is not None:
+        return _import_telemetry(args, digests)
+    for flag in ("--assume-power-w", "--min-samples", "--nvml-log"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            raise TableError(f"{flag} applies to --from (engine telemetry), not to --run")
+    if len(args.file) != 1:
+        raise TableError(f"--run converts one file's [[run]]; {len(args.file)} files were given")
+    args.file = args.file[0]
     out = Outputs({"FILE": args.file})
     out.declare(args.output, "-o")
     afile = load_acceptance_file(args.file)
@@ -124,6 +148,41 @@ def cmd_import(args):
         out.text(args.output, CostTable.render(table.key, table.cells, table.meta))
     print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
           f"depths 0..{table.max_k}")
+    return 0
+
+
+def _import_telemetry(args, digests):
+    from specsim._io import Outputs
+    from specsim.errors import TableError
+    from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table
+    from specsim.table import SCHEMA, CostTable, TableKey
+
+    if (args.assume_power_w is None) == (args.nvml_log is None):
+        raise TableError("--from needs one of --assume-power-w W (joules are W watts times time; the table records "
+                         "energy_source = \"assumed\") and --nvml-log CSV (the log's mean board power): engine "
+                         "telemetry holds no joules")
+    inputs = {f"FILE {i + 1}": f for i, f in enumerate(args.file)}
+    if args.nvml_log is not None:
+        inputs["--nvml-log"] = args.nvml_log
+    out = Outputs(inputs)
+    out.declare(args.output, "-o")
+    key = TableKey(SCHEMA, args.box_class, args.recipe, digests)
+    fitted = import_table(args.file, args.from_format, key, power_w=args.assume_power_w, nvml_log=args.nvml_log,
+                          min_samples=MIN_CELL_SAMPLES if args.min_samples is None else args.min_samples)
+    table = fitted.table
+    with out:
+        out.text(args.output, CostTable.render(table.key, table.cells, table.meta, table.extras))
+    measured = table.meta["measured_cells"]
+    print(f"wrote {args.output}: {measured} measured cells ({table.meta['samples']:,} samples, at least "
+          f"{table.meta['min_cell_samples']} each), {len(table.cells) - measured} fitted; widths "
+          f"{', '.join(map(str, table.widths.tolist()))}, depths 0..{table.max_k}; " + (
+              f"joules assumed at {args.assume_power_w:g} W" if args.nvml_log is None else
+              f"joules at the NVML log's mean {table.meta['power_log_w']:.1f} W"))
+    if fitted.refused:
+        print("refused (too few samples): " + table.meta["refused_cells"])
+    apart = ", ".join(f"{v:,} {k}" for k, v in fitted.kept_apart.items() if v)
+    if apart:
+        print(f"kept apart (not in any cell): {apart}")
     return 0
 
 

@@ -21,7 +21,7 @@ def _method_name(text: str) -> str:
 
 
 def register(sub, groups):
-    from specsim.schedule.formats import ENGINES
+    from specsim.interop import ENGINES
 
     group = sub.add_parser("schedule", help="write a width -> depth schedule for vLLM, TensorRT-LLM or SGLang")
     ssub = group.add_subparsers(dest="schedule_command", metavar="ACTION")
@@ -42,7 +42,7 @@ def register(sub, groups):
     p.add_argument("--widths-max", type=count, metavar="N",
                    help="with --planner: widest width to plan (default the table's widest); "
                         "wider widths keep its depth")
-    p.add_argument("--to", required=True, choices=ENGINES, help="the engine to write for")
+    p.add_argument("--to", required=True, choices=tuple(ENGINES), help="the engine to write for")
     p.add_argument("--method", metavar="NAME", type=_method_name,
                    help="speculative method as the engine names it (default: vLLM eagle3, TensorRT-LLM Eagle3, "
                         "SGLang EAGLE3: most current drafters are EAGLE-3)")
@@ -59,12 +59,15 @@ def register(sub, groups):
         description="Read a vLLM, TensorRT-LLM or SGLang config the way the engine reads it and print the "
                     "equivalent schedule: policy (the same as --policy vllm:FILE and the like).",
     )
-    p.add_argument("--from", dest="engine", required=True, choices=ENGINES, help="the engine the file is for")
+    p.add_argument("--from", dest="engine", required=True, choices=tuple(ENGINES), help="the engine the file is for")
     p.add_argument("file", help="the engine's config file")
     p.add_argument("--trtllm-keys", choices=("upper", "lower"),
                    help="how the TensorRT-LLM build reads draft_len_schedule keys: upper bounds (since PR #10860, "
                         "about March 2026) or lower bounds (from PR #8194 until then); default: told from the file "
                         "(key 1 with a 0 last length is a lower-bound file), else upper")
+    p.add_argument("--cuda-graph-bs", metavar="B1,B2,..",
+                   help="--from sglang: the serve's CUDA-graph capture sizes; a batch is padded up to the next one "
+                        "before its slot is chosen (the policy form is sglang[B1,B2,..]:FILE)")
     p.set_defaults(func=cmd_import)
 
 
@@ -93,7 +96,7 @@ def _error(message):
 
 def cmd_export(args):
     from specsim._io import Outputs
-    from specsim.schedule.formats import export
+    from specsim.interop import export_schedule
     from specsim.policy.schedule import policy_text
     from specsim.studies.schedule_file import load_schedule
 
@@ -109,7 +112,7 @@ def cmd_export(args):
             ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
         else:
             ranges, max_batch = _planner_ranges(args)
-        config = export(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
+        config = export_schedule(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)
@@ -124,12 +127,19 @@ def cmd_export(args):
 
 
 def cmd_import(args):
-    from specsim.schedule.formats import import_file
+    from specsim.interop import import_file
     from specsim.policy.schedule import policy_text
 
     from specsim.errors import ScheduleError
 
+    from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
+
     if args.trtllm_keys and args.engine != "trtllm":
         raise ScheduleError("--trtllm-keys applies to --from trtllm")
-    print(policy_text(import_file(args.engine, args.file, args.trtllm_keys)))
+    if args.cuda_graph_bs and args.engine != "sglang":
+        raise ScheduleError("--cuda-graph-bs applies to --from sglang")
+    ranges = import_file(args.engine, args.file, args.trtllm_keys)
+    if args.cuda_graph_bs:
+        ranges = pad_to_graphs(ranges, cuda_graph_sizes(args.cuda_graph_bs))
+    print(policy_text(ranges))
     return 0

@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
 
@@ -28,7 +28,7 @@ def register(sub, groups):
     p.add_argument("--table", required=True, metavar="T", help="cost table TOML")
     p.add_argument("--calibration", required=True, metavar="C", help="acceptance calibration TOML")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence or goodput (repeat to compare)")
+                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, action="append", metavar="S",
                    help="planner slack in [0, 1) for propose and sequence (repeat to sweep; default 0)")
     add_server_options(p)
@@ -75,9 +75,9 @@ def _simulate(args, out):
     from specsim.traces import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
+    from specsim.interop import read_policy
     from specsim.policy.policy import policy_runs
-    from specsim.schedule.formats import read_policy
-    from specsim.sim.metrics import requests_csv, summarize
+    from specsim.sim.metrics import overload_lines, requests_csv, summarize
     from specsim.sim.report import comparison_table
     from specsim.table import CostTable
 
@@ -91,6 +91,7 @@ def _simulate(args, out):
     plan = policy_runs([read_policy(p) for p in args.policy], slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
+    warn_placeholder_prefill(base, table, "simulate")
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)
     with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \
@@ -109,6 +110,8 @@ def _simulate(args, out):
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
     print(comparison_table(summaries))
+    for line in overload_lines(summaries):
+        print(line)
     if args.json:
         doc = {
             "policies": summaries,

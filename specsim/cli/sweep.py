@@ -10,8 +10,10 @@ def register(sub, groups):
         "sweep",
         help="run a grid of simulations (policy x slack x batch cap x traffic x seed x trace)",
         description="Cross the axes of GRID.toml and simulate every point, on a local Dask cluster (default), an "
-                    "existing one (--scheduler) or serially. Each finished point is saved at once; points already "
-                    "in RESULTS are skipped, so an interrupted sweep resumes. The grid format is in "
+                    "existing one (--scheduler) or serially. Each finished point is saved at once; points kept in "
+                    "RESULTS are reused when every input they were computed from (trace content, table, calibration, "
+                    "server options, policy, seed, SLO, engine version) is unchanged, so an interrupted sweep resumes "
+                    "and a changed input recomputes. The grid format is in "
                     "docs/formats.md#sweep-grid.",
     )
     p.add_argument("grid", help="grid TOML (traces, tables, calibrations, [server], [slo], [axes])")
@@ -28,6 +30,8 @@ def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
     from specsim.studies.sweep import load_grid, read_results, run_sweep
+    from specsim.studies.sweep.grid import point_id
+    from specsim.studies.sweep.run import best_by_traffic
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -48,12 +52,23 @@ def cmd_sweep(args):
             require_matplotlib("--plot", args.plot)  # a format matplotlib writes, before the work
         report = run_sweep(grid, args.out, scheduler=args.scheduler, workers=args.workers, serial=args.serial,
                            progress=not args.quiet)
-        print(f"{report.total} points: {report.computed} computed, {report.skipped} already done; "
+        print(f"{report.total} points: {report.computed} computed, {report.skipped} reused (inputs unchanged)"
+              + (f", {report.stale} recomputed because an input changed" if report.stale else "") + "; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        ids = {point_id(p) for p in grid.points}
+        rows = [r for r in read_results(args.out) if r["point_id"] in ids]
+        over = [r for r in rows if r.get("overload_flag") is True]
+        if over:
+            worst = max(over, key=lambda r: r["overload_growth"])
+            print(f"overloaded: {len(over)} of {len(rows)} points (column overload_flag): queueing delay grew "
+                  f"through the run, up to {worst['overload_growth']:.3f} s per s of arrivals ({worst['label']}, "
+                  f"point {worst['point_id']}); their latency percentiles measure the backlog")
+        for line in best_by_traffic(grid, read_results(args.out)):
+            print(line)
         if args.plot:
             from specsim.studies.sweep.plot import pareto_plot
 
-            pareto_plot(read_results(args.out), out.path(args.plot))
+            pareto_plot(rows, out.path(args.plot))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from specsim.cli._common import add_policy_inputs, count, share, slack
-from specsim.cli._server import add_server_options, server_options
+from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
@@ -76,6 +76,7 @@ def cmd_tune(args):
         table = CostTable.load(args.table)
         cal = AcceptanceCalibration.load(args.calibration)
         opts = ServerOptions(**server_options(args), slack=args.slack, seed=args.seed)
+        warn_placeholder_prefill(opts, table, "tune")
         executor = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}

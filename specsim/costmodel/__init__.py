@@ -1,13 +1,15 @@
 """Cost tables without hardware: an analytic roofline model over public specs, for
 when no hardware is at hand (docs/measure.md#a-table-without-hardware). A modelled table says so in its ``[meta]`` (``energy_source = "model"``)."""
 
-from specsim.costmodel.roofline import (DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, Overheads, model_table,
+from specsim.costmodel.roofline import (ACHIEVED, DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, HOST_OVERHEADS, Achieved,
+                                        ForwardBreakdown, Overheads, achieved_for, forward_breakdown, model_table,
                                         plain_decode_ms, plain_decode_power_w, step_costs)
 from specsim.costmodel.specs import (BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, DrafterSpec, GpuSpec,
                                      ModelSpec, drafter_spec, gpu_spec, load_specs, model_spec, parse_specs)
 
 __all__ = [
-    "BUILTIN_DRAFTERS", "BUILTIN_GPUS", "BUILTIN_MODELS", "DEFAULT_CONTEXT_TOKENS", "DEFAULT_WIDTHS",
-    "DrafterSpec", "GpuSpec", "ModelSpec", "Overheads", "drafter_spec", "gpu_spec", "load_specs",
-    "model_spec", "model_table", "parse_specs", "plain_decode_ms", "plain_decode_power_w", "step_costs",
+    "ACHIEVED", "Achieved", "BUILTIN_DRAFTERS", "BUILTIN_GPUS", "BUILTIN_MODELS", "DEFAULT_CONTEXT_TOKENS",
+    "DEFAULT_WIDTHS", "DrafterSpec", "ForwardBreakdown", "GpuSpec", "HOST_OVERHEADS", "ModelSpec", "Overheads",
+    "achieved_for", "drafter_spec", "forward_breakdown", "gpu_spec", "load_specs", "model_spec", "model_table",
+    "parse_specs", "plain_decode_ms", "plain_decode_power_w", "step_costs",
 ]

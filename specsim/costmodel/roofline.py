@@ -1,27 +1,38 @@
 """The analytic cost model: a roofline per forward pass, turned into a cost table (docs/tables.md).
 
-One forward pass over ``rows`` tokens of ``seqs`` sequences, each with ``context`` tokens of KV
-cache, on ``tp`` GPUs in tensor parallel, costs
+One forward pass over ``tokens`` rows of ``seqs`` sequences, each with ``context`` tokens of KV
+cache, on ``tp`` GPUs in tensor parallel, is priced operator by operator
+(:func:`forward_breakdown`):
 
-- weights: bytes read over memory bandwidth, or matrix FLOPs over the dense matrix rate of the
-  weights' format, whichever binds;
-- attention: KV-cache bytes over bandwidth, or its FLOPs over the bf16 rate, whichever binds;
-- tensor-parallel all-reduces (two per layer, ring: ``2(tp-1)`` hop latencies plus
-  ``2(tp-1)/tp`` of the activations over the link);
-- host overhead: a fixed cost per forward pass and, for the target's pass, a cost per sequence
-  (scheduling, sampling, bookkeeping on the CPU).
+- linear: every layer's non-attention operators -- the QKV and output projections, the MLP's up
+  (gate and up, for a gated MLP), activation and down projections, two norms, the rotary
+  embedding and the residual add -- each a GEMM or an elementwise kernel;
+- attention: each KV layer's cache reads and score/value FLOPs, one kernel per layer;
+- communication: two tensor-parallel all-reduces of the activations per layer (ring: ``2(tp-1)``
+  hop latencies plus ``2(tp-1)/tp`` of the bytes over the link);
+- head: the embedding lookup, the final norm and the LM head GEMM;
+- host: what the serving engine's CPU side adds per pass and per sequence (:class:`Overheads`).
 
-Bandwidth and matrix rates are derated by the efficiencies of :class:`Overheads`. A verify step at
-width ``n`` and depth ``k`` is one pass over ``n(k+1)`` rows; its ``k`` draft steps are ``k``
-chained drafter passes over ``n`` rows. Energy is board power times time, summed over the ``tp``
-GPUs: idle power for the whole step, plus the dynamic power (TDP - idle) for the share of the step
-the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies (communication and
-host time count as idle). Power therefore stays between idle and TDP.
+A GEMM moves its weights and activations over memory and does ``2 * rows * in * out`` FLOPs; its
+time is a launch floor plus the two times blended, ``(mem^p + flop^p)^(1/p)`` (``p`` large is the
+plain roofline's max; ``p`` near 1 their sum, which is what mid-size GEMMs measure). Elementwise
+kernels stream their bytes at the elementwise fraction of the bandwidth. The fractions of the
+datasheet rates, the floor, ``p`` and the all-reduce hop latency and link fraction are the
+:class:`Achieved` constants of the GPU's class, fitted on measured per-operator times
+(docs/tables.md#the-roofline-against-measurements).
+
+A verify step at width ``n`` and depth ``k`` is one pass over ``n(k+1)`` rows; its ``k`` draft
+steps are ``k`` chained drafter passes over ``n`` rows. Energy is board power times time, summed
+over the ``tp`` GPUs: idle power for the whole step, plus the dynamic power (TDP - idle) for the
+share of the step the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies
+(launch floors, communication and host time count as idle). Power therefore stays between idle
+and TDP.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,166 +45,401 @@ from specsim.errors import CostModelError
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_CONTEXT_TOKENS = 2048
+# Bytes of one activation or KV element the kernels move besides the weights (bf16/fp16).
+ACTIVATION_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class Achieved:
+    """What one GPU class reaches of its datasheet, fitted on measured per-operator times.
+
+    Attributes
+    ----------
+    matrix_efficiency : float
+        Fraction of the dense matrix rate a large GEMM sustains.
+    memory_efficiency : float
+        Fraction of the memory bandwidth a GEMM's weight stream (and attention's KV stream) reaches.
+    elementwise_efficiency : float
+        Fraction of the memory bandwidth norms, activations, rotary embeddings and adds reach.
+    op_floor_us : float
+        Time of the shortest kernel: what every operator costs however small it is.
+    blend : float
+        ``p`` of the blend ``(mem^p + flop^p)^(1/p)`` of a GEMM's two times, >= 1.
+    hop_us : float
+        Latency of one hop of a ring all-reduce.
+    link_efficiency : float
+        Fraction of the per-GPU link bandwidth an all-reduce's bytes reach.
+    source : str
+        What it was fitted on.
+    """
+
+    matrix_efficiency: float
+    memory_efficiency: float
+    elementwise_efficiency: float
+    op_floor_us: float
+    blend: float
+    hop_us: float
+    link_efficiency: float
+    source: str = ""
+
+    def __post_init__(self):
+        problems = []
+        for f in ("matrix_efficiency", "memory_efficiency", "elementwise_efficiency", "link_efficiency"):
+            v = getattr(self, f)
+            if not 0.0 < v <= 1.0:
+                problems.append(f"{f} = {v!r} must be in (0, 1]")
+        for f in ("op_floor_us", "hop_us"):
+            v = getattr(self, f)
+            if not (math.isfinite(v) and v >= 0.0):
+                problems.append(f"{f} = {v!r} must be >= 0")
+        if not (math.isfinite(self.blend) and self.blend >= 1.0):
+            problems.append(f"blend = {self.blend!r} must be >= 1")
+        if problems:
+            raise CostModelError("the achieved fractions are refused", problems)
+
+    def constants(self) -> dict:
+        """The numeric fields, for a table's ``[meta]`` and its digests."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
+
+
+# Fitted by ``python -m tests.roofline_fit`` on the measured per-operator medians of the shipped
+# profiles (tests/data/vidur: Llama-2-7B, Llama-2-70B and Llama-3-8B on A100, Llama-2-7B and
+# Llama-2-70B on H100, tensor parallel 1-8, 1-4,096 tokens) and their all-reduce times.
+ACHIEVED = {
+    "ampere": Achieved(matrix_efficiency=0.7096, memory_efficiency=0.7969, elementwise_efficiency=0.7314,
+                       op_floor_us=4.0078, blend=1.5546, hop_us=3.375, link_efficiency=0.4763,
+                       source="fitted on vidur per-operator profiles (A100-80GB SXM: Llama-2-7B, Llama-2-70B, "
+                              "Llama-3-8B; TP 1-8; 1-4,096 tokens) and all-reduce times (a100_dgx)"),
+    "hopper": Achieved(matrix_efficiency=0.7322, memory_efficiency=0.9339, elementwise_efficiency=0.6195,
+                       op_floor_us=3.7945, blend=1.4182, hop_us=2.432, link_efficiency=0.6646,
+                       source="fitted on vidur per-operator profiles (H100 SXM: Llama-2-7B, Llama-2-70B; TP 1-8; "
+                              "1-4,096 tokens) and all-reduce times (h100_dgx)"),
+}
+
+
+def _mean_achieved(classes) -> Achieved:
+    """The geometric mean of the fitted classes: the stand-in for a class nothing was fitted on."""
+    fields = [f.name for f in dataclasses.fields(Achieved) if f.name != "source"]
+    mean = {f: float(np.exp(np.mean([np.log(max(getattr(a, f), 1e-12)) for a in classes]))) for f in fields}
+    return Achieved(**mean, source="no profile of this GPU class: the geometric mean of the fitted classes ("
+                    + ", ".join(sorted(ACHIEVED)) + ")")
+
+
+UNFITTED_ACHIEVED = _mean_achieved(ACHIEVED.values())
+
+
+def achieved_for(gpu: GpuSpec) -> Achieved:
+    """The fitted constants of ``gpu``'s class (``GpuSpec.arch``), or :data:`UNFITTED_ACHIEVED`."""
+    return ACHIEVED.get(gpu.arch, UNFITTED_ACHIEVED)
 
 
 @dataclass(frozen=True)
 class Overheads:
-    """What the serving stack adds to the roofline: a few global constants.
+    """What the serving engine's host side adds to every forward pass, and how power splits.
 
-    The defaults are calibrated once, globally, on the Splitwise profiles of Llama-2-70B decode on
-    A100 and H100 at tensor parallel 2, 4 and 8 and batch 1-64 (vLLM-era eager serving, fp16):
-    a coarse grid over ``memory_efficiency``, ``step_ms``, ``seq_ms`` and ``hop_us`` that
-    minimised the mean relative error of the plain-decode step time (``matrix_efficiency`` is set,
-    not fitted: those steps never bind on compute), and ``memory_power`` set so the modelled A100
-    mean power has no bias against the same profiles' average power. No point is fitted on its
-    own; Bloom-176B from the same profiles and a GB10 table from another serve are held out and
-    their errors reported by the tests.
+    Two engines are modelled (:data:`HOST_OVERHEADS`): ``cuda-graph`` (the default: decode
+    replays a captured graph, so no per-kernel launch reaches the step time; the scheduler,
+    input preparation and sampling remain) and ``eager`` (every kernel launched from Python;
+    calibrated on the Splitwise profiles of Llama-2-70B decode, vLLM-era eager serving).
 
     Attributes
     ----------
-    memory_efficiency : float
-        Fraction of datasheet bandwidth that weight and KV streaming reaches.
-    matrix_efficiency : float
-        Fraction of the dense matrix rate that GEMMs and attention reach.
+    engine : str
+        Which engine the figures describe.
     step_ms : float
-        Host/launch overhead of one target forward pass.
+        Host overhead of one target forward pass.
     seq_ms : float
         Host overhead per sequence per target forward pass.
     draft_step_ms : float
-        Host/launch overhead of one drafter pass. Not calibrated (no public drafter profiles):
-        an assumption of a small, graph-captured launch.
-    hop_us : float
-        Latency of one hop of a ring all-reduce.
+        Host/launch overhead of one drafter pass. Not calibrated (no public drafter profiles).
     memory_power : float
-        Share of the dynamic power (TDP - idle) a kernel draws while streaming memory at the
-        derated bandwidth; saturating the tensor cores draws the rest. Calibrated on the
-        Splitwise A100 average-power profiles of the same runs.
+        Share of the dynamic power (TDP - idle) a kernel draws while streaming memory; saturating
+        the tensor cores draws the rest. Calibrated (``python -m tests.roofline_fit``) so the
+        modelled mean power of the Splitwise A100 decode runs has no bias against their profiled
+        average power.
     """
 
-    memory_efficiency: float = 0.7
-    matrix_efficiency: float = 0.6
-    step_ms: float = 5.0
-    seq_ms: float = 0.25
-    draft_step_ms: float = 0.5
-    hop_us: float = 10.0
-    memory_power: float = 0.8
+    engine: str = "cuda-graph"
+    step_ms: float = 1.0
+    seq_ms: float = 0.01
+    draft_step_ms: float = 0.1
+    memory_power: float = 0.91
 
     def __post_init__(self):
         problems = []
-        for f in ("memory_efficiency", "matrix_efficiency", "memory_power"):
-            v = getattr(self, f)
-            if not 0.0 < v <= 1.0:
-                problems.append(f"{f} = {v!r} must be in (0, 1]")
-        for f in ("step_ms", "seq_ms", "draft_step_ms", "hop_us"):
+        if not 0.0 < self.memory_power <= 1.0:
+            problems.append(f"memory_power = {self.memory_power!r} must be in (0, 1]")
+        for f in ("step_ms", "seq_ms", "draft_step_ms"):
             v = getattr(self, f)
             if not (np.isfinite(v) and v >= 0.0):
                 problems.append(f"{f} = {v!r} must be >= 0")
         if problems:
             raise CostModelError("the stack overheads are refused", problems)
 
+    @classmethod
+    def named(cls, engine: str) -> "Overheads":
+        """The overheads of ``engine``, one of :data:`HOST_OVERHEADS`."""
+        try:
+            return HOST_OVERHEADS[engine]
+        except KeyError:
+            raise CostModelError(f"unknown overheads {engine!r}: use one of {', '.join(HOST_OVERHEADS)}") from None
+
+
+HOST_OVERHEADS = {
+    "cuda-graph": Overheads(),
+    "eager": Overheads("eager", step_ms=15.013, seq_ms=0.1804, draft_step_ms=0.5),
+}
+
+
+class ForwardBreakdown(NamedTuple):
+    """Milliseconds of each part of one forward pass (floats, or arrays broadcast like the inputs)."""
+
+    linear_ms: object     # every layer's non-attention operators
+    attention_ms: object  # KV reads and attention FLOPs of every KV layer
+    comm_ms: object       # tensor-parallel all-reduces
+    head_ms: object       # embedding lookup, final norm, LM head
+    host_ms: object       # the engine's host overhead
+
+    @property
+    def total_ms(self):
+        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms
+
 
 class _Net(NamedTuple):
-    """One network's forward pass reduced to the numbers the roofline needs (per box, not per GPU)."""
+    """One network's shape as the roofline prices it (whole model, before tensor parallelism)."""
 
-    fixed_bytes: float        # weights every pass reads whatever the rows
-    expert_bytes: float       # all routed experts of all MoE layers
-    expert_fraction: float    # experts_per_token / experts (0 for dense)
-    matrix_s_per_row: float   # seconds of matrix work per row at 100% of the rates, whole box
-    kv_bytes_per_token: float  # per sequence per context token
-    attn_flops_per_token: float  # per row per context token
-    allreduces: int
+    dense_layers: int
+    moe_layers: int
+    kv_layers: int
     hidden: int
+    heads: int
     kv_heads: int
+    head_dim: int
+    intermediate: int         # dense layers' MLP
+    up_matrices: int          # 2 for a gated MLP (gate and up), 1 for a plain one
+    experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    shared_intermediate: int
+    weight_dtype: str
+    fuse_inputs: int          # a drafter's fusing projection, fuse_inputs * hidden -> hidden (0 = none)
+    head_rows: int            # the LM head's vocabulary
+    head_dtype: str
+    kv_bytes: float           # bytes of one KV element
 
 
-def _target_net(gpu: GpuSpec, m: ModelSpec) -> _Net:
-    wbytes, hbytes = DTYPE_BYTES[m.dtype], DTYPE_BYTES[m.lm_head_dtype]
-    layer_active = m.always_params + m.moe_layers * m.experts_per_token * m.expert_params
-    matrix = (2.0 * layer_active / (gpu.matrix_tflops(m.dtype) * 1e12)
-              + 2.0 * m.head_params / (gpu.matrix_tflops(m.lm_head_dtype) * 1e12))
-    return _Net(
-        fixed_bytes=m.always_params * wbytes + m.head_params * hbytes,
-        expert_bytes=m.moe_layers * m.experts * m.expert_params * wbytes,
-        expert_fraction=m.experts_per_token / m.experts if m.experts else 0.0,
-        matrix_s_per_row=matrix,
-        kv_bytes_per_token=m.kv_bytes_per_token,
-        attn_flops_per_token=4.0 * m.kv_layer_count * m.heads * m.head_dim,
-        allreduces=2 * m.layers,
-        hidden=m.hidden,
-        kv_heads=m.kv_heads,
-    )
+def _target_net(m: ModelSpec) -> _Net:
+    return _Net(m.layers - m.moe_layers, m.moe_layers, m.kv_layer_count, m.hidden, m.heads, m.kv_heads,
+                m.head_dim, m.intermediate, m.mlp_matrices - 1, m.experts, m.experts_per_token,
+                m.expert_intermediate, m.shared_intermediate, m.dtype, 0, m.vocab, m.lm_head_dtype,
+                DTYPE_BYTES[m.kv_dtype])
 
 
-def _drafter_net(gpu: GpuSpec, m: ModelSpec, d: DrafterSpec) -> _Net:
+def _drafter_net(m: ModelSpec, d: DrafterSpec) -> _Net:
     dtype = d.dtype or m.dtype
-    wbytes = DTYPE_BYTES[dtype]
     moe = d.moe and m.experts > 0
-    if moe:
-        layer_always = m.attention_params + m.mlp_matrices * m.hidden * m.shared_intermediate + m.hidden * m.experts
-        layer_experts = m.experts * m.expert_params
-        layer_active = layer_always + m.experts_per_token * m.expert_params
-    else:
-        intermediate = m.intermediate or m.expert_intermediate * max(m.experts_per_token, 1)
-        layer_always = m.attention_params + m.mlp_matrices * m.hidden * intermediate
-        layer_experts = 0
-        layer_active = layer_always
-    fuse = d.fuse_inputs * m.hidden * m.hidden
-    if d.draft_vocab:
-        head_params, head_dtype = d.draft_vocab * m.hidden, dtype
-    else:
-        head_params, head_dtype = m.head_params, m.lm_head_dtype
-    matrix = (2.0 * (d.layers * layer_active + fuse) / (gpu.matrix_tflops(dtype) * 1e12)
-              + 2.0 * head_params / (gpu.matrix_tflops(head_dtype) * 1e12))
-    return _Net(
-        fixed_bytes=(d.layers * layer_always + fuse) * wbytes + head_params * DTYPE_BYTES[head_dtype],
-        expert_bytes=d.layers * layer_experts * wbytes,
-        expert_fraction=m.experts_per_token / m.experts if moe else 0.0,
-        matrix_s_per_row=matrix,
-        kv_bytes_per_token=2.0 * d.layers * m.kv_heads * m.head_dim * DTYPE_BYTES[m.kv_dtype],
-        attn_flops_per_token=4.0 * d.layers * m.heads * m.head_dim,
-        allreduces=2 * d.layers,
-        hidden=m.hidden,
-        kv_heads=m.kv_heads,
-    )
+    intermediate = m.intermediate or m.expert_intermediate * max(m.experts_per_token, 1)
+    head_rows, head_dtype = (d.draft_vocab, dtype) if d.draft_vocab else (m.vocab, m.lm_head_dtype)
+    return _Net(0 if moe else d.layers, d.layers if moe else 0, d.layers, m.hidden, m.heads, m.kv_heads,
+                m.head_dim, intermediate, m.mlp_matrices - 1, m.experts if moe else 0,
+                m.experts_per_token if moe else 0, m.expert_intermediate, m.shared_intermediate if moe else 0,
+                dtype, d.fuse_inputs, head_rows, head_dtype, DTYPE_BYTES[m.kv_dtype])
 
 
-def _pass_seconds(net: _Net, gpu: GpuSpec, ov: Overheads, tp: int, rows, seqs, context):
-    """Seconds of one pass; arrays broadcast.
+def _local_dims(net: _Net, tp: int):
+    """Per-GPU query and KV widths: heads split over the ranks, KV heads replicated past their count."""
+    q = net.heads * net.head_dim / tp
+    kv = max(net.kv_heads / tp, 1.0) * net.head_dim
+    return q, kv
+
+
+def _weight_params(net: _Net) -> tuple:
+    """Whole-model weights: (always read, all routed experts, LM head), in parameters."""
+    h, q, kv = net.hidden, net.heads * net.head_dim, net.kv_heads * net.head_dim
+    attention = h * (q + 2 * kv) + q * h
+    dense_mlp = (net.up_matrices + 1) * h * net.intermediate
+    shared = (net.up_matrices + 1) * h * net.shared_intermediate + h * net.experts
+    layers = net.dense_layers + net.moe_layers
+    always = layers * attention + net.dense_layers * dense_mlp + net.moe_layers * shared + net.fuse_inputs * h * h
+    experts = net.moe_layers * net.experts * (net.up_matrices + 1) * h * net.expert_intermediate
+    return always, experts, net.head_rows * h
+
+
+class _Clock:
+    """Sums the roofline time of kernels, and the memory and FLOP seconds behind them (for energy)."""
+
+    def __init__(self, gpu: GpuSpec, ach: Achieved, shape):
+        self.gpu, self.ach = gpu, ach
+        self.bandwidth = gpu.bandwidth_gbs * 1e9
+        self.floor_s = ach.op_floor_us * 1e-6
+        self.time_s = np.zeros(shape)
+        self.mem_s = np.zeros(shape)
+        self.flop_s = np.zeros(shape)
+
+    def gemm(self, count, weight_bytes, act_bytes, flops, dtype):
+        mem = (weight_bytes + act_bytes) / (self.bandwidth * self.ach.memory_efficiency)
+        flop = flops / (self.gpu.matrix_tflops(dtype) * 1e12 * self.ach.matrix_efficiency)
+        p = self.ach.blend
+        self.time_s = self.time_s + count * (self.floor_s + (mem ** p + flop ** p) ** (1.0 / p))
+        self.mem_s = self.mem_s + count * mem
+        self.flop_s = self.flop_s + count * flop
+
+    def stream(self, count, nbytes):
+        mem = nbytes / (self.bandwidth * self.ach.elementwise_efficiency)
+        self.time_s = self.time_s + count * (self.floor_s + mem)
+        self.mem_s = self.mem_s + count * mem
+
+    def take(self):
+        out = (self.time_s, self.mem_s, self.flop_s)
+        self.time_s = np.zeros_like(self.time_s)
+        self.mem_s = np.zeros_like(self.mem_s)
+        self.flop_s = np.zeros_like(self.flop_s)
+        return out
+
+
+def _linear(clock: _Clock, net: _Net, tp: int, rows):
+    """Every layer's non-attention operators, as the per-operator profiles time them."""
+    a, w = ACTIVATION_BYTES, DTYPE_BYTES[net.weight_dtype]
+    h, dt = net.hidden, net.weight_dtype
+    q, kv = _local_dims(net, tp)
+    layers = net.dense_layers + net.moe_layers
+    if layers:
+        qkv = q + 2 * kv
+        clock.gemm(layers, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
+        clock.gemm(layers, q * h * w, rows * (q + h) * a, 2.0 * rows * q * h, dt)
+        clock.stream(2 * layers, 2.0 * rows * h * a)                 # input and post-attention norms
+        clock.stream(layers, 2.0 * rows * (q + kv) * a)              # rotary embedding of q and k
+        clock.stream(layers, 3.0 * rows * h * a)                     # residual add
+    up = net.up_matrices
+    if net.dense_layers:
+        i = net.intermediate / tp
+        clock.gemm(net.dense_layers, h * up * i * w, rows * (h + up * i) * a, 2.0 * rows * h * up * i, dt)
+        clock.stream(net.dense_layers, rows * (up + 1) * i * a)      # activation (and gating)
+        clock.gemm(net.dense_layers, i * h * w, rows * (i + h) * a, 2.0 * rows * i * h, dt)
+    if net.moe_layers:
+        n = net.moe_layers
+        clock.gemm(n, h * net.experts * w, rows * (h + net.experts) * a, 2.0 * rows * h * net.experts, dt)
+        if net.shared_intermediate:
+            s = net.shared_intermediate / tp
+            clock.gemm(n, h * up * s * w, rows * (h + up * s) * a, 2.0 * rows * h * up * s, dt)
+            clock.stream(n, rows * (up + 1) * s * a)
+            clock.gemm(n, s * h * w, rows * (s + h) * a, 2.0 * rows * s * h, dt)
+        # Routed experts (grouped GEMMs): the experts at least one row picks, routing uniform.
+        e = net.expert_intermediate / tp
+        touched = net.experts * (1.0 - (1.0 - net.experts_per_token / net.experts) ** rows)
+        picks = rows * net.experts_per_token
+        clock.gemm(n, touched * h * up * e * w, picks * (h + up * e) * a, 2.0 * picks * h * up * e, dt)
+        clock.stream(n, picks * (up + 1) * e * a)
+        clock.gemm(n, touched * e * h * w, picks * (e + h) * a, 2.0 * picks * e * h, dt)
+    if net.fuse_inputs:
+        f = net.fuse_inputs * h
+        clock.gemm(1, f * h / tp * w, rows * (f + h / tp) * a, 2.0 * rows * f * h / tp, dt)
+    return clock.take()
+
+
+def _attention(clock: _Clock, net: _Net, tp: int, rows, seqs, context):
+    """Each KV layer's cache reads (K and V of every sequence's context) and FLOPs, one kernel."""
+    q, kv = _local_dims(net, tp)
+    clock.gemm(net.kv_layers, 0.0, seqs * context * 2.0 * kv * net.kv_bytes, 4.0 * rows * context * q, "bf16")
+    return clock.take()
+
+
+def _head(clock: _Clock, net: _Net, tp: int, rows):
+    """The embedding lookup, the final norm and the LM head GEMM (vocabulary split over the ranks)."""
+    a, h = ACTIVATION_BYTES, net.hidden
+    v = net.head_rows / tp
+    clock.stream(2, 2.0 * rows * h * a)
+    clock.gemm(1, h * v * DTYPE_BYTES[net.head_dtype], rows * (h + v) * a, 2.0 * rows * h * v, net.head_dtype)
+    return clock.take()
+
+
+def _comm_s(gpu: GpuSpec, ach: Achieved, net: _Net, tp: int, rows):
+    """Two ring all-reduces of the activations per layer."""
+    if tp <= 1:
+        return np.zeros_like(rows)
+    link = gpu.link_gbs * 1e9 * ach.link_efficiency
+    per_reduce = 2 * (tp - 1) * ach.hop_us * 1e-6 + 2.0 * (tp - 1) / tp * rows * net.hidden * ACTIVATION_BYTES / link
+    return 2 * (net.dense_layers + net.moe_layers) * per_reduce
+
+
+class _Pass(NamedTuple):
+    linear_s: np.ndarray
+    attention_s: np.ndarray
+    comm_s: np.ndarray
+    head_s: np.ndarray
+    active_s: np.ndarray   # busy seconds weighted by the share of the dynamic power they draw
+
+
+def _pass(net: _Net, gpu: GpuSpec, ach: Achieved, ov: Overheads, tp: int, rows, seqs, context) -> _Pass:
+    """Device seconds of one pass by part; arrays broadcast."""
+    rows = np.asarray(rows, dtype=np.float64)
+    seqs = np.asarray(seqs, dtype=np.float64)
+    context = np.asarray(context, dtype=np.float64)
+    shape = np.broadcast_shapes(rows.shape, seqs.shape, context.shape)
+    clock = _Clock(gpu, ach, shape)
+    linear, lm, lf = _linear(clock, net, tp, rows)
+    attention, am, af = _attention(clock, net, tp, rows, seqs, context)
+    head, hm, hf = _head(clock, net, tp, rows)
+    comm = np.broadcast_to(_comm_s(gpu, ach, net, tp, rows), shape)
+    busy = linear + attention + head
+    share = ov.memory_power
+    active = np.minimum(share * (lm + am + hm) + (1.0 - share) * (lf + af + hf), busy)
+    return _Pass(linear, attention, comm, head, active)
+
+
+def _as_result(x):
+    x = np.asarray(x, dtype=np.float64)
+    return float(x) if x.ndim == 0 else x
+
+
+def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overheads=None, achieved=None,
+                      specs=None) -> ForwardBreakdown:
+    """Milliseconds of each part of one target forward pass.
+
+    Parameters
+    ----------
+    gpu, model : str or spec
+        Names of built-in specs (or of specs in ``specs``), or spec objects.
+    tokens : array_like of float
+        Rows the pass computes (decoded tokens, verified drafts, prefill tokens).
+    seqs : array_like of float
+        Sequences those rows belong to (each reads its KV cache once per layer).
+    context : array_like of float
+        Mean KV-cache tokens per sequence. ``tokens``, ``seqs`` and ``context`` broadcast.
+    tp : int
+        Tensor-parallel GPUs.
+    overheads : Overheads or str, optional
+        Host overheads (default: the ``cuda-graph`` engine); a name of :data:`HOST_OVERHEADS`.
+    achieved : Achieved, optional
+        Achieved fractions (default: the GPU class's fitted ones, :func:`achieved_for`).
+    specs : dict, optional
+        User specs as :func:`specsim.costmodel.load_specs` returns them.
 
     Returns
     -------
-    busy_s : ndarray(float64)
-        Roofline time of the weight and attention kernels (the binding side of each).
-    comm_s : ndarray(float64)
-        Tensor-parallel all-reduce time.
-    active_s : ndarray(float64)
-        Busy seconds weighted by how much of the dynamic (TDP - idle) power they draw.
+    ForwardBreakdown
+        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms`` and ``total_ms``.
     """
-    rows = np.asarray(rows, dtype=np.float64)
-    seqs = np.asarray(seqs, dtype=np.float64)
-    bandwidth = gpu.bandwidth_gbs * 1e9 * ov.memory_efficiency
-    bf16 = gpu.bf16_tflops * 1e12 * ov.matrix_efficiency
-    # Expected share of routed experts that at least one of `rows` tokens picks, routing uniform.
-    touched = 1.0 - (1.0 - net.expert_fraction) ** rows
-    weight_bytes = (net.fixed_bytes + net.expert_bytes * touched) / tp
-    weights_mem_s = weight_bytes / bandwidth
-    weights_flop_s = rows * net.matrix_s_per_row / (tp * ov.matrix_efficiency)
-    # KV heads are split over the TP ranks, replicated once tp exceeds them.
-    kv_bytes = seqs * context * net.kv_bytes_per_token / min(tp, net.kv_heads)
-    attn_mem_s = kv_bytes / bandwidth
-    attn_flop_s = rows * context * net.attn_flops_per_token / (tp * bf16)
-    busy_s = np.maximum(weights_mem_s, weights_flop_s) + np.maximum(attn_mem_s, attn_flop_s)
-    # Streaming memory draws a share of the dynamic power, saturating the tensor cores the rest.
-    share = ov.memory_power
-    active_s = share * (weights_mem_s + attn_mem_s) + (1.0 - share) * (weights_flop_s + attn_flop_s)
-    active_s = np.minimum(active_s, busy_s)
-    if tp > 1:
-        link = gpu.link_gbs * 1e9
-        per_reduce = 2 * (tp - 1) * ov.hop_us * 1e-6 + 2.0 * (tp - 1) / tp * rows * net.hidden * 2.0 / link
-        comm_s = net.allreduces * per_reduce
-    else:
-        comm_s = np.zeros_like(rows)
-    return busy_s, comm_s, active_s
+    specs = specs or {}
+    g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
+    ov = _overheads(overheads)
+    ach = achieved or achieved_for(g)
+    p = _pass(_target_net(m), g, ach, ov, int(tp), tokens, seqs, context)
+    host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
+    return ForwardBreakdown(*(_as_result(x) for x in (p.linear_s * 1e3, p.attention_s * 1e3, p.comm_s * 1e3,
+                                                      p.head_s * 1e3, host)))
+
+
+def _overheads(overheads) -> Overheads:
+    if overheads is None:
+        return HOST_OVERHEADS["cuda-graph"]
+    if isinstance(overheads, str):
+        return Overheads.named(overheads)
+    return overheads
+
+
+def _device_s(p: _Pass):
+    return p.linear_s + p.attention_s + p.comm_s + p.head_s
 
 
 def _energy_j(gpu: GpuSpec, tp: int, active_s, total_s):
@@ -202,7 +448,7 @@ def _energy_j(gpu: GpuSpec, tp: int, active_s, total_s):
 
 
 def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None):
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None):
     """Modelled cost of every (width, depth) cell, as a table's flat cost array.
 
     Parameters
@@ -218,27 +464,28 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
         Batch widths, >= 1.
     max_k : int
         Deepest draft depth.
-    overheads : Overheads, optional
+    overheads : Overheads or str, optional
+        Host overheads (default ``cuda-graph``).
+    achieved : Achieved, optional
+        Default: the GPU class's fitted fractions.
 
     Returns
     -------
     ndarray(float64, ndim=3), shape (W, max_k + 1, 4)
         ``(verify_ms, verify_j, draft_ms, draft_j)``; the draft costs are exactly 0 at ``k = 0``.
     """
-    ov = overheads or Overheads()
+    ov = _overheads(overheads)
+    ach = achieved or achieved_for(gpu)
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
 
-    target = _target_net(gpu, model)
-    rows = n * (k + 1.0)
-    busy, comm, active = _pass_seconds(target, gpu, ov, tp, rows, n, context_tokens)
-    verify_s = busy + comm + (ov.step_ms + ov.seq_ms * n) * 1e-3
-    verify_j = _energy_j(gpu, tp, active, verify_s)
+    verify = _pass(_target_net(model), gpu, ach, ov, tp, n * (k + 1.0), n, context_tokens)
+    verify_s = _device_s(verify) + (ov.step_ms + ov.seq_ms * n) * 1e-3
+    verify_j = _energy_j(gpu, tp, verify.active_s, verify_s)
 
-    draft = _drafter_net(gpu, model, drafter)
-    dbusy, dcomm, dactive = _pass_seconds(draft, gpu, ov, tp, n, n, context_tokens)
-    dstep_s = dbusy + dcomm + ov.draft_step_ms * 1e-3
-    dstep_j = _energy_j(gpu, tp, dactive, dstep_s)
+    draft = _pass(_drafter_net(model, drafter), gpu, ach, ov, tp, n, n, context_tokens)
+    dstep_s = _device_s(draft) + ov.draft_step_ms * 1e-3
+    dstep_j = _energy_j(gpu, tp, draft.active_s, dstep_s)
 
     from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
@@ -250,7 +497,7 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
     return out
 
 
-def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None):
+def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None, achieved=None):
     """Modelled ms of plain decode steps (k = 0) for many (batch, context) points at once.
 
     Parameters
@@ -262,23 +509,20 @@ def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads
     -------
     ndarray(float64)
     """
-    ov = overheads or Overheads()
-    gpu, model = gpu_spec(gpu), model_spec(model)
     batch = np.asarray(batch, dtype=np.float64)
-    busy, comm, _ = _pass_seconds(_target_net(gpu, model), gpu, ov, tp, batch, batch,
-                                  np.asarray(context_tokens, dtype=np.float64))
-    return (busy + comm) * 1e3 + ov.step_ms + ov.seq_ms * batch
+    return np.asarray(forward_breakdown(gpu, model, tokens=batch, seqs=batch, context=context_tokens, tp=tp,
+                                        overheads=overheads, achieved=achieved).total_ms)
 
 
-def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None):
+def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None, achieved=None):
     """Modelled mean board power per GPU of plain decode steps, broadcast like :func:`plain_decode_ms`."""
-    ov = overheads or Overheads()
+    ov = _overheads(overheads)
     gpu, model = gpu_spec(gpu), model_spec(model)
     batch = np.asarray(batch, dtype=np.float64)
-    busy, comm, active = _pass_seconds(_target_net(gpu, model), gpu, ov, tp, batch, batch,
-                                       np.asarray(context_tokens, dtype=np.float64))
-    total_s = busy + comm + (ov.step_ms + ov.seq_ms * batch) * 1e-3
-    return _energy_j(gpu, tp, active, total_s) / (total_s * tp)
+    p = _pass(_target_net(model), gpu, achieved or achieved_for(gpu), ov, tp, batch, batch,
+              np.asarray(context_tokens, dtype=np.float64))
+    total_s = _device_s(p) + (ov.step_ms + ov.seq_ms * batch) * 1e-3
+    return _energy_j(gpu, tp, p.active_s, total_s) / (total_s * tp)
 
 
 def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
@@ -299,7 +543,9 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         Deepest draft depth, >= 0.
     dtype : str, optional
         Override of the target's weight format (e.g. ``"fp8"``).
-    overheads : Overheads, optional
+    overheads : Overheads or str, optional
+        Host overheads: ``"cuda-graph"`` (the default) or ``"eager"`` (:data:`HOST_OVERHEADS`), or
+        an :class:`Overheads`.
     specs : dict, optional
         User specs as :func:`specsim.costmodel.load_specs` returns them.
 
@@ -320,7 +566,8 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     g = gpu_spec(gpu, specs.get("gpu"))
     m = model_spec(model, specs.get("model"))
     d = drafter_spec(drafter, specs.get("drafter"))
-    ov = overheads or Overheads()
+    ov = _overheads(overheads)
+    ach = achieved_for(g)
     if dtype is not None:
         if dtype not in DTYPE_BYTES:
             raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
@@ -328,10 +575,11 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     widths, tp, context_tokens, max_k = _check_args(widths, tp, context_tokens, max_k, m)
     _check_fits(g, m, d, tp, context_tokens, max(widths), max_k)
 
-    costs = step_costs(g, m, d, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k, overheads=ov)
+    costs = step_costs(g, m, d, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k, overheads=ov,
+                       achieved=ach)
     cells = [Cell(int(n), kk, *map(float, costs[i, kk])) for i, n in enumerate(widths) for kk in range(max_k + 1)]
 
-    stack = dataclasses.asdict(ov)
+    stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
     key = TableKey(
         SCHEMA,
         g.name if tp == 1 else f"{g.name}-tp{tp}",
@@ -355,6 +603,7 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         "tp": tp,
         "context_tokens": context_tokens,
         **{f"stack_{name}": value for name, value in stack.items()},
+        "stack_achieved_source": ach.source,
         **serving_meta(g, m, d, tp),
         "tool": f"specsim {__version__}",
     }
@@ -380,11 +629,11 @@ def serving_meta(g, m, d, tp: int) -> dict:
       bandwidth, the floor every prefill step pays, at full board power.
     - ``idle_w``: the GPUs' idle power.
     """
-    target, draft = _target_net(g, m), _drafter_net(g, m, d)
-    weights = (target.fixed_bytes + target.expert_bytes + draft.fixed_bytes + draft.expert_bytes) / tp
-    per_token = target.kv_bytes_per_token + draft.kv_bytes_per_token
+    target, draft = _target_net(m), _drafter_net(m, d)
+    weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
+    per_token = _kv_bytes_per_token(target) + _kv_bytes_per_token(draft)
     free = g.memory_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights
-    token_s = target.matrix_s_per_row / (tp * PREFILL_UTILISATION)
+    token_s = _matrix_s_per_row(g, target) / (tp * PREFILL_UTILISATION)
     step_s = weights / (g.bandwidth_gbs * 1e9)
     out = {
         "prefill_ms_per_token": token_s * 1e3, "prefill_j_per_token": token_s * g.tdp_w * tp,
@@ -394,6 +643,24 @@ def serving_meta(g, m, d, tp: int) -> dict:
     if free > 0 and per_token > 0:
         out["kv_capacity_tokens"] = int(free * min(tp, m.kv_heads) // per_token)
     return out
+
+
+def _weight_bytes(net: _Net) -> float:
+    always, experts, head = _weight_params(net)
+    return (always + experts) * DTYPE_BYTES[net.weight_dtype] + head * DTYPE_BYTES[net.head_dtype]
+
+
+def _kv_bytes_per_token(net: _Net) -> float:
+    """KV-cache bytes one token adds, over all KV layers."""
+    return 2.0 * net.kv_layers * net.kv_heads * net.head_dim * net.kv_bytes
+
+
+def _matrix_s_per_row(g: GpuSpec, net: _Net) -> float:
+    """Seconds of matrix work per row at 100% of the dense rates, whole box."""
+    always, experts, head = _weight_params(net)
+    active = always + (experts * net.experts_per_token / net.experts if net.experts else 0.0)
+    return (2.0 * active / (g.matrix_tflops(net.weight_dtype) * 1e12)
+            + 2.0 * head / (g.matrix_tflops(net.head_dtype) * 1e12))
 
 
 def _check_args(widths, tp, context_tokens, max_k, m):
@@ -427,9 +694,9 @@ def _check_args(widths, tp, context_tokens, max_k, m):
 
 def _check_fits(g, m, d, tp, context_tokens, widest, max_k):
     """Refuse a configuration whose weights and KV cache at the widest width overflow the GPUs."""
-    target, draft = _target_net(g, m), _drafter_net(g, m, d)
-    weights = (target.fixed_bytes + target.expert_bytes + draft.fixed_bytes + draft.expert_bytes) / tp
-    per_seq = (context_tokens + max_k + 1) * (target.kv_bytes_per_token + draft.kv_bytes_per_token)
+    target, draft = _target_net(m), _drafter_net(m, d)
+    weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
+    per_seq = (context_tokens + max_k + 1) * (_kv_bytes_per_token(target) + _kv_bytes_per_token(draft))
     kv = widest * per_seq / min(tp, m.kv_heads)
     capacity = g.memory_gb * 1e9
     if weights > capacity:

@@ -52,7 +52,9 @@ class GpuSpec:
     ``*_tflops`` are dense matrix rates (0 = no such tensor-core format: the weights are
     dequantised and run at the next wider rate); ``link_gbs`` is the per-GPU, per-direction
     bandwidth tensor-parallel collectives run over (NVLink, or PCIe where there is none);
-    ``idle_w`` the board power with nothing running.
+    ``idle_w`` the board power with nothing running; ``arch`` the GPU class whose fitted achieved
+    fractions apply (``ampere``, ``hopper``; any other takes the mean of the fitted classes, see
+    :func:`specsim.costmodel.roofline.achieved_for`).
     """
 
     name: str
@@ -64,6 +66,7 @@ class GpuSpec:
     fp8_tflops: float = 0.0
     fp4_tflops: float = 0.0
     link_gbs: float = 32.0
+    arch: str = ""
     source: str = ""
 
     def matrix_tflops(self, dtype: str) -> float:
@@ -187,27 +190,27 @@ class DrafterSpec:
 # -- built-ins ------------------------------------------------------------------------------
 _GPUS = (
     GpuSpec("h100-sxm", memory_gb=80, bandwidth_gbs=3350, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=70, link_gbs=450,
+            tdp_w=700, idle_w=70, link_gbs=450, arch="hopper",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
                    "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
     GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=75, link_gbs=450,
+            tdp_w=700, idle_w=75, link_gbs=450, arch="hopper",
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
                    "with sparsity (halved: dense), up to 700 W, NVLink 900 GB/s; idle power estimated as H100's"),
     GpuSpec("a100-80gb", memory_gb=80, bandwidth_gbs=2039, bf16_tflops=312,
-            tdp_w=400, idle_w=55, link_gbs=300,
+            tdp_w=400, idle_w=55, link_gbs=300, arch="ampere",
             source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
                    "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
     GpuSpec("l40s", memory_gb=48, bandwidth_gbs=864, bf16_tflops=362.05, fp8_tflops=733,
-            tdp_w=350, idle_w=35, link_gbs=32,
+            tdp_w=350, idle_w=35, link_gbs=32, arch="ada",
             source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "
                    "(724 / 1,466 with sparsity), 350 W, PCIe Gen4 x16 (64 GB/s both ways), no NVLink"),
     GpuSpec("b200", memory_gb=180, bandwidth_gbs=8000, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000,
-            tdp_w=1000, idle_w=120, link_gbs=900,
+            tdp_w=1000, idle_w=120, link_gbs=900, arch="blackwell",
             source="NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e, 8 TB/s, FP16/BF16 4.5 / FP8 9 / FP4 18 "
                    "PFLOPS with sparsity (halved: dense), 1,000 W, NVLink 5 1.8 TB/s; idle power estimated"),
     GpuSpec("gb10", memory_gb=128, bandwidth_gbs=273, bf16_tflops=62.5, fp8_tflops=250, fp4_tflops=500,
-            tdp_w=140, idle_w=10, link_gbs=25,
+            tdp_w=140, idle_w=10, link_gbs=25, arch="blackwell",
             source="NVIDIA DGX Spark (GB10 Grace Blackwell Superchip) spec sheet: 128 GB LPDDR5x unified, "
                    "273 GB/s, 1 PFLOP FP4 with sparsity (halved: 500 dense), 140 W SoC TDP; FP8 and BF16 rates "
                    "are not published and are estimated at 1/2 and 1/8 of FP4 (Blackwell ratios); ConnectX-7 200 Gb/s"),
@@ -288,6 +291,107 @@ def digest(*specs, **values) -> str:
     doc.append(values)
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# -- models from a Hugging Face config.json -------------------------------------------------
+# The fields a dense decoder's config.json must hold for the roofline to price it.
+HF_CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "vocab_size")
+# model_type -> gated (SwiGLU/GeGLU: gate, up and down matrices) or plain MLP (up and down).
+HF_GATED_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                            "phi3", "granite", "olmo", "olmo2", "internlm2", "cohere", "exaone", "yi", "deepseek"})
+HF_PLAIN_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "starcoder2", "phi",
+                            "gpt_bigcode", "mpt"})
+# hidden_act -> gated, when model_type names neither list.
+HF_GATED_ACTS = frozenset({"silu", "swish", "swiglu"})
+HF_PLAIN_ACTS = frozenset({"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "quick_gelu"})
+HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+# Keys that mark a mixture-of-experts config (priced only from a TOML spec, which names the shape).
+HF_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+
+
+def load_hf_config(path, name=None) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (a dense decoder).
+
+    Read: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``,
+    ``num_key_value_heads``, ``vocab_size`` (all required), ``head_dim`` (default hidden size /
+    heads), gated or plain MLP (from ``model_type``, else ``hidden_act``), and the weights' format
+    (``torch_dtype`` or ``dtype``; a ``quantization_config`` with ``quant_method = "fp8"`` makes it
+    fp8). The name is ``name``, else the file's folder, lower-cased.
+
+    Raises
+    ------
+    CostModelError
+        Naming the file and every missing or wrong field.
+    """
+    from specsim._io import loads_json
+
+    path = Path(path)
+    doc = loads_json(read_input(path, "the model config", CostModelError), "the model config", path, CostModelError)
+    default = (path.parent.name if path.name == "config.json" else path.stem).lower()
+    return parse_hf_config(doc, str(path), name or default)
+
+
+def parse_hf_config(doc, source: str, name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a parsed ``config.json`` (see :func:`load_hf_config`)."""
+    if not isinstance(doc, dict):
+        raise CostModelError(f"{source}: a model config is a JSON object, not {type(doc).__name__}")
+    problems = []
+    missing = [f for f in HF_CONFIG_FIELDS if f not in doc]
+    if missing:
+        problems.append(f"missing field(s) {', '.join(missing)}: a decoder's config.json names them all")
+    values = {}
+    for f in HF_CONFIG_FIELDS + (("head_dim",) if doc.get("head_dim") is not None else ()):
+        if f in doc:
+            v = doc[f]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                problems.append(f"{f} = {v!r} must be a whole number >= 1")
+            else:
+                values[f] = v
+    moe = [k for k in HF_MOE_KEYS if doc.get(k)]
+    if moe:
+        problems.append(f"{', '.join(moe)}: a mixture-of-experts config; describe its shape in a TOML "
+                        "[[model]] spec (experts, experts_per_token, expert_intermediate) and pass --model-spec")
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    if hidden and heads and hidden % heads:
+        problems.append(f"num_attention_heads = {heads} does not divide hidden_size = {hidden}")
+    kv = values.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        problems.append(f"num_key_value_heads = {kv} does not divide num_attention_heads = {heads}")
+    model_type, act = doc.get("model_type"), doc.get("hidden_act", doc.get("activation_function"))
+    if model_type in HF_GATED_TYPES or (model_type not in HF_PLAIN_TYPES and act in HF_GATED_ACTS):
+        matrices = 3
+    elif model_type in HF_PLAIN_TYPES or act in HF_PLAIN_ACTS:
+        matrices = 2
+    else:
+        matrices = None
+        problems.append(f"model_type = {model_type!r} and hidden_act = {act!r} do not say whether the MLP is gated: "
+                        f"a gated one has hidden_act in {', '.join(sorted(HF_GATED_ACTS))}, a plain one in "
+                        f"{', '.join(sorted(HF_PLAIN_ACTS))}")
+    raw_dtype = doc.get("torch_dtype", doc.get("dtype"))
+    dtype = HF_DTYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
+    if dtype is None:
+        problems.append(f"torch_dtype = {raw_dtype!r} is not one of {', '.join(HF_DTYPES)}")
+    quant = doc.get("quantization_config")
+    if isinstance(quant, dict) and quant:
+        method = quant.get("quant_method")
+        if method == "fp8":
+            dtype = "fp8"
+        else:
+            problems.append(f"quantization_config.quant_method = {method!r}: only \"fp8\" is read; pass --dtype "
+                            "for another format")
+    if problems:
+        raise CostModelError(f"{source}: the model config is refused", problems)
+    head_dim = values.get("head_dim", hidden // heads)
+    spec = ModelSpec(name, layers=values["num_hidden_layers"], hidden=hidden, heads=heads, kv_heads=kv,
+                     head_dim=head_dim, intermediate=values["intermediate_size"], vocab=values["vocab_size"],
+                     mlp_matrices=matrices, dtype=dtype, head_dtype="bf16" if dtype == "fp8" else "",
+                     kv_dtype=dtype if dtype in ("fp16", "fp32") else "bf16",
+                     source=f"{source} (Hugging Face config.json, model_type {model_type})")
+    bad = _value_problems(spec)
+    if bad:
+        raise CostModelError(f"{source}: the model config is refused", bad)
+    return spec
 
 
 # -- user specs from TOML -------------------------------------------------------------------

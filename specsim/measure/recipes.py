@@ -135,7 +135,7 @@ def load_recipe(spec) -> Recipe:
     if isinstance(spec, Recipe):
         return spec
     path = Path(spec)
-    if path.suffix == ".toml" or path.is_file():
+    if path.suffix == ".toml" or (path.exists() and not path.is_dir()):
         text = read_input(path, "the recipe", MeasureError)
         return parse_recipe(text, str(path), default_id=path.stem)
     return builtin_recipe(str(spec))

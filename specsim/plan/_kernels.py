@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
 from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
@@ -58,12 +59,11 @@ def width_costs_nb(widths, costs, n, out):
             out[k, f] = p + (costs[b, k, f] - p) * t
 
 
-@jit
-def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
-    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
-
-    ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
-    """
+@jit(inline="always")
+def _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch):
+    """The propose rule at width ``n`` with each step's energy counted above ``idle_w`` watts:
+    the most tokens per ``(verify_j + draft_j) - idle_w * (verify_ms + draft_ms) / 1000`` among
+    the depths that keep the speed floor (``idle_w = 0``: the propose rule itself)."""
     if n > max_seqs:
         return 0
     max_k = costs.shape[1] - 1
@@ -76,13 +76,31 @@ def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
     best = 0.0
     for k in range(max_k + 1):
         tokens = nf * (1.0 + cum_priors[k])
-        if tokens / (scratch[k, VMS] + scratch[k, DMS]) < floor_rate:
+        ms = scratch[k, VMS] + scratch[k, DMS]
+        if tokens / ms < floor_rate:
             continue
-        eff = tokens / (scratch[k, VJ] + scratch[k, DJ])
+        eff = tokens / ((scratch[k, VJ] + scratch[k, DJ]) - idle_w * ms / 1000.0)
         if best_k < 0 or eff > best:
             best = eff
             best_k = k
     return r if best_k < 0 else best_k
+
+
+@jit
+def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
+    """One draft depth for a batch of width ``n`` before drafting (docs/planner.md).
+
+    ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
+    """
+    return _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, 0.0, scratch)
+
+
+@jit
+def above_idle_table_nb(widths, costs, cum_priors, slack, max_seqs, idle_w, out, scratch):
+    """``out[n]``: the propose rule at every width with step energy counted above ``idle_w``
+    watts (the ``load-aware`` policy's depth while no request waits; docs/planner.md)."""
+    for n in range(out.shape[0]):
+        out[n] = _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch)
 
 
 @jit
@@ -549,6 +567,8 @@ E_K_MAX = -4
 E_ROW_BUDGET = -5
 E_WORKSPACE = -6
 E_ALIAS = -7
+# A confidence above 0 (beyond rounding): probabilities or logits where log-probabilities belong.
+E_CONFIDENCE = -8
 # Row i with a bad n_conf: E_ROW - 2i; with a bad known: E_ROW - 2i - 1.
 E_ROW = -16
 
@@ -567,8 +587,9 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
     ``work`` (``_types.workspace_buffer``): two arguments where the bundles have ten arrays.
 
     Shapes, scalar ranges, the workspace's size and ``out`` overlapping an input are always
-    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m`` and
-    ``known[i] >= 0`` (without it such values are clamped). Returns the planned rows, or one of
+    checked (they guard memory); with ``check`` also every ``0 <= n_conf[i] <= m``,
+    ``known[i] >= 0`` (without it such values are clamped) and every confidence in use at most
+    ``LOGPROB_SLACK`` (a log-probability). Returns the planned rows, or one of
     the negative ``E_*`` codes.
     """
     n = conf.shape[0]
@@ -596,4 +617,7 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
                 return E_ROW - 2 * i
             if known[i] < 0:
                 return E_ROW - 2 * i - 1
+            for j in range(c):
+                if conf[i, j] > LOGPROB_SLACK:
+                    return E_CONFIDENCE
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -13,13 +13,15 @@ import numpy as np
 from specsim._checks import NO_CAP
 
 
-def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int) -> np.ndarray:
+def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w: float = None) -> np.ndarray:
     """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
 
-    ``propose`` and ``sequence`` use the planner's batch-depth kernel, ``goodput`` its own; the speculation cap
-    applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
+    ``propose``, ``sequence`` and ``load-aware`` use the planner's batch-depth kernel, ``goodput`` its own;
+    the speculation cap applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
+    With ``idle_w`` (watts): the depths ``load-aware`` runs while no request waits, planned by
+    tokens per joule above that idle power (other policies ignore it).
     """
-    from specsim.plan._kernels import cum_priors_nb, goodput_table_nb, propose_table_nb
+    from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
 
     cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
     out = np.empty(max_batch + 1, dtype=np.int64)
@@ -29,6 +31,8 @@ def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int) -> np.n
         cum_priors_nb(cal.priors, table.max_k, cum)
         if policy.maximises_goodput:
             goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
+        elif idle_w is not None and policy.counts_idle:
+            above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
         else:
             propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
     else:

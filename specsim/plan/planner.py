@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.errors import KeyMismatchError, PlanError
+from specsim.errors import KeyMismatchError, PlanError, TableError
 from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
 from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
@@ -49,6 +49,17 @@ def _cum_priors(cal, max_k):
     out = np.empty(max_k + 1)
     cum_priors_nb(cal.priors, max_k, out)
     return out
+
+
+def _refuse_positive_confidences(conf, n_conf) -> None:
+    """The confidences in use (row i's first ``n_conf[i]``) must be log-probabilities, as the
+    command line requires (docs/limits.md)."""
+    from specsim._checks import logprob_problem
+
+    used = np.arange(conf.shape[1])[None, :] < n_conf[:, None]
+    problem = logprob_problem(conf[used])
+    if problem:
+        raise PlanError(problem)
 
 
 def ragged_confidences(confidences):
@@ -102,6 +113,10 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
     conf, n_conf = ragged_confidences(confidences)
     known = counts_arg(known_drafts, conf.shape[0], "known_drafts")
     return planner.depths(conf, n_conf, known, k_max, row_budget).tolist()
+
+
+# Most contexts one Planner keeps planning inputs for; past it the cache starts again.
+CONTEXT_CACHE = 256
 
 
 class _Calibrated(NamedTuple):
@@ -174,16 +189,23 @@ class Planner:
         self._local = threading.local()
         self._update_lock = threading.Lock()
         self._install(self._derive(cal))
-        self._kernel = _depths_kernel(self._packed, self._workspace(1))
+
+    @property
+    def _kernel(self):
+        # Compiled (or loaded) on the first per-sequence call, not with the Planner: a command
+        # that only asks for a batch's depth never pays for the per-sequence kernel.
+        return _KERNEL[0] if _KERNEL else _depths_kernel(self._packed, self._workspace(1))
 
     # -- the calibration ------------------------------------------------------------------
-    def _derive(self, cal) -> _Calibrated:
+    def _derive(self, cal, table=None, memo_size=None) -> _Calibrated:
         from specsim.plan._kernels import propose_table_nb
 
-        arrays = plan_arrays(self.table, cal)
+        table = self.table if table is None else table
+        memo_size = self._memo_size if memo_size is None else memo_size
+        arrays = plan_arrays(table, cal)
         cum = _cum_priors(cal, self.max_k)
-        memo = np.empty(self._memo_size, dtype=np.int64)
-        if self._memo_size:
+        memo = np.empty(memo_size, dtype=np.int64)
+        if memo_size:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
         return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo.tolist())
@@ -194,6 +216,33 @@ class Planner:
         self._state = state
         self._packed = state.packed
         self._memo_list = state.memo_list
+        # The planning inputs at each context asked for (a table with a context axis), derived
+        # from this calibration on first use; a new calibration starts a new cache.
+        self._contexts = {}
+
+    def _at(self, context) -> _Calibrated:
+        """The planning inputs at ``context`` (docs/planner.md#context): the table's grid there,
+        interpolated in context; the reference grid's inputs without a context or an axis."""
+        if context is None:
+            return self._state
+        cache = self._contexts
+        if type(context) is float or type(context) is int:  # a bool or an odd type is checked first
+            found = cache.get(context)
+            if found is not None:
+                return found
+        from specsim.table.cost_table import check_context
+
+        try:
+            c = check_context(context)
+        except TableError as e:
+            raise PlanError(str(e)) from None
+        if not self.table.contexts.size:
+            return self._state
+        state = self._derive(self._state.calibration, self.table.at_context(c), memo_size=0)
+        if len(cache) >= CONTEXT_CACHE:
+            cache.clear()
+        cache[c] = state
+        return state
 
     @property
     def calibration(self) -> AcceptanceCalibration:
@@ -229,8 +278,19 @@ class Planner:
             self._install(self._derive(cal))
 
     # -- before drafting ------------------------------------------------------------------
-    def propose(self, n: int) -> int:
-        """Draft depth for a batch of width ``n`` (docs/planner.md)."""
+    def propose(self, n: int, context=None) -> int:
+        """Draft depth for a batch of width ``n`` (docs/planner.md), at ``context`` (mean KV
+        tokens per decoding sequence) on a table with a context axis."""
+        if context is not None:
+            st = self._at(context)
+            if st is not self._state:
+                from specsim.plan._kernels import propose_depth_nb
+
+                n = count_arg(n, "n")
+                if n > self.max_seqs:
+                    return 0
+                return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                            self.max_seqs, np.empty((self.max_k + 1, 4))))
         if type(n) is int and n >= 0:
             try:
                 return self._memo_list[n]
@@ -245,7 +305,7 @@ class Planner:
         return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
                                     self.max_seqs, np.empty((self.max_k + 1, 4))))
 
-    def propose_many(self, ns, out=None):
+    def propose_many(self, ns, out=None, context=None):
         """Depths for an array of widths in one call.
 
         Parameters
@@ -254,33 +314,37 @@ class Planner:
             Widths, >= 0.
         out : ndarray(int64, ndim=1), shape (N,), optional
             Filled in place when given.
+        context : float, optional
+            Mean KV tokens per decoding sequence (a table with a context axis).
         """
         from specsim.plan._kernels import propose_many_nb
 
         ns = counts_arg(ns, len(ns) if np.ndim(ns) == 1 else -1, "widths")
         out = np.empty(ns.shape[0], dtype=np.int64) if out is None else out_arg(out, ns.shape[0], {"widths": ns})
-        st = self._state
+        st = self._at(context)
         propose_many_nb(st.memo, st.arrays.widths, st.arrays.costs, st.cum_priors, self.slack, self.max_seqs, ns, out,
                         np.empty((self.max_k + 1, 4)))
         return out
 
-    def goodput(self, n: int) -> int:
-        """The depth with the most expected tokens per ms at width ``n`` (energy ignored)."""
+    def goodput(self, n: int, context=None) -> int:
+        """The depth with the most expected tokens per ms at width ``n`` (energy ignored), at
+        ``context`` on a table with a context axis."""
         from specsim.plan._kernels import goodput_depth_nb
 
+        st = self._at(context)
         n = count_arg(n, "n")
         if n > self.max_seqs:
             return 0
-        st = self._state
         return int(goodput_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.max_seqs,
                                     np.empty((self.max_k + 1, 4))))
 
-    def explain(self, n: int) -> ProposeExplanation:
-        """The figures behind :meth:`propose` at width ``n``: per depth the expected tokens, the
-        step's ms and J, tokens/s, tokens/J, whether it is fast enough, and which one is chosen."""
+    def explain(self, n: int, context=None) -> ProposeExplanation:
+        """The figures behind :meth:`propose` at width ``n`` (and ``context``): per depth the
+        expected tokens, the step's ms and J, tokens/s, tokens/J, whether it is fast enough, and
+        which one is chosen."""
+        st = self._at(context)
         n = count_arg(n, "n")
-        st = self._state
-        return explain_propose(st.arrays, st.cum_priors, n, self.slack, self.max_seqs, self.propose(n))
+        return explain_propose(st.arrays, st.cum_priors, n, self.slack, self.max_seqs, self.propose(n, context))
 
     # -- after drafting -------------------------------------------------------------------
     def _workspace(self, n):
@@ -293,7 +357,7 @@ class Planner:
             self._local.rows = rows
         return self._local.work
 
-    def depths(self, confidences, n_conf, known_drafts, k_max, row_budget, out=None, *, check=True):
+    def depths(self, confidences, n_conf, known_drafts, k_max, row_budget, out=None, *, check=True, context=None):
         """Drafts to verify per sequence (docs/planner.md). Safe from any number of threads.
 
         Parameters
@@ -315,6 +379,9 @@ class Planner:
             With False the per-sequence range check of ``n_conf`` and ``known_drafts`` is
             skipped (out-of-range values are then clamped, not refused); every other check
             stays. For callers that build their arrays once and keep them valid.
+        context : float, optional
+            Mean KV tokens per decoding sequence: on a table with a context axis the step costs
+            are the grid at that context (docs/tables.md#context). Default: the reference grid.
 
         Returns
         -------
@@ -328,38 +395,41 @@ class Planner:
         """
         # Fast path: the kernel accepts only the exact types (anything else fails dispatch) and
         # checks shapes, ranges and aliasing itself; any refusal is redone through every check.
+        packed = self._packed if context is None else self._at(context).packed
         if type(k_max) is int and type(row_budget) is int:
             try:
                 if out is None:
                     out = np.empty(confidences.shape[0], dtype=np.int64)
-                rows = self._kernel(self._packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
+                rows = self._kernel(packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
                                     out, self._local.work, check)
             except (AttributeError, TypeError, ValueError, OverflowError, IndexError):
                 rows = -1
             if rows >= 0:
                 return out
-        return self._depths_checked(confidences, n_conf, known_drafts, k_max, row_budget, out, check)
+        return self._depths_checked(confidences, n_conf, known_drafts, k_max, row_budget, out, check, packed)
 
-    def _depths_checked(self, confidences, n_conf, known_drafts, k_max, row_budget, out, check):
+    def _depths_checked(self, confidences, n_conf, known_drafts, k_max, row_budget, out, check, packed):
         conf = confidences_arg(confidences)
         n, m = conf.shape
         n_conf_a = counts_arg(n_conf, n, "n_conf", upper=m)
         known = counts_arg(known_drafts, n, "known_drafts")
         k_max = cap_arg(k_max, "k_max")
         row_budget = cap_arg(row_budget, "row_budget")
+        if check:
+            _refuse_positive_confidences(conf, n_conf_a)
         if out is None:
             out = np.empty(n, dtype=np.int64)
         else:
             out_arg(out, n, {"confidences": confidences, "n_conf": n_conf, "known_drafts": known_drafts,
                              "the converted confidences": conf, "the converted n_conf": n_conf_a,
                              "the converted known_drafts": known})
-        rows = self._kernel(self._packed, self.slack, conf, n_conf_a, known, k_max, row_budget, out,
+        rows = self._kernel(packed, self.slack, conf, n_conf_a, known, k_max, row_budget, out,
                             self._workspace(n), True)
         if rows < 0:  # every refusal of the kernel is also one of the checks above
             raise PlanError(f"internal: the planner kernel refused checked inputs (code {rows})")
         return out
 
-    def depths_many(self, confidences, n_conf, known_drafts, offsets, k_max, row_budget, out=None):
+    def depths_many(self, confidences, n_conf, known_drafts, offsets, k_max, row_budget, out=None, context=None):
         """:meth:`depths` for many batches laid end to end in one call.
 
         Parameters
@@ -379,6 +449,7 @@ class Planner:
         rows, m = conf.shape
         n_conf_a = counts_arg(n_conf, rows, "n_conf", upper=m)
         known = counts_arg(known_drafts, rows, "known_drafts")
+        _refuse_positive_confidences(conf, n_conf_a)
         offsets = np.asarray(offsets)
         if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.shape[0] < 1 or offsets[0] != 0
                 or offsets[-1] != rows or (np.diff(offsets.astype(np.int64)) < 0).any()):
@@ -395,7 +466,7 @@ class Planner:
         widest = int(np.diff(offsets).max()) if batches else 0
         from specsim.plan._types import workspace_views_nb
 
-        sequence_depths_many_nb(self._state.arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
+        sequence_depths_many_nb(self._at(context).arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
                                 out, workspace_views_nb(self._workspace(widest), self.max_k))
         return out
 

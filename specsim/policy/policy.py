@@ -15,10 +15,15 @@ Forms:
     ``propose``, then per-sequence depths from the drafts' confidences, after drafting.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+``load-aware``
+    ``propose`` while requests wait; while none wait, ``propose`` with each step's energy
+    counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
+    speed floor: when the server keeps up, time a step saves is spent idle, not serving others
+    (docs/planner.md, "Load-aware").
 
 Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (the ``schedule`` an
 engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
-enter, by :func:`specsim.schedule.formats.read_policy`, into the ``schedule`` they name.
+enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
 
 
 @dataclass(frozen=True)
@@ -61,12 +66,18 @@ class Policy:
     @property
     def needs_planner(self) -> bool:
         """Whether the depth comes from a cost table and a calibration (propose, sequence, goodput)."""
-        return self.kind in ("propose", "sequence", "goodput")
+        return self.kind in ("propose", "sequence", "goodput", "load-aware")
 
     @property
     def reads_slack(self) -> bool:
-        """Whether the planner slack changes what it does (propose, sequence)."""
-        return self.kind in ("propose", "sequence")
+        """Whether the planner slack changes what it does (propose, sequence, load-aware)."""
+        return self.kind in ("propose", "sequence", "load-aware")
+
+    @property
+    def counts_idle(self) -> bool:
+        """Whether, while no request waits, the depth is planned by tokens per joule above idle
+        power (load-aware)."""
+        return self.kind == "load-aware"
 
     @property
     def per_sequence(self) -> bool:
@@ -136,7 +147,7 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput"
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:

@@ -21,6 +21,7 @@ from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
 )
+from specsim.table._kernels import context_bracket_nb
 
 # The engine's kernels are compiled without Numba's reference counting (they allocate nothing):
 # with it, every call that hands a bundle of arrays to another kernel increfs and decrefs each
@@ -79,6 +80,13 @@ def _grow(req, st, o, r, tokens):
     return need - req.blocks[r] if need > req.blocks[r] else 0
 
 
+@step_part
+def _leave_context(req, s, r):
+    """Take decoding request ``r`` out of the batch's context sum (it finished or was preempted)."""
+    s.ctx_tokens -= req.prompt[r] + req.emitted[r] - 1
+    s.ctx_seqs -= 1
+
+
 @kernel
 def _preempt_last(req, st):
     """Preempt the most recently admitted running request: free its blocks, put it at the front
@@ -86,6 +94,8 @@ def _preempt_last(req, st):
     s = st.rec[0]
     s.n_running -= 1
     r = st.running[s.n_running]
+    if req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]:
+        _leave_context(req, s, r)
     s.kv_used -= req.blocks[r]
     req.blocks[r] = 0
     req.prefilled[r] = 0
@@ -146,7 +156,9 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
 def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
-    Uniform policies verify ``depth_memo[n]`` drafts each; the sequence policy drafts
+    Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
+    waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
+    sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
 
     Returns
@@ -155,7 +167,7 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
         ``ws.known[:n]`` (drafted per sequence) are written.
     """
-    k = srv.depth_memo[n]
+    k = srv.depth_memo[n] if st.rec[0].q_len > 0 else srv.idle_memo[n]
     if srv.rec[0].per_sequence != 0:
         return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
     for j in range(n):
@@ -316,22 +328,40 @@ def prefill_cost_nb(srv, tokens):
 
 
 @step_part
-def decode_cost_nb(tab, srv, n, rows, k, cut):
+def _decode_cost_at(wcs, srv, n, rows, k, cut):
+    """(ms, J) of the decode part from ``wcs`` (the costs at every width, one context)."""
+    if srv.rec[0].per_sequence == 0 and not cut:
+        return wcs[n, k, VMS] + wcs[n, k, DMS], wcs[n, k, VJ] + wcs[n, k, DJ]
+    max_k = wcs.shape[1] - 1
+    ms = row_cost_nb(wcs[n, :, VMS], n, rows, max_k, wcs[n, k, DMS])
+    joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, wcs[n, k, DJ])
+    return ms, joules
+
+
+@step_part
+def decode_cost_nb(tab, srv, st, n, rows, k, cut):
     """(ms, J) of verifying ``rows`` draft rows over ``n`` decoding sequences.
 
     A uniform step with nothing cut costs the table's ``cell(n, k)``. The sequence policy, and
     any step the budget or a preemption cut, costs the verify interpolated at ``rows / n`` plus
-    the draft cost of the drafted depth ``k`` (the planner's row cost).
+    the draft cost of the drafted depth ``k`` (the planner's row cost). With context pricing the
+    step is priced so at the two measured contexts around the batch's mean context (its decoding
+    requests' KV tokens, kept in the replica state) and interpolated linearly between them, the
+    nearest context's price outside them; the mean is added to ``ctx_priced``.
     """
     if n == 0:
         return 0.0, 0.0
-    wcs = tab.wcs
-    if srv.rec[0].per_sequence == 0 and not cut:
-        return wcs[n, k, VMS] + wcs[n, k, DMS], wcs[n, k, VJ] + wcs[n, k, DJ]
-    max_k = tab.costs.shape[1] - 1
-    ms = row_cost_nb(wcs[n, :, VMS], n, rows, max_k, wcs[n, k, DMS])
-    joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, wcs[n, k, DJ])
-    return ms, joules
+    if tab.contexts.shape[0] == 0:
+        return _decode_cost_at(tab.wcs, srv, n, rows, k, cut)
+    s = st.rec[0]
+    c = s.ctx_tokens / s.ctx_seqs
+    s.ctx_priced += c
+    lo, hi, t = context_bracket_nb(tab.contexts, c)
+    ms, joules = _decode_cost_at(tab.cwcs[lo], srv, n, rows, k, cut)
+    if lo == hi:
+        return ms, joules
+    ms_hi, j_hi = _decode_cost_at(tab.cwcs[hi], srv, n, rows, k, cut)
+    return ms + (ms_hi - ms) * t, joules + (j_hi - joules) * t
 
 
 @step_part
@@ -390,6 +420,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             st.depth_hist[v] += 1
             acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
             req.emitted[r] += 1 + acc
+            s.ctx_tokens += 1 + acc
             tokens += 1 + acc
             accepted += acc
         else:
@@ -402,7 +433,11 @@ def apply_nb(req, cal, srv, st, ws, t, key):
                 s.resumed += 1
             req.emitted[r] += 1
             s.emitted += 1
+            # It decodes from the next step: its KV tokens join the batch's context.
+            s.ctx_tokens += req.prompt[r] + req.emitted[r] - 1
+            s.ctx_seqs += 1
         if req.emitted[r] == req.output[r]:
+            _leave_context(req, s, r)
             _finish(req, st, r, t)
             done += 1
     return tokens, accepted, done
@@ -509,7 +544,7 @@ def _price_nb(tab, srv, st, ws, n, k):
             rows += ws.vdepth[j]
             drafted += ws.known[j]
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
-    dms, dj = decode_cost_nb(tab, srv, n_sched, rows, k, cut)
+    dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0
     pj = 0.0
     if prefill:

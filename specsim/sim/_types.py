@@ -96,6 +96,9 @@ STATE_DT = np.dtype([
     ("decode_j", "f8"), ("prefill_j", "f8"), ("idle_j", "f8"),
     ("decode_s", "f8"), ("prefill_s", "f8"), ("idle_s", "f8"),
     ("kv_block_s", "f8"),      # KV blocks held, integrated over simulated time
+    ("ctx_tokens", "i8"),      # KV tokens of the decoding requests (prompt + emitted - 1 each), kept as they change
+    ("ctx_seqs", "i8"),        # decoding requests counted in ctx_tokens
+    ("ctx_priced", "f8"),      # the mean context each decode step was priced at, summed over decode steps
 ], align=True)
 
 # The server's options as the kernels read them.
@@ -143,11 +146,15 @@ class Requests(NamedTuple):
 
 class TableArrays(NamedTuple):
     """A cost table as the engine reads it: ``widths int64[W]``, ``costs float64[W, K+1, 4]``,
-    and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S."""
+    and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With context
+    pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C, S+1, K+1,
+    4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
 
     widths: np.ndarray
     costs: np.ndarray
     wcs: np.ndarray
+    contexts: np.ndarray
+    cwcs: np.ndarray
 
 
 class CalArrays(NamedTuple):
@@ -166,11 +173,13 @@ class CalArrays(NamedTuple):
 
 class Server(NamedTuple):
     """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
-    depth at every width) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
+    depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
+    array except for ``load-aware``) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
     ``curve_j`` (float64[P]; empty for the affine model)."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
+    idle_memo: np.ndarray
     curve_tokens: np.ndarray
     curve_ms: np.ndarray
     curve_j: np.ndarray

@@ -42,11 +42,17 @@ from specsim.sim.options import (  # noqa: F401  (names kept importable from her
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import Policy
-from specsim.schedule.formats import read_policy
+from specsim.interop import read_policy
 
-# Steps per kernel call when a progress callback is given: small enough that Ctrl-C, which
+# The engine's semantics version: what a result means for given inputs. Raise it with any change
+# that alters some result for the same requests, table, calibration, policy and options (a
+# scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
+# disk by earlier versions (a sweep's results file) are recomputed rather than reused.
+ENGINE_SEMANTICS = 1
+
+# Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
-PROGRESS_CHUNK = 1 << 12
+PROGRESS_CHUNK = 1 << 10
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -286,7 +292,23 @@ def new_workspace(max_num_seqs: int, max_k: int):
                      np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k))
 
 
-def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
+def _check_above_idle(table, idle_w: float) -> None:
+    """Refuse ``load-aware`` on a table where some step draws no more than idle power: energy
+    above idle would be zero or negative there, and tokens per joule of it meaningless."""
+    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
+    c = table.costs
+    above = (c[..., VERIFY_J] + c[..., DRAFT_J]) - idle_w * (c[..., VERIFY_MS] + c[..., DRAFT_MS]) / 1000.0
+    if not (above > 0).all():
+        w, k = np.argwhere(~(above > 0))[0]
+        ms = c[w, k, VERIFY_MS] + c[w, k, DRAFT_MS]
+        j = c[w, k, VERIFY_J] + c[w, k, DRAFT_J]
+        raise SimulationError(f"policy load-aware: the table's step at width {int(table.widths[w])}, depth {int(k)} "
+                              f"draws {1000.0 * j / ms:.1f} W, not above idle_w = {idle_w:g} W: its energy above idle "
+                              "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
+
+
+def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
     from specsim.sim._types import SERVER_DT, Server
 
     rec = np.zeros(1, dtype=SERVER_DT)
@@ -309,7 +331,7 @@ def _server(opts: dict, pol: Policy, depth_memo, max_num_seqs: int, k_cap: int, 
     r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
-    return Server(rec, depth_memo, *arrays)
+    return Server(rec, depth_memo, idle_memo, *arrays)
 
 
 def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
@@ -362,14 +384,25 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
                               f"sequence per step; set k_max <= {MAX_POSITION}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
     depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+    idle_memo = depth_memo
+    if pol.counts_idle:
+        _check_above_idle(table, resolved["idle_w"])
+        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    priced = table.contexts.size and resolved["context_pricing"]
+    contexts = table.contexts if priced else np.zeros(0, np.int64)
+    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
+    for c in range(contexts.shape[0]):
+        for n in range(seqs + 1):
+            width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs), cal=cal,
-        srv=_server(resolved, pol, depth_memo, seqs, k_cap, kv_blocks),
+        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        cal=cal,
+        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
     )
@@ -391,7 +424,8 @@ def collect(p: Prepared, req=None) -> SimResult:
     energy = {k: float(s[k]) for k in ("decode_j", "prefill_j", "idle_j", "decode_s", "prefill_s", "idle_s")}
     kv_blocks = int(p.srv.rec[0]["kv_blocks"])
     kv = {"block_size": int(p.srv.rec[0]["block_size"]), "capacity_blocks": None if kv_blocks == NO_CAP else kv_blocks,
-          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"])}
+          "peak_blocks": int(s["kv_peak"]), "block_s": float(s["kv_block_s"]),
+          "mean_decode_context": float(s["ctx_priced"]) / int(s["decode_steps"]) if s["decode_steps"] else 0.0}
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
@@ -416,7 +450,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     table : CostTable
     calibration : AcceptanceCalibration
     policy : str or Policy
-        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence`` or ``goodput``. A named depth
+        ``fixed:K``, ``schedule:...``, ``propose``, ``sequence``, ``goodput`` or ``load-aware``. A named depth
         beyond the table's ``max_k`` raises :class:`~specsim.errors.PolicyError`; one beyond
         ``k_max`` (or an acceptance trace's ``k_logged``) runs at that cap, and the result's
         ``policy`` label names the depth run (``fixed:5`` under ``k_max=3`` is ``fixed:3``).
@@ -451,9 +485,10 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     else:
         opts = options
     p = prepare(requests, table, calibration, policy, opts, acceptance)
-    step_limit = PROGRESS_CHUNK if progress is not None else NO_CAP
+    # Always in chunks, with or without a progress callback: the interpreter only acts on a
+    # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
-        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, step_limit)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, PROGRESS_CHUNK)
         if progress is not None:
             progress(int(p.st.rec[0]["finished"]))
         if done:

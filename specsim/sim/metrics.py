@@ -17,6 +17,16 @@ Definitions
 - KV utilisation: blocks held over the capacity; ``mean`` integrates over time from the first
   arrival to the end (idle gaps count as empty), ``peak`` is the most held in any step. With
   unlimited KV the fractions are None and the block counts remain.
+- Overload (``overload``): the requests are split into quarters by arrival (equal counts) and the
+  median queueing delay of each quarter is fitted by least squares against the quarter's median
+  arrival time. The slope, ``growth`` (seconds of queueing per second of arrivals), is about
+  ``offered / served - 1`` when the arrivals outrun the server (a request arriving at ``t``
+  waits for the backlog ``(offered - served) t`` to be served), and about 0 when it keeps up;
+  ``served_fraction = 1 / (1 + growth)`` estimates the share of the offered rate served.
+  ``flag`` is set when ``growth`` is at least :data:`OVERLOAD_GROWTH` and the last quarter's
+  median delay exceeds the first's by at least :data:`OVERLOAD_MIN_S`: the queue grew through
+  the run, so the latency percentiles describe the backlog more than the policy. Fewer than
+  :data:`OVERLOAD_MIN_REQUESTS` requests: not measured (None).
 - SLO attainment: the fraction of requests whose TTFT is at most the TTFT target and whose TPOT
   is at most the TPOT target (a one-token request has no TPOT and meets that target).
 """
@@ -28,6 +38,11 @@ import io
 import numpy as np
 
 PERCENTILES = (50, 90, 99)
+# Overload: the least growth of queueing delay (s per s of arrivals), the least rise from the
+# first quarter of arrivals to the last (s), the fewest requests to measure it on.
+OVERLOAD_GROWTH = 0.05
+OVERLOAD_MIN_S = 1.0
+OVERLOAD_MIN_REQUESTS = 8
 CSV_COLUMNS = ("policy", "slack", "request", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
                "finish_s", "ttft_s", "tpot_s", "e2e_s")
 
@@ -65,6 +80,55 @@ def slo_attainment(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
     frac = (lambda m: float(m.mean()) if n else None)  # noqa: E731
     return {"ttft_target_s": slo_ttft_s, "tpot_target_s": slo_tpot_s, "ttft_attainment": frac(ok_ttft),
             "tpot_attainment": frac(ok_tpot), "attainment": frac(ok_ttft & ok_tpot)}
+
+
+def queue_growth(arrival_s, queue_s) -> dict:
+    """How queueing delay grew through a run (see the module docstring, "Overload").
+
+    Returns ``flag``, ``growth`` (s of delay per s of arrivals), ``first_quarter_s`` and
+    ``last_quarter_s`` (median delays), ``served_fraction`` (``1 / (1 + growth)``, at most 1: the
+    share of the offered rate served when overloaded); all None below
+    :data:`OVERLOAD_MIN_REQUESTS` requests.
+    """
+    arrival = np.asarray(arrival_s, dtype=np.float64)
+    queue = np.asarray(queue_s, dtype=np.float64)
+    keep = ~np.isnan(queue)
+    arrival, queue = arrival[keep], queue[keep]
+    n = arrival.shape[0]
+    none = {"flag": None, "growth": None, "first_quarter_s": None, "last_quarter_s": None, "served_fraction": None}
+    if n < OVERLOAD_MIN_REQUESTS:
+        return none
+    quarters = np.array_split(np.argsort(arrival, kind="stable"), 4)
+    x = np.array([np.median(arrival[q]) for q in quarters])
+    y = np.array([np.median(queue[q]) for q in quarters])
+    dx = x - x.mean()
+    if not (dx * dx).sum() > 0:
+        return none
+    growth = float((dx * (y - y.mean())).sum() / (dx * dx).sum())
+    flag = bool(growth >= OVERLOAD_GROWTH and y[-1] - y[0] >= OVERLOAD_MIN_S)
+    return {"flag": flag, "growth": growth, "first_quarter_s": float(y[0]), "last_quarter_s": float(y[-1]),
+            "served_fraction": float(1.0 / (1.0 + max(growth, 0.0)))}
+
+
+def overload(result) -> dict:
+    """:func:`queue_growth` of one result's requests."""
+    return queue_growth(result.arrival_s, result.queue_s)
+
+
+def overload_line(label: str, over: dict):
+    """The one line that says a run was overloaded, or None when it was not."""
+    if not over or not over.get("flag"):
+        return None
+    return (f"overloaded: {label}: queueing delay grew {over['growth']:.3f} s per s of arrivals (median "
+            f"{over['first_quarter_s']:.2f} s in the first quarter of arrivals, {over['last_quarter_s']:.2f} s in "
+            f"the last); the server kept up with about {100 * over['served_fraction']:.0f}% of the offered rate, "
+            "so its latency percentiles measure the backlog, not the policy")
+
+
+def overload_lines(summaries) -> list:
+    """The overload line of every summary that has one, in order."""
+    lines = (overload_line(s["label"], s.get("overload")) for s in summaries)
+    return [line for line in lines if line]
 
 
 def kv_utilisation(result) -> dict:
@@ -107,6 +171,7 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         "tpot_s": _percentiles(result.tpot_s),
         "e2e_s": _percentiles(result.e2e_s),
         "queue_s": _percentiles(result.queue_s),
+        "overload": overload(result),
         "preemptions": c["preemptions"],
         "recomputed_tokens": c["recomputed_tokens"],
         "drafts_cut": c["drafts_cut"],

@@ -66,6 +66,10 @@ class ServerOptions:
         forward pass, the weights read once: the prefill part pays only its tokens' marginal cost
         on top of the decode part) or ``"additive"`` (decode part plus prefill part, the earlier
         rule). See :func:`prefill_fixed_part`.
+    context_pricing : bool
+        True (default): on a table with a context axis every decode step is priced at its
+        batch's mean context (KV tokens per decoding sequence). False: at the table's reference
+        context, as a table without an axis prices every step.
     kv_capacity_tokens : int or None
         KV-cache capacity in tokens. Default: the table's ``[meta] kv_capacity_tokens``, else
         unlimited.
@@ -103,6 +107,7 @@ class ServerOptions:
     max_num_batched_tokens: Optional[int] = DEFAULT_MAX_NUM_BATCHED_TOKENS
     chunked_prefill: bool = DEFAULT_CHUNKED_PREFILL
     mixed_step_pricing: str = DEFAULT_MIXED_STEP_PRICING
+    context_pricing: bool = True
     kv_capacity_tokens: Optional[int] = None
     kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
     max_seqs: Optional[int] = None
@@ -129,6 +134,9 @@ class ServerOptions:
         if not isinstance(self.chunked_prefill, (bool, np.bool_)):
             raise SimulationError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}")
         object.__setattr__(self, "chunked_prefill", bool(self.chunked_prefill))
+        if not isinstance(self.context_pricing, (bool, np.bool_)):
+            raise SimulationError(f"context_pricing must be True or False, got {self.context_pricing!r}")
+        object.__setattr__(self, "context_pricing", bool(self.context_pricing))
         if self.mixed_step_pricing not in MIXED_STEP_PRICINGS:
             raise SimulationError(f"mixed_step_pricing must be one of {', '.join(MIXED_STEP_PRICINGS)}, "
                                   f"got {show(self.mixed_step_pricing)}")
@@ -177,6 +185,21 @@ class ServerOptions:
         object.__setattr__(self, "kv_block_size",
                            _int(self.kv_block_size, "kv_block_size", 1, MAX_TOKENS_PER_REQUEST))
         object.__setattr__(self, "log_size", _int(self.log_size, "log_size", 0, MAX_LOG_SIZE))
+
+    def placeholder_prefill(self, table):
+        """A one-line warning when the prefill costs will be the built-in placeholders (no
+        option, no curve, nothing in the table's ``[meta]``), else None."""
+        meta = getattr(table, "meta", {}) or {}
+        if self.prefill_curve is not None:
+            return None
+        missing = [n for n in ("prefill_ms_per_token", "prefill_j_per_token")
+                   if getattr(self, n) is None and n not in meta]
+        if not missing:
+            return None
+        return (f"prefill costs are placeholders ({DEFAULT_PREFILL_MS_PER_TOKEN:g} ms and "
+                f"{DEFAULT_PREFILL_J_PER_TOKEN:g} J per prompt token where unset: "
+                f"{', '.join(missing)}): the table's [meta] gives none; pass --prefill-ms-per-token and "
+                "--prefill-j-per-token, or --prefill-curve, from a measurement of this model")
 
     def resolved(self, table) -> dict:
         """The options with every default filled in from ``table``, JSON-ready."""

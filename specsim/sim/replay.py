@@ -40,7 +40,7 @@ from specsim._checks import MAX_DEPTH, number_problem, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim._types import ReplayResult
-from specsim.schedule.formats import read_policy
+from specsim.interop import read_policy
 from specsim.table import Cell, CostTable, TableKey
 
 # Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
@@ -273,6 +273,11 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
         raise PolicyError(
             "policy sequence plans per-sequence depths from each draft's confidence, which an acceptance "
             "trace does not log: replay fixed, schedule, propose or goodput instead"
+        )
+    if policy.counts_idle:
+        raise PolicyError(
+            "policy load-aware picks its plan by whether requests wait in the server's queue, and a replay "
+            "at a fixed width has no queue: replay propose (its plan while requests wait) instead"
         )
     if table is None:
         raise PolicyError(

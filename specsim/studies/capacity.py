@@ -54,6 +54,8 @@ class Probe:
     energy_j: float
     ttft_p99_s: float
     tpot_p99_s: float
+    overloaded: bool = None
+    queue_growth: float = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -153,15 +155,16 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     """Simulate ``units`` copies of ``fleet`` with one policy; a plain function, so that a Dask
     worker can run it."""
     from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import _percentiles, slo_attainment
+    from specsim.sim.metrics import _percentiles, overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
     res = simulate_fleet(requests, sized, policy, router=router)
     f = res.fleet
     att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+    over = overload(f)
     return Probe(label, units, sized.replicas, sized.gpus, float(att if att is not None else 1.0),
                  int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), _percentiles(f.ttft_s)["p99"],
-                 _percentiles(f.tpot_s)["p99"])
+                 _percentiles(f.tpot_s)["p99"], over["flag"], over["growth"])
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -245,7 +248,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
     from specsim.sim.fleet import Fleet, check_router
-    from specsim.schedule.formats import read_policy
+    from specsim.interop import read_policy
 
     if fleet is None:
         if table is None or calibration is None:

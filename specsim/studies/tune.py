@@ -221,11 +221,11 @@ class TuneResult:
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
 
     def export(self, engine: str, **kw):
-        """The schedule in an engine's format (:func:`specsim.schedule.formats.export`)."""
-        from specsim.schedule.formats import export
+        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
+        from specsim.interop import export_schedule
 
         kw.setdefault("max_batch", self.inputs.get("max_batch"))
-        return export(engine, self.recommended, **kw)
+        return export_schedule(engine, self.recommended, **kw)
 
 
 # -- evaluation -------------------------------------------------------------------------------------
@@ -501,7 +501,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     TuneResult
     """
     from specsim.sim.engine import ServerOptions
-    from specsim.schedule.formats import read_policy
+    from specsim.interop import read_policy
 
     started = time.monotonic()
     slo = as_slo(slo)
@@ -640,7 +640,7 @@ class _Search:
     def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
         from specsim.policy.policy import parse_policy
         from specsim.policy.schedule import canonical
-        from specsim.schedule.formats import read_policy
+        from specsim.interop import read_policy
 
         held = tuple(self.score(p, "held", self.held_seeds) for p in final)
         fixed = [s for s in held if read_policy(s.policy).fixed_depth is not None]

@@ -49,7 +49,8 @@ def read(text, source: str = "<text>"):
     if not isinstance(meta, dict):
         meta = {"value": meta}
     if problems:
-        raise TableError(f"{source}: the cost table cannot be read", problems)
+        swapped = _toml.swapped_hint(doc, "cost table")
+        raise TableError(f"{source}: the cost table cannot be read" + (f": {swapped}" if swapped else ""), problems)
     return key, cells, meta, extras, axis
 
 

@@ -95,12 +95,9 @@ def detect_format(path) -> str:
     TraceError
         When the file cannot be read or matches no known format.
     """
-    from specsim._io import refuse_device
-
     path = Path(path)
-    refuse_device(path, "a trace", TraceError)
     try:
-        with open(path, "rb") as f:
+        with _open(path) as f:
             head = f.read(1 << 16)
     except OSError as e:
         raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
@@ -321,13 +318,9 @@ def _blocks(f):
 
 
 def _open(path):
-    from specsim._io import refuse_device
+    from specsim._io import open_input
 
-    refuse_device(path, "a trace", TraceError)
-    try:
-        return open(path, "rb")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
+    return open_input(path, "a trace", TraceError)
 
 
 def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):

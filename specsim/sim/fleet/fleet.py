@@ -365,7 +365,8 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     max_k = max(g.table.max_k for g in fleet.groups)
     log_size = max(g.options.log_size for g in fleet.groups)
     st = _fleet_state(n_req, n_rep, max(16, -(-n_req // n_rep) + 16), seqs, max_k, log_size)
-    limit = PROGRESS_CHUNK if progress is not None else NO_CAP
+    # Chunks whether or not progress is asked for: Ctrl-C is acted on between kernel calls.
+    limit = PROGRESS_CHUNK
     code = {"round_robin": fk.ROUND_ROBIN, "least_outstanding": fk.LEAST_OUTSTANDING, "least_kv": fk.LEAST_KV}[router]
     while True:
         status = fk.fleet_nb(arrival, prompt, output, code, groups, group_of, kv_tokens, block_size, st, limit)

@@ -29,8 +29,8 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     replicas = [1, 2, 4]          # a fleet of identical replicas behind a router (docs/fleets.md)
     router = ["round_robin", "least_outstanding"]
 
-Every point is identified by its axis values (``point_id``), so results from an earlier,
-interrupted run are recognised and skipped.
+Every point is named by its axis values (``point_id``); its row is reused on a later run only
+when a digest of all its inputs matches (``specsim.studies.sweep.run.point_inputs``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def load_grid(path) -> Grid:
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
     from specsim.sim.engine import ServerOptions
-    from specsim.schedule.formats import read_policy
+    from specsim.interop import read_policy
 
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)

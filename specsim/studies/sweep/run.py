@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -17,12 +17,14 @@ from specsim._checks import request_size_problem, show
 from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
-from specsim.studies.sweep.grid import INPUT_AXES, Grid, point_id, point_options
+from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
 
 
 @dataclass
 class SweepReport:
-    """What a sweep did: points in the grid, computed now, found already done, wall seconds."""
+    """What a sweep did: points in the grid, computed now, reused from the results file (their
+    inputs unchanged), wall seconds, and how many kept points were recomputed because an input
+    changed (``stale``)."""
 
     total: int
     computed: int
@@ -30,6 +32,7 @@ class SweepReport:
     seconds: float
     out: str
     workers: int
+    stale: int = 0
 
     def to_frame(self):
         """Every row of the results file (this run's and earlier ones') as a pandas DataFrame."""
@@ -97,7 +100,91 @@ def _is_parquet(path) -> bool:
 
 # Columns that hold names, not numbers, whatever their text looks like (a point id can be all
 # digits, or read as a float like "1e5").
-TEXT_COLUMNS = ("point_id", "trace", "table", "calibration", "policy", "label", "depth_histogram", "router")
+TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "trace", "table", "calibration", "policy", "label",
+                "depth_histogram", "router")
+
+
+# -- what a point's row depends on ----------------------------------------------------------------
+#
+# A row is reused on a later run only when every input it was computed from is the same: the
+# trace's requests (after the reader's options), the table's and the calibration's files, the
+# server options, the point's run axes (policy, traffic scale, replicas, router; seeds included, a
+# server option), the SLO and the engine's semantics version. Each is digested on its own, so a
+# resume can say which input changed.
+INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine")
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def requests_digest(requests) -> str:
+    """Digest of a request array's content: every field's name, dtype and values."""
+    import numpy as np
+
+    parts = []
+    for name in requests.dtype.names:
+        column = np.ascontiguousarray(requests[name])
+        parts.append(name.encode() + b":" + column.dtype.str.encode() + b":" + column.tobytes())
+    return _sha(b"\0".join(parts))
+
+
+def file_digest(path) -> str:
+    return _sha(Path(path).read_bytes())
+
+
+def server_digest(options: dict) -> str:
+    """Digest of a point's server options; a prefill curve counts by its values, not its path."""
+    import numpy as np
+    from specsim.sim.engine import ServerOptions
+
+    opts = dict(options)
+    if opts.get("prefill_curve") is not None:
+        curve = ServerOptions(prefill_curve=opts["prefill_curve"]).prefill_curve
+        opts["prefill_curve"] = _sha(b"|".join(np.ascontiguousarray(c, dtype=np.float64).tobytes() for c in curve))
+    return _sha(_canonical(opts))
+
+
+def point_inputs(grid: Grid, point: dict, digests: dict) -> dict:
+    """The digests of everything one point's row depends on, by :data:`INPUT_PARTS`.
+
+    ``digests`` maps ``(kind, name)`` (kind ``trace``, ``table`` or ``calibration``) to the
+    content digest of that input.
+    """
+    from specsim.sim.engine import ENGINE_SEMANTICS
+
+    run = {k: v for k, v in point.items() if k in RUN_AXES}
+    return {
+        "trace": digests[("trace", point["trace"])],
+        "table": digests[("table", point["table"])],
+        "calibration": digests[("calibration", point["calibration"])],
+        "server": server_digest(point_options(grid, point)),
+        "run": _sha(_canonical(run)),
+        "slo": _sha(_canonical(grid.slo)),
+        "engine": ENGINE_SEMANTICS,
+    }
+
+
+def inputs_digest(inputs: dict) -> str:
+    """One digest of a point's input digests (the ``inputs_digest`` column)."""
+    return _sha(_canonical(inputs))
+
+
+def _changed_parts(row: dict, inputs: dict) -> list:
+    """Which inputs of a kept row differ from this run's (all of them when the row has none)."""
+    try:
+        kept = json.loads(row.get("inputs") or "")
+    except (TypeError, ValueError):
+        return ["unrecorded"]
+    if not isinstance(kept, dict):
+        return ["unrecorded"]
+    return [part for part in INPUT_PARTS if kept.get(part) != inputs[part]] or ["digest"]
 
 
 def check_results_path(path) -> None:
@@ -233,13 +320,14 @@ def _load_inputs(grid: Grid, points):
 
 
 def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, progress=True) -> SweepReport:
-    """Run every point of ``grid`` not already in ``out``; rows are saved after each point.
+    """Run every point of ``grid`` whose row in ``out`` is missing or was computed from other
+    inputs (:func:`point_inputs`); rows are saved after each point.
 
     Parameters
     ----------
     grid : Grid
     out : path
-        Results file (``.csv``, or ``.parquet`` with pyarrow). Points already in it are skipped.
+        Results file (``.csv``, or ``.parquet`` with pyarrow). Points kept in it with the same inputs are reused.
     scheduler : str, optional
         Address of a running Dask scheduler (``tcp://host:port``); default a local cluster.
     workers : int, optional
@@ -255,18 +343,38 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     if workers is not None:
         check_workers(workers)
     check_results_path(out)
-    done = {r["point_id"]: r for r in read_results(out)}
-    todo = [p for p in grid.points if point_id(p) not in done]
+    traces, tables, cals = _load_inputs(grid, grid.points)
+    digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
+    digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
+    digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
+    inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
+    kept = {r["point_id"]: r for r in read_results(out)}
+    done, todo, stale, n_stale = {}, [], {}, 0
+    for p in grid.points:
+        pid = point_id(p)
+        row = kept.get(pid)
+        if row is not None and row.get("inputs_digest") == inputs_digest(inputs[pid]):
+            done[pid] = row
+            continue
+        todo.append(p)
+        if row is not None:
+            n_stale += 1
+            for part in _changed_parts(row, inputs[pid]):
+                stale[part] = stale.get(part, 0) + 1
     skipped = len(grid.points) - len(todo)
-    if skipped:
-        print(f"specsim sweep: {skipped} of {len(grid.points)} points already in {out}; computing the other "
-              f"{len(todo)}", file=sys.stderr)
-    columns = list(next(iter(done.values())).keys()) if done else None
-    rows = dict(done)
+    note = resume_note(len(grid.points), skipped, n_stale, stale, out)
+    if note:
+        print(f"specsim sweep: {note}", file=sys.stderr)
+    columns = list(next(iter(kept.values())).keys()) if kept else None
+    rows = dict(kept)
 
     def save(row):
         nonlocal columns
-        rows[row["point_id"]] = row
+        pid = row["point_id"]
+        row = {"point_id": pid, "inputs_digest": inputs_digest(inputs[pid]),
+               **{k: v for k, v in row.items() if k != "point_id"},
+               "inputs": json.dumps(inputs[pid], sort_keys=True)}
+        rows[pid] = row
         if columns is None:
             columns = list(row.keys())
         else:
@@ -277,7 +385,6 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
 
     n_workers = 1
     if todo:
-        traces, tables, cals = _load_inputs(grid, todo)
         bar = Progress(len(todo), "sweep", enabled=progress, unit="points")
         try:
             if serial:
@@ -304,4 +411,89 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
                   "to compute the rest", file=sys.stderr)
             raise
         bar.close()
-    return SweepReport(len(grid.points), len(todo), skipped, time.monotonic() - start, str(out), n_workers)
+    return SweepReport(len(grid.points), len(todo), skipped, time.monotonic() - start, str(out), n_workers,
+                       n_stale)
+
+
+# What each input part is called in a resume's note.
+PART_NAMES = {"trace": "trace content", "table": "table file", "calibration": "calibration file",
+              "server": "server options", "run": "policy/traffic/fleet axes", "slo": "SLO",
+              "engine": "engine semantics version", "unrecorded": "inputs not recorded (an older results file)",
+              "digest": "inputs digest"}
+
+
+def resume_note(total: int, reused: int, n_stale: int, stale: dict, out) -> str:
+    """One line on what a resumed sweep reused and why, and which kept points it recomputes
+    because an input changed (``stale``: input part -> points where it differs)."""
+    from specsim.sim.engine import ENGINE_SEMANTICS
+
+    if not reused and not stale:
+        return ""
+    parts = []
+    if reused:
+        parts.append(f"reusing {reused} of {total} points kept in {out}: their trace content, table and calibration "
+                     f"files, server options, policy/traffic/fleet axes (seed included), SLO and engine semantics "
+                     f"version ({ENGINE_SEMANTICS}) have the digests recorded with them")
+    if stale:
+        why = ", ".join(f"{PART_NAMES.get(k, k)} at {v}" for k, v in sorted(stale.items(), key=lambda kv: -kv[1]))
+        parts.append(f"recomputing {n_stale} kept point(s) whose inputs changed: {why}")
+    return "; ".join(parts) + f"; computing {total - reused} point(s)"
+
+
+# What the closing summary ranks, per traffic level: (column, how it reads, lower is better).
+OBJECTIVES = (("j_per_token", "least J/token", True), ("tokens_per_s", "most tokens/s", False))
+# Axes that set the traffic a point serves; the others (but seed) name a candidate.
+TRAFFIC_AXES = ("trace", "rate_scale")
+
+
+def best_by_traffic(grid: Grid, rows) -> list:
+    """The closing summary of a sweep: per traffic level (trace and rate scale) and objective,
+    the best candidate (the other axes' values, seeds averaged out), as lines of text.
+
+    With a ``seed`` axis of two or more values, the best two candidates are told apart only when
+    their means differ by more than the larger of their seed spreads (the standard deviation over
+    seeds); otherwise the line says "tie within noise". Without one there is no measured noise,
+    and the best is simply named.
+    """
+    import statistics
+
+    names = [a for a, _ in grid.axes]
+    traffic = [a for a in names if a in TRAFFIC_AXES and len(dict(grid.axes)[a]) > 1]
+    cand_axes = [a for a in names if a not in TRAFFIC_AXES and a != "seed"
+                 and (a == "policy" or len(dict(grid.axes)[a]) > 1)]
+    seeds = len(dict(grid.axes).get("seed", ())) if "seed" in names else 1
+    ids = {point_id(p) for p in grid.points}
+    groups = {}
+    for r in rows:
+        if r.get("point_id") not in ids:
+            continue
+        level = tuple((a, r[a]) for a in traffic)
+        cand = " ".join(str(r[a]) if a == "policy" else f"{a}={r[a]}" for a in cand_axes) or "the grid's point"
+        groups.setdefault(level, {}).setdefault(cand, []).append(r)
+    lines = []
+    for level, cands in groups.items():
+        where = ", ".join(f"{a} {v}" for a, v in level) or "all points"
+        parts = []
+        for col, label, lower in OBJECTIVES:
+            scored = []
+            for cand, rs in cands.items():
+                vals = [float(r[col]) for r in rs if r.get(col) not in (None, "") and math.isfinite(float(r[col]))]
+                if vals:
+                    spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
+                    scored.append((statistics.fmean(vals), spread, cand))
+            if not scored:
+                continue
+            scored.sort(key=lambda s: s[0] if lower else -s[0])
+            mean, spread, cand = scored[0]
+            text = f"{label}: {cand} ({mean:.5g})"
+            if len(scored) > 1 and spread is not None and scored[1][1] is not None:
+                noise = max(spread, scored[1][1])
+                if abs(mean - scored[1][0]) <= noise:
+                    text += f", tie within noise with {scored[1][2]} ({scored[1][0]:.5g}; seed spread {noise:.2g})"
+            parts.append(text)
+        if parts:
+            lines.append(f"  {where}: " + "; ".join(parts))
+    if not lines:
+        return []
+    head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
+    return [head] + lines

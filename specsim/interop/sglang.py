@@ -1,13 +1,23 @@
-"""SGLang's speculative-decoding telemetry: the ``Decode batch`` log line, per-request
-``meta_info`` and ``/server_info`` (formats and versions: ``docs/telemetry.md``, "SGLang")."""
+"""SGLang: its speculative-decoding telemetry (the ``Decode batch`` log line, per-request
+``meta_info`` and ``/server_info``; formats and versions: ``docs/telemetry.md``, "SGLang"), and
+the adaptive speculation config a schedule is served with and read back from (a slot per
+batch-size lower bound, string key, with its ``candidate_steps``; one candidate pins the slot's
+depth; widths below the smallest key use the smallest slot; the batch is padded to the next
+CUDA-graph size first; docs/schedules.md#sglang)."""
 
 from __future__ import annotations
 
+import json
 import re
 
-from specsim.calibration.telemetry._records import (
-    Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
+from specsim.errors import PolicyError
+from specsim.interop._config import (
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
+from specsim.interop._records import (
+    Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
+)
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
 
 DECODE_LOG_INTERVAL = 40
 """SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""
@@ -16,9 +26,23 @@ _DECODE = re.compile(r"Decode batch[.,]?\s*(?:\[\d+\])?[.,]?\s*(.*)$")
 _RUNNING = re.compile(r"#running-req:\s*([0-9]+)")
 _ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
 _ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
+_GEN_THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([-0-9.eE+]+|nan|inf)")
 
 
-def parse_log(text: str, source: str, interval: int = DECODE_LOG_INTERVAL):
+def decode_batch(line: str):
+    """The raw fields of one ``Decode batch`` line (None: not such a line): ``running``
+    (#running-req), ``accept_len`` and ``throughput`` (gen throughput, token/s), each the text
+    as logged or None when the line lacks it."""
+    m = _DECODE.search(line)
+    if m is None:
+        return None
+    body = m.group(1)
+    found = {name: rx.search(body) for name, rx in (("running", _RUNNING), ("accept_len", _ACC_LEN),
+                                                    ("throughput", _GEN_THROUGHPUT))}
+    return {name: f.group(1) if f else None for name, f in found.items()}
+
+
+def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTERVAL):
     """``"mean"`` records of SGLang's ``Decode batch`` lines, one per line.
 
     ``accept len`` is accepted drafts plus the bonus token per request-step over the interval
@@ -57,8 +81,8 @@ def parse_log(text: str, source: str, interval: int = DECODE_LOG_INTERVAL):
             tally.notes["accept_rate_meaning"] = "accepted with bonus over draft slots (first generation)"
         if body.rstrip().endswith(",") or "Decode batch." in line:
             tally.notes.setdefault("sglang_line", "older (`Decode batch.`, trailing comma)")
-        records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=float(interval * running)))
-    tally.notes["steps_per_line"] = f"decode_log_interval {interval} x #running-req"
+        records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=float(decode_log_interval * running)))
+    tally.notes["steps_per_line"] = f"decode_log_interval {decode_log_interval} x #running-req"
     tally.records = len(records)
     return records, tally
 
@@ -187,3 +211,113 @@ def parse_server_info(text: str, source: str):
             records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=None, depth=depth))
     tally.records = len(records)
     return records, tally
+
+
+TELEMETRY = (
+    Format("sglang-log", "SGLang `Decode batch` log lines", ("Decode batch",), parse_log,
+           options=("decode_log_interval",)),
+    Format("sglang-request", "SGLang per-request `meta_info` (JSON or JSON Lines)",
+           ("spec_verify_ct", "spec_accept", "spec_num_correct_drafts", "spec_correct_drafts", "spec_accepted_drafts"),
+           parse_requests),
+    Format("sglang-server-info", "SGLang /server_info JSON", ("internal_states",), parse_server_info),
+)
+"""SGLang's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""
+
+
+# -- the adaptive speculation config a schedule is served with -----------------------------------
+DEFAULT_METHOD = "EAGLE3"
+
+
+def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+    deepest = deepest_depth(c, "SGLang")
+    flags = (f"--speculative-algorithm {method} --speculative-eagle-topk 1 --speculative-num-steps {deepest} "
+             f"--speculative-num-draft-tokens {deepest + 1}")
+    if constant_depth(c) is not None:
+        notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (SGLang: static --speculative-num-steps, no adaptive "
+                                                       "config; this file records the server arguments)"]
+        cfg = {"speculative_algorithm": method, "speculative_eagle_topk": 1, "speculative_num_steps": deepest,
+               "speculative_num_draft_tokens": deepest + 1}
+        if draft_model:
+            cfg["speculative_draft_model_path"] = draft_model
+        text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+        return EngineConfig("sglang", text, tuple(notes), f"python -m sglang.launch_server ... {flags}")
+    cfg = {str(lo): {"candidate_steps": [k]} for lo, _, k in c}
+    notes = list(COMMON_LIMITS) + [
+        "SGLang rounds a batch up to its next CUDA-graph capture size before choosing the slot: a boundary "
+        "between capture sizes acts at the next one (see --cuda-graph-bs)",
+        f"adaptive speculation runs only with EAGLE or EAGLE3 ({method}), topk 1, no attention data parallelism, no "
+        "multi-layer EAGLE and no two-batch overlap; otherwise SGLang serves the static steps, with a warning",
+        "one candidate per slot pins its depth: SGLang's acceptance-driven controller has nothing to choose",
+        "adaptive mode captures CUDA graphs for every candidate depth: the schedule must win more than that costs",
+    ]
+    usage = f"python -m sglang.launch_server ... {flags} --speculative-adaptive --speculative-adaptive-config FILE"
+    text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+    return EngineConfig("sglang", text, tuple(notes), usage)
+
+
+
+def parse_config(text, source):
+    doc = load_json(text, source, "SGLang adaptive")
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
+    slots = []
+    if not any(k.isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
+        # static steps (what a constant schedule exports): the server arguments
+        k = doc["speculative_num_steps"]
+        if k < 0:
+            raise PolicyError(f"{source}: speculative_num_steps must be >= 0, got {k}")
+        return ((1, None, k),)
+    for key, entry in doc.items():
+        if not key.isdigit():
+            continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
+        if not isinstance(entry, dict):
+            raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
+                              f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
+        steps = entry.get("candidate_steps")
+        if not isinstance(steps, list) or not steps or not all(whole(s) and s >= 0 for s in steps):
+            raise PolicyError(f"{source}: slot {key!r}: candidate steps must be a non-empty list of whole "
+                              f"numbers >= 0, got {steps!r}")
+        if len(set(steps)) != 1:
+            raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
+                              "them at run time from its acceptance average, which specsim does not simulate: "
+                              "give each slot one candidate to pin its depth")
+        slots.append((int(key), steps[0]))
+    if not slots:
+        raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
+    slots.sort()
+    out = []
+    for i, (lo, k) in enumerate(slots):
+        # Widths below the smallest key use the smallest slot.
+        first = 1 if i == 0 else max(lo, 1)
+        end = slots[i + 1][0] - 1 if i + 1 < len(slots) else None
+        if end is not None and end < first:
+            continue  # a slot no batch size reaches (key 0 beside key 1)
+        out.append((first, end, k))
+    return tuple(out)
+
+
+
+def cuda_graph_sizes(text, where="--cuda-graph-bs"):
+    """SGLang's CUDA-graph capture batch sizes from ``1,2,4,8``: sorted, distinct, >= 1."""
+    from specsim._checks import MAX_WIDTH
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")
+    sizes = sorted({int(p) for p in parts})
+    if sizes[0] < 1 or sizes[-1] > MAX_WIDTH:
+        raise PolicyError(f"{where}: CUDA-graph batch sizes must lie in 1..{MAX_WIDTH}, got {text!r}")
+    return tuple(sizes)
+
+
+def pad_to_graphs(ranges, sizes) -> tuple:
+    """The schedule SGLang serves from slot ``ranges`` with CUDA graphs captured at ``sizes``: a
+    batch is padded up to the next capture size before its slot is looked up (a batch wider than
+    every capture size runs without a graph, unpadded)."""
+    c = canonical(ranges)
+    top = max(max(sizes), c[-1][0]) + 1
+    depths = []
+    for w in range(1, top + 1):
+        padded = next((s for s in sizes if s >= w), w)
+        depths.append(depth_at(c, padded))
+    return ranges_from_depths(depths)

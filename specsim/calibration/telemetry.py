@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from specsim import _toml
-from specsim.calibration.telemetry._records import Record
+from specsim.interop._records import MAX_DEPTH, Record
 from specsim.errors import CalibrationError
 
 ASSUMPTIONS = ("constant-rate",)
@@ -178,7 +178,7 @@ def _shallowest(records, m, where):
             f"{where}: the draft depth varied from step to step ({len(variable)} of {len(records)} records; first "
             f"{r.where}: {r.variable}), so positions past the shallowest depth count steps that never reached them "
             "and would import biased low",
-            [f"give the schedule the serve ran (--schedule FILE) or its shallowest depth (--min-depth K) to import "
+            ["give the schedule the serve ran (--schedule FILE) or its shallowest depth (--min-depth K) to import "
              "the positions every step reached exactly", EXACT_WAY_OUT])
     if m < 1:
         raise CalibrationError(f"{where}: shallowest depth {m}: steps that draft nothing are not counted, so the "
@@ -225,8 +225,6 @@ def _constant_rate(records, assume, depth, meta, where):
     """The constant-rate fit, each record at its own depth (``depth`` overrides every record's):
     ``p`` with ``sum n_i (p + .. + p^d_i) = sum accepted_i`` over records of ``n_i`` steps at
     depth ``d_i``."""
-    from specsim.calibration.telemetry._records import MAX_DEPTH
-
     told = {r.depth for r in records if r.depth is not None}
     if assume is None:
         raise CalibrationError(
@@ -397,16 +395,21 @@ def calibration_from(ident: Identified, drafter, source: str = "<telemetry>"):
     return AcceptanceCalibration(cal.drafter, cal.edges, cal.p_accept, cal.priors, meta=meta, source=source)
 
 
-def record_batches(fmt, records):
+def record_batches(fmt, records, depth=None, min_depth=None):
     """Each record's verify steps as ``(drafts, accepted run) -> chains``, in serve order: the
-    steps a drift monitor replays, one monitored step per record.
+    steps a drift monitor replays, one monitored step per record. ``depth`` and ``min_depth``
+    are :func:`identify`'s: records whose depth varied are cut to the positions every step
+    reached, or refused.
 
     Raises
     ------
     CalibrationError
-        When the records are means only (they tell no position's outcomes).
+        When the records are means only (they tell no position's outcomes), or as
+        :func:`identify` refuses variable depth and histograms of unknown depth.
     """
-    out = [r.steps if r.kind == "steps" else _marginal_steps(r) for r in records if r.kind != "mean"]
+    used = [_with_depth(r, depth, fmt) for r in records if r.kind != "mean"]
+    used, _ = _shallowest(used, min_depth, fmt)
+    out = [r.steps if r.kind == "steps" else _marginal_steps(r) for r in used]
     if not out:
         raise CalibrationError(f"{fmt} holds mean acceptance only: a drift test needs per-position outcomes "
                                "(per-position counts, accept-run histograms or per-step logs)")

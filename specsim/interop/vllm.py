@@ -1,12 +1,21 @@
-"""vLLM's speculative-decoding telemetry: log lines, ``/metrics`` scrapes, bench summaries and
-per-request metrics (formats and their versions: ``docs/telemetry.md``, "vLLM")."""
+"""vLLM: its speculative-decoding telemetry (log lines, ``/metrics`` scrapes, bench results and
+per-request metrics; formats and their versions: ``docs/telemetry.md``, "vLLM"), the
+``--speculative-config`` a schedule is served with and read back from
+(``num_speculative_tokens_per_batch_size``: inclusive ``[start_bs, end_bs, K]`` ranges from 1, no
+overlap, a gap or the tail taking the K before it, every K clamped to ``num_speculative_tokens``;
+docs/schedules.md#vllm), and a calibration as its synthetic rejection sampler."""
 
 from __future__ import annotations
 
+import json
 import re
 
-from specsim.calibration.telemetry._records import (
-    MAX_DEPTH, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
+from specsim.errors import PolicyError
+from specsim.interop._config import (
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
+)
+from specsim.interop._records import (
+    MAX_DEPTH, Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
 )
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -131,7 +140,7 @@ def _step_bounds(accepted, rates, mal, tally):
     inf = float("inf")
     k = len(rates)
     s = sum(rates)
-    half = 0.0005 * k
+    half = 0.0005 * k + 1e-9  # printed to 3 decimals (plus the float error of the printing)
     lo = accepted / (s + half) if accepted else 0.0
     hi = accepted / (s - half) if s > half else inf
     if accepted == 0:
@@ -141,8 +150,8 @@ def _step_bounds(accepted, rates, mal, tally):
         bonus = abs(mal - (1.0 + s)) <= abs(mal - s)
         tally.notes["mean_acceptance_length"] = "with bonus token" if bonus else "without bonus token (before mid-2025)"
         m = mal - 1.0 if bonus else mal
-        lo = max(lo, accepted / (m + 0.005))
-        hi = min(hi, accepted / (m - 0.005) if m > 0.005 else inf)
+        lo = max(lo, accepted / (m + 0.005 + 1e-9))
+        hi = min(hi, accepted / (m - 0.005 - 1e-9) if m > 0.005 + 1e-9 else inf)
     return (lo, hi) if lo <= hi + 1e-9 else None
 
 
@@ -527,3 +536,144 @@ def _request_block(block, where, keys, tally):
         tally.bad(where, f"{accepted_key} {acc} is more than {n_steps} steps x {depth} drafts")
         return None
     return Record("mean", where, mean_accepted=acc / n_steps, n_steps=n_steps, depth=depth)
+
+
+# -- a calibration the real engine can serve -----------------------------------------------------
+def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
+    """vLLM's ``--speculative-config`` that makes the real engine accept drafts at ``cal``'s
+    rates: ``rejection_sample_method: "synthetic"`` with ``synthetic_acceptance_rates``, the
+    per-position unconditional rates (the product of the conditional priors up to each
+    position; a position past the fitted ones takes the last prior, as the simulator does).
+
+    Parameters
+    ----------
+    cal : AcceptanceCalibration
+    depth : int, optional
+        ``num_speculative_tokens`` (default: the calibration's fitted positions).
+    method, draft_model : str
+        The speculative method and the drafter's weights (``model``) the engine loads.
+
+    Returns
+    -------
+    dict
+    """
+    from specsim._checks import MAX_DEPTH, int_problem
+    from specsim.errors import CalibrationError
+
+    k = len(cal.priors) if depth is None else depth
+    problem = int_problem(k, "the depth", 1, MAX_DEPTH)
+    if problem:
+        raise CalibrationError(problem)
+    rates, run = [], 1.0
+    for j in range(1, k + 1):
+        run *= cal.prior(j)
+        rates.append(round(run, 6))
+    cfg = {"method": method}
+    if draft_model:
+        cfg["model"] = draft_model
+    cfg.update({"num_speculative_tokens": k, "rejection_sample_method": "synthetic",
+                "synthetic_acceptance_rates": rates})
+    return cfg
+
+
+TELEMETRY = (
+    Format("vllm-log", "vLLM `SpecDecoding metrics:` / V0 `Speculative metrics:` log lines",
+           ("SpecDecoding metrics:", "Speculative metrics:"), parse_log),
+    Format("vllm-prometheus", "vLLM /metrics text exposition (one scrape, or several: their difference)",
+           ("vllm:spec_decode_",), parse_prometheus, whole=True),
+    Format("vllm-bench", "`vllm bench serve` summary (Speculative Decoding block) or --save-result JSON",
+           ("Speculative Decoding", "spec_decode_per_position_acceptance_rates"), parse_bench),
+    Format("vllm-request", "vLLM per-request `speculative_decoding` metrics (JSON or JSON Lines)",
+           ("num_spec_steps", "acceptance_histogram", "\"speculative_decoding\""), request_records),
+)
+"""vLLM's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""
+
+
+# -- the --speculative-config a schedule is served with ---------------------------------------
+DEFAULT_METHOD = "eagle3"
+"""Most current drafters are EAGLE-3 (vLLM's ``eagle`` means EAGLE-1); --method names another."""
+PER_BATCH_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+"""The methods whose per-batch depth vLLM honours (others fall back to the static K, warning)."""
+
+
+def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+    deepest = deepest_depth(c, "vLLM")
+    cfg = {"method": method}
+    if draft_model:
+        cfg["model"] = draft_model
+    cfg["num_speculative_tokens"] = deepest
+    notes = list(COMMON_LIMITS)
+    if constant_depth(c) is not None:
+        notes.append(CONSTANT_NOTE + " (vLLM: any num_speculative_tokens_per_batch_size list turns FULL CUDA graphs "
+                                     "into PIECEWISE, about -14% single-stream in vLLM issue #49548)")
+    else:
+        entries = []
+        for lo, hi, k in c:
+            # vLLM keeps the last range's K for every wider batch, so any finite end is exact.
+            entries.append([lo, hi if hi is not None else max(lo, max_batch or lo), k])
+        cfg["num_speculative_tokens_per_batch_size"] = entries
+        notes += [
+            f"batch sizes above {entries[-1][1]} keep depth {entries[-1][2]} (vLLM extends the last range)",
+            "num_speculative_tokens_per_batch_size needs vLLM of about v0.24 or later: older releases refuse the "
+            "unknown key at start-up",
+            f"vLLM honours a per-batch depth only for methods {', '.join(PER_BATCH_METHODS)} on the V1 runner, "
+            "and not with data parallelism: otherwise it serves num_speculative_tokens throughout, with a warning"
+            + ("" if method in PER_BATCH_METHODS else f" (method {method!r} is not among them)"),
+            "vLLM's batch size counts every scheduled request, prefill chunks included, where specsim's width counts "
+            "decoding sequences: under chunked prefill the engine picks the depth of a wider batch",
+            "any per-batch list turns vLLM's FULL CUDA graphs into PIECEWISE (about -14% single-stream in vLLM issue "
+            "#49548): the schedule must win more than that to pay",
+        ]
+    line = json.dumps(cfg, separators=(", ", ": "))
+    if not draft_model:
+        notes.append(f"method {method!r}: add \"model\" (the drafter's weights) for a method that has one")
+    return EngineConfig("vllm", line + "\n", tuple(notes), f"vllm serve ... --speculative-config '{line}'")
+
+
+
+def parse_config(text, source):
+    doc = load_json(text, source, "vLLM")
+    if isinstance(doc, dict) and isinstance(doc.get("speculative_config"), dict):
+        doc = doc["speculative_config"]
+    if isinstance(doc, list):
+        entries, nst = doc, None
+    elif isinstance(doc, dict):
+        entries, nst = doc.get("num_speculative_tokens_per_batch_size"), doc.get("num_speculative_tokens")
+    else:
+        raise PolicyError(f"{source}: expected the --speculative-config JSON object (or its "
+                          "num_speculative_tokens_per_batch_size list)")
+    if nst is not None and (not whole(nst) or nst < (1 if entries is not None else 0)):
+        raise PolicyError(f"{source}: num_speculative_tokens must be a whole number > 0, got {nst!r}")
+    if entries is None:
+        if nst is None:
+            raise PolicyError(f"{source}: neither num_speculative_tokens_per_batch_size nor num_speculative_tokens")
+        return ((1, None, nst),)
+    if not isinstance(entries, list) or not entries:
+        raise PolicyError(f"{source}: num_speculative_tokens_per_batch_size must be a non-empty list")
+    parsed = []
+    for e in entries:
+        if isinstance(e, list) and len(e) == 5:
+            raise PolicyError(f"{source}: entry {e} depends on the context length; specsim's schedules depend on "
+                              "the batch width alone (use 3-item [start_bs, end_bs, K] entries)")
+        if not isinstance(e, list) or len(e) != 3 or not all(whole(v) for v in e):
+            raise PolicyError(f"{source}: entry {e!r} is not [start_bs, end_bs, K] of whole numbers")
+        lo, hi, k = e
+        if lo <= 0 or hi <= 0 or lo > hi or k < 0:
+            raise PolicyError(f"{source}: entry {e}: vLLM needs 0 < start_bs <= end_bs and K >= 0")
+        parsed.append((lo, hi, k))
+    parsed.sort()
+    prev = 0
+    for lo, hi, _ in parsed:
+        if lo <= prev:
+            raise PolicyError(f"{source}: batch-size ranges overlap at {lo} (vLLM refuses overlapping ranges)")
+        prev = hi
+    if parsed[0][0] != 1:
+        raise PolicyError(f"{source}: the first batch-size range starts at {parsed[0][0]}; vLLM requires it to "
+                          "start at 1")
+    clamp = (lambda k: k) if nst is None else (lambda k: min(k, nst))  # noqa: E731
+    # vLLM's lookup: a gap keeps the K before it, the last K covers every wider batch.
+    out = []
+    for i, (lo, hi, k) in enumerate(parsed):
+        end = parsed[i + 1][0] - 1 if i + 1 < len(parsed) else None
+        out.append((lo, end, clamp(k)))
+    return tuple(out)

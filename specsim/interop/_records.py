@@ -79,6 +79,33 @@ class Record:
     depth_told: bool = True
 
 
+@dataclass(frozen=True)
+class Format:
+    """A telemetry format an engine module reads.
+
+    Attributes
+    ----------
+    name : str
+        ``--from`` name, ``ENGINE-SOURCE``.
+    description : str
+    markers : tuple of str
+        Strings every file of the format holds (content detection).
+    parse : callable
+        ``parse(text, source, **options) -> (records, Tally)``; with ``whole``, ``parse(texts,
+        sources, **options)`` reads every file at once.
+    whole : bool
+    options : tuple of str
+        Reading options the parser takes (``decode_log_interval``).
+    """
+
+    name: str
+    description: str
+    markers: tuple
+    parse: object
+    whole: bool = False
+    options: tuple = ()
+
+
 @dataclass
 class Tally:
     """What a parser read.
@@ -139,17 +166,20 @@ def read_text(path) -> str:
     return text
 
 
-def json_documents(text: str, source: str, tally: Tally):
+def json_documents(text: str, source: str, tally: Tally, lines=None):
     """The JSON values of a file: one document, or one per line (JSON Lines, or a saved
     streaming response whose lines are ``data: {...}`` events ending in ``data: [DONE]``).
 
     A JSON Lines file keeps the lines that parse; a line that does not is garbage (counted).
     ``NaN`` is accepted (Python's JSON writer emits it for an empty mean); nesting too deep to
-    read is refused, naming the file.
+    read is refused, naming the file. ``lines``, a list, receives each document's first line.
     """
     stripped = text.strip()
     try:
-        return [_loads(stripped, source)]
+        docs = [_loads(stripped, source)]
+        if lines is not None:
+            lines.append(text[:len(text) - len(text.lstrip())].count("\n") + 1)
+        return docs
     except ValueError:
         pass
     docs = []
@@ -163,6 +193,8 @@ def json_documents(text: str, source: str, tally: Tally):
             continue
         try:
             docs.append(_loads(line, f"{source}:{i}"))
+            if lines is not None:
+                lines.append(i)
         except ValueError:
             tally.bad(f"{source}:{i}", "not a JSON value")
     return docs

@@ -1,0 +1,214 @@
+"""The real serving engines, one module each (:mod:`~specsim.interop.vllm`,
+:mod:`~specsim.interop.sglang`, :mod:`~specsim.interop.trtllm`): what they print and export about
+speculative decoding (``docs/telemetry.md``), and the settings they read.
+
+This registry names every telemetry format (:data:`TELEMETRY`), tells a file's format from its
+content (:func:`detect_format`) and reads files of one format into records in serve order
+(:func:`read_telemetry`); :func:`specsim.calibration.telemetry.identify` turns records into what
+they identify.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from specsim.errors import CalibrationError, PolicyError, ScheduleError
+from specsim.interop import sglang, trtllm, vllm
+from specsim.interop._config import EngineConfig
+from specsim.interop._records import Format, Record, Tally, read_text
+from specsim.policy.policy import Policy, parse_policy
+from specsim.policy.schedule import canonical
+
+ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
+"""The engines specsim knows, each one module holding its telemetry readers, its config export
+(``export_config``, ``DEFAULT_METHOD``) and import (``parse_config``)."""
+
+TELEMETRY = {f.name: f for module in ENGINES.values() for f in module.TELEMETRY}
+"""Every telemetry format by name (``--from``)."""
+
+FORMATS = {name: f.description for name, f in TELEMETRY.items()}
+
+# Detection tries formats in this order, most specific marker first: the first format whose
+# marker a file holds.
+_DETECT_ORDER = ("vllm-prometheus", "vllm-log", "vllm-bench", "sglang-log", "trtllm-iteration", "trtllm-request",
+                 "vllm-request", "sglang-server-info", "sglang-request")
+_MARKERS = tuple((name, TELEMETRY[name].markers) for name in _DETECT_ORDER)
+
+
+def detect_format(text: str, source: str = "<text>") -> str:
+    """The telemetry format of a file's text, told from markers each format always carries."""
+    if "sglang:spec_accept" in text and "Decode batch" not in text:
+        raise CalibrationError(
+            f"{source}: SGLang's sglang:spec_accept_length / spec_accept_rate are gauges reset every log interval, "
+            "so a scrape holds one interval's mean and loses the rest; import the `Decode batch` log lines or the "
+            "per-request meta_info instead")
+    for name, markers in _MARKERS:
+        if any(m in text for m in markers):
+            return name
+    raise CalibrationError(
+        f"{source}: no speculative-decoding telemetry recognised (none of the formats' markers, e.g. "
+        "`SpecDecoding metrics:`, `vllm:spec_decode_`, `Decode batch`, `specDecodingStats`, appears); "
+        f"name the format with --from ({', '.join(FORMATS)})"
+    )
+
+
+def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=None):
+    """Read telemetry files of one format into records in serve order.
+
+    Parameters
+    ----------
+    paths : sequence of path
+        Files in the order they were written (scrapes: earliest first).
+    fmt : str, optional
+        One of :data:`FORMATS`; detected from each file's content when None (all must agree).
+    strict : bool
+        Refuse any line or block that looks like the format but cannot be read (listing them),
+        instead of skipping and counting it.
+    decode_log_interval : int, optional
+        SGLang's ``--decode-log-interval`` the serve ran (decode steps per ``Decode batch``
+        line; default 40).
+
+    Returns
+    -------
+    (str, list of Record, Tally)
+        The format, the records and what was read.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise CalibrationError(f"unknown telemetry format {fmt!r}: one of {', '.join(FORMATS)}")
+    texts, names = [], []
+    for p in paths:
+        text = read_text(p)
+        found = fmt or detect_format(text, str(p))
+        if fmt is None and names and found != texts[0][1]:
+            raise CalibrationError(f"{p} looks like {found} but {names[0]} like {texts[0][1]}: import one format at a "
+                                   "time (or name it with --from)")
+        texts.append((text, found))
+        names.append(str(p))
+    fmt = fmt or texts[0][1]
+    if decode_log_interval is not None and decode_log_interval < 1:
+        raise CalibrationError(f"--decode-log-interval {decode_log_interval}: SGLang logs every N >= 1 decode steps")
+    options = {"decode_log_interval": decode_log_interval or sglang.DECODE_LOG_INTERVAL}
+    reader = TELEMETRY[fmt]
+    kw = {k: options[k] for k in reader.options}
+    if reader.whole:  # one reading of every file together (scrapes: their differences)
+        records, tally = reader.parse([t for t, _ in texts], [Path(n).name for n in names], **kw)
+    else:
+        records, tally = [], Tally()
+        for (text, _), name in zip(texts, names):
+            recs, t = reader.parse(text, Path(name).name, **kw)
+            records += recs
+            tally.merge(t)
+    tally.records = len(records)
+    if strict and tally.garbage:
+        raise CalibrationError(f"--strict: {tally.garbage} lines or blocks look like {fmt} but cannot be read",
+                               tally.problems[:12] + ([f"... and {tally.garbage - 12} more"] if tally.garbage > 12 else []))
+    return fmt, records, tally
+
+
+# -- schedules in the engines' configs ---------------------------------------------------------------
+
+def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_model=None) -> EngineConfig:
+    """Write ``ranges`` in ``engine``'s format (``vllm``, ``trtllm`` or ``sglang``).
+
+    Parameters
+    ----------
+    method : str, optional
+        The speculative method the engine names (default: the engine module's
+        ``DEFAULT_METHOD``, EAGLE-3 for all three; the notes say the default was taken).
+    max_batch : int, optional
+        The serve's largest batch: where the format needs a finite last range (vLLM's entries,
+        TensorRT-LLM's upper bounds), the open last range ends there.
+    draft_model : str, optional
+        The drafter's weights (vLLM ``model``, TensorRT-LLM ``speculative_model_dir``).
+
+    Raises
+    ------
+    ScheduleError
+        The engine cannot represent the schedule (the message says why and what would do).
+    """
+    from specsim._checks import MAX_WIDTH, int_problem, show
+
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
+    problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
+    if problem:
+        raise ScheduleError(problem)
+    module = ENGINES[engine]
+    cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
+    if method is None:
+        cfg = EngineConfig(cfg.engine, cfg.text, cfg.notes + (
+            f"method {module.DEFAULT_METHOD!r} is the default (most current drafters are EAGLE-3): give --method "
+            "for another",), cfg.usage)
+    return cfg
+
+
+_SGLANG_GRAPHS = re.compile(r"sglang\[(.*)\]")
+
+
+def engine_file(text):
+    """``(engine, path)`` of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``,
+    ``sglang[B1,..]:``), or None when ``text`` is not one; the path is ``""`` when the file is
+    missing from the text."""
+    head, sep, path = str(text).strip().partition(":")
+    head = head.strip().lower()
+    if _SGLANG_GRAPHS.fullmatch(head):
+        head = "sglang"
+    if not sep or head not in ENGINES:
+        return None
+    return head, path.strip()
+
+
+def engine_schedule(text):
+    """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``, and
+    ``sglang[1,2,4,8,16]:FILE`` with SGLang's ``--cuda-graph-bs`` capture sizes), or None when
+    ``text`` is not one (the policy parser's hook)."""
+    named = engine_file(text)
+    if named is None:
+        return None
+    engine, path = named
+    if not path:
+        raise PolicyError(f"policy {text!r} needs a file: {engine}:FILE")
+    ranges = import_file(engine, path)
+    m = _SGLANG_GRAPHS.fullmatch(str(text).strip().partition(":")[0].strip().lower())
+    return ranges if m is None else sglang.pad_to_graphs(ranges, sglang.cuda_graph_sizes(m.group(1), text))
+
+
+def read_policy(text) -> Policy:
+    """A policy where it enters from a user: an ``ENGINE:FILE`` policy (``vllm:v.json``) is read
+    into the ``schedule`` the engine's file sets (docs/schedules.md#reading-engine-files-back);
+    any other text is :func:`~specsim.policy.policy.parse_policy`'s; a :class:`Policy` passes."""
+    if isinstance(text, Policy):
+        return text
+    ranges = engine_schedule(text)
+    if ranges is not None:
+        return Policy("schedule", ranges=ranges)
+    return parse_policy(text)
+
+
+def import_file(engine: str, path, trtllm_keys=None) -> tuple:
+    """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical).
+
+    ``trtllm_keys`` (``upper`` or ``lower``, see :data:`specsim.interop.trtllm.KEYS`) says how
+    the build that serves a TensorRT-LLM file reads its keys; None tells it from the file where
+    the file shows it (key 1 with a 0 last length is a lower-bound file), else upper bounds."""
+    from specsim._io import decode_text, read_input
+
+    if engine not in ENGINES:
+        raise ScheduleError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    what = f"a {engine} config"
+    text = decode_text(read_input(path, what, PolicyError), what, str(path), PolicyError)
+    return import_text(engine, text, str(path), trtllm_keys)
+
+
+def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None) -> tuple:
+    """:func:`import_file` on text already read."""
+    if trtllm_keys is not None and trtllm_keys not in trtllm.KEYS:
+        raise ScheduleError(f"TensorRT-LLM keys {trtllm_keys!r}: one of {', '.join(trtllm.KEYS)}")
+    if engine == "trtllm":
+        return canonical(trtllm.parse_config(text, source, trtllm_keys))
+    return canonical(ENGINES[engine].parse_config(text, source))
+
+
+__all__ = ["read_policy", "ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
+           "engine_file", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]

@@ -1,0 +1,300 @@
+"""TensorRT-LLM: its speculative-decoding telemetry (per-iteration ``specDecodingStats`` and
+per-request blocks, ``docs/telemetry.md``, "TensorRT-LLM"), and the LLM-API options a schedule
+is served with and read back from (``draft_len_schedule``, a map from batch-size upper bound to
+draft length: ``{4: 4, 8: 2, 32: 1}`` is widths 1-4 -> 4, 5-8 -> 2, 9-32 -> 1 and wider -> 0;
+the smallest key maps to ``max_draft_len``; docs/schedules.md#tensorrt-llm)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from specsim.errors import PolicyError, ScheduleError
+from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
+from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
+from specsim.interop.vllm import request_records
+from specsim.policy.schedule import policy_text, span
+
+_STATS = ("specDecodingStats", "spec_decoding_stats")
+_FIELDS = {
+    "drafts": ("numDraftTokens", "num_draft_tokens"),
+    "accepted": ("numAcceptedTokens", "num_accepted_tokens"),
+    "requests": ("numRequestsWithDraftTokens", "num_requests_with_draft_tokens"),
+    "length": ("acceptanceLength", "acceptance_length"),
+    "overhead": ("draftOverhead", "draft_overhead"),
+}
+
+
+def parse_iterations(text: str, source: str):
+    """``"mean"`` records of iteration stats: accepted drafts over the requests that drafted in
+    that iteration (one verify step each); their drafted tokens over them give the depth."""
+    tally = Tally()
+    records = block_records(text, source, tally,
+                            lambda doc: [d[k] for d in walk(doc) for k in _STATS if isinstance(d.get(k), dict)],
+                            lambda s, where: _iteration(s, where, tally), "stats")
+    return records, tally
+
+
+def spec_stats(iteration: dict):
+    """The ``specDecodingStats`` block of one iteration's stats (either spelling), or None."""
+    for k in _STATS:
+        if isinstance(iteration.get(k), dict):
+            return iteration[k]
+    return None
+
+
+def spec_field(stats: dict, field: str):
+    """The raw value of one ``specDecodingStats`` field (``drafts``, ``accepted``, ``requests``,
+    ``length``, ``overhead``) under either spelling, or None."""
+    return _get(stats, field)
+
+
+def _get(stats, field):
+    for name in _FIELDS[field]:
+        if name in stats:
+            return stats[name]
+    return None
+
+
+def _iteration(stats, where, tally):
+    drafts, accepted, requests = (as_count(_get(stats, f)) for f in ("drafts", "accepted", "requests"))
+    if requests == 0 or drafts == 0:
+        tally.zero_draft += 1
+        return None
+    if None in (drafts, accepted, requests) or accepted > drafts:
+        tally.bad(where, "specDecodingStats without numDraftTokens, numAcceptedTokens and numRequestsWithDraftTokens "
+                         "(accepted <= drafted)")
+        return None
+    length = as_number(_get(stats, "length"))
+    if length is not None:
+        # acceptanceLength counts the step's own token: tells whether numAcceptedTokens does too.
+        with_bonus = abs(length - accepted / requests) < abs(length - (1.0 + accepted / requests))
+        if with_bonus:
+            accepted = max(accepted - requests, 0)
+            tally.notes["numAcceptedTokens"] = "includes the bonus token"
+    depth = drafts // requests if drafts % requests == 0 else None
+    return Record("mean", where, mean_accepted=accepted / requests, n_steps=requests, depth=depth)
+
+
+def parse_requests(text: str, source: str):
+    """Records of per-request ``speculative_decoding`` blocks (the PyTorch backend's names). The
+    released block (``RequestPerfMetrics.speculative_decoding``) holds accepted and drafted tokens
+    only: a mean whose steps are ``total_draft_tokens / depth`` (``--depth``). The payload with
+    ``acceptance_histogram``, ``num_spec_steps`` and ``num_spec_tokens`` (null under
+    ``draft_len_schedule``) is read as vLLM's is."""
+    return request_records(text, source, keys=("total_accepted_draft_tokens", "total_draft_tokens"))
+
+
+TELEMETRY = (
+    Format("trtllm-iteration", "TensorRT-LLM per-iteration `specDecodingStats` (JSON or JSON Lines)",
+           ("specDecodingStats", "spec_decoding_stats"), parse_iterations),
+    Format("trtllm-request", "TensorRT-LLM per-request `speculative_decoding` blocks (JSON or JSON Lines)",
+           ("total_accepted_draft_tokens",), parse_requests),
+)
+"""TensorRT-LLM's telemetry formats (the registry in :mod:`specsim.interop` collects them)."""
+
+
+# -- the LLM-API options a schedule is served with ----------------------------------------------
+DEFAULT_METHOD = "Eagle3"
+KEYS = ("upper", "lower")
+"""How a build reads ``draft_len_schedule`` keys: upper bounds (since PR #10860, about March
+2026) or lower bounds with key 1 required (from PR #8194, October 2025, until then)."""
+
+
+FLOOR_MODES = ("DraftTarget", "PARD", "SA")
+"""TensorRT-LLM modes where open PR #16888 floors a depth-0 tier at 1 (tree modes too; one-model
+MTP rejects 0)."""
+
+
+def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+    deepest = deepest_depth(c, "TensorRT-LLM")
+    if constant_depth(c) is not None:
+        notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (TensorRT-LLM: max_draft_len without draft_len_schedule)"]
+        lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
+                 "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
+                 f"# Schedule: {policy_text(c)}"]
+        lines += [f"# Note: {n}" for n in notes]
+        lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
+        if draft_model:
+            lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
+        return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
+                            "trtllm-serve MODEL --extra_llm_api_options FILE")
+    if c[0][2] != deepest:
+        raise ScheduleError(
+            f"{policy_text(c)}: TensorRT-LLM requires the smallest batch-size key to map to max_draft_len (the "
+            f"deepest length), but this schedule gives widths {span(c[0])} depth {c[0][2]}, below its deepest "
+            f"{deepest}; vLLM and SGLang can take it as it is")
+    schedule, notes = {}, list(COMMON_LIMITS)
+    for lo, hi, k in c:
+        if hi is None:
+            if k == 0:
+                break  # wider than the last key is depth 0 already
+            if max_batch is None:
+                raise ScheduleError(
+                    f"{policy_text(c)}: the last range {span((lo, hi, k))} speculates (depth {k}) but TensorRT-LLM "
+                    "plain-decodes above its last key; give the serve's largest batch (--max-batch) to end it there")
+            hi = max(lo, max_batch)
+            notes.append(f"batch sizes above {hi} plain-decode in TensorRT-LLM: keep max_batch_size <= {hi}")
+        schedule[hi] = k
+    notes += ["draft_len_schedule needs a speculative mode with dynamic draft length (PyTorch backend); "
+              "max_concurrency must stay unset (the two are exclusive)",
+              "keys are upper bounds in builds since PR #10860 (about March 2026); builds from PR #8194 until then "
+              "read them as lower bounds and give other depths: serve a current build",
+              "a dynamic draft length costs CUDA-graph coverage (graphs per draft length): the schedule must win "
+              "more than that to pay"]
+    if any(k == 0 for k in schedule.values()) and (method in FLOOR_MODES or method.upper() == "MTP"):
+        notes.append(f"decoding_type {method}: a depth-0 tier is floored at 1 (open PR #16888; one-model MTP "
+                     "rejects 0): the engine drafts where this schedule plain-decodes")
+    elif any(k == 0 for k in schedule.values()):
+        notes.append("a depth-0 tier is floored at 1 in DraftTarget, PARD, SA and tree modes (open PR #16888) and "
+                     "rejected by one-model MTP")
+    lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
+             "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
+             f"# Schedule: {policy_text(c)}"]
+    lines += [f"# Note: {n}" for n in notes]
+    lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
+    if draft_model:
+        lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
+    lines.append("  draft_len_schedule:")
+    lines += [f"    {bound}: {k}" for bound, k in schedule.items()]
+    return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
+                        "trtllm-serve MODEL --extra_llm_api_options FILE")
+
+
+
+def _yaml_scalar(text) -> str:
+    text = str(text)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_./-]*", text) and text.lower() not in ("true", "false", "null", "yes", "no"):
+        return text
+    return json.dumps(text)
+
+
+
+def parse_config(text, source, keys=None):
+    doc = read_yaml(text, source)
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: expected LLM-API options (a mapping with speculative_config)")
+    sc = doc.get("speculative_config", doc)
+    if not isinstance(sc, dict):
+        raise PolicyError(f"{source}: speculative_config is not a mapping")
+    sched, mdl, mc = sc.get("draft_len_schedule"), sc.get("max_draft_len"), sc.get("max_concurrency")
+    if mdl is not None and (not whole(mdl) or mdl < 0):
+        raise PolicyError(f"{source}: max_draft_len must be a whole number >= 0, got {mdl!r}")
+    if sched is not None and mc is not None:
+        raise PolicyError(f"{source}: max_concurrency and draft_len_schedule are exclusive in TensorRT-LLM")
+    if sched is None:
+        if mdl is None:
+            raise PolicyError(f"{source}: no draft_len_schedule and no max_draft_len in speculative_config")
+        if mc is not None:
+            if not whole(mc) or mc < 1:
+                raise PolicyError(f"{source}: max_concurrency must be a whole number >= 1, got {mc!r}")
+            return ((1, mc, mdl),)
+        return ((1, None, mdl),)
+    if not isinstance(sched, dict) or not sched:
+        raise PolicyError(f"{source}: draft_len_schedule must be a non-empty map of batch size -> draft length")
+    items = []
+    for key, v in sched.items():
+        b = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        if not whole(b) or b < 1 or not whole(v) or v < 0:
+            raise PolicyError(f"{source}: draft_len_schedule entry {key!r}: {v!r} needs a batch size >= 1 and a "
+                              "draft length >= 0")
+        items.append((b, v))
+    items.sort()
+    if keys is None:
+        # Key 1 with a 0 last length: meaningless as upper bounds (wider is 0 anyway), the shape of a
+        # lower-bound file (key 1 required, the last key's length covering every wider batch).
+        keys = "lower" if items[0][0] == 1 and len(items) > 1 and items[-1][1] == 0 else "upper"
+    if keys == "lower":
+        if items[0][0] != 1:
+            raise PolicyError(f"{source}: lower-bound draft_len_schedule keys need key 1 (builds from PR #8194 "
+                              "until PR #10860 require it)")
+        if mdl is not None and any(v > mdl for _, v in items):
+            raise PolicyError(f"{source}: a draft length in draft_len_schedule exceeds max_draft_len = {mdl}")
+        return tuple((b, items[i + 1][0] - 1 if i + 1 < len(items) else None, v) for i, (b, v) in enumerate(items))
+    if mdl is not None:
+        if items[0][1] != mdl:
+            raise PolicyError(f"{source}: draft_len_schedule[{items[0][0]}] = {items[0][1]} must equal "
+                              f"max_draft_len = {mdl} (TensorRT-LLM's rule for the smallest key)")
+        if any(v > mdl for _, v in items):
+            raise PolicyError(f"{source}: a draft length in draft_len_schedule exceeds max_draft_len = {mdl}")
+    out, lo = [], 1
+    for b, v in items:
+        if b < lo:  # a duplicate bound after int conversion
+            raise PolicyError(f"{source}: batch size {b} appears twice in draft_len_schedule")
+        out.append((lo, b, v))
+        lo = b + 1
+    return tuple(out)
+
+
+
+
+# -- a small YAML reader for LLM-API options ---------------------------------------------------------
+
+def read_yaml(text: str, source: str):
+    """Parse LLM-API options: with PyYAML when it is installed, else the block-mapping subset
+    those files use (nested ``key: value`` mappings, ``{a: b}`` flow maps, comments)."""
+    try:
+        import yaml
+    except ImportError:
+        return _yaml_subset(text, source)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PolicyError(f"{source}: not valid YAML: {e}") from None
+
+
+def _yaml_value(text):
+    t = text.strip()
+    if t.startswith("{") and t.endswith("}"):
+        out = {}
+        for part in t[1:-1].split(","):
+            if part.strip():
+                k, sep, v = part.partition(":")
+                if not sep:
+                    raise ValueError(f"{part.strip()!r} in a flow map is not KEY: VALUE")
+                out[_yaml_value(k)] = _yaml_value(v)
+        return out
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        return t[1:-1]
+    if re.fullmatch(r"[-+]?\d+", t):
+        return int(t)
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "~", ""):
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return t
+
+
+def _yaml_subset(text, source):
+    root: dict = {}
+    stack = [(-1, root)]
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if not line.strip() or line.strip() == "---":
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        body = line.strip()
+        while stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        if body.startswith("- ") or body == "-" or not isinstance(parent, dict):
+            # Block lists appear elsewhere in an options file; nothing here reads them.
+            stack.append((indent, []))
+            continue
+        key, sep, value = body.partition(":")
+        if not sep:
+            raise PolicyError(f"{source}: line {number}: {body!r} is not KEY: VALUE")
+        try:
+            k = _yaml_value(key)
+            if value.strip():
+                parent[k] = _yaml_value(value)
+            else:
+                parent[k] = {}
+                stack.append((indent, parent[k]))
+        except ValueError as e:
+            raise PolicyError(f"{source}: line {number}: {e}") from None
+    return root

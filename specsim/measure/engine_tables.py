@@ -1,0 +1,397 @@
+"""Cost tables from a serving engine's own telemetry (docs/measure.md#a-table-from-engine-telemetry).
+
+Two sources, read with the engine-format readers of :mod:`specsim.interop`:
+
+- TensorRT-LLM iteration stats (``--from trtllm-iterations``; camelCase from ``/metrics``, snake
+  case from the Python bindings): every iteration states its width (``numGenRequests``), its
+  depth (``numDraftTokens / numRequestsWithDraftTokens``), its latency (``iterLatencyMS``), the
+  share of it spent drafting (``draftOverhead``) and whether it also prefilled
+  (``numContextRequests``, ``numCtxTokens``).
+- SGLang ``Decode batch`` log lines (``--from sglang-log``): each line's width (``#running-req``)
+  over its generation throughput is the mean plain-decode step of the interval it closes.
+
+Samples that also prefill (a TensorRT-LLM iteration with context requests or tokens, an SGLang
+interval with a ``Prefill batch`` line in it) and SGLang lines of a speculative serve (their depth
+is not logged) are kept apart: counted, never priced into a decode cell. A ``(width, depth)``
+cell is the median of its samples; one with fewer than :data:`MIN_CELL_SAMPLES` is refused
+(listed, left out). The table's grid (every width at every depth ``0..=max_k``) is completed from
+the cells that stand: along the width at each depth linearly between observed widths, nearest
+outside (the table lookup's own rule); a depth observed at no width linearly between the nearest
+observed depths at each width (verify time, and draft time per draft). Each cell says how many
+samples it rests on (``samples``; 0 for a completed one) and ``source`` (``measured``,
+``width-fit``, ``depth-fit``). Joules are the ``--assume-power-w`` power times time
+(``[meta] energy_source = "assumed"``), or the mean board power of an NVML log (``--nvml-log``,
+``energy_source = "nvml-log-mean"``) times time.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from specsim.errors import TableError
+
+MIN_CELL_SAMPLES = 5
+"""Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
+on; a cell with fewer is refused and left out of the table."""
+
+ENGINE_FORMATS = {
+    "trtllm-iterations": "TensorRT-LLM per-iteration stats (JSON or JSON Lines, camelCase or snake_case)",
+    "sglang-log": "SGLang `Decode batch` log lines (plain decode only)",
+}
+
+
+class Sample(NamedTuple):
+    """One timed decode step (or an interval's mean step) at one width and depth."""
+
+    where: str
+    width: int
+    depth: int
+    verify_ms: float
+    draft_ms: float
+
+
+class Samples(NamedTuple):
+    """What a telemetry file gave: decode samples and the counts of what was kept apart."""
+
+    decode: list
+    kept_apart: dict        # reason -> count
+    steps_per_sample: int   # engine steps behind one sample (SGLang: the log interval)
+
+
+# -- TensorRT-LLM ------------------------------------------------------------------------------
+_LATENCY = ("iterLatencyMS", "iter_latency_ms")
+_BATCH = ("inflightBatchingStats", "inflight_batching_stats")
+_BATCH_FIELDS = {
+    "gen": ("numGenRequests", "num_gen_requests"),
+    "ctx": ("numContextRequests", "num_context_requests"),
+    "ctx_tokens": ("numCtxTokens", "num_ctx_tokens"),
+    "scheduled": ("numScheduledRequests", "num_scheduled_requests"),
+}
+
+
+def _first(d, names):
+    for n in names:
+        if n in d:
+            return n, d[n]
+    return None, None
+
+
+def trtllm_samples(text: str, source: str) -> Samples:
+    """Decode samples of TensorRT-LLM iteration stats; refuses (naming file, line and field)
+    negative or NaN latencies and counts that contradict each other."""
+    from specsim.interop._records import Tally, as_count, json_documents, walk
+    from specsim.interop.trtllm import spec_field, spec_stats
+
+    tally, lines = Tally(), []
+    docs = json_documents(text, source, tally, lines)
+    problems, decode = [], []
+    kept = {"prefill or mixed iterations": 0, "iterations without generation requests": 0}
+    seen = 0
+    for doc, line in zip(docs, lines):
+        iters = [d for d in walk(doc) if any(k in d for k in _LATENCY)]
+        for i, it in enumerate(iters):
+            seen += 1
+            where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
+            if "iter" in it:
+                where += f" (iter {it['iter']})"
+            name, raw = _first(it, _LATENCY)
+            latency = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
+            if latency is None or not math.isfinite(latency) or latency <= 0:
+                problems.append(f"{where}: {name} = {raw!r} is not a latency (a finite number of ms > 0)")
+                continue
+            _, batch = _first(it, _BATCH)
+            counts = {}
+            for f, names in _BATCH_FIELDS.items():
+                fname, v = _first(batch, names) if isinstance(batch, dict) else (None, None)
+                if fname is not None:
+                    c = as_count(v)
+                    if c is None:
+                        problems.append(f"{where}: {fname} = {v!r} is not a count")
+                    counts[f] = c
+            if counts.get("gen") is None:
+                problems.append(f"{where}: no inflightBatchingStats.numGenRequests (num_gen_requests): the "
+                                "iteration's width is unknown")
+                continue
+            gen = counts["gen"]
+            ctx, ctx_tokens, sched = counts.get("ctx") or 0, counts.get("ctx_tokens") or 0, counts.get("scheduled")
+            if sched is not None and sched < gen + ctx:
+                problems.append(f"{where}: numScheduledRequests = {sched} is fewer than numGenRequests + "
+                                f"numContextRequests = {gen + ctx}")
+                continue
+            stats = spec_stats(it)
+            drafts = requests = 0
+            overhead = 0.0
+            if stats is not None:
+                drafts, accepted, requests = (as_count(spec_field(stats, f))
+                                              for f in ("drafts", "accepted", "requests"))
+                if None in (drafts, accepted, requests):
+                    problems.append(f"{where}: specDecodingStats needs numDraftTokens, numAcceptedTokens and "
+                                    "numRequestsWithDraftTokens as counts")
+                    continue
+                bad = _contradiction(drafts, accepted, requests, gen)
+                if bad:
+                    problems.append(f"{where}: {bad}")
+                    continue
+                if drafts:
+                    raw = spec_field(stats, "overhead")
+                    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0.0 <= raw < 1.0
+                    if not ok:
+                        problems.append(f"{where}: draftOverhead = {raw!r}: an iteration that drafts needs the share "
+                                        "of its latency spent drafting, in [0, 1)")
+                        continue
+                    overhead = float(raw)
+            if gen == 0:
+                kept["iterations without generation requests"] += 1
+                continue
+            if ctx or ctx_tokens:
+                kept["prefill or mixed iterations"] += 1
+                continue
+            depth = drafts // requests if drafts else 0
+            decode.append(Sample(where, gen, depth, latency * (1.0 - overhead), latency * overhead))
+    if problems:
+        raise TableError(f"{source}: the iteration stats are refused", problems)
+    if seen == 0:
+        raise TableError(f"{source}: no TensorRT-LLM iteration stats (no object with iterLatencyMS or "
+                         "iter_latency_ms): enable iteration perf stats and save /metrics")
+    return Samples(decode, kept, 1)
+
+
+def _contradiction(drafts, accepted, requests, gen):
+    if requests > gen:
+        return f"numRequestsWithDraftTokens = {requests} exceeds numGenRequests = {gen}"
+    if drafts and not requests:
+        return f"numDraftTokens = {drafts} with numRequestsWithDraftTokens = 0"
+    if requests and not drafts:
+        return f"numRequestsWithDraftTokens = {requests} with numDraftTokens = 0"
+    if requests and drafts % requests:
+        return (f"numDraftTokens = {drafts} is not a whole number of drafts per request with drafts "
+                f"({requests}): the iteration's depth is not whole")
+    if accepted > drafts + requests:
+        return f"numAcceptedTokens = {accepted} exceeds the drafts ({drafts}) plus one token per request ({requests})"
+    return None
+
+
+# -- SGLang ------------------------------------------------------------------------------------
+def sglang_samples(text: str, source: str, interval=None) -> Samples:
+    """Plain-decode samples of SGLang ``Decode batch`` lines: ``#running-req`` over the line's
+    generation throughput is the mean step of its interval."""
+    from specsim.interop._records import as_count
+    from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
+
+    problems, decode = [], []
+    kept = {"intervals with a prefill batch": 0, "speculative lines (depth not logged)": 0}
+    lines = 0
+    prefilled = False
+    for i, line in enumerate(text.splitlines(), 1):
+        fields = decode_batch(line)
+        if fields is None:
+            if "Prefill batch" in line:
+                prefilled = True
+            continue
+        lines += 1
+        where = f"{source}:{i}"
+        mixed, prefilled = prefilled, False
+        running = as_count(fields["running"]) if fields["running"] is not None else None
+        raw = fields["throughput"]
+        throughput = float(raw) if raw is not None else None
+        if running is None:
+            problems.append(f"{where}: a Decode batch line without #running-req")
+            continue
+        if throughput is None:
+            problems.append(f"{where}: a Decode batch line without `gen throughput (token/s)`")
+            continue
+        if not math.isfinite(throughput) or throughput < 0:
+            problems.append(f"{where}: gen throughput (token/s) = {raw} is not a throughput (finite, >= 0)")
+            continue
+        if running == 0 or throughput == 0:
+            continue
+        if fields["accept_len"] is not None:
+            kept["speculative lines (depth not logged)"] += 1
+            continue
+        if mixed:
+            kept["intervals with a prefill batch"] += 1
+            continue
+        decode.append(Sample(where, running, 0, 1000.0 * running / throughput, 0.0))
+    if problems:
+        raise TableError(f"{source}: the SGLang log is refused", problems)
+    if lines == 0:
+        raise TableError(f"{source}: no SGLang `Decode batch` line")
+    return Samples(decode, kept, interval or DECODE_LOG_INTERVAL)
+
+
+# -- the fit -----------------------------------------------------------------------------------
+def read_samples(paths, fmt: str) -> Samples:
+    """The samples of every file (one format)."""
+    from specsim.interop._records import read_text
+    from specsim.errors import CalibrationError
+
+    if fmt not in ENGINE_FORMATS:
+        raise TableError(f"unknown engine telemetry format {fmt!r}: one of {', '.join(ENGINE_FORMATS)}")
+    reader = trtllm_samples if fmt == "trtllm-iterations" else sglang_samples
+    decode, kept, steps = [], {}, 1
+    for p in paths:
+        try:
+            text = read_text(p)
+        except CalibrationError as e:
+            raise TableError(str(e)) from None
+        s = reader(text, str(p))
+        if not s.decode:
+            apart = ", ".join(f"{v:,} {k}" for k, v in s.kept_apart.items() if v) or "none"
+            raise TableError(f"{p}: no decode iterations to fit a table on (kept apart: {apart})")
+        decode += s.decode
+        for k, v in s.kept_apart.items():
+            kept[k] = kept.get(k, 0) + v
+        steps = s.steps_per_sample
+    return Samples(decode, kept, steps)
+
+
+class Fitted(NamedTuple):
+    table: object        # CostTable
+    refused: list        # (width, depth, samples) of cells with too few samples
+    kept_apart: dict
+
+
+def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_CELL_SAMPLES, meta=None,
+              energy=None, source: str = "<telemetry>") -> Fitted:
+    """A cost table fitted on ``samples`` (see the module docstring), joules at ``power_w``;
+    ``energy`` is what ``[meta]`` says of them (default: an assumed power)."""
+    from specsim.table import Cell, CostTable
+
+    if not samples.decode:
+        apart = ", ".join(f"{v:,} {k}" for k, v in samples.kept_apart.items() if v) or "none"
+        raise TableError(f"{source}: no decode iterations to fit a table on (kept apart: {apart})")
+    groups = {}
+    for s in samples.decode:
+        groups.setdefault((s.width, s.depth), []).append(s)
+    cells, refused = {}, []
+    for (n, k), group in sorted(groups.items()):
+        if len(group) < min_samples:
+            refused.append((n, k, len(group)))
+            continue
+        cells[n, k] = (float(np.median([s.verify_ms for s in group])), float(np.median([s.draft_ms for s in group])),
+                       len(group))
+    if not cells:
+        raise TableError(f"{source}: no (width, depth) cell has {min_samples} samples or more "
+                         f"({len(groups)} cells seen, at most {max(len(g) for g in groups.values())} samples)")
+    widths = sorted({n for n, _ in cells})
+    depths = sorted({k for _, k in cells})
+    if depths[0] != 0:
+        raise TableError(f"{source}: no plain-decode (depth 0) cell stands: a table needs k = 0 at every width; add a "
+                         "run without speculation (or a draft-length schedule with depth 0 at some widths)")
+    max_k = depths[-1]
+    verify = np.full((len(widths), max_k + 1), np.nan)
+    per_draft = np.full_like(verify, np.nan)
+    origin = np.zeros(verify.shape, dtype=np.int64)  # samples; -1 width-fit, -2 depth-fit
+    x = np.array(widths, dtype=np.float64)
+    for k in depths:
+        seen = [(n, v) for (n, kk), v in cells.items() if kk == k]
+        xs = np.array([n for n, _ in seen], dtype=np.float64)
+        verify[:, k] = np.interp(x, xs, [v[0] for _, v in seen])
+        per_draft[:, k] = np.interp(x, xs, [v[1] / k if k else 0.0 for _, v in seen])
+        for i, n in enumerate(widths):
+            origin[i, k] = cells[n, k][2] if (n, k) in cells else -1
+    for k in range(max_k + 1):
+        if k in depths:
+            continue
+        lo, hi = max(d for d in depths if d < k), min(d for d in depths if d > k)
+        t = (k - lo) / (hi - lo)
+        verify[:, k] = verify[:, lo] + t * (verify[:, hi] - verify[:, lo])
+        plo = per_draft[:, lo] if lo else per_draft[:, hi]
+        per_draft[:, k] = plo + t * (per_draft[:, hi] - plo)
+        origin[:, k] = -2
+    out_cells, extras = [], {}
+    for i, n in enumerate(widths):
+        for k in range(max_k + 1):
+            v, d = float(verify[i, k]), float(per_draft[i, k] * k)
+            out_cells.append(Cell(n, k, v, v * 1e-3 * power_w, d, d * 1e-3 * power_w))
+            o = int(origin[i, k])
+            extras[n, k] = {"samples": max(o, 0), "source": "measured" if o >= 0 else
+                            ("width-fit" if o == -1 else "depth-fit")}
+    meta = dict(meta or {})
+    meta.update({
+        "cost_source": "engine telemetry",
+        **(energy or {"energy_source": "assumed", "assumed_power_w": float(power_w)}),
+        "min_cell_samples": min_samples,
+        "steps_per_sample": samples.steps_per_sample,
+        "samples": len(samples.decode),
+        "fit": "each measured cell is the median of its samples; the rest of the grid is linear in width between "
+               "observed widths at the same depth (nearest outside), and a depth observed at no width linear in "
+               "depth between the nearest observed depths",
+        "measured_cells": len(cells),
+        "refused_cells": ", ".join(f"n={n} k={k} ({c} samples)" for n, k, c in refused) or "none",
+    })
+    for reason, count in samples.kept_apart.items():
+        meta["kept_apart_" + reason.split(" (")[0].replace(" ", "_")] = count
+    table = CostTable.from_cells(key, out_cells, meta=meta, extras=extras, source=source)
+    return Fitted(table, refused, samples.kept_apart)
+
+
+def nvml_log_power_w(path) -> tuple:
+    """Mean board power of an ``nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv``
+    log: the GPUs' powers summed per timestamp, averaged over the timestamps.
+
+    Returns
+    -------
+    (float, int, int)
+        Watts, timestamps, GPUs.
+    """
+    from specsim._io import csv_rows, decode_text, read_input
+
+    text = decode_text(read_input(path, "the NVML power log", TableError), "the NVML power log", path, TableError)
+    header, rows = csv_rows(text, "the NVML power log", path, TableError)
+    names = [h.split(" [")[0].strip().lower() for h in header or []]
+    if "power.draw" not in names:
+        raise TableError(f"{path}: the NVML power log has no power.draw column (log with nvidia-smi "
+                         "--query-gpu=timestamp,index,power.draw --format=csv -lms 100)")
+    col = names.index("power.draw")
+    when = names.index("timestamp") if "timestamp" in names else None
+    gpu = names.index("index") if "index" in names else None
+    totals, gpus, problems = {}, set(), []
+    for line, row in rows:
+        if not row or not "".join(row).strip():
+            continue
+        raw = row[col].strip() if col < len(row) else ""
+        try:
+            watts = float(raw.removesuffix("W").strip())
+        except ValueError:
+            watts = float("nan")
+        if not math.isfinite(watts) or watts < 0:
+            problems.append(f"{path}:{line}: power.draw = {raw!r} is not a power (finite watts >= 0)")
+            continue
+        stamp = row[when].strip() if when is not None and when < len(row) else line
+        gpus.add(row[gpu].strip() if gpu is not None and gpu < len(row) else "0")
+        totals[stamp] = totals.get(stamp, 0.0) + watts
+    if problems:
+        raise TableError(f"{path}: the NVML power log is refused", problems)
+    if not totals:
+        raise TableError(f"{path}: the NVML power log holds no sample")
+    return float(np.mean(list(totals.values()))), len(totals), len(gpus)
+
+
+def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
+                 min_samples: int = MIN_CELL_SAMPLES) -> Fitted:
+    """Read ``paths`` (``fmt``: one of :data:`ENGINE_FORMATS`) and fit a table under ``key``;
+    joules from an assumed ``power_w`` or from the mean power of an ``nvml_log``."""
+    from specsim._checks import MAX_POWER_W, check_number
+
+    if (power_w is None) == (nvml_log is None):
+        raise TableError("give one of --assume-power-w W and --nvml-log FILE: engine telemetry holds no joules")
+    if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
+        raise TableError(f"--min-samples = {min_samples!r} must be a whole number >= 1")
+    names = ", ".join(Path(p).name for p in paths)
+    meta = {"imported_from": names, "telemetry_format": fmt}
+    if nvml_log is not None:
+        power_w, stamps, gpus = nvml_log_power_w(nvml_log)
+        energy = {"energy_source": "nvml-log-mean", "power_log": Path(nvml_log).name, "power_log_w": power_w,
+                  "power_log_samples": stamps, "power_log_gpus": gpus,
+                  "energy_note": "joules are the log's mean board power (summed over its GPUs) times each cell's "
+                                 "time: measured power, but one mean for every cell"}
+    else:
+        power_w = check_number(power_w, "--assume-power-w", TableError, 0.0, MAX_POWER_W, low_open=True, unit="W")
+        energy = {"energy_source": "assumed", "assumed_power_w": float(power_w)}
+    samples = read_samples(paths, fmt)
+    return fit_table(samples, key, power_w=power_w, min_samples=min_samples, meta=meta, energy=energy, source=names)

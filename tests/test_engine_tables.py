@@ -1,0 +1,238 @@
+"""Cost tables fitted on engine telemetry: TensorRT-LLM iteration stats and SGLang `Decode batch`
+lines (``specsim table import --from``)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.errors import TableError
+from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table, sglang_samples, trtllm_samples
+from specsim.table import SCHEMA, CostTable, TableKey
+
+KEY = TableKey(SCHEMA, "h100-sxm", "llama-3.1-8b/eagle3-bf16", {})
+
+
+def verify_ms(n, k):
+    """The made-up engine's verify time: a fixed part plus a cost per row."""
+    return 6.0 + 0.05 * n * (k + 1)
+
+
+def draft_share(k):
+    return 0.0 if k == 0 else 0.1 * k / (1.0 + 0.1 * k)
+
+
+def iteration(i, n, k, *, snake=False, ctx=0, latency=None, jitter=0.0, **spec):
+    lat = latency if latency is not None else (verify_ms(n, k) + jitter) / (1.0 - draft_share(k))
+    if snake:
+        doc = {"iter": i, "iter_latency_ms": lat,
+               "inflight_batching_stats": {"num_scheduled_requests": n + (1 if ctx else 0), "num_context_requests":
+                                           1 if ctx else 0, "num_gen_requests": n, "num_ctx_tokens": ctx}}
+        if k or spec:
+            doc["spec_decoding_stats"] = {"num_draft_tokens": n * k, "num_accepted_tokens": n * k // 2,
+                                          "num_requests_with_draft_tokens": n if k else 0,
+                                          "draft_overhead": draft_share(k), **spec}
+        return doc
+    doc = {"iter": i, "iterLatencyMS": lat,
+           "inflightBatchingStats": {"numScheduledRequests": n + (1 if ctx else 0), "numContextRequests":
+                                     1 if ctx else 0, "numGenRequests": n, "numCtxTokens": ctx}}
+    if k or spec:
+        doc["specDecodingStats"] = {"numDraftTokens": n * k, "numAcceptedTokens": n * k // 2,
+                                    "numRequestsWithDraftTokens": n if k else 0, "draftOverhead": draft_share(k),
+                                    "acceptanceLength": 1.0 + k / 2, **spec}
+    return doc
+
+
+def trtllm_file(tmp_path, docs, name="iters.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    return path
+
+
+def grid_docs(widths=(1, 4, 16), depths=(0, 3), reps=6, snake=False):
+    docs, i = [], 0
+    rng = np.random.default_rng(0)
+    for n in widths:
+        for k in depths:
+            for _ in range(reps):
+                i += 1
+                docs.append(iteration(i, n, k, snake=snake, jitter=float(rng.normal(0.0, 0.05))))
+    return docs
+
+
+def test_a_grid_of_iterations_fits_every_cell(tmp_path):
+    path = trtllm_file(tmp_path, grid_docs() + [iteration(999, 4, 0, ctx=512)])
+    fitted = import_table([path], "trtllm-iterations", KEY, power_w=500.0)
+    t = fitted.table
+    assert t.widths.tolist() == [1, 4, 16] and t.max_k == 3
+    assert t.meta["energy_source"] == "assumed" and t.meta["assumed_power_w"] == 500.0
+    assert t.meta["kept_apart_prefill_or_mixed_iterations"] == 1
+    assert fitted.kept_apart["prefill or mixed iterations"] == 1
+    for n in (1, 4, 16):
+        for k in (0, 3):
+            c = t.cell(n, k)
+            assert c.verify_ms == pytest.approx(verify_ms(n, k), abs=0.1)
+            assert t.extras[n, k] == {"samples": 6, "source": "measured"}
+            assert c.verify_j == pytest.approx(c.verify_ms * 1e-3 * 500.0)
+        # Depths 1 and 2 were never observed: linear between depths 0 and 3 (verify), and the draft
+        # time per draft of depth 3.
+        for k in (1, 2):
+            assert t.extras[n, k] == {"samples": 0, "source": "depth-fit"}
+            want = t.cell(n, 0).verify_ms + k / 3 * (t.cell(n, 3).verify_ms - t.cell(n, 0).verify_ms)
+            assert t.cell(n, k).verify_ms == pytest.approx(want)
+            assert t.cell(n, k).draft_ms == pytest.approx(t.cell(n, 3).draft_ms * k / 3)
+        assert t.cell(n, 0).draft_ms == 0.0
+    # The draft share of the iteration is the draft time.
+    lat = verify_ms(4, 3) / (1 - draft_share(3))
+    assert t.cell(4, 3).draft_ms == pytest.approx(lat * draft_share(3), abs=0.05)
+    assert "linear in width" in t.meta["fit"]
+
+
+def test_snake_case_reads_as_camel_case(tmp_path):
+    camel = import_table([trtllm_file(tmp_path, grid_docs(), "a.jsonl")], "trtllm-iterations", KEY, power_w=300.0)
+    snake = import_table([trtllm_file(tmp_path, grid_docs(snake=True), "b.jsonl")], "trtllm-iterations", KEY,
+                         power_w=300.0)
+    np.testing.assert_array_equal(camel.table.costs, snake.table.costs)
+
+
+def test_a_single_json_array_reads_too(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(grid_docs(), indent=1))
+    t = import_table([path], "trtllm-iterations", KEY, power_w=300.0).table
+    assert t.widths.tolist() == [1, 4, 16]
+
+
+def test_cells_with_too_few_samples_are_refused_and_widths_filled(tmp_path):
+    docs = grid_docs(widths=(1, 16), depths=(0, 2)) + [iteration(500 + j, 8, 2) for j in range(MIN_CELL_SAMPLES - 1)]
+    docs += [iteration(600 + j, 8, 0) for j in range(MIN_CELL_SAMPLES)]
+    fitted = import_table([trtllm_file(tmp_path, docs)], "trtllm-iterations", KEY, power_w=300.0)
+    t = fitted.table
+    assert fitted.refused == [(8, 2, MIN_CELL_SAMPLES - 1)]
+    assert "n=8 k=2 (4 samples)" in t.meta["refused_cells"]
+    assert t.extras[8, 0]["source"] == "measured" and t.extras[8, 2] == {"samples": 0, "source": "width-fit"}
+    # Linear between the observed widths 1 and 16 at depth 2.
+    want = t.cell(1, 2).verify_ms + (8 - 1) / 15 * (t.cell(16, 2).verify_ms - t.cell(1, 2).verify_ms)
+    assert t.cell(8, 2).verify_ms == pytest.approx(want)
+
+
+@pytest.mark.parametrize("doc,message", [
+    (iteration(7, 4, 0, latency=-1.0), "iterLatencyMS = -1.0 is not a latency"),
+    (iteration(7, 4, 0, latency=float("nan")), "iterLatencyMS = nan is not a latency"),
+    (iteration(7, 4, 2, numRequestsWithDraftTokens=5), "numRequestsWithDraftTokens = 5 exceeds numGenRequests = 4"),
+    (iteration(7, 4, 2, numDraftTokens=7), "is not a whole number of drafts per request"),
+    (iteration(7, 4, 2, numAcceptedTokens=99), "numAcceptedTokens = 99 exceeds"),
+    (iteration(7, 4, 2, draftOverhead=None), "draftOverhead = None"),
+    ({"iter": 7, "iterLatencyMS": 5.0}, "numGenRequests"),
+])
+def test_bad_iterations_are_refused_naming_file_and_line(tmp_path, doc, message):
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    line = len(grid_docs()) + 1
+    with pytest.raises(TableError) as e:
+        import_table([path], "trtllm-iterations", KEY, power_w=300.0)
+    assert message in str(e.value) and f"{path}:{line}" in str(e.value)
+
+
+def test_a_file_of_prefill_iterations_only_is_refused(tmp_path):
+    path = trtllm_file(tmp_path, [iteration(i, 4, 0, ctx=256) for i in range(10)])
+    with pytest.raises(TableError, match="no decode iterations.*10 prefill or mixed iterations"):
+        import_table([path], "trtllm-iterations", KEY, power_w=300.0)
+    with pytest.raises(TableError, match="no TensorRT-LLM iteration stats"):
+        trtllm_samples('{"hello": 1}', "x.json")
+
+
+def test_speculative_iterations_without_plain_decode_are_refused(tmp_path):
+    path = trtllm_file(tmp_path, grid_docs(depths=(3,)))
+    with pytest.raises(TableError, match="no plain-decode \\(depth 0\\) cell"):
+        import_table([path], "trtllm-iterations", KEY, power_w=300.0)
+    # A plain run beside it completes the table.
+    plain = trtllm_file(tmp_path, grid_docs(depths=(0,)), "plain.jsonl")
+    t = import_table([path, plain], "trtllm-iterations", KEY, power_w=300.0).table
+    assert t.max_k == 3 and t.meta["imported_from"] == "iters.jsonl, plain.jsonl"
+
+
+# -- SGLang ---------------------------------------------------------------------------------------
+def decode_line(n, ms, extra=""):
+    return (f"[2025-06-01 10:00:00] Decode batch, #running-req: {n}, #token: {n * 900}, token usage: 0.05, "
+            f"{extra}cuda graph: True, gen throughput (token/s): {1000.0 * n / ms:.2f}, #queue-req: 0")
+
+
+def test_sglang_decode_lines_fit_plain_decode_cells(tmp_path):
+    lines = []
+    for n in (1, 8, 32):
+        for _ in range(6):
+            lines.append(decode_line(n, verify_ms(n, 0)))
+    lines.insert(3, "[2025-06-01 10:00:00] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 0")
+    lines.append(decode_line(8, 30.0, "accept len: 2.50, "))
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    fitted = import_table([path], "sglang-log", KEY, power_w=400.0)
+    t = fitted.table
+    assert t.widths.tolist() == [1, 8, 32] and t.max_k == 0
+    assert t.extras[1, 0] == {"samples": 5, "source": "measured"}  # the line after the prefill is kept apart
+    assert fitted.kept_apart == {"intervals with a prefill batch": 1, "speculative lines (depth not logged)": 1}
+    for n in (1, 8, 32):
+        assert t.cell(n, 0).verify_ms == pytest.approx(verify_ms(n, 0), rel=1e-3)
+    assert t.meta["steps_per_sample"] == 40
+
+
+def test_sglang_refusals(tmp_path):
+    bad = decode_line(4, 10.0).replace("gen throughput (token/s): 400.00", "gen throughput (token/s): nan")
+    with pytest.raises(TableError, match=r"x.log:2: gen throughput \(token/s\) = nan"):
+        sglang_samples(decode_line(4, 10.0) + "\n" + bad + "\n", "x.log")
+    with pytest.raises(TableError, match="no SGLang `Decode batch` line"):
+        sglang_samples("hello\n", "x.log")
+    spec_only = tmp_path / "spec.log"
+    spec_only.write_text("\n".join(decode_line(4, 10.0, "accept len: 2.00, ") for _ in range(8)) + "\n")
+    with pytest.raises(TableError, match="no decode iterations.*8 speculative lines"):
+        import_table([spec_only], "sglang-log", KEY, power_w=300.0)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def test_cli_imports_telemetry_and_refuses_without_writing(tmp_path, capsys):
+    path = trtllm_file(tmp_path, grid_docs())
+    out = tmp_path / "t.toml"
+    base = ["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "h100-sxm", "--recipe",
+            "llama-3.1-8b/eagle3-bf16", "-o", str(out)]
+    assert main(base) == 2
+    assert "--assume-power-w" in capsys.readouterr().err and not out.exists()
+    assert main(base + ["--assume-power-w", "450"]) == 0
+    said = capsys.readouterr().out
+    assert "6 measured cells" in said and "joules assumed at 450 W" in said
+    t = CostTable.load(out)
+    assert t.meta["energy_source"] == "assumed" and t.extras[4, 3]["samples"] == 6
+    assert main(["table", "check", str(out)]) == 0
+    capsys.readouterr()
+    bad = trtllm_file(tmp_path, grid_docs() + [iteration(9, 4, 0, latency=-2.0)], "bad.jsonl")
+    out2 = tmp_path / "t2.toml"
+    assert main(["table", "import", str(bad), "--from", "trtllm-iterations", "--box-class", "b", "--recipe", "r",
+                 "--assume-power-w", "450", "-o", str(out2)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:{len(grid_docs()) + 1}" in err and "Traceback" not in err and not out2.exists()
+
+
+def test_joules_from_an_nvml_log(tmp_path, capsys):
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    log.write_text("timestamp, index, power.draw [W]\n"
+                   "2025/06/01 10:00:00.000, 0, 300.00 W\n2025/06/01 10:00:00.000, 1, 200.00 W\n"
+                   "2025/06/01 10:00:00.100, 0, 340.00 W\n2025/06/01 10:00:00.100, 1, 260.00 W\n")
+    assert nvml_log_power_w(log) == (550.0, 2, 2)
+    path = trtllm_file(tmp_path, grid_docs())
+    t = import_table([path], "trtllm-iterations", KEY, nvml_log=log).table
+    assert t.meta["energy_source"] == "nvml-log-mean" and t.meta["power_log_w"] == 550.0
+    assert "assumed_power_w" not in t.meta
+    c = t.cell(4, 3)
+    assert c.verify_j == pytest.approx(c.verify_ms * 1e-3 * 550.0)
+    with pytest.raises(TableError, match="one of --assume-power-w W and --nvml-log"):
+        import_table([path], "trtllm-iterations", KEY, power_w=100.0, nvml_log=log)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, [N/A]\n")
+    with pytest.raises(TableError, match=r"bad.csv:2: power.draw = '\[N/A\]'"):
+        nvml_log_power_w(bad)
+    out = tmp_path / "t.toml"
+    assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "b", "--recipe", "r",
+                 "--nvml-log", str(log), "-o", str(out)]) == 0
+    assert "mean 550.0 W" in capsys.readouterr().out
+    assert CostTable.load(out).meta["power_log"] == "power.csv"
