@@ -66,6 +66,7 @@ _EXPORTS = {
     "simulate": "specsim.sim",
     "SimResult": "specsim.sim",
     "ServerOptions": "specsim.sim",
+    "SLO": "specsim.sim.slo",
     "capacity": "specsim.studies.capacity",
     "CapacityResult": "specsim.studies.capacity",
     "Fleet": "specsim.sim.fleet",

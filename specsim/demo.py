@@ -181,10 +181,11 @@ def tune_demo(inputs, seed: int = 0, out=None):
     from specsim.errors import ScheduleError
     from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
+    from specsim.sim.slo import SLO
 
     result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
                   options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
-                  slo_ttft_s=DEMO_SLO_TTFT_S, slo_tpot_s=DEMO_SLO_TPOT_S, attainment=DEMO_TUNE_ATTAINMENT,
+                  slo=SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S, DEMO_TUNE_ATTAINMENT),
                   max_rounds=DEMO_TUNE_ROUNDS, executor="threads",
                   names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
     try:

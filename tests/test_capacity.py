@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.sim import ServerOptions
+from specsim.errors import SimulationError
 from specsim.sim.fleet import Fleet, ReplicaGroup
+from specsim.sim.slo import SLO
 from specsim.studies.capacity import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
 from tests.test_engine import requests, small_calibration, small_table
 
@@ -33,8 +35,8 @@ OPTS = ServerOptions(max_batch=1, prefill_ms_per_token=1.0, prefill_j_per_token=
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
 def test_answer_known_by_construction(router):
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2", "sequence"], slo_ttft_s=0.15,
-                   attainment=0.99, options=OPTS, router=router, max_replicas=64)
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2", "sequence"], slo=SLO(ttft_s=0.15, attainment=0.99),
+                   options=OPTS, router=router, max_replicas=64)
     assert [p.label for p in res.policies] == ["fixed:0", "fixed:2", "sequence@0"]
     for p in res.policies:
         assert p.replicas == K and p.gpus == K and p.attainment == 1.0
@@ -47,7 +49,7 @@ def test_answer_known_by_construction(router):
 
 def test_costs_per_token():
     reqs = bursts()
-    res = capacity(reqs, small_table(), small_calibration(), ["propose"], slo_ttft_s=0.15, options=OPTS,
+    res = capacity(reqs, small_table(), small_calibration(), ["propose"], slo=SLO(ttft_s=0.15), options=OPTS,
                    gpu_hour_usd=2.5)
     p = res.policy("propose@0")
     probe = {q.units: q for q in p.probes}[K]
@@ -107,7 +109,7 @@ def test_non_monotone_boundary_is_reported():
     def attain(label, m):
         return 1.0 if m == 4 or m >= 8 else 0.5
 
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=1.0, options=OPTS,
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
                    runner=fake_runner(attain))
     p = res.policy("fixed:1")
     assert p.replicas == 4 and p.monotone_at_boundary is False
@@ -119,7 +121,7 @@ def test_unreachable_target_names_the_best_attainment():
         return min(0.9, 0.1 * m) if label == "fixed:1" else 1.0
 
     with pytest.raises(CapacityError) as info:
-        capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=1.0, options=OPTS,
+        capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
                  runner=fake_runner(attain), max_replicas=20)
     text = str(info.value)
     assert "up to 20 replicas" in text and "fixed:1: best attainment 0.9000 (at 16 replicas)" in text
@@ -129,7 +131,7 @@ def test_unreachable_target_names_the_best_attainment():
 def test_fleet_unit_is_multiplied():
     cal = small_calibration()
     unit = Fleet((ReplicaGroup("a", 2, small_table(), cal, OPTS), ReplicaGroup("b", 1, small_table(), cal, OPTS, 2)))
-    res = capacity(bursts(k=7), policies=["fixed:1"], fleet=unit, slo_ttft_s=0.15, options=None,
+    res = capacity(bursts(k=7), policies=["fixed:1"], fleet=unit, slo=SLO(ttft_s=0.15), options=None,
                    router="least_outstanding", max_replicas=30)
     p = res.policy("fixed:1")
     # 7 simultaneous requests need 7 replicas: three units (9 replicas, 12 GPUs); two units have 6.
@@ -142,19 +144,23 @@ def test_bad_arguments():
     reqs = bursts()
     with pytest.raises(CapacityError, match="give an SLO"):
         capacity(reqs, t, c)
-    with pytest.raises(CapacityError, match="attainment"):
-        capacity(reqs, t, c, slo_ttft_s=1.0, attainment=1.5)
+    with pytest.raises(SimulationError, match="attainment"):
+        SLO(ttft_s=1.0, attainment=1.5)
+    with pytest.raises(SimulationError, match="needs an SLO"):
+        SLO(attainment=0.9)
+    with pytest.raises(SimulationError, match="seconds"):
+        SLO(ttft_s=-1.0)
     with pytest.raises(CapacityError, match="not both"):
-        capacity(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo_ttft_s=1.0)
+        capacity(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo=SLO(ttft_s=1.0))
     with pytest.raises(CapacityError, match="below one unit"):
-        capacity(reqs, fleet=Fleet.uniform(t, c, 4), slo_ttft_s=1.0, max_replicas=3)
+        capacity(reqs, fleet=Fleet.uniform(t, c, 4), slo=SLO(ttft_s=1.0), max_replicas=3)
     with pytest.raises(CapacityError, match="table and a calibration"):
-        capacity(reqs, t, slo_ttft_s=1.0)
+        capacity(reqs, t, slo=SLO(ttft_s=1.0))
 
 
 def test_frames():
     pytest.importorskip("pandas")
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2"], slo_ttft_s=0.15, options=OPTS)
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15), options=OPTS)
     df = res.to_frame()
     assert list(df["label"]) == ["fixed:0", "fixed:2"] and list(df["replicas"]) == [K, K]
     probes = res.probes_frame()
@@ -170,7 +176,7 @@ def test_dask_runner_gives_the_serial_answer():
     pytest.importorskip("dask.distributed")
     from specsim.studies.capacity import DaskRunner
 
-    args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
+    args = dict(slo=SLO(ttft_s=0.15), options=OPTS, max_replicas=16)
     serial = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=serial_runner, **args)
     with DaskRunner(workers=1) as runner:
         spread = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=runner, **args)
@@ -180,7 +186,7 @@ def test_dask_runner_gives_the_serial_answer():
 def test_thread_runner_gives_the_serial_answer():
     from specsim.studies.capacity import ThreadRunner
 
-    args = dict(slo_ttft_s=0.15, options=OPTS, max_replicas=16)
+    args = dict(slo=SLO(ttft_s=0.15), options=OPTS, max_replicas=16)
     serial = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)
     threads = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], runner=ThreadRunner(3),
                        **args)
@@ -269,7 +275,7 @@ def test_cli_needs_an_slo(tmp_path):
 
 
 def test_to_json_is_finite():
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo_ttft_s=0.15, options=OPTS)
+    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=0.15), options=OPTS)
     text = json.dumps(res.to_dict(), allow_nan=False)
     assert np.isfinite(json.loads(text)["policies"][0]["j_per_token"])
 

@@ -12,6 +12,7 @@ import pytest
 from specsim.cli import main
 from specsim.costmodel.defaults import demo_calibration, demo_table
 from specsim.errors import SpecsimError
+from specsim.sim.slo import SLO
 
 VLLM = '{"method": "eagle", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 64, 3]]}\n'
 TRACE = "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n"
@@ -101,7 +102,7 @@ def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
     requests = synthetic_trace(20, 5.0, seed=1).requests
     for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
         with pytest.raises(SpecsimError, match="runner"):
-            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo_tpot_s=1.0, runner=runner)
+            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0), runner=runner)
 
 
 # -- hangs ---------------------------------------------------------------------------------------

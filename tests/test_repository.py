@@ -280,3 +280,12 @@ def test_function_level_imports_stay_few():
     _, nested = _import_graph()
     assert nested <= MAX_FUNCTION_LEVEL_IMPORTS, (
         f"{nested} function-level specsim imports: put new ones at module top")
+
+
+def test_the_lower_folders_do_not_import_the_commands_or_the_studies():
+    graph, _ = _import_graph()
+    lower = ("specsim.sim", "specsim.interop", "specsim.policy", "specsim.plan", "specsim.calibration", "specsim.table")
+    upper = ("specsim.cli", "specsim.studies")
+    wrong = sorted((m, t) for m, ts in graph.items() if m.startswith(lower)
+                   for t in ts if t.startswith(upper))
+    assert wrong == [], "docs/README.md, 'Where the code lives': imports run from the commands and studies down"

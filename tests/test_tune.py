@@ -15,6 +15,7 @@ from specsim.policy.schedule import policy_text, ranges_from_depths
 from specsim.studies.schedule_file import load_schedule
 from specsim.studies.tune import _moves, _runs, evaluate, grid_widths, tune
 from specsim.sim.engine import ServerOptions
+from specsim.sim.slo import SLO
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def _exhaustive(trace, table, cal, opts, widest, k_cap, seeds, objective="energy
     best = None
     for depths in itertools.product(range(k_cap + 1), repeat=widest):
         pol = policy_text(ranges_from_depths(depths))
-        value = np.mean([evaluate(trace, table, cal, pol, opts, s, (None, None))[field] for s in seeds])
+        value = np.mean([evaluate(trace, table, cal, pol, opts, s, SLO())[field] for s in seeds])
         value = value if objective == "energy" else -value
         if best is None or value < best[0]:
             best = (value, pol)
@@ -119,7 +120,7 @@ def test_slo_targets_rule_out_schedules_that_miss_them(small):
     free = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
     tpot = min(s.tpot_p99_s for _, s in free.starts.values())
     tight = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
-                 slo_tpot_s=tpot * 1.0001, attainment=0.95)
+                 slo=SLO(tpot_s=tpot * 1.0001, attainment=0.95))
     # The start with the lowest p99 TPOT meets the target for >= 99% of requests, so one exists.
     assert tight.train.mean_attainment >= 0.95
     assert tight.train.mean >= free.train.mean  # a constraint never lowers the energy
@@ -172,8 +173,9 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     ({"objective": "latency"}, "objective"),
     ({"seeds": 0}, "seeds"),
     ({"holdout": 1.0}, "holdout"),
-    ({"attainment": 0.9}, "needs an SLO"),
-    ({"slo_tpot_s": 0.1, "attainment": 1.5}, "attainment"),
+    ({"slo": {"attainment": 0.9}}, "needs an SLO"),
+    ({"slo": {"tpot_s": 0.1, "attainment": 1.5}}, "attainment"),
+    ({"slo": (0.1, 0.2)}, "must be an SLO"),
     ({"executor": "gpu"}, "executor"),
     ({"min_gain": -1}, "min_gain"),
     ({"compare": ["fixed:x"]}, "depth K"),
@@ -187,6 +189,8 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
 def test_tune_refuses_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
+        if isinstance(kw.get("slo"), dict):
+            kw = {**kw, "slo": SLO(**kw["slo"])}
         tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_batch=8)} | kw))
 
 

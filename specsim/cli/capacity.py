@@ -8,6 +8,7 @@ import sys
 
 from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
 
@@ -32,10 +33,8 @@ def register(sub, groups):
     p.add_argument("--policy", required=True, action="append", metavar="P",
                    help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
-    p.add_argument("--attainment", type=float, default=0.99, metavar="F",
-                   help="fraction of requests that must meet both targets (default 0.99)")
+    add_slo_options(p, targets="(seconds)", attainment="fraction of requests that must meet both targets (default 0.99)",
+                    default=0.99)
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help=f"how requests are spread (default: the fleet file's, else {DEFAULT_ROUTER})")
     p.add_argument("--max-replicas", type=count, default=DEFAULT_MAX_REPLICAS, metavar="R",
@@ -68,8 +67,7 @@ def cmd_capacity(args):
         raise CapacityError("give either --fleet or --table with --calibration, not both")
     if args.slo_ttft_s is None and args.slo_tpot_s is None:
         raise CapacityError("give an SLO: --slo-ttft-s, --slo-tpot-s, or both")
-    if not 0 < args.attainment <= 1:
-        raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
+    slo_from_args(args, CapacityError)
     if sum(map(bool, (args.serial, args.threads is not None, args.scheduler))) > 1:
         raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
     _check_executor(args)
@@ -128,16 +126,18 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.studies.capacity import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
+    from specsim.studies.capacity import (
+        DEFAULT_ROUTER, CapacityError, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner,
+    )
 
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])
     print(f"{read.source} ({read.format}): {n} requests, {int(read.requests['output_tokens'].sum())} output tokens "
           f"over {read.span_s:.1f} s; unit: {fleet.replicas} replica(s), {fleet.gpus} GPU(s); router {router}",
           file=sys.stderr)
-    kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
-              attainment=args.attainment, router=router, max_replicas=args.max_replicas,
-              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet), seeds=args.seeds)
+    kw = dict(fleet=fleet, slack=args.slack, slo=slo_from_args(args, CapacityError), router=router, max_replicas=args.max_replicas,
+              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet),
+              seeds=args.seeds)
     if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None

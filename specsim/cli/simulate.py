@@ -6,8 +6,9 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import add_policy_inputs, float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
 
 
@@ -38,8 +39,7 @@ def register(sub, groups):
     p.add_argument("--acceptance", metavar="FILE",
                    help="draw draft outcomes from a logged acceptance trace in FILE (docs/replay.md) instead of the calibration")
     p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
+    add_slo_options(p)
     p.add_argument("--json", metavar="OUT", help="write the summaries and the run's inputs as JSON")
     p.add_argument("--requests-csv", metavar="OUT", help="write per-request times of every policy as CSV")
     p.add_argument("--plot", metavar="OUT",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, nonneg_float, share, slack
+from specsim.cli._common import add_policy_inputs, count, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
 
@@ -28,10 +29,8 @@ def register(sub, groups):
     p.add_argument("-o", "--out", required=True, metavar="SCHEDULE.toml", help="where to write the schedule")
     p.add_argument("--objective", choices=("energy", "throughput"), default="energy",
                    help="energy: least J/token (default); throughput: most output tokens/s")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target a schedule must meet")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target a schedule must meet")
-    p.add_argument("--attainment", type=float, metavar="A",
-                   help=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
+    add_slo_options(p, targets="a schedule must meet", metavar="A",
+                    attainment=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
     p.add_argument("--widths-max", type=count, metavar="N",
                    help="widest width with its own depth (default: the batch cap); wider batches share it")
     p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
@@ -81,8 +80,8 @@ def cmd_tune(args):
         executor = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}
-        result = tune(read, table, cal, objective=args.objective, slo_ttft_s=args.slo_ttft_s,
-                      slo_tpot_s=args.slo_tpot_s, attainment=args.attainment, widths_max=args.widths_max,
+        result = tune(read, table, cal, objective=args.objective, slo=slo_from_args(args, ScheduleError),
+                      widths_max=args.widths_max,
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names)

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
+from specsim.sim.slo import as_slo
 
 PLAIN = "fixed:0"
 DEFAULT_MAX_REPLICAS = 1024
@@ -36,6 +37,8 @@ DEFAULT_SEEDS = 3
 # Fewest requests a trace should allow to miss before a capacity answer rests on more than a
 # handful of them.
 FEW_MISSES = 10
+# The share of requests that must meet the SLO where the SLO names none.
+DEFAULT_ATTAINMENT = 0.99
 
 
 class CapacityError(SimulationError):
@@ -265,10 +268,10 @@ def search_sizes(target, max_units):
 
 
 def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
-             slack=0.0, slo_ttft_s=None, slo_tpot_s=None, attainment=0.99, router=DEFAULT_ROUTER,
+             slack=0.0, slo=None, router=DEFAULT_ROUTER,
              max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
              progress=None, seeds=DEFAULT_SEEDS) -> CapacityResult:
-    """The fewest replicas per policy whose SLO attainment meets ``attainment``.
+    """The fewest replicas per policy whose SLO attainment meets ``slo.attainment``.
 
     A pure function of its inputs (the search and every probe are deterministic).
 
@@ -285,10 +288,9 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         6, 12, 18, ... replicas).
     slack : float
         Planner slack of ``propose`` and ``sequence``.
-    slo_ttft_s, slo_tpot_s : float
-        The targets; at least one.
-    attainment : float
-        Target fraction of requests meeting both, in (0, 1].
+    slo : SLO
+        The targets (at least one) and the fraction of requests that must meet both
+        (default :data:`DEFAULT_ATTAINMENT`, 0.99).
     router : str
     max_replicas : int
         Cap on replicas (units times the unit's replicas).
@@ -332,13 +334,10 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     if _request_arrays(requests)[0].shape[0] == 0:
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
                             "nothing to size; give a trace with requests")
-    if slo_ttft_s is None and slo_tpot_s is None:
+    slo = as_slo(slo)
+    if not slo.has_targets:
         raise CapacityError("give an SLO: a TTFT target, a TPOT target, or both (seconds)")
-    for name, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise CapacityError(f"{name} = {v!r} must be a number of seconds >= 0")
-    if not (isinstance(attainment, (int, float)) and 0 < attainment <= 1):
-        raise CapacityError(f"attainment = {attainment!r} must be a fraction in (0, 1], e.g. 0.99")
+    attainment = slo.target(DEFAULT_ATTAINMENT)
     if gpu_hour_usd is not None and not (math.isfinite(gpu_hour_usd) and gpu_hour_usd >= 0):
         raise CapacityError(f"gpu_hour_usd = {gpu_hour_usd!r} must be a finite price >= 0")
     max_units = int(max_replicas) // fleet.replicas
@@ -351,8 +350,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
     notes = _resolution_warnings(_request_arrays(requests)[0].shape[0], seeds, attainment)
-    notes += _idle_warnings(requests, fleet, runs, (slo_ttft_s, slo_tpot_s), attainment)
-    found, probes = _search_all(requests, fleet, runs, router, (slo_ttft_s, slo_tpot_s), attainment, max_units,
+    notes += _idle_warnings(requests, fleet, runs, (slo.ttft_s, slo.tpot_s), attainment)
+    found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
                                 runner or serial_runner, progress, seed_list)
     failed = [label for label, m in found.items() if m is None]
     if failed:
@@ -365,7 +364,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd) for label, _, _ in runs]
     plain = answers[0]
     answers = [_with_saving(a, plain) for a in answers]
-    return CapacityResult(tuple(answers), float(attainment), slo_ttft_s, slo_tpot_s, router, fleet.replicas,
+    return CapacityResult(tuple(answers), float(attainment), slo.ttft_s, slo.tpot_s, router, fleet.replicas,
                           fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes))
 
 
@@ -430,7 +429,8 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
     by_label = {label: (pol, s) for label, pol, s in runs}
     done = 0
     while pending:
-        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo[0], slo[1], label, seeds)
+        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label,
+                 seeds)
                 for label, m in pending.items()]
         results = runner(args)
         if not (isinstance(results, (list, tuple)) and len(results) == len(args)

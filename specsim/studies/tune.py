@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
+from specsim.sim.slo import as_slo
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -239,16 +240,13 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
         j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
     """
     from specsim.sim.engine import simulate
-    from specsim.sim.metrics import slo_attainment
 
     res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
     tokens = int(res.output_tokens.sum())
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
     tpot = res.tpot_s
     tpot = tpot[~np.isnan(tpot)]
-    att = None
-    if slo[0] is not None or slo[1] is not None:
-        att = slo_attainment(res, slo[0], slo[1])["attainment"]
+    att = slo.met(res)["attainment"] if slo.has_targets else None
     return {
         "j_per_token": res.energy_j / tokens,
         "tokens_per_s": tokens / makespan if makespan > 0 else float("inf"),
@@ -431,8 +429,8 @@ def _split(requests, holdout):
     return np.ascontiguousarray(train), np.ascontiguousarray(held)
 
 
-def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor):
-    from specsim._checks import number_problem, show
+def _check(objective, seeds, holdout, slo, executor):
+    from specsim._checks import show
 
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
@@ -442,13 +440,7 @@ def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, execut
         raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
     if not isinstance(executor, str) or executor not in EXECUTORS:
         raise ScheduleError(f"executor {show(executor)}: use one of {', '.join(EXECUTORS)}")
-    has_slo = slo_ttft_s is not None or slo_tpot_s is not None
-    if attainment is not None and not has_slo:
-        raise ScheduleError("an attainment target needs an SLO: give slo_ttft_s and/or slo_tpot_s")
-    problem = attainment is not None and number_problem(attainment, "attainment", 0.0, 1.0, low_open=True)
-    if problem:
-        raise ScheduleError(problem)
-    return (DEFAULT_ATTAINMENT if attainment is None else float(attainment)) if has_slo else None
+    return slo.target(DEFAULT_ATTAINMENT) if slo.has_targets else None
 
 
 def _executor(executor, scheduler, workers):
@@ -461,8 +453,7 @@ def _executor(executor, scheduler, workers):
         raise ScheduleError(str(e)) from None
 
 
-def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, slo_tpot_s=None, attainment=None,
-         widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
+def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
          progress=False, names=None) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
@@ -475,10 +466,9 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     calibration : AcceptanceCalibration
     objective : {"energy", "throughput"}
         Minimise J/token, or maximise output tokens/s.
-    slo_ttft_s, slo_tpot_s : float, optional
-        Latency targets; a schedule must meet them for ``attainment`` of the requests.
-    attainment : float, optional
-        Share of requests in (0, 1] that must meet the targets (default 0.99 when one is given).
+    slo : SLO, optional
+        Latency targets a schedule must meet for ``slo.attainment`` of the requests (default
+        0.99 when a target is given).
     widths_max : int, optional
         Widest width with its own depth (default: the server's batch cap); wider ones share it.
     seeds : int
@@ -514,7 +504,8 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     from specsim.interop import read_policy
 
     started = time.monotonic()
-    target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
+    slo = as_slo(slo)
+    target = _check(objective, seeds, holdout, slo, executor)
     if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
         raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
     from specsim._checks import COUNT_MAX, int_problem
@@ -546,7 +537,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     kind = ex.kind
     search = None
     try:
-        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, (slo_ttft_s, slo_tpot_s))
+        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, slo)
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
@@ -564,7 +555,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     ex.close()
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
-                     reached=reached, min_gain=min_gain, slo=(slo_ttft_s, slo_tpot_s), target=target)
+                     reached=reached, min_gain=min_gain, slo=slo, target=target)
     return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
 
 
@@ -700,7 +691,7 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, wid
         "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
-        "idle_w": opts.idle_w, "slo_ttft_s": slo[0], "slo_tpot_s": slo[1], "attainment": target,
+        "idle_w": opts.idle_w, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, "attainment": target,
     }
 
 

@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, number_problem, rate_scale_problem, show
+from specsim._checks import MAX_GRID_POINTS, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
+from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
 
 INPUT_AXES = ("trace", "table", "calibration")
 # Axes that are neither inputs nor server options.
@@ -62,7 +63,7 @@ class Grid:
     tables: dict            # name -> path
     calibrations: dict      # name -> path
     server: dict
-    slo: dict
+    slo: SLO
     axes: tuple             # ((axis, (values...)), ...)
     points: list = field(default_factory=list, compare=False)
 
@@ -138,9 +139,10 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
         slo = {}
-    for name, value in slo.items():
-        if number_problem(value, name, 0.0):
-            problems.append(f"[slo] {name} = {show(value)} must be a number of seconds >= 0")
+    problem = slo_problem(slo.get("ttft_s"), slo.get("tpot_s"), None, {k: f"[slo] {k}" for k in FIELD_NAMES})
+    if problem:
+        problems.append(problem)
+        slo = {}
 
     raw_axes = doc.get("axes", {})
     if not isinstance(raw_axes, dict):
@@ -202,7 +204,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                         "(docs/limits.md): split it into several grids")
     if problems:
         raise GridError(f"{source}: the sweep grid cannot run", problems)
-    grid = Grid(source, traces, tables, calibrations, dict(server), dict(slo), tuple(axes))
+    grid = Grid(source, traces, tables, calibrations, dict(server), SLO(**slo), tuple(axes))
     names = [a for a, _ in grid.axes]
     points = [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in grid.axes))]
     # Check each point's options once here, so a bad value fails before any work starts.

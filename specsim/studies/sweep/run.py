@@ -42,7 +42,7 @@ class SweepReport:
         return rows_frame(rows, list(rows[0]) if rows else None)
 
 
-def run_point(point: dict, requests, table, calibration, options: dict, slo: dict) -> dict:
+def run_point(point: dict, requests, table, calibration, options: dict, slo) -> dict:
     """Simulate one grid point and return its result row (axis values + summary fields)."""
     from specsim.sim.engine import simulate
 
@@ -61,12 +61,12 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo: dic
         fleet = Fleet.uniform(table, calibration, int(point.get("replicas", 1)), ServerOptions(**options))
         result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", "round_robin"),
                                 progress=_no_progress)
-        summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
+        summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
         summary = {k: v for k, v in summary.items() if k not in ("per_replica", "groups")}
         return result_row(point, summary)
     # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
     result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
-    summary = result.summary(slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"))
+    summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
     return result_row(point, summary)
 
 
