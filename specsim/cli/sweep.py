@@ -65,6 +65,14 @@ def cmd_sweep(args):
                   f"point {worst['point_id']}); their latency percentiles measure the backlog")
         for line in best_by_traffic(grid, read_results(args.out)):
             print(line)
+        groups = {}
+        for r in rows:
+            if r.get("run_digest"):
+                groups.setdefault(r["run_digest"], []).append(r)
+        for same in groups.values():
+            if len({r["label"] for r in same}) > 1:
+                print(f"same run: {' = '.join(dict.fromkeys(r['label'] for r in same))} (points "
+                      f"{', '.join(r['point_id'] for r in same)}): the same depth at every width they met")
         if args.plot:
             from specsim.sweep.plot import pareto_plot
 
