@@ -214,8 +214,14 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--compare", f"vllm:{current}", "-o", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "<- tuned", "held-out"):
+    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "tuned", "best fixed", "held-out"):
         assert name in printed
+    # The held-out table: no column repeats another, none is empty throughout (no SLO given, so no SLO column).
+    table = printed[printed.index("held-out window"):].splitlines()[1:]
+    header = table[0].split()
+    assert header == ["policy", "J/token", "+-", "tok/s", "TPOT", "p99", "ms", "row"]
+    cells = [line.split() for line in table[2:] if line.strip() and not line.startswith(("tuned", "the "))]
+    assert all(len(c) >= 5 for c in cells)
     assert f"vllm:{current}" in printed
     doc = load_schedule(out)
     assert doc.sections["inputs"]["trace"] == "trace.csv"

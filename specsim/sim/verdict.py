@@ -24,6 +24,17 @@ NOISE_SEEDS = 3
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
+def run_digest(result) -> str:
+    """A digest of what makes a run the run it was: every request's first-token and finish times,
+    the energy and the depth histogram (a sweep row's ``run_digest``)."""
+    import hashlib
+
+    parts = [np.ascontiguousarray(result.first_token_s, dtype=np.float64).tobytes(),
+             np.ascontiguousarray(result.finish_s, dtype=np.float64).tobytes(),
+             np.float64(result.energy_j).tobytes(), np.ascontiguousarray(result.depth_histogram, np.int64).tobytes()]
+    return hashlib.sha256(b"|".join(parts)).hexdigest()[:16]
+
+
 def same_run(a, b) -> bool:
     """Whether results ``a`` and ``b`` (same requests) are the same run."""
     return (a.requests == b.requests and a.energy_j == b.energy_j

@@ -190,17 +190,24 @@ class TuneResult:
         return head + ": outside the noise"
 
     def table(self) -> str:
-        """The held-out comparison, side by side."""
+        """The held-out comparison, side by side: the objective with its spread over seeds, the
+        other figure, p99 TPOT, SLO attainment when there are targets, and which row is which.
+        No column repeats another or is empty throughout."""
         from specsim._text import format_grid
 
-        unit = self.unit()
+        energy = self.objective == "energy"
+        slo = any(s.mean_attainment is not None for s in self.holdout)
         rows = []
         for s in self.holdout:
             att = s.mean_attainment
-            mark = "<- tuned" if s is self.holdout[0] else ("<- best fixed" if s.policy == self.best_fixed else "")
-            rows.append([s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}", f"{s.j_per_token:.4f}", f"{s.tokens_per_s:.1f}",
-                         f"{s.tpot_p99_s * 1000:.1f}", "-" if att is None else f"{100 * att:.1f}%", mark])
-        return format_grid(["policy", unit, "+-", "J/tok", "tok/s", "TPOT p99 ms", "SLO", ""], rows)
+            mark = "tuned" if s is self.holdout[0] else ("best fixed" if s.policy == self.best_fixed else "")
+            row = [s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}",
+                   f"{s.tokens_per_s:.1f}" if energy else f"{s.j_per_token:.4f}", f"{s.tpot_p99_s * 1000:.1f}"]
+            if slo:
+                row.append("-" if att is None else f"{100 * att:.1f}%")
+            rows.append(row + [mark])
+        header = ["policy", self.unit(), "+-", "tok/s" if energy else "J/tok", "TPOT p99 ms"]
+        return format_grid(header + (["SLO"] if slo else []) + ["row"], rows)
 
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
