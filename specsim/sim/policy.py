@@ -25,15 +25,22 @@ Forms:
     (docs/schedules.md#reading-engine-files-back); a ``trtllm:FILE`` whose config sets
     ``acceptance_window`` and ``acceptance_length_threshold`` also carries TensorRT-LLM's
     speculation gate (docs/schedules.md#the-engines-own-adaptation).
+``sglang-adaptive:FILE``, ``sglang-adaptive[1,2,4,8]:FILE``
+    SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads: per
+    batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates
+    (warm-up, update interval, hysteresis), simulated batch by batch; the brackets give
+    ``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts
+    at the file's deepest candidate (docs/schedules.md#the-engines-own-adaptation).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,20 @@ class Policy:
         ``(acceptance_window, acceptance_length_threshold)`` when the policy came from a
         ``trtllm:FILE`` whose config sets TensorRT-LLM's speculation gate, else ``()``; the
         server's own options take precedence (:class:`~specsim.sim.options.ServerOptions`).
+
+    adaptive : AdaptiveConfig or None
+        ``sglang-adaptive`` only: the controller's config
+        (:class:`specsim.interop.sglang.AdaptiveConfig`); ``graphs`` its CUDA-graph capture
+        sizes (``()``: none) and ``source`` the file it was read from.
     """
 
     kind: str
     depth: int = 0
     ranges: tuple = ()
     gate: tuple = ()
+    adaptive: object = None
+    graphs: tuple = ()
+    source: str = ""
 
     @property
     def params(self) -> tuple:
@@ -107,6 +122,8 @@ class Policy:
             return self.depth
         if self.kind == "schedule":
             return max(k for _, _, k in self.ranges)
+        if self.kind == "sglang-adaptive":
+            return self.adaptive.deepest
         return None
 
     @property
@@ -132,6 +149,9 @@ class Policy:
                 if lo <= width and (hi is None or width <= hi):
                     return k
             return 0
+        if self.kind == "sglang-adaptive":
+            raise PolicyError(f"policy {self} moves its depth with the acceptance it measures batch by batch, not "
+                              "with the width alone: simulate it (specsim simulate)")
         raise PolicyError(f"policy {self} picks its depth with the planner, not from the width alone")
 
     def __str__(self) -> str:
@@ -143,6 +163,9 @@ class Policy:
                 span = f"{lo}-" if hi is None else (f"{lo}" if hi == lo else f"{lo}-{hi}")
                 parts.append(f"{span}={k}")
             return "schedule:" + ",".join(parts)
+        if self.kind == "sglang-adaptive":
+            graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
+            return f"sglang-adaptive{graphs}:{self.source}"
         return self.kind
 
 
@@ -164,7 +187,11 @@ def parse_policy(text) -> Policy:
         return Policy("schedule", ranges=engine_ranges, gate=engine_gate(raw) or ())
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    adaptive = _ADAPTIVE.fullmatch(kind)
+    if adaptive is not None:
+        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
+    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, "
+             "sglang-adaptive:FILE")
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:
@@ -207,6 +234,22 @@ def parse_policy(text) -> Policy:
             b = f"{lo2}-" if hi2 is None else f"{lo2}-{hi2}"
             raise PolicyError(f"policy {raw!r}: width ranges {a} and {b} overlap")
     return Policy("schedule", ranges=tuple(ranges))
+
+
+_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
+
+
+def _adaptive_policy(raw, graphs, path) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
+    from specsim._io import decode_text, read_input
+    from specsim.interop import sglang
+
+    if not path:
+        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
+    what = "an SGLang adaptive config"
+    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
+    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
 
 
 def _int(text, raw, what) -> int:
