@@ -280,8 +280,9 @@ def parse_config(text, source):
                               f"numbers >= 0, got {steps!r}")
         if len(set(steps)) != 1:
             raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
-                              "them at run time from its acceptance average, which specsim does not simulate: "
-                              "give each slot one candidate to pin its depth")
+                              "them at run time from its acceptance average, which a fixed schedule cannot say: "
+                              "simulate the controller with the policy sglang-adaptive:FILE, or give each slot one "
+                              "candidate to pin its depth")
         slots.append((int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
