@@ -91,7 +91,8 @@ class RefEngine:
     """The engine's rules (docs/simulation.md), one Python statement at a time, over lists.
 
     ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
-    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
+    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",), ("sequence",) or
+    ("sglang-adaptive", AdaptiveConfig, CUDA-graph sizes).
     With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
     from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
     no confidences.
@@ -133,6 +134,8 @@ class RefEngine:
         self.gate_threshold = acceptance_length_threshold
         self.decode_iters = [0] * count
         self.gate_values, self.gate_off = [], False
+        # SGLang's adaptive controller: one dict per slot, set up at the first decoding batch.
+        self.controllers, self.controller_slot = None, None
         self.hist = [0] * (self.max_k + 1)
         self.tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0,
                         accepted=0, rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0,
@@ -193,6 +196,8 @@ class RefEngine:
             k = self.policy[1]
         elif kind == "schedule":
             k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
+        elif kind == "sglang-adaptive":
+            k = self.adaptive_depth(n)
         elif kind == "goodput":
             k = ref_goodput_depth(widths, costs, self.priors, n, self.cap)
         elif kind == "load-aware" and not self.queue:
@@ -208,6 +213,37 @@ class RefEngine:
         if kind != "sequence" and self.row_budget != float("inf"):
             k = min(k, int(self.row_budget) // n)
         return k
+
+    def adaptive_depth(self, n):
+        """The current candidate of the slot SGLang serves a batch of ``n`` in: ``n`` padded up to
+        the next CUDA-graph size, then the slot with the largest first width <= it."""
+        cfg, graphs = self.policy[1], self.policy[2]
+        if self.controllers is None:
+            self.controllers = []
+            start = max(c[-1] for _, c in cfg.slots)
+            for _, cands in cfg.slots:
+                cur = min(max(start, cands[0]), cands[-1])
+                best = min(cands, key=lambda c: (abs(c - cur), -c))
+                self.controllers.append({"cands": list(cands), "cur": best, "ema": best - 1, "count": 0})
+        padded = next((g for g in graphs if g >= n), n)
+        self.controller_slot = max([i for i, (lo, _) in enumerate(cfg.slots) if lo <= padded] or [0])
+        return self.controllers[self.controller_slot]["cur"]
+
+    def adapt(self, mean_accepted):
+        """SGLang's AdaptiveStepSlot after a verify batch, as its public code does it."""
+        cfg = self.policy[1]
+        c = self.controllers[self.controller_slot]
+        c["ema"] = (1 - cfg.ema_alpha) * c["ema"] + cfg.ema_alpha * mean_accepted
+        c["count"] += 1
+        if c["count"] <= cfg.warmup_batches or (c["count"] - cfg.warmup_batches) % cfg.update_interval != 0:
+            return
+        cands = c["cands"]
+        i = cands.index(c["cur"])
+        while i > 0 and c["ema"] <= cands[i - 1] - 0.5 + cfg.down_hysteresis:
+            i -= 1
+        while i < len(cands) - 1 and c["ema"] > cands[i] - 0.5 + cfg.up_hysteresis:
+            i += 1
+        c["cur"] = cands[i]
 
     def used(self):
         return sum(self.blocks[r] for r in self.running)
@@ -390,7 +426,10 @@ class RefEngine:
         self.tot["decode_j"] += dj
         self.tot["prefill_j"] += pj
         self.tot["kv_block_s"] += self.used() * (ms / 1000.0)
+        accepted_before = self.tot["accepted"]
         tokens = self.emit(dec, pre, verify, take)
+        if self.policy[0] == "sglang-adaptive" and dec and k > 0:
+            self.adapt((self.tot["accepted"] - accepted_before) / len(dec))
         if dec:
             rows = sum(verify[r] for r in dec)
             self.steps.append((self.t, len(dec), rows / len(dec), tokens, self.used(),

@@ -17,7 +17,7 @@ from specsim.errors import CalibrationError, PolicyError, ScheduleError
 from specsim.interop import sglang, trtllm, vllm
 from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
-from specsim.policy.policy import Policy, parse_policy
+from specsim.policy.policy import _ADAPTIVE, Policy, parse_policy
 from specsim.policy.schedule import canonical
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
@@ -186,7 +186,24 @@ def read_policy(text) -> Policy:
     ranges = engine_schedule(text)
     if ranges is not None:
         return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
+    raw = str(text).strip()
+    kind, sep, arg = raw.partition(":")
+    adaptive = _ADAPTIVE.fullmatch(kind.strip().lower())
+    if adaptive is not None:
+        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
     return parse_policy(text)
+
+
+def _adaptive_policy(raw, graphs, path) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
+    from specsim._io import decode_text, read_input
+
+    if not path:
+        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
+    what = "an SGLang adaptive config"
+    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
+    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
 
 
 def engine_gate(text):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 from specsim._checks import digits_int, show
 from specsim.errors import PolicyError
@@ -282,8 +283,9 @@ def parse_config(text, source):
                               f"numbers >= 0, got {steps!r}")
         if len(set(steps)) != 1:
             raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
-                              "them at run time from its acceptance average, which specsim does not simulate: "
-                              "give each slot one candidate to pin its depth")
+                              "them at run time from its acceptance average, which a fixed schedule cannot say: "
+                              "simulate the controller with the policy sglang-adaptive:FILE, or give each slot one "
+                              "candidate to pin its depth")
         slots.append((digits_int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
@@ -324,3 +326,99 @@ def pad_to_graphs(ranges, sizes) -> tuple:
         padded = next((s for s in sizes if s >= w), w)
         depths.append(depth_at(c, padded))
     return ranges_from_depths(depths)
+
+
+# -- the adaptive controller's config (the sglang-adaptive:FILE policy) ---------------------------
+
+ADAPTIVE_DEFAULTS = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10, "down_hysteresis": 0.0,
+                     "up_hysteresis": -0.25, "candidate_steps": [1, 3, 7]}
+"""SGLang's adaptive controller settings and their defaults (``adaptive_spec_params.py``); the
+top-level ``candidate_steps`` are the candidates of a file without batch-size slots."""
+
+
+class AdaptiveConfig(NamedTuple):
+    """An SGLang adaptive speculation config as its controller reads it.
+
+    ``slots``: ``((first_width, (candidate, ...)), ...)`` by first width, each candidate list
+    sorted and distinct (the first slot covers every width below its key); the rest are the
+    controller settings every slot shares."""
+
+    slots: tuple
+    ema_alpha: float
+    update_interval: int
+    warmup_batches: int
+    down_hysteresis: float
+    up_hysteresis: float
+
+    @property
+    def deepest(self) -> int:
+        """The deepest candidate of any slot (the ``--speculative-num-steps`` specsim starts it at)."""
+        return max(c[-1] for _, c in self.slots)
+
+
+def _candidates(value, source, where):
+    if not isinstance(value, list) or not value or not all(whole(s) and s >= 0 for s in value):
+        raise PolicyError(f"{source}: {where}candidate_steps must be a non-empty list of whole numbers >= 0, "
+                          f"got {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def parse_adaptive(text, source) -> AdaptiveConfig:
+    """Read the file ``--speculative-adaptive-config`` names, every setting checked (an unknown key
+    is refused rather than skipped: a misspelt setting would silently run at its default)."""
+    import math
+
+    doc = load_json(text, source, "SGLang adaptive")
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object (settings and batch-size slots)")
+    known = ", ".join(ADAPTIVE_DEFAULTS)
+    settings = dict(ADAPTIVE_DEFAULTS)
+    slots = []
+    for key, value in doc.items():
+        if key.isdigit() and key.isascii():
+            if not isinstance(value, dict):
+                raise PolicyError(f"{source}: slot {key!r} is {value!r}; SGLang's loader needs "
+                                  f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
+            extra = sorted(set(value) - {"candidate_steps"})
+            if extra or "candidate_steps" not in value:
+                raise PolicyError(f"{source}: slot {key!r} needs exactly one key, candidate_steps"
+                                  + (f" (got {', '.join(map(repr, extra))})" if extra else ""))
+            slots.append((int(key), _candidates(value["candidate_steps"], source, f"slot {key!r}: ")))
+            continue
+        if key not in ADAPTIVE_DEFAULTS:
+            raise PolicyError(f"{source}: unknown key {key!r}: an adaptive config holds {known} and batch-size "
+                              "slots (digit keys)")
+        settings[key] = value
+    a = settings["ema_alpha"]
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a <= 1.0:
+        raise PolicyError(f"{source}: ema_alpha must be a number in (0, 1], got {a!r}")
+    for name, low in (("update_interval", 1), ("warmup_batches", 0)):
+        if not whole(settings[name]) or settings[name] < low:
+            raise PolicyError(f"{source}: {name} must be a whole number >= {low}, got {settings[name]!r}")
+    for name in ("down_hysteresis", "up_hysteresis"):
+        h = settings[name]
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h):
+            raise PolicyError(f"{source}: {name} must be a finite number, got {h!r}")
+    top = _candidates(settings["candidate_steps"], source, "")
+    if not slots:
+        slots = [(1, top)]
+    slots.sort()
+    out = []
+    for i, (lo, cands) in enumerate(slots):
+        first = 1 if i == 0 else max(lo, 1)
+        if i + 1 < len(slots) and slots[i + 1][0] <= first:
+            continue  # a slot no batch size reaches (key 0 beside key 1)
+        out.append((first, cands))
+    return AdaptiveConfig(tuple(out), float(a), settings["update_interval"], settings["warmup_batches"],
+                          float(settings["down_hysteresis"]), float(settings["up_hysteresis"]))
+
+
+def slot_by_width(cfg: AdaptiveConfig, max_width: int, sizes=()) -> list:
+    """The slot index each width 0..max_width uses (-1 at width 0): the width padded up to the
+    next CUDA-graph capture size in ``sizes`` (unpadded beyond them), then the slot with the
+    largest first width <= it."""
+    out = [-1]
+    for w in range(1, max_width + 1):
+        padded = next((s for s in sizes if s >= w), w)
+        out.append(max(i for i, (lo, _) in enumerate(cfg.slots) if i == 0 or lo <= padded))
+    return out

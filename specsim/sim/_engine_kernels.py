@@ -195,6 +195,65 @@ def _live_depth(srv, ws, n, waiting):
 
 
 @step_part
+def _adaptive_start(srv, st):
+    """Every slot's controller at its start: ``--speculative-num-steps`` clamped to the slot's
+    candidates, snapped to the nearest (ties to the larger), the EMA at that depth - 1."""
+    s = st.rec[0]
+    init = srv.rec[0].initial_steps
+    for m in range(srv.n_cand.shape[0]):
+        last = srv.n_cand[m] - 1
+        cur = init
+        if cur < srv.cand[m, 0]:
+            cur = srv.cand[m, 0]
+        if cur > srv.cand[m, last]:
+            cur = srv.cand[m, last]
+        best = 0
+        for i in range(last + 1):
+            if abs(srv.cand[m, i] - cur) <= abs(srv.cand[m, best] - cur):
+                best = i
+        s.ctl_index[m] = best
+        s.ctl_ema[m] = srv.cand[m, best] - 1.0
+        s.ctl_count[m] = 0
+    s.ctl_ready = 1
+
+
+@step_part
+def adaptive_depth_nb(srv, st, n):
+    """The depth SGLang's adaptive controller serves a batch of width ``n`` at: its slot's current
+    candidate (the slot is remembered for :func:`adapt_nb`)."""
+    s = st.rec[0]
+    if s.ctl_ready == 0:
+        _adaptive_start(srv, st)
+    m = srv.slot_of[n]
+    s.ctl_slot = m
+    return srv.cand[m, s.ctl_index[m]]
+
+
+@step_part
+def adapt_nb(srv, st, mean_accepted):
+    """SGLang's ``AdaptiveStepSlot`` after a verify batch of its slot: the EMA takes the batch's
+    mean accepted drafts; past the warm-up, every ``update_interval`` batches the depth steps down
+    while the EMA is at most the next lower candidate - 0.5 + ``down_hysteresis``, then up while
+    it is above the current candidate - 0.5 + ``up_hysteresis``. The new depth serves from the
+    next batch."""
+    o = srv.rec[0]
+    s = st.rec[0]
+    m = s.ctl_slot
+    ema = (1.0 - o.ema_alpha) * s.ctl_ema[m] + o.ema_alpha * mean_accepted
+    s.ctl_ema[m] = ema
+    count = s.ctl_count[m] + 1
+    s.ctl_count[m] = count
+    if count <= o.warmup_batches or (count - o.warmup_batches) % o.update_interval != 0:
+        return
+    i = s.ctl_index[m]
+    while i > 0 and ema <= srv.cand[m, i - 1] - 0.5 + o.down_hysteresis:
+        i -= 1
+    while i < srv.n_cand[m] - 1 and ema > srv.cand[m, i] - 0.5 + o.up_hysteresis:
+        i += 1
+    s.ctl_index[m] = i
+
+
+@step_part
 def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
@@ -217,6 +276,9 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         _context_grid(tab, st, ws, n)
         if srv.rec[0].live_depth != 0:
             k = _live_depth(srv, ws, n, waiting)
+    if srv.rec[0].adaptive != 0 and n > 0:
+        c = adaptive_depth_nb(srv, st, n)
+        k = c if c < k else k  # depth_memo holds the server's caps
     if st.rec[0].gate_off != 0:
         k = 0  # the speculation gate switched speculation off for the rest of the run
     if srv.rec[0].per_sequence != 0:
@@ -686,6 +748,8 @@ def step_nb(req, tab, cal, srv, st, log, ws):
     tokens, accepted, done = apply_nb(req, cal, srv, st, ws, t, key)
     s.emitted += tokens
     s.accepted += accepted
+    if srv.rec[0].adaptive != 0 and n_sched > 0 and k > 0:
+        adapt_nb(srv, st, accepted / n_sched)
     if n_sched > 0:
         log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
     if done > 0:

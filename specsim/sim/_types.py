@@ -70,6 +70,9 @@ class ReplayResult(NamedTuple):
 # The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):
 # the one place its buffer in STATE_DT is sized; ServerOptions refuses a longer window.
 MAX_ACCEPTANCE_WINDOW = 1024
+# The most batch-size slots SGLang's adaptive controller (the sglang-adaptive policy) is simulated
+# with: the one place its per-slot state in STATE_DT is sized; the engine refuses more.
+MAX_ADAPTIVE_SLOTS = 64
 
 # Loop state of one replica (a server): time, queue, counters, energy, log bookkeeping.
 STATE_DT = np.dtype([
@@ -108,6 +111,14 @@ STATE_DT = np.dtype([
     ("gate_seen", "i8"),
     ("gate_off", "i8"),
     ("gate_ring", "f8", (MAX_ACCEPTANCE_WINDOW,)),
+    # SGLang's adaptive controller, one per slot: the candidate index it serves, its EMA of
+    # accepted drafts and the verify batches it has seen; ``ctl_ready`` 0 until the first step
+    # sets the start; ``ctl_slot`` the slot of the step being run.
+    ("ctl_ready", "i8"),
+    ("ctl_slot", "i8"),
+    ("ctl_index", "i8", (MAX_ADAPTIVE_SLOTS,)),
+    ("ctl_ema", "f8", (MAX_ADAPTIVE_SLOTS,)),
+    ("ctl_count", "i8", (MAX_ADAPTIVE_SLOTS,)),
 ], align=True)
 
 # The server's options as the kernels read them.
@@ -132,6 +143,13 @@ SERVER_DT = np.dtype([
     ("idle_w", "f8"),
     ("acceptance_window", "i8"),     # the speculation gate's window in requests; 0: no gate
     ("acceptance_threshold", "f8"),  # its threshold on the window's mean accepted drafts per step
+    ("adaptive", "i8"),              # 1: SGLang's adaptive controller picks the depth (Server.cand)
+    ("initial_steps", "i8"),         # its --speculative-num-steps
+    ("ema_alpha", "f8"),
+    ("update_interval", "i8"),
+    ("warmup_batches", "i8"),
+    ("down_hysteresis", "f8"),
+    ("up_hysteresis", "f8"),
 ], align=True)
 
 
@@ -190,8 +208,12 @@ class Server(NamedTuple):
     """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
     depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
     array except for ``load-aware``), the profiled prefill curve ``curve_tokens``, ``curve_ms``,
-    ``curve_j`` (float64[P]; empty for the affine model) and the calibration's ``cum_priors``
-    (float64[K+1]; the planner's, for depths at the live context)."""
+    ``curve_j`` (float64[P]; empty for the affine model), the calibration's ``cum_priors``
+    (float64[K+1]; the planner's, for depths at the live context). For SGLang's adaptive controller:
+    ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at width 0),
+    ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]`` valid) and
+    ``n_cand int64[M]``; every other policy has M = 0, and ``depth_memo`` is then the most the
+    server lets a candidate run at each width (its caps)."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
@@ -200,6 +222,9 @@ class Server(NamedTuple):
     curve_ms: np.ndarray
     curve_j: np.ndarray
     cum_priors: np.ndarray
+    slot_of: np.ndarray
+    cand: np.ndarray
+    n_cand: np.ndarray
 
 
 class ReplicaState(NamedTuple):

@@ -339,7 +339,32 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
         r["acceptance_window"] = max(opts["acceptance_window"], 0)
         r["acceptance_threshold"] = opts["acceptance_length_threshold"]
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
-    return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64))
+    return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64),
+                  *_adaptive_arrays(rec[0], pol, max_num_seqs))
+
+
+def _adaptive_arrays(r, pol: Policy, max_num_seqs: int):
+    """``(slot_of, cand, n_cand)`` of SGLang's adaptive controller (the one place they are sized),
+    its settings written into the server record ``r``; empty for every other policy."""
+    from specsim.interop.sglang import slot_by_width
+    from specsim.sim._types import MAX_ADAPTIVE_SLOTS
+
+    if pol.kind != "sglang-adaptive":
+        return np.full(max_num_seqs + 1, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64)
+    cfg = pol.adaptive
+    if len(cfg.slots) > MAX_ADAPTIVE_SLOTS:
+        raise SimulationError(f"policy {pol}: {len(cfg.slots)} batch-size slots; the simulated controller keeps at "
+                              f"most {MAX_ADAPTIVE_SLOTS}")
+    width = max(len(c) for _, c in cfg.slots)
+    cand = np.zeros((len(cfg.slots), width), np.int64)
+    for m, (_, c) in enumerate(cfg.slots):
+        cand[m, :len(c)] = c
+    r["adaptive"] = 1
+    r["initial_steps"] = cfg.deepest
+    for name in ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis", "up_hysteresis"):
+        r[name] = getattr(cfg, name)
+    slot_of = np.asarray(slot_by_width(cfg, max_num_seqs, pol.graphs), np.int64)
+    return slot_of, cand, np.asarray([len(c) for _, c in cfg.slots], np.int64)
 
 
 def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
