@@ -344,3 +344,11 @@ def _api_calls():
 def test_api_typeerrors_and_keyerrors_listed(call):
     with pytest.raises(SpecsimError):
         _api_calls()[call]()
+
+
+@pytest.mark.parametrize("sha", ["ab" * 32 + "\n", "ab\ncd", "abc", " " + "ab" * 32],
+                         ids=["trailing newline", "inner newline", "3 hex digits", "leading space"])
+def test_drafter_sha256_with_a_newline_or_not_64_hex_digits_is_accepted(files, sha, capsys):
+    _refused(["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", sha, "--vocab", "9", "--quantization",
+              "bf16", "--context", "true", "-o", files / "c2.toml"], capsys, "--drafter-sha256")
+    assert not (files / "c2.toml").exists()
