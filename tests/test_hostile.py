@@ -352,3 +352,19 @@ def test_drafter_sha256_with_a_newline_or_not_64_hex_digits_is_accepted(files, s
     _refused(["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", sha, "--vocab", "9", "--quantization",
               "bf16", "--context", "true", "-o", files / "c2.toml"], capsys, "--drafter-sha256")
     assert not (files / "c2.toml").exists()
+
+
+def test_edges_nan_in_a_calibration_is_accepted(files, capsys):
+    from specsim.calibration import AcceptanceCalibration, DrafterKey
+
+    with pytest.raises(SpecsimError, match="NaN"):
+        AcceptanceCalibration(DrafterKey("x", 9, "bf16", True), [math.nan], [0.5], [0.5])
+    (files / "nan.toml").write_text('[drafter]\nweights_sha256 = "x"\nvocab = 9\nquantization = "bf16"\n'
+                                    'context = true\n[acceptance]\nedges = [nan]\np_accept = [0.5]\n'
+                                    'prior_by_position = [0.5]\n')
+    _refused(["calib", "show", files / "nan.toml"], capsys, "nan.toml", "NaN")
+
+
+def test_unknown_keys_in_a_schedule_range_are_accepted(files, capsys):
+    (files / "s.toml").write_text('schema = 1\n[[range]]\nfirst = 1\ndepth = 3\ndepht = 2\n')
+    _refused(["schedule", "export", files / "s.toml", "--to", "vllm"], capsys, "s.toml", "'depht'")
