@@ -368,3 +368,9 @@ def test_edges_nan_in_a_calibration_is_accepted(files, capsys):
 def test_unknown_keys_in_a_schedule_range_are_accepted(files, capsys):
     (files / "s.toml").write_text('schema = 1\n[[range]]\nfirst = 1\ndepth = 3\ndepht = 2\n')
     _refused(["schedule", "export", files / "s.toml", "--to", "vllm"], capsys, "s.toml", "'depht'")
+
+
+def test_2_63_minus_1_tokens_are_not_a_non_negative_integer(files, capsys):
+    (files / "big.csv").write_text(TRACE.splitlines()[0] + f"\n0.0,10,{2**63 - 1}\n")
+    err = _refused(["trace", "show", files / "big.csv"], capsys, "big.csv:2", "0..16,777,216")
+    assert "not a non-negative integer" not in err
