@@ -16,6 +16,8 @@ import numbers
 # "no cap" value the planner and engine use where a cap is optional: far above any real size,
 # far below int64's end, so sums of a few of them never overflow.
 COUNT_MAX = 1 << 62
+# The engine's and the fleet's "no cap" (an option left unset, no step limit).
+NO_CAP = COUNT_MAX
 
 # -- size limits (docs/limits.md) ------------------------------------------------------------
 # Deepest draft depth a table, calibration, trace or policy may name: every per-depth array is

@@ -95,7 +95,7 @@ def test_capacity_on_an_empty_trace_answers_1_replica_at_100_percent(files, caps
 
 
 def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
-    from specsim.sizing import capacity
+    from specsim.studies.capacity import capacity
     from specsim.traces import synthetic_trace
 
     requests = synthetic_trace(20, 5.0, seed=1).requests

@@ -11,7 +11,7 @@ import pytest
 from specsim.cli import main
 from specsim.sim import ServerOptions, simulate, synthetic_trace
 from specsim.sim.metrics import OVERLOAD_GROWTH, OVERLOAD_MIN_REQUESTS, overload_line, queue_growth
-from specsim.sizing import capacity
+from specsim.studies.capacity import capacity
 from specsim.traces import LogNormalLengths
 from tests.test_engine import small_calibration, small_table
 
@@ -100,7 +100,7 @@ def test_sweep_rows_carry_the_flag(files, capsys):
     assert main(["sweep", str(grid), "-o", str(files / "r.csv"), "--serial", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "overloaded: 1 of 2 points" in out
-    from specsim.sweep import read_results
+    from specsim.studies.sweep import read_results
 
     rows = read_results(files / "r.csv")
     assert [r["overload_flag"] for r in rows] == [False, True] and rows[1]["overload_growth"] > 1.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import count, nonneg_float, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, slack
 from specsim.cli.trace import add_trace_options
 
 
@@ -55,7 +55,7 @@ def cmd_fleet(args):
         raise FleetError(f"--replicas must be >= 1, got {args.replicas}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         _run(args, out)

@@ -29,9 +29,9 @@ def register(sub, groups):
 def cmd_sweep(args):
     from specsim._executor import check_scheduler, check_workers
     from specsim._io import Outputs
-    from specsim.sweep import load_grid, read_results, run_sweep
-    from specsim.sweep.run import best_by_traffic
-    from specsim.sweep.grid import point_id
+    from specsim.studies.sweep import load_grid, read_results, run_sweep
+    from specsim.studies.sweep.grid import point_id
+    from specsim.studies.sweep.run import best_by_traffic
 
     if args.workers is not None:
         check_workers(args.workers, "--workers")
@@ -66,7 +66,7 @@ def cmd_sweep(args):
         for line in best_by_traffic(grid, read_results(args.out)):
             print(line)
         if args.plot:
-            from specsim.sweep.plot import pareto_plot
+            from specsim.studies.sweep.plot import pareto_plot
 
             pareto_plot(rows, out.path(args.plot))
     if args.plot:

@@ -18,7 +18,7 @@ from specsim.interop._config import (
 from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
-from specsim.schedule.formats import canonical, depth_at, ranges_from_depths
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
 
 DECODE_LOG_INTERVAL = 40
 """SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""
@@ -156,7 +156,7 @@ def _meta(meta, where, tally):
             tally.bad(where, f"{name} {acc} is not the accepted drafts {hname} counts: counts that contradict "
                              "each other")
             return None
-        rec.depth_told = depth is not None
+        rec.depth_told = False  # SGLang grows the histogram to the largest run + 1: the depth comes from elsewhere
         rec.depth = depth
         rec.variable = variable
         return rec

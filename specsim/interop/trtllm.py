@@ -14,7 +14,7 @@ from specsim.errors import PolicyError, ScheduleError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
 from specsim.interop.vllm import request_records
-from specsim.schedule.formats import policy_text, span
+from specsim.policy.schedule import policy_text, span
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
 _FIELDS = {
@@ -228,6 +228,29 @@ def parse_config(text, source, keys=None):
     return tuple(out)
 
 
+
+
+GATE_KEYS = ("acceptance_window", "acceptance_length_threshold")
+"""``speculative_config`` keys of TensorRT-LLM's speculation gate (window in requests, threshold on
+their mean accepted drafts per step)."""
+
+
+def parse_gate(text, source):
+    """The speculation gate a TensorRT-LLM config sets: ``(window, threshold)``, or None when
+    either key is missing (TensorRT-LLM then never switches speculation off). A window <= 0 is
+    kept: it never switches off either."""
+    from specsim.errors import SimulationError
+    from specsim.sim.options import check_gate
+
+    doc = read_yaml(text, source)
+    sc = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
+    if not isinstance(sc, dict) or any(k not in sc for k in GATE_KEYS):
+        return None
+    window, threshold = (sc[k] for k in GATE_KEYS)
+    try:
+        return check_gate(window, threshold, f"{source}: speculative_config ", GATE_KEYS)
+    except SimulationError as e:
+        raise PolicyError(str(e)) from None
 
 
 # -- a small YAML reader for LLM-API options ---------------------------------------------------------

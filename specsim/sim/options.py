@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, show
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
@@ -31,7 +31,6 @@ DEFAULT_CHUNKED_PREFILL = True
 MIXED_STEP_PRICINGS = ("one-pass", "additive")
 DEFAULT_MIXED_STEP_PRICING = "one-pass"
 DEFAULT_KV_BLOCK_SIZE = 16
-NO_CAP = COUNT_MAX
 MAX_BATCH = MAX_WIDTH
 # Upper bound of the prefill costs and idle power: above it, times and energies would overflow
 # long before they meant anything.
@@ -100,6 +99,13 @@ class ServerOptions:
         maximum-entropy default.
     log_size : int
         Capacity of the step log; longer runs are downsampled to fit. Default 4096.
+    acceptance_window, acceptance_length_threshold : int and float, or None
+        TensorRT-LLM's speculation gate, on any policy: each finished request's accepted length
+        (``max(0, output tokens / decode steps - 1)``, mean accepted drafts per step) enters a
+        window of the last ``acceptance_window`` requests; once that many have finished, a window
+        mean below ``acceptance_length_threshold`` turns speculation off (depth 0) for the rest of
+        the run. Give both or neither; a window <= 0 never turns it off. Default: no gate (a
+        ``trtllm:FILE`` policy whose ``speculative_config`` carries both keys supplies them).
     """
 
     slack: float = 0.0
@@ -123,6 +129,8 @@ class ServerOptions:
     seed: int = 0
     occupancy: Optional[np.ndarray] = field(default=None, compare=False)
     log_size: int = DEFAULT_LOG_SIZE
+    acceptance_window: Optional[int] = None
+    acceptance_length_threshold: Optional[float] = None
 
     def __post_init__(self):
         from specsim.plan.planner import check_slack
@@ -156,6 +164,9 @@ class ServerOptions:
                 raise SimulationError(f"prefill_curve replaces the affine prefill model: leave out "
                                       f"{', '.join(given)} (one of them would be ignored)")
             object.__setattr__(self, "prefill_curve", load_prefill_curve(self.prefill_curve))
+        window, threshold = check_gate(self.acceptance_window, self.acceptance_length_threshold)
+        object.__setattr__(self, "acceptance_window", window)
+        object.__setattr__(self, "acceptance_length_threshold", threshold)
         if self.occupancy is not None:
             try:
                 occupancy = np.asarray(self.occupancy, dtype=np.float64)
@@ -227,6 +238,30 @@ class ServerOptions:
         if out["kv_capacity_tokens"] is None and "kv_capacity_tokens" in meta:
             out["kv_capacity_tokens"] = _int(meta["kv_capacity_tokens"], "table [meta] kv_capacity_tokens", 1)
         return out
+
+
+def check_gate(window, threshold, where="", names=("acceptance_window", "acceptance_length_threshold")):
+    """The speculation gate's ``(window, threshold)`` checked (``(None, None)``: no gate): both or
+    neither, the window an integer <= MAX_ACCEPTANCE_WINDOW (<= 0: never switches off), the
+    threshold a finite number. ``where`` prefixes the message (a file); ``names`` are the two
+    settings as the caller calls them."""
+    from specsim.sim._types import MAX_ACCEPTANCE_WINDOW
+
+    if window is None and threshold is None:
+        return None, None
+    if window is None or threshold is None:
+        given, missing = (names[0], names[1]) if threshold is None else (names[1], names[0])
+        raise SimulationError(f"{where}{given} without {missing}: the speculation gate needs both (or neither)")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
+        raise SimulationError(f"{where}{names[0]} must be a whole number of requests, got {show(window)}")
+    if window > MAX_ACCEPTANCE_WINDOW:
+        raise SimulationError(f"{where}{names[0]} {window} is beyond the {MAX_ACCEPTANCE_WINDOW} requests the "
+                              "simulated gate keeps: use a shorter window")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(threshold):
+        raise SimulationError(f"{where}{names[1]} must be a finite number (mean accepted drafts per step), "
+                              f"got {show(threshold)}")
+    return int(window), float(threshold)
 
 
 def _int(value, name, low, high=None):

@@ -133,7 +133,7 @@ class TuneResult:
 
     @property
     def policy(self) -> str:
-        from specsim.schedule.formats import policy_text
+        from specsim.policy.schedule import policy_text
 
         return policy_text(self.ranges)
 
@@ -151,7 +151,7 @@ class TuneResult:
         depth as one range. The schedule file and the exports carry these."""
         if self.serves_tuned:
             return self.ranges
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
 
         return ((1, None, parse_policy(self.best_fixed).fixed_depth),)
 
@@ -176,7 +176,7 @@ class TuneResult:
         rel = 100.0 * self.gain / abs(base.mean) if base.mean else float("nan")
         noise = "" if self.gain_noise != self.gain_noise else f" +- {100.0 * self.gain_noise / abs(base.mean):.2f}%"
         head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
 
         if self.policy == f"schedule:1-={parse_policy(self.best_fixed).fixed_depth}":
             return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
@@ -203,7 +203,7 @@ class TuneResult:
 
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
-        from specsim.schedule.formats import render_schedule
+        from specsim.studies.schedule_file import render_schedule
 
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         result = {
@@ -511,7 +511,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     TuneResult
     """
     from specsim.sim.engine import ServerOptions
-    from specsim.sim.policy import parse_policy
+    from specsim.interop import read_policy
 
     started = time.monotonic()
     target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
@@ -541,7 +541,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     train_part, held_part = _split(requests, float(holdout))
     compare = [str(p) for p in compare]
     for p in compare:
-        parse_policy(p)  # refuse a bad one before any work
+        read_policy(p)  # refuse a bad one before any work
     ex = _executor(executor, scheduler, workers)
     kind = ex.kind
     search = None
@@ -550,6 +550,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        search.check_met()
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -588,6 +589,25 @@ class _Search:
             self.reached = max(self.reached, r["max_width"])
         self.count += len(todo)
 
+    def check_met(self) -> None:
+        """Refuse a search whose SLO no candidate met on the training window: there is no schedule
+        to recommend, only the least bad, and the error names how far it fell short."""
+        if self.target is None:
+            return
+        by_policy = {}
+        for (part, pol, seed), r in self.cache.items():
+            if part == "train" and seed in self.train_seeds and r["attainment"] is not None:
+                by_policy.setdefault(pol, []).append(r["attainment"])
+        means = {pol: float(np.mean(v)) for pol, v in by_policy.items() if len(v) == len(self.train_seeds)}
+        if not means:
+            return
+        best = max(means, key=means.get)
+        if means[best] < self.target:
+            raise ScheduleError(
+                f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
+                f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
+                "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
+
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]
         att = None if self.target is None else [r["attainment"] for r in rs]
@@ -595,9 +615,9 @@ class _Search:
 
     def starts(self, table, cal, opts, resolved, widest) -> dict:
         """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
-        from specsim.schedule.formats import policy_text, ranges_from_depths
-        from specsim.sim.engine import depth_by_width
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.schedule import policy_text, ranges_from_depths
+        from specsim.plan.depth_table import depth_by_width
+        from specsim.policy.policy import parse_policy
 
         k_cap = resolved["k_max"]
         depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
@@ -610,7 +630,7 @@ class _Search:
 
     def descend(self, starts, table, k_cap, widest, max_rounds) -> str:
         """Steepest descent over coordinate moves from the best start; returns the winner's policy."""
-        from specsim.schedule.formats import policy_text, ranges_from_depths
+        from specsim.policy.schedule import policy_text, ranges_from_depths
 
         seeds, first = self.train_seeds, self.train_seeds[:1]
         best = min(starts, key=lambda n: self.key(starts[n][1], seeds))
@@ -647,11 +667,12 @@ class _Search:
                      float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
 
     def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
-        from specsim.schedule.formats import canonical
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
+        from specsim.policy.schedule import canonical
+        from specsim.interop import read_policy
 
         held = tuple(self.score(p, "held", self.held_seeds) for p in final)
-        fixed = [s for s in held if parse_policy(s.policy).fixed_depth is not None]
+        fixed = [s for s in held if read_policy(s.policy).fixed_depth is not None]
         best_fixed = min(fixed, key=lambda s: self.key(s.policy, self.held_seeds, "held"))
         sign = 1.0 if self.objective == "energy" else -1.0
         diffs = sign * (np.array(best_fixed.values) - np.array(held[0].values))
@@ -669,7 +690,7 @@ class _Search:
 def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
-    from specsim.schedule.formats import requests_digest, text_digest
+    from specsim.studies.schedule_file import requests_digest, text_digest
 
     return {
         "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),

@@ -30,7 +30,7 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     router = ["round_robin", "least_outstanding"]
 
 Every point is named by its axis values (``point_id``); its row is reused on a later run only
-when a digest of all its inputs matches (``specsim.sweep.run.point_inputs``).
+when a digest of all its inputs matches (``specsim.studies.sweep.run.point_inputs``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def load_grid(path) -> Grid:
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
     from specsim.sim.engine import ServerOptions
-    from specsim.sim.policy import parse_policy
+    from specsim.interop import read_policy
 
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)
@@ -175,7 +175,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         if name == "policy":
             for v in values:
                 try:
-                    parse_policy(v)
+                    read_policy(v)
                 except Exception as e:  # the parser's own message says what is wrong
                     problems.append(f"[axes] policy {v!r}: {e}")
         if name == "replicas":

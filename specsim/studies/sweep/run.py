@@ -17,7 +17,7 @@ from specsim._checks import request_size_problem, show
 from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
-from specsim.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
+from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
 
 
 @dataclass
