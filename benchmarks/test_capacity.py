@@ -77,11 +77,11 @@ def test_capacity_intervals_against_one_seed_conv_10x(benchmark, conv10, h200):
 
     table, cal = h200
     start = time.perf_counter()
-    one = capacity(conv10, table, cal, POLICIES, runner=ThreadRunner(2), seeds=1, **SLO)
+    one = capacity(conv10, table, cal, POLICIES, runner=ThreadRunner(2), seeds=1, **SLO_KW)
     one_s = time.perf_counter() - start
     start = time.perf_counter()
     res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
-                             kwargs=dict(SLO, runner=ThreadRunner(2)), rounds=1, iterations=1)
+                             kwargs=dict(SLO_KW, runner=ThreadRunner(2)), rounds=1, iterations=1)
     three_s = time.perf_counter() - start
     _record_answers(benchmark, res, three_s)
     benchmark.extra_info["one_seed_s"] = round(one_s, 2)

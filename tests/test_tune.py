@@ -343,4 +343,4 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     assert "Traceback" not in err and not out.exists()
     with pytest.raises(ScheduleError, match="best of the .* tried reached"):
         tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
-             executor="threads", slo_tpot_s=0.0001, attainment=0.99)
+             executor="threads", slo=SLO(tpot_s=0.0001, attainment=0.99))
