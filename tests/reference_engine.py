@@ -165,10 +165,33 @@ class RefEngine:
                     depth_histogram=self.hist, end_s=self.t, steps=self.steps, mean_decode_context=mean_context,
                     **self.tot)
 
-    def depth_at(self, n):
+    def bracket(self, c):
+        """Indices of the measured contexts around ``c`` (the nearest twice outside them)."""
+        xs = self.contexts
+        below = [i for i, x in enumerate(xs) if x <= c]
+        above = [i for i, x in enumerate(xs) if x >= c]
+        return (below[-1] if below else above[0]), (above[0] if above else below[-1])
+
+    def planning_grid(self, decoding):
+        """(widths, costs) the planner reads: the table's, or with context pricing the step costs
+        at this width and the decoding requests' mean context, as a one-width grid."""
+        n = len(decoding)
+        if not self.contexts or n == 0:
+            return self.widths, self.costs
+        c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / n
+        lo, hi = self.bracket(c)
+        p = [plan_ref_cell(self.widths, self.context_costs[lo], n, k) for k in range(self.max_k + 1)]
+        if lo == hi:
+            return [n], [p]
+        q = [plan_ref_cell(self.widths, self.context_costs[hi], n, k) for k in range(self.max_k + 1)]
+        t = (c - self.contexts[lo]) / (self.contexts[hi] - self.contexts[lo])
+        return [n], [[[a + (b - a) * t for a, b in zip(pk, qk)] for pk, qk in zip(p, q)]]
+
+    def depth_at(self, n, grid=None):
         kind = self.policy[0]
         if n == 0:
             return 0
+        widths, costs = grid if grid is not None else (self.widths, self.costs)
         if kind == "fixed":
             k = self.policy[1]
         elif kind == "schedule":
@@ -176,12 +199,12 @@ class RefEngine:
         elif kind == "sglang-adaptive":
             k = self.adaptive_depth(n)
         elif kind == "goodput":
-            k = ref_goodput_depth(self.widths, self.costs, self.priors, n, self.cap)
+            k = ref_goodput_depth(widths, costs, self.priors, n, self.cap)
         elif kind == "load-aware" and not self.queue:
             # Nobody waits: the time a step saves would be spent idle, so energy counts above idle power.
-            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap, self.idle_w)
+            k = ref_propose_depth(widths, costs, self.priors, n, self.slack, self.cap, self.idle_w)
         else:
-            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap)
+            k = ref_propose_depth(widths, costs, self.priors, n, self.slack, self.cap)
         k = min(k, self.k_cap)
         if self.gate_off:
             k = 0
@@ -261,7 +284,8 @@ class RefEngine:
 
     def plan(self, decoding):
         """Verify and drafted depths of the decoding sequences, and the drafted depth k."""
-        k = self.depth_at(len(decoding))
+        grid = self.planning_grid(decoding)
+        k = self.depth_at(len(decoding), grid)
         if self.policy[0] != "sequence":
             return {r: k for r in decoding}, k
         drafts = [min(k, self.output[r] - self.emitted[r] - 1) for r in decoding]
@@ -275,7 +299,7 @@ class RefEngine:
         vs = [0] * len(decoding)
         if kd > 0:
             rb = self.row_budget if self.row_budget != float("inf") else 1 << 62
-            vs = ref_sequence_depths(self.widths, self.costs, self.edges, self.p_accept, self.priors, confs, drafts,
+            vs = ref_sequence_depths(grid[0], grid[1], self.edges, self.p_accept, self.priors, confs, drafts,
                                      kd, rb, self.slack)
         return dict(zip(decoding, vs)), kd
 
@@ -335,10 +359,7 @@ class RefEngine:
                 c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / len(decoding)
                 self.contexts_priced.append(c)
                 xs = self.contexts
-                below = [i for i, x in enumerate(xs) if x <= c]
-                above = [i for i, x in enumerate(xs) if x >= c]
-                lo = below[-1] if below else above[0]
-                hi = above[0] if above else below[-1]
+                lo, hi = self.bracket(c)
                 dms, dj = self.decode_price(self.context_costs[lo], ns, rows, k, uniform)
                 if lo != hi:
                     t = (c - xs[lo]) / (xs[hi] - xs[lo])

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from specsim.errors import PolicyError
 from specsim.interop.sglang import parse_adaptive
 from specsim.sim import simulate
-from specsim.sim.policy import Policy, parse_policy
+from specsim.interop import read_policy
+from specsim.policy.policy import Policy
 from tests.test_engine import assert_matches_reference, random_requests, run_reference, small_calibration, small_table
 
 candidates = st.lists(st.integers(0, 3), min_size=1, max_size=4)
@@ -121,21 +122,25 @@ def test_adaptive_config_refused_naming_file_and_field(tmp_path, doc, match):
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(PolicyError, match=match) as e:
-        parse_policy(f"sglang-adaptive:{path}")
+        read_policy(f"sglang-adaptive:{path}")
     assert str(path) in str(e.value)
 
 
 def test_adaptive_policy_refusals(tmp_path):
+    from specsim.policy.policy import parse_policy
+
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"candidate_steps": [1, 5]}))
+    with pytest.raises(PolicyError, match="read it with specsim.interop.read_policy"):
+        parse_policy(f"sglang-adaptive:{path}")
     with pytest.raises(PolicyError, match="needs a file"):
-        parse_policy("sglang-adaptive")
+        read_policy("sglang-adaptive")
     with pytest.raises(PolicyError, match="CUDA-graph batch sizes"):
-        parse_policy(f"sglang-adaptive[1,x]:{path}")
+        read_policy(f"sglang-adaptive[1,x]:{path}")
     with pytest.raises(PolicyError, match="prices depths up to 3"):
         simulate(random_requests(3, 1), small_table(), small_calibration(), f"sglang-adaptive:{path}")
     with pytest.raises(PolicyError, match="acceptance it measures"):
-        parse_policy(f"sglang-adaptive:{path}").depth_for_width(2)
+        read_policy(f"sglang-adaptive:{path}").depth_for_width(2)
 
 
 def test_defaults_and_slots_read_as_sglang_reads_them():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specsim.errors import PolicyError, SimulationError
 from specsim.sim import ServerOptions, simulate
 from specsim.sim._types import MAX_ACCEPTANCE_WINDOW
-from specsim.sim.policy import parse_policy
+from specsim.interop import read_policy
 from tests.test_engine import (
     POLICIES, assert_matches_reference, random_requests, run_reference, small_calibration, small_table,
 )
@@ -89,7 +89,7 @@ def _trtllm(tmp_path, body):
 
 def test_trtllm_file_carries_the_gate(tmp_path):
     path = _trtllm(tmp_path, "  acceptance_window: 6\n  acceptance_length_threshold: 5.0\n")
-    pol = parse_policy(f"trtllm:{path}")
+    pol = read_policy(f"trtllm:{path}")
     assert pol.gate == (6, 5.0) and pol.ranges == ((1, None, 3),)
     reqs = random_requests(60, 5, rate=3.0)
     table, cal = small_table(), small_calibration()
@@ -105,7 +105,7 @@ def test_trtllm_file_carries_the_gate(tmp_path):
 
 def test_trtllm_file_with_one_key_has_no_gate(tmp_path):
     """TensorRT-LLM never switches off unless both keys are set."""
-    assert parse_policy(f"trtllm:{_trtllm(tmp_path, '  acceptance_window: 6' + chr(10))}").gate == ()
+    assert read_policy(f"trtllm:{_trtllm(tmp_path, '  acceptance_window: 6' + chr(10))}").gate == ()
 
 
 @pytest.mark.parametrize("body, match", [
@@ -115,7 +115,7 @@ def test_trtllm_file_with_one_key_has_no_gate(tmp_path):
 def test_trtllm_gate_refused_naming_file_and_field(tmp_path, body, match):
     path = _trtllm(tmp_path, body)
     with pytest.raises(PolicyError, match=match) as e:
-        parse_policy(f"trtllm:{path}")
+        read_policy(f"trtllm:{path}")
     assert str(path) in str(e.value)
 
 

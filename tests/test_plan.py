@@ -159,9 +159,11 @@ def test_slack_limits_slow_extra_rows():
 
 ROUND = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0])
 PROB = st.one_of(ROUND, st.floats(0.0, 1.0))
+# Log-probabilities: at most 0, and up to LOGPROB_SLACK above it as rounding (the planner refuses
+# larger ones; tests/test_messages.py checks that refusal).
 LP = st.one_of(
-    st.sampled_from([-np.inf, -8.0, -1.0, -0.5, -0.1, -0.05, 0.0, float("nan")]),
-    st.floats(-10.0, 0.5, allow_nan=False, width=32),
+    st.sampled_from([-np.inf, -8.0, -1.0, -0.5, -0.1, -0.05, 0.0, 2.0 ** -10, float("nan")]),
+    st.floats(-10.0, 2.0 ** -10, allow_nan=False, width=32),
 )
 
 

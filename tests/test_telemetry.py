@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.drift import simulate_runs
+from specsim.calibration.online import simulate_runs
 from specsim.calibration.telemetry import calibration_from, constant_rate, identify, render_windows
 from specsim.interop import detect_format, read_telemetry
 from specsim.errors import CalibrationError

@@ -17,7 +17,8 @@ from specsim.errors import CalibrationError, PolicyError, ScheduleError
 from specsim.interop import sglang, trtllm, vllm
 from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
-from specsim.schedule.formats import canonical
+from specsim.policy.policy import Policy, parse_policy
+from specsim.policy.schedule import canonical
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
 """The engines specsim knows, each one module holding its telemetry readers, its config export
@@ -133,6 +134,9 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
     if problem:
         raise ScheduleError(problem)
+    for name, value in (("method", method), ("draft_model", draft_model)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
+            raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
     module = ENGINES[engine]
     cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
     if method is None:
@@ -171,6 +175,39 @@ def engine_schedule(text):
     ranges = import_file(engine, path)
     m = _SGLANG_GRAPHS.fullmatch(str(text).strip().partition(":")[0].strip().lower())
     return ranges if m is None else sglang.pad_to_graphs(ranges, sglang.cuda_graph_sizes(m.group(1), text))
+
+
+def read_policy(text) -> Policy:
+    """A policy where it enters from a user: an ``ENGINE:FILE`` policy (``vllm:v.json``) is read
+    into the ``schedule`` the engine's file sets (docs/schedules.md#reading-engine-files-back),
+    ``sglang-adaptive:FILE`` into SGLang's adaptive controller on that config; any other text is :func:`~specsim.policy.policy.parse_policy`'s; a :class:`Policy` passes."""
+    if isinstance(text, Policy):
+        return text
+    adaptive = _ADAPTIVE.fullmatch(str(text).strip().partition(":")[0].strip().lower())
+    if adaptive is not None:
+        return _adaptive_policy(str(text).strip(), adaptive.group(1))
+    ranges = engine_schedule(text)
+    if ranges is not None:
+        return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
+    return parse_policy(text)
+
+
+_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
+
+
+def _adaptive_policy(raw, graphs) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: SGLang's adaptive controller on the config FILE sets
+    (docs/schedules.md#the-engines-own-adaptation)."""
+    from specsim._io import decode_text, read_input
+
+    _, sep, path = raw.partition(":")
+    path = path.strip()
+    if not sep or not path:
+        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
+    what = "an SGLang adaptive config"
+    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
+    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
 
 
 def engine_gate(text):
@@ -212,4 +249,5 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]
+           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "read_policy", "read_telemetry"]

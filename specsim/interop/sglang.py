@@ -11,6 +11,7 @@ import json
 import re
 from typing import NamedTuple
 
+from specsim._checks import digits_int, show
 from specsim.errors import PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -18,7 +19,7 @@ from specsim.interop._config import (
 from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
-from specsim.schedule.formats import canonical, depth_at, ranges_from_depths
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
 
 DECODE_LOG_INTERVAL = 40
 """SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""
@@ -262,14 +263,16 @@ def parse_config(text, source):
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
     slots = []
-    if not any(k.isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
+    if not any(k.strip().isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
         # static steps (what a constant schedule exports): the server arguments
         k = doc["speculative_num_steps"]
         if k < 0:
             raise PolicyError(f"{source}: speculative_num_steps must be >= 0, got {k}")
         return ((1, None, k),)
     for key, entry in doc.items():
-        if not key.isdigit():
+        if digits_int(key) is None:
+            if key.strip().isdigit():  # digits of another script ("²"), or more than 19 of them
+                raise PolicyError(f"{source}: batch-size slot {show(key)} is not a plain decimal batch size")
             continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
         if not isinstance(entry, dict):
             raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
@@ -283,7 +286,7 @@ def parse_config(text, source):
                               "them at run time from its acceptance average, which a fixed schedule cannot say: "
                               "simulate the controller with the policy sglang-adaptive:FILE, or give each slot one "
                               "candidate to pin its depth")
-        slots.append((int(key), steps[0]))
+        slots.append((digits_int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
     slots.sort()
@@ -304,7 +307,7 @@ def cuda_graph_sizes(text, where="--cuda-graph-bs"):
     from specsim._checks import MAX_WIDTH
 
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(digits_int(p) is not None for p in parts):
         raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")
     sizes = sorted({int(p) for p in parts})
     if sizes[0] < 1 or sizes[-1] > MAX_WIDTH:

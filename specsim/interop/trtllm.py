@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 
+from specsim._checks import digits_int
 from specsim.errors import PolicyError, ScheduleError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
 from specsim.interop.vllm import request_records
-from specsim.schedule.formats import policy_text, span
+from specsim.policy.schedule import policy_text, span
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
 _FIELDS = {
@@ -194,7 +195,8 @@ def parse_config(text, source, keys=None):
         raise PolicyError(f"{source}: draft_len_schedule must be a non-empty map of batch size -> draft length")
     items = []
     for key, v in sched.items():
-        b = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        b = digits_int(key) if isinstance(key, str) else key
+        b = key if b is None else b
         if not whole(b) or b < 1 or not whole(v) or v < 0:
             raise PolicyError(f"{source}: draft_len_schedule entry {key!r}: {v!r} needs a batch size >= 1 and a "
                               "draft length >= 0")
@@ -279,7 +281,7 @@ def _yaml_value(text):
         return out
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
         return t[1:-1]
-    if re.fullmatch(r"[-+]?\d+", t):
+    if re.fullmatch(r"[-+]?[0-9]{1,19}", t):  # ASCII digits: \d also takes other scripts' digits
         return int(t)
     low = t.lower()
     if low in ("true", "false"):

@@ -16,7 +16,9 @@ scheduling rules and the price of a step.
 from __future__ import annotations
 
 from specsim._jit import jit
-from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
+from specsim.plan._kernels import (
+    DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, propose_depth_nb, row_cost_nb, sequence_depths_nb,
+)
 from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
@@ -142,10 +144,16 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
         if d > kd:
             kd = d
     if kd > 0:
-        # The one call of the planner's kernel in the engine.
-        arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
-        sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                           ws.vdepth[:n], ws.plan)
+        # The planner's kernel; with context pricing it reads the
+        # step costs at this width and the live context (ws.grid, built by plan_depths_nb).
+        if tab.contexts.shape[0] > 0:
+            grid = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
+            sequence_depths_nb(grid, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                               ws.vdepth[:n], ws.plan)
+        else:
+            arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+            sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                               ws.vdepth[:n], ws.plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0
@@ -212,6 +220,40 @@ def adapt_nb(srv, st, mean_accepted):
 
 
 @step_part
+def _context_grid(tab, st, ws, n):
+    """The step costs at width ``n`` and the batch's mean context into ``ws.grid`` (one width):
+    linear in context between the measured contexts around it, as the step is priced."""
+    s = st.rec[0]
+    lo, hi, t = context_bracket_nb(tab.contexts, s.ctx_tokens / s.ctx_seqs)
+    ws.grid_width[0] = n
+    for k in range(ws.grid.shape[1]):
+        for f in range(4):
+            p = tab.cwcs[lo, n, k, f]
+            ws.grid[0, k, f] = p if lo == hi else p + (tab.cwcs[hi, n, k, f] - p) * t
+
+
+@step_part
+def _live_depth(srv, ws, n, waiting):
+    """The planner's depth (``propose``, ``goodput``'s, or ``load-aware``'s: above idle power while
+    nobody ``waiting``) at width ``n`` on ``ws.grid``, clamped as ``depth_by_width`` clamps the
+    memo: the speculation cap, ``k_cap``, and for uniform policies ``row_budget // n`` rows."""
+    o = srv.rec[0]
+    if n > o.spec_cap:
+        return 0
+    if o.live_depth == 2:
+        d = goodput_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.spec_cap, ws.scratch)
+    elif o.live_depth == 3 and not waiting:
+        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, o.idle_w, ws.scratch)
+    else:
+        d = propose_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, ws.scratch)
+    if d > o.k_cap:
+        d = o.k_cap
+    if o.per_sequence == 0 and d > o.row_budget // n:
+        d = o.row_budget // n
+    return d
+
+
+@step_part
 def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
@@ -219,6 +261,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
     sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
+    With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``) plan on
+    the step costs at the batch's mean context instead of the memo's reference grid.
 
     Returns
     -------
@@ -226,7 +270,12 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
         ``ws.known[:n]`` (drafted per sequence) are written.
     """
-    k = srv.depth_memo[n] if st.rec[0].q_len > 0 else srv.idle_memo[n]
+    waiting = st.rec[0].q_len > 0
+    k = srv.depth_memo[n] if waiting else srv.idle_memo[n]
+    if n > 0 and tab.contexts.shape[0] > 0:
+        _context_grid(tab, st, ws, n)
+        if srv.rec[0].live_depth != 0:
+            k = _live_depth(srv, ws, n, waiting)
     if srv.rec[0].adaptive != 0 and n > 0:
         c = adaptive_depth_nb(srv, st, n)
         k = c if c < k else k  # depth_memo holds the server's caps

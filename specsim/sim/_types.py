@@ -137,6 +137,8 @@ SERVER_DT = np.dtype([
     ("slack", "f8"),
     ("prefill_ms_per_step", "f8"), ("prefill_j_per_step", "f8"),
     ("prefill_ms_per_token", "f8"), ("prefill_j_per_token", "f8"),
+    ("live_depth", "i8"),      # with context pricing: 1 the planner's depth at the live context, 2 goodput's, 3 load-aware's (above idle while nobody waits); 0 the memos
+    ("spec_cap", "i8"),        # speculation cap: wider batches plain-decode
     ("prefill_fixed_ms", "f8"), ("prefill_fixed_j", "f8"),  # the prefill cost's per-step fixed part
     ("idle_w", "f8"),
     ("acceptance_window", "i8"),     # the speculation gate's window in requests; 0: no gate
@@ -205,12 +207,13 @@ class CalArrays(NamedTuple):
 class Server(NamedTuple):
     """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
     depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
-    array except for ``load-aware``) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
-    ``curve_j`` (float64[P]; empty for the affine model). For SGLang's adaptive controller:
-    ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at width 0),
-    ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]`` valid) and
-    ``n_cand int64[M]``; every other policy has M = 0, and ``depth_memo`` is then the most the
-    server lets a candidate run at each width (its caps)."""
+    array except for ``load-aware``), the profiled prefill curve ``curve_tokens``, ``curve_ms``,
+    ``curve_j`` (float64[P]; empty for the affine model), the calibration's ``cum_priors``
+    (float64[K+1]; the planner's, for depths at the live context) and, for SGLang's adaptive
+    controller, ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at
+    width 0), ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]``
+    valid) and ``n_cand int64[M]``: M = 0 for every other policy; under ``sglang-adaptive``,
+    ``depth_memo`` is the most the server's caps let a candidate run at each width."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
@@ -218,6 +221,7 @@ class Server(NamedTuple):
     curve_tokens: np.ndarray
     curve_ms: np.ndarray
     curve_j: np.ndarray
+    cum_priors: np.ndarray
     slot_of: np.ndarray
     cand: np.ndarray
     n_cand: np.ndarray
@@ -251,7 +255,8 @@ class Workspace(NamedTuple):
     """Per-step scratch for batches of up to S sequences (K = max(max_k, 1)): per running slot
     ``take`` (tokens scheduled) and ``dec_of`` (index among the decoding sequences, or -1); per
     decoding sequence ``slot``, ``conf float32[S, K]``, ``n_conf``, ``known``, ``vdepth``,
-    ``verdict bool[S, K]``; and ``plan``, the planner's workspace."""
+    ``verdict bool[S, K]``; ``plan``, the planner's workspace; ``grid_width``, ``grid`` and
+    ``scratch``, the costs at the step's width and context the planner reads."""
 
     take: np.ndarray
     dec_of: np.ndarray
@@ -262,3 +267,6 @@ class Workspace(NamedTuple):
     vdepth: np.ndarray
     verdict: np.ndarray
     plan: tuple  # specsim.plan._types.PlanWorkspace
+    grid_width: np.ndarray  # int64[1]: the width of ``grid``
+    grid: np.ndarray  # float64[1, K+1, 4]: the step costs at this step's width and context
+    scratch: np.ndarray  # float64[K+1, 4]: the planner's

@@ -47,7 +47,7 @@ class Group(NamedTuple):
     :mod:`specsim.sim._types`), its step scratch ``ws``, shared by the group's replicas, which
     step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
     every group, so a tuple of groups is indexable at run time. Built by
-    ``specsim.sim.fleet._group``."""
+    ``specsim.sim.fleet.fleet._group``."""
 
     tab: tuple
     cal: tuple
@@ -57,7 +57,7 @@ class Group(NamedTuple):
 
 
 class FleetState(NamedTuple):
-    """Everything the fleet kernel writes. Sized only by ``specsim.sim.fleet._fleet_state`` (and
+    """Everything the fleet kernel writes. Sized only by ``specsim.sim.fleet.fleet._fleet_state`` (and
     grown there, request rows doubled, when the kernel returns ``GROW``).
 
     R replicas, C request rows per replica, S = the widest group's ``max_num_seqs``, K = the

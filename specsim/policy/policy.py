@@ -20,25 +20,26 @@ Forms:
     counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
     speed floor: when the server keeps up, time a step saves is spent idle, not serving others
     (docs/planner.md, "Load-aware").
-``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
-    The ``schedule`` an engine's config file sets, read as the engine reads it
-    (docs/schedules.md#reading-engine-files-back); a ``trtllm:FILE`` whose config sets
-    ``acceptance_window`` and ``acceptance_length_threshold`` also carries TensorRT-LLM's
-    speculation gate (docs/schedules.md#the-engines-own-adaptation).
-``sglang-adaptive:FILE``, ``sglang-adaptive[1,2,4,8]:FILE``
-    SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads: per
-    batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates
-    (warm-up, update interval, hysteresis), simulated batch by batch; the brackets give
-    ``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts
-    at the file's deepest candidate (docs/schedules.md#the-engines-own-adaptation).
+
+Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (the ``schedule`` an
+engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
+enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name; a ``trtllm:FILE``
+whose config sets ``acceptance_window`` and ``acceptance_length_threshold`` also carries
+TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation). It also reads
+``sglang-adaptive:FILE`` and ``sglang-adaptive[1,2,4,8]:FILE`` into an ``sglang-adaptive``
+policy: SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads (per
+batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates, with
+warm-up, update interval and hysteresis), simulated batch by batch; the brackets give
+``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts at
+the file's deepest candidate.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
+from specsim.policy.schedule import depth_at, overlap, policy_text, span
 
 KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
@@ -145,10 +146,7 @@ class Policy:
         if self.kind == "fixed":
             return self.depth
         if self.kind == "schedule":
-            for lo, hi, k in self.ranges:
-                if lo <= width and (hi is None or width <= hi):
-                    return k
-            return 0
+            return depth_at(self.ranges, width)
         if self.kind == "sglang-adaptive":
             raise PolicyError(f"policy {self} moves its depth with the acceptance it measures batch by batch, not "
                               "with the width alone: simulate it (specsim simulate)")
@@ -158,11 +156,7 @@ class Policy:
         if self.kind == "fixed":
             return f"fixed:{self.depth}"
         if self.kind == "schedule":
-            parts = []
-            for lo, hi, k in self.ranges:
-                span = f"{lo}-" if hi is None else (f"{lo}" if hi == lo else f"{lo}-{hi}")
-                parts.append(f"{span}={k}")
-            return "schedule:" + ",".join(parts)
+            return policy_text(self.ranges)
         if self.kind == "sglang-adaptive":
             graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
             return f"sglang-adaptive{graphs}:{self.source}"
@@ -180,18 +174,12 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
-    from specsim.interop import engine_gate, engine_schedule
-
-    engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
-    if engine_ranges is not None:
-        return Policy("schedule", ranges=engine_ranges, gate=engine_gate(raw) or ())
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    adaptive = _ADAPTIVE.fullmatch(kind)
-    if adaptive is not None:
-        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
-    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, "
-             "sglang-adaptive:FILE")
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    if kind == "sglang-adaptive" or kind.startswith("sglang-adaptive["):
+        raise PolicyError(f"policy {raw!r} names a file: read it with specsim.interop.read_policy (as every command "
+                          "does)")
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:
@@ -208,11 +196,11 @@ def parse_policy(text) -> Policy:
         part = part.strip()
         if not part:
             continue
-        span, eq, depth = part.partition("=")
+        widths, eq, depth = part.partition("=")
         if not eq:
             raise PolicyError(f"policy {raw!r}: {part!r} is not WIDTHS=DEPTH (e.g. 1-16=3 or 65-=0)")
         k = _int(depth, raw, f"depth in {part!r}")
-        lo_text, dash, hi_text = span.strip().partition("-")
+        lo_text, dash, hi_text = widths.strip().partition("-")
         lo = _int(lo_text, raw, f"first width in {part!r}")
         if lo < 1:
             raise PolicyError(f"policy {raw!r}: widths start at 1, got {part!r}")
@@ -223,33 +211,15 @@ def parse_policy(text) -> Policy:
         else:
             hi = _int(hi_text, raw, f"last width in {part!r}")
             if hi < lo:
-                raise PolicyError(f"policy {raw!r}: range {span.strip()!r} ends before it starts")
+                raise PolicyError(f"policy {raw!r}: range {widths.strip()!r} ends before it starts")
         ranges.append((lo, hi, k))
     if not ranges:
         raise PolicyError(f"policy {raw!r} has no WIDTHS=DEPTH range")
     ranges.sort(key=lambda r: r[0])
-    for (lo1, hi1, _), (lo2, hi2, _) in zip(ranges, ranges[1:]):
-        if hi1 is None or hi1 >= lo2:
-            a = f"{lo1}-" if hi1 is None else f"{lo1}-{hi1}"
-            b = f"{lo2}-" if hi2 is None else f"{lo2}-{hi2}"
-            raise PolicyError(f"policy {raw!r}: width ranges {a} and {b} overlap")
+    clash = overlap(ranges)
+    if clash:
+        raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
-
-
-_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
-
-
-def _adaptive_policy(raw, graphs, path) -> Policy:
-    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
-    from specsim._io import decode_text, read_input
-    from specsim.interop import sglang
-
-    if not path:
-        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
-    what = "an SGLang adaptive config"
-    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
-    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
-    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
 
 
 def _int(text, raw, what) -> int:
@@ -261,7 +231,8 @@ def _int(text, raw, what) -> int:
 
 def policy_runs(policies, slacks):
     """``(Policy, slack)`` pairs to simulate: the planner policies (``propose``, ``sequence``)
-    once per slack, the others once (they do not read it)."""
+    once per slack, the others once (they do not read it). ``policies`` are texts or
+    :class:`Policy` values (``ENGINE:FILE`` ones read already)."""
     out = []
     for text in policies:
         pol = parse_policy(text)

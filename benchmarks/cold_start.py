@@ -1,0 +1,93 @@
+"""The first run of each command after an install: wall seconds with an empty Numba cache, then
+warm, each in a fresh process, printed next to its target with the machine's load.
+
+Run from the repository root: ``python benchmarks/cold_start.py`` (``--only plan`` for one; the
+whole set takes a few minutes on two cores). Each command gets a Numba cache folder of its own,
+empty at the start, so "cold" is what a fresh install pays; "warm" is the same command again.
+"first line" is when the command's first stderr line came out (the first-use notice, when the
+command compiles for more than about 2 s). Targets hold for a 2-core machine with a load under 1.5:
+on a busier one the figures grow with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def commands(work: Path) -> list:
+    """(name, argv after ``specsim``, target cold seconds)."""
+    t, c, trace = work / "t.toml", work / "c.toml", ROOT / "examples" / "trace.csv"
+    return [
+        ("demo", ["demo", "--out", str(work / "demo")], 15.0),
+        ("plan", ["plan", str(t), str(c), "--n", "8"], 5.0),
+        ("table query", ["table", "query", str(t), "8", "3"], 5.0),
+        ("trace show", ["trace", "show", str(trace)], 5.0),
+        ("simulate", ["simulate", "--trace", str(trace), "--table", str(t), "--calibration", str(c),
+                      "--policy", "propose", "--quiet"], 10.0),
+    ]
+
+
+def timed(argv, cache: Path) -> tuple:
+    """(wall seconds, seconds to the first stderr line or None, exit code)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", *argv], cwd=cache.parent, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = []
+
+    def read():
+        for _ in proc.stderr:
+            if not first:
+                first.append(time.monotonic() - start)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    code = proc.wait()
+    wall = time.monotonic() - start
+    reader.join(5)
+    return wall, (first[0] if first else None), code
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="run only this command (repeatable)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+
+    with tempfile.TemporaryDirectory(prefix="specsim-cold-") as tmp:
+        work = Path(tmp)
+        (work / "t.toml").write_text(demo_table().to_text())
+        (work / "c.toml").write_text(demo_calibration().render())
+        print(f"{'command':<12} {'cold s':>7} {'target':>7} {'':4} {'warm s':>7} {'first line s':>12} {'load':>5}")
+        failed = False
+        for name, cmd, target in commands(work):
+            if args.only and name not in args.only:
+                continue
+            cache = work / f"cache-{name.replace(' ', '-')}"
+            cache.mkdir()
+            load = os.getloadavg()[0]
+            cold, first, code = timed(cmd, cache)
+            if name == "demo":
+                cmd = cmd[:2] + [str(work / "demo2")]
+            warm, _, code2 = timed(cmd, cache)
+            failed |= bool(code or code2)
+            verdict = "ok" if cold <= target else "over"
+            first_s = "-" if first is None else f"{first:.2f}"
+            print(f"{name:<12} {cold:7.1f} {target:7.1f} {verdict:4} {warm:7.1f} {first_s:>12} {load:5.2f}"
+                  + ("" if not (code or code2) else f"  exit {code}/{code2}"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
