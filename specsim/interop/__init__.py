@@ -195,6 +195,15 @@ def read_policy(text) -> Policy:
 _ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
 
 
+def policy_file(text):
+    """The file a policy text reads (``ENGINE:FILE`` or ``sglang-adaptive:FILE``), or None."""
+    head, sep, path = str(text).strip().partition(":")
+    if sep and path.strip() and _ADAPTIVE.fullmatch(head.strip().lower()):
+        return path.strip()
+    named = engine_file(text)
+    return named[1] if named is not None and named[1] else None
+
+
 def _adaptive_policy(raw, graphs) -> Policy:
     """``sglang-adaptive[B1,..]:FILE``: SGLang's adaptive controller on the config FILE sets
     (docs/schedules.md#the-engines-own-adaptation)."""
@@ -250,4 +259,4 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
            "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
-           "read_policy", "read_telemetry"]
+           "policy_file", "read_policy", "read_telemetry"]
