@@ -325,9 +325,9 @@ def test_tour_capacity_is_the_smallest_fleet_whose_interval_meets(shared_data):
     reqs = read_trace(examples / "trace.csv", rate_scale=8.0).requests
     table, cal = CostTable.load(examples / "table.toml"), AcceptanceCalibration.load(examples / "cal.toml")
     with pytest.raises(CapacityError, match="no fleet") as info:
-        capacity(reqs, table, cal, ["fixed:3"], slo_ttft_s=1.0, slo_tpot_s=0.05, runner=serial_runner, max_replicas=16)
+        capacity(reqs, table, cal, ["fixed:3"], slo=SLO(1.0, 0.05), runner=serial_runner, max_replicas=16)
     assert "miss the SLO even alone on an idle replica" in str(info.value)
-    res = capacity(reqs, table, cal, ["fixed:3", "propose"], slo_ttft_s=1.0, slo_tpot_s=0.05, attainment=0.98,
+    res = capacity(reqs, table, cal, ["fixed:3", "propose"], slo=SLO(1.0, 0.05, 0.98),
                    runner=serial_runner)
     assert any("allows 6 to miss" in w for w in res.warnings)
     assert any("even alone on an idle replica" in w for w in res.warnings)

@@ -345,3 +345,33 @@ def _api_calls():
 def test_api_typeerrors_and_keyerrors_listed(call):
     with pytest.raises(SpecsimError):
         _api_calls()[call]()
+
+
+@pytest.mark.parametrize("sha", ["ab" * 32 + "\n", "ab\ncd", "abc", " " + "ab" * 32],
+                         ids=["trailing newline", "inner newline", "3 hex digits", "leading space"])
+def test_drafter_sha256_with_a_newline_or_not_64_hex_digits_is_accepted(files, sha, capsys):
+    _refused(["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", sha, "--vocab", "9", "--quantization",
+              "bf16", "--context", "true", "-o", files / "c2.toml"], capsys, "--drafter-sha256")
+    assert not (files / "c2.toml").exists()
+
+
+def test_edges_nan_in_a_calibration_is_accepted(files, capsys):
+    from specsim.calibration import AcceptanceCalibration, DrafterKey
+
+    with pytest.raises(SpecsimError, match="NaN"):
+        AcceptanceCalibration(DrafterKey("x", 9, "bf16", True), [math.nan], [0.5], [0.5])
+    (files / "nan.toml").write_text('[drafter]\nweights_sha256 = "x"\nvocab = 9\nquantization = "bf16"\n'
+                                    'context = true\n[acceptance]\nedges = [nan]\np_accept = [0.5]\n'
+                                    'prior_by_position = [0.5]\n')
+    _refused(["calib", "show", files / "nan.toml"], capsys, "nan.toml", "NaN")
+
+
+def test_unknown_keys_in_a_schedule_range_are_accepted(files, capsys):
+    (files / "s.toml").write_text('schema = 1\n[[range]]\nfirst = 1\ndepth = 3\ndepht = 2\n')
+    _refused(["schedule", "export", files / "s.toml", "--to", "vllm"], capsys, "s.toml", "'depht'")
+
+
+def test_2_63_minus_1_tokens_are_not_a_non_negative_integer(files, capsys):
+    (files / "big.csv").write_text(TRACE.splitlines()[0] + f"\n0.0,10,{2**63 - 1}\n")
+    err = _refused(["trace", "show", files / "big.csv"], capsys, "big.csv:2", "0..16,777,216")
+    assert "not a non-negative integer" not in err

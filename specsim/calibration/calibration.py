@@ -381,7 +381,9 @@ def _rule_problems(edges, p_accept, priors):
             problems.append(
                 f"edges[{i - 1}] = {float(edges[i - 1])!r} and edges[{i}] = {float(edges[i])!r} are not strictly ascending (as float32)"
             )
-    if edges.shape[0] and edges[-1] < 0:
+    if np.isnan(edges).any():
+        problems.append(f"edges[{int(np.flatnonzero(np.isnan(edges))[0])}] is NaN: a bucket edge is a log-probability")
+    elif edges.shape[0] and not edges[-1] >= 0:
         problems.append(f"the last edge {float(edges[-1])!r} is < 0: it must be >= 0 so every log-probability lands")
     for name, arr in (("p_accept", p_accept), ("prior_by_position", priors)):
         for i, p in enumerate(arr):

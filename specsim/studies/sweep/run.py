@@ -479,7 +479,7 @@ def best_by_traffic(grid: Grid, rows) -> list:
         for col, label, lower in OBJECTIVES:
             scored = []
             for cand, rs in cands.items():
-                vals = [float(r[col]) for r in rs if r.get(col) not in (None, "") and math.isfinite(float(r[col]))]
+                vals = [v for v in map(_finite_or_none, (r.get(col) for r in rs)) if v is not None]
                 if vals:
                     spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
                     scored.append((statistics.fmean(vals), spread, cand))
@@ -499,3 +499,13 @@ def best_by_traffic(grid: Grid, rows) -> list:
         return []
     head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
     return [head] + lines
+
+
+def _finite_or_none(value):
+    """A results cell as a finite float, or None (empty, not a number, infinite): a damaged row
+    is refused by the readers that need it, not here."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
