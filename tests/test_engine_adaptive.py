@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from specsim.errors import PolicyError
 from specsim.interop.sglang import parse_adaptive
 from specsim.sim import simulate
-from specsim.interop import read_policy as parse_policy
+from specsim.interop import read_policy
 from specsim.policy.policy import Policy
 from tests.test_engine import assert_matches_reference, random_requests, run_reference, small_calibration, small_table
 
@@ -122,21 +122,25 @@ def test_adaptive_config_refused_naming_file_and_field(tmp_path, doc, match):
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(PolicyError, match=match) as e:
-        parse_policy(f"sglang-adaptive:{path}")
+        read_policy(f"sglang-adaptive:{path}")
     assert str(path) in str(e.value)
 
 
 def test_adaptive_policy_refusals(tmp_path):
+    from specsim.policy.policy import parse_policy
+
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"candidate_steps": [1, 5]}))
+    with pytest.raises(PolicyError, match="read it with specsim.interop.read_policy"):
+        parse_policy(f"sglang-adaptive:{path}")
     with pytest.raises(PolicyError, match="needs a file"):
-        parse_policy("sglang-adaptive")
+        read_policy("sglang-adaptive")
     with pytest.raises(PolicyError, match="CUDA-graph batch sizes"):
-        parse_policy(f"sglang-adaptive[1,x]:{path}")
+        read_policy(f"sglang-adaptive[1,x]:{path}")
     with pytest.raises(PolicyError, match="prices depths up to 3"):
         simulate(random_requests(3, 1), small_table(), small_calibration(), f"sglang-adaptive:{path}")
     with pytest.raises(PolicyError, match="acceptance it measures"):
-        parse_policy(f"sglang-adaptive:{path}").depth_for_width(2)
+        read_policy(f"sglang-adaptive:{path}").depth_for_width(2)
 
 
 def test_defaults_and_slots_read_as_sglang_reads_them():
@@ -147,3 +151,25 @@ def test_defaults_and_slots_read_as_sglang_reads_them():
     cfg = parse_adaptive(json.dumps({"0": {"candidate_steps": [2]}, "1": {"candidate_steps": [3, 1, 3]},
                                      "8": {"candidate_steps": [1]}}), "a.json")
     assert cfg.slots == ((1, (1, 3)), (8, (1,)))
+
+
+def test_cli_runs_the_controller_and_guards_its_file(tmp_path, capsys):
+    """``specsim simulate --policy sglang-adaptive:FILE`` runs and labels it; an output over the
+    config file is refused before any work (exit 2, the file intact)."""
+    from specsim.cli import main
+    from specsim.table import CostTable
+
+    table = small_table()
+    t, c, cfg = tmp_path / "table.toml", tmp_path / "cal.toml", tmp_path / "adaptive.json"
+    t.write_text(CostTable.render(table.key, table.cells))
+    c.write_text(small_calibration().render())
+    cfg.write_text(json.dumps({"candidate_steps": [1, 3], "warmup_batches": 2}))
+    base = ["simulate", "--synthetic", "requests=30,rate=3,seed=1", "--table", str(t), "--calibration", str(c),
+            "--policy", f"sglang-adaptive[1,2,4]:{cfg}", "--max-batch", "4"]
+    out = tmp_path / "sim.json"
+    assert main(base + ["--json", str(out)]) == 0
+    assert json.loads(out.read_text())["policies"][0]["label"] == f"sglang-adaptive[1,2,4]:{cfg}"
+    capsys.readouterr()
+    before = cfg.read_text()
+    assert main(base + ["--json", str(cfg)]) == 2
+    assert cfg.read_text() == before and "--policy" in capsys.readouterr().err

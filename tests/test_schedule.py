@@ -511,15 +511,17 @@ def test_the_documented_schedules_load_through_each_engines_validator_and_lookup
 
 
 def test_sglang_pads_the_batch_to_its_cuda_graph_sizes(tmp_path):
+    from specsim.interop import read_policy
+
     f = tmp_path / "a.json"
     f.write_text('{"1": {"candidate_steps": [4]}, "6": {"candidate_steps": [2]}, "40": {"candidate_steps": [1]}}')
     sizes = (1, 2, 4, 8, 16, 24, 32)
-    pol = parse_policy(f"sglang[{','.join(map(str, sizes))}]:{f}")
+    pol = read_policy(f"sglang[{','.join(map(str, sizes))}]:{f}")
     for w in range(1, 80):
         padded = next((s for s in sizes if s >= w), w)  # wider than every graph: unpadded
         slot = max(k for k in (1, 6, 40) if k <= padded)
         assert pol.depth_for_width(w) == {1: 4, 6: 2, 40: 1}[slot], w
     # width 5 pads to 8, past the slot boundary at 6: depth 2 where the plain lookup gives 4
-    assert pol.depth_for_width(5) == 2 and parse_policy(f"sglang:{f}").depth_for_width(5) == 4
+    assert pol.depth_for_width(5) == 2 and read_policy(f"sglang:{f}").depth_for_width(5) == 4
     with pytest.raises(PolicyError, match="CUDA-graph"):
-        parse_policy(f"sglang[0,x]:{f}")
+        read_policy(f"sglang[0,x]:{f}")

@@ -31,7 +31,8 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput, load-aware, ENGINE:FILE or sglang-adaptive:FILE "
+                        "(repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_slo_options(p, targets="(seconds)", attainment="fraction of requests that must meet both targets (default 0.99)",
                     default=0.99)

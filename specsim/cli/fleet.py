@@ -32,7 +32,8 @@ def register(sub, groups):
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help="how requests are spread (default: the fleet file's, else round_robin)")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
+                   help="fixed:K, schedule:..., propose, sequence, goodput, load-aware, ENGINE:FILE or sglang-adaptive:FILE "
+                        "(repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")

@@ -17,7 +17,7 @@ from specsim.errors import CalibrationError, PolicyError, ScheduleError
 from specsim.interop import sglang, trtllm, vllm
 from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
-from specsim.policy.policy import _ADAPTIVE, Policy, parse_policy
+from specsim.policy.policy import Policy, parse_policy
 from specsim.policy.schedule import canonical
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
@@ -179,26 +179,39 @@ def engine_schedule(text):
 
 def read_policy(text) -> Policy:
     """A policy where it enters from a user: an ``ENGINE:FILE`` policy (``vllm:v.json``) is read
-    into the ``schedule`` the engine's file sets (docs/schedules.md#reading-engine-files-back);
-    any other text is :func:`~specsim.policy.policy.parse_policy`'s; a :class:`Policy` passes."""
+    into the ``schedule`` the engine's file sets (docs/schedules.md#reading-engine-files-back),
+    ``sglang-adaptive:FILE`` into SGLang's adaptive controller on that config; any other text is :func:`~specsim.policy.policy.parse_policy`'s; a :class:`Policy` passes."""
     if isinstance(text, Policy):
         return text
+    adaptive = _ADAPTIVE.fullmatch(str(text).strip().partition(":")[0].strip().lower())
+    if adaptive is not None:
+        return _adaptive_policy(str(text).strip(), adaptive.group(1))
     ranges = engine_schedule(text)
     if ranges is not None:
         return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
-    raw = str(text).strip()
-    kind, sep, arg = raw.partition(":")
-    adaptive = _ADAPTIVE.fullmatch(kind.strip().lower())
-    if adaptive is not None:
-        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
     return parse_policy(text)
 
 
-def _adaptive_policy(raw, graphs, path) -> Policy:
-    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
+_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
+
+
+def policy_file(text):
+    """The file a policy text reads (``ENGINE:FILE`` or ``sglang-adaptive:FILE``), or None."""
+    head, sep, path = str(text).strip().partition(":")
+    if sep and path.strip() and _ADAPTIVE.fullmatch(head.strip().lower()):
+        return path.strip()
+    named = engine_file(text)
+    return named[1] if named is not None and named[1] else None
+
+
+def _adaptive_policy(raw, graphs) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: SGLang's adaptive controller on the config FILE sets
+    (docs/schedules.md#the-engines-own-adaptation)."""
     from specsim._io import decode_text, read_input
 
-    if not path:
+    _, sep, path = raw.partition(":")
+    path = path.strip()
+    if not sep or not path:
         raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
     what = "an SGLang adaptive config"
     cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
@@ -246,4 +259,4 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
            "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
-           "read_policy", "read_telemetry"]
+           "policy_file", "read_policy", "read_telemetry"]

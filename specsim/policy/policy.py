@@ -25,18 +25,17 @@ Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (t
 engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
 enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name; a ``trtllm:FILE``
 whose config sets ``acceptance_window`` and ``acceptance_length_threshold`` also carries
-TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation).
-``sglang-adaptive:FILE``, ``sglang-adaptive[1,2,4,8]:FILE``
-    SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads: per
-    batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates
-    (warm-up, update interval, hysteresis), simulated batch by batch; the brackets give
-    ``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts
-    at the file's deepest candidate (docs/schedules.md#the-engines-own-adaptation).
+TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation). It also reads
+``sglang-adaptive:FILE`` and ``sglang-adaptive[1,2,4,8]:FILE`` into an ``sglang-adaptive``
+policy: SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads (per
+batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates, with
+warm-up, update interval and hysteresis), simulated batch by batch; the brackets give
+``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts at
+the file's deepest candidate.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
@@ -177,12 +176,10 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    adaptive = _ADAPTIVE.fullmatch(kind)
-    if adaptive is not None:
-        raise PolicyError(f"policy {raw!r} reads SGLang's adaptive config file: policies that name files are "
-                          "read where they enter, by specsim.interop.read_policy (as the commands do)")
-    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, "
-             "sglang-adaptive:FILE")
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    if kind == "sglang-adaptive" or kind.startswith("sglang-adaptive["):
+        raise PolicyError(f"policy {raw!r} names a file: read it with specsim.interop.read_policy (as every command "
+                          "does)")
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:
@@ -223,9 +220,6 @@ def parse_policy(text) -> Policy:
     if clash:
         raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
-
-
-_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
 
 
 def _int(text, raw, what) -> int:

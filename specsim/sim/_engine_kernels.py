@@ -161,40 +161,6 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
 
 
 @step_part
-def _context_grid(tab, st, ws, n):
-    """The step costs at width ``n`` and the batch's mean context into ``ws.grid`` (one width):
-    linear in context between the measured contexts around it, as the step is priced."""
-    s = st.rec[0]
-    lo, hi, t = context_bracket_nb(tab.contexts, s.ctx_tokens / s.ctx_seqs)
-    ws.grid_width[0] = n
-    for k in range(ws.grid.shape[1]):
-        for f in range(4):
-            p = tab.cwcs[lo, n, k, f]
-            ws.grid[0, k, f] = p if lo == hi else p + (tab.cwcs[hi, n, k, f] - p) * t
-
-
-@step_part
-def _live_depth(srv, ws, n, waiting):
-    """The planner's depth (``propose``, ``goodput``'s, or ``load-aware``'s: above idle power while
-    nobody ``waiting``) at width ``n`` on ``ws.grid``, clamped as ``depth_by_width`` clamps the
-    memo: the speculation cap, ``k_cap``, and for uniform policies ``row_budget // n`` rows."""
-    o = srv.rec[0]
-    if n > o.spec_cap:
-        return 0
-    if o.live_depth == 2:
-        d = goodput_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.spec_cap, ws.scratch)
-    elif o.live_depth == 3 and not waiting:
-        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, o.idle_w, ws.scratch)
-    else:
-        d = propose_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, ws.scratch)
-    if d > o.k_cap:
-        d = o.k_cap
-    if o.per_sequence == 0 and d > o.row_budget // n:
-        d = o.row_budget // n
-    return d
-
-
-@step_part
 def _adaptive_start(srv, st):
     """Every slot's controller at its start: ``--speculative-num-steps`` clamped to the slot's
     candidates, snapped to the nearest (ties to the larger), the EMA at that depth - 1."""
@@ -251,6 +217,40 @@ def adapt_nb(srv, st, mean_accepted):
     while i < srv.n_cand[m] - 1 and ema > srv.cand[m, i] - 0.5 + o.up_hysteresis:
         i += 1
     s.ctl_index[m] = i
+
+
+@step_part
+def _context_grid(tab, st, ws, n):
+    """The step costs at width ``n`` and the batch's mean context into ``ws.grid`` (one width):
+    linear in context between the measured contexts around it, as the step is priced."""
+    s = st.rec[0]
+    lo, hi, t = context_bracket_nb(tab.contexts, s.ctx_tokens / s.ctx_seqs)
+    ws.grid_width[0] = n
+    for k in range(ws.grid.shape[1]):
+        for f in range(4):
+            p = tab.cwcs[lo, n, k, f]
+            ws.grid[0, k, f] = p if lo == hi else p + (tab.cwcs[hi, n, k, f] - p) * t
+
+
+@step_part
+def _live_depth(srv, ws, n, waiting):
+    """The planner's depth (``propose``, ``goodput``'s, or ``load-aware``'s: above idle power while
+    nobody ``waiting``) at width ``n`` on ``ws.grid``, clamped as ``depth_by_width`` clamps the
+    memo: the speculation cap, ``k_cap``, and for uniform policies ``row_budget // n`` rows."""
+    o = srv.rec[0]
+    if n > o.spec_cap:
+        return 0
+    if o.live_depth == 2:
+        d = goodput_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.spec_cap, ws.scratch)
+    elif o.live_depth == 3 and not waiting:
+        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, o.idle_w, ws.scratch)
+    else:
+        d = propose_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, ws.scratch)
+    if d > o.k_cap:
+        d = o.k_cap
+    if o.per_sequence == 0 and d > o.row_budget // n:
+        d = o.row_budget // n
+    return d
 
 
 @step_part

@@ -209,11 +209,11 @@ class Server(NamedTuple):
     depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
     array except for ``load-aware``), the profiled prefill curve ``curve_tokens``, ``curve_ms``,
     ``curve_j`` (float64[P]; empty for the affine model), the calibration's ``cum_priors``
-    (float64[K+1]; the planner's, for depths at the live context). For SGLang's adaptive controller:
-    ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at width 0),
-    ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]`` valid) and
-    ``n_cand int64[M]``; every other policy has M = 0, and ``depth_memo`` is then the most the
-    server lets a candidate run at each width (its caps)."""
+    (float64[K+1]; the planner's, for depths at the live context) and, for SGLang's adaptive
+    controller, ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at
+    width 0), ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]``
+    valid) and ``n_cand int64[M]``: M = 0 for every other policy; under ``sglang-adaptive``,
+    ``depth_memo`` is the most the server's caps let a candidate run at each width."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
