@@ -477,7 +477,7 @@ def best_by_traffic(grid: Grid, rows) -> list:
         for col, label, lower in OBJECTIVES:
             scored = []
             for cand, rs in cands.items():
-                vals = [float(r[col]) for r in rs if r.get(col) not in (None, "") and math.isfinite(float(r[col]))]
+                vals = [v for v in (_finite(r.get(col)) for r in rs) if v is not None]
                 if vals:
                     spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
                     scored.append((statistics.fmean(vals), spread, cand))
@@ -497,3 +497,14 @@ def best_by_traffic(grid: Grid, rows) -> list:
         return []
     head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
     return [head] + lines
+
+
+def _finite(value):
+    """``value`` as a finite float, or None (a cell that is empty, text or not finite)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
