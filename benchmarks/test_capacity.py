@@ -24,12 +24,13 @@ import pytest
 from benchmarks.conftest import record_ratio
 from specsim.sim import ServerOptions, simulate
 from specsim.sim.fleet import Fleet, simulate_fleet
-from specsim.sizing import capacity
+from specsim.sim.slo import SLO
+from specsim.studies.capacity import capacity
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
 
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
 POLICIES = ["fixed:2", "propose", "sequence"]  # and plain decoding, always sized
-SLO = dict(slo_ttft_s=2.0, slo_tpot_s=0.05, attainment=0.99)
+SLO_KW = dict(slo=SLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99))
 
 
 @pytest.fixture(scope="module")
@@ -61,32 +62,59 @@ def _record_answers(benchmark, res, seconds):
 def test_capacity_search_conv_10x_serial(benchmark, conv10, h200):
     table, cal = h200
     start, cpu = time.perf_counter(), time.process_time()
-    res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=SLO, rounds=1, iterations=1)
+    res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=SLO_KW, rounds=1, iterations=1)
     _record_answers(benchmark, res, time.perf_counter() - start)
     # CPU seconds of the one process: what a 2-core machine divides between two workers.
     benchmark.extra_info["cpu_s"] = round(time.process_time() - cpu, 1)
     assert all(p.attainment >= 0.99 for p in res.policies)
 
 
+def test_capacity_intervals_against_one_seed_conv_10x(benchmark, conv10, h200):
+    """The interval search (three draft-outcome seeds per probe, the check below the bracket, the
+    idle-replica check) against the one-seed search, in the same run on two threads: the ratio of
+    wall times (target <= 3)."""
+    from specsim.studies.capacity import ThreadRunner
+
+    table, cal = h200
+    start = time.perf_counter()
+    one = capacity(conv10, table, cal, POLICIES, runner=ThreadRunner(2), seeds=1, **SLO)
+    one_s = time.perf_counter() - start
+    start = time.perf_counter()
+    res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
+                             kwargs=dict(SLO, runner=ThreadRunner(2)), rounds=1, iterations=1)
+    three_s = time.perf_counter() - start
+    _record_answers(benchmark, res, three_s)
+    benchmark.extra_info["one_seed_s"] = round(one_s, 2)
+    benchmark.extra_info["one_seed_probes"] = sum(len(p.probes) for p in one.policies)
+    benchmark.extra_info["ratio_vs_one_seed"] = round(three_s / one_s, 2)
+    benchmark.extra_info["target_ratio"] = 3.0
+    for a, b in zip(one.policies, res.policies):
+        benchmark.extra_info[f"one_seed_replicas[{a.label}]"] = a.replicas
+    print(f"\ncapacity, 4 policies, Azure conv 10x: one seed {one_s:.1f} s "
+          f"({benchmark.extra_info['one_seed_probes']} probes), three seeds with intervals {three_s:.1f} s "
+          f"({benchmark.extra_info['probes']} probes): {three_s / one_s:.2f}x; answers "
+          + ", ".join(f"{a.label} {a.replicas} -> {b.replicas}" for a, b in zip(one.policies, res.policies)))
+
+
 def test_capacity_search_conv_10x_two_threads(benchmark, conv10, h200):
-    from specsim.sizing import ThreadRunner
+    from specsim.studies.capacity import ThreadRunner
 
     table, cal = h200
     start, cpu = time.perf_counter(), time.process_time()
     res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
-                             kwargs=dict(SLO, runner=ThreadRunner(2)), rounds=1, iterations=1)
+                             kwargs=dict(SLO_KW, runner=ThreadRunner(2)), rounds=1, iterations=1)
     _record_answers(benchmark, res, time.perf_counter() - start)
     benchmark.extra_info["cpu_s"] = round(time.process_time() - cpu, 1)
 
 
 def test_capacity_search_conv_10x_two_dask_workers(benchmark, conv10, h200):
     pytest.importorskip("dask.distributed")
-    from specsim.sizing import DaskRunner
+    from specsim.studies.capacity import DaskRunner
 
     table, cal = h200
     start = time.perf_counter()
     with DaskRunner(workers=2) as runner:
-        res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=dict(SLO, runner=runner),
+        res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=dict(SLO_KW, runner=runner),
                                  rounds=1, iterations=1)
     _record_answers(benchmark, res, time.perf_counter() - start)
 

@@ -40,7 +40,7 @@ def conv(shared_data):  # noqa: F811
 
 @pytest.mark.parametrize("rate_scale", [1.0, 2.0])
 def test_tune_azure_conv_hour(benchmark, conv, rate_scale):
-    from specsim.schedule.tune import tune
+    from specsim.studies.tune import tune
 
     reqs, table, cal, opts = conv
     if rate_scale != 1.0:

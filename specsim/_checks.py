@@ -16,6 +16,8 @@ import numbers
 # "no cap" value the planner and engine use where a cap is optional: far above any real size,
 # far below int64's end, so sums of a few of them never overflow.
 COUNT_MAX = 1 << 62
+# The engine's and the fleet's "no cap" (an option left unset, no step limit).
+NO_CAP = COUNT_MAX
 
 # -- size limits (docs/limits.md) ------------------------------------------------------------
 # Deepest draft depth a table, calibration, trace or policy may name: every per-depth array is
@@ -62,6 +64,9 @@ MAX_INPUT_BYTES = 1 << 30
 LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
+# Most 8-byte values an online calibration's sliding-window ring may hold (1 GiB): the ring is
+# allocated up front, ``window`` rows of ``2 * buckets + (max_depth + 1)**2 + 1`` values each.
+MAX_ONLINE_RING_VALUES = 1 << 27
 
 
 def show(value, limit: int = 60) -> str:
@@ -77,6 +82,18 @@ def few(values, first: int = 10) -> str:
     values = list(values)
     head = ", ".join(map(str, values[:first]))
     return head if len(values) <= first else f"{head}, … and {len(values) - first:,} more"
+
+
+def digits_int(text):
+    """``int(text)`` when ``text`` is plain ASCII digits (spaces around allowed) of at most 19
+    of them, else None: ``str.isdigit`` also passes superscripts (``"²"``) and other scripts'
+    digits, which ``int`` then refuses or reads, and 4,300 digits or more, which it refuses."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if not t or len(t) > 19 or not t.isascii() or not t.isdigit():
+        return None
+    return int(t)
 
 
 def is_int(value) -> bool:

@@ -216,16 +216,6 @@ class Outputs:
                     raise self._error(f"{olabel} {opath} is also the input {label} {path}: "
                                       "writing it would destroy the input; give another output name")
 
-    def add_policies(self, policies, label: str = "--policy") -> None:
-        """Name the engine config files that ``ENGINE:FILE`` policies (``vllm:v.json``) read as
-        inputs too; other policies name no file."""
-        from specsim.interop import engine_file
-
-        for text in policies or ():
-            named = engine_file(text) if isinstance(text, str) else None
-            if named is not None and named[1]:
-                self.add_input(named[1], f"{label} {text}")
-
     def declare(self, path, label: str):
         """Check one output now; returns ``path`` (``None`` passes through: an option not given)."""
         if path is None:

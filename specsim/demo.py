@@ -78,7 +78,8 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     from specsim.costmodel.defaults import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
-    from specsim.sim.policy import policy_runs
+    from specsim.policy.policy import policy_runs
+    from specsim.sim.verdict import mark_same_runs
 
     outputs = None
     if out is not None:
@@ -95,6 +96,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     plan = policy_runs(list(DEMO_POLICIES), [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
+    mark_same_runs(results, summaries)
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:
         with outputs:
@@ -177,12 +179,13 @@ def tune_demo(inputs, seed: int = 0, out=None):
     """
     from specsim._io import Outputs
     from specsim.errors import ScheduleError
-    from specsim.schedule.tune import tune
+    from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
+    from specsim.sim.slo import SLO
 
     result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
                   options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
-                  slo_ttft_s=DEMO_SLO_TTFT_S, slo_tpot_s=DEMO_SLO_TPOT_S, attainment=DEMO_TUNE_ATTAINMENT,
+                  slo=SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S, DEMO_TUNE_ATTAINMENT),
                   max_rounds=DEMO_TUNE_ROUNDS, executor="threads",
                   names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
     try:

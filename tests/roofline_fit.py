@@ -209,16 +209,21 @@ def fit_memory_power(data=DATA) -> float:
             if r["hardware"] == "a100-80gb" and float(r["average_power"]) > 0:
                 runs[r["model"], int(r["tensor_parallel"]), int(r["batch_size"]), int(r["prompt_size"]),
                      int(r["token_size"])].append(float(r["average_power"]))
-    keys = [k for k, v in runs.items() for _ in v]
-    measured = np.array([p for v in runs.values() for p in v])
+    groups = defaultdict(lambda: ([], [], []))   # (model, tp) -> batches, contexts, measured
+    for (m, tp, b, p, t), powers in runs.items():
+        for power in powers:
+            g = groups[m, tp]
+            g[0].append(b)
+            g[1].append(p + t / 2)
+            g[2].append(power)
     tdp = gpu_spec("a100-80gb").tdp_w
 
     def bias(share):
         ov = dataclasses.replace(HOST_OVERHEADS["eager"], memory_power=share)
-        modelled = np.array([float(plain_decode_power_w("a100-80gb", SPLITWISE_MODEL[m], tp=tp, batch=b,
-                                                        context_tokens=p + t / 2, overheads=ov))
-                             for m, tp, b, p, t in keys]) / tdp
-        return float(np.mean(modelled / measured - 1.0))
+        ratios = [plain_decode_power_w("a100-80gb", SPLITWISE_MODEL[m], tp=tp, batch=np.array(b, dtype=np.float64),
+                                       context_tokens=np.array(c), overheads=ov) / tdp / np.array(w)
+                  for (m, tp), (b, c, w) in groups.items()]
+        return float(np.mean(np.concatenate(ratios) - 1.0))
 
     grid = np.round(np.arange(0.5, 1.0001, 0.01), 2)
     return float(grid[int(np.argmin([abs(bias(v)) for v in grid]))])

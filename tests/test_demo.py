@@ -37,7 +37,7 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
 
     # The command the demo prints reproduces its sequence row from the files.
     assert "tuned schedule for this trace" in printed and "vLLM: --speculative-config '" in printed
-    from specsim.schedule.formats import load_schedule
+    from specsim.studies.schedule_file import load_schedule
 
     assert load_schedule(out / "schedule.toml").sections["inputs"]["requests"] == 400
     command = next(line for line in printed.splitlines() if line.strip().startswith("specsim simulate")).split()

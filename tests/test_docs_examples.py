@@ -50,7 +50,7 @@ def test_toml_example_reads(block, tmp_path):
     from specsim.errors import SpecsimError
     from specsim.measure.recipes import parse_recipe
     from specsim.sim.replay import parse_acceptance_file
-    from specsim.sweep.grid import parse_grid
+    from specsim.studies.sweep.grid import parse_grid
     from specsim.table import CostTable
 
     k = kind(block)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specsim import DriftSettings, OnlineCalibration
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.drift import false_alarm_rate, monitor_runs, simulate_runs
+from specsim.calibration.online import false_alarm_rate, monitor_runs, simulate_runs
 from specsim.calibration.fit import counts_from_steps, fit_counts
 from specsim.sim.replay import load_acceptance_file
 from tests.reference import ref_cusum, ref_online_step

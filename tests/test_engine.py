@@ -54,13 +54,15 @@ def random_requests(n, seed, rate=2.0, max_out=40):
 
 
 def ref_policy(text):
-    from specsim.sim.policy import parse_policy
+    from specsim.policy.policy import parse_policy
 
     p = parse_policy(text)
     if p.kind == "fixed":
         return ("fixed", p.depth)
     if p.kind == "schedule":
         return ("schedule", list(p.ranges))
+    if p.kind == "sglang-adaptive":
+        return ("sglang-adaptive", p.adaptive, p.graphs)
     return (p.kind,)
 
 
@@ -578,7 +580,7 @@ def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():
 # -- the policy object ------------------------------------------------------------------------------
 
 def test_policy_properties_and_depth_labels():
-    from specsim.sim.policy import parse_policy
+    from specsim.policy.policy import parse_policy
 
     seq, fix, sch = parse_policy("sequence"), parse_policy("fixed:2"), parse_policy("schedule:1-16=4,17-=1")
     assert (seq.needs_planner, seq.reads_slack, seq.per_sequence) == (True, True, True)
@@ -620,7 +622,7 @@ def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
     """Both of load-aware's plans equal the plain-Python rule: propose's while requests wait, and
     propose's with every step's energy counted above idle power while none do."""
     from specsim.sim.engine import depth_by_width
-    from specsim.sim.policy import parse_policy
+    from specsim.policy.policy import parse_policy
     from tests.reference import ref_propose_depth
 
     table, cal = small_table(), small_calibration()

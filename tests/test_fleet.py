@@ -315,7 +315,7 @@ def test_cli_refuses_a_bad_fleet_file_and_writes_nothing(tmp_path):
 # -- sweeps and frames -----------------------------------------------------------------------------------
 
 def test_replicas_and_router_as_sweep_axes(tmp_path):
-    from specsim.sweep import load_grid, read_results, run_sweep
+    from specsim.studies.sweep import load_grid, read_results, run_sweep
 
     write_inputs(tmp_path)
     reqs = random_requests(60, 8, rate=6.0)
@@ -359,7 +359,7 @@ router = ["round_robin", "least_outstanding"]
     ('policy = ["propose"]\nrouter = ["fastest"]', "router 'fastest'"),
 ])
 def test_bad_fleet_axes(tmp_path, axes, message):
-    from specsim.sweep import GridError, load_grid
+    from specsim.studies.sweep import GridError, load_grid
 
     write_inputs(tmp_path)
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")

@@ -115,7 +115,7 @@ def test_sweep_stops_and_keeps_the_finished_points(files, how):
     if how[0] == "--workers":
         pytest.importorskip("dask.distributed")
     from specsim.demo import demo_trace
-    from specsim.sweep import read_results
+    from specsim.studies.sweep import read_results
 
     r = demo_trace(20_000, rate_scale=20.0).requests
     lines = ["arrival_s,prompt_tokens,output_tokens"]

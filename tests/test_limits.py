@@ -139,7 +139,7 @@ def test_a_grid_crossing_to_too_many_points_is_refused(files, capsys):
             "1,001,000")
 
 
-COUNTS_KEY = ["--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+COUNTS_KEY = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -306,15 +306,19 @@ def test_a_synthetic_cv_past_the_limits_is_refused_not_a_division_by_zero(capsys
 
 
 @pytest.mark.parametrize("kw", [{"max_rounds": None}, {"max_rounds": 1.5}, {"widths_max": "x"}, {"widths_max": 1.5},
-                                {"attainment": "x", "slo_ttft_s": 1.0}, {"objective": [1]}, {"executor": None}])
+                                {"slo": {"attainment": "x", "ttft_s": 1.0}}, {"objective": [1]}, {"executor": None}])
 def test_tune_refuses_arguments_of_the_wrong_type_before_any_work(kw):
     import numpy as np
 
     from specsim import REQUEST_DT, ScheduleError, tune
+    from specsim.errors import SimulationError
+    from specsim.sim.slo import SLO
 
     r = np.zeros(3, dtype=REQUEST_DT)
     r["arrival_s"], r["prompt_tokens"], r["output_tokens"] = [0.0, 1.0, 2.0], 5, 5
-    with pytest.raises(ScheduleError):
+    with pytest.raises(ScheduleError if "slo" not in kw else SimulationError):
+        if isinstance(kw.get("slo"), dict):
+            kw = {**kw, "slo": SLO(**kw["slo"])}
         tune(r, demo_table(), demo_calibration(), **{"executor": "serial", **kw})
 
 

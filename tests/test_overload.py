@@ -11,7 +11,8 @@ import pytest
 from specsim.cli import main
 from specsim.sim import ServerOptions, simulate, synthetic_trace
 from specsim.sim.metrics import OVERLOAD_GROWTH, OVERLOAD_MIN_REQUESTS, overload_line, queue_growth
-from specsim.sizing import capacity
+from specsim.sim.slo import SLO
+from specsim.studies.capacity import capacity
 from specsim.traces import LogNormalLengths
 from tests.test_engine import small_calibration, small_table
 
@@ -80,7 +81,7 @@ def test_capacity_flags_each_overloaded_probe():
     from specsim.cli.capacity import capacity_table
 
     opts = ServerOptions(max_batch=3)
-    res = capacity(_trace(30.0), small_table(), small_calibration(), ["fixed:2"], slo_ttft_s=2.0, attainment=0.9,
+    res = capacity(_trace(30.0), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=2.0, attainment=0.9),
                    options=opts, max_replicas=64)
     for p in res.policies:
         one = {q.replicas: q for q in p.probes}[1]
@@ -100,7 +101,7 @@ def test_sweep_rows_carry_the_flag(files, capsys):
     assert main(["sweep", str(grid), "-o", str(files / "r.csv"), "--serial", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "overloaded: 1 of 2 points" in out
-    from specsim.sweep import read_results
+    from specsim.studies.sweep import read_results
 
     rows = read_results(files / "r.csv")
     assert [r["overload_flag"] for r in rows] == [False, True] and rows[1]["overload_growth"] > 1.0

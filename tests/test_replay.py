@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim import AcceptanceTrace, load_acceptance_file, parse_acceptance_file, parse_policy, replay
-from specsim.sim.policy import Policy
+from specsim.policy.policy import Policy
 from specsim.table import CostTable
 from tests import reference as ref
 

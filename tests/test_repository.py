@@ -168,3 +168,124 @@ def test_every_docs_link_reaches_a_page_and_heading():
             elif anchor and anchor not in _anchors(target):
                 problems.append(f"{path.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+# -- the import graph --------------------------------------------------------------------------------
+
+import ast  # noqa: E402  (the graph tests' own tools)
+
+# Function-level ``specsim`` imports left in the package. Each one keeps a module importable
+# without a heavier one it reaches only on some paths; lower this as imports move to module top.
+MAX_FUNCTION_LEVEL_IMPORTS = 390
+
+
+def _modules() -> dict:
+    """``dotted name -> path`` of every module of the package (a package is its ``__init__``)."""
+    out = {}
+    for path in sorted((ROOT / "specsim").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, node, modules: dict) -> set:
+    """The package modules one import statement of module ``name`` runs: the named module, each
+    package above it (Python runs their ``__init__`` first) and, for ``from P import m``, the
+    submodule ``m``; packages above ``name`` itself are left out (they are running already)."""
+    named = set()
+    if isinstance(node, ast.Import):
+        named = {a.name for a in node.names if a.name.split(".")[0] == "specsim"}
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "specsim":
+        named = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    out = set()
+    for target in named:
+        parts = target.split(".")
+        for i in range(2, len(parts) + 1):
+            out.add(".".join(parts[:i]))
+    return {t for t in out if t in modules and t != name and not name.startswith(t + ".")}
+
+
+def _import_graph():
+    """``module -> modules it imports`` (at module top and inside functions), and the number of
+    function-level package imports."""
+    modules = _modules()
+    graph, nested = {}, 0
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        top = {id(n) for n in tree.body}
+        edges = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found = _imports(name, node, modules)
+                edges |= found
+                nested += bool(found) and id(node) not in top
+        graph[name] = edges
+    return graph, nested
+
+
+def _cycles(graph) -> list:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle_and_spares_a_chain():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_package_has_no_import_cycles():
+    graph, _ = _import_graph()
+    assert len(graph) > 100 and graph["specsim.sim.engine"]
+    assert _cycles(graph) == [], "modules that import each other (directly or round a loop)"
+
+
+def test_function_level_imports_stay_few():
+    _, nested = _import_graph()
+    assert nested <= MAX_FUNCTION_LEVEL_IMPORTS, (
+        f"{nested} function-level specsim imports: put new ones at module top")
+
+
+def test_the_lower_folders_do_not_import_the_commands_or_the_studies():
+    graph, _ = _import_graph()
+    lower = ("specsim.sim", "specsim.interop", "specsim.policy", "specsim.plan", "specsim.calibration", "specsim.table")
+    upper = ("specsim.cli", "specsim.studies")
+    wrong = sorted((m, t) for m, ts in graph.items() if m.startswith(lower)
+                   for t in ts if t.startswith(upper))
+    assert wrong == [], "docs/README.md, 'Where the code lives': imports run from the commands and studies down"

@@ -92,6 +92,7 @@ def test_non_attention_part_matches_every_profile(profiles):
     # Measured here: median 0.034 over 5,180 points, 90th percentile 0.095.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,model", [("ampere", "Meta-Llama-3-8B"), ("hopper", "Llama-2-70b-hf")])
 def test_a_held_out_model_gpu_pair_matches_a_fit_without_it(profiles, arch, model):
     seen = [p for p in profiles if (p.arch, p.model) != (arch, model)]
@@ -105,6 +106,7 @@ def test_a_held_out_model_gpu_pair_matches_a_fit_without_it(profiles, arch, mode
     assert np.median(err) <= TARGET
 
 
+@pytest.mark.slow
 def test_the_fitting_script_reproduces_the_shipped_constants(profiles):
     for arch, shipped in ACHIEVED.items():
         refit = fit.fit_class(arch, profiles)

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError
-from specsim.interop import ENGINES, import_text
+from specsim.interop import ENGINES, import_text, read_policy
 from specsim.interop import export_schedule as export
 from specsim.interop.trtllm import _yaml_subset, read_yaml
-from specsim.schedule.formats import canonical, depth_at, load_schedule, ranges_from_depths, render_schedule
-from specsim.sim.policy import parse_policy
+from specsim.policy.policy import parse_policy
+from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
+from specsim.studies.schedule_file import load_schedule, render_schedule
 
 
 @st.composite
@@ -298,13 +299,16 @@ def test_engine_files_are_schedule_policies(tmp_path):
     for engine in ENGINES:
         f = tmp_path / f"cfg.{engine}"
         f.write_text(export(engine, ranges, max_batch=256).text)
-        pol = parse_policy(f"{engine}:{f}")
+        pol = read_policy(f"{engine}:{f}")
         assert pol.kind == "schedule"
         assert all(pol.depth_for_width(w) == depth_at(ranges, w) for w in range(1, 257))
     with pytest.raises(PolicyError, match="needs a file"):
-        parse_policy("vllm:")
+        read_policy("vllm:")
     with pytest.raises(PolicyError, match="cannot read"):
-        parse_policy(f"sglang:{tmp_path / 'missing.json'}")
+        read_policy(f"sglang:{tmp_path / 'missing.json'}")
+    # the policy value reads no file: an ENGINE:FILE text is not one of its forms
+    with pytest.raises(PolicyError, match="unknown policy"):
+        parse_policy(f"vllm:{tmp_path / 'cfg.vllm'}")
 
 
 def test_schedule_file_roundtrip_and_refusals(tmp_path):

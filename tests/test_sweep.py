@@ -9,8 +9,8 @@ import math
 import pytest
 
 from specsim.cli import main
-from specsim.sweep import GridError, load_grid, read_results, run_sweep
-from specsim.sweep.plot import pareto_front
+from specsim.studies.sweep import GridError, load_grid, read_results, run_sweep
+from specsim.studies.sweep.plot import pareto_front
 
 CONV = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 
@@ -110,7 +110,7 @@ def test_serial_sweep_equals_single_simulations_and_resumes(inputs, shared_data,
 
     # Drop five rows: the next run computes exactly those and leaves the rest untouched.
     kept = rows[:3] + rows[8:]
-    from specsim.sweep.run import write_results
+    from specsim.studies.sweep.run import write_results
 
     write_results(out, kept, list(rows[0].keys()))
     report = run_sweep(grid, out, serial=True, progress=False)
@@ -136,7 +136,7 @@ def test_dask_sweep_on_two_workers_equals_serial(inputs, shared_data, port_8787_
     assert_row_matches(rows[7], simulate_json(inputs, trace, point))
 
     # A partial file: the cluster computes only the missing points.
-    from specsim.sweep.run import write_results
+    from specsim.studies.sweep.run import write_results
 
     write_results(out, rows[:4], list(rows[0].keys()))
     assert main(["sweep", str(grid_path), "-o", str(out), "--workers", "2", "--quiet"]) == 0
@@ -194,7 +194,7 @@ def test_sweep_plot(inputs, shared_data, tmp_path):
 
 
 def test_point_ids_stay_text_across_a_resume(tmp_path):
-    from specsim.sweep.run import write_results
+    from specsim.studies.sweep.run import write_results
 
     rows = [{"point_id": "06575e0440645221", "policy": "fixed:1", "seed": 907, "tokens_per_s": 1.5},
             {"point_id": "1234567890123456", "policy": "propose", "seed": 0, "tokens_per_s": 2.0},
@@ -205,7 +205,7 @@ def test_point_ids_stay_text_across_a_resume(tmp_path):
 
 
 def test_results_paths_that_are_not_results_are_refused(tmp_path):
-    from specsim.sweep.run import check_results_path
+    from specsim.studies.sweep.run import check_results_path
 
     (tmp_path / "one.csv").write_text("only one line\n")
     (tmp_path / "latin.csv").write_bytes("point_id,x\n\xe9,1\n".encode("latin-1"))
@@ -264,7 +264,7 @@ def test_a_changed_input_recomputes_the_points_it_feeds(inputs, shared_data, cap
 
 def test_rows_kept_without_inputs_are_recomputed(inputs, shared_data, capsys):
     """A results file from before inputs were recorded is not trusted: its points recompute."""
-    from specsim.sweep.run import write_results
+    from specsim.studies.sweep.run import write_results
 
     grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
     out = inputs / "r.csv"
@@ -292,7 +292,7 @@ def test_engine_semantics_version_keys_the_rows(inputs, shared_data, monkeypatch
 def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_data, capsys):
     """One line per traffic level naming the best policy per objective; with a seed axis, two
     policies whose means are closer than their seed spread are a tie within noise."""
-    from specsim.sweep.run import best_by_traffic
+    from specsim.studies.sweep.run import best_by_traffic
 
     axes = 'policy = ["fixed:0", "fixed:3"]\nrate_scale = [0.05, 0.1]\nseed = [1, 2, 3]'
     grid_path = write_grid(inputs, shared_data / CONV, axes, limit=60)
@@ -317,3 +317,13 @@ def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_da
     printed = capsys.readouterr().out
     assert "best per traffic level:" in printed and "all points: least J/token: fixed:" in printed
     assert "tie" not in printed and best_by_traffic(single, read_results(inputs / "s.csv"))
+
+
+def test_points_that_made_the_same_run_are_named_equal(inputs, shared_data, capsys):
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:2", "schedule:1-=2", "fixed:1"]',
+                                limit=60))
+    assert main(["sweep", grid.source, "-o", str(inputs / "r.csv"), "--serial", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "same run: fixed:2 = schedule:1-=2" in out and "fixed:1" not in out.split("same run:")[1].split("\n")[0]
+    rows = read_results(inputs / "r.csv")
+    assert rows[0]["run_digest"] == rows[1]["run_digest"] != rows[2]["run_digest"]

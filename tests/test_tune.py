@@ -11,9 +11,11 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError, SpecsimError
-from specsim.schedule.formats import load_schedule, policy_text, ranges_from_depths
-from specsim.schedule.tune import _moves, _runs, evaluate, grid_widths, tune
+from specsim.policy.schedule import policy_text, ranges_from_depths
+from specsim.studies.schedule_file import load_schedule
+from specsim.studies.tune import _moves, _runs, evaluate, grid_widths, tune
 from specsim.sim.engine import ServerOptions
+from specsim.sim.slo import SLO
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def _exhaustive(trace, table, cal, opts, widest, k_cap, seeds, objective="energy
     best = None
     for depths in itertools.product(range(k_cap + 1), repeat=widest):
         pol = policy_text(ranges_from_depths(depths))
-        value = np.mean([evaluate(trace, table, cal, pol, opts, s, (None, None))[field] for s in seeds])
+        value = np.mean([evaluate(trace, table, cal, pol, opts, s, SLO())[field] for s in seeds])
         value = value if objective == "energy" else -value
         if best is None or value < best[0]:
             best = (value, pol)
@@ -118,7 +120,7 @@ def test_slo_targets_rule_out_schedules_that_miss_them(small):
     free = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
     tpot = min(s.tpot_p99_s for _, s in free.starts.values())
     tight = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
-                 slo_tpot_s=tpot * 1.0001, attainment=0.95)
+                 slo=SLO(tpot_s=tpot * 1.0001, attainment=0.95))
     # The start with the lowest p99 TPOT meets the target for >= 99% of requests, so one exists.
     assert tight.train.mean_attainment >= 0.95
     assert tight.train.mean >= free.train.mean  # a constraint never lowers the energy
@@ -171,8 +173,9 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     ({"objective": "latency"}, "objective"),
     ({"seeds": 0}, "seeds"),
     ({"holdout": 1.0}, "holdout"),
-    ({"attainment": 0.9}, "needs an SLO"),
-    ({"slo_tpot_s": 0.1, "attainment": 1.5}, "attainment"),
+    ({"slo": {"attainment": 0.9}}, "needs an SLO"),
+    ({"slo": {"tpot_s": 0.1, "attainment": 1.5}}, "attainment"),
+    ({"slo": (0.1, 0.2)}, "must be an SLO"),
     ({"executor": "gpu"}, "executor"),
     ({"min_gain": -1}, "min_gain"),
     ({"compare": ["fixed:x"]}, "depth K"),
@@ -186,6 +189,8 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
 def test_tune_refuses_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
+        if isinstance(kw.get("slo"), dict):
+            kw = {**kw, "slo": SLO(**kw["slo"])}
         tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_batch=8)} | kw))
 
 
@@ -209,8 +214,14 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--compare", f"vllm:{current}", "-o", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "<- tuned", "held-out"):
+    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "tuned", "best fixed", "held-out"):
         assert name in printed
+    # The held-out table: no column repeats another, none is empty throughout (no SLO given, so no SLO column).
+    table = printed[printed.index("held-out window"):].splitlines()[1:]
+    header = table[0].split()
+    assert header == ["policy", "J/token", "+-", "tok/s", "TPOT", "p99", "ms", "row"]
+    cells = [line.split() for line in table[2:] if line.strip() and not line.startswith(("tuned", "the "))]
+    assert all(len(c) >= 5 for c in cells)
     assert f"vllm:{current}" in printed
     doc = load_schedule(out)
     assert doc.sections["inputs"]["trace"] == "trace.csv"
@@ -230,7 +241,7 @@ def test_progress_line_says_each_round(small, capsys):
 def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
     import builtins
 
-    from specsim.schedule.tune import _executor
+    from specsim.studies.tune import _executor
 
     real = builtins.__import__
 
@@ -253,8 +264,8 @@ def test_the_file_serves_the_best_fixed_depth_unless_the_tuned_schedule_earned_i
     than the noise is recorded, but the file and the exports carry the fixed depth."""
     from dataclasses import replace
 
-    from specsim.schedule.formats import policy_text
-    from specsim.schedule.tune import Score, TuneResult
+    from specsim.policy.schedule import policy_text
+    from specsim.studies.tune import Score, TuneResult
 
     def score(policy, mean):
         return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
@@ -280,9 +291,56 @@ def load_schedule_text(text):
     import tempfile
     from pathlib import Path
 
-    from specsim.schedule.formats import load_schedule
+    from specsim.studies.schedule_file import load_schedule
 
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "s.toml"
         f.write_text(text)
         return load_schedule(f)
+
+
+def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(small, tmp_path, capsys):
+    """Per width band, the planner's depth at each measured context: deeper drafts where verify
+    steps grow dear with context (here: verify cost x 1 at context 128, x 6 at 8192)."""
+    from specsim.plan.planner import Planner
+    from specsim.table import CostTable
+
+    trace, table, cal = small
+    axis = CostTable.from_contexts({128: table, 8192: CostTable(table.key, table.widths, table.costs * [6, 6, 1, 1])})
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(axis.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "-o", str(tmp_path / "s.toml")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "best depth by context" in printed and "ctx 128" in printed and "ctx 8192" in printed
+    block = printed[printed.index("best depth by context"):].splitlines()[3:]
+    planner = Planner(axis, cal)
+    for line in block:
+        cells = line.split()
+        mid = int(cells[1])
+        assert [int(x) for x in cells[3:5]] == [planner.propose(mid, context=128), planner.propose(mid, context=8192)]
+
+
+def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(small, tmp_path, capsys):
+    """A TPOT target below any step's time: nothing can meet it, so there is no schedule to serve."""
+    trace, table, cal = small
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
+            "--attainment", "0.99", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
+    assert "Traceback" not in err and not out.exists()
+    with pytest.raises(ScheduleError, match="best of the .* tried reached"):
+        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
+             executor="threads", slo_tpot_s=0.0001, attainment=0.99)

@@ -6,7 +6,8 @@ confidences, drafts and accepted runs (arrays in, nothing allocated, one Numba k
 ``calib fit`` (the ``MIN_OUTCOMES`` pooling and position rules). Old outcomes can be forgotten
 by a sliding window of steps or an exponential half-life. A drift monitor (two-sided Bernoulli
 CUSUM per pool and position, :mod:`specsim.calibration.drift`) watches the same outcomes
-against the calibration it started from. See ``docs/telemetry.md``, "Online calibration".
+against the calibration it started from; :func:`monitor_runs`, :func:`monitor_drafts` and
+:func:`monitor_steps` replay logged steps through one. See ``docs/telemetry.md``, "Online calibration".
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import math
 
 import numpy as np
 
-from specsim._checks import int_problem, number_problem
+from specsim._checks import LOGPROB_SLACK, int_problem, number_problem, show
 from specsim.calibration._types import FitCounts
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
+from specsim.calibration.drift import DriftSettings, reference_streams, report
 from specsim.errors import CalibrationError
 
 # Most steps a sliding window may hold (docs/limits.md).
@@ -54,21 +56,32 @@ class OnlineCalibration:
 
     def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth: int = 16,
                  drift=True):
-        from specsim.calibration._online_kernels import online_buffers, online_update_nb
-        from specsim.calibration.drift import DriftSettings, reference_streams
+        from specsim.calibration._online_kernels import BAD_CONFIDENCE, online_buffers, online_update_nb
+
+        if not (isinstance(drift, (bool, DriftSettings)) or drift is None):
+            raise CalibrationError(f"drift = {show(drift)} must be True, False or a DriftSettings")
 
         if not isinstance(calibration, AcceptanceCalibration):
             raise CalibrationError(f"OnlineCalibration needs an AcceptanceCalibration, got {type(calibration).__name__}")
         if window is not None and half_life is not None:
             raise CalibrationError("give window or half_life, not both: one rule for forgetting old steps")
-        # The window's ring is allocated up front (window x a few hundred floats): a million
-        # steps is already about a gigabyte at the largest max_depth.
+        # The window's ring is allocated up front (window x a few hundred floats): its size is
+        # bounded below, before anything is allocated.
         problem = window is not None and int_problem(window, "window (steps)", 1, MAX_WINDOW_STEPS)
         problem = problem or (half_life is not None and number_problem(half_life, "half_life (steps)", 0.0,
                                                                         low_open=True))
         problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, 255)
         if problem:
             raise CalibrationError(problem)
+        from specsim._checks import MAX_ONLINE_RING_VALUES
+
+        row = 2 * calibration.edges.shape[0] + (int(max_depth) + 1) ** 2 + 1
+        if window is not None and int(window) * row > MAX_ONLINE_RING_VALUES:
+            raise CalibrationError(
+                f"window = {int(window):,} steps at max_depth = {int(max_depth)} needs a ring of "
+                f"{int(window) * row * 8 / 2**30:.1f} GiB (window x {row:,} values); at most "
+                f"{MAX_ONLINE_RING_VALUES * 8 / 2**30:g} GiB: give a window of at most "
+                f"{MAX_ONLINE_RING_VALUES // row:,} steps, a smaller max_depth, or half_life (docs/limits.md)")
         self.reference = calibration
         self.window = None if window is None else int(window)
         self.half_life = None if half_life is None else float(half_life)
@@ -90,6 +103,7 @@ class OnlineCalibration:
         self._ring_rows = self.window or 1
         self._state = (buf.counts, buf.before, buf.ring, self._pool_of_bucket, self._llr, buf.mon_f, buf.mon_i)
         self._kernel = online_update_nb
+        self._bad_confidence = BAD_CONFIDENCE
         self.steps_seen = 0
 
     def update(self, confidences, n_conf, accepted_run) -> None:
@@ -130,6 +144,12 @@ class OnlineCalibration:
         if bad == -2:
             raise CalibrationError(f"n_conf has {n_conf.shape[0]} and accepted_run {accepted_run.shape[0]} entries for "
                                    f"{confidences.shape[0]} rows of confidences: one per row")
+        if bad <= self._bad_confidence:
+            row = self._bad_confidence - bad
+            j = int(np.argmax(confidences[row, :int(n_conf[row])] > LOGPROB_SLACK))
+            raise CalibrationError(
+                f"row {row}, draft {j}: confidence {float(confidences[row, j])!r} is above 0: a confidence is a "
+                "log-probability, at most 0; for probabilities p give log(p) (nothing was counted)")
         if bad != -1:
             raise CalibrationError(
                 f"row {bad}: n_conf {int(n_conf[bad])} and accepted_run {int(accepted_run[bad])} need 0 <= accepted_run "
@@ -193,8 +213,6 @@ class OnlineCalibration:
     def drift(self):
         """Which pools and positions moved away from the starting calibration: a
         :class:`specsim.calibration.drift.DriftReport`."""
-        from specsim.calibration.drift import report
-
         if self.settings is None:
             raise CalibrationError("this OnlineCalibration has no drift monitor (drift=False)")
         return report(self.streams, self._buf.mon_f, self._buf.mon_i, self.steps_seen, self.settings)
@@ -209,3 +227,143 @@ class OnlineCalibration:
         forget = (f"window={self.window}" if self.window else f"half_life={self.half_life}" if self.half_life
                   else "every step")
         return f"OnlineCalibration({forget}, steps_seen={self.steps_seen}, drafter={self.reference.drafter!r})"
+
+
+# -- logs replayed through a monitor ---------------------------------------------------------------
+
+def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, history: bool = False):
+    """Replay logged verify steps (no confidences) through a drift monitor.
+
+    Parameters
+    ----------
+    calibration : AcceptanceCalibration
+    drafts, accepted : array_like of int, shape (L,)
+        Drafts and accepted run of each logged chain, in serve order.
+    width : int
+        Chains per monitored step (the batch width they were served at).
+    history : bool
+        Also return the largest statistic of each stream after every step.
+
+    Returns
+    -------
+    (DriftReport, ndarray(float64, ndim=2) or None)
+        The report and, with ``history``, the statistics ``(steps, streams)`` (max of down/up).
+    """
+    drafts = np.ascontiguousarray(drafts, dtype=np.int64).reshape(-1)
+    accepted = np.ascontiguousarray(accepted, dtype=np.int64).reshape(-1)
+    if drafts.shape != accepted.shape:
+        raise CalibrationError(f"{drafts.shape[0]} draft counts for {accepted.shape[0]} accepted runs")
+    if drafts.shape[0] and (drafts.min() < 0 or (accepted < 0).any() or (accepted > drafts).any()):
+        raise CalibrationError("every chain needs 0 <= accepted <= drafts")
+    batches = []
+    for lo in range(0, drafts.shape[0], width):
+        b = {}
+        for d, a in zip(drafts[lo:lo + width].tolist(), accepted[lo:lo + width].tolist()):
+            b[(d, a)] = b.get((d, a), 0) + 1
+        batches.append(b)
+    return monitor_steps(calibration, batches, settings, history)
+
+
+def simulate_runs(priors, depth: int, steps: int, seed: int = 0):
+    """Accepted runs of ``steps`` chains of ``depth`` drafts from per-position conditional rates
+    (a Bernoulli chain: draft ``j`` accepted with ``priors[j - 1]`` once the drafts before it were;
+    past the last prior, the last). For in-control checks of the monitor.
+
+    Returns
+    -------
+    ndarray(int64, ndim=1), shape (steps,)
+    """
+    rng = np.random.default_rng(seed)
+    p = np.array([priors[min(j, len(priors) - 1)] for j in range(depth)])
+    u = rng.random((steps, depth))
+    ok = np.cumprod(u < p, axis=1)
+    return ok.sum(axis=1).astype(np.int64)
+
+
+def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, settings=None, seed: int = 0,
+                     width: int = 1):
+    """Fraction of ``runs`` in-control simulations (chains drawn from the calibration's own
+    priors) of ``steps`` chains each (``width`` per monitored step) that raise any alarm: the
+    monitor's family-wise false-alarm rate over that many chains."""
+    alarms = 0
+    drafts = np.full(steps, depth, dtype=np.int64)
+    for r in range(runs):
+        acc = simulate_runs(calibration.priors, depth, steps, seed + r)
+        rep, _ = monitor_runs(calibration, drafts, acc, settings, width)
+        alarms += rep.drifted
+    return alarms / runs
+
+
+def monitor_drafts(calibration, step, sequence, position, confidence, accepted, settings=None, history=False):
+    """Replay a per-draft log (the ``calib fit --drafts-log`` columns) through a drift monitor,
+    one monitored step per distinct ``step`` id in ascending order.
+
+    A chain's accepted run is its drafts before the first rejection; rows after it are not
+    reached and do not count, as when fitting. Returns ``(DriftReport, history or None)`` as
+    :func:`monitor_runs`.
+    """
+    step = np.asarray(step, dtype=np.int64).reshape(-1)
+    seq = np.asarray(sequence, dtype=np.int64).reshape(-1)
+    pos = np.asarray(position, dtype=np.int64).reshape(-1)
+    conf = np.asarray(confidence, dtype=np.float64).reshape(-1)
+    acc = np.asarray(accepted).astype(bool).reshape(-1)
+    if step.shape[0] == 0:
+        raise CalibrationError("the per-draft log has no rows")
+    if pos.min() < 1:
+        raise CalibrationError("draft positions start at 1")
+    order = np.lexsort((pos, seq, step))
+    step, seq, pos, conf, acc = step[order], seq[order], pos[order], conf[order], acc[order]
+    new_chain = np.ones(step.shape[0], dtype=bool)
+    new_chain[1:] = (step[1:] != step[:-1]) | (seq[1:] != seq[:-1])
+    starts = np.flatnonzero(new_chain)
+    lengths = np.diff(np.append(starts, step.shape[0]))
+    chain = np.cumsum(new_chain) - 1
+    if not np.array_equal(pos, np.arange(step.shape[0]) - starts[chain] + 1):
+        raise CalibrationError("a chain's positions do not run 1, 2, .. once each")
+    first_rej = np.where(acc, lengths[chain] + 1, pos)
+    runs = np.minimum.reduceat(first_rej, starts) - 1
+    runs = np.minimum(runs, lengths).astype(np.int64)
+    depth = int(lengths.max())
+    mat = np.full((starts.shape[0], depth), np.nan, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        mat[chain, pos - 1] = np.where(np.isfinite(conf), conf, np.nan).astype(np.float32)
+    online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
+    chain_step = step[starts]
+    bounds = np.flatnonzero(np.append(True, chain_step[1:] != chain_step[:-1]))
+    bounds = np.append(bounds, starts.shape[0])
+    lengths = lengths.astype(np.int64)
+    hist = np.empty((bounds.shape[0] - 1, len(online.streams))) if history else None
+    for t in range(bounds.shape[0] - 1):
+        lo, hi = bounds[t], bounds[t + 1]
+        online.update(mat[lo:hi], lengths[lo:hi], runs[lo:hi])
+        if history:
+            hist[t] = online.statistics().max(axis=1)
+    return online.drift(), hist
+
+
+def monitor_steps(calibration, batches, settings=None, history=False):
+    """Replay steps known as chains by ``(drafts, accepted run)`` through a drift monitor.
+
+    Parameters
+    ----------
+    batches : sequence of dict
+        One per monitored step (a log interval, a scrape difference, a request):
+        ``(drafts, accepted run) -> chains``.
+
+    Returns
+    -------
+    (DriftReport, ndarray(float64, ndim=2) or None)
+        As :func:`monitor_runs`.
+    """
+    depth = max((d for b in batches for d, _ in b), default=1)
+    online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
+    hist = np.empty((len(batches), len(online.streams))) if history else None
+    grid = np.zeros((depth + 1, depth + 1), dtype=np.int64)
+    for t, b in enumerate(batches):
+        grid[:] = 0
+        for (d, a), c in b.items():
+            grid[d, a] += c
+        online.update_steps(grid)
+        if history:
+            hist[t] = online.statistics().max(axis=1)
+    return online.drift(), hist

@@ -10,6 +10,7 @@ import sys
 from specsim._checks import COUNT_MAX, number_problem, show
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError
+from specsim.interop import engine_file
 
 
 def int_list(text: str):
@@ -156,3 +157,13 @@ def require_matplotlib(flag: str = "--plot", path=None) -> None:
         if suffix not in kinds:
             raise SpecsimError(f"{flag} {show(str(path))}: matplotlib cannot write .{suffix[:20]} files; "
                                f"use one of {', '.join('.' + k for k in sorted(kinds))}")
+
+
+def add_policy_inputs(out, policies, label: str = "--policy") -> None:
+    """Name the engine config files that ``ENGINE:FILE`` policies (``vllm:v.json``) read as inputs
+    of ``out`` (an :class:`specsim._io.Outputs`), so no output overwrites one; other policies name
+    no file."""
+    for text in policies or ():
+        named = engine_file(text) if isinstance(text, str) else None
+        if named is not None and named[1]:
+            out.add_input(named[1], f"{label} {text}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from specsim.cli import calib_live
 from specsim.cli._common import count, float_list, format_grid, print_json
+from specsim.cli._drafter import drafter_flags, drafter_key
 
 
 def register(sub, groups):
@@ -31,8 +33,6 @@ def register(sub, groups):
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights (vLLM `model`)")
     p.add_argument("-o", "--out", metavar="FILE", help="write the JSON here (default: print it)")
     p.set_defaults(func=cmd_export)
-    from specsim.cli import calib_live
-
     calib_live.register(csub)
     calib_live.register_drift(csub)
 
@@ -107,29 +107,6 @@ inputs (exactly one):
 
 {counts}
 """
-
-
-def drafter_flags(p):
-    """The drafter key flags every command that writes a calibration takes."""
-    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
-    p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
-    p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
-    p.add_argument("--context", required=True, choices=("true", "false"),
-                   help="whether the drafter's prompt context was active")
-
-
-def drafter_key(args):
-    """The :class:`DrafterKey` of :func:`drafter_flags`, refused when a field is empty."""
-    from specsim.calibration import DrafterKey
-    from specsim.errors import CalibrationError
-
-    if args.vocab < 1:
-        raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
-    for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
-        if not value.strip():
-            raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
-                                   "so its key must name it")
-    return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
 
 
 def register_fit(csub):

@@ -45,7 +45,7 @@ def register(csub):
                          help="the shallowest depth the serve drafted: where the depth varied, keep positions 1..K")
     p.add_argument("--decode-log-interval", type=count, metavar="N",
                    help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
-    from specsim.cli.calib import drafter_flags
+    from specsim.cli._drafter import drafter_flags
 
     drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
@@ -57,8 +57,8 @@ def register(csub):
 def cmd_import(args):
     from specsim._io import Outputs
     from specsim.calibration.telemetry import calibration_from, identify, render_windows
+    from specsim.cli._drafter import drafter_key
     from specsim.interop import read_telemetry
-    from specsim.cli.calib import drafter_key
 
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
@@ -87,7 +87,7 @@ def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
     from specsim.errors import CalibrationError
     from specsim.interop import engine_schedule
-    from specsim.schedule.formats import load_schedule
+    from specsim.studies.schedule_file import load_schedule
 
     ranges = engine_schedule(text)
     if ranges is None:
@@ -181,7 +181,7 @@ def cmd_drift(args):
 def _replay_drift(args, cal, settings):
     import numpy as np
 
-    from specsim.calibration import drift
+    from specsim.calibration import online
     from specsim.errors import CalibrationError
 
     if args.acceptance:
@@ -196,19 +196,19 @@ def _replay_drift(args, cal, settings):
         t = afile.trace(args.trace)
         a = np.minimum(t.accepted.astype(np.int64), t.k_logged)
         d = np.full(a.shape[0], t.k_logged, dtype=np.int64)
-        rep, hist = drift.monitor_runs(cal, d, a, settings, args.width, history=True)
+        rep, hist = online.monitor_runs(cal, d, a, settings, args.width, history=True)
         return rep, hist, f"trace {t.name} ({a.shape[0]} verify steps at k_logged {t.k_logged}, width {args.width})"
     if args.drafts_log:
         from specsim.calibration.logs import DRAFT_COLUMNS, read_log
 
         cols = read_log(args.drafts_log, DRAFT_COLUMNS)
-        rep, hist = drift.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
+        rep, hist = online.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
         return rep, hist, f"per-draft log {Path(args.drafts_log).name}"
     if args.steps_log:
         from specsim.calibration.logs import STEP_COLUMNS, read_log
 
         cols = read_log(args.steps_log, STEP_COLUMNS)
-        rep, hist = drift.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
+        rep, hist = online.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
     from specsim.calibration.telemetry import record_batches
     from specsim.interop import read_telemetry
@@ -216,5 +216,5 @@ def _replay_drift(args, cal, settings):
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
     min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
     batches = record_batches(fmt, records, args.depth, min_depth)
-    rep, hist = drift.monitor_steps(cal, batches, settings, history=True)
+    rep, hist = online.monitor_steps(cal, batches, settings, history=True)
     return rep, hist, f"{fmt} telemetry, {len(batches)} records"

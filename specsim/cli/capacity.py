@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import count, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
     from specsim.sim.fleet import ROUTERS
-    from specsim.sizing import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
+    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS
 
     p = sub.add_parser(
         "capacity",
@@ -32,10 +33,8 @@ def register(sub, groups):
     p.add_argument("--policy", required=True, action="append", metavar="P",
                    help="fixed:K, schedule:..., propose, sequence, goodput or load-aware (repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
-    p.add_argument("--attainment", type=float, default=0.99, metavar="F",
-                   help="fraction of requests that must meet both targets (default 0.99)")
+    add_slo_options(p, targets="(seconds)", attainment="fraction of requests that must meet both targets (default 0.99)",
+                    default=0.99)
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help=f"how requests are spread (default: the fleet file's, else {DEFAULT_ROUTER})")
     p.add_argument("--max-replicas", type=count, default=DEFAULT_MAX_REPLICAS, metavar="R",
@@ -44,6 +43,9 @@ def register(sub, groups):
                    help="price of one GPU-hour, for $ per million tokens")
     add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
+                   help=f"draft-outcome seeds per probe, from --seed on (default {DEFAULT_SEEDS}): a size meets the "
+                        "target when its attainment's 95%% interval (Wilson over requests x seeds) does")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run the probes in this process, without Dask")
@@ -57,7 +59,7 @@ def register(sub, groups):
 
 def cmd_capacity(args):
     from specsim._io import Outputs
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     if args.fleet is None and (args.table is None or args.calibration is None):
         raise CapacityError("give --table and --calibration (one replica), or --fleet FILE")
@@ -65,17 +67,16 @@ def cmd_capacity(args):
         raise CapacityError("give either --fleet or --table with --calibration, not both")
     if args.slo_ttft_s is None and args.slo_tpot_s is None:
         raise CapacityError("give an SLO: --slo-ttft-s, --slo-tpot-s, or both")
-    if not 0 < args.attainment <= 1:
-        raise CapacityError(f"--attainment {args.attainment!r} must be a fraction in (0, 1], e.g. 0.99")
+    slo_from_args(args, CapacityError)
     if sum(map(bool, (args.serial, args.threads is not None, args.scheduler))) > 1:
         raise CapacityError("choose one of --serial, --threads N and --scheduler ADDRESS")
     _check_executor(args)
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         fleet, read = _inputs(args, out)
         result = _search(args, fleet, read)
         print(capacity_table(result))
@@ -91,7 +92,7 @@ def cmd_capacity(args):
 def _check_executor(args):
     """Worker counts and the scheduler address, refused before any input is read."""
     from specsim._executor import ExecutorError, check_scheduler, check_workers
-    from specsim.sizing import CapacityError
+    from specsim.studies.capacity import CapacityError
 
     try:
         if args.workers is not None:
@@ -125,16 +126,18 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.sizing import DEFAULT_ROUTER, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner
+    from specsim.studies.capacity import (
+        DEFAULT_ROUTER, CapacityError, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner,
+    )
 
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])
     print(f"{read.source} ({read.format}): {n} requests, {int(read.requests['output_tokens'].sum())} output tokens "
           f"over {read.span_s:.1f} s; unit: {fleet.replicas} replica(s), {fleet.gpus} GPU(s); router {router}",
           file=sys.stderr)
-    kw = dict(fleet=fleet, slack=args.slack, slo_ttft_s=args.slo_ttft_s, slo_tpot_s=args.slo_tpot_s,
-              attainment=args.attainment, router=router, max_replicas=args.max_replicas,
-              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
+    kw = dict(fleet=fleet, slack=args.slack, slo=slo_from_args(args, CapacityError), router=router, max_replicas=args.max_replicas,
+              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet),
+              seeds=args.seeds)
     if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
@@ -159,18 +162,22 @@ def capacity_table(result) -> str:
     """The policies side by side."""
     from specsim._text import format_grid
 
-    header = ["policy", "replicas", "GPUs", "attain", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
+    header = ["policy", "replicas", "GPUs", "attain", "95% interval", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
               "J saving", "checked"]
     rows = []
     for p in result.policies:
-        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"),
+        interval = "-" if p.attainment_low is None else f"{100 * p.attainment_low:.2f}-{100 * p.attainment_high:.2f}%"
+        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"), interval,
                      _f(p.tokens_per_s_per_gpu, ".1f"), _f(p.j_per_token, ".4f"), _f(p.gpu_hours_per_mtok, ".3f"), _f(p.usd_per_mtok, ".2f"),
                      _f(p.gpu_saving, ".1%"), _f(p.energy_saving, ".1%"),
                      {True: "yes", False: "NON-MONOTONE", None: "at cap"}[p.monotone_at_boundary]])
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", result.slo_ttft_s), ("TPOT", result.slo_tpot_s))
                     if v is not None)
-    note = (f"\n(target: {result.target:.2%} of requests with {slo}; router {result.router}; savings against "
-            "fixed:0; checked: one unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    note = (f"\n(target: {result.target:.2%} of requests with {slo}, met when the 95% interval's low end reaches it "
+            f"over {result.seeds} draft-outcome seed(s); router {result.router}; savings against fixed:0; checked: one "
+            "unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    for w in result.warnings:
+        note += f"\nwarning: {w}"
     bad = [p.label for p in result.policies if p.monotone_at_boundary is False]
     if bad:
         note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
@@ -203,8 +210,8 @@ def _document(args, result, read) -> dict:
 
 
 def plot_capacity(result, path) -> None:
-    """Attainment against replicas, one line per policy, the target as a dashed line and each
-    policy's answer marked."""
+    """Attainment against replicas with each probe's 95% interval as a band, one line per policy,
+    the target as a dashed line and each policy's answer marked; the legend sits outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,14 +223,18 @@ def plot_capacity(result, path) -> None:
         xs = [q.replicas for q in p.probes]
         ys = [q.attainment for q in p.probes]
         (line,) = ax.plot(xs, ys, marker="o", label=f"{p.label}: {p.replicas}")
+        lows = [q.interval[0] for q in p.probes]
+        highs = [q.interval[1] for q in p.probes]
+        ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
     ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 8, not 2^3
     ax.set_xlabel("replicas")
     ax.set_ylabel("SLO attainment")
-    ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
-    ax.legend(fontsize=8)
+    ax.set_title("SLO attainment against fleet size, 95% intervals shaded\n(star: fewest replicas whose interval "
+                 "clears the target)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

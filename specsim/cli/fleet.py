@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import count, nonneg_float, slack
+from specsim.cli._common import add_policy_inputs, count, slack
+from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
 
 
@@ -35,8 +36,7 @@ def register(sub, groups):
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
+    add_slo_options(p)
     p.add_argument("--json", metavar="OUT", help="write every policy's fleet summary with its per-replica rows")
     p.add_argument("--requests-csv", metavar="OUT", help="write per-request times with each request's replica")
     p.set_defaults(func=cmd_fleet)
@@ -55,7 +55,7 @@ def cmd_fleet(args):
         raise FleetError(f"--replicas must be >= 1, got {args.replicas}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--fleet": args.fleet, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         _run(args, out)

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import count, digest_map, slack
+from specsim.cli._common import add_policy_inputs, count, digest_map, slack
 
 
 def register(sub, groups):
@@ -64,7 +64,7 @@ def cmd_replay(args):
     from specsim._io import Outputs
 
     with Outputs({"FILE": args.file, "--table": args.table, "--calibration": args.calibration}) as out:
-        out.add_policies([args.policy])
+        add_policy_inputs(out, [args.policy])
         out.declare(args.json, "--json")
         _replay(args, out)
     return 0

@@ -76,7 +76,7 @@ def _planner_ranges(args):
 
     from specsim.calibration import AcceptanceCalibration
     from specsim.plan import Planner
-    from specsim.schedule.formats import ranges_from_depths
+    from specsim.policy.schedule import ranges_from_depths
     from specsim.table import CostTable
 
     table = CostTable.load(args.planner[0])
@@ -97,7 +97,8 @@ def _error(message):
 def cmd_export(args):
     from specsim._io import Outputs
     from specsim.interop import export_schedule
-    from specsim.schedule.formats import load_schedule, policy_text
+    from specsim.policy.schedule import policy_text
+    from specsim.studies.schedule_file import load_schedule
 
     if (args.schedule is None) == (args.planner is None):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
@@ -127,7 +128,7 @@ def cmd_export(args):
 
 def cmd_import(args):
     from specsim.interop import import_file
-    from specsim.schedule.formats import policy_text
+    from specsim.policy.schedule import policy_text
 
     from specsim.errors import ScheduleError
 

@@ -6,8 +6,9 @@ import json
 import sys
 import warnings
 
-from specsim.cli._common import float_list, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
 
 
@@ -38,8 +39,7 @@ def register(sub, groups):
     p.add_argument("--acceptance", metavar="FILE",
                    help="draw draft outcomes from a logged acceptance trace in FILE (docs/replay.md) instead of the calibration")
     p.add_argument("--acceptance-trace", metavar="NAME", help="with --acceptance: the [[trace]] to replay")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target for SLO attainment")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target for SLO attainment")
+    add_slo_options(p)
     p.add_argument("--json", metavar="OUT", help="write the summaries and the run's inputs as JSON")
     p.add_argument("--requests-csv", metavar="OUT", help="write per-request times of every policy as CSV")
     p.add_argument("--plot", metavar="OUT",
@@ -53,7 +53,7 @@ def cmd_simulate(args):
 
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--acceptance": args.acceptance, "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.policy)
+        add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         out.declare(args.requests_csv, "--requests-csv")
         if out.declare(args.plot, "--plot"):
@@ -75,9 +75,11 @@ def _simulate(args, out):
     from specsim.traces import summary as trace_summary
     from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
-    from specsim.sim.policy import policy_runs
+    from specsim.interop import read_policy
+    from specsim.policy.policy import policy_runs
     from specsim.sim.metrics import overload_lines, requests_csv, summarize
     from specsim.sim.report import comparison_table
+    from specsim.sim.verdict import mark_same_runs, reruns, verdict
     from specsim.table import CostTable
 
     read = trace_from_args(args)
@@ -87,7 +89,7 @@ def _simulate(args, out):
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     slacks = args.slack or [0.0]
-    plan = policy_runs(args.policy, slacks)
+    plan = policy_runs([read_policy(p) for p in args.policy], slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
     acceptance = _acceptance(args)
     warn_placeholder_prefill(base, table, "simulate")
@@ -108,12 +110,19 @@ def _simulate(args, out):
                          "(times or joules too large to add up)", SimulationError)
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
+    mark_same_runs(results, summaries)
     print(comparison_table(summaries))
     for line in overload_lines(summaries):
         print(line)
+    rerun = reruns(read.requests, table, cal, results, base, (args.slo_ttft_s, args.slo_tpot_s), acceptance)
+    verdicts = [v for v in (verdict(name, summaries, rerun, args.seed) for name in ("lowest energy", "lowest p99 TPOT"))
+                if v is not None]
+    for v in verdicts:
+        print(v["line"])
     if args.json:
         doc = {
             "policies": summaries,
+            "verdicts": [{k: v for k, v in x.items() if k != "line"} for x in verdicts],
             "trace": trace_summary(read),
             "table": {"file": Path(args.table).name, "box_class": table.key.box_class, "recipe": table.key.recipe,
                       "widths": table.widths.tolist(), "max_k": table.max_k},

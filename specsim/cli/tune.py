@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, nonneg_float, share, slack
+from specsim.cli._common import add_policy_inputs, count, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 
 
 def register(sub, groups):
-    from specsim.schedule.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
+    from specsim.studies.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
 
     p = sub.add_parser(
         "tune",
@@ -28,10 +29,8 @@ def register(sub, groups):
     p.add_argument("-o", "--out", required=True, metavar="SCHEDULE.toml", help="where to write the schedule")
     p.add_argument("--objective", choices=("energy", "throughput"), default="energy",
                    help="energy: least J/token (default); throughput: most output tokens/s")
-    p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target a schedule must meet")
-    p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target a schedule must meet")
-    p.add_argument("--attainment", type=float, metavar="A",
-                   help=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
+    add_slo_options(p, targets="a schedule must meet", metavar="A",
+                    attainment=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
     p.add_argument("--widths-max", type=count, metavar="N",
                    help="widest width with its own depth (default: the batch cap); wider batches share it")
     p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
@@ -63,7 +62,7 @@ def cmd_tune(args):
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import trace_from_args
     from specsim.errors import ScheduleError
-    from specsim.schedule.tune import tune
+    from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
     from specsim.table import CostTable
 
@@ -71,7 +70,7 @@ def cmd_tune(args):
         raise ScheduleError("--seeds must be >= 1")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--prefill-curve": args.prefill_curve}) as out:
-        out.add_policies(args.compare, "--compare")
+        add_policy_inputs(out, args.compare, "--compare")
         out.declare(args.out, "-o")
         read = trace_from_args(args, args.trace)
         table = CostTable.load(args.table)
@@ -81,14 +80,16 @@ def cmd_tune(args):
         executor = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}
-        result = tune(read, table, cal, objective=args.objective, slo_ttft_s=args.slo_ttft_s,
-                      slo_tpot_s=args.slo_tpot_s, attainment=args.attainment, widths_max=args.widths_max,
+        result = tune(read, table, cal, objective=args.objective, slo=slo_from_args(args, ScheduleError),
+                      widths_max=args.widths_max,
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names)
         print(report(result, read))
+        if table.contexts.size:
+            print(depth_by_context(result, table, cal, opts))
         out.text(args.out, result.to_toml())
-    from specsim.schedule.formats import policy_text
+    from specsim.policy.schedule import policy_text
 
     what = "the tuned schedule" if result.serves_tuned else f"{result.best_fixed}, the best fixed depth"
     print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "
@@ -114,3 +115,27 @@ def report(result, read=None) -> str:
     lines.append(result.table())
     lines.append(result.verdict())
     return "\n".join(lines)
+
+
+def depth_by_context(result, table, cal, opts) -> str:
+    """How the best depth moves with context on a table with a context axis: for each width band
+    of the tuned schedule, the planner's ``propose`` depth at the band's middle width at each
+    measured context (docs/schedules.md, "Tuning")."""
+    from specsim._text import format_grid
+    from specsim.plan.planner import Planner
+
+    planner = Planner(table, cal, slack=opts.slack, max_seqs=opts.max_seqs)
+    widest = int(table.widths[-1]) if opts.max_num_seqs is None else opts.max_num_seqs
+    contexts = table.contexts.tolist()
+    rows = []
+    for lo, hi, depth in result.ranges:
+        top = widest if hi is None else hi
+        if lo > top:
+            continue
+        mid = (lo + top) // 2
+        band = f"{lo}-{'' if hi is None else hi}"
+        rows.append([band, mid, depth] + [planner.propose(mid, context=c) for c in contexts])
+    header = ["widths", "middle", "tuned"] + [f"ctx {c}" for c in contexts]
+    searched = "on" if opts.context_pricing else "off"
+    return (f"best depth by context (the planner's propose at each band's middle width; the schedule was "
+            f"tuned with context pricing {searched}):\n" + format_grid(header, rows))

@@ -17,7 +17,8 @@ from specsim.errors import CalibrationError, PolicyError, ScheduleError
 from specsim.interop import sglang, trtllm, vllm
 from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
-from specsim.schedule.formats import canonical
+from specsim.policy.policy import _ADAPTIVE, Policy, parse_policy
+from specsim.policy.schedule import canonical
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
 """The engines specsim knows, each one module holding its telemetry readers, its config export
@@ -133,6 +134,9 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
     if problem:
         raise ScheduleError(problem)
+    for name, value in (("method", method), ("draft_model", draft_model)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
+            raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
     module = ENGINES[engine]
     cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
     if method is None:
@@ -173,6 +177,49 @@ def engine_schedule(text):
     return ranges if m is None else sglang.pad_to_graphs(ranges, sglang.cuda_graph_sizes(m.group(1), text))
 
 
+def read_policy(text) -> Policy:
+    """A policy where it enters from a user: an ``ENGINE:FILE`` policy (``vllm:v.json``) is read
+    into the ``schedule`` the engine's file sets (docs/schedules.md#reading-engine-files-back);
+    any other text is :func:`~specsim.policy.policy.parse_policy`'s; a :class:`Policy` passes."""
+    if isinstance(text, Policy):
+        return text
+    ranges = engine_schedule(text)
+    if ranges is not None:
+        return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
+    raw = str(text).strip()
+    kind, sep, arg = raw.partition(":")
+    adaptive = _ADAPTIVE.fullmatch(kind.strip().lower())
+    if adaptive is not None:
+        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
+    return parse_policy(text)
+
+
+def _adaptive_policy(raw, graphs, path) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
+    from specsim._io import decode_text, read_input
+
+    if not path:
+        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
+    what = "an SGLang adaptive config"
+    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
+    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
+
+
+def engine_gate(text):
+    """The speculation gate ``(window, threshold)`` a ``trtllm:FILE`` policy's config carries
+    (``acceptance_window`` and ``acceptance_length_threshold`` in its ``speculative_config``), or
+    None (another policy, or a file without both keys)."""
+    from specsim._io import decode_text, read_input
+
+    named = engine_file(text)
+    if named is None or named[0] != "trtllm" or not named[1]:
+        return None
+    what = "a trtllm config"
+    body = decode_text(read_input(named[1], what, PolicyError), what, named[1], PolicyError)
+    return trtllm.parse_gate(body, named[1])
+
+
 def import_file(engine: str, path, trtllm_keys=None) -> tuple:
     """Read an engine's config file and return its schedule as ``schedule:`` ranges (canonical).
 
@@ -198,4 +245,5 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]
+           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "read_policy", "read_telemetry"]

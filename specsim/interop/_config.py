@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specsim.errors import PolicyError, ScheduleError
-from specsim.schedule.formats import policy_text
+from specsim.policy.schedule import policy_text
 
 # What none of the engines can be told, whatever the schedule.
 COMMON_LIMITS = (

@@ -1,6 +1,6 @@
 """Cost tables from a serving engine's own telemetry (docs/measure.md#a-table-from-engine-telemetry).
 
-Two sources, read with the calibration's telemetry readers:
+Two sources, read with the engine-format readers of :mod:`specsim.interop`:
 
 - TensorRT-LLM iteration stats (``--from trtllm-iterations``; camelCase from ``/metrics``, snake
   case from the Python bindings): every iteration states its width (``numGenRequests``), its

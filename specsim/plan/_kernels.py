@@ -132,6 +132,13 @@ def propose_table_nb(widths, costs, cum_priors, slack, max_seqs, out, scratch):
 
 
 @jit
+def goodput_table_nb(widths, costs, cum_priors, max_seqs, out, scratch):
+    """``out[n] = goodput_depth(n)`` for n = 0..len(out) - 1."""
+    for n in range(out.shape[0]):
+        out[n] = goodput_depth_nb(widths, costs, cum_priors, n, max_seqs, scratch)
+
+
+@jit
 def propose_many_nb(memo, widths, costs, cum_priors, slack, max_seqs, ns, out, scratch):
     """Depths for an array of widths: the memo where it reaches, the kernel beyond."""
     top = memo.shape[0]

@@ -18,9 +18,10 @@ from specsim.table import CostTable, TableKey
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
-# "No cap": the planner takes widths up to int64's end (count_arg), so only a cap at that end
-# bounds nothing a width can reach; a smaller sentinel would act as a cap nobody set.
-NO_CAP = INT64_MAX
+# An unset max_seqs: the planner takes widths up to int64's end (count_arg), so only a cap at that
+# end bounds nothing a width can reach; the engine's NO_CAP (specsim._checks) would act as a cap
+# nobody set on the widest of them.
+UNCAPPED_WIDTH = INT64_MAX
 # A thread's first workspace holds this many sequences; it grows to the widest batch seen.
 FIRST_ROWS = 64
 
@@ -39,7 +40,7 @@ def check_slack(slack) -> float:
 
 
 def _cap(max_seqs) -> int:
-    return NO_CAP if max_seqs is None else cap_arg(max_seqs, "max_seqs")
+    return UNCAPPED_WIDTH if max_seqs is None else cap_arg(max_seqs, "max_seqs")
 
 
 def _cum_priors(cal, max_k):
@@ -238,6 +239,8 @@ class Planner:
         if not self.table.contexts.size:
             return self._state
         state = self._derive(self._state.calibration, self.table.at_context(c), memo_size=0)
+        # propose answers at this context, filled as they are asked for (-1: not yet).
+        state = state._replace(memo_list=[-1] * self._memo_size)
         if len(cache) >= CONTEXT_CACHE:
             cache.clear()
         cache[c] = state
@@ -283,13 +286,19 @@ class Planner:
         if context is not None:
             st = self._at(context)
             if st is not self._state:
+                memo = st.memo_list
+                if type(n) is int and 0 <= n < len(memo) and memo[n] >= 0:
+                    return memo[n]
                 from specsim.plan._kernels import propose_depth_nb
 
                 n = count_arg(n, "n")
                 if n > self.max_seqs:
                     return 0
-                return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                            self.max_seqs, np.empty((self.max_k + 1, 4))))
+                depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                             self.max_seqs, np.empty((self.max_k + 1, 4))))
+                if n < len(memo):
+                    memo[n] = depth
+                return depth
         if type(n) is int and n >= 0:
             try:
                 return self._memo_list[n]

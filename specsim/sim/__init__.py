@@ -7,7 +7,7 @@ are re-exported here so ``from specsim.sim import read_trace`` keeps working.
 
 from specsim.sim._types import ReplayResult
 from specsim.sim.engine import ServerOptions, SimResult, simulate
-from specsim.sim.policy import Policy, parse_policy
+from specsim.policy.policy import Policy, parse_policy
 from specsim.sim.replay import AcceptanceFile, AcceptanceTrace, load_acceptance_file, parse_acceptance_file, replay
 from specsim.traces import (
     FORMATS, REQUEST_DT, EmpiricalLengths, LogNormalLengths, TraceRead, detect_format, parse_columns, parse_synthetic,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._jit import jit
-from specsim.plan._kernels import goodput_depth_nb
 
 # splitmix64 (Steele, Lea, Flood; OOPSLA 2014) finaliser constants and the golden-ratio increment.
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -106,10 +105,3 @@ def bucket_of_nb(occ_cdf, u, position):
     while b < last and u >= occ_cdf[row, b]:
         b += 1
     return b
-
-
-@jit
-def goodput_table_nb(widths, costs, cum_priors, max_seqs, out, scratch):
-    """``out[n] = goodput_depth(n)`` for n = 0..len(out) - 1."""
-    for n in range(out.shape[0]):
-        out[n] = goodput_depth_nb(widths, costs, cum_priors, n, max_seqs, scratch)

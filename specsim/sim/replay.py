@@ -40,7 +40,7 @@ from specsim._checks import MAX_DEPTH, number_problem, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim._types import ReplayResult
-from specsim.sim.policy import parse_policy
+from specsim.interop import read_policy
 from specsim.table import Cell, CostTable, TableKey
 
 # Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
@@ -266,7 +266,7 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
     ``fixed`` and ``schedule`` read the width alone; ``propose`` and ``goodput`` ask the
     planner (``specsim.plan.Planner``) built from ``table`` and ``calibration``.
     """
-    policy = parse_policy(policy)
+    policy = read_policy(policy)
     if not policy.needs_planner:
         return policy.depth_for_width(width)
     if policy.per_sequence:
@@ -328,7 +328,7 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
 
     width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
     budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
-    policy = parse_policy(policy)
+    policy = read_policy(policy)
     if table is not None:
         costs = StepCosts.from_table(table, width)
     elif step_ms is not None:

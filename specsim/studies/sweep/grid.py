@@ -30,7 +30,7 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     router = ["round_robin", "least_outstanding"]
 
 Every point is named by its axis values (``point_id``); its row is reused on a later run only
-when a digest of all its inputs matches (``specsim.sweep.run.point_inputs``).
+when a digest of all its inputs matches (``specsim.studies.sweep.run.point_inputs``).
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, number_problem, rate_scale_problem, show
+from specsim._checks import MAX_GRID_POINTS, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
+from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
 
 INPUT_AXES = ("trace", "table", "calibration")
 # Axes that are neither inputs nor server options.
@@ -62,7 +63,7 @@ class Grid:
     tables: dict            # name -> path
     calibrations: dict      # name -> path
     server: dict
-    slo: dict
+    slo: SLO
     axes: tuple             # ((axis, (values...)), ...)
     points: list = field(default_factory=list, compare=False)
 
@@ -82,7 +83,7 @@ def load_grid(path) -> Grid:
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
     from specsim.sim.engine import ServerOptions
-    from specsim.sim.policy import parse_policy
+    from specsim.interop import read_policy
 
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)
@@ -138,9 +139,10 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
         slo = {}
-    for name, value in slo.items():
-        if number_problem(value, name, 0.0):
-            problems.append(f"[slo] {name} = {show(value)} must be a number of seconds >= 0")
+    problem = slo_problem(slo.get("ttft_s"), slo.get("tpot_s"), None, {k: f"[slo] {k}" for k in FIELD_NAMES})
+    if problem:
+        problems.append(problem)
+        slo = {}
 
     raw_axes = doc.get("axes", {})
     if not isinstance(raw_axes, dict):
@@ -175,7 +177,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
         if name == "policy":
             for v in values:
                 try:
-                    parse_policy(v)
+                    read_policy(v)
                 except Exception as e:  # the parser's own message says what is wrong
                     problems.append(f"[axes] policy {v!r}: {e}")
         if name == "replicas":
@@ -202,7 +204,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                         "(docs/limits.md): split it into several grids")
     if problems:
         raise GridError(f"{source}: the sweep grid cannot run", problems)
-    grid = Grid(source, traces, tables, calibrations, dict(server), dict(slo), tuple(axes))
+    grid = Grid(source, traces, tables, calibrations, dict(server), SLO(**slo), tuple(axes))
     names = [a for a, _ in grid.axes]
     points = [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in grid.axes))]
     # Check each point's options once here, so a bad value fails before any work starts.

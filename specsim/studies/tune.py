@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
+from specsim.sim.slo import as_slo
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -133,7 +134,7 @@ class TuneResult:
 
     @property
     def policy(self) -> str:
-        from specsim.schedule.formats import policy_text
+        from specsim.policy.schedule import policy_text
 
         return policy_text(self.ranges)
 
@@ -151,7 +152,7 @@ class TuneResult:
         depth as one range. The schedule file and the exports carry these."""
         if self.serves_tuned:
             return self.ranges
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
 
         return ((1, None, parse_policy(self.best_fixed).fixed_depth),)
 
@@ -176,7 +177,7 @@ class TuneResult:
         rel = 100.0 * self.gain / abs(base.mean) if base.mean else float("nan")
         noise = "" if self.gain_noise != self.gain_noise else f" +- {100.0 * self.gain_noise / abs(base.mean):.2f}%"
         head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
 
         if self.policy == f"schedule:1-={parse_policy(self.best_fixed).fixed_depth}":
             return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
@@ -189,21 +190,28 @@ class TuneResult:
         return head + ": outside the noise"
 
     def table(self) -> str:
-        """The held-out comparison, side by side."""
+        """The held-out comparison, side by side: the objective with its spread over seeds, the
+        other figure, p99 TPOT, SLO attainment when there are targets, and which row is which.
+        No column repeats another or is empty throughout."""
         from specsim._text import format_grid
 
-        unit = self.unit()
+        energy = self.objective == "energy"
+        slo = any(s.mean_attainment is not None for s in self.holdout)
         rows = []
         for s in self.holdout:
             att = s.mean_attainment
-            mark = "<- tuned" if s is self.holdout[0] else ("<- best fixed" if s.policy == self.best_fixed else "")
-            rows.append([s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}", f"{s.j_per_token:.4f}", f"{s.tokens_per_s:.1f}",
-                         f"{s.tpot_p99_s * 1000:.1f}", "-" if att is None else f"{100 * att:.1f}%", mark])
-        return format_grid(["policy", unit, "+-", "J/tok", "tok/s", "TPOT p99 ms", "SLO", ""], rows)
+            mark = "tuned" if s is self.holdout[0] else ("best fixed" if s.policy == self.best_fixed else "")
+            row = [s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}",
+                   f"{s.tokens_per_s:.1f}" if energy else f"{s.j_per_token:.4f}", f"{s.tpot_p99_s * 1000:.1f}"]
+            if slo:
+                row.append("-" if att is None else f"{100 * att:.1f}%")
+            rows.append(row + [mark])
+        header = ["policy", self.unit(), "+-", "tok/s" if energy else "J/tok", "TPOT p99 ms"]
+        return format_grid(header + (["SLO"] if slo else []) + ["row"], rows)
 
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
-        from specsim.schedule.formats import render_schedule
+        from specsim.studies.schedule_file import render_schedule
 
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         result = {
@@ -239,16 +247,13 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
         j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
     """
     from specsim.sim.engine import simulate
-    from specsim.sim.metrics import slo_attainment
 
     res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
     tokens = int(res.output_tokens.sum())
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
     tpot = res.tpot_s
     tpot = tpot[~np.isnan(tpot)]
-    att = None
-    if slo[0] is not None or slo[1] is not None:
-        att = slo_attainment(res, slo[0], slo[1])["attainment"]
+    att = slo.met(res)["attainment"] if slo.has_targets else None
     return {
         "j_per_token": res.energy_j / tokens,
         "tokens_per_s": tokens / makespan if makespan > 0 else float("inf"),
@@ -431,8 +436,8 @@ def _split(requests, holdout):
     return np.ascontiguousarray(train), np.ascontiguousarray(held)
 
 
-def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor):
-    from specsim._checks import number_problem, show
+def _check(objective, seeds, holdout, slo, executor):
+    from specsim._checks import show
 
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
@@ -442,13 +447,7 @@ def _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, execut
         raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
     if not isinstance(executor, str) or executor not in EXECUTORS:
         raise ScheduleError(f"executor {show(executor)}: use one of {', '.join(EXECUTORS)}")
-    has_slo = slo_ttft_s is not None or slo_tpot_s is not None
-    if attainment is not None and not has_slo:
-        raise ScheduleError("an attainment target needs an SLO: give slo_ttft_s and/or slo_tpot_s")
-    problem = attainment is not None and number_problem(attainment, "attainment", 0.0, 1.0, low_open=True)
-    if problem:
-        raise ScheduleError(problem)
-    return (DEFAULT_ATTAINMENT if attainment is None else float(attainment)) if has_slo else None
+    return slo.target(DEFAULT_ATTAINMENT) if slo.has_targets else None
 
 
 def _executor(executor, scheduler, workers):
@@ -461,8 +460,7 @@ def _executor(executor, scheduler, workers):
         raise ScheduleError(str(e)) from None
 
 
-def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, slo_tpot_s=None, attainment=None,
-         widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
+def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
          progress=False, names=None) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
@@ -475,10 +473,9 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     calibration : AcceptanceCalibration
     objective : {"energy", "throughput"}
         Minimise J/token, or maximise output tokens/s.
-    slo_ttft_s, slo_tpot_s : float, optional
-        Latency targets; a schedule must meet them for ``attainment`` of the requests.
-    attainment : float, optional
-        Share of requests in (0, 1] that must meet the targets (default 0.99 when one is given).
+    slo : SLO, optional
+        Latency targets a schedule must meet for ``slo.attainment`` of the requests (default
+        0.99 when a target is given).
     widths_max : int, optional
         Widest width with its own depth (default: the server's batch cap); wider ones share it.
     seeds : int
@@ -511,10 +508,11 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     TuneResult
     """
     from specsim.sim.engine import ServerOptions
-    from specsim.sim.policy import parse_policy
+    from specsim.interop import read_policy
 
     started = time.monotonic()
-    target = _check(objective, seeds, holdout, slo_ttft_s, slo_tpot_s, attainment, executor)
+    slo = as_slo(slo)
+    target = _check(objective, seeds, holdout, slo, executor)
     if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
         raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
     from specsim._checks import COUNT_MAX, int_problem
@@ -541,15 +539,16 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     train_part, held_part = _split(requests, float(holdout))
     compare = [str(p) for p in compare]
     for p in compare:
-        parse_policy(p)  # refuse a bad one before any work
+        read_policy(p)  # refuse a bad one before any work
     ex = _executor(executor, scheduler, workers)
     kind = ex.kind
     search = None
     try:
-        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, (slo_ttft_s, slo_tpot_s))
+        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, slo)
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        search.check_met()
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -563,7 +562,7 @@ def tune(requests, table, calibration, *, objective="energy", slo_ttft_s=None, s
     ex.close()
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
-                     reached=reached, min_gain=min_gain, slo=(slo_ttft_s, slo_tpot_s), target=target)
+                     reached=reached, min_gain=min_gain, slo=slo, target=target)
     return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
 
 
@@ -588,6 +587,25 @@ class _Search:
             self.reached = max(self.reached, r["max_width"])
         self.count += len(todo)
 
+    def check_met(self) -> None:
+        """Refuse a search whose SLO no candidate met on the training window: there is no schedule
+        to recommend, only the least bad, and the error names how far it fell short."""
+        if self.target is None:
+            return
+        by_policy = {}
+        for (part, pol, seed), r in self.cache.items():
+            if part == "train" and seed in self.train_seeds and r["attainment"] is not None:
+                by_policy.setdefault(pol, []).append(r["attainment"])
+        means = {pol: float(np.mean(v)) for pol, v in by_policy.items() if len(v) == len(self.train_seeds)}
+        if not means:
+            return
+        best = max(means, key=means.get)
+        if means[best] < self.target:
+            raise ScheduleError(
+                f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
+                f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
+                "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
+
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]
         att = None if self.target is None else [r["attainment"] for r in rs]
@@ -595,9 +613,9 @@ class _Search:
 
     def starts(self, table, cal, opts, resolved, widest) -> dict:
         """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
-        from specsim.schedule.formats import policy_text, ranges_from_depths
-        from specsim.sim.engine import depth_by_width
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.schedule import policy_text, ranges_from_depths
+        from specsim.plan.depth_table import depth_by_width
+        from specsim.policy.policy import parse_policy
 
         k_cap = resolved["k_max"]
         depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
@@ -610,7 +628,7 @@ class _Search:
 
     def descend(self, starts, table, k_cap, widest, max_rounds) -> str:
         """Steepest descent over coordinate moves from the best start; returns the winner's policy."""
-        from specsim.schedule.formats import policy_text, ranges_from_depths
+        from specsim.policy.schedule import policy_text, ranges_from_depths
 
         seeds, first = self.train_seeds, self.train_seeds[:1]
         best = min(starts, key=lambda n: self.key(starts[n][1], seeds))
@@ -647,11 +665,12 @@ class _Search:
                      float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
 
     def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
-        from specsim.schedule.formats import canonical
-        from specsim.sim.policy import parse_policy
+        from specsim.policy.policy import parse_policy
+        from specsim.policy.schedule import canonical
+        from specsim.interop import read_policy
 
         held = tuple(self.score(p, "held", self.held_seeds) for p in final)
-        fixed = [s for s in held if parse_policy(s.policy).fixed_depth is not None]
+        fixed = [s for s in held if read_policy(s.policy).fixed_depth is not None]
         best_fixed = min(fixed, key=lambda s: self.key(s.policy, self.held_seeds, "held"))
         sign = 1.0 if self.objective == "energy" else -1.0
         diffs = sign * (np.array(best_fixed.values) - np.array(held[0].values))
@@ -669,7 +688,7 @@ class _Search:
 def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
-    from specsim.schedule.formats import requests_digest, text_digest
+    from specsim.studies.schedule_file import requests_digest, text_digest
 
     return {
         "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
@@ -679,7 +698,7 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, wid
         "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
-        "idle_w": opts.idle_w, "slo_ttft_s": slo[0], "slo_tpot_s": slo[1], "attainment": target,
+        "idle_w": opts.idle_w, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, "attainment": target,
     }
 
 

@@ -47,7 +47,7 @@ class Group(NamedTuple):
     :mod:`specsim.sim._types`), its step scratch ``ws``, shared by the group's replicas, which
     step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
     every group, so a tuple of groups is indexable at run time. Built by
-    ``specsim.sim.fleet._group``."""
+    ``specsim.sim.fleet.fleet._group``."""
 
     tab: tuple
     cal: tuple
@@ -57,14 +57,14 @@ class Group(NamedTuple):
 
 
 class FleetState(NamedTuple):
-    """Everything the fleet kernel writes. Sized only by ``specsim.sim.fleet._fleet_state`` (and
+    """Everything the fleet kernel writes. Sized only by ``specsim.sim.fleet.fleet._fleet_state`` (and
     grown there, request rows doubled, when the kernel returns ``GROW``).
 
     R replicas, C request rows per replica, S = the widest group's ``max_num_seqs``, K = the
     deepest group's ``max_k``, L = the step-log capacity, N requests in the trace.
 
     arrival_s, first_s, finish_s, sched_s : float64 (R, C)
-    prompt, output, emitted, prefilled, target, blocks : int64 (R, C)
+    prompt, output, emitted, prefilled, target, blocks, decode_iters : int64 (R, C)
         Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.Requests`: the requests routed
         to it in routing (= arrival) order, as the engine reads and writes them.
     request : int64 (R, C)
@@ -96,6 +96,7 @@ class FleetState(NamedTuple):
     first_s: np.ndarray
     finish_s: np.ndarray
     sched_s: np.ndarray
+    decode_iters: np.ndarray
     request: np.ndarray
     routed: np.ndarray
     rec: np.ndarray
@@ -120,7 +121,7 @@ def replica_requests_nb(st, r):
     c = st.routed[r]
     return Requests(st.arrival_s[r, :c], st.prompt[r, :c], st.output[r, :c], st.emitted[r, :c],
                     st.prefilled[r, :c], st.target[r, :c], st.blocks[r, :c], st.first_s[r, :c],
-                    st.finish_s[r, :c], st.sched_s[r, :c])
+                    st.finish_s[r, :c], st.sched_s[r, :c], st.decode_iters[r, :c])
 
 
 @part

@@ -20,18 +20,29 @@ Forms:
     counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
     speed floor: when the server keeps up, time a step saves is spent idle, not serving others
     (docs/planner.md, "Load-aware").
-``vllm:FILE``, ``trtllm:FILE``, ``sglang:FILE``
-    The ``schedule`` an engine's config file sets, read as the engine reads it
-    (docs/schedules.md#reading-engine-files-back).
+
+Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (the ``schedule`` an
+engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
+enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name; a ``trtllm:FILE``
+whose config sets ``acceptance_window`` and ``acceptance_length_threshold`` also carries
+TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation).
+``sglang-adaptive:FILE``, ``sglang-adaptive[1,2,4,8]:FILE``
+    SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads: per
+    batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates
+    (warm-up, update interval, hysteresis), simulated batch by batch; the brackets give
+    ``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts
+    at the file's deepest candidate (docs/schedules.md#the-engines-own-adaptation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
+from specsim.policy.schedule import depth_at, overlap, policy_text, span
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
 
 @dataclass(frozen=True)
@@ -48,11 +59,24 @@ class Policy:
         ``fixed`` only: the depth.
     ranges : tuple of (int, int or None, int)
         ``schedule`` only: ``(first_width, last_width or None for open, depth)``, sorted.
+    gate : tuple
+        ``(acceptance_window, acceptance_length_threshold)`` when the policy came from a
+        ``trtllm:FILE`` whose config sets TensorRT-LLM's speculation gate, else ``()``; the
+        server's own options take precedence (:class:`~specsim.sim.options.ServerOptions`).
+
+    adaptive : AdaptiveConfig or None
+        ``sglang-adaptive`` only: the controller's config
+        (:class:`specsim.interop.sglang.AdaptiveConfig`); ``graphs`` its CUDA-graph capture
+        sizes (``()``: none) and ``source`` the file it was read from.
     """
 
     kind: str
     depth: int = 0
     ranges: tuple = ()
+    gate: tuple = ()
+    adaptive: object = None
+    graphs: tuple = ()
+    source: str = ""
 
     @property
     def params(self) -> tuple:
@@ -100,6 +124,8 @@ class Policy:
             return self.depth
         if self.kind == "schedule":
             return max(k for _, _, k in self.ranges)
+        if self.kind == "sglang-adaptive":
+            return self.adaptive.deepest
         return None
 
     @property
@@ -111,9 +137,9 @@ class Policy:
         """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
         ``k_cap`` drafts runs); planner policies are returned unchanged."""
         if self.kind == "fixed":
-            return Policy("fixed", depth=min(self.depth, k_cap))
+            return replace(self, depth=min(self.depth, k_cap))
         if self.kind == "schedule":
-            return Policy("schedule", ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
+            return replace(self, ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
         return self
 
     def depth_for_width(self, width: int) -> int:
@@ -121,21 +147,20 @@ class Policy:
         if self.kind == "fixed":
             return self.depth
         if self.kind == "schedule":
-            for lo, hi, k in self.ranges:
-                if lo <= width and (hi is None or width <= hi):
-                    return k
-            return 0
+            return depth_at(self.ranges, width)
+        if self.kind == "sglang-adaptive":
+            raise PolicyError(f"policy {self} moves its depth with the acceptance it measures batch by batch, not "
+                              "with the width alone: simulate it (specsim simulate)")
         raise PolicyError(f"policy {self} picks its depth with the planner, not from the width alone")
 
     def __str__(self) -> str:
         if self.kind == "fixed":
             return f"fixed:{self.depth}"
         if self.kind == "schedule":
-            parts = []
-            for lo, hi, k in self.ranges:
-                span = f"{lo}-" if hi is None else (f"{lo}" if hi == lo else f"{lo}-{hi}")
-                parts.append(f"{span}={k}")
-            return "schedule:" + ",".join(parts)
+            return policy_text(self.ranges)
+        if self.kind == "sglang-adaptive":
+            graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
+            return f"sglang-adaptive{graphs}:{self.source}"
         return self.kind
 
 
@@ -150,14 +175,14 @@ def parse_policy(text) -> Policy:
     if isinstance(text, Policy):
         return text
     raw = str(text).strip()
-    from specsim.interop import engine_schedule
-
-    engine_ranges = engine_schedule(raw)  # ENGINE:FILE (docs/schedules.md#reading-engine-files-back)
-    if engine_ranges is not None:
-        return Policy("schedule", ranges=engine_ranges)
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    adaptive = _ADAPTIVE.fullmatch(kind)
+    if adaptive is not None:
+        raise PolicyError(f"policy {raw!r} reads SGLang's adaptive config file: policies that name files are "
+                          "read where they enter, by specsim.interop.read_policy (as the commands do)")
+    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, "
+             "sglang-adaptive:FILE")
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:
@@ -174,11 +199,11 @@ def parse_policy(text) -> Policy:
         part = part.strip()
         if not part:
             continue
-        span, eq, depth = part.partition("=")
+        widths, eq, depth = part.partition("=")
         if not eq:
             raise PolicyError(f"policy {raw!r}: {part!r} is not WIDTHS=DEPTH (e.g. 1-16=3 or 65-=0)")
         k = _int(depth, raw, f"depth in {part!r}")
-        lo_text, dash, hi_text = span.strip().partition("-")
+        lo_text, dash, hi_text = widths.strip().partition("-")
         lo = _int(lo_text, raw, f"first width in {part!r}")
         if lo < 1:
             raise PolicyError(f"policy {raw!r}: widths start at 1, got {part!r}")
@@ -189,17 +214,18 @@ def parse_policy(text) -> Policy:
         else:
             hi = _int(hi_text, raw, f"last width in {part!r}")
             if hi < lo:
-                raise PolicyError(f"policy {raw!r}: range {span.strip()!r} ends before it starts")
+                raise PolicyError(f"policy {raw!r}: range {widths.strip()!r} ends before it starts")
         ranges.append((lo, hi, k))
     if not ranges:
         raise PolicyError(f"policy {raw!r} has no WIDTHS=DEPTH range")
     ranges.sort(key=lambda r: r[0])
-    for (lo1, hi1, _), (lo2, hi2, _) in zip(ranges, ranges[1:]):
-        if hi1 is None or hi1 >= lo2:
-            a = f"{lo1}-" if hi1 is None else f"{lo1}-{hi1}"
-            b = f"{lo2}-" if hi2 is None else f"{lo2}-{hi2}"
-            raise PolicyError(f"policy {raw!r}: width ranges {a} and {b} overlap")
+    clash = overlap(ranges)
+    if clash:
+        raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
+
+
+_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
 
 
 def _int(text, raw, what) -> int:
@@ -211,7 +237,8 @@ def _int(text, raw, what) -> int:
 
 def policy_runs(policies, slacks):
     """``(Policy, slack)`` pairs to simulate: the planner policies (``propose``, ``sequence``)
-    once per slack, the others once (they do not read it)."""
+    once per slack, the others once (they do not read it). ``policies`` are texts or
+    :class:`Policy` values (``ENGINE:FILE`` ones read already)."""
     out = []
     for text in policies:
         pol = parse_policy(text)

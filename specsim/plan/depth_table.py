@@ -1,0 +1,49 @@
+"""The planner's depth at every width: what a policy drafts at each batch width 0..max_batch, as the
+server clamps it. The simulator memoises it per run; ``specsim tune`` starts from it.
+
+Parameters shared by the functions here: ``policy`` a :class:`specsim.policy.Policy`, ``table`` a
+:class:`specsim.CostTable`, ``cal`` an :class:`specsim.AcceptanceCalibration`, ``opts`` the server
+options (:class:`specsim.ServerOptions`: ``max_seqs``, ``slack``, ``row_budget``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim._checks import NO_CAP
+
+
+def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w: float = None) -> np.ndarray:
+    """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
+
+    ``propose``, ``sequence`` and ``load-aware`` use the planner's batch-depth kernel, ``goodput`` its own;
+    the speculation cap applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
+    With ``idle_w`` (watts): the depths ``load-aware`` runs while no request waits, planned by
+    tokens per joule above that idle power (other policies ignore it).
+    """
+    from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
+
+    cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
+    out = np.empty(max_batch + 1, dtype=np.int64)
+    scratch = np.empty((table.max_k + 1, 4))
+    if policy.needs_planner:
+        cum = np.empty(table.max_k + 1)
+        cum_priors_nb(cal.priors, table.max_k, cum)
+        if policy.maximises_goodput:
+            goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
+        elif idle_w is not None and policy.counts_idle:
+            above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
+        else:
+            propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
+    elif policy.kind == "sglang-adaptive":
+        out[:] = k_cap  # the controller's candidate is held to what the caps below leave at each width
+    else:
+        out[:] = [policy.depth_for_width(n) for n in range(max_batch + 1)]
+    np.minimum(out, k_cap, out=out)
+    widths = np.arange(max_batch + 1)
+    out[widths > cap] = 0
+    if not policy.per_sequence and opts.row_budget is not None:
+        per_width = opts.row_budget // np.maximum(widths, 1)
+        np.minimum(out, per_width, out=out)
+    out[0] = 0
+    return np.ascontiguousarray(out)

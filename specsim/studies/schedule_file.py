@@ -1,0 +1,109 @@
+"""specsim's own schedule file (docs/schedules.md#the-schedule-file): a canonical width-to-depth
+schedule in TOML with what it was tuned for recorded beside it, written by ``specsim tune`` and read
+by ``specsim schedule export``, ``--policy`` and the drift monitor."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim import _toml
+from specsim._checks import is_int
+from specsim._io import read_input
+from specsim.errors import PolicyError, ScheduleError
+from specsim.policy.policy import parse_policy
+from specsim.policy.schedule import canonical, check_ranges, policy_text
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class ScheduleFile:
+    """A schedule TOML as read back: the ranges and everything recorded beside them."""
+
+    ranges: tuple
+    objective: str = ""
+    max_batch: int = None
+    sections: dict = field(default_factory=dict)
+
+    @property
+    def policy(self) -> str:
+        return policy_text(self.ranges)
+
+
+def requests_digest(requests) -> str:
+    """``sha256:`` of a request array's arrival, prompt and output columns (little-endian), so a
+    trace read from two files of the same content has one digest."""
+    h = hashlib.sha256()
+    for name, dtype in (("arrival_s", "<f8"), ("prompt_tokens", "<i8"), ("output_tokens", "<i8")):
+        h.update(np.ascontiguousarray(requests[name], dtype=dtype).tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+def text_digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def render_schedule(ranges, *, objective: str, max_batch=None, sections=None) -> str:
+    """The schedule TOML (docs/schedules.md#the-schedule-file): header fields, one ``[[range]]``
+    per range of the canonical schedule, then each of ``sections`` as a TOML table of scalars."""
+    c = canonical(ranges)
+    lines = ["# A batch-width -> draft-depth schedule written by specsim (docs/schedules.md).",
+             "# Serve it: specsim schedule export THIS.toml --to vllm|trtllm|sglang",
+             f"schema = {SCHEMA}", f"policy = {_toml.string(policy_text(c))}", f"objective = {_toml.string(objective)}"]
+    if max_batch is not None:
+        lines.append(f"max_batch = {int(max_batch)}")
+    for lo, hi, k in c:
+        lines += ["", "[[range]]", f"first = {lo}"]
+        if hi is not None:
+            lines.append(f"last = {hi}")
+        lines.append(f"depth = {k}")
+    for name, table in (sections or {}).items():
+        lines += ["", f"[{_toml.key(name)}]"]
+        for key, value in table.items():
+            if value is not None:
+                lines.append(f"{_toml.key(key)} = {_toml.scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def load_schedule(path) -> ScheduleFile:
+    """Read a schedule TOML written by :func:`render_schedule` (or by hand)."""
+    doc = _toml.loads(read_input(path, "a schedule file", ScheduleError), "schedule file", str(path), ScheduleError)
+    return schedule_from_doc(doc, str(path))
+
+
+def schedule_from_doc(doc: dict, source: str) -> ScheduleFile:
+    if doc.get("schema") != SCHEMA:
+        raise ScheduleError(f"{source}: schema = {doc.get('schema')!r}; this specsim reads schedule files of "
+                            f"schema {SCHEMA}")
+    rows = doc.get("range")
+    if not isinstance(rows, list) or not rows:
+        raise ScheduleError(f"{source}: no [[range]] tables (each has first, optional last, depth)")
+    ranges = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or "first" not in row or "depth" not in row:
+            raise ScheduleError(f"{source}: [[range]] {i + 1} needs first and depth (last is optional: open range)")
+        from specsim._checks import show
+
+        unknown = sorted(set(row) - {"first", "last", "depth"})
+        if unknown:
+            raise ScheduleError(f"{source}: [[range]] {i + 1} has unknown key(s) {', '.join(map(show, unknown))}; "
+                                "a range has first, last (optional) and depth")
+        ranges.append((row["first"], row.get("last"), row["depth"]))
+    c = canonical(check_ranges(ranges, source))
+    written = doc.get("policy")
+    if written is not None:
+        try:
+            theirs = canonical(parse_policy(written).ranges)
+        except PolicyError as e:
+            raise ScheduleError(f"{source}: policy = {written!r} does not parse: {e}") from None
+        if theirs != c:
+            raise ScheduleError(f"{source}: policy = {written!r} disagrees with the [[range]] tables "
+                                f"({policy_text(c)}); fix one of them or delete the policy line")
+    mb = doc.get("max_batch")
+    if mb is not None and (not is_int(mb) or mb < 1):
+        raise ScheduleError(f"{source}: max_batch must be a whole number >= 1, got {mb!r}")
+    sections = {k: v for k, v in doc.items() if isinstance(v, dict)}
+    return ScheduleFile(c, str(doc.get("objective", "")), mb, sections)
