@@ -240,10 +240,16 @@ def _local_cluster(workers):
 
 
 def _quiet_dask() -> None:
+    """Silence Dask's loggers, each of them: distributed configures levels per module
+    (``distributed.scheduler`` ...), which a level on the parent would not override."""
     import logging
 
-    for name in ("distributed", "tornado", "asyncio"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    roots = ("distributed", "tornado", "asyncio")
+    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in roots]
+    for name in set(roots) | set(names):
+        log = logging.getLogger(name)
+        log.setLevel(logging.CRITICAL + 1)
+        log.disabled = True
 
 
 def _kill_workers(cluster) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specsim import _coldstart
 from specsim.costmodel.defaults import demo_table
 
@@ -20,6 +22,7 @@ def test_every_named_kernel_exists_where_the_notice_looks_for_it():
             assert _coldstart._first_line(_coldstart.PACKAGE / module, name) is not None, (module, name)
 
 
+@pytest.mark.slow
 def test_the_notice_comes_first_on_an_empty_cache_and_not_again(tmp_path):
     (tmp_path / "t.toml").write_text(demo_table().to_text())
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from specsim import AcceptanceCalibration, CostTable
 from specsim.cli import main
@@ -69,6 +70,7 @@ def _written_line(printed):
     return next(line for line in printed.splitlines() if " written to " in line and "Start from them" in line)
 
 
+@pytest.mark.slow
 def test_demo_names_only_the_files_it_wrote(tmp_path, capsys, monkeypatch):
     """The closing line lists what is on disk: with --no-plot, or without matplotlib, no plot is
     claimed, and the reason is given (the extra to install, when that is it)."""

@@ -157,6 +157,7 @@ def test_bench_stops_and_keeps_the_finished_cells(files):
     assert not (files / "b.toml").exists()
 
 
+@pytest.mark.slow
 def test_capacity_on_dask_stops_at_once_without_worker_tracebacks(files):
     """Ctrl-C at a terminal reaches the local cluster's workers too: none of them prints a
     traceback, and the command still exits 130 at once (the worker processes are ended)."""
@@ -171,6 +172,7 @@ def test_capacity_on_dask_stops_at_once_without_worker_tracebacks(files):
     assert (files / "cap.json").read_text() == SENTINEL
 
 
+@pytest.mark.slow
 def test_tune_on_dask_stops_at_once_without_worker_tracebacks(files):
     pytest.importorskip("dask.distributed")
     (files / "s.toml").write_text(SENTINEL)
