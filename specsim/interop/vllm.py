@@ -3,7 +3,11 @@ per-request metrics; formats and their versions: ``docs/telemetry.md``, "vLLM"),
 ``--speculative-config`` a schedule is served with and read back from
 (``num_speculative_tokens_per_batch_size``: inclusive ``[start_bs, end_bs, K]`` ranges from 1, no
 overlap, a gap or the tail taking the K before it, every K clamped to ``num_speculative_tokens``;
-docs/schedules.md#vllm), and a calibration as its synthetic rejection sampler."""
+docs/schedules.md#vllm), and a calibration as its synthetic rejection sampler.
+
+Why one module of this size: one module per engine (the registry is :mod:`specsim.interop`), so
+vLLM's telemetry readers, its config export and import sit together, each format beside its parser.
+"""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
+from specsim.sim.result import percentile
 from specsim.sim.slo import as_slo
 
 PLAIN = "fixed:0"
@@ -155,7 +156,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     """Simulate ``units`` copies of ``fleet`` with one policy; a plain function, so that a Dask
     worker can run it."""
     from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import _percentiles, overload, slo_attainment
+    from specsim.sim.metrics import overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
     res = simulate_fleet(requests, sized, policy, router=router)
@@ -163,8 +164,8 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
     over = overload(f)
     return Probe(label, units, sized.replicas, sized.gpus, float(att if att is not None else 1.0),
-                 int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), _percentiles(f.ttft_s)["p99"],
-                 _percentiles(f.tpot_s)["p99"], over["flag"], over["growth"])
+                 int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), percentile(f.ttft_s, 99),
+                 percentile(f.tpot_s, 99), over["flag"], over["growth"])
 
 
 # -- the search ---------------------------------------------------------------------------------------
