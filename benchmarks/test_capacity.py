@@ -69,6 +69,33 @@ def test_capacity_search_conv_10x_serial(benchmark, conv10, h200):
     assert all(p.attainment >= 0.99 for p in res.policies)
 
 
+def test_capacity_intervals_against_one_seed_conv_10x(benchmark, conv10, h200):
+    """The interval search (three draft-outcome seeds per probe, the check below the bracket, the
+    idle-replica check) against the one-seed search, in the same run on two threads: the ratio of
+    wall times (target <= 3)."""
+    from specsim.studies.capacity import ThreadRunner
+
+    table, cal = h200
+    start = time.perf_counter()
+    one = capacity(conv10, table, cal, POLICIES, runner=ThreadRunner(2), seeds=1, **SLO)
+    one_s = time.perf_counter() - start
+    start = time.perf_counter()
+    res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
+                             kwargs=dict(SLO, runner=ThreadRunner(2)), rounds=1, iterations=1)
+    three_s = time.perf_counter() - start
+    _record_answers(benchmark, res, three_s)
+    benchmark.extra_info["one_seed_s"] = round(one_s, 2)
+    benchmark.extra_info["one_seed_probes"] = sum(len(p.probes) for p in one.policies)
+    benchmark.extra_info["ratio_vs_one_seed"] = round(three_s / one_s, 2)
+    benchmark.extra_info["target_ratio"] = 3.0
+    for a, b in zip(one.policies, res.policies):
+        benchmark.extra_info[f"one_seed_replicas[{a.label}]"] = a.replicas
+    print(f"\ncapacity, 4 policies, Azure conv 10x: one seed {one_s:.1f} s "
+          f"({benchmark.extra_info['one_seed_probes']} probes), three seeds with intervals {three_s:.1f} s "
+          f"({benchmark.extra_info['probes']} probes): {three_s / one_s:.2f}x; answers "
+          + ", ".join(f"{a.label} {a.replicas} -> {b.replicas}" for a, b in zip(one.policies, res.policies)))
+
+
 def test_capacity_search_conv_10x_two_threads(benchmark, conv10, h200):
     from specsim.studies.capacity import ThreadRunner
 

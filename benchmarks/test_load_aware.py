@@ -5,7 +5,7 @@ trace is in tests/data). The Azure 2023 conversation hour (19,366 requests) at 0
 its rate on the demo's table (a modelled H200, Llama-3.1-8B with an EAGLE-3 drafter, its
 ``[meta]`` idle power) and calibration, with the demo's SLO; every policy under three
 draft-outcome seeds. Recorded in ``extra_info`` per load: each policy's mean J/token, its spread
-across the seeds, its SLO attainment, and load-aware's gap to the best of plain decoding,
+over those seeds, its SLO attainment, and load-aware's gap to the best of plain decoding,
 ``propose`` and the best fixed depth (the figures in docs/simulation.md, "Load-aware"). The
 printed table is the one the doc carries.
 """

@@ -115,3 +115,46 @@ def test_depths_unchecked(benchmark, n, rows_pay):
     checked = time_per_call(lambda: planner.depths(*call), min_time=0.1)
     if benchmark.stats is not None:
         benchmark.extra_info["checked_over_unchecked"] = checked / benchmark.stats.stats.mean
+
+
+# -- with a context: the table's grid at the batch's context --------------------------------------------
+
+def _context_planner():
+    """The K8 table at three contexts (costs doubling and quadrupling), as one table with an axis."""
+    tables = {c: CostTable(TABLE.key, TABLE.widths, TABLE.costs * s) for c, s in ((512, 1.0), (4096, 2.0),
+                                                                                   (16384, 4.0))}
+    return Planner(CostTable.from_contexts(tables), CAL, slack=0.2, max_seqs=1024)
+
+
+CONTEXT_PLANNER = _context_planner()
+
+
+@pytest.mark.parametrize("n", [8, 256])
+def test_depths_with_a_context(benchmark, n):
+    """``depths(..., context=C)`` at a context already planned at (the serve's steady state)
+    against ``depths`` without one on the same planner, in the same run (target <= 1.2x)."""
+    _, call, _ = _depths_case(n, 8)
+    planner = CONTEXT_PLANNER
+    planner.depths(*call, context=3000.0)
+    benchmark.group = "depths with a context (K = 8)"
+    benchmark(planner.depths, *call, context=3000.0)
+    _us(benchmark)
+    without = time_per_call(lambda: planner.depths(*call), min_time=0.1)
+    if benchmark.stats is not None:
+        benchmark.extra_info["with_over_without"] = benchmark.stats.stats.mean / without
+        benchmark.extra_info["target_ratio"] = 1.2
+
+
+@pytest.mark.parametrize("n", [8, 256])
+def test_propose_with_a_context(benchmark, n):
+    """``propose(n, context=C)`` at a context already asked for: two lookups (the context's
+    inputs, then the width's kept answer) against one without a context. Recorded as a ratio:
+    a dict lookup more than a list lookup, not held to the 1.2x of ``depths``."""
+    planner = CONTEXT_PLANNER
+    planner.propose(n, context=3000.0)
+    benchmark.group = "propose with a context"
+    benchmark(planner.propose, n, context=3000.0)
+    _us(benchmark)
+    without = time_per_call(lambda: planner.propose(n))
+    if benchmark.stats is not None:
+        benchmark.extra_info["with_over_without"] = benchmark.stats.stats.mean / without

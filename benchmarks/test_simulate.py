@@ -149,3 +149,32 @@ def test_cost_linear_in_trace_length(benchmark):
     benchmark.extra_info["long_s"] = long_s
     benchmark.extra_info["ratio"] = long_s / short_s
     benchmark.extra_info["target_ratio"] = 12.0
+
+
+def test_context_pricing_ratio(benchmark, conv):
+    """Four policies on the conversation hour with a modelled H200 table with a context axis,
+    priced at each step's batch context, against the same table's reference grid as a plain
+    table (today's pricing), CPU time in the same run (target <= 1.3x)."""
+    from benchmarks.context_pricing import context_table
+    from specsim.costmodel.defaults import demo_calibration
+    from specsim.table import CostTable
+
+    reqs, _, _ = conv
+    table, cal = context_table(), demo_calibration()
+    plain = CostTable(table.key, table.widths, table.costs, table.meta)
+    policies = ("fixed:0", "fixed:3", "propose", "sequence")
+
+    def run(t):
+        for p in policies:
+            simulate(reqs, t, cal, p)
+
+    for t in (table, plain):
+        for p in policies:
+            simulate(reqs[:100], t, cal, p)
+    t0 = time.process_time()
+    run(plain)
+    off_s = time.process_time() - t0
+    benchmark.pedantic(run, args=(table,), rounds=3, iterations=1)
+    if benchmark.stats is not None:
+        benchmark.extra_info["on_over_off"] = benchmark.stats.stats.mean / off_s
+        benchmark.extra_info["target_ratio"] = 1.3

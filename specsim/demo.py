@@ -79,6 +79,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.sim.metrics import requests_csv, summarize
     from specsim.policy.policy import policy_runs
+    from specsim.sim.verdict import mark_same_runs
 
     outputs = None
     if out is not None:
@@ -95,6 +96,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     plan = policy_runs(list(DEMO_POLICIES), [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
+    mark_same_runs(results, summaries)
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:
         with outputs:

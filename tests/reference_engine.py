@@ -91,7 +91,8 @@ class RefEngine:
     """The engine's rules (docs/simulation.md), one Python statement at a time, over lists.
 
     ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
-    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",) or ("sequence",).
+    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",), ("sequence",) or
+    ("sglang-adaptive", AdaptiveConfig, CUDA-graph sizes).
     With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
     from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
     no confidences.
@@ -101,7 +102,8 @@ class RefEngine:
                  max_seqs=None, k_max=None, row_budget=None, prefill_ms_per_token=0.0, prefill_j_per_token=0.0,
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
-                 prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None):
+                 prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None,
+                 acceptance_window=None, acceptance_length_threshold=None):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
@@ -127,6 +129,13 @@ class RefEngine:
         self.first, self.finish, self.sched = [math.nan] * count, [math.nan] * count, [math.nan] * count
         self.emitted, self.prefilled, self.blocks = [0] * count, [0] * count, [0] * count
         self.target = list(self.prompt)
+        # The speculation gate: decode steps per request, the last ``window`` accepted lengths.
+        self.gate_window = acceptance_window or 0
+        self.gate_threshold = acceptance_length_threshold
+        self.decode_iters = [0] * count
+        self.gate_values, self.gate_off = [], False
+        # SGLang's adaptive controller: one dict per slot, set up at the first decoding batch.
+        self.controllers, self.controller_slot = None, None
         self.hist = [0] * (self.max_k + 1)
         self.tot = dict(decode_j=0.0, prefill_j=0.0, idle_j=0.0, decode_steps=0, prefill_steps=0, mixed_steps=0,
                         accepted=0, rows=0, sequence_steps=0, preemptions=0, drafts_cut=0, prefill_tokens=0,
@@ -156,27 +165,85 @@ class RefEngine:
                     depth_histogram=self.hist, end_s=self.t, steps=self.steps, mean_decode_context=mean_context,
                     **self.tot)
 
-    def depth_at(self, n):
+    def bracket(self, c):
+        """Indices of the measured contexts around ``c`` (the nearest twice outside them)."""
+        xs = self.contexts
+        below = [i for i, x in enumerate(xs) if x <= c]
+        above = [i for i, x in enumerate(xs) if x >= c]
+        return (below[-1] if below else above[0]), (above[0] if above else below[-1])
+
+    def planning_grid(self, decoding):
+        """(widths, costs) the planner reads: the table's, or with context pricing the step costs
+        at this width and the decoding requests' mean context, as a one-width grid."""
+        n = len(decoding)
+        if not self.contexts or n == 0:
+            return self.widths, self.costs
+        c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / n
+        lo, hi = self.bracket(c)
+        p = [plan_ref_cell(self.widths, self.context_costs[lo], n, k) for k in range(self.max_k + 1)]
+        if lo == hi:
+            return [n], [p]
+        q = [plan_ref_cell(self.widths, self.context_costs[hi], n, k) for k in range(self.max_k + 1)]
+        t = (c - self.contexts[lo]) / (self.contexts[hi] - self.contexts[lo])
+        return [n], [[[a + (b - a) * t for a, b in zip(pk, qk)] for pk, qk in zip(p, q)]]
+
+    def depth_at(self, n, grid=None):
         kind = self.policy[0]
         if n == 0:
             return 0
+        widths, costs = grid if grid is not None else (self.widths, self.costs)
         if kind == "fixed":
             k = self.policy[1]
         elif kind == "schedule":
             k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
+        elif kind == "sglang-adaptive":
+            k = self.adaptive_depth(n)
         elif kind == "goodput":
-            k = ref_goodput_depth(self.widths, self.costs, self.priors, n, self.cap)
+            k = ref_goodput_depth(widths, costs, self.priors, n, self.cap)
         elif kind == "load-aware" and not self.queue:
             # Nobody waits: the time a step saves would be spent idle, so energy counts above idle power.
-            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap, self.idle_w)
+            k = ref_propose_depth(widths, costs, self.priors, n, self.slack, self.cap, self.idle_w)
         else:
-            k = ref_propose_depth(self.widths, self.costs, self.priors, n, self.slack, self.cap)
+            k = ref_propose_depth(widths, costs, self.priors, n, self.slack, self.cap)
         k = min(k, self.k_cap)
+        if self.gate_off:
+            k = 0
         if n > self.cap:
             k = 0
         if kind != "sequence" and self.row_budget != float("inf"):
             k = min(k, int(self.row_budget) // n)
         return k
+
+    def adaptive_depth(self, n):
+        """The current candidate of the slot SGLang serves a batch of ``n`` in: ``n`` padded up to
+        the next CUDA-graph size, then the slot with the largest first width <= it."""
+        cfg, graphs = self.policy[1], self.policy[2]
+        if self.controllers is None:
+            self.controllers = []
+            start = max(c[-1] for _, c in cfg.slots)
+            for _, cands in cfg.slots:
+                cur = min(max(start, cands[0]), cands[-1])
+                best = min(cands, key=lambda c: (abs(c - cur), -c))
+                self.controllers.append({"cands": list(cands), "cur": best, "ema": best - 1, "count": 0})
+        padded = next((g for g in graphs if g >= n), n)
+        self.controller_slot = max([i for i, (lo, _) in enumerate(cfg.slots) if lo <= padded] or [0])
+        return self.controllers[self.controller_slot]["cur"]
+
+    def adapt(self, mean_accepted):
+        """SGLang's AdaptiveStepSlot after a verify batch, as its public code does it."""
+        cfg = self.policy[1]
+        c = self.controllers[self.controller_slot]
+        c["ema"] = (1 - cfg.ema_alpha) * c["ema"] + cfg.ema_alpha * mean_accepted
+        c["count"] += 1
+        if c["count"] <= cfg.warmup_batches or (c["count"] - cfg.warmup_batches) % cfg.update_interval != 0:
+            return
+        cands = c["cands"]
+        i = cands.index(c["cur"])
+        while i > 0 and c["ema"] <= cands[i - 1] - 0.5 + cfg.down_hysteresis:
+            i -= 1
+        while i < len(cands) - 1 and c["ema"] > cands[i] - 0.5 + cfg.up_hysteresis:
+            i += 1
+        c["cur"] = cands[i]
 
     def used(self):
         return sum(self.blocks[r] for r in self.running)
@@ -217,7 +284,8 @@ class RefEngine:
 
     def plan(self, decoding):
         """Verify and drafted depths of the decoding sequences, and the drafted depth k."""
-        k = self.depth_at(len(decoding))
+        grid = self.planning_grid(decoding)
+        k = self.depth_at(len(decoding), grid)
         if self.policy[0] != "sequence":
             return {r: k for r in decoding}, k
         drafts = [min(k, self.output[r] - self.emitted[r] - 1) for r in decoding]
@@ -231,7 +299,7 @@ class RefEngine:
         vs = [0] * len(decoding)
         if kd > 0:
             rb = self.row_budget if self.row_budget != float("inf") else 1 << 62
-            vs = ref_sequence_depths(self.widths, self.costs, self.edges, self.p_accept, self.priors, confs, drafts,
+            vs = ref_sequence_depths(grid[0], grid[1], self.edges, self.p_accept, self.priors, confs, drafts,
                                      kd, rb, self.slack)
         return dict(zip(decoding, vs)), kd
 
@@ -291,10 +359,7 @@ class RefEngine:
                 c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / len(decoding)
                 self.contexts_priced.append(c)
                 xs = self.contexts
-                below = [i for i, x in enumerate(xs) if x <= c]
-                above = [i for i, x in enumerate(xs) if x >= c]
-                lo = below[-1] if below else above[0]
-                hi = above[0] if above else below[-1]
+                lo, hi = self.bracket(c)
                 dms, dj = self.decode_price(self.context_costs[lo], ns, rows, k, uniform)
                 if lo != hi:
                     t = (c - xs[lo]) / (xs[hi] - xs[lo])
@@ -330,6 +395,7 @@ class RefEngine:
                     break
                 acc += 1
             self.emitted[r] = e + 1 + acc
+            self.decode_iters[r] += 1
             tokens += 1 + acc
             self.tot["accepted"] += acc
         for r in pre:
@@ -360,7 +426,10 @@ class RefEngine:
         self.tot["decode_j"] += dj
         self.tot["prefill_j"] += pj
         self.tot["kv_block_s"] += self.used() * (ms / 1000.0)
+        accepted_before = self.tot["accepted"]
         tokens = self.emit(dec, pre, verify, take)
+        if self.policy[0] == "sglang-adaptive" and dec and k > 0:
+            self.adapt((self.tot["accepted"] - accepted_before) / len(dec))
         if dec:
             rows = sum(verify[r] for r in dec)
             self.steps.append((self.t, len(dec), rows / len(dec), tokens, self.used(),
@@ -369,7 +438,26 @@ class RefEngine:
             if self.emitted[r] == self.output[r]:
                 self.finish[r] = self.t
                 self.blocks[r] = 0
+        for r in self.running:  # the gate sees finished requests in admission order
+            if r in take and self.emitted[r] == self.output[r]:
+                self.gate(r)
         self.running = [r for r in self.running if self.emitted[r] < self.output[r]]
+
+
+    def gate(self, r):
+        """TensorRT-LLM's acceptance window: the finished request's mean accepted drafts per
+        decode step joins the last ``window``; a full window whose mean is below the threshold
+        turns speculation off for good. Requests that never decoded are not counted."""
+        if self.gate_window <= 0 or self.gate_off or self.decode_iters[r] == 0:
+            return
+        self.gate_values.append(max(0.0, self.output[r] / self.decode_iters[r] - 1.0))
+        if len(self.gate_values) > self.gate_window:
+            self.gate_values.pop(0)
+        if len(self.gate_values) == self.gate_window:
+            total = 0.0
+            for v in self.gate_values:
+                total += v
+            self.gate_off = total / self.gate_window < self.gate_threshold
 
 
 def ref_simulate(requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, **options):

@@ -130,7 +130,7 @@ def test_plan_side_files_are_refused_naming_the_file(files, kind, capsys):
 def test_counts_json_is_refused_naming_the_file(files, kind, capsys):
     side = files / "counts.json"
     side.write_bytes(BAD_CONTENT[kind])
-    _refused(["calib", "fit", "--counts", side, "--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16",
+    _refused(["calib", "fit", "--counts", side, "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16",
               "--context", "true", "-o", files / "out.toml"], capsys, "counts.json")
     assert not (files / "out.toml").exists()
 
@@ -268,7 +268,7 @@ def test_a_garbage_scheduler_address_is_refused(grid_files, address, capsys):
 def test_a_csv_log_with_a_byte_order_mark_is_read_and_a_folder_is_named_as_one(files, capsys):
     log = files / "steps.csv"
     log.write_bytes(("\ufeffdrafts,accepted\n" + "3,2\n3,0\n3,3\n" * 60).encode("utf-8"))
-    fit = ["calib", "fit", "--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true",
+    fit = ["calib", "fit", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true",
            "-o", str(files / "cal.toml")]
     assert _run(fit + ["--steps-log", str(log)]) == 0
     capsys.readouterr()
@@ -353,7 +353,7 @@ def test_positive_confidences_are_refused_as_not_log_probabilities(files, capsys
     _refused(["plan", files / "t.toml", files / "c.toml", "--confidences", files / "conf.json"], capsys,
              "conf.json", "sequence 0", "log-probability")
     (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,7.5,1\n")
-    fit = ["calib", "fit", "--drafts-log", files / "drafts.csv", "--drafter-sha256", "ab", "--vocab", "9",
+    fit = ["calib", "fit", "--drafts-log", files / "drafts.csv", "--drafter-sha256", "ab" * 32, "--vocab", "9",
            "--quantization", "bf16", "--context", "true", "-o", files / "cal.toml"]
     _refused(fit, capsys, "drafts.csv", "7.5", "log-probability")
     _refused(["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"], capsys, "drafts.csv")
@@ -386,7 +386,7 @@ def test_every_plot_option_refuses_a_format_matplotlib_cannot_write(grid_files, 
     pytest.importorskip("matplotlib")
     (files / "drafts.csv").write_text("step,sequence,position,confidence,accepted\n"
                                       + "".join(f"{i},0,1,-0.5,{i % 2}\n" for i in range(300)))
-    key = ["--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+    key = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
     for argv in (["calib", "fit", "--drafts-log", files / "drafts.csv", *key, "-o", files / "c2.toml"],
                  ["calib", "drift", files / "c.toml", "--drafts-log", files / "drafts.csv"],
                  ["sweep", files / "grid.toml", "--serial", "-o", files / "r.csv"]):
@@ -431,7 +431,7 @@ def test_calibration_queries_and_options_refuse_wrong_types_with_a_specsim_error
 @pytest.mark.parametrize("rates,position", [("0.5,0.9", "position 2"), ("0,0.5", "position 2"),
                                             ("0.82,0.61,0.45", None)])
 def test_rising_marginal_rates_are_reported_not_clamped_silently(files, capsys, rates, position):
-    code = _run(["calib", "fit", "--rates", rates, "--drafter-sha256", "ab", "--vocab", "9", "--quantization",
+    code = _run(["calib", "fit", "--rates", rates, "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
                  "bf16", "--context", "true", "-o", str(files / "r.toml")])
     err = capsys.readouterr().err
     assert code == 0 and "Traceback" not in err

@@ -61,6 +61,8 @@ def ref_policy(text):
         return ("fixed", p.depth)
     if p.kind == "schedule":
         return ("schedule", list(p.ranges))
+    if p.kind == "sglang-adaptive":
+        return ("sglang-adaptive", p.adaptive, p.graphs)
     return (p.kind,)
 
 

@@ -186,3 +186,192 @@ def test_a_pipe_that_is_being_written_is_still_read(files):
     writer.start()
     assert read_input(fifo, "a file", SpecsimError) == payload
     writer.join()
+
+
+# -- tracebacks and foreign exceptions -----------------------------------------------------------
+
+@pytest.mark.slow
+def test_fleet_with_65536_replicas_dies_with_memoryerror():
+    # The documented replica limit: every replica's step log is its share of one fleet-wide
+    # budget, not 4,096 entries each (2 GiB per log array at this size).
+    from specsim.sim.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS, Fleet, simulate_fleet
+    from specsim.traces import synthetic_trace
+
+    requests = synthetic_trace(30, 5.0, seed=1).requests
+    result = simulate_fleet(requests, Fleet.uniform(demo_table(), demo_calibration(), MAX_REPLICAS), "fixed:2")
+    assert len(result.replicas) == MAX_REPLICAS
+    assert int(result.fleet.output_tokens.sum()) == int(requests["output_tokens"].sum())
+    assert sum(r.step_t_s.shape[0] for r in result.replicas) <= FLEET_LOG_ENTRIES
+
+
+def test_online_calibration_window_2_20_max_depth_64_asks_for_33_gib():
+    from specsim.calibration.online import MAX_WINDOW_STEPS, OnlineCalibration
+
+    with pytest.raises(SpecsimError, match="GiB.*at most"):
+        OnlineCalibration(demo_calibration(), window=MAX_WINDOW_STEPS, max_depth=64)
+    # The documented window still fits at the default depth.
+    OnlineCalibration(demo_calibration(), window=MAX_WINDOW_STEPS, max_depth=8)
+
+
+@pytest.mark.parametrize("drift", ["yes", 1, object()])
+def test_online_calibration_drift_yes_attributeerror(drift):
+    from specsim.calibration.online import OnlineCalibration
+
+    with pytest.raises(SpecsimError, match="drift"):
+        OnlineCalibration(demo_calibration(), drift=drift)
+
+
+@pytest.mark.parametrize("bad", [0.5, math.inf], ids=["positive", "+inf"])
+def test_online_calibration_update_takes_positive_or_inf_confidences(bad):
+    import numpy as np
+
+    from specsim.calibration.online import OnlineCalibration
+
+    online = OnlineCalibration(demo_calibration(), max_depth=4)
+    conf = np.array([[-0.1, -0.2], [-0.3, bad]], dtype=np.float32)
+    with pytest.raises(SpecsimError, match="row 1, draft 1.*log-probability"):
+        online.update(conf, np.array([2, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
+    assert online.steps_seen == 0 and sum(online.counts().accepted) == 0
+    conf[1, 1] = np.nan  # unknown passes
+    online.update(conf, np.array([2, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
+    assert online.steps_seen == 1
+
+
+@pytest.mark.parametrize("engine,text", [
+    ("sglang", '{"\\u00b2": {"candidate_steps": [2]}, "1": {"candidate_steps": [3]}}'),
+    ("sglang", '{"' + "9" * 5000 + '": {"candidate_steps": [2]}}'),
+    ("trtllm", '{"speculative_config": {"draft_len_schedule": {"\\u00b2": 2}}}'),
+    ("trtllm", "speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 2\n  draft_len_schedule: {\u00b2: 2}\n"),
+    ("trtllm", "speculative_config:\n  max_draft_len: 2\n  draft_len_schedule: {" + "9" * 5000 + ": 2}\n"),
+], ids=["sglang ²", "sglang 5000 digits", "trtllm json ²", "trtllm yaml ²", "trtllm yaml 5000 digits"])
+def test_a_key_superscript_two_in_sglang_or_trtllm_configs_is_int_valueerror(files, engine, text, capsys):
+    path = files / "engine.cfg"
+    path.write_text(text, encoding="utf-8")
+    _refused(["schedule", "import", "--from", engine, path], capsys, "engine.cfg")
+
+
+def test_capacity_plot_xyz_fails_after_the_search(files, capsys):
+    pytest.importorskip("matplotlib")
+    _refused(["capacity", "--trace", files / "tiny.csv", *_tc(files), "--slo-tpot-s", "1", "--serial",
+              "--policy", "fixed:1", "--plot", files / "p.xyz"], capsys, "cannot write .xyz")
+    assert not (files / "p.xyz").exists()
+
+
+GPU_SPEC = ('[[gpu]]\nname = "big"\nmemory_gb = {memory}\nbandwidth_gbs = {bandwidth}\nbf16_tflops = 989.4\n'
+            'tdp_w = 700\nidle_w = 70\n')
+
+
+@pytest.mark.parametrize("memory,bandwidth,field", [("1e308", "4800", "memory_gb"), ("141", "1e-308", "bandwidth_gbs")],
+                         ids=["memory_gb 1e308 NaN ValueError", "bandwidth_gbs 1e-308 blamed on a cell"])
+def test_table_model_gpu_spec_memory_gb_1e308_nan_valueerror(files, memory, bandwidth, field, capsys):
+    (files / "gpu.toml").write_text(GPU_SPEC.format(memory=memory, bandwidth=bandwidth))
+    err = _refused(["table", "model", "--gpu", "big", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k",
+                    "2", "--widths", "1,2", "--gpu-spec", files / "gpu.toml", "-o", files / "m.toml"], capsys, field)
+    assert "verify_ms" not in err and not (files / "m.toml").exists()
+
+
+CURVE = "tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n"
+
+
+def test_a_prefill_curve_csv_with_a_200_kb_field_is_a_csv_error(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_text(CURVE + '"' + "9" * 200_000 + '",1,1\n')
+    with pytest.raises(SpecsimError, match="curve.csv:4.*not CSV"):
+        ServerOptions(prefill_curve=files / "curve.csv")
+
+
+def test_a_prefill_curve_with_a_utf8_bom_is_missing_the_tokens_header(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_bytes(b"\xef\xbb\xbf" + CURVE.encode())
+    assert ServerOptions(prefill_curve=files / "curve.csv").prefill_curve[0] == (128.0, 1024.0)
+
+
+def test_fractional_tokens_in_a_prefill_curve_are_accepted(files):
+    from specsim.sim.engine import ServerOptions
+
+    (files / "curve.csv").write_text("tokens,ms,j\n128.5,5.0,2.0\n1024,20.0,9.0\n")
+    with pytest.raises(SpecsimError, match="128.5 is not a whole number"):
+        ServerOptions(prefill_curve=files / "curve.csv")
+
+
+def test_prefill_curve_together_with_prefill_ms_per_token_ignores_one(files, capsys):
+    (files / "curve.csv").write_text(CURVE)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "fixed:1", "--prefill-curve",
+              files / "curve.csv", "--prefill-ms-per-token", "0.1"], capsys, "prefill_ms_per_token")
+
+
+def test_table_import_of_a_run_with_a_cell_at_depth_10_12_memoryerror(files, capsys, watchdog):
+    (files / "run.toml").write_text('[[run]]\nname = "r"\ncells = [[1, 0, 80.0, 4.0, 0.0, 0.0], '
+                                    '[1, 1000000000000, 83.6, 5.3, 5.6, 0.3]]\n')
+    _refused(["table", "import", files / "run.toml", "--run", "r", "--box-class", "b", "--recipe", "x",
+              "-o", files / "o.toml"], capsys, "k = 1000000000000", "1,024")
+    assert not (files / "o.toml").exists()
+
+
+def test_api_costtable_from_cells_with_string_fields_typeerror():
+    from specsim.table import SCHEMA, CostTable, TableKey
+
+    key = TableKey(SCHEMA, "b", "r", {})
+    for cell in ((1, 0, "80", 4.0, 0.0, 0.0), ("1", 0, 80.0, 4.0, 0.0, 0.0), (1, None, 80.0, 4.0, 0.0, 0.0)):
+        with pytest.raises(SpecsimError, match="cells\\[0\\]"):
+            CostTable.from_cells(key, [cell])
+
+
+def _api_calls():
+    import numpy as np
+
+    from specsim import simulate
+    from specsim.interop import export_schedule
+    from specsim.sim.fleet import Fleet
+    from specsim.traces import synthetic_trace
+
+    table, cal = demo_table(), demo_calibration()
+    requests = synthetic_trace(10, 5.0, seed=1).requests
+    conf, n_conf = np.full((2, 3), -0.1, dtype=np.float32), np.array([3, 3], dtype=np.int64)
+    return {
+        "simulate warp=9": lambda: simulate(requests, table, cal, "fixed:1", warp=9),
+        "Fleet.with_options warp=9": lambda: Fleet.uniform(table, cal, 2).with_options(warp=9),
+        "export_schedule draft_model=object()": lambda: export_schedule("vllm", ((1, None, 2),),
+                                                                          draft_model=object()),
+        "p_matrix m_out=-1": lambda: cal.p_matrix(conf, n_conf, m_out=-1),
+        "p_matrix m_out='x'": lambda: cal.p_matrix(conf, n_conf, m_out="x"),
+        "Fleet.uniform('x', C, 1)": lambda: Fleet.uniform("x", cal, 1),
+    }
+
+
+@pytest.mark.parametrize("call", list(_api_calls()))
+def test_api_typeerrors_and_keyerrors_listed(call):
+    with pytest.raises(SpecsimError):
+        _api_calls()[call]()
+
+
+@pytest.mark.parametrize("sha", ["ab" * 32 + "\n", "ab\ncd", "abc", " " + "ab" * 32],
+                         ids=["trailing newline", "inner newline", "3 hex digits", "leading space"])
+def test_drafter_sha256_with_a_newline_or_not_64_hex_digits_is_accepted(files, sha, capsys):
+    _refused(["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", sha, "--vocab", "9", "--quantization",
+              "bf16", "--context", "true", "-o", files / "c2.toml"], capsys, "--drafter-sha256")
+    assert not (files / "c2.toml").exists()
+
+
+def test_edges_nan_in_a_calibration_is_accepted(files, capsys):
+    from specsim.calibration import AcceptanceCalibration, DrafterKey
+
+    with pytest.raises(SpecsimError, match="NaN"):
+        AcceptanceCalibration(DrafterKey("x", 9, "bf16", True), [math.nan], [0.5], [0.5])
+    (files / "nan.toml").write_text('[drafter]\nweights_sha256 = "x"\nvocab = 9\nquantization = "bf16"\n'
+                                    'context = true\n[acceptance]\nedges = [nan]\np_accept = [0.5]\n'
+                                    'prior_by_position = [0.5]\n')
+    _refused(["calib", "show", files / "nan.toml"], capsys, "nan.toml", "NaN")
+
+
+def test_unknown_keys_in_a_schedule_range_are_accepted(files, capsys):
+    (files / "s.toml").write_text('schema = 1\n[[range]]\nfirst = 1\ndepth = 3\ndepht = 2\n')
+    _refused(["schedule", "export", files / "s.toml", "--to", "vllm"], capsys, "s.toml", "'depht'")
+
+
+def test_2_63_minus_1_tokens_are_not_a_non_negative_integer(files, capsys):
+    (files / "big.csv").write_text(TRACE.splitlines()[0] + f"\n0.0,10,{2**63 - 1}\n")
+    err = _refused(["trace", "show", files / "big.csv"], capsys, "big.csv:2", "0..16,777,216")
+    assert "not a non-negative integer" not in err

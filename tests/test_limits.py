@@ -139,7 +139,7 @@ def test_a_grid_crossing_to_too_many_points_is_refused(files, capsys):
             "1,001,000")
 
 
-COUNTS_KEY = ["--drafter-sha256", "ab", "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+COUNTS_KEY = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
 
 
 @pytest.mark.parametrize("text,needle", [

@@ -317,3 +317,13 @@ def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_da
     printed = capsys.readouterr().out
     assert "best per traffic level:" in printed and "all points: least J/token: fixed:" in printed
     assert "tie" not in printed and best_by_traffic(single, read_results(inputs / "s.csv"))
+
+
+def test_points_that_made_the_same_run_are_named_equal(inputs, shared_data, capsys):
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:2", "schedule:1-=2", "fixed:1"]',
+                                limit=60))
+    assert main(["sweep", grid.source, "-o", str(inputs / "r.csv"), "--serial", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "same run: fixed:2 = schedule:1-=2" in out and "fixed:1" not in out.split("same run:")[1].split("\n")[0]
+    rows = read_results(inputs / "r.csv")
+    assert rows[0]["run_digest"] == rows[1]["run_digest"] != rows[2]["run_digest"]

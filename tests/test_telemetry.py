@@ -576,3 +576,12 @@ def test_trtllm_released_per_request_block_is_a_mean_needing_the_depth(tmp_path)
     assert fmt == "trtllm-request" and ident.meta["steps"] == 200
     assert ident.meta["mean_accepted_per_step"] == pytest.approx(1.5)
     assert ident.meta["source_request_block"] == "accepted and drafted tokens only"
+
+
+def test_sglang_depth_flag_wins_over_the_ratio(tmp_path):
+    # with draft trees (topk > 1) proposed / verify counts tree nodes: --depth K names the chain depth
+    meta = {"spec_correct_drafts_histogram": [5, 10, 85], "spec_verify_ct": 100, "spec_num_proposed_drafts": 600}
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json")
+    assert ident.steps == {(6, 0): 5, (6, 1): 10, (6, 2): 85}
+    _, ident, _ = load(tmp_path, json.dumps({"meta_info": meta}), "s.json", depth=3)
+    assert ident.steps == {(3, 0): 5, (3, 1): 10, (3, 2): 85}

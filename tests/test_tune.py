@@ -214,8 +214,14 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--compare", f"vllm:{current}", "-o", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "<- tuned", "held-out"):
+    for name in ("fixed:0", "fixed:2", "goodput", "propose", "sequence", "tuned", "best fixed", "held-out"):
         assert name in printed
+    # The held-out table: no column repeats another, none is empty throughout (no SLO given, so no SLO column).
+    table = printed[printed.index("held-out window"):].splitlines()[1:]
+    header = table[0].split()
+    assert header == ["policy", "J/token", "+-", "tok/s", "TPOT", "p99", "ms", "row"]
+    cells = [line.split() for line in table[2:] if line.strip() and not line.startswith(("tuned", "the "))]
+    assert all(len(c) >= 5 for c in cells)
     assert f"vllm:{current}" in printed
     doc = load_schedule(out)
     assert doc.sections["inputs"]["trace"] == "trace.csv"
@@ -291,3 +297,50 @@ def load_schedule_text(text):
         f = Path(d) / "s.toml"
         f.write_text(text)
         return load_schedule(f)
+
+
+def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(small, tmp_path, capsys):
+    """Per width band, the planner's depth at each measured context: deeper drafts where verify
+    steps grow dear with context (here: verify cost x 1 at context 128, x 6 at 8192)."""
+    from specsim.plan.planner import Planner
+    from specsim.table import CostTable
+
+    trace, table, cal = small
+    axis = CostTable.from_contexts({128: table, 8192: CostTable(table.key, table.widths, table.costs * [6, 6, 1, 1])})
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(axis.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "-o", str(tmp_path / "s.toml")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "best depth by context" in printed and "ctx 128" in printed and "ctx 8192" in printed
+    block = printed[printed.index("best depth by context"):].splitlines()[3:]
+    planner = Planner(axis, cal)
+    for line in block:
+        cells = line.split()
+        mid = int(cells[1])
+        assert [int(x) for x in cells[3:5]] == [planner.propose(mid, context=128), planner.propose(mid, context=8192)]
+
+
+def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(small, tmp_path, capsys):
+    """A TPOT target below any step's time: nothing can meet it, so there is no schedule to serve."""
+    trace, table, cal = small
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
+            "--attainment", "0.99", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
+    assert "Traceback" not in err and not out.exists()
+    with pytest.raises(ScheduleError, match="best of the .* tried reached"):
+        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
+             executor="threads", slo_tpot_s=0.0001, attainment=0.99)

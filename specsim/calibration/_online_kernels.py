@@ -20,6 +20,10 @@ from specsim.calibration._kernels import bucket_fast_nb
 
 OK = -1  # a kernel returns OK, or the first bad row
 BAD_LENGTH = -2  # n_conf or accepted_run has another length than the confidences' rows
+# A row whose verified confidences include one above 0 (past rounding) comes back as
+# ``BAD_CONFIDENCE - row``: a log-probability is at most 0, +inf included.
+BAD_CONFIDENCE = -3
+LOGPROB_SLACK = 1e-3  # specsim._checks.LOGPROB_SLACK, a compile-time constant here
 
 # Columns of the monitor's float state, per stream and direction.
 STAT, N_SINCE, K_SINCE, N_STEP, K_STEP = 0, 1, 2, 3, 4
@@ -159,8 +163,10 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
     -------
     int
         ``OK`` (-1); ``BAD_LENGTH`` (-2) when ``n_conf`` or ``accepted_run`` has another length
-        than ``conf`` has rows; or the first row with ``n_conf`` outside ``0..=min(m, D)`` or an
-        accepted run outside ``0..=n_conf``. Nothing is changed unless ``OK``.
+        than ``conf`` has rows; the first row with ``n_conf`` outside ``0..=min(m, D)`` or an
+        accepted run outside ``0..=n_conf``; or ``BAD_CONFIDENCE - i`` for the first row ``i``
+        whose verified confidences hold one above 0 (a positive or infinite log-probability).
+        Nothing is changed unless ``OK``.
     """
     n = conf.shape[0]
     nb = edges.shape[0]
@@ -172,6 +178,9 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
         d = n_conf[i]
         if d < 0 or d > conf.shape[1] or d >= side or accepted_run[i] < 0 or accepted_run[i] > d:
             return i
+        for j in range(d):
+            if conf[i, j] > LOGPROB_SLACK:  # NaN (unknown) compares False and passes
+                return BAD_CONFIDENCE - i
     _begin_step_nb(counts, before, ring, slot, decay)
     use_ring = ring.shape[0] > 0
     bits = conf.view(np.int32)

@@ -162,8 +162,12 @@ class AcceptanceCalibration:
         from specsim.calibration._kernels import p_matrix_nb
 
         conf, n_conf = _batch(confidences, n_conf)
+        if m_out is not None:
+            from specsim._checks import MAX_DEPTH, check_int
+
+            m_out = check_int(m_out, "m_out (positions to return)", CalibrationError, 0, MAX_DEPTH)
         if out is None:
-            out = np.empty((conf.shape[0], conf.shape[1] if m_out is None else int(m_out)))
+            out = np.empty((conf.shape[0], conf.shape[1] if m_out is None else m_out))
         elif not (_ready(out, _F64, 2) and out.shape[0] == conf.shape[0]):
             raise CalibrationError(f"out must be a contiguous float64 array with {conf.shape[0]} rows")
         p_matrix_nb(self.edges, self.p_accept, self.priors, conf, n_conf, out)
@@ -377,7 +381,9 @@ def _rule_problems(edges, p_accept, priors):
             problems.append(
                 f"edges[{i - 1}] = {float(edges[i - 1])!r} and edges[{i}] = {float(edges[i])!r} are not strictly ascending (as float32)"
             )
-    if edges.shape[0] and edges[-1] < 0:
+    if np.isnan(edges).any():
+        problems.append(f"edges[{int(np.flatnonzero(np.isnan(edges))[0])}] is NaN: a bucket edge is a log-probability")
+    elif edges.shape[0] and not edges[-1] >= 0:
         problems.append(f"the last edge {float(edges[-1])!r} is < 0: it must be >= 0 so every log-probability lands")
     for name, arr in (("p_accept", p_accept), ("prior_by_position", priors)):
         for i, p in enumerate(arr):

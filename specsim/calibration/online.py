@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from specsim._checks import int_problem, number_problem
+from specsim._checks import LOGPROB_SLACK, int_problem, number_problem, show
 from specsim.calibration._types import FitCounts
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
 from specsim.calibration.drift import DriftSettings, reference_streams, report
@@ -56,20 +56,32 @@ class OnlineCalibration:
 
     def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth: int = 16,
                  drift=True):
-        from specsim.calibration._online_kernels import online_buffers, online_update_nb
+        from specsim.calibration._online_kernels import BAD_CONFIDENCE, online_buffers, online_update_nb
+
+        if not (isinstance(drift, (bool, DriftSettings)) or drift is None):
+            raise CalibrationError(f"drift = {show(drift)} must be True, False or a DriftSettings")
 
         if not isinstance(calibration, AcceptanceCalibration):
             raise CalibrationError(f"OnlineCalibration needs an AcceptanceCalibration, got {type(calibration).__name__}")
         if window is not None and half_life is not None:
             raise CalibrationError("give window or half_life, not both: one rule for forgetting old steps")
-        # The window's ring is allocated up front (window x a few hundred floats): a million
-        # steps is already about a gigabyte at the largest max_depth.
+        # The window's ring is allocated up front (window x a few hundred floats): its size is
+        # bounded below, before anything is allocated.
         problem = window is not None and int_problem(window, "window (steps)", 1, MAX_WINDOW_STEPS)
         problem = problem or (half_life is not None and number_problem(half_life, "half_life (steps)", 0.0,
                                                                         low_open=True))
         problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, 255)
         if problem:
             raise CalibrationError(problem)
+        from specsim._checks import MAX_ONLINE_RING_VALUES
+
+        row = 2 * calibration.edges.shape[0] + (int(max_depth) + 1) ** 2 + 1
+        if window is not None and int(window) * row > MAX_ONLINE_RING_VALUES:
+            raise CalibrationError(
+                f"window = {int(window):,} steps at max_depth = {int(max_depth)} needs a ring of "
+                f"{int(window) * row * 8 / 2**30:.1f} GiB (window x {row:,} values); at most "
+                f"{MAX_ONLINE_RING_VALUES * 8 / 2**30:g} GiB: give a window of at most "
+                f"{MAX_ONLINE_RING_VALUES // row:,} steps, a smaller max_depth, or half_life (docs/limits.md)")
         self.reference = calibration
         self.window = None if window is None else int(window)
         self.half_life = None if half_life is None else float(half_life)
@@ -91,6 +103,7 @@ class OnlineCalibration:
         self._ring_rows = self.window or 1
         self._state = (buf.counts, buf.before, buf.ring, self._pool_of_bucket, self._llr, buf.mon_f, buf.mon_i)
         self._kernel = online_update_nb
+        self._bad_confidence = BAD_CONFIDENCE
         self.steps_seen = 0
 
     def update(self, confidences, n_conf, accepted_run) -> None:
@@ -131,6 +144,12 @@ class OnlineCalibration:
         if bad == -2:
             raise CalibrationError(f"n_conf has {n_conf.shape[0]} and accepted_run {accepted_run.shape[0]} entries for "
                                    f"{confidences.shape[0]} rows of confidences: one per row")
+        if bad <= self._bad_confidence:
+            row = self._bad_confidence - bad
+            j = int(np.argmax(confidences[row, :int(n_conf[row])] > LOGPROB_SLACK))
+            raise CalibrationError(
+                f"row {row}, draft {j}: confidence {float(confidences[row, j])!r} is above 0: a confidence is a "
+                "log-probability, at most 0; for probabilities p give log(p) (nothing was counted)")
         if bad != -1:
             raise CalibrationError(
                 f"row {bad}: n_conf {int(n_conf[bad])} and accepted_run {int(accepted_run[bad])} need 0 <= accepted_run "

@@ -147,16 +147,17 @@ def _note_cut(meta, cut, min_depth):
 
 
 def _with_depth(r, depth, where):
-    """``r`` at its depth: a histogram whose length is not its depth (SGLang's) takes the depth
-    the record tells, else ``depth``, else is refused."""
+    """``r`` at its depth: a histogram whose length is not its depth (SGLang's) takes ``depth``
+    (the user's, which wins: with draft trees the record's ratio counts nodes), else the depth
+    the record tells, else is refused."""
     if r.depth_told or r.variable:
         return r
-    d = r.depth if r.depth is not None else depth
-    longest = max(k for k, _ in r.steps)
+    d = depth if depth is not None else r.depth
+    longest = max(a for _, a in r.steps)
     if d is None:
         raise CalibrationError(
-            f"{r.where}: the histogram grows to the largest accepted run + 1, so its length ({longest + 1}) is not "
-            "the depth, and nothing in the record tells the depth: give --depth K (speculative_num_steps)")
+            f"{r.where}: the histogram grows to the largest accepted run + 1, so its length is not the depth, and "
+            "nothing in the record tells the depth: give --depth K (speculative_num_steps)")
     if d < longest:
         raise CalibrationError(f"{r.where}: the histogram has runs of {longest} accepted drafts but the depth is {d}")
     counts = [0] * (d + 1)

@@ -21,8 +21,17 @@ def drafter_key(args):
     """The :class:`DrafterKey` of :func:`drafter_flags`, refused when a field is empty."""
     if args.vocab < 1:
         raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
+    from specsim._checks import show
+
     for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
         if not value.strip():
             raise CalibrationError(f"{flag} is empty: a calibration is used only with the drafter it was fitted on, "
                                    "so its key must name it")
+        if not value.isprintable() or value != value.strip():
+            raise CalibrationError(f"{flag} {show(value)} holds a control character or surrounding spaces: give "
+                                   "the value alone on one line")
+    sha = args.drafter_sha256
+    if all(ch in "0123456789abcdefABCDEF" for ch in sha) and len(sha) != 64:
+        raise CalibrationError(f"--drafter-sha256 {show(sha)} has {len(sha)} hex digits; a SHA-256 has 64 "
+                               "(sha256sum of the drafter's weights); a label that is not hex names an unhashed drafter")
     return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")

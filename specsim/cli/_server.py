@@ -55,6 +55,13 @@ def add_server_options(p, *, replica: bool = False) -> None:
                         "ms and J, interpolated)")
     p.add_argument("--idle-w", type=nonneg_float, metavar="W",
                    help=f"power{each} while nothing is active (default: the table's [meta], else 0)")
+    p.add_argument("--acceptance-window", type=int, metavar="N",
+                   help="TensorRT-LLM's speculation gate, on any policy: once N requests have finished, turn "
+                        "speculation off for good when the last N's mean accepted drafts per step is below "
+                        "--acceptance-threshold (give both; N <= 0 never turns it off; default: no gate, or what a "
+                        "trtllm:FILE policy's config sets)")
+    p.add_argument("--acceptance-threshold", dest="acceptance_length_threshold", type=float, metavar="T",
+                   help="the speculation gate's threshold on mean accepted drafts per step (with --acceptance-window)")
 
 
 def warn_placeholder_prefill(options, table, command: str) -> None:
@@ -77,4 +84,5 @@ def server_options(args) -> dict:
             "row_budget": args.row_budget, "prefill_ms_per_token": args.prefill_ms_per_token,
             "prefill_j_per_token": args.prefill_j_per_token, "prefill_ms_per_step": args.prefill_ms_per_step,
             "prefill_j_per_step": args.prefill_j_per_step, "prefill_curve": args.prefill_curve,
-            "idle_w": args.idle_w}
+            "idle_w": args.idle_w, "acceptance_window": args.acceptance_window,
+            "acceptance_length_threshold": args.acceptance_length_threshold}

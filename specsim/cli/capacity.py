@@ -14,7 +14,7 @@ from specsim.cli.trace import add_trace_options
 
 def register(sub, groups):
     from specsim.sim.fleet import ROUTERS
-    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER
+    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS
 
     p = sub.add_parser(
         "capacity",
@@ -43,6 +43,9 @@ def register(sub, groups):
                    help="price of one GPU-hour, for $ per million tokens")
     add_server_options(p, replica=True)
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
+                   help=f"draft-outcome seeds per probe, from --seed on (default {DEFAULT_SEEDS}): a size meets the "
+                        "target when its attainment's 95%% interval (Wilson over requests x seeds) does")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run the probes in this process, without Dask")
@@ -73,7 +76,7 @@ def cmd_capacity(args):
         add_policy_inputs(out, args.policy)
         out.declare(args.json, "--json")
         if out.declare(args.plot, "--plot"):
-            require_matplotlib()
+            require_matplotlib("--plot", args.plot)
         fleet, read = _inputs(args, out)
         result = _search(args, fleet, read)
         print(capacity_table(result))
@@ -133,7 +136,8 @@ def _search(args, fleet, read):
           f"over {read.span_s:.1f} s; unit: {fleet.replicas} replica(s), {fleet.gpus} GPU(s); router {router}",
           file=sys.stderr)
     kw = dict(fleet=fleet, slack=args.slack, slo=slo_from_args(args, CapacityError), router=router, max_replicas=args.max_replicas,
-              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet))
+              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet),
+              seeds=args.seeds)
     if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
@@ -158,18 +162,22 @@ def capacity_table(result) -> str:
     """The policies side by side."""
     from specsim._text import format_grid
 
-    header = ["policy", "replicas", "GPUs", "attain", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
+    header = ["policy", "replicas", "GPUs", "attain", "95% interval", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
               "J saving", "checked"]
     rows = []
     for p in result.policies:
-        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"),
+        interval = "-" if p.attainment_low is None else f"{100 * p.attainment_low:.2f}-{100 * p.attainment_high:.2f}%"
+        rows.append([p.label, str(p.replicas), str(p.gpus), _f(p.attainment, ".2%"), interval,
                      _f(p.tokens_per_s_per_gpu, ".1f"), _f(p.j_per_token, ".4f"), _f(p.gpu_hours_per_mtok, ".3f"), _f(p.usd_per_mtok, ".2f"),
                      _f(p.gpu_saving, ".1%"), _f(p.energy_saving, ".1%"),
                      {True: "yes", False: "NON-MONOTONE", None: "at cap"}[p.monotone_at_boundary]])
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", result.slo_ttft_s), ("TPOT", result.slo_tpot_s))
                     if v is not None)
-    note = (f"\n(target: {result.target:.2%} of requests with {slo}; router {result.router}; savings against "
-            "fixed:0; checked: one unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    note = (f"\n(target: {result.target:.2%} of requests with {slo}, met when the 95% interval's low end reaches it "
+            f"over {result.seeds} draft-outcome seed(s); router {result.router}; savings against fixed:0; checked: one "
+            "unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    for w in result.warnings:
+        note += f"\nwarning: {w}"
     bad = [p.label for p in result.policies if p.monotone_at_boundary is False]
     if bad:
         note += (f"\nwarning: for {', '.join(bad)} one unit more missed the target: attainment is not monotone "
@@ -202,8 +210,8 @@ def _document(args, result, read) -> dict:
 
 
 def plot_capacity(result, path) -> None:
-    """Attainment against replicas, one line per policy, the target as a dashed line and each
-    policy's answer marked."""
+    """Attainment against replicas with each probe's 95% interval as a band, one line per policy,
+    the target as a dashed line and each policy's answer marked; the legend sits outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,14 +223,18 @@ def plot_capacity(result, path) -> None:
         xs = [q.replicas for q in p.probes]
         ys = [q.attainment for q in p.probes]
         (line,) = ax.plot(xs, ys, marker="o", label=f"{p.label}: {p.replicas}")
+        lows = [q.interval[0] for q in p.probes]
+        highs = [q.interval[1] for q in p.probes]
+        ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.plot([p.replicas], [p.attainment], marker="*", markersize=14, color=line.get_color())
     ax.axhline(result.target, linestyle="--", color="grey", label=f"target {result.target:g}")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 8, not 2^3
     ax.set_xlabel("replicas")
     ax.set_ylabel("SLO attainment")
-    ax.set_title("SLO attainment against fleet size (star: fewest replicas meeting the target)")
-    ax.legend(fontsize=8)
+    ax.set_title("SLO attainment against fleet size, 95% intervals shaded\n(star: fewest replicas whose interval "
+                 "clears the target)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -79,6 +79,7 @@ def _simulate(args, out):
     from specsim.policy.policy import policy_runs
     from specsim.sim.metrics import overload_lines, requests_csv, summarize
     from specsim.sim.report import comparison_table
+    from specsim.sim.verdict import mark_same_runs, reruns, verdict
     from specsim.table import CostTable
 
     read = trace_from_args(args)
@@ -109,12 +110,19 @@ def _simulate(args, out):
                          "(times or joules too large to add up)", SimulationError)
     print(f"{read.source} ({read.format}): {n_req} requests, {int(read.requests['output_tokens'].sum())} output "
           f"tokens over {read.span_s:.1f} s; table {table.key.box_class} / {table.key.recipe}")
+    mark_same_runs(results, summaries)
     print(comparison_table(summaries))
     for line in overload_lines(summaries):
         print(line)
+    rerun = reruns(read.requests, table, cal, results, base, (args.slo_ttft_s, args.slo_tpot_s), acceptance)
+    verdicts = [v for v in (verdict(name, summaries, rerun, args.seed) for name in ("lowest energy", "lowest p99 TPOT"))
+                if v is not None]
+    for v in verdicts:
+        print(v["line"])
     if args.json:
         doc = {
             "policies": summaries,
+            "verdicts": [{k: v for k, v in x.items() if k != "line"} for x in verdicts],
             "trace": trace_summary(read),
             "table": {"file": Path(args.table).name, "box_class": table.key.box_class, "recipe": table.key.recipe,
                       "widths": table.widths.tolist(), "max_k": table.max_k},

@@ -21,7 +21,7 @@ def register(sub, groups):
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run in this process, without Dask")
-    p.add_argument("--plot", metavar="PNG", help="Pareto plot: J/token vs tokens/s, p99 TPOT as colour (matplotlib)")
+    p.add_argument("--plot", metavar="PNG", help="Pareto plot: J/token vs tokens/s, p99 TPOT as colour, one panel per traffic level (matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_sweep)
 
@@ -65,6 +65,14 @@ def cmd_sweep(args):
                   f"point {worst['point_id']}); their latency percentiles measure the backlog")
         for line in best_by_traffic(grid, read_results(args.out)):
             print(line)
+        groups = {}
+        for r in rows:
+            if r.get("run_digest"):
+                groups.setdefault(r["run_digest"], []).append(r)
+        for same in groups.values():
+            if len({r["label"] for r in same}) > 1:
+                print(f"same run: {' = '.join(dict.fromkeys(r['label'] for r in same))} (points "
+                      f"{', '.join(r['point_id'] for r in same)}): the same depth at every width they met")
         if args.plot:
             from specsim.studies.sweep.plot import pareto_plot
 

@@ -86,6 +86,8 @@ def cmd_tune(args):
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names)
         print(report(result, read))
+        if table.contexts.size:
+            print(depth_by_context(result, table, cal, opts))
         out.text(args.out, result.to_toml())
     from specsim.policy.schedule import policy_text
 
@@ -113,3 +115,27 @@ def report(result, read=None) -> str:
     lines.append(result.table())
     lines.append(result.verdict())
     return "\n".join(lines)
+
+
+def depth_by_context(result, table, cal, opts) -> str:
+    """How the best depth moves with context on a table with a context axis: for each width band
+    of the tuned schedule, the planner's ``propose`` depth at the band's middle width at each
+    measured context (docs/schedules.md, "Tuning")."""
+    from specsim._text import format_grid
+    from specsim.plan.planner import Planner
+
+    planner = Planner(table, cal, slack=opts.slack, max_seqs=opts.max_seqs)
+    widest = int(table.widths[-1]) if opts.max_num_seqs is None else opts.max_num_seqs
+    contexts = table.contexts.tolist()
+    rows = []
+    for lo, hi, depth in result.ranges:
+        top = widest if hi is None else hi
+        if lo > top:
+            continue
+        mid = (lo + top) // 2
+        band = f"{lo}-{'' if hi is None else hi}"
+        rows.append([band, mid, depth] + [planner.propose(mid, context=c) for c in contexts])
+    header = ["widths", "middle", "tuned"] + [f"ctx {c}" for c in contexts]
+    searched = "on" if opts.context_pricing else "off"
+    return (f"best depth by context (the planner's propose at each band's middle width; the schedule was "
+            f"tuned with context pricing {searched}):\n" + format_grid(header, rows))

@@ -644,7 +644,9 @@ def serving_meta(g, m, d, tp: int) -> dict:
         "idle_w": float(g.idle_w * tp),
     }
     if free > 0 and per_token > 0:
-        out["kv_capacity_tokens"] = int(free * min(tp, m.kv_heads) // per_token)
+        from specsim._checks import COUNT_MAX
+
+        out["kv_capacity_tokens"] = int(min(free * min(tp, m.kv_heads) // per_token, COUNT_MAX))
     return out
 
 

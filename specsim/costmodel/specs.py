@@ -486,6 +486,17 @@ def check_spec(spec):
     return spec
 
 
+# What a GPU spec's numbers may be: a thousand times past any board on sale either way, so a
+# typo (1e308, 1e-308) is named here rather than surfacing as an infinite cost in some cell.
+GPU_RANGES = {
+    "memory_gb": (0.001, 1e6), "bandwidth_gbs": (0.001, 1e7), "bf16_tflops": (1e-6, 1e7),
+    "fp8_tflops": (1e-6, 1e7), "fp4_tflops": (1e-6, 1e7), "tdp_w": (0.001, 1e6), "idle_w": (0.001, 1e6),
+    "link_gbs": (0.001, 1e7),
+}
+# Largest whole-number field of a model or drafter spec (layers, hidden, heads, vocab, ...).
+MAX_SPEC_INT = 1 << 31
+
+
 def _value_problems(spec) -> list:
     problems = []
     if not spec.name:
@@ -493,18 +504,24 @@ def _value_problems(spec) -> list:
     if isinstance(spec, GpuSpec):
         for f in ("memory_gb", "bandwidth_gbs", "bf16_tflops", "tdp_w", "link_gbs"):
             v = getattr(spec, f)
-            if not (math.isfinite(v) and v > 0):
-                problems.append(f"{f} = {v!r} must be > 0")
+            low, high = GPU_RANGES[f]
+            if not (math.isfinite(v) and low <= v <= high):
+                problems.append(f"{f} = {v!r} must be in {low:g}..{high:g}")
         for f in ("fp8_tflops", "fp4_tflops", "idle_w"):
             v = getattr(spec, f)
-            if not (math.isfinite(v) and v >= 0):
-                problems.append(f"{f} = {v!r} must be >= 0 (0 = none)")
+            high = GPU_RANGES[f][1]
+            if not (math.isfinite(v) and (v == 0 or GPU_RANGES[f][0] <= v <= high)):
+                problems.append(f"{f} = {v!r} must be 0 (none) or in {GPU_RANGES[f][0]:g}..{high:g}")
         if spec.idle_w >= spec.tdp_w:
             problems.append(f"idle_w = {spec.idle_w!r} must be below tdp_w = {spec.tdp_w!r}")
     elif isinstance(spec, ModelSpec):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab"):
-            if getattr(spec, f) < 1:
-                problems.append(f"{f} = {getattr(spec, f)!r} must be >= 1")
+            if not 1 <= getattr(spec, f) <= MAX_SPEC_INT:
+                problems.append(f"{f} = {getattr(spec, f)!r} must be in 1..{MAX_SPEC_INT:,}")
+        for f in ("intermediate", "kv_layers", "experts", "experts_per_token", "expert_intermediate",
+                  "shared_intermediate", "dense_layers"):
+            if getattr(spec, f, 0) > MAX_SPEC_INT:
+                problems.append(f"{f} = {getattr(spec, f)!r} must be at most {MAX_SPEC_INT:,}")
         if spec.mlp_matrices not in (2, 3):
             problems.append(f"mlp_matrices = {spec.mlp_matrices!r} must be 2 (plain MLP) or 3 (gated)")
         if spec.kv_layers > spec.layers:

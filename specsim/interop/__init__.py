@@ -17,7 +17,7 @@ from specsim.errors import CalibrationError, PolicyError, ScheduleError
 from specsim.interop import sglang, trtllm, vllm
 from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
-from specsim.policy.policy import Policy, parse_policy
+from specsim.policy.policy import _ADAPTIVE, Policy, parse_policy
 from specsim.policy.schedule import canonical
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
@@ -134,6 +134,9 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
     if problem:
         raise ScheduleError(problem)
+    for name, value in (("method", method), ("draft_model", draft_model)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
+            raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
     module = ENGINES[engine]
     cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
     if method is None:
@@ -182,8 +185,39 @@ def read_policy(text) -> Policy:
         return text
     ranges = engine_schedule(text)
     if ranges is not None:
-        return Policy("schedule", ranges=ranges)
+        return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
+    raw = str(text).strip()
+    kind, sep, arg = raw.partition(":")
+    adaptive = _ADAPTIVE.fullmatch(kind.strip().lower())
+    if adaptive is not None:
+        return _adaptive_policy(raw, adaptive.group(1), arg.strip() if sep else "")
     return parse_policy(text)
+
+
+def _adaptive_policy(raw, graphs, path) -> Policy:
+    """``sglang-adaptive[B1,..]:FILE``: the controller's config read from FILE."""
+    from specsim._io import decode_text, read_input
+
+    if not path:
+        raise PolicyError(f"policy {raw!r} needs a file: sglang-adaptive:FILE (SGLang's --speculative-adaptive-config)")
+    what = "an SGLang adaptive config"
+    cfg = sglang.parse_adaptive(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    sizes = sglang.cuda_graph_sizes(graphs, raw) if graphs is not None else ()
+    return Policy("sglang-adaptive", adaptive=cfg, graphs=sizes, source=path)
+
+
+def engine_gate(text):
+    """The speculation gate ``(window, threshold)`` a ``trtllm:FILE`` policy's config carries
+    (``acceptance_window`` and ``acceptance_length_threshold`` in its ``speculative_config``), or
+    None (another policy, or a file without both keys)."""
+    from specsim._io import decode_text, read_input
+
+    named = engine_file(text)
+    if named is None or named[0] != "trtllm" or not named[1]:
+        return None
+    what = "a trtllm config"
+    body = decode_text(read_input(named[1], what, PolicyError), what, named[1], PolicyError)
+    return trtllm.parse_gate(body, named[1])
 
 
 def import_file(engine: str, path, trtllm_keys=None) -> tuple:
@@ -210,5 +244,6 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
     return canonical(ENGINES[engine].parse_config(text, source))
 
 
-__all__ = ["read_policy", "ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_schedule", "export_schedule", "import_file", "import_text", "read_telemetry"]
+__all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
+           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "read_policy", "read_telemetry"]

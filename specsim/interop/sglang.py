@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
+from specsim._checks import digits_int, show
 from specsim.errors import PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -155,7 +157,7 @@ def _meta(meta, where, tally):
             tally.bad(where, f"{name} {acc} is not the accepted drafts {hname} counts: counts that contradict "
                              "each other")
             return None
-        rec.depth_told = depth is not None
+        rec.depth_told = False  # SGLang grows the histogram to the largest run + 1: the depth comes from elsewhere
         rec.depth = depth
         rec.variable = variable
         return rec
@@ -261,14 +263,16 @@ def parse_config(text, source):
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
     slots = []
-    if not any(k.isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
+    if not any(k.strip().isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
         # static steps (what a constant schedule exports): the server arguments
         k = doc["speculative_num_steps"]
         if k < 0:
             raise PolicyError(f"{source}: speculative_num_steps must be >= 0, got {k}")
         return ((1, None, k),)
     for key, entry in doc.items():
-        if not key.isdigit():
+        if digits_int(key) is None:
+            if key.strip().isdigit():  # digits of another script ("²"), or more than 19 of them
+                raise PolicyError(f"{source}: batch-size slot {show(key)} is not a plain decimal batch size")
             continue  # controller settings (strategy, ema_alpha, ...), as SGLang skips them
         if not isinstance(entry, dict):
             raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
@@ -279,9 +283,10 @@ def parse_config(text, source):
                               f"numbers >= 0, got {steps!r}")
         if len(set(steps)) != 1:
             raise PolicyError(f"{source}: slot {key!r} lists candidates {sorted(set(steps))}; SGLang chooses among "
-                              "them at run time from its acceptance average, which specsim does not simulate: "
-                              "give each slot one candidate to pin its depth")
-        slots.append((int(key), steps[0]))
+                              "them at run time from its acceptance average, which a fixed schedule cannot say: "
+                              "simulate the controller with the policy sglang-adaptive:FILE, or give each slot one "
+                              "candidate to pin its depth")
+        slots.append((digits_int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
     slots.sort()
@@ -302,7 +307,7 @@ def cuda_graph_sizes(text, where="--cuda-graph-bs"):
     from specsim._checks import MAX_WIDTH
 
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(digits_int(p) is not None for p in parts):
         raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")
     sizes = sorted({int(p) for p in parts})
     if sizes[0] < 1 or sizes[-1] > MAX_WIDTH:
@@ -321,3 +326,99 @@ def pad_to_graphs(ranges, sizes) -> tuple:
         padded = next((s for s in sizes if s >= w), w)
         depths.append(depth_at(c, padded))
     return ranges_from_depths(depths)
+
+
+# -- the adaptive controller's config (the sglang-adaptive:FILE policy) ---------------------------
+
+ADAPTIVE_DEFAULTS = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10, "down_hysteresis": 0.0,
+                     "up_hysteresis": -0.25, "candidate_steps": [1, 3, 7]}
+"""SGLang's adaptive controller settings and their defaults (``adaptive_spec_params.py``); the
+top-level ``candidate_steps`` are the candidates of a file without batch-size slots."""
+
+
+class AdaptiveConfig(NamedTuple):
+    """An SGLang adaptive speculation config as its controller reads it.
+
+    ``slots``: ``((first_width, (candidate, ...)), ...)`` by first width, each candidate list
+    sorted and distinct (the first slot covers every width below its key); the rest are the
+    controller settings every slot shares."""
+
+    slots: tuple
+    ema_alpha: float
+    update_interval: int
+    warmup_batches: int
+    down_hysteresis: float
+    up_hysteresis: float
+
+    @property
+    def deepest(self) -> int:
+        """The deepest candidate of any slot (the ``--speculative-num-steps`` specsim starts it at)."""
+        return max(c[-1] for _, c in self.slots)
+
+
+def _candidates(value, source, where):
+    if not isinstance(value, list) or not value or not all(whole(s) and s >= 0 for s in value):
+        raise PolicyError(f"{source}: {where}candidate_steps must be a non-empty list of whole numbers >= 0, "
+                          f"got {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def parse_adaptive(text, source) -> AdaptiveConfig:
+    """Read the file ``--speculative-adaptive-config`` names, every setting checked (an unknown key
+    is refused rather than skipped: a misspelt setting would silently run at its default)."""
+    import math
+
+    doc = load_json(text, source, "SGLang adaptive")
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object (settings and batch-size slots)")
+    known = ", ".join(ADAPTIVE_DEFAULTS)
+    settings = dict(ADAPTIVE_DEFAULTS)
+    slots = []
+    for key, value in doc.items():
+        if key.isdigit() and key.isascii():
+            if not isinstance(value, dict):
+                raise PolicyError(f"{source}: slot {key!r} is {value!r}; SGLang's loader needs "
+                                  f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
+            extra = sorted(set(value) - {"candidate_steps"})
+            if extra or "candidate_steps" not in value:
+                raise PolicyError(f"{source}: slot {key!r} needs exactly one key, candidate_steps"
+                                  + (f" (got {', '.join(map(repr, extra))})" if extra else ""))
+            slots.append((int(key), _candidates(value["candidate_steps"], source, f"slot {key!r}: ")))
+            continue
+        if key not in ADAPTIVE_DEFAULTS:
+            raise PolicyError(f"{source}: unknown key {key!r}: an adaptive config holds {known} and batch-size "
+                              "slots (digit keys)")
+        settings[key] = value
+    a = settings["ema_alpha"]
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a <= 1.0:
+        raise PolicyError(f"{source}: ema_alpha must be a number in (0, 1], got {a!r}")
+    for name, low in (("update_interval", 1), ("warmup_batches", 0)):
+        if not whole(settings[name]) or settings[name] < low:
+            raise PolicyError(f"{source}: {name} must be a whole number >= {low}, got {settings[name]!r}")
+    for name in ("down_hysteresis", "up_hysteresis"):
+        h = settings[name]
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h):
+            raise PolicyError(f"{source}: {name} must be a finite number, got {h!r}")
+    top = _candidates(settings["candidate_steps"], source, "")
+    if not slots:
+        slots = [(1, top)]
+    slots.sort()
+    out = []
+    for i, (lo, cands) in enumerate(slots):
+        first = 1 if i == 0 else max(lo, 1)
+        if i + 1 < len(slots) and slots[i + 1][0] <= first:
+            continue  # a slot no batch size reaches (key 0 beside key 1)
+        out.append((first, cands))
+    return AdaptiveConfig(tuple(out), float(a), settings["update_interval"], settings["warmup_batches"],
+                          float(settings["down_hysteresis"]), float(settings["up_hysteresis"]))
+
+
+def slot_by_width(cfg: AdaptiveConfig, max_width: int, sizes=()) -> list:
+    """The slot index each width 0..max_width uses (-1 at width 0): the width padded up to the
+    next CUDA-graph capture size in ``sizes`` (unpadded beyond them), then the slot with the
+    largest first width <= it."""
+    out = [-1]
+    for w in range(1, max_width + 1):
+        padded = next((s for s in sizes if s >= w), w)
+        out.append(max(i for i, (lo, _) in enumerate(cfg.slots) if i == 0 or lo <= padded))
+    return out

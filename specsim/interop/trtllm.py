@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+from specsim._checks import check_gate, digits_int
 from specsim.errors import PolicyError, ScheduleError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
@@ -194,7 +195,8 @@ def parse_config(text, source, keys=None):
         raise PolicyError(f"{source}: draft_len_schedule must be a non-empty map of batch size -> draft length")
     items = []
     for key, v in sched.items():
-        b = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        b = digits_int(key) if isinstance(key, str) else key
+        b = key if b is None else b
         if not whole(b) or b < 1 or not whole(v) or v < 0:
             raise PolicyError(f"{source}: draft_len_schedule entry {key!r}: {v!r} needs a batch size >= 1 and a "
                               "draft length >= 0")
@@ -228,6 +230,28 @@ def parse_config(text, source, keys=None):
 
 
 
+GATE_KEYS = ("acceptance_window", "acceptance_length_threshold")
+"""``speculative_config`` keys of TensorRT-LLM's speculation gate (window in requests, threshold on
+their mean accepted drafts per step)."""
+
+
+def parse_gate(text, source):
+    """The speculation gate a TensorRT-LLM config sets: ``(window, threshold)``, or None when
+    either key is missing (TensorRT-LLM then never switches speculation off). A window <= 0 is
+    kept: it never switches off either."""
+    from specsim.errors import SimulationError
+
+    doc = read_yaml(text, source)
+    sc = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
+    if not isinstance(sc, dict) or any(k not in sc for k in GATE_KEYS):
+        return None
+    window, threshold = (sc[k] for k in GATE_KEYS)
+    try:
+        return check_gate(window, threshold, f"{source}: speculative_config ", GATE_KEYS)
+    except SimulationError as e:
+        raise PolicyError(str(e)) from None
+
+
 # -- a small YAML reader for LLM-API options ---------------------------------------------------------
 
 def read_yaml(text: str, source: str):
@@ -256,7 +280,7 @@ def _yaml_value(text):
         return out
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
         return t[1:-1]
-    if re.fullmatch(r"[-+]?\d+", t):
+    if re.fullmatch(r"[-+]?[0-9]{1,19}", t):  # ASCII digits: \d also takes other scripts' digits
         return int(t)
     low = t.lower()
     if low in ("true", "false"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 
+from specsim._checks import digits_int
 from specsim.errors import PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -260,7 +261,7 @@ def scrapes_record(counts, where, tally):
         tkey = (name, dict(labels).get("position"))
         totals[tkey] = totals.get(tkey, 0.0) + value
     drafts = totals.get(("drafts", None))
-    acc_pos = {int(p): v for (n, p), v in totals.items() if n == "accepted_pos" and p is not None and p.isdigit()}
+    acc_pos = {int(p): v for (n, p), v in totals.items() if n == "accepted_pos" and digits_int(p) is not None}
     if drafts is None or not acc_pos:
         tally.bad(where, "no vllm:spec_decode_num_drafts or no per-position accepted counters in the scrape")
         return None

@@ -35,6 +35,8 @@ def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w:
             above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
         else:
             propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
+    elif policy.kind == "sglang-adaptive":
+        out[:] = k_cap  # the controller's candidate is held to what the caps below leave at each width
     else:
         out[:] = [policy.depth_for_width(n) for n in range(max_batch + 1)]
     np.minimum(out, k_cap, out=out)

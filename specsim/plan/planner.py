@@ -239,6 +239,8 @@ class Planner:
         if not self.table.contexts.size:
             return self._state
         state = self._derive(self._state.calibration, self.table.at_context(c), memo_size=0)
+        # propose answers at this context, filled as they are asked for (-1: not yet).
+        state = state._replace(memo_list=[-1] * self._memo_size)
         if len(cache) >= CONTEXT_CACHE:
             cache.clear()
         cache[c] = state
@@ -284,13 +286,19 @@ class Planner:
         if context is not None:
             st = self._at(context)
             if st is not self._state:
+                memo = st.memo_list
+                if type(n) is int and 0 <= n < len(memo) and memo[n] >= 0:
+                    return memo[n]
                 from specsim.plan._kernels import propose_depth_nb
 
                 n = count_arg(n, "n")
                 if n > self.max_seqs:
                     return 0
-                return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                            self.max_seqs, np.empty((self.max_k + 1, 4))))
+                depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                             self.max_seqs, np.empty((self.max_k + 1, 4))))
+                if n < len(memo):
+                    memo[n] = depth
+                return depth
         if type(n) is int and n >= 0:
             try:
                 return self._memo_list[n]

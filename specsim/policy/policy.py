@@ -23,17 +23,26 @@ Forms:
 
 Nothing here reads a file: ``vllm:FILE``, ``trtllm:FILE`` and ``sglang:FILE`` (the ``schedule`` an
 engine's config file sets, docs/schedules.md#reading-engine-files-back) are read where policies
-enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name.
+enter, by :func:`specsim.interop.read_policy`, into the ``schedule`` they name; a ``trtllm:FILE``
+whose config sets ``acceptance_window`` and ``acceptance_length_threshold`` also carries
+TensorRT-LLM's speculation gate (docs/schedules.md#the-engines-own-adaptation).
+``sglang-adaptive:FILE``, ``sglang-adaptive[1,2,4,8]:FILE``
+    SGLang's adaptive controller on the ``--speculative-adaptive-config`` FILE it reads: per
+    batch-size slot, an EMA of accepted drafts moves the depth among the slot's candidates
+    (warm-up, update interval, hysteresis), simulated batch by batch; the brackets give
+    ``--cuda-graph-bs`` (a batch is padded to the next size before its slot is chosen). It starts
+    at the file's deepest candidate (docs/schedules.md#the-engines-own-adaptation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
 
 @dataclass(frozen=True)
@@ -50,11 +59,24 @@ class Policy:
         ``fixed`` only: the depth.
     ranges : tuple of (int, int or None, int)
         ``schedule`` only: ``(first_width, last_width or None for open, depth)``, sorted.
+    gate : tuple
+        ``(acceptance_window, acceptance_length_threshold)`` when the policy came from a
+        ``trtllm:FILE`` whose config sets TensorRT-LLM's speculation gate, else ``()``; the
+        server's own options take precedence (:class:`~specsim.sim.options.ServerOptions`).
+
+    adaptive : AdaptiveConfig or None
+        ``sglang-adaptive`` only: the controller's config
+        (:class:`specsim.interop.sglang.AdaptiveConfig`); ``graphs`` its CUDA-graph capture
+        sizes (``()``: none) and ``source`` the file it was read from.
     """
 
     kind: str
     depth: int = 0
     ranges: tuple = ()
+    gate: tuple = ()
+    adaptive: object = None
+    graphs: tuple = ()
+    source: str = ""
 
     @property
     def params(self) -> tuple:
@@ -102,6 +124,8 @@ class Policy:
             return self.depth
         if self.kind == "schedule":
             return max(k for _, _, k in self.ranges)
+        if self.kind == "sglang-adaptive":
+            return self.adaptive.deepest
         return None
 
     @property
@@ -113,9 +137,9 @@ class Policy:
         """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
         ``k_cap`` drafts runs); planner policies are returned unchanged."""
         if self.kind == "fixed":
-            return Policy("fixed", depth=min(self.depth, k_cap))
+            return replace(self, depth=min(self.depth, k_cap))
         if self.kind == "schedule":
-            return Policy("schedule", ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
+            return replace(self, ranges=tuple((lo, hi, min(k, k_cap)) for lo, hi, k in self.ranges))
         return self
 
     def depth_for_width(self, width: int) -> int:
@@ -124,6 +148,9 @@ class Policy:
             return self.depth
         if self.kind == "schedule":
             return depth_at(self.ranges, width)
+        if self.kind == "sglang-adaptive":
+            raise PolicyError(f"policy {self} moves its depth with the acceptance it measures batch by batch, not "
+                              "with the width alone: simulate it (specsim simulate)")
         raise PolicyError(f"policy {self} picks its depth with the planner, not from the width alone")
 
     def __str__(self) -> str:
@@ -131,6 +158,9 @@ class Policy:
             return f"fixed:{self.depth}"
         if self.kind == "schedule":
             return policy_text(self.ranges)
+        if self.kind == "sglang-adaptive":
+            graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
+            return f"sglang-adaptive{graphs}:{self.source}"
         return self.kind
 
 
@@ -147,7 +177,12 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    adaptive = _ADAPTIVE.fullmatch(kind)
+    if adaptive is not None:
+        raise PolicyError(f"policy {raw!r} reads SGLang's adaptive config file: policies that name files are "
+                          "read where they enter, by specsim.interop.read_policy (as the commands do)")
+    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, "
+             "sglang-adaptive:FILE")
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if Policy(kind).needs_planner:
@@ -188,6 +223,9 @@ def parse_policy(text) -> Policy:
     if clash:
         raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
+
+
+_ADAPTIVE = re.compile(r"sglang-adaptive(?:\[(.*)\])?")
 
 
 def _int(text, raw, what) -> int:

@@ -19,7 +19,9 @@ read top to bottom; the fleet steps these same functions, so there is no second 
 from __future__ import annotations
 
 from specsim._jit import jit
-from specsim.plan._kernels import DJ, DMS, VJ, VMS, row_cost_nb, sequence_depths_nb
+from specsim.plan._kernels import (
+    DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, propose_depth_nb, row_cost_nb, sequence_depths_nb,
+)
 from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
@@ -145,14 +147,113 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
         if d > kd:
             kd = d
     if kd > 0:
-        # The one call of the planner's kernel in the engine.
-        arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
-        sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                           ws.vdepth[:n], ws.plan)
+        # The planner's kernel; with context pricing it reads the
+        # step costs at this width and the live context (ws.grid, built by plan_depths_nb).
+        if tab.contexts.shape[0] > 0:
+            grid = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
+            sequence_depths_nb(grid, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                               ws.vdepth[:n], ws.plan)
+        else:
+            arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+            sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                               ws.vdepth[:n], ws.plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0
     return kd
+
+
+@step_part
+def _context_grid(tab, st, ws, n):
+    """The step costs at width ``n`` and the batch's mean context into ``ws.grid`` (one width):
+    linear in context between the measured contexts around it, as the step is priced."""
+    s = st.rec[0]
+    lo, hi, t = context_bracket_nb(tab.contexts, s.ctx_tokens / s.ctx_seqs)
+    ws.grid_width[0] = n
+    for k in range(ws.grid.shape[1]):
+        for f in range(4):
+            p = tab.cwcs[lo, n, k, f]
+            ws.grid[0, k, f] = p if lo == hi else p + (tab.cwcs[hi, n, k, f] - p) * t
+
+
+@step_part
+def _live_depth(srv, ws, n, waiting):
+    """The planner's depth (``propose``, ``goodput``'s, or ``load-aware``'s: above idle power while
+    nobody ``waiting``) at width ``n`` on ``ws.grid``, clamped as ``depth_by_width`` clamps the
+    memo: the speculation cap, ``k_cap``, and for uniform policies ``row_budget // n`` rows."""
+    o = srv.rec[0]
+    if n > o.spec_cap:
+        return 0
+    if o.live_depth == 2:
+        d = goodput_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.spec_cap, ws.scratch)
+    elif o.live_depth == 3 and not waiting:
+        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, o.idle_w, ws.scratch)
+    else:
+        d = propose_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, ws.scratch)
+    if d > o.k_cap:
+        d = o.k_cap
+    if o.per_sequence == 0 and d > o.row_budget // n:
+        d = o.row_budget // n
+    return d
+
+
+@step_part
+def _adaptive_start(srv, st):
+    """Every slot's controller at its start: ``--speculative-num-steps`` clamped to the slot's
+    candidates, snapped to the nearest (ties to the larger), the EMA at that depth - 1."""
+    s = st.rec[0]
+    init = srv.rec[0].initial_steps
+    for m in range(srv.n_cand.shape[0]):
+        last = srv.n_cand[m] - 1
+        cur = init
+        if cur < srv.cand[m, 0]:
+            cur = srv.cand[m, 0]
+        if cur > srv.cand[m, last]:
+            cur = srv.cand[m, last]
+        best = 0
+        for i in range(last + 1):
+            if abs(srv.cand[m, i] - cur) <= abs(srv.cand[m, best] - cur):
+                best = i
+        s.ctl_index[m] = best
+        s.ctl_ema[m] = srv.cand[m, best] - 1.0
+        s.ctl_count[m] = 0
+    s.ctl_ready = 1
+
+
+@step_part
+def adaptive_depth_nb(srv, st, n):
+    """The depth SGLang's adaptive controller serves a batch of width ``n`` at: its slot's current
+    candidate (the slot is remembered for :func:`adapt_nb`)."""
+    s = st.rec[0]
+    if s.ctl_ready == 0:
+        _adaptive_start(srv, st)
+    m = srv.slot_of[n]
+    s.ctl_slot = m
+    return srv.cand[m, s.ctl_index[m]]
+
+
+@step_part
+def adapt_nb(srv, st, mean_accepted):
+    """SGLang's ``AdaptiveStepSlot`` after a verify batch of its slot: the EMA takes the batch's
+    mean accepted drafts; past the warm-up, every ``update_interval`` batches the depth steps down
+    while the EMA is at most the next lower candidate - 0.5 + ``down_hysteresis``, then up while
+    it is above the current candidate - 0.5 + ``up_hysteresis``. The new depth serves from the
+    next batch."""
+    o = srv.rec[0]
+    s = st.rec[0]
+    m = s.ctl_slot
+    ema = (1.0 - o.ema_alpha) * s.ctl_ema[m] + o.ema_alpha * mean_accepted
+    s.ctl_ema[m] = ema
+    count = s.ctl_count[m] + 1
+    s.ctl_count[m] = count
+    if count <= o.warmup_batches or (count - o.warmup_batches) % o.update_interval != 0:
+        return
+    i = s.ctl_index[m]
+    while i > 0 and ema <= srv.cand[m, i - 1] - 0.5 + o.down_hysteresis:
+        i -= 1
+    while i < srv.n_cand[m] - 1 and ema > srv.cand[m, i] - 0.5 + o.up_hysteresis:
+        i += 1
+    s.ctl_index[m] = i
 
 
 @step_part
@@ -163,6 +264,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
     waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
     sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
+    With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``) plan on
+    the step costs at the batch's mean context instead of the memo's reference grid.
 
     Returns
     -------
@@ -170,7 +273,17 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
         ``ws.known[:n]`` (drafted per sequence) are written.
     """
-    k = srv.depth_memo[n] if st.rec[0].q_len > 0 else srv.idle_memo[n]
+    waiting = st.rec[0].q_len > 0
+    k = srv.depth_memo[n] if waiting else srv.idle_memo[n]
+    if n > 0 and tab.contexts.shape[0] > 0:
+        _context_grid(tab, st, ws, n)
+        if srv.rec[0].live_depth != 0:
+            k = _live_depth(srv, ws, n, waiting)
+    if srv.rec[0].adaptive != 0 and n > 0:
+        c = adaptive_depth_nb(srv, st, n)
+        k = c if c < k else k  # depth_memo holds the server's caps
+    if st.rec[0].gate_off != 0:
+        k = 0  # the speculation gate switched speculation off for the rest of the run
     if srv.rec[0].per_sequence != 0:
         return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
     for j in range(n):
@@ -398,9 +511,34 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
 
 
 @step_part
-def _finish(req, st, r, t):
+def gate_nb(req, srv, st, r):
+    """Record finished request ``r`` in the speculation gate (TensorRT-LLM's acceptance window):
+    its accepted length ``max(0, output tokens / decode iterations - 1)`` enters a ring of the
+    last ``acceptance_window`` requests; once that many have finished, a window mean below
+    ``acceptance_threshold`` switches speculation off for the rest of the run. A request that
+    never decoded (one output token) is not recorded."""
+    o = srv.rec[0]
+    s = st.rec[0]
+    w = o.acceptance_window
+    if w <= 0 or s.gate_off != 0 or req.decode_iters[r] == 0:
+        return
+    value = req.output[r] / req.decode_iters[r] - 1.0
+    s.gate_ring[s.gate_seen % w] = value if value > 0.0 else 0.0
+    s.gate_seen += 1
+    if s.gate_seen < w:
+        return
+    total = 0.0
+    for i in range(w):  # oldest first
+        total += s.gate_ring[(s.gate_seen + i) % w]
+    if total / w < o.acceptance_threshold:
+        s.gate_off = 1
+
+
+@step_part
+def _finish(req, srv, st, r, t):
     req.finish_s[r] = t
     st.rec[0].finished += 1
+    gate_nb(req, srv, st, r)
 
 
 @step_part
@@ -421,6 +559,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
         if j != NOT_DECODING:
             v = ws.vdepth[j]
             st.depth_hist[v] += 1
+            req.decode_iters[r] += 1
             acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
             req.emitted[r] += 1 + acc
             s.ctx_tokens += 1 + acc
@@ -441,7 +580,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             s.ctx_seqs += 1
         if req.emitted[r] == req.output[r]:
             _leave_context(req, s, r)
-            _finish(req, st, r, t)
+            _finish(req, srv, st, r, t)
             done += 1
     return tokens, accepted, done
 
@@ -612,6 +751,8 @@ def step_nb(req, tab, cal, srv, st, log, ws):
     tokens, accepted, done = apply_nb(req, cal, srv, st, ws, t, key)
     s.emitted += tokens
     s.accepted += accepted
+    if srv.rec[0].adaptive != 0 and n_sched > 0 and k > 0:
+        adapt_nb(srv, st, accepted / n_sched)
     if n_sched > 0:
         log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
     if done > 0:

@@ -6,6 +6,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from specsim._checks import MAX_ACCEPTANCE_WINDOW  # the gate ring's size, a size limit
+
 
 class ReplayResult(NamedTuple):
     """What a policy gives when an acceptance trace is replayed at one width (docs/replay.md).
@@ -67,6 +69,10 @@ class ReplayResult(NamedTuple):
 # them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors of
 # :mod:`specsim.sim.engine`.
 
+# The most batch-size slots SGLang's adaptive controller (the sglang-adaptive policy) is simulated
+# with: the one place its per-slot state in STATE_DT is sized; the engine refuses more.
+MAX_ADAPTIVE_SLOTS = 64
+
 # Loop state of one replica (a server): time, queue, counters, energy, log bookkeeping.
 STATE_DT = np.dtype([
     ("t_s", "f8"),             # simulated time
@@ -99,6 +105,19 @@ STATE_DT = np.dtype([
     ("ctx_tokens", "i8"),      # KV tokens of the decoding requests (prompt + emitted - 1 each), kept as they change
     ("ctx_seqs", "i8"),        # decoding requests counted in ctx_tokens
     ("ctx_priced", "f8"),      # the mean context each decode step was priced at, summed over decode steps
+    # The speculation gate (TensorRT-LLM's acceptance window): completed requests recorded, the
+    # ring of their accepted lengths (slot = recorded % window), and 1 once speculation is off.
+    ("gate_seen", "i8"),
+    ("gate_off", "i8"),
+    ("gate_ring", "f8", (MAX_ACCEPTANCE_WINDOW,)),
+    # SGLang's adaptive controller, one per slot: the candidate index it serves, its EMA of
+    # accepted drafts and the verify batches it has seen; ``ctl_ready`` 0 until the first step
+    # sets the start; ``ctl_slot`` the slot of the step being run.
+    ("ctl_ready", "i8"),
+    ("ctl_slot", "i8"),
+    ("ctl_index", "i8", (MAX_ADAPTIVE_SLOTS,)),
+    ("ctl_ema", "f8", (MAX_ADAPTIVE_SLOTS,)),
+    ("ctl_count", "i8", (MAX_ADAPTIVE_SLOTS,)),
 ], align=True)
 
 # The server's options as the kernels read them.
@@ -117,8 +136,19 @@ SERVER_DT = np.dtype([
     ("slack", "f8"),
     ("prefill_ms_per_step", "f8"), ("prefill_j_per_step", "f8"),
     ("prefill_ms_per_token", "f8"), ("prefill_j_per_token", "f8"),
+    ("live_depth", "i8"),      # with context pricing: 1 the planner's depth at the live context, 2 goodput's, 3 load-aware's (above idle while nobody waits); 0 the memos
+    ("spec_cap", "i8"),        # speculation cap: wider batches plain-decode
     ("prefill_fixed_ms", "f8"), ("prefill_fixed_j", "f8"),  # the prefill cost's per-step fixed part
     ("idle_w", "f8"),
+    ("acceptance_window", "i8"),     # the speculation gate's window in requests; 0: no gate
+    ("acceptance_threshold", "f8"),  # its threshold on the window's mean accepted drafts per step
+    ("adaptive", "i8"),              # 1: SGLang's adaptive controller picks the depth (Server.cand)
+    ("initial_steps", "i8"),         # its --speculative-num-steps
+    ("ema_alpha", "f8"),
+    ("update_interval", "i8"),
+    ("warmup_batches", "i8"),
+    ("down_hysteresis", "f8"),
+    ("up_hysteresis", "f8"),
 ], align=True)
 
 
@@ -129,7 +159,8 @@ class Requests(NamedTuple):
     ``arrival_s`` float64, ``prompt``/``output`` int64 are inputs; the rest are written:
     ``emitted`` tokens so far, ``prefilled``/``target`` prefill progress (a preempted request's
     target becomes prompt + emitted), ``blocks`` KV blocks held, ``first_s``/``finish_s``/
-    ``sched_s`` (first admission) times, NaN until they happen.
+    ``sched_s`` (first admission) times, NaN until they happen, ``decode_iters`` decode steps the
+    request took part in (the speculation gate's denominator).
     """
 
     arrival_s: np.ndarray
@@ -142,6 +173,7 @@ class Requests(NamedTuple):
     first_s: np.ndarray
     finish_s: np.ndarray
     sched_s: np.ndarray
+    decode_iters: np.ndarray
 
 
 class TableArrays(NamedTuple):
@@ -174,8 +206,13 @@ class CalArrays(NamedTuple):
 class Server(NamedTuple):
     """The server: ``rec`` (SERVER_DT, shape (1,)), ``depth_memo int64[S+1]`` (the policy's
     depth at every width), ``idle_memo int64[S+1]`` (its depth while no request waits: the same
-    array except for ``load-aware``) and the profiled prefill curve ``curve_tokens``, ``curve_ms``,
-    ``curve_j`` (float64[P]; empty for the affine model)."""
+    array except for ``load-aware``), the profiled prefill curve ``curve_tokens``, ``curve_ms``,
+    ``curve_j`` (float64[P]; empty for the affine model), the calibration's ``cum_priors``
+    (float64[K+1]; the planner's, for depths at the live context). For SGLang's adaptive controller:
+    ``slot_of int64[S+1]`` (the slot each width uses, after CUDA-graph padding; -1 at width 0),
+    ``cand int64[M, C]`` (each slot's candidates, ascending, the first ``n_cand[m]`` valid) and
+    ``n_cand int64[M]``; every other policy has M = 0, and ``depth_memo`` is then the most the
+    server lets a candidate run at each width (its caps)."""
 
     rec: np.ndarray
     depth_memo: np.ndarray
@@ -183,6 +220,10 @@ class Server(NamedTuple):
     curve_tokens: np.ndarray
     curve_ms: np.ndarray
     curve_j: np.ndarray
+    cum_priors: np.ndarray
+    slot_of: np.ndarray
+    cand: np.ndarray
+    n_cand: np.ndarray
 
 
 class ReplicaState(NamedTuple):
@@ -213,7 +254,8 @@ class Workspace(NamedTuple):
     """Per-step scratch for batches of up to S sequences (K = max(max_k, 1)): per running slot
     ``take`` (tokens scheduled) and ``dec_of`` (index among the decoding sequences, or -1); per
     decoding sequence ``slot``, ``conf float32[S, K]``, ``n_conf``, ``known``, ``vdepth``,
-    ``verdict bool[S, K]``; and ``plan``, the planner's workspace."""
+    ``verdict bool[S, K]``; ``plan``, the planner's workspace; ``grid_width``, ``grid`` and
+    ``scratch``, the costs at the step's width and context the planner reads."""
 
     take: np.ndarray
     dec_of: np.ndarray
@@ -224,3 +266,6 @@ class Workspace(NamedTuple):
     vdepth: np.ndarray
     verdict: np.ndarray
     plan: tuple  # specsim.plan._types.PlanWorkspace
+    grid_width: np.ndarray  # int64[1]: the width of ``grid``
+    grid: np.ndarray  # float64[1, K+1, 4]: the step costs at this step's width and context
+    scratch: np.ndarray  # float64[K+1, 4]: the planner's

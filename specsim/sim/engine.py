@@ -258,7 +258,8 @@ def new_requests(arrival, prompt, output):
 
     n = arrival.shape[0]
     return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
-                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
+                    np.zeros(n, np.int64))
 
 
 def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
@@ -289,7 +290,8 @@ def new_workspace(max_num_seqs: int, max_k: int):
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k))
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k),
+                     np.zeros(1, np.int64), np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)))
 
 
 def _check_above_idle(table, idle_w: float) -> None:
@@ -308,7 +310,8 @@ def _check_above_idle(table, idle_w: float) -> None:
                               "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
 
 
-def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int):
+def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
+            cum_priors):
     from specsim.sim._types import SERVER_DT, Server
 
     rec = np.zeros(1, dtype=SERVER_DT)
@@ -329,9 +332,39 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
     curve = opts["prefill_curve"]
     r["prefill_curve"] = curve is not None
     r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
+    r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
+    if opts["acceptance_window"] is not None:
+        r["acceptance_window"] = max(opts["acceptance_window"], 0)
+        r["acceptance_threshold"] = opts["acceptance_length_threshold"]
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
-    return Server(rec, depth_memo, idle_memo, *arrays)
+    return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64),
+                  *_adaptive_arrays(rec[0], pol, max_num_seqs))
+
+
+def _adaptive_arrays(r, pol: Policy, max_num_seqs: int):
+    """``(slot_of, cand, n_cand)`` of SGLang's adaptive controller (the one place they are sized),
+    its settings written into the server record ``r``; empty for every other policy."""
+    from specsim.interop.sglang import slot_by_width
+    from specsim.sim._types import MAX_ADAPTIVE_SLOTS
+
+    if pol.kind != "sglang-adaptive":
+        return np.full(max_num_seqs + 1, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64)
+    cfg = pol.adaptive
+    if len(cfg.slots) > MAX_ADAPTIVE_SLOTS:
+        raise SimulationError(f"policy {pol}: {len(cfg.slots)} batch-size slots; the simulated controller keeps at "
+                              f"most {MAX_ADAPTIVE_SLOTS}")
+    width = max(len(c) for _, c in cfg.slots)
+    cand = np.zeros((len(cfg.slots), width), np.int64)
+    for m, (_, c) in enumerate(cfg.slots):
+        cand[m, :len(c)] = c
+    r["adaptive"] = 1
+    r["initial_steps"] = cfg.deepest
+    for name in ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis", "up_hysteresis"):
+        r[name] = getattr(cfg, name)
+    slot_of = np.asarray(slot_by_width(cfg, max_num_seqs, pol.graphs), np.int64)
+    return slot_of, cand, np.asarray([len(c) for _, c in cfg.slots], np.int64)
 
 
 def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
@@ -379,6 +412,9 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         resolved["k_max"] = k_cap
         resolved["acceptance_trace"] = acceptance.name
     pol = _policy_for(pol, table, k_cap)
+    if resolved["acceptance_window"] is None and pol.gate:
+        # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
+        resolved["acceptance_window"], resolved["acceptance_length_threshold"] = pol.gate
     if k_cap > MAX_POSITION:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_POSITION} drafts per "
                               f"sequence per step; set k_max <= {MAX_POSITION}")
@@ -391,6 +427,10 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
+    from specsim.plan._kernels import cum_priors_nb
+
+    cum = np.empty(table.max_k + 1)
+    cum_priors_nb(calibration.priors, table.max_k, cum)
     priced = table.contexts.size and resolved["context_pricing"]
     contexts = table.contexts if priced else np.zeros(0, np.int64)
     cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
@@ -402,7 +442,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     return Prepared(
         req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
         cal=cal,
-        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks),
+        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
     )
@@ -477,6 +517,9 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     from specsim.sim._engine_kernels import run_nb
 
     if options is None:
+        from specsim.sim.options import check_option_names
+
+        check_option_names(server_options)
         opts = ServerOptions(**server_options)
     elif server_options:
         raise SimulationError("give the server options either as options=ServerOptions(...) or as keywords, not both")

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gate, show
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
@@ -99,6 +99,13 @@ class ServerOptions:
         maximum-entropy default.
     log_size : int
         Capacity of the step log; longer runs are downsampled to fit. Default 4096.
+    acceptance_window, acceptance_length_threshold : int and float, or None
+        TensorRT-LLM's speculation gate, on any policy: each finished request's accepted length
+        (``max(0, output tokens / decode steps - 1)``, mean accepted drafts per step) enters a
+        window of the last ``acceptance_window`` requests; once that many have finished, a window
+        mean below ``acceptance_length_threshold`` turns speculation off (depth 0) for the rest of
+        the run. Give both or neither; a window <= 0 never turns it off. Default: no gate (a
+        ``trtllm:FILE`` policy whose ``speculative_config`` carries both keys supplies them).
     """
 
     slack: float = 0.0
@@ -122,6 +129,8 @@ class ServerOptions:
     seed: int = 0
     occupancy: Optional[np.ndarray] = field(default=None, compare=False)
     log_size: int = DEFAULT_LOG_SIZE
+    acceptance_window: Optional[int] = None
+    acceptance_length_threshold: Optional[float] = None
 
     def __post_init__(self):
         from specsim.plan.planner import check_slack
@@ -149,7 +158,15 @@ class ServerOptions:
             if value is not None:
                 object.__setattr__(self, name, _rate(value, name))
         if self.prefill_curve is not None:
+            given = [n for n in ("prefill_ms_per_token", "prefill_j_per_token", "prefill_ms_per_step",
+                                 "prefill_j_per_step") if getattr(self, n) is not None]
+            if given:
+                raise SimulationError(f"prefill_curve replaces the affine prefill model: leave out "
+                                      f"{', '.join(given)} (one of them would be ignored)")
             object.__setattr__(self, "prefill_curve", load_prefill_curve(self.prefill_curve))
+        window, threshold = check_gate(self.acceptance_window, self.acceptance_length_threshold)
+        object.__setattr__(self, "acceptance_window", window)
+        object.__setattr__(self, "acceptance_length_threshold", threshold)
         if self.occupancy is not None:
             try:
                 occupancy = np.asarray(self.occupancy, dtype=np.float64)
@@ -267,6 +284,18 @@ def prefill_fixed_part(opts: dict) -> tuple:
     return out[0], out[1]
 
 
+def check_option_names(names, error_cls=SimulationError) -> None:
+    """Refuse names that are not :class:`ServerOptions` fields (a misspelt keyword), listing the
+    fields, instead of the dataclass's TypeError."""
+    from dataclasses import fields
+
+    known = [f.name for f in fields(ServerOptions)]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise error_cls(f"unknown server option(s) {', '.join(map(show, unknown))}; the options are "
+                        f"{', '.join(known)}")
+
+
 def load_prefill_curve(curve) -> tuple:
     """A profiled prefill curve as ``(tokens, ms, j)`` tuples of floats.
 
@@ -300,37 +329,35 @@ def load_prefill_curve(curve) -> tuple:
     values = tokens + ms + joules
     if not all(math.isfinite(v) and 0 <= v <= MAX_RATE for v in values):
         raise SimulationError(f"{where}: every value must be a finite number in [0, {MAX_RATE:g}]")
+    fractional = next((t for t in tokens if t != int(t)), None)
+    if fractional is not None:
+        raise SimulationError(f"{where}: tokens = {fractional!r} is not a whole number of prefill tokens")
     if any(b <= a for a, b in zip(tokens, tokens[1:])):
         raise SimulationError(f"{where}: tokens must be strictly ascending")
     return tuple(tokens), tuple(ms), tuple(joules)
 
 
 def _read_curve_csv(path):
-    import csv
-    import io
+    from specsim._io import csv_rows, decode_text, read_input
 
-    from specsim._io import read_input
-
-    try:
-        text = read_input(path, "a prefill curve (CSV tokens,ms,j)", SimulationError).decode("utf-8")
-    except UnicodeDecodeError:
-        raise SimulationError(f"prefill curve {path}: not UTF-8 text") from None
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
+    what = "a prefill curve (CSV tokens,ms,j)"
+    text = decode_text(read_input(path, what, SimulationError), what, path, SimulationError)
+    head, rows = csv_rows(text, what, path, SimulationError)
+    if head is None:
         raise SimulationError(f"prefill curve {path}: the file is empty; it needs a header tokens,ms,j")
-    head = [h.strip().lower() for h in rows[0]]
+    head = [h.lower() for h in head]
     missing = [c for c in ("tokens", "ms", "j") if c not in head]
     if missing:
         raise SimulationError(f"prefill curve {path}: the header lacks {', '.join(missing)} (it needs tokens,ms,j)")
     cols = [head.index(c) for c in ("tokens", "ms", "j")]
     out = ([], [], [])
-    for line, row in enumerate(rows[1:], start=2):
+    for line, row in rows:
         if not any(cell.strip() for cell in row):
             continue
         try:
             for dest, c in zip(out, cols):
                 dest.append(float(row[c]))
         except (IndexError, ValueError):
-            raise SimulationError(f"prefill curve {path}, line {line}: {','.join(row)!r} is not three numbers") \
+            raise SimulationError(f"prefill curve {path}, line {line}: {show(','.join(row))} is not three numbers") \
                 from None
     return out

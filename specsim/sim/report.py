@@ -26,21 +26,50 @@ def comparison_table(summaries) -> str:
         slo = s["slo"]["attainment"]
         checked = s["slo"]["ttft_target_s"] is not None or s["slo"]["tpot_target_s"] is not None
         rows.append([
-            s["label"], _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
+            s["label"] + (f" = {s['same_as']}" if s.get("same_as") else ""), _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
             _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"), _f(s["queue_s"]["p99"], ".3f"),
             _f(s["ttft_s"]["p50"], ".3f"), _f(s["ttft_s"]["p99"], ".3f"),
             _f(s["tpot_s"]["p50"], ".4f"), _f(s["tpot_s"]["p99"], ".4f"), _f(s["e2e_s"]["p99"], ".2f"),
             str(s["preemptions"]), "-" if s["kv"]["peak"] is None else f"{100 * s['kv']['peak']:.0f}%",
             f"{100 * slo:.1f}%" if checked and slo is not None else "-",
         ])
+    same = "; A = B: A was the same run as B (the same depth at every width it met)" \
+        if any(s.get("same_as") for s in summaries) else ""
     return (format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step; "
-            "KV peak = most KV blocks held / capacity)")
+            f"KV peak = most KV blocks held / capacity{same})")
 
 
 def _cdf(ax, values, name):
     v = np.sort(values[~np.isnan(values)])
     if v.shape[0]:
         ax.plot(v, np.arange(1, v.shape[0] + 1) / v.shape[0], label=name)
+
+
+def _distinct_series(results, summaries):
+    """``(result, name)`` per distinct run: a run that was the same as an earlier one (its
+    summary's ``same_as``) is drawn once, under both names (``fixed:3 = goodput``)."""
+    names = {}
+    for r, s in zip(results, summaries):
+        first = s.get("same_as") or s["label"]
+        names.setdefault(first, [r, []])[1].append(s["label"])
+    return [(r, " = ".join(labels)) for r, labels in names.values()]
+
+
+# A figure's range below this share of its value gets a note: the axis spans little.
+NARROW_RANGE = 0.03
+
+
+def _narrow_range_note(ax, xs, ys) -> None:
+    """Say on the axes when the points span under :data:`NARROW_RANGE` of their value on an axis,
+    since matplotlib stretches any range to the full axis."""
+    notes = []
+    for name, values in (("tokens/s", xs), ("J/token", ys)):
+        v = [x for x in values if x is not None]
+        if len(v) > 1 and max(v) > 0 and (max(v) - min(v)) / max(v) < NARROW_RANGE:
+            notes.append(f"{name} spans only {100 * (max(v) - min(v)) / max(v):.2g}%")
+    if notes:
+        ax.text(0.02, 0.02, "; ".join(notes) + " of its value", transform=ax.transAxes, fontsize=8,
+                color="dimgrey", va="bottom")
 
 
 def _moving_mean(values, share=0.01):
@@ -104,15 +133,22 @@ def plot(results, summaries, path) -> None:
     ax.set_xlabel("tokens/s")
     ax.set_ylabel("J/token")
     ax.set_title("energy per token vs throughput (labels: slack)")
+    _narrow_range_note(ax, [s["tokens_per_s"] for s in summaries], [s["j_per_token"] for s in summaries])
     ax.legend(fontsize=8)
+    shown = _distinct_series(results, summaries)
+    slo = summaries[0]["slo"] if summaries else {}
+    targets = {"ttft_s": slo.get("ttft_target_s"), "tpot_s": slo.get("tpot_target_s")}
     for ax, attr, title in ((axes[0, 1], "ttft_s", "TTFT"), (axes[1, 0], "tpot_s", "TPOT"),
                             (axes[2, 1], "queue_s", "queueing delay")):
         lows = []
-        for r in results:
+        for r, name in shown:
             v = getattr(r, attr)
-            _cdf(ax, v, label(r))
+            _cdf(ax, v, name)
             v = v[~np.isnan(v)]
             lows.append(v.min() if v.shape[0] else 1.0)
+        if targets.get(attr) is not None:
+            ax.axvline(targets[attr], linestyle="--", color="grey", linewidth=1.0,
+                       label=f"SLO {targets[attr]:g} s")
         if lows and min(lows) > 0:
             ax.set_xscale("log")
         else:
@@ -121,17 +157,24 @@ def plot(results, summaries, path) -> None:
         ax.set_xlabel(f"{title} (s)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{title} CDF")
-        ax.legend(fontsize=8)
+        if targets.get(attr) is not None:
+            ax.legend(handles=[ax.get_lines()[-1]], fontsize=8, loc="lower right")
     ax = axes[1, 1]
-    for r in results:
+    for r, name in shown:
         if r.step_t_s.shape[0]:
-            ax.plot(r.step_t_s, _moving_mean(r.step_mean_depth), linewidth=1.0, label=label(r))
+            ax.plot(r.step_t_s, _moving_mean(r.step_mean_depth), linewidth=1.0, label=name)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("verified drafts per sequence")
     ax.set_title("depth over time (moving mean of the step log)")
-    ax.legend(fontsize=8)
-    _kv_panel(axes[2, 0], results)
-    fig.tight_layout()
+    _kv_panel(axes[2, 0], [r for r, _ in shown])
+    for a in (axes[1, 1], axes[2, 0]):
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+    # One legend for the per-run panels, below them, off the data.
+    handles = axes[0, 1].get_lines()[:len(shown)]
+    fig.legend(handles, [name for _, name in shown], loc="lower center", ncol=min(4, max(1, len(shown))),
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.03 + 0.015 * ((len(shown) + 3) // 4), 1, 1))
     buf = io.BytesIO()
     suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
     fig.savefig(buf, format=suffix, dpi=110)

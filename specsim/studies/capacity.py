@@ -33,6 +33,11 @@ from specsim.sim.slo import as_slo
 PLAIN = "fixed:0"
 DEFAULT_MAX_REPLICAS = 1024
 DEFAULT_ROUTER = "least_outstanding"
+# Draft-outcome seeds each probe runs (its attainment interval pools requests over them).
+DEFAULT_SEEDS = 3
+# Fewest requests a trace should allow to miss before a capacity answer rests on more than a
+# handful of them.
+FEW_MISSES = 10
 # The share of requests that must meet the SLO where the SLO names none.
 DEFAULT_ATTAINMENT = 0.99
 
@@ -57,6 +62,17 @@ class Probe:
     tpot_p99_s: float
     overloaded: bool = None
     queue_growth: float = None
+    attainment_low: float = None
+    attainment_high: float = None
+    seeds: int = 1
+    trials: int = 0
+
+    @property
+    def interval(self) -> tuple:
+        """The attainment's 95% interval (the point value twice when none was measured)."""
+        if self.attainment_low is None:
+            return (self.attainment, self.attainment)
+        return (self.attainment_low, self.attainment_high)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -83,6 +99,9 @@ class PolicyCapacity:
         ``1 - this / plain decoding's`` for GPUs (= GPU-hours = dollars) and J/token.
     monotone_at_boundary : bool or None
         Whether one unit more also met the target (None when that is past the cap).
+    attainment_low, attainment_high : float
+        The answer's attainment 95% interval (Wilson over requests x draft-outcome seeds); its
+        low end clears the target.
     probes : tuple of Probe
         Every size simulated, ascending.
     """
@@ -99,6 +118,8 @@ class PolicyCapacity:
     gpu_saving: float = None
     energy_saving: float = None
     monotone_at_boundary: bool = None
+    attainment_low: float = None
+    attainment_high: float = None
     probes: tuple = ()
 
     def to_dict(self) -> dict:
@@ -121,6 +142,8 @@ class CapacityResult:
     max_units: int
     gpu_hour_usd: float = None
     fleet: list = field(default_factory=list)
+    seeds: int = 1
+    warnings: tuple = ()
 
     def policy(self, label) -> PolicyCapacity:
         for p in self.policies:
@@ -133,8 +156,8 @@ class CapacityResult:
             "target_attainment": self.target, "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "router": self.router, "unit": {"replicas": self.unit_replicas, "gpus": self.unit_gpus,
                                             "groups": self.fleet},
-            "max_units": self.max_units, "gpu_hour_usd": self.gpu_hour_usd,
-            "policies": [p.to_dict() for p in self.policies],
+            "max_units": self.max_units, "gpu_hour_usd": self.gpu_hour_usd, "seeds": self.seeds,
+            "warnings": list(self.warnings), "policies": [p.to_dict() for p in self.policies],
         }
 
     def to_frame(self):
@@ -152,36 +175,72 @@ class CapacityResult:
 
 # -- one probe ---------------------------------------------------------------------------------------
 
-def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label) -> Probe:
-    """Simulate ``units`` copies of ``fleet`` with one policy; a plain function, so that a Dask
-    worker can run it."""
+def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None) -> Probe:
+    """Simulate ``units`` copies of ``fleet`` with one policy under each draft-outcome seed of
+    ``seeds`` (default: the fleet's own); a plain function, so that a Dask worker can run it.
+
+    Attainment pools requests over seeds; its 95% interval is Wilson's over those
+    requests x seeds trials (docs/fleets.md, "Intervals"). Tokens, energy and times are the
+    first seed's run; the p99 latencies are the worst over seeds."""
+    from specsim.calibration.report import wilson
     from specsim.sim.fleet import simulate_fleet
     from specsim.sim.metrics import overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
-    res = simulate_fleet(requests, sized, policy, router=router)
-    f = res.fleet
-    att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
-    over = overload(f)
-    return Probe(label, units, sized.replicas, sized.gpus, float(att if att is not None else 1.0),
-                 int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), percentile(f.ttft_s, 99),
-                 percentile(f.tpot_s, 99), over["flag"], over["growth"])
+    seeds = (None,) if not seeds else tuple(seeds)
+    met = trials = 0
+    first = None
+    ttft99 = tpot99 = None
+    growth, over = None, None
+    for seed in seeds:
+        run = sized if seed is None else sized.with_options(seed=int(seed))
+        res = simulate_fleet(requests, run, policy, router=router)
+        f = res.fleet
+        att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+        met += round((1.0 if att is None else att) * f.requests)
+        trials += f.requests
+        t, q = percentile(f.ttft_s, 99), percentile(f.tpot_s, 99)
+        ttft99 = t if ttft99 is None or (t is not None and t > ttft99) else ttft99
+        tpot99 = q if tpot99 is None or (q is not None and q > tpot99) else tpot99
+        o = overload(f)
+        if o["growth"] is not None and (growth is None or o["growth"] > growth):
+            growth, over = o["growth"], o["flag"]
+        if first is None:
+            first = (res, f)
+    res, f = first
+    interval = wilson(met, trials) or (None, None)
+    return Probe(label, units, sized.replicas, sized.gpus, met / trials if trials else 1.0,
+                 int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), ttft99, tpot99, over, growth,
+                 interval[0], interval[1], len(seeds), trials)
 
 
 # -- the search ---------------------------------------------------------------------------------------
 
 def search_sizes(target, max_units):
-    """The galloping-then-bisection search as a generator: it yields a fleet size to probe and is
-    sent that size's attainment; it returns ``(answer or None, probed {size: attainment})``.
+    """The search as a generator: it yields a fleet size to probe and is sent that size's
+    attainment, a number or a ``(low, high)`` 95% interval; a size *meets* the target when the
+    interval's low end does. It returns ``(answer or None, probed {size: sent value})``.
 
-    After the answer ``m`` is found, ``m + 1`` (within the cap) is probed once more, for the
-    boundary check.
+    Galloping ``1, 2, 4, ...`` to the first size that meets, bisection down to the last that
+    misses, then a check below the bracket: every smaller size whose interval does not rule the
+    target out (its high end reaches it) is probed, walking down until one does, and the smallest
+    that meets is the answer (noise can make one size miss while a smaller one meets). Finally
+    ``answer + 1`` (within the cap) is probed once, for the boundary check.
     """
     seen = {}
+
+    def low(m):
+        v = seen[m]
+        return v[0] if isinstance(v, tuple) else v
+
+    def high(m):
+        v = seen[m]
+        return v[1] if isinstance(v, tuple) else v
+
     lo, hi, m = 0, None, 1
     while hi is None:
         seen[m] = yield m
-        if seen[m] >= target:
+        if low(m) >= target:
             hi = m
         elif m >= max_units:
             return None, seen
@@ -191,10 +250,19 @@ def search_sizes(target, max_units):
     while hi - lo > 1:
         mid = (lo + hi) // 2
         seen[mid] = yield mid
-        if seen[mid] >= target:
+        if low(mid) >= target:
             hi = mid
         else:
             lo = mid
+    below = hi - 1
+    while below >= 1:
+        if below not in seen:
+            seen[below] = yield below
+        if low(below) >= target:
+            hi = below
+        elif high(below) < target:
+            break
+        below -= 1
     if hi + 1 <= max_units and hi + 1 not in seen:
         seen[hi + 1] = yield hi + 1
     return hi, seen
@@ -203,7 +271,7 @@ def search_sizes(target, max_units):
 def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
              slack=0.0, slo=None, router=DEFAULT_ROUTER,
              max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
-             progress=None) -> CapacityResult:
+             progress=None, seeds=DEFAULT_SEEDS) -> CapacityResult:
     """The fewest replicas per policy whose SLO attainment meets ``slo.attainment``.
 
     A pure function of its inputs (the search and every probe are deterministic).
@@ -235,6 +303,10 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         ``runner(list of probe argument tuples) -> list of Probe``: how a round's probes run
         (default :func:`serial_runner`; :class:`ThreadRunner` and :class:`DaskRunner` run them
         side by side).
+    seeds : int
+        Draft-outcome seeds per probe (the fleet's seed and the next ``seeds - 1``); a size meets
+        the target when the low end of its attainment's 95% interval (Wilson over requests x
+        seeds) does.
     progress : callable, optional
         Called as ``progress(done_probes, searching)`` after every round, where ``searching`` maps
         each unfinished label to its current ``(missed, met)`` bracket.
@@ -273,9 +345,15 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     if max_units < 1:
         raise CapacityError(f"max_replicas = {max_replicas} is below one unit of the fleet ({fleet.replicas} "
                             "replicas); raise the cap")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 64:
+        raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..64")
+    base = int(fleet.groups[0].options.seed)
+    seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
+    notes = _resolution_warnings(_request_arrays(requests)[0].shape[0], seeds, attainment)
+    notes += _idle_warnings(requests, fleet, runs, (slo.ttft_s, slo.tpot_s), attainment)
     found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
-                                runner or serial_runner, progress)
+                                runner or serial_runner, progress, seed_list)
     failed = [label for label, m in found.items() if m is None]
     if failed:
         problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
@@ -283,15 +361,67 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
                     for label in failed]
         raise CapacityError(f"no fleet of up to {max_units * fleet.replicas} replicas meets {attainment:g} SLO "
                             f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
-                            problems)
+                            problems + notes)
     answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd) for label, _, _ in runs]
     plain = answers[0]
     answers = [_with_saving(a, plain) for a in answers]
     return CapacityResult(tuple(answers), float(attainment), slo.ttft_s, slo.tpot_s, router, fleet.replicas,
-                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe())
+                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes))
 
 
-def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress):
+def _resolution_warnings(n: int, seeds: int, target: float) -> list:
+    """What the trace's size allows: how many requests may miss (a warning when few), and a
+    refusal when even a probe where every request meets the SLO cannot clear the target at 95%."""
+    from specsim.calibration.report import wilson
+
+    out = []
+    allowed = math.floor(n * (1.0 - target) + 1e-9)
+    if allowed < FEW_MISSES:
+        out.append(f"the trace has {n} requests: {target:.2%} attainment allows {allowed} to miss, so a handful "
+                   "of requests decides each answer; use a longer trace for a firmer one")
+    best_low = wilson(n * seeds, n * seeds)[0]
+    if best_low < target:
+        raise CapacityError(f"{n} requests x {seeds} draft-outcome seeds cannot resolve {target:.2%} attainment: even "
+                            f"a fleet where every request meets the SLO has a 95% interval reaching down to "
+                            f"{best_low:.2%}, so no size can clear it; use a longer trace, more seeds or a lower target")
+    return out
+
+
+def _idle_warnings(requests, fleet, runs, slo, target) -> list:
+    """Requests that miss the SLO even alone on an idle replica, per policy: no fleet size helps
+    them, so they use up the target's allowance. Each request is served alone by spreading the
+    arrivals until no two requests overlap."""
+    import numpy as np
+
+    from specsim.sim.engine import _request_arrays
+    from specsim.sim.fleet import simulate_fleet
+    from specsim.sim.metrics import slo_attainment
+    from specsim.traces._types import REQUEST_DT
+
+    arrival, prompt, output = _request_arrays(requests)
+    n = arrival.shape[0]
+    alone = np.zeros(n, dtype=REQUEST_DT)
+    alone["prompt_tokens"], alone["output_tokens"] = prompt, output
+    one = fleet.scaled(1)
+    out = []
+    for label, pol, slack in runs:
+        gap = 60.0
+        while True:
+            alone["arrival_s"] = np.arange(n, dtype=np.float64) * gap
+            f = simulate_fleet(alone, one.with_options(slack=slack), pol, router=DEFAULT_ROUTER).fleet
+            if n < 2 or (f.finish_s[:-1] <= alone["arrival_s"][1:]).all():
+                break
+            gap *= 4.0
+        att = slo_attainment(f, slo[0], slo[1])["attainment"]
+        missed = int(round((1.0 - att) * n))
+        if missed:
+            allowed = math.floor(n * (1.0 - target) + 1e-9)
+            out.append(f"{label}: {missed} of {n} requests miss the SLO even alone on an idle replica (the target "
+                       f"allows {allowed}); no fleet size serves them in time")
+    return out
+
+
+def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None):
     """Every policy's search, advanced round by round: each round runs the next probe of every
     unfinished search together. Returns ``({label: answer or None}, {label: {units: Probe}})``."""
     searches = {label: search_sizes(target, max_units) for label, _, _ in runs}
@@ -300,11 +430,12 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
     by_label = {label: (pol, s) for label, pol, s in runs}
     done = 0
     while pending:
-        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label)
+        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label,
+                 seeds)
                 for label, m in pending.items()]
         results = runner(args)
         if not (isinstance(results, (list, tuple)) and len(results) == len(args)
-                and all(isinstance(p, Probe) and p.label == a[-1] for p, a in zip(results, args))):
+                and all(isinstance(p, Probe) and p.label == a[8] for p, a in zip(results, args))):
             from specsim._checks import show
 
             raise CapacityError(f"the runner answered {show(results)} for {len(args)} probes: a runner returns "
@@ -314,7 +445,7 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
         for probe in results:
             probes[probe.label][probe.units] = probe
             try:
-                nxt[probe.label] = searches[probe.label].send(probe.attainment)
+                nxt[probe.label] = searches[probe.label].send(probe.interval)
             except StopIteration as stop:
                 found[probe.label] = stop.value[0]
         pending = nxt
@@ -325,9 +456,9 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
 
 def _bracket(probes, target, unit):
     """``(replicas that missed, replicas that met)``: the tightest pair probed so far."""
-    met = [m for m, p in probes.items() if p.attainment >= target]
+    met = [m for m, p in probes.items() if p.interval[0] >= target]
     hi = min(met) if met else None
-    lo = max([m for m, p in probes.items() if p.attainment < target and (hi is None or m < hi)] or [0])
+    lo = max([m for m, p in probes.items() if p.interval[0] < target and (hi is None or m < hi)] or [0])
     return lo * unit, None if hi is None else hi * unit
 
 
@@ -358,7 +489,8 @@ def _answer(label, units, probes, target, price) -> PolicyCapacity:
         tokens_per_s_per_gpu=p.output_tokens / p.makespan_s / p.gpus if p.makespan_s > 0 else None,
         j_per_token=p.energy_j / tokens, gpu_hours_per_mtok=gpu_hours,
         usd_per_mtok=None if price is None else gpu_hours * price,
-        monotone_at_boundary=None if above is None else above.attainment >= target,
+        monotone_at_boundary=None if above is None else above.interval[0] >= target,
+        attainment_low=p.interval[0], attainment_high=p.interval[1],
         probes=tuple(probes[m] for m in sorted(probes)),
     )
 

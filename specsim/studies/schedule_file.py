@@ -85,6 +85,12 @@ def schedule_from_doc(doc: dict, source: str) -> ScheduleFile:
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "first" not in row or "depth" not in row:
             raise ScheduleError(f"{source}: [[range]] {i + 1} needs first and depth (last is optional: open range)")
+        from specsim._checks import show
+
+        unknown = sorted(set(row) - {"first", "last", "depth"})
+        if unknown:
+            raise ScheduleError(f"{source}: [[range]] {i + 1} has unknown key(s) {', '.join(map(show, unknown))}; "
+                                "a range has first, last (optional) and depth")
         ranges.append((row["first"], row.get("last"), row["depth"]))
     c = canonical(check_ranges(ranges, source))
     written = doc.get("policy")

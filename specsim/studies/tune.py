@@ -195,17 +195,24 @@ class TuneResult:
         return head + ": outside the noise"
 
     def table(self) -> str:
-        """The held-out comparison, side by side."""
+        """The held-out comparison, side by side: the objective with its spread over seeds, the
+        other figure, p99 TPOT, SLO attainment when there are targets, and which row is which.
+        No column repeats another or is empty throughout."""
         from specsim._text import format_grid
 
-        unit = self.unit()
+        energy = self.objective == "energy"
+        slo = any(s.mean_attainment is not None for s in self.holdout)
         rows = []
         for s in self.holdout:
             att = s.mean_attainment
-            mark = "<- tuned" if s is self.holdout[0] else ("<- best fixed" if s.policy == self.best_fixed else "")
-            rows.append([s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}", f"{s.j_per_token:.4f}", f"{s.tokens_per_s:.1f}",
-                         f"{s.tpot_p99_s * 1000:.1f}", "-" if att is None else f"{100 * att:.1f}%", mark])
-        return format_grid(["policy", unit, "+-", "J/tok", "tok/s", "TPOT p99 ms", "SLO", ""], rows)
+            mark = "tuned" if s is self.holdout[0] else ("best fixed" if s.policy == self.best_fixed else "")
+            row = [s.policy, f"{s.mean:.5g}", f"{s.spread:.2g}",
+                   f"{s.tokens_per_s:.1f}" if energy else f"{s.j_per_token:.4f}", f"{s.tpot_p99_s * 1000:.1f}"]
+            if slo:
+                row.append("-" if att is None else f"{100 * att:.1f}%")
+            rows.append(row + [mark])
+        header = ["policy", self.unit(), "+-", "tok/s" if energy else "J/tok", "TPOT p99 ms"]
+        return format_grid(header + (["SLO"] if slo else []) + ["row"], rows)
 
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
@@ -545,6 +552,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        search.check_met()
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -582,6 +590,25 @@ class _Search:
             self.cache[t] = r
             self.reached = max(self.reached, r["max_width"])
         self.count += len(todo)
+
+    def check_met(self) -> None:
+        """Refuse a search whose SLO no candidate met on the training window: there is no schedule
+        to recommend, only the least bad, and the error names how far it fell short."""
+        if self.target is None:
+            return
+        by_policy = {}
+        for (part, pol, seed), r in self.cache.items():
+            if part == "train" and seed in self.train_seeds and r["attainment"] is not None:
+                by_policy.setdefault(pol, []).append(r["attainment"])
+        means = {pol: float(np.mean(v)) for pol, v in by_policy.items() if len(v) == len(self.train_seeds)}
+        if not means:
+            return
+        best = max(means, key=means.get)
+        if means[best] < self.target:
+            raise ScheduleError(
+                f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
+                f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
+                "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
 
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]

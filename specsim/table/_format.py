@@ -202,7 +202,24 @@ def _read_cell(i, raw, problems):
 
 def rule_problems(cells, where=lambda i: f"cells[{i}]"):
     """Every breach of the cell rules (docs/tables.md#validation), as messages; empty when the grid is valid."""
+    from specsim._checks import is_int, is_number
+
+    # Types and sizes first: the grid checks below walk every depth, so a cell at depth 10**12
+    # (or a cost that is a string) must be named before they run.
     problems = []
+    for i, c in enumerate(cells):
+        for name, limit in (("n", MAX_WIDTH), ("k", MAX_DEPTH)):
+            v = getattr(c, name)
+            if not is_int(v) or not 0 <= v <= limit:
+                problems.append(f"{where(i)}: {name} = {show(v)} must be a whole number in 0..{limit:,} "
+                                "(docs/limits.md)")
+        bad = [f"{f} = {show(getattr(c, f))}" for f in COST_FIELDS if not is_number(getattr(c, f))]
+        if bad:
+            problems.append(f"{where(i)}: {', '.join(bad)} must be a number (ms or J)")
+        if len(problems) > 100:
+            break
+    if problems:
+        return problems
     seen = {}
     for i, c in enumerate(cells):
         costs = [getattr(c, f) for f in COST_FIELDS]

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim._checks import MAX_TOKENS_PER_REQUEST
 from specsim.errors import TraceError
 from specsim.traces._types import REQUEST_DT, TraceRead
 
@@ -276,8 +277,8 @@ def _check_options(rate_scale, limit, window):
 _REASONS = {
     1: "{fields}",
     2: "the arrival is not {what}",
-    3: "the prompt token count is not a non-negative integer",
-    4: "the output token count is not a non-negative integer",
+    3: f"the prompt token count is not a whole number in 0..{MAX_TOKENS_PER_REQUEST:,} (docs/limits.md)",
+    4: f"the output token count is not a whole number in 0..{MAX_TOKENS_PER_REQUEST:,} (docs/limits.md)",
     5: "not one JSON object on one line",
 }
 

@@ -66,7 +66,7 @@ class FleetState(NamedTuple):
     deepest group's ``max_k``, L = the step-log capacity, N requests in the trace.
 
     arrival_s, first_s, finish_s, sched_s : float64 (R, C)
-    prompt, output, emitted, prefilled, target, blocks : int64 (R, C)
+    prompt, output, emitted, prefilled, target, blocks, decode_iters : int64 (R, C)
         Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.Requests`: the requests routed
         to it in routing (= arrival) order, as the engine reads and writes them.
     request : int64 (R, C)
@@ -98,6 +98,7 @@ class FleetState(NamedTuple):
     first_s: np.ndarray
     finish_s: np.ndarray
     sched_s: np.ndarray
+    decode_iters: np.ndarray
     request: np.ndarray
     routed: np.ndarray
     rec: np.ndarray
@@ -122,7 +123,7 @@ def replica_requests_nb(st, r):
     c = st.routed[r]
     return Requests(st.arrival_s[r, :c], st.prompt[r, :c], st.output[r, :c], st.emitted[r, :c],
                     st.prefilled[r, :c], st.target[r, :c], st.blocks[r, :c], st.first_s[r, :c],
-                    st.finish_s[r, :c], st.sched_s[r, :c])
+                    st.finish_s[r, :c], st.sched_s[r, :c], st.decode_iters[r, :c])
 
 
 @part

@@ -69,6 +69,13 @@ class ReplicaGroup:
             object.__setattr__(self, "options", ServerOptions())
         if not isinstance(self.options, ServerOptions):
             raise FleetError(f"group {self.name!r}: options must be a ServerOptions, got {type(self.options).__name__}")
+        from specsim.calibration import AcceptanceCalibration
+        from specsim.table import CostTable
+
+        for name, cls in (("table", CostTable), ("calibration", AcceptanceCalibration)):
+            if not isinstance(getattr(self, name), cls):
+                raise FleetError(f"group {self.name!r}: {name} must be a {cls.__name__}, got "
+                                 f"{type(getattr(self, name)).__name__}")
         for name in ("count", "gpus_per_replica"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_REPLICAS:
@@ -123,6 +130,9 @@ class Fleet:
 
     def with_options(self, **changes) -> "Fleet":
         """The fleet with ``changes`` applied to every group's server options (e.g. ``slack``)."""
+        from specsim.sim.options import check_option_names
+
+        check_option_names(changes, FleetError)
         return Fleet(tuple(replace(g, options=replace(g.options, **changes)) for g in self.groups), self.router,
                      self.source)
 
@@ -271,7 +281,7 @@ def _drafter_problems(groups) -> list:
 
 # -- the run ---------------------------------------------------------------------------------------
 
-def _group(group, requests, policy):
+def _group(group, requests, policy, replicas):
     """The engine bundles of one group (as :func:`specsim.simulate` prepares them: the same
     checks of the policy, the options and the requests' KV needs), and the group's policy and
     resolved options."""
@@ -279,7 +289,19 @@ def _group(group, requests, policy):
     from specsim.sim.engine import prepare
 
     p = prepare(requests, group.table, group.calibration, policy, group.options)
-    return Group(p.tab, p.cal, p.srv, p.ws, int(group.options.log_size)), p
+    return Group(p.tab, p.cal, p.srv, p.ws, min(int(group.options.log_size), replica_log_size(replicas))), p
+
+
+# Step-log entries all replicas of a fleet hold together (six 8-byte arrays: 192 MiB): a
+# replica's log is cut to its share, so the memory follows the fleet's size up to its limit
+# (65,536 replicas keep 64 entries each), rather than 4,096 entries times every replica.
+FLEET_LOG_ENTRIES = 1 << 22
+
+
+def replica_log_size(replicas: int) -> int:
+    """Most step-log entries one replica of a fleet of ``replicas`` keeps (its log is
+    downsampled to fit, as a single server's is)."""
+    return max(64, FLEET_LOG_ENTRIES // max(int(replicas), 1))
 
 
 def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
@@ -297,7 +319,7 @@ def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
         arrival_s=grid(np.float64, rows), prompt=grid(np.int64, rows), output=grid(np.int64, rows),
         emitted=grid(np.int64, rows), prefilled=grid(np.int64, rows), target=grid(np.int64, rows),
         blocks=grid(np.int64, rows), first_s=grid(np.float64, rows, np.nan), finish_s=grid(np.float64, rows, np.nan),
-        sched_s=grid(np.float64, rows, np.nan), request=grid(np.int64, rows, -1), routed=np.zeros(n_rep, np.int64),
+        sched_s=grid(np.float64, rows, np.nan), decode_iters=grid(np.int64, rows), request=grid(np.int64, rows, -1), routed=np.zeros(n_rep, np.int64),
         rec=np.zeros(n_rep, dtype=STATE_DT), running=grid(np.int64, seqs), queue=grid(np.int64, rows),
         depth_hist=grid(np.int64, max_k + 1), log_t_s=grid(np.float64, log_size), log_width=grid(np.int64, log_size),
         log_depth=grid(np.float64, log_size), log_tokens=grid(np.int64, log_size),
@@ -312,7 +334,7 @@ def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
         return st
     width = old.arrival_s.shape[1]
     for name in ("arrival_s", "prompt", "output", "emitted", "prefilled", "target", "blocks", "first_s", "finish_s",
-                 "sched_s", "request"):
+                 "sched_s", "decode_iters", "request"):
         getattr(st, name)[:, :width] = getattr(old, name)
     for name in ("routed", "rec", "running", "depth_hist", "log_t_s", "log_width", "log_depth", "log_tokens",
                  "log_kv_blocks", "log_prefill_tokens", "assignment", "cursor", "tree_t", "tree_r"):
@@ -359,14 +381,14 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
     arrival, prompt, output = _request_arrays(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
-    built = [_group(g, requests, policy) for g in fleet.groups]
+    built = [_group(g, requests, policy, n_rep) for g in fleet.groups]
     groups = tuple(b[0] for b in built)
     group_of = np.repeat(np.arange(len(fleet.groups)), [g.count for g in fleet.groups]).astype(np.int64)
     kv_tokens = np.array([_kv_tokens(built[g][1].srv) for g in group_of], dtype=np.int64)
     block_size = np.array([int(built[g][1].srv.rec[0]["block_size"]) for g in group_of], dtype=np.int64)
     seqs = max(g.ws.take.shape[0] for g in groups)
     max_k = max(g.table.max_k for g in fleet.groups)
-    log_size = max(g.options.log_size for g in fleet.groups)
+    log_size = max(g.log_size for g in groups)
     st = _fleet_state(n_req, n_rep, max(16, -(-n_req // n_rep) + 16), seqs, max_k, log_size)
     # Chunks whether or not progress is asked for: Ctrl-C is acted on between kernel calls.
     limit = PROGRESS_CHUNK
@@ -399,9 +421,10 @@ def _replica_result(st, r, prepared):
     c = int(st.routed[r])
     k = prepared.tab.costs.shape[1]
     req = Requests(*(getattr(st, f)[r, :c].copy() for f in ("arrival_s", "prompt", "output", "emitted", "prefilled",
-                                                             "target", "blocks", "first_s", "finish_s", "sched_s")))
+                                                             "target", "blocks", "first_s", "finish_s", "sched_s",
+                                                             "decode_iters")))
     rs = ReplicaState(st.rec[r:r + 1].copy(), st.running[r].copy(), st.queue[r].copy(), st.depth_hist[r, :k].copy())
-    n = prepared.log.t_s.shape[0]
+    n = min(prepared.log.t_s.shape[0], st.log_t_s.shape[1])
     log = StepLog(*(getattr(st, f)[r, :n].copy() for f in ("log_t_s", "log_width", "log_depth", "log_tokens",
                                                              "log_kv_blocks", "log_prefill_tokens")))
     return collect(prepared._replace(req=req, st=rs, log=log))

@@ -43,8 +43,10 @@ class SweepReport:
 
 
 def run_point(point: dict, requests, table, calibration, options: dict, slo) -> dict:
-    """Simulate one grid point and return its result row (axis values + summary fields)."""
+    """Simulate one grid point and return its result row (axis values + summary fields + the
+    ``run_digest`` that tells points which made the same run)."""
     from specsim.sim.engine import simulate
+    from specsim.sim.verdict import run_digest
 
     scale = float(point.get("rate_scale", 1.0))
     if scale != 1.0:
@@ -63,11 +65,11 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo) -> 
                                 progress=_no_progress)
         summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
         summary = {k: v for k, v in summary.items() if k not in ("per_replica", "groups")}
-        return result_row(point, summary)
+        return result_row(point, summary) | {"run_digest": run_digest(result.fleet)}
     # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
     result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
     summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
-    return result_row(point, summary)
+    return result_row(point, summary) | {"run_digest": run_digest(result)}
 
 
 def _no_progress(finished: int) -> None:
@@ -100,7 +102,7 @@ def _is_parquet(path) -> bool:
 
 # Columns that hold names, not numbers, whatever their text looks like (a point id can be all
 # digits, or read as a float like "1e5").
-TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "trace", "table", "calibration", "policy", "label",
+TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "run_digest", "trace", "table", "calibration", "policy", "label",
                 "depth_histogram", "router")
 
 
@@ -477,7 +479,7 @@ def best_by_traffic(grid: Grid, rows) -> list:
         for col, label, lower in OBJECTIVES:
             scored = []
             for cand, rs in cands.items():
-                vals = [float(r[col]) for r in rs if r.get(col) not in (None, "") and math.isfinite(float(r[col]))]
+                vals = [v for v in map(_finite_or_none, (r.get(col) for r in rs)) if v is not None]
                 if vals:
                     spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
                     scored.append((statistics.fmean(vals), spread, cand))
@@ -497,3 +499,13 @@ def best_by_traffic(grid: Grid, rows) -> list:
         return []
     head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
     return [head] + lines
+
+
+def _finite_or_none(value):
+    """A results cell as a finite float, or None (empty, not a number, infinite): a damaged row
+    is refused by the readers that need it, not here."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

@@ -1,0 +1,120 @@
+"""Verdicts that hold up: which runs were the same run, and whether "lowest energy" or "fastest"
+clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
+
+- Two results of the same requests are *the same run* when every request's first-token and
+  finish times, the energy and the depth histogram are equal: their policies chose the same
+  depth at every width they met (``goodput`` and ``fixed:3`` on a table where goodput's depth is
+  3 wherever the batch went). Reports name such a policy once and the others ``= that one``.
+- A verdict compares the best distinct run with the runner-up on one figure (J/token, or p99
+  TPOT) over the run's own draft-outcome seed and :data:`NOISE_SEEDS` more, paired by seed (both
+  policies see the same hashes under one seed, so most of the noise cancels). It is given when the
+  mean paired difference is larger than its 95% interval's half-width (Student t over the
+  seeds); else the two are a tie within noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Extra draft-outcome seeds a verdict reruns its two leading policies with.
+NOISE_SEEDS = 3
+# Two-sided 95% Student t quantiles by degrees of freedom (1 + NOISE_SEEDS seeds -> 3).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def run_digest(result) -> str:
+    """A digest of what makes a run the run it was: every request's first-token and finish times,
+    the energy and the depth histogram (a sweep row's ``run_digest``)."""
+    import hashlib
+
+    parts = [np.ascontiguousarray(result.first_token_s, dtype=np.float64).tobytes(),
+             np.ascontiguousarray(result.finish_s, dtype=np.float64).tobytes(),
+             np.float64(result.energy_j).tobytes(), np.ascontiguousarray(result.depth_histogram, np.int64).tobytes()]
+    return hashlib.sha256(b"|".join(parts)).hexdigest()[:16]
+
+
+def same_run(a, b) -> bool:
+    """Whether results ``a`` and ``b`` (same requests) are the same run."""
+    return (a.requests == b.requests and a.energy_j == b.energy_j
+            and np.array_equal(a.finish_s, b.finish_s, equal_nan=True)
+            and np.array_equal(a.first_token_s, b.first_token_s, equal_nan=True)
+            and np.array_equal(a.depth_histogram, b.depth_histogram))
+
+
+def mark_same_runs(results, summaries) -> None:
+    """Set ``summary["same_as"]`` to the label of the first earlier result that is the same run
+    (None when it is the first of its kind)."""
+    for i, (r, s) in enumerate(zip(results, summaries)):
+        s["same_as"] = next((summaries[j]["label"] for j in range(i) if same_run(results[j], r)
+                             and summaries[j].get("same_as") is None), None)
+
+
+FIGURES = {
+    "lowest energy": (lambda s: s["j_per_token"], "J/token", "{:.4f}"),
+    "lowest p99 TPOT": (lambda s: s["tpot_s"]["p99"], "s", "{:.4f}"),
+}
+
+
+def verdict(name: str, summaries, rerun, seed: int) -> dict:
+    """The verdict ``name`` (a key of :data:`FIGURES`) over distinct runs.
+
+    ``rerun(index, seed) -> summary`` simulates ``summaries[index]``'s policy again under another
+    draft-outcome seed. Returns ``winner``, ``runner_up`` (labels), ``difference`` (mean paired,
+    winner minus runner-up), ``half_width`` (95%), ``seeds``, ``clear`` (bool) and ``line``; None
+    when fewer than two distinct runs have the figure.
+    """
+    get, unit, fmt = FIGURES[name]
+    pool = [i for i, s in enumerate(summaries) if s.get("same_as") is None and get(s) is not None]
+    if len(pool) < 2:
+        return None
+    pool.sort(key=lambda i: get(summaries[i]))
+    a, b = pool[0], pool[1]
+    diffs = [get(summaries[a]) - get(summaries[b])]
+    for k in range(1, NOISE_SEEDS + 1):
+        other = (seed + k) % (1 << 64)
+        diffs.append(get(rerun(a, other)) - get(rerun(b, other)))
+    d = np.asarray(diffs, dtype=np.float64)
+    mean = float(d.mean())
+    half = float(_T95[d.shape[0] - 1] * d.std(ddof=1) / math.sqrt(d.shape[0]))
+    clear = mean < 0 and abs(mean) > half
+    la, lb = summaries[a]["label"], summaries[b]["label"]
+    va, vb = fmt.format(get(summaries[a])), fmt.format(get(summaries[b]))
+    noise = f"paired over {d.shape[0]} draft-outcome seeds: {mean:+.2g} ± {half:.2g} {unit}, 95%"
+    if clear:
+        line = f"{name}: {la} at {va} {unit}, below {lb} at {vb} ({noise})"
+    else:
+        line = f"{name}: tie within noise between {la} ({va}) and {lb} ({vb}) ({noise})"
+    return {"name": name, "winner": la if clear else None, "runner_up": lb, "leader": la, "difference": mean,
+            "half_width": half, "seeds": int(d.shape[0]), "clear": bool(clear), "line": line}
+
+
+def same_run_lines(summaries) -> list:
+    """``policy = other`` lines for the policies that were the same run as an earlier one."""
+    return [f"{s['label']} = {s['same_as']}: the same depth at every width the run met, so the same run"
+            for s in summaries if s.get("same_as")]
+
+
+def reruns(requests, table, calibration, results, options, slo=(None, None), acceptance=None):
+    """A cached ``rerun(index, seed) -> summary`` for :func:`verdict`: ``results[index]``'s policy
+    and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``."""
+    import warnings
+    from dataclasses import replace
+
+    from specsim.errors import TraceWarning
+    from specsim.sim.engine import simulate
+
+    cache = {}
+
+    def rerun(index, seed):
+        if (index, seed) not in cache:
+            r = results[index]
+            opts = replace(options, slack=r.options["slack"], seed=seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
+                cache[(index, seed)] = simulate(requests, table, calibration, r.policy_spec, options=opts,
+                                                acceptance=acceptance).summary(*slo)
+        return cache[(index, seed)]
+
+    return rerun
