@@ -15,7 +15,7 @@ import json
 import re
 
 from specsim._checks import digits_int
-from specsim.errors import PolicyError
+from specsim.errors import CalibrationError, PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
@@ -563,7 +563,6 @@ def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     dict
     """
     from specsim._checks import MAX_DEPTH, int_problem
-    from specsim.errors import CalibrationError
 
     k = len(cal.priors) if depth is None else depth
     problem = int_problem(k, "the depth", 1, MAX_DEPTH)
