@@ -759,7 +759,7 @@ def test_two_thousand_random_batches_match_the_reference_exactly():
             n = int(rng.integers(0, 48))
             m = int(rng.integers(0, t.max_k + 2))
             conf = rng.choice([-9.0, -1.0, -0.5, -0.1, 0.0, np.nan], (n, m)) if rng.random() < 0.3 else \
-                rng.uniform(-6.0, 0.3, (n, m))
+                rng.uniform(-6.0, 0.0, (n, m))
             conf = conf.astype(np.float32)
             conf[rng.random((n, m)) < 0.1] = np.nan
             n_conf = rng.integers(0, m + 1, n).astype(np.int64)

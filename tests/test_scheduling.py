@@ -29,7 +29,8 @@ def flat_table():
 
 
 def run(rows, policy="fixed:0", **opts):
-    opts = {"prefill_ms_per_token": 1.0, "prefill_j_per_token": 0.5, "log_size": 1 << 10, **opts}
+    affine = {} if "prefill_curve" in opts else {"prefill_ms_per_token": 1.0, "prefill_j_per_token": 0.5}
+    opts = {**affine, "log_size": 1 << 10, **opts}
     reqs = requests(rows)
     res = simulate(reqs, flat_table(), small_calibration(), policy, **opts)
     assert_matches_reference(res, run_reference(reqs, flat_table(), small_calibration(), policy, **opts))
