@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from specsim.errors import SimulationError
+
 # The largest count anything accepts (widths, budgets, limits, seeds of sizes), and the
 # "no cap" value the planner and engine use where a cap is optional: far above any real size,
 # far below int64's end, so sums of a few of them never overflow.
@@ -20,6 +22,9 @@ COUNT_MAX = 1 << 62
 NO_CAP = COUNT_MAX
 
 # -- size limits (docs/limits.md) ------------------------------------------------------------
+# The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):
+# the one place its buffer in the engine's state record is sized; a longer window is refused.
+MAX_ACCEPTANCE_WINDOW = 1024
 # Deepest draft depth a table, calibration, trace or policy may name: every per-depth array is
 # built with this many entries at most.
 MAX_DEPTH = 1024
@@ -267,3 +272,27 @@ def _non_finite(value, path):
             stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
         elif is_number(v) and not is_int(v) and not is_finite(v):
             yield where, v
+
+
+def check_gate(window, threshold, where="", names=("acceptance_window", "acceptance_length_threshold")):
+    """The speculation gate's ``(window, threshold)`` checked (``(None, None)``: no gate): both or
+    neither, the window an integer <= MAX_ACCEPTANCE_WINDOW (<= 0: never switches off), the
+    threshold a finite number. ``where`` prefixes the message (a file); ``names`` are the two
+    settings as the caller calls them."""
+    import numpy as np
+
+    if window is None and threshold is None:
+        return None, None
+    if window is None or threshold is None:
+        given, missing = (names[0], names[1]) if threshold is None else (names[1], names[0])
+        raise SimulationError(f"{where}{given} without {missing}: the speculation gate needs both (or neither)")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
+        raise SimulationError(f"{where}{names[0]} must be a whole number of requests, got {show(window)}")
+    if window > MAX_ACCEPTANCE_WINDOW:
+        raise SimulationError(f"{where}{names[0]} {window} is beyond the {MAX_ACCEPTANCE_WINDOW} requests the "
+                              "simulated gate keeps: use a shorter window")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(threshold):
+        raise SimulationError(f"{where}{names[1]} must be a finite number (mean accepted drafts per step), "
+                              f"got {show(threshold)}")
+    return int(window), float(threshold)

@@ -8,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from specsim.errors import OutputError
+
 
 # The longest file name (one path component) common file systems take, in bytes.
 MAX_NAME_BYTES = 255
@@ -198,8 +200,6 @@ class Outputs:
 
     def __init__(self, inputs=None):
         """``inputs``: ``{label: path}`` or a list of ``(label, path)`` (``None`` paths skipped)."""
-        from specsim.errors import OutputError
-
         self._error = OutputError
         self._inputs = [(label, p) for label, p in _pairs(inputs) if p is not None]
         self._declared = {}   # realpath -> (label, path as given)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specsim.errors import ScheduleError
+
 # Public conversation-trace shape (see the module docstring).
 CONV_RATE_PER_S = 5.53
 CONV_ARRIVAL_CV = 1.09
@@ -178,7 +180,6 @@ def tune_demo(inputs, seed: int = 0, out=None):
     (TuneResult, EngineConfig or None)
     """
     from specsim._io import Outputs
-    from specsim.errors import ScheduleError
     from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
     from specsim.sim.slo import SLO

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specsim import DriftSettings, OnlineCalibration
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.online import false_alarm_rate, monitor_runs, simulate_runs
+from specsim.calibration.online import false_alarm_rate, monitor_runs, chain_runs
 from specsim.calibration.fit import counts_from_steps, fit_counts
 from specsim.sim.replay import load_acceptance_file
 from tests.reference import ref_cusum, ref_online_step
@@ -99,8 +99,8 @@ def test_in_control_runs_stay_quiet_at_the_stated_rate():
 
 def test_a_change_is_caught_and_dated():
     cal = AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.62, 0.48, 0.40])
-    before = simulate_runs([0.62, 0.48, 0.40], 5, 300, seed=4)
-    after = simulate_runs([0.50, 0.40, 0.35], 5, 600, seed=5)
+    before = chain_runs([0.62, 0.48, 0.40], 5, 300, seed=4)
+    after = chain_runs([0.50, 0.40, 0.35], 5, 600, seed=5)
     runs = np.concatenate([before, after])
     rep, hist = monitor_runs(cal, np.full(runs.shape[0], 5), runs, DEFAULT, history=True)
     assert rep.drifted
@@ -207,7 +207,7 @@ def test_cli_from_serving_telemetry(tmp_path):
     lines = []
     for t in range(60):  # intervals of 200 steps; from interval 30 on, position 1 drops to 0.7
         p1 = 0.8 if t < 30 else 0.7
-        runs = simulate_runs([p1, 0.6, 0.5], 3, 200, seed=t)
+        runs = chain_runs([p1, 0.6, 0.5], 3, 200, seed=t)
         lines.append(vllm_line([int((runs >= j).sum()) for j in (1, 2, 3)], 200, 3))
     log = tmp_path / "v.log"
     log.write_text("\n".join(lines) + "\n")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration.online import simulate_runs
+from specsim.calibration.online import chain_runs
 from specsim.calibration.telemetry import calibration_from, constant_rate, identify, render_windows
 from specsim.interop import detect_format, read_telemetry
 from specsim.errors import CalibrationError
@@ -448,7 +448,7 @@ def _synthetic(source, truth, k, intervals=40, steps=500):
     """Telemetry of ``source`` for chains drawn from per-position conditional rates ``truth``."""
     parts, total = [], [0] * (k + 1)
     for interval in range(intervals):
-        runs = simulate_runs(truth, k, steps, seed=100 + interval)
+        runs = chain_runs(truth, k, steps, seed=100 + interval)
         hist = np.bincount(runs, minlength=k + 1).tolist()
         total = [t + h for t, h in zip(total, hist)]
         acc = [int((runs >= j).sum()) for j in range(1, k + 1)]

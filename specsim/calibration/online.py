@@ -264,7 +264,7 @@ def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, h
     return monitor_steps(calibration, batches, settings, history)
 
 
-def simulate_runs(priors, depth: int, steps: int, seed: int = 0):
+def chain_runs(priors, depth: int, steps: int, seed: int = 0):
     """Accepted runs of ``steps`` chains of ``depth`` drafts from per-position conditional rates
     (a Bernoulli chain: draft ``j`` accepted with ``priors[j - 1]`` once the drafts before it were;
     past the last prior, the last). For in-control checks of the monitor.
@@ -288,7 +288,7 @@ def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, setti
     alarms = 0
     drafts = np.full(steps, depth, dtype=np.int64)
     for r in range(runs):
-        acc = simulate_runs(calibration.priors, depth, steps, seed + r)
+        acc = chain_runs(calibration.priors, depth, steps, seed + r)
         rep, _ = monitor_runs(calibration, drafts, acc, settings, width)
         alarms += rep.drifted
     return alarms / runs

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from specsim import __version__
+from specsim.errors import SpecsimError, clip
 
 # Each module defines ``register(sub, groups)``: it adds its commands to ``sub`` with
 # ``set_defaults(func=...)`` (``func(args)`` returns the exit code), and may add actions to a group
@@ -93,8 +94,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from specsim.errors import SpecsimError
-
     parser = build_parser()
     # A process's arguments cannot hold NUL (a shell never passes one); one given through this
     # function would reach the file system calls, which refuse it with a bare ValueError.
@@ -118,8 +117,6 @@ def _main(argv) -> int:
         return 0
     except OSError as e:
         # A file we were told to write or read could not be: name it, no traceback.
-        from specsim.errors import clip
-
         where = f"{clip(e.filename)}: " if getattr(e, "filename", None) else ""
         print(f"specsim: error: {where}{clip(e.strerror or e)}", file=sys.stderr)
         return 2

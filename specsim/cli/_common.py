@@ -9,7 +9,7 @@ import sys
 
 from specsim._checks import COUNT_MAX, number_problem, show
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, TableError
 from specsim.interop import policy_file
 
 
@@ -72,8 +72,6 @@ def nonneg_float(text: str) -> float:
 
 def digest_map(items) -> dict:
     """``["verify=sha256:..", ...]`` (repeated ``--digest MODE=DIGEST``) -> ``{mode: digest}``."""
-    from specsim.errors import TableError
-
     digests = {}
     for item in items:
         mode, sep, digest = item.partition("=")

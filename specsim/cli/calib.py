@@ -7,6 +7,7 @@ import argparse
 from specsim.cli import calib_live
 from specsim.cli._common import count, float_list, format_grid, print_json
 from specsim.cli._drafter import drafter_flags, drafter_key
+from specsim.errors import CalibrationError
 
 
 def register(sub, groups):
@@ -156,7 +157,6 @@ def _fit(args, out):
         calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
     )
     from specsim.calibration.report import build_report, format_report, plot_reliability
-    from specsim.errors import CalibrationError
 
     drafter = drafter_key(args)
     if args.holdout and not args.drafts_log:
@@ -234,7 +234,6 @@ def _read_windows(path, run):
     from specsim._checks import is_int
     from specsim._io import read_input
     from specsim.calibration.fit import steps_from_windows
-    from specsim.errors import CalibrationError
 
     raw = read_input(path, "the windows file", CalibrationError)
     doc = _toml.loads(raw, "the windows file", path, CalibrationError)

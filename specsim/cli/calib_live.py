@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from specsim.cli._common import count
+from specsim.errors import CalibrationError
 
 IMPORT_EPILOG = """\
 formats (--from; detected from the content when not given):
@@ -85,7 +86,6 @@ def cmd_import(args):
 
 def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
-    from specsim.errors import CalibrationError
     from specsim.interop import engine_schedule
     from specsim.studies.schedule_file import load_schedule
 
@@ -150,7 +150,6 @@ def cmd_drift(args):
     from specsim.calibration import AcceptanceCalibration
     from specsim.calibration.drift import DriftSettings, plot_drift
     from specsim.cli._common import require_matplotlib
-    from specsim.errors import CalibrationError
 
     inputs = [("CAL", args.calibration)] + [("--from-log", f) for f in (args.from_log or [])] + [
         (flag, v) for flag, v in (("--acceptance", args.acceptance), ("--drafts-log", args.drafts_log),
@@ -182,7 +181,6 @@ def _replay_drift(args, cal, settings):
     import numpy as np
 
     from specsim.calibration import online
-    from specsim.errors import CalibrationError
 
     if args.acceptance:
         from specsim.sim.replay import load_acceptance_file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specsim.cli._common import count
+from specsim.errors import ScheduleError, SpecsimError
 
 
 def register(sub, groups):
@@ -32,7 +33,6 @@ def cmd_demo(args):
 
     from specsim._checks import rate_scale_problem
     from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, run_demo
-    from specsim.errors import SpecsimError
     from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
 
@@ -85,7 +85,6 @@ def _tuned(inputs, args):
     import time
 
     from specsim.demo import DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS, tune_demo
-    from specsim.errors import ScheduleError
 
     start = time.monotonic()
     print()

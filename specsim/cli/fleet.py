@@ -13,7 +13,7 @@ from specsim.cli.trace import add_trace_options
 
 def register(sub, groups):
     from specsim.cli._server import add_server_options
-    from specsim.sim.fleet import ROUTERS
+    from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, ROUTERS
 
     p = sub.add_parser(
         "fleet",
@@ -30,7 +30,7 @@ def register(sub, groups):
     p.add_argument("--replicas", type=count, default=None, metavar="R", help="identical replicas (default 1)")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups with their own tables")
     p.add_argument("--router", choices=ROUTERS, default=None,
-                   help="how requests are spread (default: the fleet file's, else round_robin)")
+                   help=f"how requests are spread (default: the fleet file's, else {DEFAULT_FLEET_ROUTER})")
     p.add_argument("--policy", required=True, action="append", metavar="P",
                    help="fixed:K, schedule:..., propose, sequence, goodput, load-aware, ENGINE:FILE or sglang-adaptive:FILE "
                         "(repeat to compare)")
@@ -68,7 +68,7 @@ def cmd_fleet(args):
 def _run(args, out):
     from specsim import __version__
     from specsim.cli.capacity import _inputs
-    from specsim.sim.fleet import simulate_fleet
+    from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, simulate_fleet
     from specsim.sim.metrics import overload_lines
     from specsim.sim.report import comparison_table
     from specsim.traces import summary as trace_summary
@@ -76,7 +76,7 @@ def _run(args, out):
     fleet, read = _inputs(args, out)
     if args.fleet is None:
         fleet = fleet.scaled(args.replicas or 1)
-    router = args.router or fleet.router or "round_robin"
+    router = args.router or fleet.router or DEFAULT_FLEET_ROUTER
     fleet = fleet.with_options(slack=args.slack)
     results = [simulate_fleet(read.requests, fleet, policy, router=router) for policy in args.policy]
     summaries = [r.summary(args.slo_ttft_s, args.slo_tpot_s) for r in results]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specsim.cli._common import context_list, count, int_list
+from specsim.errors import CostModelError
 
 
 def register(sub, groups):
@@ -73,7 +74,6 @@ def _model(args):
 
     if args.contexts is None:
         return at(DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens)
-    from specsim.errors import CostModelError
     from specsim.table import CostTable
 
     reference = args.context_tokens

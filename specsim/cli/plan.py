@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from specsim.cli._common import count, format_grid, print_json, slack, width
+from specsim.errors import PlanError
 
 
 def register(sub, groups):
@@ -31,14 +32,12 @@ def register(sub, groups):
 
 def _read_json(path, what):
     from specsim._io import read_json
-    from specsim.errors import PlanError
 
     return read_json(path, f"the {what}", PlanError)
 
 
 def _confidences(path):
     from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, logprob_problem, show
-    from specsim.errors import PlanError
 
     data = _read_json(path, "confidences")
     if not isinstance(data, list):
@@ -65,7 +64,6 @@ def _confidences(path):
 
 def cmd_plan(args):
     from specsim.calibration import AcceptanceCalibration
-    from specsim.errors import PlanError
     from specsim.plan import Planner, sequence_depths
     from specsim.table import CostTable
 

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 from specsim.cli._common import add_policy_inputs, count, digest_map, slack
+from specsim.errors import PolicyError, SpecsimWarning, TableError, TraceError
 
 
 def register(sub, groups):
@@ -72,7 +73,6 @@ def cmd_replay(args):
 
 def _replay(args, out):
     from specsim._checks import check_finite_results
-    from specsim.errors import PolicyError, SpecsimWarning
     from specsim.sim.replay import load_acceptance_file, replay
 
     afile = load_acceptance_file(args.file)
@@ -121,7 +121,6 @@ def _replay(args, out):
 
 def cmd_import(args):
     from specsim._io import Outputs
-    from specsim.errors import TableError
     from specsim.sim.replay import load_acceptance_file, run_table
     from specsim.table import SCHEMA, CostTable, TableKey
 
@@ -153,7 +152,6 @@ def cmd_import(args):
 
 def _import_telemetry(args, digests):
     from specsim._io import Outputs
-    from specsim.errors import TableError
     from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table
     from specsim.table import SCHEMA, CostTable, TableKey
 
@@ -188,8 +186,6 @@ def _import_telemetry(args, digests):
 
 def _only_trace(afile, flag):
     """The name of an acceptance file's only trace; several (or none) need ``flag NAME``."""
-    from specsim.errors import TraceError
-
     if len(afile.traces) != 1:
         raise TraceError(f"{afile.source} holds {len(afile.traces)} traces ({', '.join(afile.traces) or 'none'}): "
                          f"name one with {flag} NAME")

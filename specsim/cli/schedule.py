@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from specsim.cli._common import count, slack
+from specsim.errors import ScheduleError
 
 
 def _method_name(text: str) -> str:
@@ -89,8 +90,6 @@ def _planner_ranges(args):
 
 
 def _error(message):
-    from specsim.errors import ScheduleError
-
     return ScheduleError(message)
 
 
@@ -129,8 +128,6 @@ def cmd_export(args):
 def cmd_import(args):
     from specsim.interop import import_file
     from specsim.policy.schedule import policy_text
-
-    from specsim.errors import ScheduleError
 
     from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
 

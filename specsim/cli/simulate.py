@@ -10,6 +10,7 @@ from specsim.cli._common import add_policy_inputs, float_list, require_matplotli
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
+from specsim.errors import SimulationError, TraceError, TraceWarning
 
 
 def register(sub, groups):
@@ -73,9 +74,7 @@ def _simulate(args, out):
     from specsim._checks import check_finite_results, request_size_problem
     from specsim._progress import Progress
     from specsim.calibration import AcceptanceCalibration
-    from specsim.errors import SimulationError
     from specsim.traces import summary as trace_summary
-    from specsim.errors import TraceWarning
     from specsim.sim.engine import ServerOptions, simulate_runs
     from specsim.interop import read_policy
     from specsim.policy.policy import policy_runs
@@ -144,7 +143,6 @@ def _simulate(args, out):
 
 
 def _acceptance(args):
-    from specsim.errors import TraceError
     from specsim.sim.replay import load_acceptance_file
 
     if args.acceptance is None:

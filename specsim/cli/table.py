@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specsim.cli._common import context, count, digest_map, format_grid, print_json, width
+from specsim.errors import KeyMismatchError, TableError
 
 
 def register(sub, groups):
@@ -58,7 +59,6 @@ def _serve_key(args, table_key):
 
 
 def cmd_check(args):
-    from specsim.errors import KeyMismatchError
     from specsim.table import CostTable
 
     table = CostTable.load(args.file)
@@ -128,7 +128,6 @@ def _grid_rows(table):
 
 
 def cmd_query(args):
-    from specsim.errors import TableError
     from specsim.table import CostTable
 
     table = CostTable.load(args.file)

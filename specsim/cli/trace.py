@@ -7,6 +7,7 @@ request trace (``simulate`` too), so the options mean the same everywhere.
 from __future__ import annotations
 
 from specsim.cli._common import count, format_grid, print_json
+from specsim.errors import TraceError
 
 
 def add_trace_options(p):
@@ -29,8 +30,6 @@ def add_trace_options(p):
 
 
 def _window(text):
-    from specsim.errors import TraceError
-
     if text is None:
         return None
     start, sep, end = text.partition(":")
@@ -42,7 +41,6 @@ def _window(text):
 
 def trace_from_args(args, path):
     """The :class:`TraceRead` the options and ``path`` (None for a synthetic trace without one) name."""
-    from specsim.errors import TraceError
     from specsim.traces import read_trace
 
     opts = {"rate_scale": args.rate_scale, "limit": args.limit, "window": _window(args.window)}

@@ -8,6 +8,7 @@ from specsim.cli._common import add_policy_inputs, count, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
+from specsim.errors import ScheduleError
 
 
 def register(sub, groups):
@@ -61,7 +62,6 @@ def cmd_tune(args):
     from specsim._io import Outputs
     from specsim.calibration import AcceptanceCalibration
     from specsim.cli.trace import trace_from_args
-    from specsim.errors import ScheduleError
     from specsim.studies.tune import tune
     from specsim.sim.engine import ServerOptions
     from specsim.table import CostTable

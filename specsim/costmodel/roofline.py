@@ -27,6 +27,9 @@ over the ``tp`` GPUs: idle power for the whole step, plus the dynamic power (TDP
 share of the step the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies
 (launch floors, communication and host time count as idle). Power therefore stays between idle
 and TDP.
+
+Why one module of this size: the per-operator prices and the table built from them share one
+set of units and one operator list; split, each half would re-state them.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import digits_int
-from specsim.errors import PolicyError, ScheduleError
+from specsim._checks import check_gate, digits_int
+from specsim.errors import PolicyError, ScheduleError, SimulationError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
 from specsim.interop.vllm import request_records
@@ -239,9 +239,6 @@ def parse_gate(text, source):
     """The speculation gate a TensorRT-LLM config sets: ``(window, threshold)``, or None when
     either key is missing (TensorRT-LLM then never switches speculation off). A window <= 0 is
     kept: it never switches off either."""
-    from specsim.errors import SimulationError
-    from specsim.sim.options import check_gate
-
     doc = read_yaml(text, source)
     sc = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
     if not isinstance(sc, dict) or any(k not in sc for k in GATE_KEYS):

@@ -3,7 +3,11 @@ per-request metrics; formats and their versions: ``docs/telemetry.md``, "vLLM"),
 ``--speculative-config`` a schedule is served with and read back from
 (``num_speculative_tokens_per_batch_size``: inclusive ``[start_bs, end_bs, K]`` ranges from 1, no
 overlap, a gap or the tail taking the K before it, every K clamped to ``num_speculative_tokens``;
-docs/schedules.md#vllm), and a calibration as its synthetic rejection sampler."""
+docs/schedules.md#vllm), and a calibration as its synthetic rejection sampler.
+
+Why one module of this size: one module per engine (the registry is :mod:`specsim.interop`), so
+vLLM's telemetry readers, its config export and import sit together, each format beside its parser.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import json
 import re
 
 from specsim._checks import digits_int
-from specsim.errors import PolicyError
+from specsim.errors import CalibrationError, PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
@@ -559,7 +563,6 @@ def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     dict
     """
     from specsim._checks import MAX_DEPTH, int_problem
-    from specsim.errors import CalibrationError
 
     k = len(cal.priors) if depth is None else depth
     problem = int_problem(k, "the depth", 1, MAX_DEPTH)

@@ -4,6 +4,7 @@
 are usable on their own. Nothing here imports CuPy or NVML until a run asks for them.
 """
 
+from specsim.errors import MeasureError
 from specsim.measure.backends import CupyBackend, NumpyBackend, box_class_from_name, open_backend
 from specsim.measure.harness import SweepInterrupted, SweepSettings, measure_cell, partial_path, run_sweep
 from specsim.measure.merge import merge_files, merge_tables
@@ -78,7 +79,6 @@ def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_po
     import dataclasses
 
     from specsim._io import atomic_write_text
-    from specsim.errors import MeasureError
     from specsim.table import CostTable
 
     if isinstance(workload, CallableWorkload):

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim.errors import TableError
+from specsim.errors import CalibrationError, TableError
 
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
@@ -227,7 +227,6 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
 def read_samples(paths, fmt: str) -> Samples:
     """The samples of every file (one format)."""
     from specsim.interop._records import read_text
-    from specsim.errors import CalibrationError
 
     if fmt not in ENGINE_FORMATS:
         raise TableError(f"unknown engine telemetry format {fmt!r}: one of {', '.join(ENGINE_FORMATS)}")

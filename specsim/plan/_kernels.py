@@ -7,6 +7,10 @@ never from reassociating arithmetic.
 Inputs are the table's flat arrays (``widths int64[W]``, ``costs float64[W, K + 1, 4]``), the
 calibration's (``edges float32[B]``, ``p_accept float64[B]``, ``priors float64[P]``) and
 ``cum_priors float64[K + 1]`` with ``cum_priors[k] = sum_{j<=k} prod_{t<=j} prior(t)``.
+
+Why one module of this size: the batch-depth and per-sequence kernels share the gain, cost and
+scan helpers whose arithmetic must stay bit-identical between them; split, one arithmetic would
+live in two files.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (on
 state), ``log`` (its step log) and ``ws`` (per-step scratch). All loop state lives in them, so a
 run can stop after any step and resume with the same result. See docs/simulation.md for the
 scheduling rules and the price of a step.
+
+Why one module of this size: ``step_nb``'s verbs and their helpers are one step of one server,
+read top to bottom; the fleet steps these same functions, so there is no second engine.
 """
 
 from __future__ import annotations

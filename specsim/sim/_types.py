@@ -6,6 +6,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from specsim._checks import MAX_ACCEPTANCE_WINDOW  # the gate ring's size, a size limit
+
 
 class ReplayResult(NamedTuple):
     """What a policy gives when an acceptance trace is replayed at one width (docs/replay.md).
@@ -67,9 +69,6 @@ class ReplayResult(NamedTuple):
 # them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors of
 # :mod:`specsim.sim.engine`.
 
-# The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):
-# the one place its buffer in STATE_DT is sized; ServerOptions refuses a longer window.
-MAX_ACCEPTANCE_WINDOW = 1024
 # The most batch-size slots SGLang's adaptive controller (the sglang-adaptive policy) is simulated
 # with: the one place its per-slot state in STATE_DT is sized; the engine refuses more.
 MAX_ADAPTIVE_SLOTS = 64

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim.errors import SimulationError
+from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
     NO_CAP, ServerOptions, prefill_fixed_part,
@@ -207,7 +207,6 @@ def _acceptance_digits(trace, k_cap):
     and the depth cap lowered to ``k_logged``."""
     import warnings
 
-    from specsim.errors import TraceWarning
     from specsim.sim.replay import AcceptanceTrace
 
     if not isinstance(trace, AcceptanceTrace):
@@ -227,8 +226,6 @@ def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
     """The policy as the server runs it: a named depth beyond what the table prices is refused;
     one beyond the server's own cap (``k_max``, an acceptance trace's ``k_logged``) is lowered to
     it, and the label says so."""
-    from specsim.errors import PolicyError
-
     top = pol.max_depth
     if top is not None and top > table.max_k:
         raise PolicyError(f"policy {pol} asks for {top} drafts per step but the cost table prices depths up to "

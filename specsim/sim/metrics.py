@@ -37,7 +37,8 @@ import io
 
 import numpy as np
 
-PERCENTILES = (50, 90, 99)
+from specsim.sim.result import PERCENTILES, percentiles  # noqa: F401  (PERCENTILES kept importable here)
+
 # Overload: the least growth of queueing delay (s per s of arrivals), the least rise from the
 # first quarter of arrivals to the last (s), the fewest requests to measure it on.
 OVERLOAD_GROWTH = 0.05
@@ -45,15 +46,6 @@ OVERLOAD_MIN_S = 1.0
 OVERLOAD_MIN_REQUESTS = 8
 CSV_COLUMNS = ("policy", "slack", "request", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
                "finish_s", "ttft_s", "tpot_s", "e2e_s")
-
-
-def _percentiles(values) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    if v.shape[0] == 0:
-        return {f"p{q}": None for q in PERCENTILES} | {"mean": None}
-    ps = np.percentile(v, PERCENTILES)
-    return {f"p{q}": float(p) for q, p in zip(PERCENTILES, ps)} | {"mean": float(v.mean())}
 
 
 def policy_slack(result):
@@ -167,10 +159,10 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         "depth_histogram": {str(k): int(v) for k, v in enumerate(result.depth_histogram) if v},
         "accepted_per_step": ratio(c["accepted_drafts"], c["sequence_steps"]),
         "acceptance_rate": ratio(c["accepted_drafts"], c["verified_rows"]),
-        "ttft_s": _percentiles(result.ttft_s),
-        "tpot_s": _percentiles(result.tpot_s),
-        "e2e_s": _percentiles(result.e2e_s),
-        "queue_s": _percentiles(result.queue_s),
+        "ttft_s": percentiles(result.ttft_s),
+        "tpot_s": percentiles(result.tpot_s),
+        "e2e_s": percentiles(result.e2e_s),
+        "queue_s": percentiles(result.queue_s),
         "overload": overload(result),
         "preemptions": c["preemptions"],
         "recomputed_tokens": c["recomputed_tokens"],

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gate, show
 from specsim.errors import SimulationError
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
@@ -238,30 +238,6 @@ class ServerOptions:
         if out["kv_capacity_tokens"] is None and "kv_capacity_tokens" in meta:
             out["kv_capacity_tokens"] = _int(meta["kv_capacity_tokens"], "table [meta] kv_capacity_tokens", 1)
         return out
-
-
-def check_gate(window, threshold, where="", names=("acceptance_window", "acceptance_length_threshold")):
-    """The speculation gate's ``(window, threshold)`` checked (``(None, None)``: no gate): both or
-    neither, the window an integer <= MAX_ACCEPTANCE_WINDOW (<= 0: never switches off), the
-    threshold a finite number. ``where`` prefixes the message (a file); ``names`` are the two
-    settings as the caller calls them."""
-    from specsim.sim._types import MAX_ACCEPTANCE_WINDOW
-
-    if window is None and threshold is None:
-        return None, None
-    if window is None or threshold is None:
-        given, missing = (names[0], names[1]) if threshold is None else (names[1], names[0])
-        raise SimulationError(f"{where}{given} without {missing}: the speculation gate needs both (or neither)")
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
-        raise SimulationError(f"{where}{names[0]} must be a whole number of requests, got {show(window)}")
-    if window > MAX_ACCEPTANCE_WINDOW:
-        raise SimulationError(f"{where}{names[0]} {window} is beyond the {MAX_ACCEPTANCE_WINDOW} requests the "
-                              "simulated gate keeps: use a shorter window")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(threshold):
-        raise SimulationError(f"{where}{names[1]} must be a finite number (mean accepted drafts per step), "
-                              f"got {show(threshold)}")
-    return int(window), float(threshold)
 
 
 def _int(value, name, low, high=None):

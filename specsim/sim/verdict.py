@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from specsim.errors import TraceWarning
+
 # Extra draft-outcome seeds a verdict reruns its two leading policies with.
 NOISE_SEEDS = 3
 # Two-sided 95% Student t quantiles by degrees of freedom (1 + NOISE_SEEDS seeds -> 3).
@@ -102,7 +104,6 @@ def reruns(requests, table, calibration, results, options, slo=(None, None), acc
     import warnings
     from dataclasses import replace
 
-    from specsim.errors import TraceWarning
     from specsim.sim.engine import simulate
 
     cache = {}

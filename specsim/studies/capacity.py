@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
+from specsim.sim.result import percentile
 from specsim.sim.slo import as_slo
 
 PLAIN = "fixed:0"
@@ -183,7 +184,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     first seed's run; the p99 latencies are the worst over seeds."""
     from specsim.calibration.report import wilson
     from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import _percentiles, overload, slo_attainment
+    from specsim.sim.metrics import overload, slo_attainment
 
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
@@ -198,7 +199,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
         att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
         met += round((1.0 if att is None else att) * f.requests)
         trials += f.requests
-        t, q = _percentiles(f.ttft_s)["p99"], _percentiles(f.tpot_s)["p99"]
+        t, q = percentile(f.ttft_s, 99), percentile(f.tpot_s, 99)
         ttft99 = t if ttft99 is None or (t is not None and t > ttft99) else ttft99
         tpot99 = q if tpot99 is None or (q is not None and q > tpot99) else tpot99
         o = overload(f)

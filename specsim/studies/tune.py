@@ -23,6 +23,10 @@ every one that meets it (among those that miss, the higher attainment wins).
 Evaluations run on Dask (a local cluster, or ``scheduler=`` a running one), in threads, or in
 this process; the result does not depend on which. :func:`tune` keeps all its state in the call,
 so several threads may tune at once.
+
+Why one module of this size: the starts, the moves, the scoring and the held-out verdict share
+the search's state and its evaluation; the schedule file it writes is
+:mod:`specsim.studies.schedule_file`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
+from specsim.sim.result import percentile
 from specsim.sim.slo import as_slo
 
 OBJECTIVES = ("energy", "throughput")
@@ -251,14 +256,13 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
     tokens = int(res.output_tokens.sum())
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
-    tpot = res.tpot_s
-    tpot = tpot[~np.isnan(tpot)]
+    tpot_p99 = percentile(res.tpot_s, 99)
     att = slo.met(res)["attainment"] if slo.has_targets else None
     return {
         "j_per_token": res.energy_j / tokens,
         "tokens_per_s": tokens / makespan if makespan > 0 else float("inf"),
         "attainment": att,
-        "tpot_p99_s": float(np.percentile(tpot, 99)) if tpot.shape[0] else 0.0,
+        "tpot_p99_s": 0.0 if tpot_p99 is None else tpot_p99,
         "max_width": int(res.step_width.max()) if res.step_width.shape[0] else 0,
         # Where the batch widths fall: the search tries range splits there.
         "width_quantiles": (np.quantile(res.step_width, WIDTH_QUANTILES).round().astype(int).tolist()

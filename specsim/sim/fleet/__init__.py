@@ -5,9 +5,10 @@ steps every replica with the single-server step, :mod:`~specsim.sim.fleet.result
 """
 
 from specsim.sim.fleet.fleet import (
-    MAX_REPLICAS, ROUTERS, Fleet, FleetError, ReplicaGroup, check_router, load_fleet, parse_fleet, simulate_fleet,
+    DEFAULT_FLEET_ROUTER, FLEET_LOG_ENTRIES, MAX_REPLICAS, ROUTERS, Fleet, FleetError, ReplicaGroup, check_router,
+    load_fleet, parse_fleet, simulate_fleet,
 )
 from specsim.sim.fleet.result import FleetResult
 
-__all__ = ["MAX_REPLICAS", "ROUTERS", "Fleet", "FleetError", "FleetResult", "ReplicaGroup", "check_router",
-           "load_fleet", "parse_fleet", "simulate_fleet"]
+__all__ = ["DEFAULT_FLEET_ROUTER", "FLEET_LOG_ENTRIES", "MAX_REPLICAS", "ROUTERS", "Fleet", "FleetError", "FleetResult",
+           "ReplicaGroup", "check_router", "load_fleet", "parse_fleet", "simulate_fleet"]

@@ -35,6 +35,8 @@ from specsim.sim._types import ReplicaState, Requests, StepLog
 
 # Router codes.
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV = range(3)
+# Every router: its name (fleet files, --router, grid axes) -> the code route_nb reads.
+ROUTER_CODES = {"round_robin": ROUND_ROBIN, "least_outstanding": LEAST_OUTSTANDING, "least_kv": LEAST_KV}
 # Return codes of fleet_nb.
 DONE, GROW, PAUSED = range(3)
 # Slots of FleetState.cursor.

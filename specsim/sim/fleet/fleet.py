@@ -20,8 +20,11 @@ import numpy as np
 
 from specsim._checks import NO_CAP
 from specsim.errors import SimulationError, SpecsimError
+from specsim.sim.fleet._kernels import ROUTER_CODES
 
-ROUTERS = ("round_robin", "least_outstanding", "least_kv")
+ROUTERS = tuple(ROUTER_CODES)
+# The router a fleet uses when neither the call nor the fleet file names one.
+DEFAULT_FLEET_ROUTER = "round_robin"
 GROUP_FIELDS = ("name", "count", "table", "calibration", "gpus_per_replica", "box_class", "recipe", "server")
 TOP_FIELDS = ("router", "group")
 # Most replicas one fleet may have: state is sized per replica.
@@ -375,7 +378,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
 
     if not isinstance(fleet, Fleet):
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
-    router = check_router(router or fleet.router or "round_robin")
+    router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
     arrival, prompt, output = _request_arrays(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
     built = [_group(g, requests, policy, n_rep) for g in fleet.groups]
@@ -389,7 +392,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     st = _fleet_state(n_req, n_rep, max(16, -(-n_req // n_rep) + 16), seqs, max_k, log_size)
     # Chunks whether or not progress is asked for: Ctrl-C is acted on between kernel calls.
     limit = PROGRESS_CHUNK
-    code = {"round_robin": fk.ROUND_ROBIN, "least_outstanding": fk.LEAST_OUTSTANDING, "least_kv": fk.LEAST_KV}[router]
+    code = ROUTER_CODES[router]
     while True:
         status = fk.fleet_nb(arrival, prompt, output, code, groups, group_of, kv_tokens, block_size, st, limit)
         if status == fk.GROW:
@@ -445,5 +448,5 @@ def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult"
                        fleet.describe(), tuple(standby_j), tuple(standby_s))
 
 
-__all__ = ["ROUTERS", "Fleet", "FleetError", "ReplicaGroup", "check_router", "load_fleet", "parse_fleet",
+__all__ = ["DEFAULT_FLEET_ROUTER", "ROUTERS", "Fleet", "FleetError", "ReplicaGroup", "check_router", "load_fleet", "parse_fleet",
            "simulate_fleet"]

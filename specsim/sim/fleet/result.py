@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.sim.metrics import slo_attainment
+from specsim.sim.result import percentile
+
 
 @dataclass(frozen=True, eq=False)
 class FleetResult:
@@ -60,8 +63,6 @@ class FleetResult:
         fleet's makespan, so the rows add up to the fleet's), J/token (with its standby energy),
         utilisation (busy fraction of the fleet's makespan), p99 TTFT and TPOT, KV peak (most
         blocks held / capacity; None without a KV limit), SLO attainment."""
-        from specsim.sim.metrics import _percentiles, slo_attainment
-
         span = self.makespan_s
         rows = []
         for i, r in enumerate(self.replicas):
@@ -74,7 +75,7 @@ class FleetResult:
                 "output_tokens": tokens, "tokens_per_s": tokens / span if span > 0 else None,
                 "energy_j": energy, "j_per_token": energy / tokens if tokens else None,
                 "utilisation": busy / span if span > 0 else None,
-                "ttft_p99_s": _percentiles(r.ttft_s)["p99"], "tpot_p99_s": _percentiles(r.tpot_s)["p99"],
+                "ttft_p99_s": percentile(r.ttft_s, 99), "tpot_p99_s": percentile(r.tpot_s, 99),
                 "kv_peak": (r.kv["peak_blocks"] / r.kv["capacity_blocks"]) if r.kv["capacity_blocks"] else None,
                 "slo_attainment": slo_attainment(r, slo_ttft_s, slo_tpot_s)["attainment"],
             })

@@ -58,10 +58,10 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo) -> 
         # A fleet point: identical replicas behind a router (one replica, any router, is the
         # single server). Per-replica rows stay out of the flat row.
         from specsim.sim.engine import ServerOptions
-        from specsim.sim.fleet import Fleet, simulate_fleet
+        from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 
         fleet = Fleet.uniform(table, calibration, int(point.get("replicas", 1)), ServerOptions(**options))
-        result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", "round_robin"),
+        result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", DEFAULT_FLEET_ROUTER),
                                 progress=_no_progress)
         summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
         summary = {k: v for k, v in summary.items() if k not in ("per_replica", "groups")}
