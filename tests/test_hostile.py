@@ -98,10 +98,11 @@ def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
     from specsim.studies.capacity import capacity
     from specsim.traces import synthetic_trace
 
-    requests = synthetic_trace(20, 5.0, seed=1).requests
+    requests = synthetic_trace(200, 5.0, seed=1).requests
     for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
         with pytest.raises(SpecsimError, match="runner"):
-            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo_tpot_s=1.0, runner=runner)
+            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo_tpot_s=1.0, attainment=0.5,
+                     runner=runner)
 
 
 # -- hangs ---------------------------------------------------------------------------------------
@@ -193,7 +194,8 @@ def test_a_pipe_that_is_being_written_is_still_read(files):
 def test_fleet_with_65536_replicas_dies_with_memoryerror():
     # The documented replica limit: every replica's step log is its share of one fleet-wide
     # budget, not 4,096 entries each (2 GiB per log array at this size).
-    from specsim.sim.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS, Fleet, simulate_fleet
+    from specsim.sim.fleet import Fleet, simulate_fleet
+    from specsim.sim.fleet.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS
     from specsim.traces import synthetic_trace
 
     requests = synthetic_trace(30, 5.0, seed=1).requests
