@@ -39,7 +39,7 @@ def _refused(argv, capsys, *needles):
     code = _run(argv)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "specsim: error:" in err and "Traceback" not in err
+    assert "error:" in err and "Traceback" not in err  # ours, or argparse's "specsim CMD: error:"
     for n in needles:
         assert n in err, err
     return err
@@ -376,3 +376,34 @@ def test_2_63_minus_1_tokens_are_not_a_non_negative_integer(files, capsys):
     (files / "big.csv").write_text(TRACE.splitlines()[0] + f"\n0.0,10,{2**63 - 1}\n")
     err = _refused(["trace", "show", files / "big.csv"], capsys, "big.csv:2", "0..16,777,216")
     assert "not a non-negative integer" not in err
+
+
+# -- found by the hostile-input harness (tests/hostile_harness.py) over the newer surfaces ---------
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "speculative_config:\n  max_draft_len: " + "9" * 5000 + "\n"],
+                         ids=["deep nesting", "5000-digit integer"])
+def test_trtllm_options_that_pyyaml_cannot_read_are_a_recursionerror_or_valueerror(files, text, capsys):
+    (files / "tr.yaml").write_text(text)
+    _refused(["schedule", "import", "--from", "trtllm", files / "tr.yaml"], capsys, "tr.yaml")
+
+
+@pytest.mark.parametrize("argv", [
+    ["trace", "show", "{d}/tiny.csv", "--rate-scale", "\u0663"],
+    ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "\u0663"],
+    ["simulate", "--trace", "{d}/tiny.csv", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--kv-block-size", "\u0663"],
+], ids=["float option", "count option", "server option"])
+def test_numeric_options_take_digits_of_other_scripts(files, argv, capsys):
+    _refused([a.format(d=files) for a in argv], capsys)
+
+
+@pytest.mark.parametrize("value", ["1e308", "99999999999999999999"])
+def test_table_query_context_past_any_sequence_is_accepted(files, value, capsys):
+    _refused(["table", "query", files / "t.toml", "4", "2", "--context", value], capsys, "16,777,216")
+
+
+def test_a_schedule_policy_naming_a_width_past_the_limit_is_accepted(files, capsys):
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "schedule:1-" + "9" * 30 + "=1"],
+             capsys)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "schedule:1-" + "9" * 5000 + "=1"],
+             capsys)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
@@ -34,7 +34,7 @@ def register(sub, groups):
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target (seconds)")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target (seconds)")
-    p.add_argument("--attainment", type=float, default=0.99, metavar="F",
+    p.add_argument("--attainment", type=real, default=0.99, metavar="F",
                    help="fraction of requests that must meet both targets (default 0.99)")
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help=f"how requests are spread (default: the fleet file's, else {DEFAULT_ROUTER})")

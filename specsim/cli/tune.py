@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, nonneg_float, share, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli.trace import add_trace_options
 
@@ -30,7 +30,7 @@ def register(sub, groups):
                    help="energy: least J/token (default); throughput: most output tokens/s")
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help="TTFT target a schedule must meet")
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help="TPOT target a schedule must meet")
-    p.add_argument("--attainment", type=float, metavar="A",
+    p.add_argument("--attainment", type=real, metavar="A",
                    help=f"share of requests that must meet the targets (default {DEFAULT_ATTAINMENT})")
     p.add_argument("--widths-max", type=count, metavar="N",
                    help="widest width with its own depth (default: the batch cap); wider batches share it")
