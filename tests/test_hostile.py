@@ -407,3 +407,25 @@ def test_a_schedule_policy_naming_a_width_past_the_limit_is_accepted(files, caps
              capsys)
     _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "schedule:1-" + "9" * 5000 + "=1"],
              capsys)
+
+
+def _calib_import(files, name, text, *extra):
+    (files / name).write_text(text)
+    return ["calib", "import", files / name, *_calib_key(), "--strict", *extra, "-o", files / "o.toml"]
+
+
+def test_an_sglang_accept_len_of_1e308_writes_mean_accepted_per_step_inf(files, capsys):
+    line = ("[2026-10-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 9000, token usage: 0.05, "
+            "accept len: {}, gen throughput (token/s): 120.00, #queue-req: 0\n")
+    _refused(_calib_import(files, "sgl.log", line.format("2.50") * 3 + line.format("1e308"), "--depth", "3"),
+             capsys, "accept len")
+    assert not (files / "o.toml").exists()
+
+
+def test_a_vllm_drafted_count_of_2_63_passes_the_2_62_count_limit(files, capsys):
+    line = ("INFO 12-01 14:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.89, Accepted "
+            "throughput: 226.80 tokens/s, Drafted throughput: 360.00 tokens/s, Accepted: {a} tokens, Drafted: {d} "
+            "tokens, Per-position acceptance rate: 0.800, 0.620, 0.470, Avg Draft acceptance rate: 63.0%\n")
+    text = line.format(a=2268, d=3600) + line.format(a=2**62, d=2**63)
+    _refused(_calib_import(files, "v.log", text), capsys)
+    assert not (files / "o.toml").exists()
