@@ -157,8 +157,18 @@ OPTIONS = {
     "calib fit --drafter-sha256": ["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", "{v}", "--vocab", "9",
                                    "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
 }
-# Values a command may rightly accept for some options (0 is a valid count somewhere).
-MAY_ACCEPT = {"-0"}
+# Values a command may rightly accept: -0 is 0, and a tiny positive number is a valid cost,
+# power, slack or scale wherever 0 is.
+MAY_ACCEPT = {"-0", "1.5e-308"}
+# Options that take text (a name or a label): only an empty or unprintable value is impossible.
+TEXT_OPTIONS = {"schedule export --method", "calib fit --drafter-sha256"}
+
+
+def _must_refuse(opt: str, v: str) -> bool:
+    if opt in TEXT_OPTIONS:
+        hex_digest = v != "" and all(c in "0123456789abcdefABCDEF" for c in v)
+        return v == "" or not v.isprintable() or (opt.endswith("sha256") and hex_digest and len(v) != 64)
+    return v not in MAY_ACCEPT
 
 POLICIES = ["load-aware:3", "sglang[0]:s.json", "sglang[99999999999999]:s.json", "sglang[1,x]:s.json",
             "sglang[]:s.json", "sglang[1,2,4]:", "vllm:", "trtllm:   ", "fixed:99999", "fixed:-1", "fixed:²",
@@ -209,7 +219,7 @@ def cases():
     for opt, argv in OPTIONS.items():
         for v in BAD_VALUES:
             out.append((f"option {opt} = {v[:20]!r}", [a.replace("{v}", v) for a in argv], ("none", None),
-                        v not in MAY_ACCEPT))
+                        _must_refuse(opt, v)))
     for pol in POLICIES:
         argv = ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--policy", pol,
                 "--quiet"]

@@ -40,7 +40,7 @@ def _refused(argv, capsys, *needles):
     code = _run(argv)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "specsim: error:" in err and "Traceback" not in err
+    assert "error:" in err and "Traceback" not in err  # ours, or argparse's "specsim CMD: error:"
     for n in needles:
         assert n in err, err
     return err
@@ -99,10 +99,11 @@ def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
     from specsim.studies.capacity import capacity
     from specsim.traces import synthetic_trace
 
-    requests = synthetic_trace(20, 5.0, seed=1).requests
+    requests = synthetic_trace(200, 5.0, seed=1).requests
     for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
         with pytest.raises(SpecsimError, match="runner"):
-            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0), runner=runner)
+            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0, attainment=0.5),
+                     runner=runner)
 
 
 # -- hangs ---------------------------------------------------------------------------------------
@@ -194,7 +195,8 @@ def test_a_pipe_that_is_being_written_is_still_read(files):
 def test_fleet_with_65536_replicas_dies_with_memoryerror():
     # The documented replica limit: every replica's step log is its share of one fleet-wide
     # budget, not 4,096 entries each (2 GiB per log array at this size).
-    from specsim.sim.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS, Fleet, simulate_fleet
+    from specsim.sim.fleet import Fleet, simulate_fleet
+    from specsim.sim.fleet.fleet import FLEET_LOG_ENTRIES, MAX_REPLICAS
     from specsim.traces import synthetic_trace
 
     requests = synthetic_trace(30, 5.0, seed=1).requests
@@ -375,3 +377,56 @@ def test_2_63_minus_1_tokens_are_not_a_non_negative_integer(files, capsys):
     (files / "big.csv").write_text(TRACE.splitlines()[0] + f"\n0.0,10,{2**63 - 1}\n")
     err = _refused(["trace", "show", files / "big.csv"], capsys, "big.csv:2", "0..16,777,216")
     assert "not a non-negative integer" not in err
+
+
+# -- found by the hostile-input harness (tests/hostile_harness.py) over the newer surfaces ---------
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "speculative_config:\n  max_draft_len: " + "9" * 5000 + "\n"],
+                         ids=["deep nesting", "5000-digit integer"])
+def test_trtllm_options_that_pyyaml_cannot_read_are_a_recursionerror_or_valueerror(files, text, capsys):
+    (files / "tr.yaml").write_text(text)
+    _refused(["schedule", "import", "--from", "trtllm", files / "tr.yaml"], capsys, "tr.yaml")
+
+
+@pytest.mark.parametrize("argv", [
+    ["trace", "show", "{d}/tiny.csv", "--rate-scale", "\u0663"],
+    ["plan", "{d}/t.toml", "{d}/c.toml", "--n", "\u0663"],
+    ["simulate", "--trace", "{d}/tiny.csv", "--table", "{d}/t.toml", "--calibration", "{d}/c.toml",
+     "--policy", "fixed:1", "--kv-block-size", "\u0663"],
+], ids=["float option", "count option", "server option"])
+def test_numeric_options_take_digits_of_other_scripts(files, argv, capsys):
+    _refused([a.format(d=files) for a in argv], capsys)
+
+
+@pytest.mark.parametrize("value", ["1e308", "99999999999999999999"])
+def test_table_query_context_past_any_sequence_is_accepted(files, value, capsys):
+    _refused(["table", "query", files / "t.toml", "4", "2", "--context", value], capsys, "16,777,216")
+
+
+def test_a_schedule_policy_naming_a_width_past_the_limit_is_accepted(files, capsys):
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "schedule:1-" + "9" * 30 + "=1"],
+             capsys)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", "schedule:1-" + "9" * 5000 + "=1"],
+             capsys)
+
+
+def _calib_import(files, name, text, *extra):
+    (files / name).write_text(text)
+    return ["calib", "import", files / name, *_calib_key(), "--strict", *extra, "-o", files / "o.toml"]
+
+
+def test_an_sglang_accept_len_of_1e308_writes_mean_accepted_per_step_inf(files, capsys):
+    line = ("[2026-10-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 9000, token usage: 0.05, "
+            "accept len: {}, gen throughput (token/s): 120.00, #queue-req: 0\n")
+    _refused(_calib_import(files, "sgl.log", line.format("2.50") * 3 + line.format("1e308"), "--depth", "3"),
+             capsys, "accept len")
+    assert not (files / "o.toml").exists()
+
+
+def test_a_vllm_drafted_count_of_2_63_passes_the_2_62_count_limit(files, capsys):
+    line = ("INFO 12-01 14:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.89, Accepted "
+            "throughput: 226.80 tokens/s, Drafted throughput: 360.00 tokens/s, Accepted: {a} tokens, Drafted: {d} "
+            "tokens, Per-position acceptance rate: 0.800, 0.620, 0.470, Avg Draft acceptance rate: 63.0%\n")
+    text = line.format(a=2268, d=3600) + line.format(a=2**62, d=2**63)
+    _refused(_calib_import(files, "v.log", text), capsys)
+    assert not (files / "o.toml").exists()

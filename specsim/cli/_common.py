@@ -16,7 +16,7 @@ from specsim.interop import policy_file
 def int_list(text: str):
     """``"1,2,4"`` -> ``[1, 2, 4]`` for argparse ``type=``."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in _ascii(text).split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
     if not values:
@@ -27,7 +27,7 @@ def int_list(text: str):
 def float_list(text: str):
     """``"0.8,0.6"`` -> ``[0.8, 0.6]`` for argparse ``type=``: at least one finite number."""
     try:
-        values = [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in _ascii(text).split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of numbers") from None
     if not values or not all(math.isfinite(v) for v in values):
@@ -47,21 +47,41 @@ def context_list(text: str):
     return values
 
 
-def context(text: str) -> float:
-    """A context (mean KV tokens per decoding sequence) for argparse ``type=``: a finite number > 0."""
+def _ascii(text: str) -> str:
+    """``text`` when it is plain ASCII: ``int`` and ``float`` also read other scripts' digits
+    (``"٣"`` is 3), which no config or log a user copies from holds."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number written in ASCII digits")
+    return text
+
+
+def real(text: str) -> float:
+    """A number for argparse ``type=`` (``float``, in ASCII digits); the command checks its range."""
     try:
-        value = float(text)
+        return float(_ascii(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of tokens") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"context {text!r} must be a finite number of tokens > 0")
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
+
+
+def context(text: str) -> float:
+    """A context (mean KV tokens per decoding sequence) for argparse ``type=``: a finite number
+    in ``(0, MAX_TOKENS_PER_REQUEST]`` (a sequence holds at most that many tokens)."""
+    from specsim._checks import MAX_TOKENS_PER_REQUEST
+
+    try:
+        value = float(_ascii(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number of tokens") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_TOKENS_PER_REQUEST):
+        raise argparse.ArgumentTypeError(f"context {show(text)} must be a number of tokens in "
+                                         f"(0, {MAX_TOKENS_PER_REQUEST:,}] (docs/limits.md)")
     return value
 
 
 def nonneg_float(text: str) -> float:
     """A finite number >= 0 for argparse ``type=``: costs, powers, latency targets."""
     try:
-        value = float(text)
+        value = float(_ascii(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     problem = number_problem(value, "the value", 0.0)
@@ -87,7 +107,7 @@ def count(text: str) -> int:
     if len(digits) > 30:  # Python refuses to convert integers past 4,300 digits at all
         raise argparse.ArgumentTypeError(f"{show(text)} is outside 0..{COUNT_MAX:,}")
     try:
-        value = int(text)
+        value = int(_ascii(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number") from None
     if not 0 <= value <= COUNT_MAX:
@@ -109,7 +129,7 @@ def width(text: str) -> int:
 
 def _fraction(text: str, outside: str) -> float:
     try:
-        value = float(text)
+        value = float(_ascii(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     if not 0.0 <= value < 1.0:

@@ -4,7 +4,7 @@ one means and its default."""
 
 from __future__ import annotations
 
-from specsim.cli._common import count, nonneg_float
+from specsim.cli._common import count, nonneg_float, real
 
 
 def budget(text: str):
@@ -60,7 +60,7 @@ def add_server_options(p, *, replica: bool = False) -> None:
                         "speculation off for good when the last N's mean accepted drafts per step is below "
                         "--acceptance-threshold (give both; N <= 0 never turns it off; default: no gate, or what a "
                         "trtllm:FILE policy's config sets)")
-    p.add_argument("--acceptance-threshold", dest="acceptance_length_threshold", type=float, metavar="T",
+    p.add_argument("--acceptance-threshold", dest="acceptance_length_threshold", type=real, metavar="T",
                    help="the speculation gate's threshold on mean accepted drafts per step (with --acceptance-window)")
 
 

@@ -4,7 +4,7 @@ they make."""
 
 from __future__ import annotations
 
-from specsim.cli._common import nonneg_float
+from specsim.cli._common import nonneg_float, real
 from specsim.errors import SimulationError
 from specsim.sim.slo import FLAG_NAMES, SLO, slo_problem
 
@@ -16,7 +16,7 @@ def add_slo_options(p, *, targets: str = "for SLO attainment", attainment: str =
     p.add_argument("--slo-ttft-s", type=nonneg_float, metavar="S", help=f"TTFT target {targets}".rstrip())
     p.add_argument("--slo-tpot-s", type=nonneg_float, metavar="S", help=f"TPOT target {targets}".rstrip())
     if attainment is not None:
-        p.add_argument("--attainment", type=float, default=default, metavar=metavar, help=attainment)
+        p.add_argument("--attainment", type=real, default=default, metavar=metavar, help=attainment)
 
 
 def slo_from_args(args, error=SimulationError) -> SLO:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli import calib_live
-from specsim.cli._common import count, float_list, format_grid, print_json
+from specsim.cli._common import count, float_list, format_grid, print_json, real
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.errors import CalibrationError
 
@@ -128,7 +128,7 @@ def register_fit(csub):
     p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
     p.add_argument("--edges", type=float_list, metavar="E1,E2,..",
                    help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
-    p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
+    p.add_argument("--holdout", type=real, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
     drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")

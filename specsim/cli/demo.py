@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import count
+from specsim.cli._common import count, real
 from specsim.errors import ScheduleError, SpecsimError
 
 
@@ -21,7 +21,7 @@ def register(sub, groups):
                    help="folder for the table, calibration, trace, results and plot it used (default specsim-demo)")
     p.add_argument("--requests", type=count, default=DEMO_REQUESTS, help=f"requests to simulate (default {DEMO_REQUESTS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the trace and of the draft outcomes (default 0)")
-    p.add_argument("--rate-scale", type=float, default=DEMO_RATE_SCALE, metavar="X",
+    p.add_argument("--rate-scale", type=real, default=DEMO_RATE_SCALE, metavar="X",
                    help=f"traffic relative to the public trace's rate (default {DEMO_RATE_SCALE:g}: twice it)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot even when matplotlib is installed")
     p.add_argument("--no-tune", action="store_true", help="skip tuning a width -> depth schedule for the trace")

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import add_policy_inputs, count, digest_map, slack
+from specsim.cli._common import add_policy_inputs, count, digest_map, real, slack
 from specsim.errors import PolicyError, SpecsimWarning, TableError, TraceError
 
 
@@ -46,7 +46,7 @@ def register(sub, groups):
     source.add_argument("--from", dest="from_format", choices=("trtllm-iterations", "sglang-log"),
                         help="fit the table on engine telemetry: TensorRT-LLM iteration stats or SGLang "
                              "`Decode batch` lines")
-    t.add_argument("--assume-power-w", type=float, metavar="W",
+    t.add_argument("--assume-power-w", type=real, metavar="W",
                    help="with --from: joules are W watts times time ([meta] energy_source = assumed)")
     t.add_argument("--nvml-log", metavar="CSV",
                    help="with --from, instead of --assume-power-w: joules are the mean board power of this "

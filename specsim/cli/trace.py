@@ -6,7 +6,7 @@ request trace (``simulate`` too), so the options mean the same everywhere.
 
 from __future__ import annotations
 
-from specsim.cli._common import count, format_grid, print_json
+from specsim.cli._common import count, format_grid, print_json, real
 from specsim.errors import TraceError
 
 
@@ -21,7 +21,7 @@ def add_trace_options(p):
                    help="format synthetic: requests=N,rate=R[,arrival=poisson|gamma][,cv=C]"
                         "[,prompt=lognormal:MEDIAN:SIGMA|empirical][,output=...][,seed=S]; "
                         "empirical lengths are resampled from the trace FILE when one is given")
-    p.add_argument("--rate-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--rate-scale", type=real, default=1.0, metavar="X",
                    help="divide arrivals by X (2 = twice the traffic; default 1)")
     p.add_argument("--limit", type=count, metavar="N", help="keep the first N requests by arrival")
     p.add_argument("--window", metavar="START:END",

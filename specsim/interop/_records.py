@@ -239,13 +239,17 @@ def walk(value):
 
 def as_count(value):
     """A JSON or text count as int (an integral float such as ``12.0`` included), else None."""
+    from specsim._checks import COUNT_MAX
+
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return value if 0 <= value <= COUNT_MAX else None  # counts end at 2**62 (docs/limits.md)
     if isinstance(value, float):
-        return int(value) if value.is_integer() and value >= 0 else None
+        return as_count(int(value)) if value.is_integer() and value >= 0 else None
     if isinstance(value, str):
+        if not value.isascii() or len(value) > 40:
+            return None
         try:
             return as_count(float(value)) if "." in value or "e" in value.lower() else as_count(int(value))
         except ValueError:

@@ -11,7 +11,7 @@ import json
 import re
 from typing import NamedTuple
 
-from specsim._checks import digits_int, show
+from specsim._checks import MAX_DEPTH, digits_int, show
 from specsim.errors import PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -74,9 +74,9 @@ def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTE
         if running == 0:
             tally.zero_draft += 1
             continue
-        if length is None or running is None or length < 1.0:
+        if length is None or running is None or not 1.0 <= length <= MAX_DEPTH + 1:
             tally.bad(where, f"accept len {acc.group(1)!r} with #running-req {run.group(1) if run else None!r} "
-                             "cannot be read (accept len counts the bonus token: >= 1)")
+                             f"cannot be read (accept len counts the bonus token: 1..{MAX_DEPTH + 1})")
             continue
         rate = _ACC_RATE.search(body)
         if rate is not None and (as_number(rate.group(1)) or 0.0) > 1.0:
@@ -171,7 +171,7 @@ def _meta(meta, where, tally):
         tally.notes["fields"] = name
         return Record("mean", where, mean_accepted=as_count(acc) / verify, n_steps=verify, depth=depth)
     length = as_number(meta.get("spec_accept_length"))
-    if length is not None and length >= 1.0:
+    if length is not None and 1.0 <= length <= MAX_DEPTH + 1:
         tally.notes["fields"] = ("spec_accept_length (completion tokens / verify steps: biased high by the prefill "
                                  "token)")
         return Record("mean", where, mean_accepted=length - 1.0, n_steps=verify, depth=depth)

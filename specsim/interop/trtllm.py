@@ -255,6 +255,13 @@ def parse_gate(text, source):
 def read_yaml(text: str, source: str):
     """Parse LLM-API options: with PyYAML when it is installed, else the block-mapping subset
     those files use (nested ``key: value`` mappings, ``{a: b}`` flow maps, comments)."""
+    from specsim._checks import MAX_JSON_DEPTH
+    from specsim._io import _bracket_depth
+
+    depth = _bracket_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise PolicyError(f"{source}: the options nest lists or maps {depth} deep; at most {MAX_JSON_DEPTH} "
+                          "(docs/limits.md)")
     try:
         import yaml
     except ImportError:
@@ -263,6 +270,9 @@ def read_yaml(text: str, source: str):
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise PolicyError(f"{source}: not valid YAML: {e}") from None
+    except (ValueError, RecursionError, OverflowError) as e:
+        # PyYAML's own limits: integers of thousands of digits, nesting past the stack.
+        raise PolicyError(f"{source}: cannot read it as LLM-API options ({str(e)[:120]})") from None
 
 
 def _yaml_value(text):

@@ -212,6 +212,11 @@ def parse_policy(text) -> Policy:
             hi = _int(hi_text, raw, f"last width in {part!r}")
             if hi < lo:
                 raise PolicyError(f"policy {raw!r}: range {widths.strip()!r} ends before it starts")
+        from specsim._checks import MAX_WIDTH, show
+
+        if max(lo, hi or 0) > MAX_WIDTH:
+            raise PolicyError(f"policy {show(raw)}: {show(part)} names a width past {MAX_WIDTH:,}, the widest batch "
+                              f"specsim takes (docs/limits.md); end the last range open instead, e.g. {lo}-=K")
         ranges.append((lo, hi, k))
     if not ranges:
         raise PolicyError(f"policy {raw!r} has no WIDTHS=DEPTH range")
@@ -226,6 +231,8 @@ def _int(text, raw, what) -> int:
     t = str(text).strip()
     if not t.isdigit() or not t.isascii():
         raise PolicyError(f"policy {raw!r}: {what} {t!r} is not a non-negative integer")
+    if len(t) > 19:  # int() refuses 4,300 digits and more; no width or depth has 20
+        raise PolicyError(f"policy {raw[:60]!r}: {what} has {len(t):,} digits, far past any width or depth")
     return int(t)
 
 
