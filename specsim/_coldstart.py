@@ -23,8 +23,8 @@ _ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "p
 KERNELS = {
     "demo": (_ENGINE, 40),
     "simulate": (_ENGINE, 30),
-    "fleet": (_ENGINE + (("sim/_fleet_kernels.py", "fleet_nb"),), 40),
-    "capacity": (_ENGINE + (("sim/_fleet_kernels.py", "fleet_nb"),), 40),
+    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 40),
+    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 40),
     "tune": (_ENGINE, 30),
     "sweep": (_ENGINE, 30),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
