@@ -147,14 +147,16 @@ def test_depths_with_a_context(benchmark, n):
 
 @pytest.mark.parametrize("n", [8, 256])
 def test_propose_with_a_context(benchmark, n):
-    """``propose(n, context=C)`` at a context already asked for: two lookups (the context's
-    inputs, then the width's kept answer) against one without a context. Recorded as a ratio:
-    a dict lookup more than a list lookup, not held to the 1.2x of ``depths``."""
+    """``propose(n, context=C)`` at the context last asked for (the serve's steady state: one
+    slot checked before the per-context cache) against ``propose(n)`` on the same planner, in the
+    same run (target <= 1.2x). The ratio times both the same way, through ``time_per_call``."""
     planner = CONTEXT_PLANNER
     planner.propose(n, context=3000.0)
     benchmark.group = "propose with a context"
     benchmark(planner.propose, n, context=3000.0)
     _us(benchmark)
     without = time_per_call(lambda: planner.propose(n))
+    with_context = time_per_call(lambda: planner.propose(n, context=3000.0))
     if benchmark.stats is not None:
-        benchmark.extra_info["with_over_without"] = benchmark.stats.stats.mean / without
+        benchmark.extra_info["with_over_without"] = with_context / without
+        benchmark.extra_info["target_ratio"] = 1.2

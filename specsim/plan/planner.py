@@ -117,6 +117,8 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
 
 # Most contexts one Planner keeps planning inputs for; past it the cache starts again.
 CONTEXT_CACHE = 256
+# The last-context slot before any context is asked for: None is never a context.
+_NO_CONTEXT = (None, None, None)
 
 
 class _Calibrated(NamedTuple):
@@ -217,34 +219,54 @@ class Planner:
         self._packed = state.packed
         self._memo_list = state.memo_list
         # The planning inputs at each context asked for (a table with a context axis), derived
-        # from this calibration on first use; a new calibration starts a new cache.
+        # from this calibration on first use; a new calibration starts a new cache. _last is the
+        # last context asked for, checked before the cache: (context, its inputs, their propose
+        # memo), one reference. The cache is swapped before _last is cleared, and _at() clears
+        # _last again when the cache it filled is no longer current, so a slot derived from an
+        # old calibration never outlives its swap.
         self._contexts = {}
+        self._last = _NO_CONTEXT
 
     def _at(self, context) -> _Calibrated:
         """The planning inputs at ``context`` (docs/planner.md#context): the table's grid there,
         interpolated in context; the reference grid's inputs without a context or an axis."""
         if context is None:
             return self._state
-        cache = self._contexts
-        if type(context) is float or type(context) is int:  # a bool or an odd type is checked first
-            found = cache.get(context)
-            if found is not None:
-                return found
-        from specsim.table.cost_table import check_context
+        return self._slot(context)[1]
 
-        try:
-            c = check_context(context)
-        except TableError as e:
-            raise PlanError(str(e)) from None
-        if not self.table.contexts.size:
-            return self._state
-        state = self._derive(self._state.calibration, self.table.at_context(c), memo_size=0)
-        # propose answers at this context, filled as they are asked for (-1: not yet).
-        state = state._replace(memo_list=[-1] * self._memo_size)
-        if len(cache) >= CONTEXT_CACHE:
-            cache.clear()
-        cache[c] = state
-        return state
+    def _slot(self, context) -> tuple:
+        """``(context, inputs, propose memo)`` for a context that is not None, remembered as the
+        last one asked for."""
+        last = self._last
+        exact = type(context) is float or type(context) is int  # a bool or an odd type is checked first
+        if context is last[0] or (exact and context == last[0]):
+            return last
+        cache = self._contexts
+        state = cache.get(context) if exact else None
+        if state is None:
+            from specsim.table.cost_table import check_context
+
+            try:
+                c = check_context(context)
+            except TableError as e:
+                raise PlanError(str(e)) from None
+            current = self._state
+            if not self.table.contexts.size:
+                state = current
+            else:
+                state = self._derive(current.calibration, self.table.at_context(c), memo_size=0)
+                # propose answers at this context, filled as they are asked for (-1: not yet).
+                state = state._replace(memo_list=[-1] * self._memo_size)
+                if len(cache) >= CONTEXT_CACHE:
+                    cache.clear()
+                cache[c] = state
+            if not exact:  # only an immutable float or int is kept as asked: it is its own key
+                context = c
+        slot = (context, state, state.memo_list)
+        self._last = slot
+        if self._contexts is not cache:  # a new calibration came in meanwhile: drop the old slot
+            self._last = _NO_CONTEXT
+        return slot
 
     @property
     def calibration(self) -> AcceptanceCalibration:
@@ -284,21 +306,28 @@ class Planner:
         """Draft depth for a batch of width ``n`` (docs/planner.md), at ``context`` (mean KV
         tokens per decoding sequence) on a table with a context axis."""
         if context is not None:
-            st = self._at(context)
-            if st is not self._state:
-                memo = st.memo_list
-                if type(n) is int and 0 <= n < len(memo) and memo[n] >= 0:
-                    return memo[n]
-                from specsim.plan._kernels import propose_depth_nb
+            # The steady state (the context last asked for, a width already answered at it) is a
+            # slot check and a list lookup, as without a context.
+            key, st, memo = self._last
+            if context is not key and not ((type(context) is float or type(context) is int) and context == key):
+                key, st, memo = self._slot(context)
+            if type(n) is int and n >= 0:
+                try:
+                    depth = memo[n]
+                    if depth >= 0:
+                        return depth
+                except IndexError:
+                    pass
+            from specsim.plan._kernels import propose_depth_nb
 
-                n = count_arg(n, "n")
-                if n > self.max_seqs:
-                    return 0
-                depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                             self.max_seqs, np.empty((self.max_k + 1, 4))))
-                if n < len(memo):
-                    memo[n] = depth
-                return depth
+            n = count_arg(n, "n")
+            if n > self.max_seqs:
+                return 0
+            depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                         self.max_seqs, np.empty((self.max_k + 1, 4))))
+            if n < len(memo):
+                memo[n] = depth
+            return depth
         if type(n) is int and n >= 0:
             try:
                 return self._memo_list[n]
