@@ -22,6 +22,15 @@ def time_per_call(fn, min_time=0.2, max_calls=1_000_000):
     return best
 
 
+def interleaved_ratio(fn, reference, rounds=9, min_time=0.05):
+    """Median over ``rounds`` of ``time_per_call(fn) / time_per_call(reference)``, the two timed
+    back to back in each round, so that a busy spell of the machine hits both sides alike."""
+    import statistics
+
+    return statistics.median(time_per_call(fn, min_time=min_time) / time_per_call(reference, min_time=min_time)
+                             for _ in range(rounds))
+
+
 def record_ratio(benchmark, name, reference_s):
     """Put the reference time and the speed-up over it into the benchmark's extra info."""
     if benchmark.stats is None:  # --benchmark-disable: the code ran once, nothing was timed

@@ -894,3 +894,22 @@ def test_a_context_on_a_table_without_an_axis_changes_nothing():
     planner = Planner(TIE, cal([0.9]))
     assert planner.propose(3, context=12345.0) == planner.propose(3)
     assert planner.explain(3, context=7) == planner.explain(3)
+
+
+def test_the_last_context_is_forgotten_with_its_calibration():
+    """propose at the context asked just before update_calibration answers with the new one,
+    whether the context comes back as the same object, an equal float or an equal int."""
+    a = cal([0.95, 0.9, 0.85], [-2.0, -0.5, 0.0], [0.5, 0.9, 0.99])
+    b = cal([0.2], [-1.0, 0.0], [0.05, 0.1])
+    grids = {512: THREAD_TABLE, 4096: CostTable(THREAD_TABLE.key, THREAD_TABLE.widths, THREAD_TABLE.costs * 3.0)}
+    table = CostTable.from_contexts(grids)
+    planner = Planner(table, a, slack=0.15, max_seqs=64)
+    fresh = Planner(table, b, slack=0.15, max_seqs=64)
+    context = 3000.0
+    before = [planner.propose(n, context=context) for n in range(1, 40)]
+    assert before == [Planner(table, a, slack=0.15, max_seqs=64).propose(n, context=3000) for n in range(1, 40)]
+    planner.update_calibration(b)
+    want = [fresh.propose(n, context=3000.0) for n in range(1, 40)]
+    assert want != before  # the two calibrations plan differently here, so a stale slot would show
+    for again in (context, float("3000"), 3000):
+        assert [planner.propose(n, context=again) for n in range(1, 40)] == want

@@ -130,6 +130,9 @@ class _Calibrated(NamedTuple):
     cum_priors: np.ndarray
     memo: np.ndarray
     memo_list: list
+    # propose answers by width for the context slot: every precomputed width here, the widths
+    # asked for so far at a context (a dict, so a negative or unanswered width is a KeyError).
+    memo_map: dict
 
 
 _KERNEL_LOCK = threading.Lock()
@@ -210,7 +213,8 @@ class Planner:
         if memo_size:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
-        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo.tolist())
+        memo_list = memo.tolist()
+        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)))
 
     def _install(self, state: _Calibrated):
         # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
@@ -254,15 +258,14 @@ class Planner:
             if not self.table.contexts.size:
                 state = current
             else:
+                # propose answers at this context are filled as they are asked for.
                 state = self._derive(current.calibration, self.table.at_context(c), memo_size=0)
-                # propose answers at this context, filled as they are asked for (-1: not yet).
-                state = state._replace(memo_list=[-1] * self._memo_size)
                 if len(cache) >= CONTEXT_CACHE:
                     cache.clear()
                 cache[c] = state
             if not exact:  # only an immutable float or int is kept as asked: it is its own key
                 context = c
-        slot = (context, state, state.memo_list)
+        slot = (context, state, state.memo_map)
         self._last = slot
         if self._contexts is not cache:  # a new calibration came in meanwhile: drop the old slot
             self._last = _NO_CONTEXT
@@ -307,16 +310,14 @@ class Planner:
         tokens per decoding sequence) on a table with a context axis."""
         if context is not None:
             # The steady state (the context last asked for, a width already answered at it) is a
-            # slot check and a list lookup, as without a context.
+            # slot check and one lookup, as without a context; a slot is read as one reference.
             key, st, memo = self._last
             if context is not key and not ((type(context) is float or type(context) is int) and context == key):
                 key, st, memo = self._slot(context)
-            if type(n) is int and n >= 0:
+            if type(n) is int:
                 try:
-                    depth = memo[n]
-                    if depth >= 0:
-                        return depth
-                except IndexError:
+                    return memo[n]
+                except KeyError:
                     pass
             from specsim.plan._kernels import propose_depth_nb
 
@@ -325,7 +326,7 @@ class Planner:
                 return 0
             depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
                                          self.max_seqs, np.empty((self.max_k + 1, 4))))
-            if n < len(memo):
+            if n < self._memo_size:
                 memo[n] = depth
             return depth
         if type(n) is int and n >= 0:
