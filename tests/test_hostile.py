@@ -430,3 +430,36 @@ def test_a_vllm_drafted_count_of_2_63_passes_the_2_62_count_limit(files, capsys)
     text = line.format(a=2268, d=3600) + line.format(a=2**62, d=2**63)
     _refused(_calib_import(files, "v.log", text), capsys)
     assert not (files / "o.toml").exists()
+
+
+BENCH_RISING = ("---------------Speculative Decoding---------------\nDrafts:        1000\nDraft tokens:  3000\n"
+                "Per-position acceptance (%):\n  Position 0:   50.00\n  Position 1:   80.00\n  Position 2:   90.00\n"
+                "=====\n")
+
+
+def test_calib_import_of_per_position_rates_that_rise_writes_priors_0_5_1_1_even_with_strict(files, capsys):
+    _refused(_calib_import(files, "bench.txt", BENCH_RISING), capsys, "bench.txt:1", "position 2 (80)",
+             "cannot rise")
+    assert not (files / "o.toml").exists()
+    good = BENCH_RISING.replace("90.00", "40.00").replace("80.00", "45.00")
+    argv = [a for a in _calib_import(files, "bench.txt", BENCH_RISING + good) if a != "--strict"]
+    assert _run(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: skipped bench.txt:1" in err and "cannot rise" in err, err
+    assert "prior_by_position = [0.5, 0.9, 0.8888" in (files / "o.toml").read_text()
+
+
+HOSTILE_NAME = "x\x1b[31m\ry"
+
+
+def test_control_characters_in_names_printed_raw(files, capsys):
+    (files / f"t{HOSTILE_NAME}.csv").write_text(TRACE)
+    assert _run(["trace", "show", files / f"t{HOSTILE_NAME}.csv"]) == 0  # a report naming the file
+    out = capsys.readouterr().out
+    err = _refused(["simulate", "--trace", files / f"no{HOSTILE_NAME}.csv", *_tc(files), "--policy", "fixed:1"],
+                   capsys)
+    from specsim._text import format_grid
+
+    for text in (out, err, format_grid(["policy"], [[HOSTILE_NAME]])):
+        assert "\x1b" not in text and "\r" not in text, text
+        assert "x\\x1b[31m\\ry" in text, text
