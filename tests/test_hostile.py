@@ -463,3 +463,16 @@ def test_control_characters_in_names_printed_raw(files, capsys):
     for text in (out, err, format_grid(["policy"], [[HOSTILE_NAME]])):
         assert "\x1b" not in text and "\r" not in text, text
         assert "x\\x1b[31m\\ry" in text, text
+
+
+def test_calib_drift_blames_an_internal_max_depth_the_user_never_gave(files, capsys):
+    from specsim.calibration import DrafterKey, calibration_from_rates
+    from specsim.calibration.online import OnlineCalibration
+
+    deep = calibration_from_rates(DrafterKey("x", 9, "bf16", True), [0.9] * 20, "conditional")
+    assert OnlineCalibration(deep).max_depth == 20  # the calibration's depth, not a default of 16
+    (files / "deep.toml").write_text(deep.render())
+    (files / "steps.csv").write_text("drafts,accepted\n" + "20,12\n" * 5 + "300,3\n")
+    err = _refused(["calib", "drift", files / "deep.toml", "--steps-log", files / "steps.csv"], capsys,
+                   "300 drafts per sequence", "at most 255")
+    assert "max_depth" not in err
