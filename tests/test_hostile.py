@@ -476,3 +476,16 @@ def test_calib_drift_blames_an_internal_max_depth_the_user_never_gave(files, cap
     err = _refused(["calib", "drift", files / "deep.toml", "--steps-log", files / "steps.csv"], capsys,
                    "300 drafts per sequence", "at most 255")
     assert "max_depth" not in err
+
+
+def test_extra_fields_in_trace_and_drafts_log_rows_are_accepted(files, capsys):
+    from specsim.traces import read_trace
+
+    (files / "wide.csv").write_text(TRACE + "9.0,10,20,30\n")
+    _refused(["trace", "show", files / "wide.csv"], capsys, "wide.csv:42", "more fields than the header")
+    read = read_trace(files / "wide.csv", skip_bad_rows=True)  # counted, as any bad row
+    assert (read.skipped_bad, read.bad_lines) == (1, (42,))
+    (files / "d.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,-0.1,1\n0,0,2,-0.2,0,7\n")
+    _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
+             "d.csv: line 3 has 6 fields", "header names 5")
+    assert not (files / "o.toml").exists()
