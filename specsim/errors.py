@@ -31,9 +31,26 @@ MAX_LINE_CHARS = 300
 MAX_HEADLINE_LINES = 30
 
 
+_CONTROL = None
+
+
+def printable(text, newlines: bool = False) -> str:
+    """``text`` with its control characters (escape, carriage return, NUL, C1 codes) written as
+    Python escapes (``\\x1b``, ``\\r``), so a user-given name cannot repaint or rewrite the terminal
+    it is printed on. ``newlines=True`` keeps line breaks (a message's own lines). Every line of
+    a refusal (:func:`clip`), every table cell and every warning passes through here."""
+    global _CONTROL
+    if _CONTROL is None:
+        import re
+
+        _CONTROL = (re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]"), re.compile("[\x00-\x1f\x7f-\x9f]"))
+    return _CONTROL[0 if newlines else 1].sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
 def clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """``text`` cut in the middle to at most about ``limit`` characters, saying how much went."""
-    text = str(text)
+    """``text`` cut in the middle to at most about ``limit`` characters, saying how much went;
+    control characters but line breaks escaped (:func:`printable`)."""
+    text = printable(text, newlines=True)
     if len(text) <= limit:
         return text
     keep = limit // 2

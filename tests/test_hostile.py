@@ -430,3 +430,62 @@ def test_a_vllm_drafted_count_of_2_63_passes_the_2_62_count_limit(files, capsys)
     text = line.format(a=2268, d=3600) + line.format(a=2**62, d=2**63)
     _refused(_calib_import(files, "v.log", text), capsys)
     assert not (files / "o.toml").exists()
+
+
+BENCH_RISING = ("---------------Speculative Decoding---------------\nDrafts:        1000\nDraft tokens:  3000\n"
+                "Per-position acceptance (%):\n  Position 0:   50.00\n  Position 1:   80.00\n  Position 2:   90.00\n"
+                "=====\n")
+
+
+def test_calib_import_of_per_position_rates_that_rise_writes_priors_0_5_1_1_even_with_strict(files, capsys):
+    _refused(_calib_import(files, "bench.txt", BENCH_RISING), capsys, "bench.txt:1", "position 2 (80)",
+             "cannot rise")
+    assert not (files / "o.toml").exists()
+    good = BENCH_RISING.replace("90.00", "40.00").replace("80.00", "45.00")
+    argv = [a for a in _calib_import(files, "bench.txt", BENCH_RISING + good) if a != "--strict"]
+    assert _run(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: skipped bench.txt:1" in err and "cannot rise" in err, err
+    assert "prior_by_position = [0.5, 0.9, 0.8888" in (files / "o.toml").read_text()
+
+
+HOSTILE_NAME = "x\x1b[31m\ry"
+
+
+def test_control_characters_in_names_printed_raw(files, capsys):
+    (files / f"t{HOSTILE_NAME}.csv").write_text(TRACE)
+    assert _run(["trace", "show", files / f"t{HOSTILE_NAME}.csv"]) == 0  # a report naming the file
+    out = capsys.readouterr().out
+    err = _refused(["simulate", "--trace", files / f"no{HOSTILE_NAME}.csv", *_tc(files), "--policy", "fixed:1"],
+                   capsys)
+    from specsim._text import format_grid
+
+    for text in (out, err, format_grid(["policy"], [[HOSTILE_NAME]])):
+        assert "\x1b" not in text and "\r" not in text, text
+        assert "x\\x1b[31m\\ry" in text, text
+
+
+def test_calib_drift_blames_an_internal_max_depth_the_user_never_gave(files, capsys):
+    from specsim.calibration import DrafterKey, calibration_from_rates
+    from specsim.calibration.online import OnlineCalibration
+
+    deep = calibration_from_rates(DrafterKey("x", 9, "bf16", True), [0.9] * 20, "conditional")
+    assert OnlineCalibration(deep).max_depth == 20  # the calibration's depth, not a default of 16
+    (files / "deep.toml").write_text(deep.render())
+    (files / "steps.csv").write_text("drafts,accepted\n" + "20,12\n" * 5 + "300,3\n")
+    err = _refused(["calib", "drift", files / "deep.toml", "--steps-log", files / "steps.csv"], capsys,
+                   "300 drafts per sequence", "at most 255")
+    assert "max_depth" not in err
+
+
+def test_extra_fields_in_trace_and_drafts_log_rows_are_accepted(files, capsys):
+    from specsim.traces import read_trace
+
+    (files / "wide.csv").write_text(TRACE + "9.0,10,20,30\n")
+    _refused(["trace", "show", files / "wide.csv"], capsys, "wide.csv:42", "more fields than the header")
+    read = read_trace(files / "wide.csv", skip_bad_rows=True)  # counted, as any bad row
+    assert (read.skipped_bad, read.bad_lines) == (1, (42,))
+    (files / "d.csv").write_text("step,sequence,position,confidence,accepted\n0,0,1,-0.1,1\n0,0,2,-0.2,0,7\n")
+    _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
+             "d.csv: line 3 has 6 fields", "header names 5")
+    assert not (files / "o.toml").exists()

@@ -241,7 +241,7 @@ def test_online_window_is_bounded_and_bad_types_are_refused():
 
     cal = demo_calibration()
     for kw in ({"window": MAX_WINDOW_STEPS + 1}, {"window": 1e308}, {"window": "x"}, {"half_life": "x"},
-               {"half_life": float("nan")}, {"max_depth": None}):
+               {"half_life": float("nan")}, {"max_depth": "16"}, {"max_depth": 256}):
         with pytest.raises(CalibrationError):
             OnlineCalibration(cal, **kw)
 

@@ -301,6 +301,14 @@ def conditional_priors(rates, form: str = "marginal"):
     return out
 
 
+def rising_positions(values):
+    """The positions ``j`` (1-based, from 2) whose marginal rate or accepted count is above
+    position ``j - 1``'s: impossible for marginal rates (a draft is accepted only after the ones
+    before it were), so a conditional rate above 1 that :func:`conditional_priors` clamps to 1.
+    Every reader of marginal rates asks this one question."""
+    return [j for j in range(2, len(values) + 1) if values[j - 1] > values[j - 2]]
+
+
 _F32, _I64, _F64 = np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.float64)
 _KERNELS = None
 

@@ -199,6 +199,7 @@ def _read_csv(text, path, columns):
             f"{path}: line 1 (the header) lacks the column(s) {', '.join(missing)}; "
             f"found {', '.join(names) or 'nothing'}; a log needs a header naming {', '.join(columns)}"
         )
+    _refuse_extra_fields(text, path, len(names))
     usecols = [names.index(c) for c in columns]
     fields = [(c, np.float64 if c == "confidence" else np.int64) for c in columns]
     try:
@@ -213,6 +214,20 @@ def _read_csv(text, path, columns):
         except ValueError as e:
             raise CalibrationError(f"{path}: {e} (rows count from the first after the header)") from e
     return {c: np.ascontiguousarray(data[c]) for c in columns}
+
+
+def _refuse_extra_fields(text, path, n_header):
+    """Refuse the first row with more fields than the header names, as any other bad row: the
+    columns are read by position, so a comma too many would shift what is read silently."""
+    import csv
+
+    for lineno, line in enumerate(text.split("\n")[1:], 2):
+        if line.count(",") < n_header:
+            continue  # too few commas for too many fields, quoted or not
+        row = next(csv.reader([line.rstrip("\r")]), [])
+        if len(row) > n_header:
+            raise CalibrationError(f"{path}: line {lineno} has {len(row)} fields but the header names {n_header}: fix "
+                                   "or delete the row (a comma too many, or a row of another file)")
 
 
 def _loadtxt(text, usecols, fields, converters):

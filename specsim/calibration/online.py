@@ -24,6 +24,8 @@ from specsim.errors import CalibrationError
 
 # Most steps a sliding window may hold (docs/limits.md).
 MAX_WINDOW_STEPS = 1 << 20
+# The deepest step the online histogram tracks (drafts per sequence per step).
+MAX_ONLINE_DEPTH = 255
 
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -42,8 +44,9 @@ class OnlineCalibration:
     half_life : float, optional
         Weigh a step ``half_life`` updates old by one half (counts decay by ``2**(-1/half_life)``
         per update). At most one of ``window`` and ``half_life``; neither keeps every step.
-    max_depth : int
-        Most drafts a sequence verifies in one step (sizes the step histogram).
+    max_depth : int, optional
+        Most drafts a sequence verifies in one step (sizes the step histogram); default 16 or
+        the calibration's depth (its position priors), whichever is deeper.
     drift : bool or DriftSettings
         Attach a drift monitor (default settings for True).
 
@@ -54,7 +57,7 @@ class OnlineCalibration:
     bytes for the window's ring.
     """
 
-    def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth: int = 16,
+    def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth=None,
                  drift=True):
         from specsim.calibration._online_kernels import BAD_CONFIDENCE, online_buffers, online_update_nb
 
@@ -70,7 +73,9 @@ class OnlineCalibration:
         problem = window is not None and int_problem(window, "window (steps)", 1, MAX_WINDOW_STEPS)
         problem = problem or (half_life is not None and number_problem(half_life, "half_life (steps)", 0.0,
                                                                         low_open=True))
-        problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, 255)
+        if max_depth is None:
+            max_depth = min(max(16, len(calibration.priors)), MAX_ONLINE_DEPTH)
+        problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, MAX_ONLINE_DEPTH)
         if problem:
             raise CalibrationError(problem)
         from specsim._checks import MAX_ONLINE_RING_VALUES
@@ -323,7 +328,7 @@ def monitor_drafts(calibration, step, sequence, position, confidence, accepted, 
     first_rej = np.where(acc, lengths[chain] + 1, pos)
     runs = np.minimum.reduceat(first_rej, starts) - 1
     runs = np.minimum(runs, lengths).astype(np.int64)
-    depth = int(lengths.max())
+    depth = _monitored_depth(int(lengths.max()), "the per-draft log's longest chain")
     mat = np.full((starts.shape[0], depth), np.nan, dtype=np.float32)
     with np.errstate(over="ignore"):
         mat[chain, pos - 1] = np.where(np.isfinite(conf), conf, np.nan).astype(np.float32)
@@ -341,6 +346,16 @@ def monitor_drafts(calibration, step, sequence, position, confidence, accepted, 
     return online.drift(), hist
 
 
+def _monitored_depth(depth: int, what: str) -> int:
+    """``depth`` of the data replayed, refused past what the monitor tracks, in the data's terms."""
+    if depth > MAX_ONLINE_DEPTH:
+        raise CalibrationError(
+            f"{what} has {depth:,} drafts per sequence: drift monitoring tracks steps of at most "
+            f"{MAX_ONLINE_DEPTH} drafts (docs/limits.md); no serve drafts that deep, so check the log's drafts column "
+            "(or give only the steps a serve ran)")
+    return depth
+
+
 def monitor_steps(calibration, batches, settings=None, history=False):
     """Replay steps known as chains by ``(drafts, accepted run)`` through a drift monitor.
 
@@ -355,7 +370,7 @@ def monitor_steps(calibration, batches, settings=None, history=False):
     (DriftReport, ndarray(float64, ndim=2) or None)
         As :func:`monitor_runs`.
     """
-    depth = max((d for b in batches for d, _ in b), default=1)
+    depth = _monitored_depth(max((d for b in batches for d, _ in b), default=1), "the deepest step given")
     online = OnlineCalibration(calibration, max_depth=max(depth, 1), drift=settings or DriftSettings())
     hist = np.empty((len(batches), len(online.streams))) if history else None
     grid = np.zeros((depth + 1, depth + 1), dtype=np.int64)

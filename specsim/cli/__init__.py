@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from specsim import __version__
-from specsim.errors import SpecsimError, clip
+from specsim.errors import SpecsimError, clip, printable
 
 # Each module defines ``register(sub, groups)``: it adds its commands to ``sub`` with
 # ``set_defaults(func=...)`` (``func(args)`` returns the exit code), and may add actions to a group
@@ -106,6 +106,8 @@ def _main(argv) -> int:
         args = parser.parse_args(argv)
     finally:
         ARGV.pop()
+    stdout = sys.stdout
+    sys.stdout = _Printable(stdout)
     try:
         return int(args.func(args) or 0)
     except SpecsimError as e:
@@ -120,6 +122,24 @@ def _main(argv) -> int:
         where = f"{clip(e.filename)}: " if getattr(e, "filename", None) else ""
         print(f"specsim: error: {where}{clip(e.strerror or e)}", file=sys.stderr)
         return 2
+    finally:
+        if isinstance(sys.stdout, _Printable):
+            sys.stdout = stdout
+
+
+class _Printable:
+    """The commands' stdout with control characters escaped (:func:`specsim.errors.printable`):
+    a name a user gave (a file, a policy, a label) printed in a report cannot rewrite the
+    terminal. Line breaks and tabs pass; everything else is the stream underneath."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def write(self, text):
+        return self._raw.write(printable(text, newlines=True))
+
+    def __getattr__(self, name):
+        return getattr(self._raw, name)
 
 
 def _quiet_stdout() -> None:

@@ -217,16 +217,16 @@ def _warn_rising_marginals(rates, form):
     (docs/calibration.md#marginal-and-conditional-rates), so the calibration is not what was given."""
     import sys
 
+    from specsim.calibration.calibration import rising_positions
+
     if form != "marginal":
         return
-    before = 1.0
-    for j, m in enumerate(rates, 1):
-        if m > before:
-            taken = "is clamped to 1" if before > 0 else "is taken as 0 after a zero rate"
-            print(f"specsim: warning: --rates position {j} ({m:g}) is above position {j - 1}'s ({before:g}): "
-                  f"a draft cannot be accepted more often than the one before it; its conditional rate "
-                  f"{taken} (are these conditional rates? --rates-form conditional)", file=sys.stderr)
-        before = m
+    for j in rising_positions(rates):
+        m, before = rates[j - 1], rates[j - 2]
+        taken = "is clamped to 1" if before > 0 else "is taken as 0 after a zero rate"
+        print(f"specsim: warning: --rates position {j} ({m:g}) is above position {j - 1}'s ({before:g}): "
+              f"a draft cannot be accepted more often than the one before it; its conditional rate "
+              f"{taken} (are these conditional rates? --rates-form conditional)", file=sys.stderr)
 
 
 def _read_windows(path, run):

@@ -74,6 +74,13 @@ def cmd_import(args):
         out.text(args.output, cal.render())
         if windows is not None:
             out.text(args.windows_out, windows)
+    if tally.garbage:  # once, naming the first (--strict refuses them all, listed)
+        import sys
+
+        from specsim.errors import printable
+
+        more = f" (and {tally.garbage - 1} more)" if tally.garbage > 1 else ""
+        print(f"specsim: warning: skipped {printable(tally.problems[0])}{more}; --strict refuses such lines", file=sys.stderr)
     m = ident.meta
     priors = ", ".join(f"{p:.3f}" for p in cal.priors)
     print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "

@@ -101,7 +101,9 @@ def _replay(args, out):
                         calibration=cal, slack=args.slack, max_seqs=args.max_seqs, progress=tick)
     for w in caught:
         if issubclass(w.category, SpecsimWarning):
-            print(f"specsim: warning: {w.message}", file=sys.stderr)
+            from specsim.errors import printable
+
+            print(f"specsim: warning: {printable(w.message, newlines=True)}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     costs = f"table {args.table}" if table is not None else "the file's step_ms list (no joules)"

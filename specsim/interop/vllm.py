@@ -108,10 +108,7 @@ def _v1_line(body, where, tally):
     if any(r is None or not 0.0 <= r <= 1.0 for r in rates):
         tally.bad(where, f"per-position rates {pp.group(1)!r} are not numbers in [0, 1]")
         return None
-    rising = next((j for j in range(1, len(rates)) if rates[j] > rates[j - 1]), None)
-    if rising is not None:
-        tally.bad(where, f"per-position rate {rising + 1} ({rates[rising]:g}) is above position {rising}'s "
-                         f"({rates[rising - 1]:g}): a marginal rate cannot rise along positions")
+    if _rising(rates, "per-position rate", where, tally):
         return None
     k = len(rates)
     mal = as_number(fields["mean_len"].group(1)) if fields["mean_len"] else None
@@ -278,6 +275,21 @@ def scrapes_record(counts, where, tally):
                            where, tally, ("num_draft_tokens", "num_drafts"))
 
 
+def _rising(values, what, where, tally) -> bool:
+    """Count ``where`` as unreadable when its marginal rates or counts rise along positions
+    (refused under ``--strict``): their conditional rate would be clamped to 1, so the import
+    would not be what the serve measured."""
+    from specsim.calibration.calibration import rising_positions
+
+    rises = rising_positions(values)
+    if rises:
+        j = rises[0]
+        tally.bad(where, f"{what} {j} ({values[j - 1]:g}) is above position {j - 1}'s ({values[j - 2]:g}): a "
+                         "draft cannot be accepted more often than the one before it, so marginal rates cannot rise "
+                         "along positions (its conditional rate would be clamped to 1)")
+    return bool(rises)
+
+
 def marginal_record(acc, n, draft_tokens, accepted_tokens, where, tally, names):
     """A ``"marginal"`` record of ``acc[j]`` drafts accepted at position ``j + 1`` over ``n``
     drafting steps, checked: a count above the steps, counts rising along positions, or a total
@@ -287,10 +299,7 @@ def marginal_record(acc, n, draft_tokens, accepted_tokens, where, tally, names):
     if any(a > n for a in acc):
         tally.bad(where, f"per-position accepted {acc} exceed the {n} drafting steps: counts that contradict each other")
         return None
-    rising = next((j for j in range(1, k) if acc[j] > acc[j - 1]), None)
-    if rising is not None:
-        tally.bad(where, f"accepted at position {rising + 1} ({acc[rising]}) is above position {rising}'s "
-                         f"({acc[rising - 1]}): counts cannot rise along positions")
+    if _rising(acc, "accepted at position", where, tally):
         return None
     if accepted_tokens is not None and abs(accepted_tokens - sum(acc)) > 0.5 + 1e-6 * accepted_tokens:
         tally.bad(where, f"accepted tokens {accepted_tokens:g} are not the sum of the per-position counts {sum(acc)}: "
@@ -435,9 +444,9 @@ def _bench_block(fields, positions, where, tally):
     if any(r is None or not 0.0 <= r <= 100.0 for r in rates):
         tally.bad(where, f"per-position acceptance {rates} is not percentages")
         return None
+    if _rising(rates, "per-position acceptance at position", where, tally):
+        return None
     acc = [int(round(r / 100.0 * drafts)) for r in rates]
-    for j in range(1, len(acc)):  # 2-decimal percentages: keep the counts a non-increasing run
-        acc[j] = min(acc[j], acc[j - 1])
     # The printed rates carry 4 significant digits: the accepted count is checked to that precision.
     accepted = fields.get("Accepted tokens")
     if accepted is not None and abs(accepted - sum(acc)) > 0.00005 * drafts * len(acc) + 0.5:

@@ -22,6 +22,7 @@ BAD_ARRIVAL = 2
 BAD_PROMPT = 3
 BAD_OUTPUT = 4
 BAD_SHAPE = 5  # not a JSON object on one line
+BAD_EXTRA = 6  # more fields than the header names
 
 # info layout
 INFO_BAD, INFO_FIRST_BAD_LINE, INFO_REASON, INFO_BAD_OFFSET, INFO_LINES = range(5)
@@ -272,7 +273,8 @@ def _bad_nb(info, bad_lines, line, reason, offset):
 
 
 @jit
-def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines, info):
+def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines,
+                 info):
     """Parse comma-separated rows into arrival, prompt and output arrays.
 
     Parameters
@@ -281,6 +283,8 @@ def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_
         Whole lines (the header already removed); a final line may lack its newline.
     col_t, col_p, col_o : int
         0-based column of the arrival, prompt tokens and output tokens.
+    n_header : int
+        Fields the header names: a row with more is bad (``BAD_EXTRA``), as one with too few.
     kind : int
         ``ARRIVAL_NUMBER`` or ``ARRIVAL_DATETIME``.
     first_line : int
@@ -349,6 +353,8 @@ def parse_csv_nb(buf, col_t, col_p, col_o, kind, first_line, skip_bad, t_num, t_
             reason = 0
             if field < need:
                 reason = BAD_FIELDS
+            elif field > n_header:
+                reason = BAD_EXTRA
             else:
                 ta, tb = _trim_nb(buf, ta, tb)
                 ok, tv, tn = _parse_arrival_nb(buf, ta, tb, kind)

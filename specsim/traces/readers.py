@@ -280,6 +280,7 @@ _REASONS = {
     3: f"the prompt token count is not a whole number in 0..{MAX_TOKENS_PER_REQUEST:,} (docs/limits.md)",
     4: f"the output token count is not a whole number in 0..{MAX_TOKENS_PER_REQUEST:,} (docs/limits.md)",
     5: "not one JSON object on one line",
+    6: "more fields than the header names: a comma too many, or a row of another file",
 }
 
 
@@ -375,10 +376,10 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
         kind = ARRIVAL_DATETIME if datetime_kind else ARRIVAL_NUMBER
         what = "a timestamp YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]" if datetime_kind else "a number"
 
-        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, kd, skip):
-            return parse_csv_nb(buf, c0, c1, c2, kd, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
+        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, nh, kd, skip):
+            return parse_csv_nb(buf, c0, c1, c2, nh, kd, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
 
-        parse = _Parse(call, (cols[0], cols[1], cols[2], kind), bool(skip_bad))
+        parse = _Parse(call, (cols[0], cols[1], cols[2], len(header), kind), bool(skip_bad))
         fields = f"too few fields (the header names {len(header)}; column {max(cols) + 1} is needed)"
         return _run_blocks(path, f, 2, parse, datetime_kind, what, fields)
 
