@@ -303,7 +303,9 @@ def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_ba
     opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                 kv_capacity_tokens=kv, kv_block_size=block, prefill_ms_per_step=step_ms, prefill_j_per_step=step_ms / 2,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14)
-    if curve:
+    if curve:  # a profiled curve replaces the affine prefill costs (giving both is refused)
+        for name in ("prefill_ms_per_step", "prefill_j_per_step", "prefill_ms_per_token", "prefill_j_per_token"):
+            del opts[name]
         opts["prefill_curve"] = ((16.0, 128.0, 1024.0), (5.0, 6.0, 20.0), (2.0, 2.5, 9.0))
     res = simulate(reqs, table, cal, policy, **opts)
     assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))

@@ -270,7 +270,7 @@ def test_query_refuses_a_context_of_zero_or_less(tmp_path, run_cli):
     path.write_text(with_axis().to_text())
     for c in ("0", "-5", "nan"):
         code, _, err = run_cli("table", "query", str(path), "1", "0", "--context", c)
-        assert code == 2 and "must be a finite number of tokens > 0" in err
+        assert code == 2 and "must be a number of tokens in (0," in err
 
 
 def test_a_bad_axis_file_is_refused_by_the_commands(tmp_path, run_cli):

@@ -321,7 +321,7 @@ def test_drift_replays_variable_depth_telemetry_exactly_or_refuses(tmp_path, ste
         record_batches(fmt, records)
     batches = record_batches(fmt, records, min_depth=2)
     assert all(d == 2 for b in batches for d, _ in b)
-    from specsim.calibration import drift
+    from specsim.calibration import drift, online
 
-    rep, _ = drift.monitor_steps(calibration_from_rates(DRAFTER, TRUTH, "conditional"), batches, drift.DriftSettings())
+    rep, _ = online.monitor_steps(calibration_from_rates(DRAFTER, TRUTH, "conditional"), batches, drift.DriftSettings())
     assert not rep.alarms  # the truth's own calibration: no alarm on the exact positions
