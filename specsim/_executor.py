@@ -229,7 +229,7 @@ def _local_cluster(workers):
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
-        # ``dashboard_address=None`` still binds 8787 (distributed's HTTP server starts anyway);
+        # Turning the dashboard off with None still binds port 8787 (distributed's HTTP server starts anyway);
         # ":0" and scheduler_port=0 let the system pick free ports.
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, scheduler_port=0,
                             dashboard_address=":0")

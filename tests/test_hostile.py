@@ -259,14 +259,14 @@ def test_capacity_plot_xyz_fails_after_the_search(files, capsys):
     assert not (files / "p.xyz").exists()
 
 
-GPU_SPEC = ('[[gpu]]\nname = "big"\nmemory_gb = {memory}\nbandwidth_gbs = {bandwidth}\nbf16_tflops = 989.4\n'
+HUGE_GPU_TOML = ('[[gpu]]\nname = "big"\nmemory_gb = {memory}\nbandwidth_gbs = {bandwidth}\nbf16_tflops = 989.4\n'
             'tdp_w = 700\nidle_w = 70\n')
 
 
 @pytest.mark.parametrize("memory,bandwidth,field", [("1e308", "4800", "memory_gb"), ("141", "1e-308", "bandwidth_gbs")],
                          ids=["memory_gb 1e308 NaN ValueError", "bandwidth_gbs 1e-308 blamed on a cell"])
 def test_table_model_gpu_spec_memory_gb_1e308_nan_valueerror(files, memory, bandwidth, field, capsys):
-    (files / "gpu.toml").write_text(GPU_SPEC.format(memory=memory, bandwidth=bandwidth))
+    (files / "gpu.toml").write_text(HUGE_GPU_TOML.format(memory=memory, bandwidth=bandwidth))
     err = _refused(["table", "model", "--gpu", "big", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k",
                     "2", "--widths", "1,2", "--gpu-spec", files / "gpu.toml", "-o", files / "m.toml"], capsys, field)
     assert "verify_ms" not in err and not (files / "m.toml").exists()
