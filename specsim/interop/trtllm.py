@@ -111,15 +111,7 @@ def export_config(c, method, max_batch, draft_model) -> EngineConfig:
     deepest = deepest_depth(c, "TensorRT-LLM")
     if constant_depth(c) is not None:
         notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (TensorRT-LLM: max_draft_len without draft_len_schedule)"]
-        lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
-                 "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
-                 f"# Schedule: {policy_text(c)}"]
-        lines += [f"# Note: {n}" for n in notes]
-        lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
-        if draft_model:
-            lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
-        return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
-                            "trtllm-serve MODEL --extra_llm_api_options FILE")
+        return _config(c, notes, method, deepest, draft_model, [])
     if c[0][2] != deepest:
         raise ScheduleError(
             f"{policy_text(c)}: TensorRT-LLM requires the smallest batch-size key to map to max_draft_len (the "
@@ -149,6 +141,13 @@ def export_config(c, method, max_batch, draft_model) -> EngineConfig:
     elif any(k == 0 for k in schedule.values()):
         notes.append("a depth-0 tier is floored at 1 in DraftTarget, PARD, SA and tree modes (open PR #16888) and "
                      "rejected by one-model MTP")
+    return _config(c, notes, method, deepest, draft_model,
+                   ["  draft_len_schedule:"] + [f"    {bound}: {k}" for bound, k in schedule.items()])
+
+
+def _config(c, notes, method, deepest, draft_model, schedule_lines) -> EngineConfig:
+    """The LLM-API YAML: the header and notes, ``speculative_config`` with the draft length and
+    model, then ``schedule_lines`` (none for a constant schedule)."""
     lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
              "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
              f"# Schedule: {policy_text(c)}"]
@@ -156,8 +155,7 @@ def export_config(c, method, max_batch, draft_model) -> EngineConfig:
     lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
     if draft_model:
         lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
-    lines.append("  draft_len_schedule:")
-    lines += [f"    {bound}: {k}" for bound, k in schedule.items()]
+    lines += schedule_lines
     return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
                         "trtllm-serve MODEL --extra_llm_api_options FILE")
 
