@@ -160,14 +160,16 @@ OPTIONS = {
 # Values a command may rightly accept: -0 is 0, and a tiny positive number is a valid cost,
 # power, slack or scale wherever 0 is.
 MAY_ACCEPT = {"-0", "1.5e-308"}
-# Options that take text (a name or a label): only an empty or unprintable value is impossible.
+# Options that take text (a name): only an empty or unprintable value is impossible. A SHA-256 is
+# 64 hex digits and nothing else.
 TEXT_OPTIONS = {"schedule export --method", "calib fit --drafter-sha256"}
 
 
 def _must_refuse(opt: str, v: str) -> bool:
+    if opt.endswith("sha256"):
+        return len(v) != 64 or any(c not in "0123456789abcdefABCDEF" for c in v)
     if opt in TEXT_OPTIONS:
-        hex_digest = v != "" and all(c in "0123456789abcdefABCDEF" for c in v)
-        return v == "" or not v.isprintable() or (opt.endswith("sha256") and hex_digest and len(v) != 64)
+        return v == "" or not v.isprintable()
     return v not in MAY_ACCEPT
 
 POLICIES = ["load-aware:3", "sglang[0]:s.json", "sglang[99999999999999]:s.json", "sglang[1,x]:s.json",

@@ -349,8 +349,10 @@ def test_api_typeerrors_and_keyerrors_listed(call):
         _api_calls()[call]()
 
 
-@pytest.mark.parametrize("sha", ["ab" * 32 + "\n", "ab\ncd", "abc", " " + "ab" * 32],
-                         ids=["trailing newline", "inner newline", "3 hex digits", "leading space"])
+@pytest.mark.parametrize("sha", ["ab" * 32 + "\n", "ab\ncd", "abc", " " + "ab" * 32, "unknown", "g" * 64,
+                                 "ab" * 33],
+                         ids=["trailing newline", "inner newline", "3 hex digits", "leading space", "a label",
+                              "64 non-hex", "66 hex digits"])
 def test_drafter_sha256_with_a_newline_or_not_64_hex_digits_is_accepted(files, sha, capsys):
     _refused(["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", sha, "--vocab", "9", "--quantization",
               "bf16", "--context", "true", "-o", files / "c2.toml"], capsys, "--drafter-sha256")

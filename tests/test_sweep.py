@@ -21,7 +21,7 @@ def inputs(shared_data, tmp_path):
     metrale = shared_data / "metrale" / "qwen38_27b_mtp_gb10.toml"
     assert main(["table", "import", str(metrale), "--run", "qwen38_27b_mtp_r1", "-o", str(tmp_path / "gb10.toml"),
                  "--box-class", "gb10", "--recipe", "qwen38-27b-mtp"]) == 0
-    assert main(["calib", "fit", "--windows", str(metrale), "--drafter-sha256", "unknown", "--vocab", "151936",
+    assert main(["calib", "fit", "--windows", str(metrale), "--drafter-sha256", "ab" * 32, "--vocab", "151936",
                  "--quantization", "nvfp4", "--context", "true", "-o", str(tmp_path / "cal.toml")]) == 0
     return tmp_path
 

@@ -10,7 +10,8 @@ from specsim.errors import CalibrationError
 
 def drafter_flags(p):
     """The drafter key flags every command that writes a calibration takes."""
-    p.add_argument("--drafter-sha256", required=True, help="sha256 over the drafter's tensors as loaded")
+    p.add_argument("--drafter-sha256", required=True,
+                   help="sha256 over the drafter's tensors as loaded (64 hex digits)")
     p.add_argument("--vocab", required=True, type=count, help="drafter vocabulary size")
     p.add_argument("--quantization", required=True, help="drafter quantization, e.g. bf16")
     p.add_argument("--context", required=True, choices=("true", "false"),
@@ -31,7 +32,8 @@ def drafter_key(args):
             raise CalibrationError(f"{flag} {show(value)} holds a control character or surrounding spaces: give "
                                    "the value alone on one line")
     sha = args.drafter_sha256
-    if all(ch in "0123456789abcdefABCDEF" for ch in sha) and len(sha) != 64:
-        raise CalibrationError(f"--drafter-sha256 {show(sha)} has {len(sha)} hex digits; a SHA-256 has 64 "
-                               "(sha256sum of the drafter's weights); a label that is not hex names an unhashed drafter")
+    if len(sha) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in sha):
+        raise CalibrationError(f"--drafter-sha256 {show(sha)} is not a SHA-256: give the 64 hex digits sha256sum "
+                               "prints over the drafter's weights as loaded, so the calibration is used only with "
+                               "that drafter")
     return DrafterKey(args.drafter_sha256, args.vocab, args.quantization, args.context == "true")
