@@ -25,9 +25,10 @@ NO_CAP = COUNT_MAX
 # The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):
 # the one place its buffer in the engine's state record is sized; a longer window is refused.
 MAX_ACCEPTANCE_WINDOW = 1024
-# Deepest draft depth a table, calibration, trace or policy may name: every per-depth array is
-# built with this many entries at most.
-MAX_DEPTH = 1024
+# Deepest draft depth anything may name (a table, calibration, telemetry record, trace, schedule,
+# policy, the online calibration): every per-depth array is built with this many entries at most,
+# and the simulated engine packs a draft's position into 8 bits of its random key.
+MAX_DEPTH = 255
 # Most batch widths (sequences per step) a table, option or replay may name.
 MAX_WIDTH = 1 << 20
 # Most output (or prompt) tokens one request may ask for.

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from specsim._checks import MAX_WORKERS
+from specsim._checks import MAX_WORKERS, show
 from specsim.errors import SpecsimError
 
 KINDS = ("serial", "threads", "dask")
@@ -48,8 +48,6 @@ def check_workers(n, what="--workers"):
 def check_scheduler(address) -> None:
     """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
     import re
-
-    from specsim._checks import show
 
     m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
     if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
@@ -102,8 +100,6 @@ class Executor:
 
     def _start_dask(self, scheduler):
         from dask.distributed import Client
-
-        from specsim._checks import show
 
         if scheduler:
             try:

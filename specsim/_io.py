@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from specsim.errors import OutputError
+from specsim._checks import MAX_INPUT_BYTES, MAX_JSON_DEPTH, show
 
 
 # The longest file name (one path component) common file systems take, in bytes.
@@ -19,8 +20,6 @@ def read_input(path, what: str, error_cls) -> bytes:
     """The bytes of an input file, or ``error_cls`` naming the file, what it should be and why
     it could not be read (missing, a folder, a device, a pipe nothing writes to, no permission,
     past the size limit)."""
-    from specsim._checks import MAX_INPUT_BYTES
-
     with open_input(path, what, error_cls) as f:
         try:
             data = f.read(MAX_INPUT_BYTES + 1)
@@ -32,8 +31,6 @@ def read_input(path, what: str, error_cls) -> bytes:
 
 
 def _too_big(path, what: str) -> str:
-    from specsim._checks import MAX_INPUT_BYTES
-
     return f"{path}: {what} is larger than {MAX_INPUT_BYTES:,} bytes, the most specsim reads (docs/limits.md)"
 
 
@@ -53,8 +50,6 @@ def open_input(path, what: str, error_cls):
     import io
     import stat
     import time
-
-    from specsim._checks import MAX_INPUT_BYTES
 
     if not isinstance(path, (str, os.PathLike)):
         raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
@@ -227,8 +222,6 @@ class Outputs:
             raise self._error(f"{label} {given!r}: a file name cannot hold a NUL character")
         p = Path(given)
         if len(os.fsencode(p.name)) > MAX_NAME_BYTES:
-            from specsim._checks import show
-
             raise self._error(f"{label} {show(given)}: the file name is {len(os.fsencode(p.name)):,} bytes long; "
                               f"file systems take at most {MAX_NAME_BYTES}")
         if p.is_dir() or given.endswith(("/", os.sep)):
@@ -438,8 +431,6 @@ def loads_json(text, what: str, source, error_cls, max_depth: int | None = None)
     finite floats, no ``NaN``/``Infinity``, nesting at most ``max_depth`` deep; any refusal
     raises ``error_cls`` naming ``source`` and, for syntax errors, the line and column."""
     import json
-
-    from specsim._checks import MAX_JSON_DEPTH
 
     if isinstance(text, bytes):
         text = decode_text(text, what, source, error_cls)

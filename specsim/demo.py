@@ -30,6 +30,17 @@ import json
 from pathlib import Path
 
 from specsim.errors import ScheduleError
+from specsim._io import Outputs
+from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.policy.policy import policy_runs
+from specsim.sim.metrics import requests_csv, summarize
+from specsim.sim.engine import simulate_runs
+from specsim.sim.options import META_COSTS, ServerOptions
+from specsim.sim.report import plot as draw
+from specsim.sim.slo import SLO
+from specsim.sim.verdict import mark_same_runs
+from specsim.studies.tune import tune
+from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 
 # Public conversation-trace shape (see the module docstring).
 CONV_RATE_PER_S = 5.53
@@ -48,8 +59,6 @@ DEMO_SLO_TPOT_S = 0.05
 def demo_trace(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float = DEMO_RATE_SCALE):
     """A seeded synthetic trace with the public conversation trace's shapes, its arrivals
     compressed ``rate_scale`` times (1 = the published rate)."""
-    from specsim.traces import LogNormalLengths, synthetic_trace
-
     return synthetic_trace(
         requests, CONV_RATE_PER_S, arrival="gamma", cv=CONV_ARRIVAL_CV,
         prompt=LogNormalLengths(CONV_PROMPT_MEDIAN, CONV_PROMPT_SIGMA),
@@ -60,11 +69,7 @@ def demo_trace(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float =
 def demo_server(table=None) -> dict:
     """The demo box's serving figures as the engine resolves them from ``table``'s ``[meta]``
     (default: the demo's table), as :class:`~specsim.sim.options.ServerOptions` keywords."""
-    from specsim.sim.options import META_COSTS, ServerOptions
-
     if table is None:
-        from specsim.costmodel.defaults import demo_table
-
         table = demo_table()
     resolved = ServerOptions().resolved(table)
     names = META_COSTS + ("kv_capacity_tokens", "kv_block_size", "max_num_batched_tokens", "chunked_prefill",
@@ -77,16 +82,9 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     """Simulate the demo and return ``(summaries, results, inputs)``; with ``out``, write the
     table, calibration, trace, results and (with matplotlib) a plot there, and list the files
     written in ``inputs["written"]``."""
-    from specsim.costmodel.defaults import demo_calibration, demo_table
-    from specsim.sim.engine import ServerOptions, simulate_runs
-    from specsim.sim.metrics import requests_csv, summarize
-    from specsim.policy.policy import policy_runs
-    from specsim.sim.verdict import mark_same_runs
-
     outputs = None
     if out is not None:
         # Every file is checked before the work and all are replaced together after it.
-        from specsim._io import Outputs
 
         outputs = Outputs()
         for name in OUTPUT_FILES:
@@ -118,9 +116,6 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
     ``out`` is declared; the files are staged on it (written when its ``with`` block ends).
     Without one, they are written here, all together.
     """
-    from specsim._io import Outputs
-    from specsim.traces import summary as trace_summary
-
     if outputs is None:
         outputs = Outputs()
         for name in OUTPUT_FILES:
@@ -156,8 +151,6 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
         except ImportError:
             plot = False
     if plot:
-        from specsim.sim.report import plot as draw
-
         draw(results, summaries, outputs.path(out / "plot.png"))
         written.append(out / "plot.png")
     return written
@@ -179,11 +172,6 @@ def tune_demo(inputs, seed: int = 0, out=None):
     -------
     (TuneResult, EngineConfig or None)
     """
-    from specsim._io import Outputs
-    from specsim.studies.tune import tune
-    from specsim.sim.engine import ServerOptions
-    from specsim.sim.slo import SLO
-
     result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
                   options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
                   slo=SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S, DEMO_TUNE_ATTAINMENT),

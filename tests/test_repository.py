@@ -174,9 +174,20 @@ def test_every_docs_link_reaches_a_page_and_heading():
 
 import ast  # noqa: E402  (the graph tests' own tools)
 
-# Function-level ``specsim`` imports left in the package. Each one keeps a module importable
-# without a heavier one it reaches only on some paths; lower this as imports move to module top.
-MAX_FUNCTION_LEVEL_IMPORTS = 393
+# The package's imports sit at module top, so the import graph is the real one; laziness lives in
+# ``specsim/__init__.py`` (PEP 562) and in the optional heavy packages (matplotlib, dask, cupy,
+# pandas). The few ``specsim`` imports below module top, each with its reason:
+KERNELS_ON_FIRST_USE = "the value classes load without Numba; their kernels load with the first call"
+LAZY_IMPORTS = {
+    ("specsim.__main__", "specsim.cli"): "a Ctrl-C while the command modules load exits 130 without a traceback",
+    ("specsim.calibration.calibration", "specsim.calibration._kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim.calibration.calibration", "specsim.calibration"): KERNELS_ON_FIRST_USE,  # its _kernels module
+    ("specsim.calibration.drift", "specsim.calibration._online_kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim.calibration.online", "specsim.calibration._online_kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim.calibration.logs", "specsim.calibration._fit_kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim.table.cost_table", "specsim.table._kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim.traces.readers", "specsim.traces._parse_kernels"): KERNELS_ON_FIRST_USE,
+}
 
 
 def _modules() -> dict:
@@ -208,10 +219,10 @@ def _imports(name: str, node, modules: dict) -> set:
 
 
 def _import_graph():
-    """``module -> modules it imports`` (at module top and inside functions), and the number of
-    function-level package imports."""
+    """``module -> modules it imports`` (at module top and inside functions), and the set of
+    ``(module, imported module)`` of the package imports below module top."""
     modules = _modules()
-    graph, nested = {}, 0
+    graph, nested = {}, set()
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         top = {id(n) for n in tree.body}
@@ -220,7 +231,8 @@ def _import_graph():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 found = _imports(name, node, modules)
                 edges |= found
-                nested += bool(found) and id(node) not in top
+                if found and id(node) not in top:
+                    nested.add((name, node.module if isinstance(node, ast.ImportFrom) else node.names[0].name))
         graph[name] = edges
     return graph, nested
 
@@ -276,10 +288,11 @@ def test_the_package_has_no_import_cycles():
     assert _cycles(graph) == [], "modules that import each other (directly or round a loop)"
 
 
-def test_function_level_imports_stay_few():
+def test_imports_sit_at_module_top_but_the_listed_lazy_ones():
     _, nested = _import_graph()
-    assert nested <= MAX_FUNCTION_LEVEL_IMPORTS, (
-        f"{nested} function-level specsim imports: put new ones at module top")
+    assert nested <= set(LAZY_IMPORTS), (
+        f"specsim imports below module top: {sorted(nested - set(LAZY_IMPORTS))}; put them at module top "
+        "(or list one in LAZY_IMPORTS with its reason)")
 
 
 def test_the_lower_folders_do_not_import_the_commands_or_the_studies():

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import is_int, is_number, show
+from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
 from specsim.errors import CalibrationError
@@ -108,7 +108,7 @@ class AcceptanceCalibration:
 
         NaN compares false with every edge and so lands in the last bucket, as metrale's lookup does.
         """
-        from specsim.calibration._kernels import bucket_nb
+        from specsim.calibration._kernels import bucket_nb  # lazy: Numba loads with the first kernel call
 
         if not is_number(lp):
             raise CalibrationError(f"a confidence must be a number (a log-probability), got {show(lp)}")
@@ -159,12 +159,10 @@ class AcceptanceCalibration:
         -------
         ndarray(float64, ndim=2), shape (n, m_out)
         """
-        from specsim.calibration._kernels import p_matrix_nb
+        from specsim.calibration._kernels import p_matrix_nb  # lazy: Numba loads with the first kernel call
 
         conf, n_conf = _batch(confidences, n_conf)
         if m_out is not None:
-            from specsim._checks import MAX_DEPTH, check_int
-
             m_out = check_int(m_out, "m_out (positions to return)", CalibrationError, 0, MAX_DEPTH)
         if out is None:
             out = np.empty((conf.shape[0], conf.shape[1] if m_out is None else m_out))
@@ -175,7 +173,7 @@ class AcceptanceCalibration:
 
     def buckets(self, confidences):
         """Bucket index of every confidence of a float32 matrix (-1 where NaN)."""
-        from specsim.calibration._kernels import buckets_nb
+        from specsim.calibration._kernels import buckets_nb  # lazy: Numba loads with the first kernel call
 
         conf = np.ascontiguousarray(np.atleast_2d(confidences), dtype=np.float32)
         out = np.empty(conf.shape, dtype=np.int64)
@@ -259,7 +257,7 @@ def bucket_cells(edges):
     -------
     ndarray(int64, ndim=1), shape (BUCKET_CELLS,)
     """
-    from specsim.calibration._kernels import BUCKET_CELLS
+    from specsim.calibration._kernels import BUCKET_CELLS  # lazy: Numba loads with the first kernel call
 
     keys = ((np.arange(BUCKET_CELLS, dtype=np.int64) - BUCKET_CELLS // 2) << 20).astype(np.int32)
     lowest = (keys ^ ((keys >> 31) & 0x7FFFFFFF)).view(np.float32).copy()
@@ -318,7 +316,7 @@ def _kernels():
     statement on every call would cost more than a small batch's kernel."""
     global _KERNELS
     if _KERNELS is None:
-        from specsim.calibration import _kernels as kernels
+        from specsim.calibration import _kernels as kernels  # lazy: Numba loads with the first kernel call
 
         _KERNELS = kernels
     return _KERNELS

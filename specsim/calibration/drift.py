@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.errors import CalibrationError
+from specsim._io import atomic_write_bytes
 
 # The largest change in log-odds a drift monitor may be tuned to (see DriftSettings).
 MAX_SHIFT_LOGODDS = 20.0
@@ -184,6 +185,7 @@ def reference_streams(calibration, settings: DriftSettings):
 
 def report(streams, mon_f, mon_i, steps, settings) -> DriftReport:
     """A :class:`DriftReport` from a monitor's state (see ``OnlineBuffers``)."""
+    # lazy: Numba loads with the first kernel call
     from specsim.calibration._online_kernels import ALARM, K_SINCE, N_SINCE, START, STAT
 
     alarms = []
@@ -205,8 +207,6 @@ def plot_drift(rep: DriftReport, history, path, title="") -> None:
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from specsim._io import atomic_write_bytes
 
     fig = Figure(figsize=(9, 4.2))
     FigureCanvasAgg(fig)

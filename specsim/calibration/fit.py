@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specsim import _toml
 from specsim._checks import COUNT_MAX, MAX_DEPTH, show
-from specsim._io import read_input
+from specsim._io import loads_json, read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
 from specsim.errors import CalibrationError
@@ -319,8 +319,6 @@ def load_counts(path) -> FitCounts:
 def parse_counts(text, source="<counts>", json_format=False) -> FitCounts:
     """Parse counts text (TOML, or JSON with ``json_format``), listing every problem."""
     if json_format:
-        from specsim._io import loads_json
-
         doc = loads_json(text, "the counts file", source, CalibrationError)
     else:
         doc = _toml.loads(text, "the counts file", source, CalibrationError)

@@ -30,6 +30,8 @@ import numpy as np
 from specsim.calibration._types import FitCounts
 from specsim.calibration.fit import DEFAULT_EDGES, counts_from_steps, make_counts
 from specsim.errors import CalibrationError
+from specsim._checks import MAX_DEPTH, logprob_problem
+from specsim._io import decode_text, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
 STEP_COLUMNS = ("drafts", "accepted")
@@ -57,6 +59,7 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
     (FitCounts, FitCounts or None)
         The counts to fit, and the held-out counts (None without a holdout).
     """
+    # lazy: Numba loads with the first kernel call
     from specsim.calibration._fit_kernels import BAD_NEXT, BAD_START, OK, bin_drafts_nb
 
     edges32 = check_edges(edges, source)
@@ -112,8 +115,6 @@ def bin_drafts(step, sequence, position, confidence, accepted, edges=DEFAULT_EDG
 
 def _check_depth(depth, name, column, source):
     """Refuse a chain deeper than docs/limits.md allows before its depth-by-depth table is built."""
-    from specsim._checks import MAX_DEPTH
-
     if depth > MAX_DEPTH:
         row = int(np.argmax(column > MAX_DEPTH))
         raise CalibrationError(f"{source}: data row {row + 1}: {name} {int(column[row]):,} is beyond the deepest "
@@ -122,7 +123,7 @@ def _check_depth(depth, name, column, source):
 
 def bin_steps(drafts, accepted, source: str = "<steps>") -> dict:
     """Histogram ``(drafts, accepted run) -> count`` of a per-step log."""
-    from specsim.calibration._fit_kernels import OK, bin_steps_nb
+    from specsim.calibration._fit_kernels import OK, bin_steps_nb  # lazy: Numba loads with the first kernel call
 
     drafts = _int_column(drafts, "drafts", source)
     accepted = _int_column(accepted, "accepted", source, drafts.shape[0])
@@ -175,15 +176,11 @@ def check_edges(edges, source="<edges>"):
 # -- reading files --------------------------------------------------------------------------
 def read_log(path, columns):
     """Named columns of a CSV or JSON Lines log as arrays (floats for ``confidence``)."""
-    from specsim._io import decode_text, read_input
-
     path = Path(path)
     text = decode_text(read_input(path, "the log", CalibrationError), "the log", path, CalibrationError)
     read = _read_jsonl if path.suffix.lower() in _JSON_SUFFIXES else _read_csv
     cols = read(text, path, columns)
     if "confidence" in cols:
-        from specsim._checks import logprob_problem
-
         problem = logprob_problem(cols["confidence"])
         if problem:
             raise CalibrationError(f"{path}: {problem}")
@@ -258,8 +255,6 @@ def _read_jsonl(text, path, columns):
     except (ValueError, RecursionError):
         objs = None
     if objs is None or len(objs) != len(numbered):
-        from specsim._io import loads_json
-
         # The guarded reader finds the bad line: deep nesting, huge integers, NaN, broken JSON.
         objs = [loads_json(line, f"line {lineno}", path, CalibrationError) for lineno, line in numbered]
     if not set(map(type, objs)) <= {dict}:
@@ -328,6 +323,7 @@ def _row_order(step, seq, position):
     Returns ``(order, status, row)``; a status other than OK names a row whose position breaks
     its chain (found while ordering).
     """
+    # lazy: Numba loads with the first kernel call
     from specsim.calibration._fit_kernels import OK, chain_order_nb, drafts_sorted_nb
 
     n = step.shape[0]

@@ -16,16 +16,15 @@ import math
 
 import numpy as np
 
-from specsim._checks import LOGPROB_SLACK, int_problem, number_problem, show
+from specsim._checks import LOGPROB_SLACK, MAX_DEPTH, MAX_ONLINE_RING_VALUES, int_problem, number_problem, show
 from specsim.calibration._types import FitCounts
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
 from specsim.calibration.drift import DriftSettings, reference_streams, report
 from specsim.errors import CalibrationError
+from specsim.calibration.fit import fit_counts
 
 # Most steps a sliding window may hold (docs/limits.md).
 MAX_WINDOW_STEPS = 1 << 20
-# The deepest step the online histogram tracks (drafts per sequence per step).
-MAX_ONLINE_DEPTH = 255
 
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -59,6 +58,7 @@ class OnlineCalibration:
 
     def __init__(self, calibration: AcceptanceCalibration, window=None, half_life=None, max_depth=None,
                  drift=True):
+        # lazy: Numba loads with the first kernel call
         from specsim.calibration._online_kernels import BAD_CONFIDENCE, online_buffers, online_update_nb
 
         if not (isinstance(drift, (bool, DriftSettings)) or drift is None):
@@ -74,11 +74,10 @@ class OnlineCalibration:
         problem = problem or (half_life is not None and number_problem(half_life, "half_life (steps)", 0.0,
                                                                         low_open=True))
         if max_depth is None:
-            max_depth = min(max(16, len(calibration.priors)), MAX_ONLINE_DEPTH)
-        problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, MAX_ONLINE_DEPTH)
+            max_depth = min(max(16, len(calibration.priors)), MAX_DEPTH)
+        problem = problem or int_problem(max_depth, "max_depth (drafts per sequence per step)", 1, MAX_DEPTH)
         if problem:
             raise CalibrationError(problem)
-        from specsim._checks import MAX_ONLINE_RING_VALUES
 
         row = 2 * calibration.edges.shape[0] + (int(max_depth) + 1) ** 2 + 1
         if window is not None and int(window) * row > MAX_ONLINE_RING_VALUES:
@@ -171,6 +170,7 @@ class OnlineCalibration:
         steps : ndarray(int64, ndim=2), shape (max_depth + 1, max_depth + 1)
             Chains by ``[drafts, accepted run]``, zero where ``accepted > drafts``.
         """
+        # lazy: Numba loads with the first kernel call
         from specsim.calibration._online_kernels import online_add_steps_nb
 
         side = self.max_depth + 1
@@ -211,8 +211,6 @@ class OnlineCalibration:
         CalibrationError
             When no pool or no position prior has ``MIN_OUTCOMES`` outcomes yet.
         """
-        from specsim.calibration.fit import fit_counts
-
         return fit_counts(self.reference.drafter, self.counts()).calibration
 
     def drift(self):
@@ -224,7 +222,7 @@ class OnlineCalibration:
 
     def statistics(self):
         """The monitor's CUSUM statistics now, ``(streams, 2)`` [down, up] (a copy)."""
-        from specsim.calibration._online_kernels import STAT
+        from specsim.calibration._online_kernels import STAT  # lazy: Numba loads with the first kernel call
 
         return self._buf.mon_f[:, :, STAT].copy()
 
@@ -348,10 +346,10 @@ def monitor_drafts(calibration, step, sequence, position, confidence, accepted, 
 
 def _monitored_depth(depth: int, what: str) -> int:
     """``depth`` of the data replayed, refused past what the monitor tracks, in the data's terms."""
-    if depth > MAX_ONLINE_DEPTH:
+    if depth > MAX_DEPTH:
         raise CalibrationError(
             f"{what} has {depth:,} drafts per sequence: drift monitoring tracks steps of at most "
-            f"{MAX_ONLINE_DEPTH} drafts (docs/limits.md); no serve drafts that deep, so check the log's drafts column "
+            f"{MAX_DEPTH} drafts (docs/limits.md); no serve drafts that deep, so check the log's drafts column "
             "(or give only the steps a serve ran)")
     return depth
 

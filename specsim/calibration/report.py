@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 import math
 
-from specsim.calibration.fit import position_counts
+from specsim.calibration.fit import MIN_OUTCOMES, position_counts
 from specsim.errors import SpecsimError
+from specsim._io import atomic_write_bytes
+from specsim._text import format_grid
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -130,9 +132,6 @@ def build_report(calibration, fit=None, holdout=None) -> dict:
 
 def format_report(report: dict) -> str:
     """The report as plain text."""
-    from specsim.calibration.fit import MIN_OUTCOMES
-    from specsim._text import format_grid
-
     d = report["drafter"]
     lines = [f"drafter sha256 {d['weights_sha256']}  vocab {d['vocab']}  {d['quantization']}  "
              f"context {str(d['context']).lower()}"]
@@ -201,8 +200,6 @@ def plot_reliability(report: dict, path) -> None:
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from specsim._io import atomic_write_bytes
 
     if not report["fitted"]:
         raise SpecsimError("a reliability diagram needs counts; a calibration imported from rates has none")

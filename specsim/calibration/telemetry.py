@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from specsim import _toml
-from specsim.interop._records import MAX_DEPTH, Record
+from specsim._checks import MAX_DEPTH
+from specsim.interop._records import Record
 from specsim.errors import CalibrationError
+from specsim.calibration import AcceptanceCalibration
+from specsim.calibration.fit import MIN_OUTCOMES, calibration_from_rates, counts_from_steps, fit_counts
 
 ASSUMPTIONS = ("constant-rate",)
 
@@ -264,7 +267,6 @@ def _constant_rate(records, assume, depth, meta, where):
         total_steps = sum(n for _, n in groups.values())
         mean_a = sum(a for a, _ in groups.values()) / total_steps
         steps_text = int(round(total_steps))
-        from specsim.calibration.fit import MIN_OUTCOMES
 
         if total_steps < MIN_OUTCOMES:
             raise CalibrationError(f"{', '.join(where)}: {total_steps:g} verify steps behind the mean, fewer than "
@@ -383,9 +385,6 @@ def calibration_from(ident: Identified, drafter, source: str = "<telemetry>"):
     -------
     AcceptanceCalibration
     """
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.calibration.fit import calibration_from_rates, counts_from_steps, fit_counts
-
     if ident.steps is not None:
         cal = fit_counts(drafter, counts_from_steps(ident.steps, source=source)).calibration
     else:

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from specsim import __version__
+from specsim._coldstart import announce
 from specsim.errors import SpecsimError, clip, printable
 
 # Each module defines ``register(sub, groups)``: it adds its commands to ``sub`` with
@@ -156,8 +157,6 @@ def run() -> None:
     """The ``specsim`` console script: :func:`main` on the process's arguments, after the
     first-use notice when the command's kernels are still to be compiled."""
     try:
-        from specsim._coldstart import announce
-
         announce(sys.argv[1:])
         code = main()
     except KeyboardInterrupt:  # Ctrl-C after the command's work, before the exit

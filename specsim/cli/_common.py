@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from specsim._checks import COUNT_MAX, number_problem, show
+from specsim._checks import COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, check_finite_results, number_problem, show
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError, TableError
 from specsim.interop import policy_file
@@ -66,8 +66,6 @@ def real(text: str) -> float:
 def context(text: str) -> float:
     """A context (mean KV tokens per decoding sequence) for argparse ``type=``: a finite number
     in ``(0, MAX_TOKENS_PER_REQUEST]`` (a sequence holds at most that many tokens)."""
-    from specsim._checks import MAX_TOKENS_PER_REQUEST
-
     try:
         value = float(_ascii(text))
     except ValueError:
@@ -118,8 +116,6 @@ def count(text: str) -> int:
 def width(text: str) -> int:
     """A batch width in ``0..MAX_WIDTH`` for argparse ``type=`` (docs/limits.md): beyond it a
     table's costs are only its widest width's, stretched over a batch no server steps."""
-    from specsim._checks import MAX_WIDTH
-
     value = count(text)
     if value > MAX_WIDTH:
         raise argparse.ArgumentTypeError(f"{value:,} is beyond {MAX_WIDTH:,} sequences, the widest batch specsim "
@@ -149,8 +145,6 @@ def share(text: str) -> float:
 
 def print_json(obj, out=None, cause: str = "the inputs") -> None:
     """Print ``obj`` as JSON; infinities or NaN in it are refused, naming ``cause``."""
-    from specsim._checks import check_finite_results
-
     check_finite_results(obj if isinstance(obj, dict) else {"value": obj}, cause, SpecsimError)
     text = json.dumps(obj, indent=2, allow_nan=False)
     (out or sys.stdout).write(text + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from specsim.calibration import DrafterKey
 from specsim.cli._common import count
 from specsim.errors import CalibrationError
+from specsim._checks import show
 
 
 def drafter_flags(p):
@@ -22,7 +23,6 @@ def drafter_key(args):
     """The :class:`DrafterKey` of :func:`drafter_flags`, refused when a field is empty."""
     if args.vocab < 1:
         raise CalibrationError(f"--vocab {args.vocab}: give the drafter's vocabulary size (at least 1)")
-    from specsim._checks import show
 
     for flag, value in (("--drafter-sha256", args.drafter_sha256), ("--quantization", args.quantization)):
         if not value.strip():

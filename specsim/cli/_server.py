@@ -5,6 +5,9 @@ one means and its default."""
 from __future__ import annotations
 
 from specsim.cli._common import count, nonneg_float, real
+from specsim.sim.options import (
+    DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MIXED_STEP_PRICING, MIXED_STEP_PRICINGS,
+)
 
 
 def budget(text: str):
@@ -15,10 +18,6 @@ def budget(text: str):
 def add_server_options(p, *, replica: bool = False) -> None:
     """Add the server options to parser ``p``; ``replica`` words the help for fleets (each
     replica gets these values; a fleet file's ``[group.server]`` overrides them per group)."""
-    from specsim.sim.options import (
-        DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MIXED_STEP_PRICING, MIXED_STEP_PRICINGS,
-    )
-
     each = " per replica" if replica else ""
     p.add_argument("--max-num-seqs", "--max-batch", dest="max_batch", type=count, metavar="B",
                    help=f"most running requests{each} (default: the table's widest measured width)")

@@ -6,11 +6,13 @@ import argparse
 import sys
 
 from specsim.cli._common import context_list, count, format_grid, int_list
+from specsim._checks import MAX_POWER_W, MAX_SECONDS, MIN_POWER_W
+from specsim._io import Outputs
+from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path, merge_files
+from specsim.measure.harness import partial_path
 
 
 def _seconds(text):
-    from specsim._checks import MAX_SECONDS
-
     try:
         value = float(text)
     except ValueError:
@@ -22,8 +24,6 @@ def _seconds(text):
 
 
 def _watts(text):
-    from specsim._checks import MAX_POWER_W, MIN_POWER_W
-
     try:
         value = float(text)
     except ValueError:
@@ -78,10 +78,6 @@ def register(sub, groups):
 def cmd_bench(args):
     from pathlib import Path
 
-    from specsim._io import Outputs
-    from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path
-    from specsim.measure.harness import partial_path
-
     # The table and its partial file are written by the sweep itself (the partial file after
     # every cell, so Ctrl-C keeps what is finished); both are checked here before any work.
     recipe = args.recipe if Path(args.recipe).is_file() else None
@@ -114,9 +110,6 @@ def cmd_bench(args):
 
 
 def cmd_merge(args):
-    from specsim._io import Outputs
-    from specsim.measure import merge_files
-
     Outputs([("RUN", r) for r in args.runs]).declare(args.out, "-o")
 
     table = merge_files(args.runs, args.out)

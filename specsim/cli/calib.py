@@ -5,9 +5,23 @@ from __future__ import annotations
 import argparse
 
 from specsim.cli import calib_live
-from specsim.cli._common import count, float_list, format_grid, print_json, real
+from specsim.cli._common import (
+    count, float_list, format_grid, print_json, real, require_matplotlib as require_plot_format,
+)
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.errors import CalibrationError
+from specsim import _toml
+from specsim._checks import is_int
+from specsim._io import Outputs, read_input
+from specsim.calibration import AcceptanceCalibration
+from specsim.calibration.calibration import rising_positions
+from specsim.calibration.fit import (
+    COUNTS_FORMAT, DEFAULT_EDGES, calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts,
+    load_counts, render_counts, steps_from_windows,
+)
+from specsim.calibration.logs import load_drafts_log, load_steps_log
+from specsim.calibration.report import build_report, format_report, plot_reliability
+from specsim.interop.vllm import synthetic_config
 
 
 def register(sub, groups):
@@ -39,8 +53,6 @@ def register(sub, groups):
 
 
 def cmd_show(args):
-    from specsim.calibration import AcceptanceCalibration
-
     cal = AcceptanceCalibration.load(args.file)
     d = cal.drafter
     if args.json:
@@ -71,10 +83,6 @@ def cmd_show(args):
 def cmd_export(args):
     import json
     import sys
-
-    from specsim._io import Outputs
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.interop.vllm import synthetic_config
 
     with Outputs({"CAL": args.file}) as out:
         out.declare(args.out, "-o")
@@ -111,8 +119,6 @@ inputs (exactly one):
 
 
 def register_fit(csub):
-    from specsim.calibration.fit import COUNTS_FORMAT, DEFAULT_EDGES
-
     p = csub.add_parser(
         "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
@@ -140,8 +146,6 @@ def register_fit(csub):
 
 
 def cmd_fit(args):
-    from specsim._io import Outputs
-
     inputs = {"--counts": args.counts, "--drafts-log": args.drafts_log, "--steps-log": args.steps_log,
               "--windows": args.windows}
     with Outputs(inputs) as out:
@@ -153,11 +157,6 @@ def cmd_fit(args):
 
 
 def _fit(args, out):
-    from specsim.calibration.fit import (
-        calibration_from_rates, check_count_sizes, counts_from_steps, fit_counts, load_counts, render_counts,
-    )
-    from specsim.calibration.report import build_report, format_report, plot_reliability
-
     drafter = drafter_key(args)
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
@@ -167,7 +166,6 @@ def _fit(args, out):
         raise CalibrationError("--counts-out needs counts: --rates has none")
     if args.plot:
         # before anything is written; the shared check also refuses a format matplotlib lacks
-        from specsim.cli._common import require_matplotlib as require_plot_format
 
         require_plot_format("--plot", args.plot)
     fit = holdout = None
@@ -178,13 +176,8 @@ def _fit(args, out):
         if args.counts:
             counts = load_counts(args.counts)
         elif args.drafts_log:
-            from specsim.calibration.fit import DEFAULT_EDGES
-            from specsim.calibration.logs import load_drafts_log
-
             counts, holdout = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout)
         elif args.steps_log:
-            from specsim.calibration.logs import load_steps_log
-
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
@@ -217,8 +210,6 @@ def _warn_rising_marginals(rates, form):
     (docs/calibration.md#marginal-and-conditional-rates), so the calibration is not what was given."""
     import sys
 
-    from specsim.calibration.calibration import rising_positions
-
     if form != "marginal":
         return
     for j in rising_positions(rates):
@@ -230,11 +221,6 @@ def _warn_rising_marginals(rates, form):
 
 
 def _read_windows(path, run):
-    from specsim import _toml
-    from specsim._checks import is_int
-    from specsim._io import read_input
-    from specsim.calibration.fit import steps_from_windows
-
     raw = read_input(path, "the windows file", CalibrationError)
     doc = _toml.loads(raw, "the windows file", path, CalibrationError)
     runs = doc.get("run", [])

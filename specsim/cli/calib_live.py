@@ -6,8 +6,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.cli._common import count
-from specsim.errors import CalibrationError
+from specsim.cli._common import count, nonneg_float, require_matplotlib
+from specsim.errors import CalibrationError, printable
+from specsim._io import Outputs
+from specsim.calibration import AcceptanceCalibration, online
+from specsim.calibration.drift import DriftSettings, plot_drift
+from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
+from specsim.calibration.telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
+from specsim.cli._drafter import drafter_flags, drafter_key
+from specsim.interop import FORMATS, engine_schedule, read_telemetry
+from specsim.sim.replay import load_acceptance_file
+from specsim.studies.schedule_file import load_schedule
 
 IMPORT_EPILOG = """\
 formats (--from; detected from the content when not given):
@@ -24,9 +33,6 @@ and the counts. See docs/telemetry.md.
 
 
 def register(csub):
-    from specsim.calibration.telemetry import ASSUMPTIONS
-    from specsim.interop import FORMATS
-
     p = csub.add_parser(
         "import", help="import vLLM / SGLang / TensorRT-LLM speculative-decoding telemetry as a calibration",
         epilog=IMPORT_EPILOG.format(formats="\n".join(f"  {k:<20} {v}" for k, v in FORMATS.items())),
@@ -46,7 +52,6 @@ def register(csub):
                          help="the shallowest depth the serve drafted: where the depth varied, keep positions 1..K")
     p.add_argument("--decode-log-interval", type=count, metavar="N",
                    help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
-    from specsim.cli._drafter import drafter_flags
 
     drafter_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
@@ -56,11 +61,6 @@ def register(csub):
 
 
 def cmd_import(args):
-    from specsim._io import Outputs
-    from specsim.calibration.telemetry import calibration_from, identify, render_windows
-    from specsim.cli._drafter import drafter_key
-    from specsim.interop import read_telemetry
-
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
         out.declare(args.windows_out, "--windows-out")
@@ -77,8 +77,6 @@ def cmd_import(args):
     if tally.garbage:  # once, naming the first (--strict refuses them all, listed)
         import sys
 
-        from specsim.errors import printable
-
         more = f" (and {tally.garbage - 1} more)" if tally.garbage > 1 else ""
         print(f"specsim: warning: skipped {printable(tally.problems[0])}{more}; --strict refuses such lines", file=sys.stderr)
     m = ident.meta
@@ -93,9 +91,6 @@ def cmd_import(args):
 
 def shallowest_depth(text) -> int:
     """The shallowest depth that drafts in a schedule: a schedule TOML, or ``ENGINE:FILE``."""
-    from specsim.interop import engine_schedule
-    from specsim.studies.schedule_file import load_schedule
-
     ranges = engine_schedule(text)
     if ranges is None:
         ranges = load_schedule(text).ranges
@@ -120,9 +115,6 @@ either way; the verdict is printed (and written with --json). See docs/telemetry
 
 
 def register_drift(csub):
-    from specsim.interop import FORMATS
-    from specsim.cli._common import nonneg_float
-
     p = csub.add_parser("drift", help="test live outcomes against a calibration (CUSUM per pool and position)",
                         epilog=DRIFT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("calibration", metavar="CAL", help="calibration TOML the serve plans with")
@@ -153,11 +145,6 @@ def register_drift(csub):
 def cmd_drift(args):
     import json
 
-    from specsim._io import Outputs
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.calibration.drift import DriftSettings, plot_drift
-    from specsim.cli._common import require_matplotlib
-
     inputs = [("CAL", args.calibration)] + [("--from-log", f) for f in (args.from_log or [])] + [
         (flag, v) for flag, v in (("--acceptance", args.acceptance), ("--drafts-log", args.drafts_log),
                                   ("--steps-log", args.steps_log)) if v]
@@ -187,11 +174,7 @@ def cmd_drift(args):
 def _replay_drift(args, cal, settings):
     import numpy as np
 
-    from specsim.calibration import online
-
     if args.acceptance:
-        from specsim.sim.replay import load_acceptance_file
-
         afile = load_acceptance_file(args.acceptance)
         if args.trace is None:
             if len(afile.traces) != 1:
@@ -204,19 +187,13 @@ def _replay_drift(args, cal, settings):
         rep, hist = online.monitor_runs(cal, d, a, settings, args.width, history=True)
         return rep, hist, f"trace {t.name} ({a.shape[0]} verify steps at k_logged {t.k_logged}, width {args.width})"
     if args.drafts_log:
-        from specsim.calibration.logs import DRAFT_COLUMNS, read_log
-
         cols = read_log(args.drafts_log, DRAFT_COLUMNS)
         rep, hist = online.monitor_drafts(cal, *(cols[c] for c in DRAFT_COLUMNS), settings=settings, history=True)
         return rep, hist, f"per-draft log {Path(args.drafts_log).name}"
     if args.steps_log:
-        from specsim.calibration.logs import STEP_COLUMNS, read_log
-
         cols = read_log(args.steps_log, STEP_COLUMNS)
         rep, hist = online.monitor_runs(cal, cols["drafts"], cols["accepted"], settings, args.width, history=True)
         return rep, hist, f"per-step log {Path(args.steps_log).name} (width {args.width})"
-    from specsim.calibration.telemetry import record_batches
-    from specsim.interop import read_telemetry
 
     fmt, records, _ = read_telemetry(args.from_log, args.fmt)
     min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)

@@ -9,13 +9,23 @@ import sys
 from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
-from specsim.cli.trace import add_trace_options
+from specsim.cli.trace import add_trace_options, trace_from_args
+from specsim import __version__
+from specsim._executor import ExecutorError, check_scheduler, check_workers
+from specsim._io import Outputs
+from specsim._text import format_grid
+from specsim.calibration import AcceptanceCalibration
+from specsim.sim.engine import ServerOptions
+from specsim.sim.fleet import Fleet, ROUTERS, load_fleet
+from specsim.studies.capacity import (
+    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DaskRunner, ThreadRunner, capacity,
+    progress_line, serial_runner,
+)
+from specsim.table import CostTable
+from specsim.traces import summary as trace_summary
 
 
 def register(sub, groups):
-    from specsim.sim.fleet import ROUTERS
-    from specsim.studies.capacity import DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS
-
     p = sub.add_parser(
         "capacity",
         help="the fewest replicas per policy that meet an SLO; tokens/s per GPU, J/token, $ per million tokens",
@@ -59,9 +69,6 @@ def register(sub, groups):
 
 
 def cmd_capacity(args):
-    from specsim._io import Outputs
-    from specsim.studies.capacity import CapacityError
-
     if args.fleet is None and (args.table is None or args.calibration is None):
         raise CapacityError("give --table and --calibration (one replica), or --fleet FILE")
     if args.fleet is not None and (args.table is not None or args.calibration is not None):
@@ -92,9 +99,6 @@ def cmd_capacity(args):
 
 def _check_executor(args):
     """Worker counts and the scheduler address, refused before any input is read."""
-    from specsim._executor import ExecutorError, check_scheduler, check_workers
-    from specsim.studies.capacity import CapacityError
-
     try:
         if args.workers is not None:
             check_workers(args.workers, "--workers")
@@ -107,12 +111,6 @@ def _check_executor(args):
 
 
 def _inputs(args, out):
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.cli.trace import trace_from_args
-    from specsim.sim.engine import ServerOptions
-    from specsim.sim.fleet import Fleet, load_fleet
-    from specsim.table import CostTable
-
     base = server_options(args) | {"seed": args.seed}
     if args.fleet is not None:
         fleet = load_fleet(args.fleet, base)
@@ -127,10 +125,6 @@ def _inputs(args, out):
 
 
 def _search(args, fleet, read):
-    from specsim.studies.capacity import (
-        DEFAULT_ROUTER, CapacityError, DaskRunner, ThreadRunner, capacity, progress_line, serial_runner,
-    )
-
     router = args.router or fleet.router or DEFAULT_ROUTER
     n = int(read.requests.shape[0])
     print(f"{read.source} ({read.format}): {n} requests, {int(read.requests['output_tokens'].sum())} output tokens "
@@ -161,8 +155,6 @@ def _f(value, spec):
 
 def capacity_table(result) -> str:
     """The policies side by side."""
-    from specsim._text import format_grid
-
     header = ["policy", "replicas", "GPUs", "attain", "95% interval", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
               "J saving", "checked"]
     rows = []
@@ -201,9 +193,6 @@ def overload_probe_lines(result) -> list:
 
 
 def _document(args, result, read) -> dict:
-    from specsim import __version__
-    from specsim.traces import summary as trace_summary
-
     doc = result.to_dict()
     doc.update({"trace": trace_summary(read), "specsim_version": __version__,
                 "inputs": {"table": args.table, "calibration": args.calibration, "fleet": args.fleet}})

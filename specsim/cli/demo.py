@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from specsim.cli._common import count, real
 from specsim.errors import ScheduleError, SpecsimError
+from specsim._checks import rate_scale_problem
+from specsim.demo import (
+    DEMO_RATE_SCALE, DEMO_REQUESTS, DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS,
+    run_demo, tune_demo,
+)
+from specsim.sim.engine import ServerOptions
+from specsim.sim.metrics import overload_lines
+from specsim.sim.report import comparison_table
+from specsim.sim.verdict import reruns, same_run_lines, verdict
 
 
 def register(sub, groups):
-    from specsim.demo import DEMO_RATE_SCALE, DEMO_REQUESTS
-
     p = sub.add_parser(
         "demo",
         help="simulate five draft-depth policies on built-in defaults (no files, no GPU)",
@@ -30,11 +37,6 @@ def register(sub, groups):
 
 def cmd_demo(args):
     import time
-
-    from specsim._checks import rate_scale_problem
-    from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, run_demo
-    from specsim.sim.metrics import overload_lines
-    from specsim.sim.report import comparison_table
 
     if not args.out.strip():
         # An empty name would put the demo's files (trace.csv, table.toml, ...) in the current folder.
@@ -84,8 +86,6 @@ def _tuned(inputs, args):
     """The demo's last paragraph: a schedule tuned for its trace, and the vLLM config for it."""
     import time
 
-    from specsim.demo import DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS, tune_demo
-
     start = time.monotonic()
     print()
     try:
@@ -112,10 +112,6 @@ def _tuned(inputs, args):
 def _verdicts(summaries, results, inputs, seed):
     """Say in words what the table shows: which policies were the same run, the cheapest and the
     fastest policy when the lead clears the draft-outcome noise (else a tie), and plain decoding."""
-    from specsim.demo import DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S
-    from specsim.sim.engine import ServerOptions
-    from specsim.sim.verdict import reruns, same_run_lines, verdict
-
     for line in same_run_lines(summaries):
         print(line)
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,

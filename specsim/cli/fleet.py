@@ -9,12 +9,18 @@ import sys
 from specsim.cli._common import add_policy_inputs, count, slack
 from specsim.cli._slo import add_slo_options
 from specsim.cli.trace import add_trace_options
+from specsim import __version__
+from specsim._io import Outputs
+from specsim._text import format_grid
+from specsim.cli._server import add_server_options
+from specsim.cli.capacity import _inputs
+from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, FleetError, ROUTERS, simulate_fleet
+from specsim.sim.metrics import overload_lines, requests_csv as engine_csv
+from specsim.sim.report import comparison_table
+from specsim.traces import summary as trace_summary
 
 
 def register(sub, groups):
-    from specsim.cli._server import add_server_options
-    from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, ROUTERS
-
     p = sub.add_parser(
         "fleet",
         help="serve a request trace on replicas behind a router: the fleet's and each replica's figures",
@@ -44,9 +50,6 @@ def register(sub, groups):
 
 
 def cmd_fleet(args):
-    from specsim._io import Outputs
-    from specsim.sim.fleet import FleetError
-
     if args.fleet is None and (args.table is None or args.calibration is None):
         raise FleetError("give --table and --calibration (with --replicas R), or --fleet FILE")
     if args.fleet is not None and (args.table or args.calibration or args.replicas is not None):
@@ -66,13 +69,6 @@ def cmd_fleet(args):
 
 
 def _run(args, out):
-    from specsim import __version__
-    from specsim.cli.capacity import _inputs
-    from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, simulate_fleet
-    from specsim.sim.metrics import overload_lines
-    from specsim.sim.report import comparison_table
-    from specsim.traces import summary as trace_summary
-
     fleet, read = _inputs(args, out)
     if args.fleet is None:
         fleet = fleet.scaled(args.replicas or 1)
@@ -102,8 +98,6 @@ def _f(value, spec):
 
 def replica_table(rows) -> str:
     """Per-replica rows side by side."""
-    from specsim._text import format_grid
-
     header = ["replica", "group", "requests", "tok/s", "J/tok", "busy", "TTFT p99", "TPOT p99", "KV peak", "SLO"]
     body = [[str(r["replica"]), r["group"], str(r["requests"]), _f(r["tokens_per_s"], ".1f"),
              _f(r["j_per_token"], ".4f"), _f(r["utilisation"], ".1%"), _f(r["ttft_p99_s"], ".3f"),
@@ -113,8 +107,6 @@ def replica_table(rows) -> str:
 
 def requests_csv(results) -> str:
     """The engine's per-request CSV of each policy's fleet, with a ``replica`` column."""
-    from specsim.sim.metrics import requests_csv as engine_csv
-
     lines = []
     for res in results:
         text = engine_csv([res.fleet]).splitlines()

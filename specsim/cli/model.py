@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from specsim.cli._common import context_list, count, int_list
 from specsim.errors import CostModelError
+from specsim._io import Outputs
+from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
+from specsim.costmodel.specs import load_hf_config
+from specsim.table import CostTable
 
 
 def register(sub, groups):
@@ -38,8 +42,6 @@ def register(sub, groups):
 
 
 def cmd_model(args):
-    from specsim._io import Outputs
-
     inputs = [(f"--{kind}-spec", path) for kind in ("gpu", "model", "drafter")
               for path in getattr(args, f"{kind}_spec")]
     if args.model_config is not None:
@@ -56,9 +58,6 @@ def cmd_model(args):
 
 
 def _model(args):
-    from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
-    from specsim.costmodel.specs import load_hf_config
-
     specs = {"gpu": {}, "model": {}, "drafter": {}}
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
         for kind, found in load_specs(path).items():
@@ -74,7 +73,6 @@ def _model(args):
 
     if args.contexts is None:
         return at(DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens)
-    from specsim.table import CostTable
 
     reference = args.context_tokens
     if reference is None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from specsim.cli._common import count, format_grid, print_json, slack, width
 from specsim.errors import PlanError
+from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, logprob_problem, show
+from specsim._io import read_json
+from specsim.calibration import AcceptanceCalibration
+from specsim.plan import Planner, sequence_depths
+from specsim.table import CostTable
 
 
 def register(sub, groups):
@@ -31,14 +36,10 @@ def register(sub, groups):
 
 
 def _read_json(path, what):
-    from specsim._io import read_json
-
     return read_json(path, f"the {what}", PlanError)
 
 
 def _confidences(path):
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, is_number, logprob_problem, show
-
     data = _read_json(path, "confidences")
     if not isinstance(data, list):
         raise PlanError(f"{path}: expected a JSON list of lists of numbers (one list per sequence)")
@@ -63,10 +64,6 @@ def _confidences(path):
 
 
 def cmd_plan(args):
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.plan import Planner, sequence_depths
-    from specsim.table import CostTable
-
     table = CostTable.load(args.table)
     cal = AcceptanceCalibration.load(args.calibration)
     for name in ("n", "max_seqs", "k_max", "row_budget"):
@@ -85,8 +82,6 @@ def cmd_plan(args):
             raise PlanError(f"--n {args.n} disagrees with the {len(conf)} sequences in {args.confidences}")
         known = [len(r) for r in conf]
         if args.known_drafts:
-            from specsim._checks import MAX_DEPTH, int_problem
-
             known = _read_json(args.known_drafts, "known drafts")
             if not isinstance(known, list) or len(known) != len(conf):
                 raise PlanError(f"{args.known_drafts}: expected a list of {len(conf)} non-negative integers "

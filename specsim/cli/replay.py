@@ -8,7 +8,14 @@ import warnings
 from pathlib import Path
 
 from specsim.cli._common import add_policy_inputs, count, digest_map, real, slack
-from specsim.errors import PolicyError, SpecsimWarning, TableError, TraceError
+from specsim.errors import PolicyError, printable, SpecsimWarning, TableError, TraceError
+from specsim._checks import check_finite_results
+from specsim._io import Outputs
+from specsim._progress import Progress
+from specsim.calibration import AcceptanceCalibration
+from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table
+from specsim.sim.replay import load_acceptance_file, replay, run_table
+from specsim.table import CostTable, SCHEMA, TableKey
 
 
 def register(sub, groups):
@@ -62,8 +69,6 @@ def register(sub, groups):
 
 
 def cmd_replay(args):
-    from specsim._io import Outputs
-
     with Outputs({"FILE": args.file, "--table": args.table, "--calibration": args.calibration}) as out:
         add_policy_inputs(out, [args.policy])
         out.declare(args.json, "--json")
@@ -72,23 +77,15 @@ def cmd_replay(args):
 
 
 def _replay(args, out):
-    from specsim._checks import check_finite_results
-    from specsim.sim.replay import load_acceptance_file, replay
-
     afile = load_acceptance_file(args.file)
     trace = afile.trace(args.trace if args.trace is not None else _only_trace(afile, "--trace"))
     table = cal = None
     if args.table:
-        from specsim.table import CostTable
-
         table = CostTable.load(args.table)
     elif afile.step_ms is None:
         raise PolicyError(f"{args.file} has no step_ms list: give a cost table with --table")
     if args.calibration:
-        from specsim.calibration import AcceptanceCalibration
-
         cal = AcceptanceCalibration.load(args.calibration)
-    from specsim._progress import Progress
 
     with warnings.catch_warnings(record=True) as caught, \
             Progress(args.budget, "replay", enabled=not args.quiet and args.budget >= 50_000_000, unit="tokens") as bar:
@@ -101,8 +98,6 @@ def _replay(args, out):
                         calibration=cal, slack=args.slack, max_seqs=args.max_seqs, progress=tick)
     for w in caught:
         if issubclass(w.category, SpecsimWarning):
-            from specsim.errors import printable
-
             print(f"specsim: warning: {printable(w.message, newlines=True)}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -122,10 +117,6 @@ def _replay(args, out):
 
 
 def cmd_import(args):
-    from specsim._io import Outputs
-    from specsim.sim.replay import load_acceptance_file, run_table
-    from specsim.table import SCHEMA, CostTable, TableKey
-
     for flag, value in (("--box-class", args.box_class), ("--recipe", args.recipe)):
         if not value.strip():
             raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
@@ -153,10 +144,6 @@ def cmd_import(args):
 
 
 def _import_telemetry(args, digests):
-    from specsim._io import Outputs
-    from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table
-    from specsim.table import SCHEMA, CostTable, TableKey
-
     if (args.assume_power_w is None) == (args.nvml_log is None):
         raise TableError("--from needs one of --assume-power-w W (joules are W watts times time; the table records "
                          "energy_source = \"assumed\") and --nvml-log CSV (the log's mean board power): engine "

@@ -6,14 +6,21 @@ import sys
 
 from specsim.cli._common import count, slack
 from specsim.errors import ScheduleError
+from specsim._checks import show
+from specsim._io import Outputs
+from specsim.calibration import AcceptanceCalibration
+from specsim.interop import ENGINES, export_schedule, import_file
+from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
+from specsim.plan import Planner
+from specsim.policy.schedule import policy_text, ranges_from_depths
+from specsim.studies.schedule_file import load_schedule
+from specsim.table import CostTable
 
 
 def _method_name(text: str) -> str:
     """An engine's name for a speculative method (eagle, Eagle3, mtp, ...): one short word, as
     it is written into the engine's config and repeated in the notes."""
     import argparse
-
-    from specsim._checks import show
 
     if not text or len(text) > 64 or not text.isprintable() or any(c.isspace() for c in text):
         raise argparse.ArgumentTypeError(f"{show(text)} is not a method name (one word of at most 64 characters, "
@@ -22,8 +29,6 @@ def _method_name(text: str) -> str:
 
 
 def register(sub, groups):
-    from specsim.interop import ENGINES
-
     group = sub.add_parser("schedule", help="write a width -> depth schedule for vLLM, TensorRT-LLM or SGLang")
     ssub = group.add_subparsers(dest="schedule_command", metavar="ACTION")
     ssub.required = True
@@ -75,11 +80,6 @@ def register(sub, groups):
 def _planner_ranges(args):
     import numpy as np
 
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.plan import Planner
-    from specsim.policy.schedule import ranges_from_depths
-    from specsim.table import CostTable
-
     table = CostTable.load(args.planner[0])
     cal = AcceptanceCalibration.load(args.planner[1])
     widest = args.widths_max or int(table.widths[-1])
@@ -94,11 +94,6 @@ def _error(message):
 
 
 def cmd_export(args):
-    from specsim._io import Outputs
-    from specsim.interop import export_schedule
-    from specsim.policy.schedule import policy_text
-    from specsim.studies.schedule_file import load_schedule
-
     if (args.schedule is None) == (args.planner is None):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
     if args.planner is None and (args.widths_max is not None or args.slack):
@@ -126,11 +121,6 @@ def cmd_export(args):
 
 
 def cmd_import(args):
-    from specsim.interop import import_file
-    from specsim.policy.schedule import policy_text
-
-    from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
-
     if args.trtllm_keys and args.engine != "trtllm":
         raise ScheduleError("--trtllm-keys applies to --from trtllm")
     if args.cuda_graph_bs and args.engine != "sglang":

@@ -9,8 +9,23 @@ import warnings
 from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options
-from specsim.cli.trace import add_trace_options
+from specsim.cli.trace import add_trace_options, trace_from_args as read
 from specsim.errors import SimulationError, TraceError, TraceWarning
+from specsim import __version__
+from specsim._checks import check_finite_results, request_size_problem
+from specsim._io import Outputs
+from specsim._progress import Progress
+from specsim.calibration import AcceptanceCalibration
+from specsim.cli.replay import _only_trace
+from specsim.interop import read_policy
+from specsim.policy.policy import policy_runs
+from specsim.sim.engine import ServerOptions, simulate_runs
+from specsim.sim.metrics import overload_lines, requests_csv, summarize
+from specsim.sim.replay import load_acceptance_file
+from specsim.sim.report import comparison_table, plot
+from specsim.sim.verdict import mark_same_runs, reruns, verdict
+from specsim.table import CostTable
+from specsim.traces import summary as trace_summary
 
 
 def register(sub, groups):
@@ -52,8 +67,6 @@ def register(sub, groups):
 
 
 def cmd_simulate(args):
-    from specsim._io import Outputs
-
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--acceptance": args.acceptance, "--prefill-curve": args.prefill_curve}) as out:
         add_policy_inputs(out, args.policy)
@@ -69,19 +82,6 @@ def cmd_simulate(args):
 
 def _simulate(args, out):
     from pathlib import Path
-
-    from specsim import __version__
-    from specsim._checks import check_finite_results, request_size_problem
-    from specsim._progress import Progress
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.traces import summary as trace_summary
-    from specsim.sim.engine import ServerOptions, simulate_runs
-    from specsim.interop import read_policy
-    from specsim.policy.policy import policy_runs
-    from specsim.sim.metrics import overload_lines, requests_csv, summarize
-    from specsim.sim.report import comparison_table
-    from specsim.sim.verdict import mark_same_runs, reruns, verdict
-    from specsim.table import CostTable
 
     read = trace_from_args(args)
     too_big = request_size_problem(read.requests["prompt_tokens"], read.requests["output_tokens"])
@@ -137,22 +137,16 @@ def _simulate(args, out):
     if args.requests_csv:
         out.text(args.requests_csv, requests_csv(results))
     if args.plot:
-        from specsim.sim.report import plot
-
         plot(results, summaries, out.path(args.plot))
 
 
 def _acceptance(args):
-    from specsim.sim.replay import load_acceptance_file
-
     if args.acceptance is None:
         if args.acceptance_trace is not None:
             raise TraceError("--acceptance-trace needs --acceptance FILE")
         return None
     afile = load_acceptance_file(args.acceptance)
     if args.acceptance_trace is None:
-        from specsim.cli.replay import _only_trace
-
         args.acceptance_trace = _only_trace(afile, "--acceptance-trace")
     trace = afile.trace(args.acceptance_trace)
     if trace.above_k_logged:
@@ -162,6 +156,4 @@ def _acceptance(args):
 
 
 def trace_from_args(args):
-    from specsim.cli.trace import trace_from_args as read
-
     return read(args, args.trace)

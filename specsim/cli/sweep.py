@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from specsim.cli._common import count, require_matplotlib
+from specsim._executor import check_scheduler, check_workers
+from specsim._io import Outputs
+from specsim.studies.sweep import load_grid, read_results, run_sweep
+from specsim.studies.sweep.grid import point_id
+from specsim.studies.sweep.plot import pareto_plot
+from specsim.studies.sweep.run import best_by_traffic
 
 
 def register(sub, groups):
@@ -27,12 +33,6 @@ def register(sub, groups):
 
 
 def cmd_sweep(args):
-    from specsim._executor import check_scheduler, check_workers
-    from specsim._io import Outputs
-    from specsim.studies.sweep import load_grid, read_results, run_sweep
-    from specsim.studies.sweep.grid import point_id
-    from specsim.studies.sweep.run import best_by_traffic
-
     if args.workers is not None:
         check_workers(args.workers, "--workers")
     if args.scheduler is not None:
@@ -74,8 +74,6 @@ def cmd_sweep(args):
                 print(f"same run: {' = '.join(dict.fromkeys(r['label'] for r in same))} (points "
                       f"{', '.join(r['point_id'] for r in same)}): the same depth at every width they met")
         if args.plot:
-            from specsim.studies.sweep.plot import pareto_plot
-
             pareto_plot(rows, out.path(args.plot))
     if args.plot:
         print(f"plot written to {args.plot}")

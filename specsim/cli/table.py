@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from specsim.cli._common import context, count, digest_map, format_grid, print_json, width
 from specsim.errors import KeyMismatchError, TableError
+from specsim.table import CostTable, TableKey
+from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
 
 def register(sub, groups):
@@ -41,8 +43,6 @@ def register(sub, groups):
 
 
 def _serve_key(args, table_key):
-    from specsim.table import CostTable, TableKey
-
     if args.against:
         return CostTable.load(args.against).key
     flags = (args.schema, args.box_class, args.recipe, args.digest)
@@ -59,8 +59,6 @@ def _serve_key(args, table_key):
 
 
 def cmd_check(args):
-    from specsim.table import CostTable
-
     table = CostTable.load(args.file)
     serve = _serve_key(args, table.key)
     widths = ", ".join(map(str, table.widths.tolist()))
@@ -74,8 +72,6 @@ def cmd_check(args):
 
 
 def cmd_show(args):
-    from specsim.table import CostTable
-
     table = CostTable.load(args.file)
     if args.context is not None:
         grids = [(args.context, table.at_context(args.context))]
@@ -116,8 +112,6 @@ def cmd_show(args):
 
 
 def _grid_rows(table):
-    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
-
     header = ["n"] + [f"k={d} ms" for d in range(table.max_k + 1)] + [f"k={d} J" for d in range(table.max_k + 1)]
     rows = []
     for i, n in enumerate(table.widths):
@@ -128,8 +122,6 @@ def _grid_rows(table):
 
 
 def cmd_query(args):
-    from specsim.table import CostTable
-
     table = CostTable.load(args.file)
     if args.n < 1:
         raise TableError(f"N is a batch width: at least 1 sequence, got N={args.n}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from specsim.cli._common import count, format_grid, print_json, real
 from specsim.errors import TraceError
+from specsim.traces import parse_synthetic, read_trace, summary, synthetic_trace
 
 
 def add_trace_options(p):
@@ -41,12 +42,8 @@ def _window(text):
 
 def trace_from_args(args, path):
     """The :class:`TraceRead` the options and ``path`` (None for a synthetic trace without one) name."""
-    from specsim.traces import read_trace
-
     opts = {"rate_scale": args.rate_scale, "limit": args.limit, "window": _window(args.window)}
     if args.format == "synthetic" or args.synthetic is not None:
-        from specsim.traces import parse_synthetic, synthetic_trace
-
         if args.synthetic is None:
             raise TraceError("format synthetic needs --synthetic requests=N,rate=R,...")
         source = read_trace(path, skip_bad_rows=args.skip_bad_rows) if path else None
@@ -70,8 +67,6 @@ def register(sub, groups):
 
 
 def cmd_show(args):
-    from specsim.traces import summary
-
     read = trace_from_args(args, args.file)
     s = summary(read)
     if args.json:

@@ -7,13 +7,19 @@ import sys
 from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
-from specsim.cli.trace import add_trace_options
+from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim.errors import ScheduleError
+from specsim._io import Outputs
+from specsim._text import format_grid
+from specsim.calibration import AcceptanceCalibration
+from specsim.plan.planner import Planner
+from specsim.policy.schedule import policy_text
+from specsim.sim.engine import ServerOptions
+from specsim.studies.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, tune
+from specsim.table import CostTable
 
 
 def register(sub, groups):
-    from specsim.studies.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN
-
     p = sub.add_parser(
         "tune",
         help="search the batch-width -> draft-depth schedule that serves a trace best; write it as TOML",
@@ -59,13 +65,6 @@ def register(sub, groups):
 def cmd_tune(args):
     from pathlib import Path
 
-    from specsim._io import Outputs
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.cli.trace import trace_from_args
-    from specsim.studies.tune import tune
-    from specsim.sim.engine import ServerOptions
-    from specsim.table import CostTable
-
     if args.seeds < 1:
         raise ScheduleError("--seeds must be >= 1")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
@@ -89,7 +88,6 @@ def cmd_tune(args):
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))
         out.text(args.out, result.to_toml())
-    from specsim.policy.schedule import policy_text
 
     what = "the tuned schedule" if result.serves_tuned else f"{result.best_fixed}, the best fixed depth"
     print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "
@@ -121,9 +119,6 @@ def depth_by_context(result, table, cal, opts) -> str:
     """How the best depth moves with context on a table with a context axis: for each width band
     of the tuned schedule, the planner's ``propose`` depth at the band's middle width at each
     measured context (docs/schedules.md, "Tuning")."""
-    from specsim._text import format_grid
-    from specsim.plan.planner import Planner
-
     planner = Planner(table, cal, slack=opts.slack, max_seqs=opts.max_seqs)
     widest = int(table.widths[-1]) if opts.max_num_seqs is None else opts.max_num_seqs
     contexts = table.contexts.tolist()

@@ -8,6 +8,8 @@ table from the roofline. Both say so in their ``[meta]``.
 from __future__ import annotations
 
 import math
+from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.costmodel.roofline import model_table
 
 DEMO_GPU = "h200"
 DEMO_MODEL = "llama-3.1-8b"
@@ -45,8 +47,6 @@ def demo_p_accept(edges=DEMO_EDGES):
 
 def demo_drafter_key():
     """The drafter key the demo calibration is filed under (not any real weights' digest)."""
-    from specsim.calibration import DrafterKey
-
     # An honest placeholder: the demo drafter has no weights to hash, so the key names itself.
     return DrafterKey(weights_sha256="demo:eagle-llama-3.1-8b-published-rates", vocab=128256,
                       quantization="bf16", context=True)
@@ -55,8 +55,6 @@ def demo_drafter_key():
 def demo_calibration():
     """An :class:`~specsim.AcceptanceCalibration` for an EAGLE drafter on Llama-3.1-8B, from
     published acceptance rates (see the module's comments for the sources)."""
-    from specsim.calibration import AcceptanceCalibration
-
     return AcceptanceCalibration(
         demo_drafter_key(), DEMO_EDGES, demo_p_accept(), EAGLE_PRIORS,
         meta={
@@ -71,7 +69,5 @@ def demo_calibration():
 def demo_table():
     """The demo's modelled cost table: Llama-3.1-8B + EAGLE one-layer on one H200, widths 1-256,
     depths 0-8, at :data:`DEMO_CONTEXT_TOKENS` context tokens."""
-    from specsim.costmodel.roofline import model_table
-
     return model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, tp=1, context_tokens=DEMO_CONTEXT_TOKENS,
                        widths=DEMO_WIDTHS, max_k=DEMO_MAX_K)

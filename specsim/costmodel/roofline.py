@@ -45,6 +45,9 @@ from specsim import __version__
 from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpec, digest,
                                      drafter_spec, gpu_spec, model_spec)
 from specsim.errors import CostModelError
+from specsim._checks import COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, show
+from specsim.table import Cell, CostTable, SCHEMA, TableKey
+from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_CONTEXT_TOKENS = 2048
@@ -490,8 +493,6 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
     dstep_s = _device_s(draft) + ov.draft_step_ms * 1e-3
     dstep_j = _energy_j(gpu, tp, draft.active_s, dstep_s)
 
-    from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
-
     out = np.empty((n.shape[0], max_k + 1, len(COST_FIELDS)))
     out[:, :, VERIFY_MS] = verify_s * 1e3
     out[:, :, VERIFY_J] = verify_j
@@ -563,8 +564,6 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     CostModelError
         Unknown names (listing the known ones), bad arguments, or a model that does not fit.
     """
-    from specsim.table import SCHEMA, Cell, CostTable, TableKey
-
     specs = specs or {}
     g = gpu_spec(gpu, specs.get("gpu"))
     m = model_spec(model, specs.get("model"))
@@ -644,8 +643,6 @@ def serving_meta(g, m, d, tp: int) -> dict:
         "idle_w": float(g.idle_w * tp),
     }
     if free > 0 and per_token > 0:
-        from specsim._checks import COUNT_MAX
-
         out["kv_capacity_tokens"] = int(min(free * min(tp, m.kv_heads) // per_token, COUNT_MAX))
     return out
 
@@ -669,8 +666,6 @@ def _matrix_s_per_row(g: GpuSpec, net: _Net) -> float:
 
 
 def _check_args(widths, tp, context_tokens, max_k, m):
-    from specsim._checks import MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, show
-
     problems = []
     try:
         widths = [int(w) for w in widths]

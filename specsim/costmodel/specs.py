@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
-from specsim._io import read_input
+from specsim._io import loads_json, read_input
 from specsim.errors import CostModelError
 
 # Bytes per weight (scales included) and the matrix-rate class each dtype runs at.
@@ -324,8 +324,6 @@ def load_hf_config(path, name=None) -> ModelSpec:
     CostModelError
         Naming the file and every missing or wrong field.
     """
-    from specsim._io import loads_json
-
     path = Path(path)
     doc = loads_json(read_input(path, "the model config", CostModelError), "the model config", path, CostModelError)
     default = (path.parent.name if path.name == "config.json" else path.stem).lower()

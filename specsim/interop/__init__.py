@@ -19,6 +19,8 @@ from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
 from specsim.policy.policy import Policy, parse_policy
 from specsim.policy.schedule import canonical
+from specsim._checks import MAX_WIDTH, int_problem, show
+from specsim._io import decode_text, read_input
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
 """The engines specsim knows, each one module holding its telemetry readers, its config export
@@ -127,8 +129,6 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     ScheduleError
         The engine cannot represent the schedule (the message says why and what would do).
     """
-    from specsim._checks import MAX_WIDTH, int_problem, show
-
     if not isinstance(engine, str) or engine not in ENGINES:
         raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
     problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
@@ -207,8 +207,6 @@ def policy_file(text):
 def _adaptive_policy(raw, graphs) -> Policy:
     """``sglang-adaptive[B1,..]:FILE``: SGLang's adaptive controller on the config FILE sets
     (docs/schedules.md#the-engines-own-adaptation)."""
-    from specsim._io import decode_text, read_input
-
     _, sep, path = raw.partition(":")
     path = path.strip()
     if not sep or not path:
@@ -223,8 +221,6 @@ def engine_gate(text):
     """The speculation gate ``(window, threshold)`` a ``trtllm:FILE`` policy's config carries
     (``acceptance_window`` and ``acceptance_length_threshold`` in its ``speculative_config``), or
     None (another policy, or a file without both keys)."""
-    from specsim._io import decode_text, read_input
-
     named = engine_file(text)
     if named is None or named[0] != "trtllm" or not named[1]:
         return None
@@ -239,8 +235,6 @@ def import_file(engine: str, path, trtllm_keys=None) -> tuple:
     ``trtllm_keys`` (``upper`` or ``lower``, see :data:`specsim.interop.trtllm.KEYS`) says how
     the build that serves a TensorRT-LLM file reads its keys; None tells it from the file where
     the file shows it (key 1 with a 0 last length is a lower-bound file), else upper bounds."""
-    from specsim._io import decode_text, read_input
-
     if engine not in ENGINES:
         raise ScheduleError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     what = f"a {engine} config"

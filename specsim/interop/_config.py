@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from specsim.errors import PolicyError, ScheduleError
 from specsim.policy.schedule import policy_text
+from specsim._io import loads_json
 
 # What none of the engines can be told, whatever the schedule.
 COMMON_LIMITS = (
@@ -58,8 +59,6 @@ CONSTANT_NOTE = ("the schedule is one depth at every width: written as the engin
 
 
 def load_json(text, source, engine):
-    from specsim._io import loads_json
-
     return loads_json(text, f"a {engine} config", source, PolicyError)
 
 

@@ -17,13 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from specsim._io import read_input
+from specsim._io import decode_text, read_input
 from specsim.errors import CalibrationError
-
-
-MAX_DEPTH = 64
-"""Deepest draft chain a telemetry record may describe; a longer histogram or per-position list
-is unreadable (no serve drafts that deep, and the fit's work grows with the depth squared)."""
+from specsim._checks import COUNT_MAX, MAX_DEPTH
 
 
 @dataclass
@@ -157,8 +153,6 @@ class Tally:
 def read_text(path) -> str:
     """A telemetry file's text, refused (naming the file) when it is empty, binary, UTF-16 or
     not UTF-8; a UTF-8 byte-order mark is dropped."""
-    from specsim._io import decode_text
-
     text = decode_text(read_input(path, "the telemetry file", CalibrationError), "the telemetry file", path,
                        CalibrationError)
     if not text.strip():
@@ -239,8 +233,6 @@ def walk(value):
 
 def as_count(value):
     """A JSON or text count as int (an integral float such as ``12.0`` included), else None."""
-    from specsim._checks import COUNT_MAX
-
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -11,7 +11,7 @@ import json
 import re
 from typing import NamedTuple
 
-from specsim._checks import MAX_DEPTH, digits_int, show
+from specsim._checks import MAX_DEPTH, MAX_WIDTH, digits_int, show
 from specsim.errors import PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -304,8 +304,6 @@ def parse_config(text, source):
 
 def cuda_graph_sizes(text, where="--cuda-graph-bs"):
     """SGLang's CUDA-graph capture batch sizes from ``1,2,4,8``: sorted, distinct, >= 1."""
-    from specsim._checks import MAX_WIDTH
-
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts or not all(digits_int(p) is not None for p in parts):
         raise PolicyError(f"{where}: CUDA-graph batch sizes must be whole numbers such as 1,2,4,8,16, got {text!r}")

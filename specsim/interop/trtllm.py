@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import check_gate, digits_int
+from specsim._checks import MAX_JSON_DEPTH, check_gate, digits_int
 from specsim.errors import PolicyError, ScheduleError, SimulationError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
 from specsim.interop.vllm import request_records
 from specsim.policy.schedule import policy_text, span
+from specsim._io import _bracket_depth
 
 _STATS = ("specDecodingStats", "spec_decoding_stats")
 _FIELDS = {
@@ -253,9 +254,6 @@ def parse_gate(text, source):
 def read_yaml(text: str, source: str):
     """Parse LLM-API options: with PyYAML when it is installed, else the block-mapping subset
     those files use (nested ``key: value`` mappings, ``{a: b}`` flow maps, comments)."""
-    from specsim._checks import MAX_JSON_DEPTH
-    from specsim._io import _bracket_depth
-
     depth = _bracket_depth(text)
     if depth > MAX_JSON_DEPTH:
         raise PolicyError(f"{source}: the options nest lists or maps {depth} deep; at most {MAX_JSON_DEPTH} "

@@ -14,14 +14,15 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import digits_int
+from specsim._checks import MAX_DEPTH, digits_int, int_problem
 from specsim.errors import CalibrationError, PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
 from specsim.interop._records import (
-    MAX_DEPTH, Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
+    Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
 )
+from specsim.calibration.calibration import rising_positions
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 _V1 = re.compile(r"SpecDecoding metrics:\s*(.*)$")
@@ -279,8 +280,6 @@ def _rising(values, what, where, tally) -> bool:
     """Count ``where`` as unreadable when its marginal rates or counts rise along positions
     (refused under ``--strict``): their conditional rate would be clamped to 1, so the import
     would not be what the serve measured."""
-    from specsim.calibration.calibration import rising_positions
-
     rises = rising_positions(values)
     if rises:
         j = rises[0]
@@ -571,8 +570,6 @@ def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     -------
     dict
     """
-    from specsim._checks import MAX_DEPTH, int_problem
-
     k = len(cal.priors) if depth is None else depth
     problem = int_problem(k, "the depth", 1, MAX_DEPTH)
     if problem:

@@ -11,6 +11,8 @@ from specsim.measure.merge import merge_files, merge_tables
 from specsim.measure.meters import AssumedPowerMeter, NvmlMeter, RaplMeter, open_meter
 from specsim.measure.recipes import BUILTIN, Recipe, load_recipe, parse_recipe
 from specsim.measure.workloads import CallableWorkload, ProxyWorkload, canonical_json, plan_digest
+from specsim._io import atomic_write_text
+from specsim.table import CostTable
 
 __all__ = [
     "BUILTIN", "AssumedPowerMeter", "CallableWorkload", "CupyBackend", "NumpyBackend", "NvmlMeter",
@@ -77,9 +79,6 @@ def context_path(out, context: int):
 def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings, box_class, resume,
                     progress, log):
     import dataclasses
-
-    from specsim._io import atomic_write_text
-    from specsim.table import CostTable
 
     if isinstance(workload, CallableWorkload):
         raise MeasureError("contexts need a recipe: a callable workload's steps set their own context")

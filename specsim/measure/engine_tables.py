@@ -33,6 +33,12 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.errors import CalibrationError, TableError
+from specsim._checks import MAX_POWER_W, check_number
+from specsim._io import csv_rows, decode_text, read_input
+from specsim.interop._records import Tally, as_count, json_documents, read_text, walk
+from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
+from specsim.interop.trtllm import spec_field, spec_stats
+from specsim.table import Cell, CostTable
 
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
@@ -83,9 +89,6 @@ def _first(d, names):
 def trtllm_samples(text: str, source: str) -> Samples:
     """Decode samples of TensorRT-LLM iteration stats; refuses (naming file, line and field)
     negative or NaN latencies and counts that contradict each other."""
-    from specsim.interop._records import Tally, as_count, json_documents, walk
-    from specsim.interop.trtllm import spec_field, spec_stats
-
     tally, lines = Tally(), []
     docs = json_documents(text, source, tally, lines)
     problems, decode = [], []
@@ -179,9 +182,6 @@ def _contradiction(drafts, accepted, requests, gen):
 def sglang_samples(text: str, source: str, interval=None) -> Samples:
     """Plain-decode samples of SGLang ``Decode batch`` lines: ``#running-req`` over the line's
     generation throughput is the mean step of its interval."""
-    from specsim.interop._records import as_count
-    from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
-
     problems, decode = [], []
     kept = {"intervals with a prefill batch": 0, "speculative lines (depth not logged)": 0}
     lines = 0
@@ -226,8 +226,6 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
 # -- the fit -----------------------------------------------------------------------------------
 def read_samples(paths, fmt: str) -> Samples:
     """The samples of every file (one format)."""
-    from specsim.interop._records import read_text
-
     if fmt not in ENGINE_FORMATS:
         raise TableError(f"unknown engine telemetry format {fmt!r}: one of {', '.join(ENGINE_FORMATS)}")
     reader = trtllm_samples if fmt == "trtllm-iterations" else sglang_samples
@@ -258,8 +256,6 @@ def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_C
               energy=None, source: str = "<telemetry>") -> Fitted:
     """A cost table fitted on ``samples`` (see the module docstring), joules at ``power_w``;
     ``energy`` is what ``[meta]`` says of them (default: an assumed power)."""
-    from specsim.table import Cell, CostTable
-
     if not samples.decode:
         apart = ", ".join(f"{v:,} {k}" for k, v in samples.kept_apart.items() if v) or "none"
         raise TableError(f"{source}: no decode iterations to fit a table on (kept apart: {apart})")
@@ -338,8 +334,6 @@ def nvml_log_power_w(path) -> tuple:
     (float, int, int)
         Watts, timestamps, GPUs.
     """
-    from specsim._io import csv_rows, decode_text, read_input
-
     text = decode_text(read_input(path, "the NVML power log", TableError), "the NVML power log", path, TableError)
     header, rows = csv_rows(text, "the NVML power log", path, TableError)
     names = [h.split(" [")[0].strip().lower() for h in header or []]
@@ -375,8 +369,6 @@ def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
                  min_samples: int = MIN_CELL_SAMPLES) -> Fitted:
     """Read ``paths`` (``fmt``: one of :data:`ENGINE_FORMATS`) and fit a table under ``key``;
     joules from an assumed ``power_w`` or from the mean power of an ``nvml_log``."""
-    from specsim._checks import MAX_POWER_W, check_number
-
     if (power_w is None) == (nvml_log is None):
         raise TableError("give one of --assume-power-w W and --nvml-log FILE: engine telemetry holds no joules")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:

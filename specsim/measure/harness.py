@@ -25,11 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from specsim import __version__
-from specsim._io import atomic_write_text
+from specsim._io import atomic_write_text, decode_text, loads_json, read_input
 from specsim.errors import MeasureError
 from specsim.measure.backends import box_class_from_name
 from specsim.measure.meters import idle_power_w
 from specsim.table import SCHEMA, Cell, CostTable, TableKey
+from specsim._checks import MAX_DEPTH, MAX_REPEATS, MAX_SECONDS, MAX_WIDTH, few, int_problem, is_finite, number_problem
+from specsim._progress import Progress
+from specsim._toml import type_name
 
 PARTIAL_FORMAT = 1
 # Settings that change what a cell's numbers mean; a resumed sweep must use the same ones.
@@ -54,8 +57,6 @@ class SweepSettings:
     align_s: float = 0.25
 
     def __post_init__(self):
-        from specsim._checks import MAX_REPEATS, MAX_SECONDS, int_problem, number_problem
-
         problems = [number_problem(self.min_window_s, "min_window_s", 0.0, MAX_SECONDS, low_open=True, unit="s")]
         problems += [number_problem(getattr(self, name), name, 0.0, MAX_SECONDS, unit="s")
                      for name in ("cooldown_s", "align_s")]
@@ -279,14 +280,11 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
 
 
 def _progress(total, desc, enabled):
-    from specsim._progress import Progress
-
     return Progress(total, desc, enabled=enabled, unit="cells")
 
 
 def _check_grid(widths, max_k):
     problems = []
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, few, int_problem
 
     widths = list(widths)
     if not widths:
@@ -339,8 +337,6 @@ def read_partial(path):
     Read with the guards of every side file (binary, UTF-16, deep nesting, huge integers are
     refused naming the line); a header or cell of the wrong shape or type is refused too.
     """
-    from specsim._io import decode_text, loads_json, read_input
-
     path = Path(path)
     again = "; delete the file to start again"
     text = decode_text(read_input(path, "the partial sweep", MeasureError), "the partial sweep", path, MeasureError)
@@ -364,15 +360,11 @@ def read_partial(path):
 
 
 def _toml_type(value):
-    from specsim._toml import type_name
-
     return "missing" if value is None else f"a {type_name(value)}"
 
 
 def _partial_cell(row, where, again):
     """One ``{"cell": {...}, "extras": {...}}`` line as ``(Cell, extras)``, every field checked."""
-    from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_finite, number_problem
-
     if not isinstance(row, dict) or not isinstance(row.get("cell"), dict) or not isinstance(row.get("extras"), dict):
         raise MeasureError(f"{where}: not a measured cell (an object with `cell` and `extras` objects){again}")
     raw, fields = row["cell"], Cell._fields

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from specsim.errors import MeasureError
+from specsim._checks import MAX_POWER_W, check_number
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -177,8 +178,6 @@ class AssumedPowerMeter:
     source = "assumed"
 
     def __init__(self, power_w: float, clock=time.perf_counter):
-        from specsim._checks import MAX_POWER_W, check_number
-
         power_w = check_number(power_w, "--assume-power-w", MeasureError, 0.0, MAX_POWER_W, low_open=True, unit="W")
         self.power_w = power_w
         self._clock = clock

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from specsim.plan._kernels import DJ, DMS, VJ, VMS, width_costs_nb
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,6 @@ class ProposeExplanation:
 def explain_propose(arrays, cum_priors, n, slack, max_seqs, depth) -> ProposeExplanation:
     """The per-depth figures at width ``n``, with the arithmetic of ``propose_depth_nb`` (so the
     feasibility marks are exactly the comparisons the kernel made)."""
-    from specsim.plan._kernels import DJ, DMS, VJ, VMS, width_costs_nb
-
     max_k = arrays.costs.shape[1] - 1
     wc = np.empty((max_k + 1, 4))
     width_costs_nb(arrays.widths, arrays.costs, n, wc)

@@ -10,6 +10,7 @@ import numpy as np
 
 from specsim._jit import jit
 from specsim.plan._sort import SORT_BUCKETS
+from specsim.calibration.calibration import bucket_cells
 
 
 class PlanWorkspace(NamedTuple):
@@ -108,8 +109,6 @@ class PlanArrays(NamedTuple):
 def plan_arrays(table, cal) -> PlanArrays:
     """The kernel bundle of a :class:`~specsim.table.CostTable` and an
     :class:`~specsim.calibration.AcceptanceCalibration` (contiguous, fixed dtypes)."""
-    from specsim.calibration.calibration import bucket_cells
-
     return PlanArrays(
         widths=np.ascontiguousarray(table.widths, dtype=np.int64),
         costs=np.ascontiguousarray(table.costs, dtype=np.float64),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim._checks import NO_CAP
+from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
 
 
 def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w: float = None) -> np.ndarray:
@@ -21,8 +22,6 @@ def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w:
     With ``idle_w`` (watts): the depths ``load-aware`` runs while no request waits, planned by
     tokens per joule above that idle power (other policies ignore it).
     """
-    from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
-
     cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
     out = np.empty(max_batch + 1, dtype=np.int64)
     scratch = np.empty((table.max_k + 1, 4))

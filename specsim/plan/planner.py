@@ -13,8 +13,14 @@ from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.errors import KeyMismatchError, PlanError, TableError
 from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
-from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer
+from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer, workspace_views_nb
 from specsim.table import CostTable, TableKey
+from specsim._checks import logprob_problem
+from specsim.plan._kernels import (
+    cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_depth_nb, propose_many_nb, propose_table_nb,
+    sequence_depths_many_nb,
+)
+from specsim.table.cost_table import check_context
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
@@ -44,8 +50,6 @@ def _cap(max_seqs) -> int:
 
 
 def _cum_priors(cal, max_k):
-    from specsim.plan._kernels import cum_priors_nb
-
     out = np.empty(max_k + 1)
     cum_priors_nb(cal.priors, max_k, out)
     return out
@@ -54,8 +58,6 @@ def _cum_priors(cal, max_k):
 def _refuse_positive_confidences(conf, n_conf) -> None:
     """The confidences in use (row i's first ``n_conf[i]``) must be log-probabilities, as the
     command line requires (docs/limits.md)."""
-    from specsim._checks import logprob_problem
-
     used = np.arange(conf.shape[1])[None, :] < n_conf[:, None]
     problem = logprob_problem(conf[used])
     if problem:
@@ -147,8 +149,6 @@ def _depths_kernel(packed, work):
     if not _KERNEL:
         with _KERNEL_LOCK:
             if not _KERNEL:
-                from specsim.plan._kernels import planner_depths_nb
-
                 empty = np.empty(0, dtype=np.int64)
                 planner_depths_nb(packed, 0.0, np.empty((0, 0), dtype=np.float32), empty, empty, 0, 0,
                                   np.empty(0, dtype=np.int64), work, True)
@@ -203,8 +203,6 @@ class Planner:
 
     # -- the calibration ------------------------------------------------------------------
     def _derive(self, cal, table=None, memo_size=None) -> _Calibrated:
-        from specsim.plan._kernels import propose_table_nb
-
         table = self.table if table is None else table
         memo_size = self._memo_size if memo_size is None else memo_size
         arrays = plan_arrays(table, cal)
@@ -248,8 +246,6 @@ class Planner:
         cache = self._contexts
         state = cache.get(context) if exact else None
         if state is None:
-            from specsim.table.cost_table import check_context
-
             try:
                 c = check_context(context)
             except TableError as e:
@@ -319,7 +315,6 @@ class Planner:
                     return memo[n]
                 except KeyError:
                     pass
-            from specsim.plan._kernels import propose_depth_nb
 
             n = count_arg(n, "n")
             if n > self.max_seqs:
@@ -334,7 +329,6 @@ class Planner:
                 return self._memo_list[n]
             except IndexError:
                 pass
-        from specsim.plan._kernels import propose_depth_nb
 
         n = count_arg(n, "n")
         if n > self.max_seqs:
@@ -355,8 +349,6 @@ class Planner:
         context : float, optional
             Mean KV tokens per decoding sequence (a table with a context axis).
         """
-        from specsim.plan._kernels import propose_many_nb
-
         ns = counts_arg(ns, len(ns) if np.ndim(ns) == 1 else -1, "widths")
         out = np.empty(ns.shape[0], dtype=np.int64) if out is None else out_arg(out, ns.shape[0], {"widths": ns})
         st = self._at(context)
@@ -367,8 +359,6 @@ class Planner:
     def goodput(self, n: int, context=None) -> int:
         """The depth with the most expected tokens per ms at width ``n`` (energy ignored), at
         ``context`` on a table with a context axis."""
-        from specsim.plan._kernels import goodput_depth_nb
-
         st = self._at(context)
         n = count_arg(n, "n")
         if n > self.max_seqs:
@@ -481,8 +471,6 @@ class Planner:
             >= 0; values past 2**63 - 1 mean no bound.
         out : ndarray(int64, ndim=1), shape (R,), optional
         """
-        from specsim.plan._kernels import sequence_depths_many_nb
-
         conf = confidences_arg(confidences)
         rows, m = conf.shape
         n_conf_a = counts_arg(n_conf, rows, "n_conf", upper=m)
@@ -502,7 +490,6 @@ class Planner:
             out_arg(out, rows, {"confidences": confidences, "n_conf": n_conf, "known_drafts": known_drafts,
                                 "offsets": offsets, "the converted confidences": conf})
         widest = int(np.diff(offsets).max()) if batches else 0
-        from specsim.plan._types import workspace_views_nb
 
         sequence_depths_many_nb(self._at(context).arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
                                 out, workspace_views_nb(self._workspace(widest), self.max_k))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
+from specsim._checks import MAX_WIDTH, show
 
 KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
@@ -212,7 +213,6 @@ def parse_policy(text) -> Policy:
             hi = _int(hi_text, raw, f"last width in {part!r}")
             if hi < lo:
                 raise PolicyError(f"policy {raw!r}: range {widths.strip()!r} ends before it starts")
-        from specsim._checks import MAX_WIDTH, show
 
         if max(lo, hi or 0) > MAX_WIDTH:
             raise PolicyError(f"policy {show(raw)}: {show(part)} names a width past {MAX_WIDTH:,}, the widest batch "

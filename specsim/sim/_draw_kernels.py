@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim._checks import MAX_DEPTH
 from specsim._jit import jit
 
 # splitmix64 (Steele, Lea, Flood; OOPSLA 2014) finaliser constants and the golden-ratio increment.
@@ -23,8 +24,8 @@ _S30, _S27, _S31, _S32, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.ui
 _LOW32 = np.uint64(0xFFFFFFFF)
 _S11 = np.uint64(11)
 _U32 = 1.0 / 4294967296.0  # 2 ** -32
-# Draft positions are packed into the low 8 bits of the draft key.
-MAX_POSITION = 255
+# Draft positions are packed into the low 8 bits of the draft key: the deepest depth must fit.
+assert MAX_DEPTH < 256
 
 # Draw streams: which half of a draft's hash answers which question.
 STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
@@ -55,7 +56,7 @@ def draft_hash_nb(rkey, token, position):
     """The 64-bit hash of one draft: ``mix64(rkey ^ (token << 8 | position) * C_DRAFT)``.
 
     ``token`` is the output-token index the draft would produce, ``position`` its 1-based place
-    in the chain (<= MAX_POSITION, so the packing is one-to-one). One finaliser round per draft:
+    in the chain (<= MAX_DEPTH, so the packing is one-to-one). One finaliser round per draft:
     the engine draws millions of them, and its two halves answer the two questions.
     """
     x = (np.uint64(token) << _S8) | np.uint64(position)
@@ -87,7 +88,7 @@ def uniform_nb(key, request, token, position, stream):
         :func:`seed_key_nb` of the run's seed.
     request, token, position, stream : int
         Request index, output-token index the draft would produce, 1-based draft position
-        (<= MAX_POSITION), and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
+        (<= MAX_DEPTH), and the stream (``STREAM_BUCKET`` or ``STREAM_ACCEPT``).
     """
     return half_uniform_nb(draft_hash_nb(request_key_nb(key, request), token, position), stream)
 

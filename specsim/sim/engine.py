@@ -43,6 +43,24 @@ from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupan
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import Policy
 from specsim.interop import read_policy
+from specsim._checks import MAX_DEPTH, arrival_problem, request_size_problem
+from specsim._executor import Executor, MAX_WORKERS
+from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
+from specsim.frames import requests_frame
+from specsim.interop.sglang import slot_by_width
+from specsim.plan._kernels import cum_priors_nb, width_costs_nb
+from specsim.plan._types import plan_workspace
+from specsim.sim._engine_kernels import run_nb
+from specsim.sim._types import (
+    CalArrays, MAX_ADAPTIVE_SLOTS, ReplicaState, Requests, SERVER_DT, STATE_DT, Server, StepLog, TableArrays,
+    Workspace,
+)
+from specsim.sim.metrics import summarize
+from specsim.sim.options import check_option_names
+from specsim.sim.replay import AcceptanceTrace
+from specsim.table import CostTable
+from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+from specsim.traces._types import TraceRead
 
 # The engine's semantics version: what a result means for given inputs. Raise it with any change
 # that alters some result for the same requests, table, calibration, policy and options (a
@@ -152,23 +170,17 @@ class SimResult:
 
     def summary(self, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         """The JSON-ready summary (see :func:`specsim.sim.metrics.summarize`)."""
-        from specsim.sim.metrics import summarize
-
         return summarize(self, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
 
     def to_frame(self):
         """One row per request as a pandas DataFrame (needs pandas; see
         :func:`specsim.frames.requests_frame` for the columns)."""
-        from specsim.frames import requests_frame
-
         return requests_frame(self)
 
 
 # -- preparing a run ------------------------------------------------------------------------------
 
 def _request_arrays(requests):
-    from specsim.traces._types import TraceRead
-
     if isinstance(requests, TraceRead):
         requests = requests.requests
     r = np.asarray(requests)
@@ -182,8 +194,6 @@ def _request_arrays(requests):
     prompt = np.ascontiguousarray(r["prompt_tokens"], dtype=np.int64)
     output = np.ascontiguousarray(r["output_tokens"], dtype=np.int64)
     if arrival.shape[0]:
-        from specsim._checks import arrival_problem
-
         problem = arrival_problem(arrival - arrival[0] if np.isfinite(arrival[0]) else arrival)
         if problem:
             raise SimulationError(problem)
@@ -194,7 +204,6 @@ def _request_arrays(requests):
             raise SimulationError(f"request {int(np.argmax(output < 1))}: output_tokens must be >= 1")
         if (prompt < 0).any():
             raise SimulationError(f"request {int(np.argmax(prompt < 0))}: prompt_tokens must be >= 0")
-        from specsim._checks import request_size_problem
 
         problem = request_size_problem(prompt, output)
         if problem:
@@ -206,8 +215,6 @@ def _acceptance_digits(trace, k_cap):
     """A trace's entries as int64, clamped to ``k_logged`` (with a warning where one is above it),
     and the depth cap lowered to ``k_logged``."""
     import warnings
-
-    from specsim.sim.replay import AcceptanceTrace
 
     if not isinstance(trace, AcceptanceTrace):
         raise SimulationError(f"acceptance must be an AcceptanceTrace (specsim.load_acceptance_file(...).trace(NAME)), "
@@ -251,8 +258,6 @@ class Prepared(NamedTuple):
 
 def new_requests(arrival, prompt, output):
     """The :class:`~specsim.sim._types.Requests` bundle of N requests, nothing done yet."""
-    from specsim.sim._types import Requests
-
     n = arrival.shape[0]
     return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
                     np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
@@ -261,8 +266,6 @@ def new_requests(arrival, prompt, output):
 
 def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
     """One replica's :class:`~specsim.sim._types.ReplicaState`: empty, its clock at ``t0_s``."""
-    from specsim.sim._types import STATE_DT, ReplicaState
-
     rec = np.zeros(1, dtype=STATE_DT)
     rec[0]["t_s"] = t0_s
     rec[0]["log_stride"] = 1
@@ -272,8 +275,6 @@ def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
 
 def new_log(size: int):
     """An empty :class:`~specsim.sim._types.StepLog` of ``size`` entries."""
-    from specsim.sim._types import StepLog
-
     return StepLog(np.zeros(size), np.zeros(size, np.int64), np.zeros(size), np.zeros(size, np.int64),
                    np.zeros(size, np.int64), np.zeros(size, np.int64))
 
@@ -281,9 +282,6 @@ def new_log(size: int):
 def new_workspace(max_num_seqs: int, max_k: int):
     """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences
     (the planner's part from :func:`specsim.plan._types.plan_workspace`)."""
-    from specsim.plan._types import plan_workspace
-    from specsim.sim._types import Workspace
-
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
@@ -294,8 +292,6 @@ def new_workspace(max_num_seqs: int, max_k: int):
 def _check_above_idle(table, idle_w: float) -> None:
     """Refuse ``load-aware`` on a table where some step draws no more than idle power: energy
     above idle would be zero or negative there, and tokens per joule of it meaningless."""
-    from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
-
     c = table.costs
     above = (c[..., VERIFY_J] + c[..., DRAFT_J]) - idle_w * (c[..., VERIFY_MS] + c[..., DRAFT_MS]) / 1000.0
     if not (above > 0).all():
@@ -309,8 +305,6 @@ def _check_above_idle(table, idle_w: float) -> None:
 
 def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
             cum_priors):
-    from specsim.sim._types import SERVER_DT, Server
-
     rec = np.zeros(1, dtype=SERVER_DT)
     r = rec[0]
     budget = opts["max_num_batched_tokens"]
@@ -343,9 +337,6 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
 def _adaptive_arrays(r, pol: Policy, max_num_seqs: int):
     """``(slot_of, cand, n_cand)`` of SGLang's adaptive controller (the one place they are sized),
     its settings written into the server record ``r``; empty for every other policy."""
-    from specsim.interop.sglang import slot_by_width
-    from specsim.sim._types import MAX_ADAPTIVE_SLOTS
-
     if pol.kind != "sglang-adaptive":
         return np.full(max_num_seqs + 1, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64)
     cfg = pol.adaptive
@@ -384,14 +375,6 @@ def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
 
 def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptance=None) -> Prepared:
     """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
-    from specsim.calibration.calibration import bucket_cells
-    from specsim.plan._kernels import width_costs_nb
-    from specsim.sim._draw_kernels import MAX_POSITION
-    from specsim.sim._types import CalArrays, TableArrays
-
-    from specsim.calibration.calibration import AcceptanceCalibration
-    from specsim.table import CostTable
-
     for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
         if not isinstance(value, cls):
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
@@ -412,9 +395,9 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     if resolved["acceptance_window"] is None and pol.gate:
         # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
         resolved["acceptance_window"], resolved["acceptance_length_threshold"] = pol.gate
-    if k_cap > MAX_POSITION:
-        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_POSITION} drafts per "
-                              f"sequence per step; set k_max <= {MAX_POSITION}")
+    if k_cap > MAX_DEPTH:
+        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
+                              f"sequence per step; set k_max <= {MAX_DEPTH}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
     depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
     idle_memo = depth_memo
@@ -424,7 +407,6 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(table.widths, table.costs, n, wcs[n])
-    from specsim.plan._kernels import cum_priors_nb
 
     cum = np.empty(table.max_k + 1)
     cum_priors_nb(calibration.priors, table.max_k, cum)
@@ -511,11 +493,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     -------
     SimResult
     """
-    from specsim.sim._engine_kernels import run_nb
-
     if options is None:
-        from specsim.sim.options import check_option_names
-
         check_option_names(server_options)
         opts = ServerOptions(**server_options)
     elif server_options:
@@ -549,8 +527,6 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     import os
     import threading
     from dataclasses import replace
-
-    from specsim._executor import MAX_WORKERS, Executor
 
     lock = threading.Lock()
     workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))

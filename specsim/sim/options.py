@@ -16,6 +16,8 @@ import numpy as np
 
 from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gate, show
 from specsim.errors import SimulationError
+from specsim._io import csv_rows, decode_text, read_input
+from specsim.plan.planner import check_slack
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
@@ -133,8 +135,6 @@ class ServerOptions:
     acceptance_length_threshold: Optional[float] = None
 
     def __post_init__(self):
-        from specsim.plan.planner import check_slack
-
         try:
             object.__setattr__(self, "slack", check_slack(self.slack))
         except Exception as e:
@@ -338,8 +338,6 @@ def load_prefill_curve(curve) -> tuple:
 
 
 def _read_curve_csv(path):
-    from specsim._io import csv_rows, decode_text, read_input
-
     what = "a prefill curve (CSV tokens,ms,j)"
     text = decode_text(read_input(path, what, SimulationError), what, path, SimulationError)
     head, rows = csv_rows(text, what, path, SimulationError)

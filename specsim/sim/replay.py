@@ -36,12 +36,15 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, number_problem, show
+from specsim._checks import MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_WIDTH, check_int, number_problem, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.sim._types import ReplayResult
 from specsim.interop import read_policy
 from specsim.table import Cell, CostTable, TableKey
+from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.plan import Planner
+from specsim.sim._kernels import replay_steps_nb
 
 # Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
 # progress line act between calls.
@@ -251,8 +254,6 @@ def estimated_calibration(trace: AcceptanceTrace):
     Only its priors mean anything (one bucket holding the first prior); the planner's
     ``propose`` and ``goodput`` read nothing else. Not for writing to a file.
     """
-    from specsim.calibration import AcceptanceCalibration, DrafterKey
-
     priors = trace.priors()
     if not priors:
         raise PolicyError(f"trace {trace.name!r} is logged at k_logged = 0: it holds no acceptance to estimate priors from")
@@ -286,7 +287,6 @@ def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seq
         )
     if calibration is None:
         raise PolicyError(f"policy {policy.kind} needs a calibration for its priors")
-    from specsim.plan import Planner
 
     planner = Planner(table, calibration, slack=slack, max_seqs=max_seqs)
     return int(planner.goodput(width) if policy.maximises_goodput else planner.propose(width))
@@ -323,9 +323,6 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
     -------
     ReplayResult
     """
-    from specsim._checks import MAX_BUDGET_TOKENS, MAX_WIDTH, check_int
-    from specsim.sim._kernels import replay_steps_nb
-
     width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
     budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
     policy = read_policy(policy)

@@ -9,6 +9,8 @@ import numpy as np
 
 from specsim.errors import SimulationError
 from specsim.sim.metrics import label
+from specsim._io import atomic_write_bytes
+from specsim._text import format_grid
 
 
 def _f(value, spec):
@@ -17,8 +19,6 @@ def _f(value, spec):
 
 def comparison_table(summaries) -> str:
     """Policies side by side: throughput, energy, batch, acceptance, latency and SLO."""
-    from specsim._text import format_grid
-
     header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "queue p99", "TTFT p50", "TTFT p99", "TPOT p50",
               "TPOT p99", "E2E p99", "preempt", "KV peak", "SLO"]
     rows = []
@@ -112,7 +112,6 @@ def plot(results, summaries, path) -> None:
         from matplotlib.ticker import NullFormatter
     except ImportError as e:
         raise SimulationError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
-    from specsim._io import atomic_write_bytes
 
     fig, axes = plt.subplots(3, 2, figsize=(12, 13))
     ax = axes[0, 0]

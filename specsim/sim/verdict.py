@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from specsim.errors import TraceWarning
+from specsim.sim.engine import simulate
 
 # Extra draft-outcome seeds a verdict reruns its two leading policies with.
 NOISE_SEEDS = 3
@@ -103,8 +104,6 @@ def reruns(requests, table, calibration, results, options, slo=(None, None), acc
     and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``."""
     import warnings
     from dataclasses import replace
-
-    from specsim.sim.engine import simulate
 
     cache = {}
 

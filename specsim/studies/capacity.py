@@ -29,6 +29,16 @@ from dataclasses import dataclass, field
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile
 from specsim.sim.slo import as_slo
+from specsim._checks import show
+from specsim._executor import Executor, ExecutorError
+from specsim.calibration.report import wilson
+from specsim.frames import rows_frame
+from specsim.interop import read_policy
+from specsim.plan.planner import check_slack
+from specsim.sim.engine import _request_arrays
+from specsim.sim.fleet import Fleet, check_router, simulate_fleet
+from specsim.sim.metrics import overload, slo_attainment
+from specsim.traces._types import REQUEST_DT
 
 PLAIN = "fixed:0"
 DEFAULT_MAX_REPLICAS = 1024
@@ -162,14 +172,10 @@ class CapacityResult:
 
     def to_frame(self):
         """One row per policy (pandas): the answer and its costs."""
-        from specsim.frames import rows_frame
-
         return rows_frame([{k: v for k, v in p.to_dict().items() if k != "probes"} for p in self.policies])
 
     def probes_frame(self):
         """One row per probe (pandas): policy, fleet size, attainment and costs."""
-        from specsim.frames import rows_frame
-
         return rows_frame([p.to_dict() for pc in self.policies for p in pc.probes])
 
 
@@ -182,10 +188,6 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     Attainment pools requests over seeds; its 95% interval is Wilson's over those
     requests x seeds trials (docs/fleets.md, "Intervals"). Tokens, energy and times are the
     first seed's run; the p99 latencies are the worst over seeds."""
-    from specsim.calibration.report import wilson
-    from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import overload, slo_attainment
-
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
     met = trials = 0
@@ -320,9 +322,6 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     CapacityError
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
-    from specsim.sim.fleet import Fleet, check_router
-    from specsim.interop import read_policy
-
     if fleet is None:
         if table is None or calibration is None:
             raise CapacityError("give a table and a calibration, or a fleet")
@@ -330,7 +329,6 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     elif table is not None or calibration is not None:
         raise CapacityError("give either a table and calibration or a fleet, not both")
     check_router(router)
-    from specsim.sim.engine import _request_arrays
 
     if _request_arrays(requests)[0].shape[0] == 0:
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
@@ -372,8 +370,6 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
 def _resolution_warnings(n: int, seeds: int, target: float) -> list:
     """What the trace's size allows: how many requests may miss (a warning when few), and a
     refusal when even a probe where every request meets the SLO cannot clear the target at 95%."""
-    from specsim.calibration.report import wilson
-
     out = []
     allowed = math.floor(n * (1.0 - target) + 1e-9)
     if allowed < FEW_MISSES:
@@ -392,11 +388,6 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
     them, so they use up the target's allowance. Each request is served alone by spreading the
     arrivals until no two requests overlap."""
     import numpy as np
-
-    from specsim.sim.engine import _request_arrays
-    from specsim.sim.fleet import simulate_fleet
-    from specsim.sim.metrics import slo_attainment
-    from specsim.traces._types import REQUEST_DT
 
     arrival, prompt, output = _request_arrays(requests)
     n = arrival.shape[0]
@@ -436,8 +427,6 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
         results = runner(args)
         if not (isinstance(results, (list, tuple)) and len(results) == len(args)
                 and all(isinstance(p, Probe) and p.label == a[8] for p, a in zip(results, args))):
-            from specsim._checks import show
-
             raise CapacityError(f"the runner answered {show(results)} for {len(args)} probes: a runner returns "
                                 "one Probe per argument tuple, in their order (as serial_runner does)")
         done += len(results)
@@ -464,8 +453,6 @@ def _bracket(probes, target, unit):
 
 def _runs(policies, slack, read_policy):
     """``(label, policy, slack)`` per policy, plain decoding first and once."""
-    from specsim.plan.planner import check_slack
-
     try:
         slack = check_slack(slack)
     except Exception as e:
@@ -517,8 +504,6 @@ class ThreadRunner:
     """
 
     def __init__(self, workers=None):
-        from specsim._executor import Executor
-
         self.ex = Executor("threads", workers)
         self.workers = self.ex.workers
 
@@ -532,8 +517,6 @@ class DaskRunner:
     manager; not for use from several threads at once."""
 
     def __init__(self, scheduler=None, workers=None):
-        from specsim._executor import Executor, ExecutorError
-
         try:
             self.ex = Executor("dask", workers, scheduler)
         except ExecutorError as e:

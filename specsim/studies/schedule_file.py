@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import is_int
+from specsim._checks import is_int, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, ScheduleError
 from specsim.policy.policy import parse_policy
@@ -85,7 +85,6 @@ def schedule_from_doc(doc: dict, source: str) -> ScheduleFile:
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "first" not in row or "depth" not in row:
             raise ScheduleError(f"{source}: [[range]] {i + 1} needs first and depth (last is optional: open range)")
-        from specsim._checks import show
 
         unknown = sorted(set(row) - {"first", "last", "depth"})
         if unknown:

@@ -41,6 +41,15 @@ import numpy as np
 from specsim.errors import ScheduleError
 from specsim.sim.result import percentile
 from specsim.sim.slo import as_slo
+from specsim._checks import COUNT_MAX, int_problem, show
+from specsim._executor import ExecutorError, choose
+from specsim._text import format_grid
+from specsim.interop import export_schedule, read_policy
+from specsim.plan.depth_table import depth_by_width
+from specsim.policy.policy import parse_policy
+from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
+from specsim.sim.engine import ServerOptions, simulate
+from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -139,8 +148,6 @@ class TuneResult:
 
     @property
     def policy(self) -> str:
-        from specsim.policy.schedule import policy_text
-
         return policy_text(self.ranges)
 
     @property
@@ -157,7 +164,6 @@ class TuneResult:
         depth as one range. The schedule file and the exports carry these."""
         if self.serves_tuned:
             return self.ranges
-        from specsim.policy.policy import parse_policy
 
         return ((1, None, parse_policy(self.best_fixed).fixed_depth),)
 
@@ -182,7 +188,6 @@ class TuneResult:
         rel = 100.0 * self.gain / abs(base.mean) if base.mean else float("nan")
         noise = "" if self.gain_noise != self.gain_noise else f" +- {100.0 * self.gain_noise / abs(base.mean):.2f}%"
         head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
-        from specsim.policy.policy import parse_policy
 
         if self.policy == f"schedule:1-={parse_policy(self.best_fixed).fixed_depth}":
             return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
@@ -198,8 +203,6 @@ class TuneResult:
         """The held-out comparison, side by side: the objective with its spread over seeds, the
         other figure, p99 TPOT, SLO attainment when there are targets, and which row is which.
         No column repeats another or is empty throughout."""
-        from specsim._text import format_grid
-
         energy = self.objective == "energy"
         slo = any(s.mean_attainment is not None for s in self.holdout)
         rows = []
@@ -216,8 +219,6 @@ class TuneResult:
 
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
-        from specsim.studies.schedule_file import render_schedule
-
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         result = {
             "train_mean": self.train.mean, "train_spread": self.train.spread,
@@ -234,8 +235,6 @@ class TuneResult:
 
     def export(self, engine: str, **kw):
         """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
-        from specsim.interop import export_schedule
-
         kw.setdefault("max_batch", self.inputs.get("max_batch"))
         return export_schedule(engine, self.recommended, **kw)
 
@@ -251,8 +250,6 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     dict
         j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
     """
-    from specsim.sim.engine import simulate
-
     res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
     tokens = int(res.output_tokens.sum())
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
@@ -441,8 +438,6 @@ def _split(requests, holdout):
 
 
 def _check(objective, seeds, holdout, slo, executor):
-    from specsim._checks import show
-
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
@@ -456,8 +451,6 @@ def _check(objective, seeds, holdout, slo, executor):
 
 def _executor(executor, scheduler, workers):
     """The executor ``tune`` runs on (``auto``: Dask when it is installed, else threads)."""
-    from specsim._executor import ExecutorError, choose
-
     try:
         return choose(executor, workers, scheduler, what="specsim tune", fallback="threads")
     except ExecutorError as e:
@@ -511,15 +504,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     -------
     TuneResult
     """
-    from specsim.sim.engine import ServerOptions
-    from specsim.interop import read_policy
-
     started = time.monotonic()
     slo = as_slo(slo)
     target = _check(objective, seeds, holdout, slo, executor)
     if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
         raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
-    from specsim._checks import COUNT_MAX, int_problem
 
     problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
     problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
@@ -617,10 +606,6 @@ class _Search:
 
     def starts(self, table, cal, opts, resolved, widest) -> dict:
         """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
-        from specsim.policy.schedule import policy_text, ranges_from_depths
-        from specsim.plan.depth_table import depth_by_width
-        from specsim.policy.policy import parse_policy
-
         k_cap = resolved["k_max"]
         depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
         for name in ("propose", "goodput"):
@@ -632,8 +617,6 @@ class _Search:
 
     def descend(self, starts, table, k_cap, widest, max_rounds) -> str:
         """Steepest descent over coordinate moves from the best start; returns the winner's policy."""
-        from specsim.policy.schedule import policy_text, ranges_from_depths
-
         seeds, first = self.train_seeds, self.train_seeds[:1]
         best = min(starts, key=lambda n: self.key(starts[n][1], seeds))
         d, incumbent = starts[best][0].copy(), starts[best][1]
@@ -669,10 +652,6 @@ class _Search:
                      float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
 
     def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
-        from specsim.policy.policy import parse_policy
-        from specsim.policy.schedule import canonical
-        from specsim.interop import read_policy
-
         held = tuple(self.score(p, "held", self.held_seeds) for p in final)
         fixed = [s for s in held if read_policy(s.policy).fixed_depth is not None]
         best_fixed = min(fixed, key=lambda s: self.key(s.policy, self.held_seeds, "held"))
@@ -692,8 +671,6 @@ class _Search:
 def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
-    from specsim.studies.schedule_file import requests_digest, text_digest
-
     return {
         "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, few, show
+from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, few, is_int, is_number, show
 from specsim.errors import TableError
 from specsim.table._types import CONTEXT_FIELDS, COST_FIELDS, SCHEMA, Cell, ContextAxis, TableKey
 
@@ -202,8 +202,6 @@ def _read_cell(i, raw, problems):
 
 def rule_problems(cells, where=lambda i: f"cells[{i}]"):
     """Every breach of the cell rules (docs/tables.md#validation), as messages; empty when the grid is valid."""
-    from specsim._checks import is_int, is_number
-
     # Types and sizes first: the grid checks below walk every depth, so a cell at depth 10**12
     # (or a cost that is a string) must be named before they run.
     problems = []

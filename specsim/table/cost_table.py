@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import few
+from specsim._checks import few, is_int, show
 from specsim._io import read_input
 from specsim.errors import TableError
 from specsim.table import _format
@@ -216,7 +216,7 @@ class CostTable:
         context = check_context(context)
         if not self.contexts.size:
             return self
-        from specsim.table._kernels import context_slice_nb
+        from specsim.table._kernels import context_slice_nb  # lazy: Numba loads with the first kernel call
 
         out = np.empty(self.costs.shape)
         context_slice_nb(self.contexts, self.context_costs, context, out)
@@ -251,7 +251,7 @@ class CostTable:
             return None
         if context is not None:
             return Cell(n, k, *map(float, self.lookup([min(n, _INT64_MAX)], [k], contexts=[context])[0]))
-        from specsim.table._kernels import cell_into_nb
+        from specsim.table._kernels import cell_into_nb  # lazy: Numba loads with the first kernel call
 
         out = np.empty(4)
         # Every n at or above the widest measured width takes that width's costs, so clamping to
@@ -275,7 +275,7 @@ class CostTable:
         ndarray(float64, ndim=2), shape (N, 4)
             ``(verify_ms, verify_j, draft_ms, draft_j)`` per query; NaN rows where ``k > max_k``.
         """
-        from specsim.table._kernels import lookup_nb
+        from specsim.table._kernels import lookup_nb  # lazy: Numba loads with the first kernel call
 
         ns, ks = _index_array(ns, "widths"), _index_array(ks, "depths")
         if ns.shape != ks.shape or ns.ndim != 1:
@@ -295,7 +295,7 @@ class CostTable:
             if cs.shape != ns.shape:
                 raise TableError(f"lookup contexts must have one per query ({ns.shape[0]}), got {cs.shape[0]}")
             if self.contexts.size:
-                from specsim.table._kernels import context_lookup_nb
+                from specsim.table._kernels import context_lookup_nb  # lazy: Numba loads with the first kernel call
 
                 context_lookup_nb(self.widths, self.contexts, self.context_costs, ns, ks, cs, out)
                 return out
@@ -329,8 +329,6 @@ _INT64_MAX = (1 << 63) - 1
 def check_context(value) -> float:
     """A context (mean KV tokens per decoding sequence) as a float: finite and > 0."""
     import math
-
-    from specsim._checks import show
 
     if isinstance(value, bool):
         raise TableError(f"context must be a number of tokens > 0, got {value!r}")
@@ -375,7 +373,6 @@ def _axis_problems(cells, axis):
 
 def _check_index(value, name):
     # Any size is a width (the serve asks with a usize); only the kind and the sign are checked.
-    from specsim._checks import is_int, show
 
     if not is_int(value) or value < 0:
         raise TableError(f"{name} must be a non-negative integer, got {show(value)}")

@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST
+from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, rate_scale_problem, show
 from specsim.errors import TraceError
 from specsim.traces._types import REQUEST_DT, TraceRead
+from specsim._io import open_input
 
 FORMATS = ("azure2023", "azure2024", "mooncake", "burstgpt", "csv")
 ARRIVAL_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "datetime": None}
@@ -231,7 +232,6 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
         arrival = arrival - window[0]
     if rate_scale != 1.0:
         arrival = arrival / rate_scale
-    from specsim._checks import arrival_problem
 
     problem = arrival_problem(arrival)
     if problem:
@@ -249,8 +249,6 @@ def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0
 
 
 def _check_options(rate_scale, limit, window):
-    from specsim._checks import rate_scale_problem
-
     problem = rate_scale_problem(rate_scale)
     if problem:
         raise TraceError(problem)
@@ -320,12 +318,11 @@ def _blocks(f):
 
 
 def _open(path):
-    from specsim._io import open_input
-
     return open_input(path, "a trace", TraceError)
 
 
 def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
+    # lazy: Numba loads with the first kernel call
     from specsim.traces._parse_kernels import INFO_BAD, INFO_BAD_OFFSET, INFO_FIRST_BAD_LINE, INFO_LINES, INFO_REASON, INFO_SIZE
 
     info = np.zeros(INFO_SIZE, dtype=np.int64)
@@ -366,6 +363,7 @@ class _Parse:
 
 
 def _read_csv(path, names, datetime_kind, skip_bad, exact):
+    # lazy: Numba loads with the first kernel call
     from specsim.traces._parse_kernels import ARRIVAL_DATETIME, ARRIVAL_NUMBER, parse_csv_nb
 
     with _open(path) as f:
@@ -392,14 +390,13 @@ def _column_index(path, header, name, exact):
     if name.lower() in lowered:
         return lowered.index(name.lower())
     hint = "" if exact else "; name columns as they appear in the header"
-    from specsim._checks import few, show
 
     # Names shown quoted and short: a binary file's "header" is control bytes and noise.
     raise TraceError(f"{path}:1: the header has no column {name!r} (it has: {few(show(h, 40) for h in stripped)}){hint}")
 
 
 def _read_jsonl(path, keys, skip_bad):
-    from specsim.traces._parse_kernels import parse_jsonl_nb
+    from specsim.traces._parse_kernels import parse_jsonl_nb  # lazy: Numba loads with the first kernel call
 
     key_arrays = tuple(np.frombuffer(k.encode("utf-8"), dtype=np.uint8) for k in keys)
 

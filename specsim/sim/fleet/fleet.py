@@ -20,7 +20,16 @@ import numpy as np
 
 from specsim._checks import NO_CAP
 from specsim.errors import SimulationError, SpecsimError
-from specsim.sim.fleet._kernels import ROUTER_CODES
+from specsim.sim.fleet._kernels import ROUTER_CODES, Group
+from specsim import _toml
+from specsim._io import read_input
+from specsim.calibration import AcceptanceCalibration
+from specsim.sim._types import ReplicaState, Requests, STATE_DT, StepLog
+from specsim.sim.engine import PROGRESS_CHUNK, ServerOptions, _request_arrays, collect, prepare
+from specsim.sim.fleet import _kernels as fk
+from specsim.sim.fleet.result import FleetResult, merge_replicas
+from specsim.sim.options import check_option_names
+from specsim.table import CostTable
 
 ROUTERS = tuple(ROUTER_CODES)
 # The router a fleet uses when neither the call nor the fleet file names one.
@@ -63,14 +72,10 @@ class ReplicaGroup:
     paths: dict = None
 
     def __post_init__(self):
-        from specsim.sim.engine import ServerOptions
-
         if self.options is None:
             object.__setattr__(self, "options", ServerOptions())
         if not isinstance(self.options, ServerOptions):
             raise FleetError(f"group {self.name!r}: options must be a ServerOptions, got {type(self.options).__name__}")
-        from specsim.calibration import AcceptanceCalibration
-        from specsim.table import CostTable
 
         for name, cls in (("table", CostTable), ("calibration", AcceptanceCalibration)):
             if not isinstance(getattr(self, name), cls):
@@ -130,8 +135,6 @@ class Fleet:
 
     def with_options(self, **changes) -> "Fleet":
         """The fleet with ``changes`` applied to every group's server options (e.g. ``slack``)."""
-        from specsim.sim.options import check_option_names
-
         check_option_names(changes, FleetError)
         return Fleet(tuple(replace(g, options=replace(g.options, **changes)) for g in self.groups), self.router,
                      self.source)
@@ -156,8 +159,6 @@ def load_fleet(path, base_options=None) -> Fleet:
     ``base_options`` (a dict of server options) applies to every group; a group's ``[group.server]``
     overrides it field by field.
     """
-    from specsim._io import read_input
-
     path = Path(path)
     text = read_input(path, "the fleet file", FleetError)
     return parse_fleet(text, path.parent, str(path), base_options)
@@ -165,8 +166,6 @@ def load_fleet(path, base_options=None) -> Fleet:
 
 def parse_fleet(text, folder, source="<fleet>", base_options=None) -> Fleet:
     """Parse fleet-file text; paths are relative to ``folder``."""
-    from specsim import _toml
-
     doc = _toml.loads(text, "the fleet file", source, FleetError)
     problems = []
     for name in doc:
@@ -197,10 +196,6 @@ def parse_fleet(text, folder, source="<fleet>", base_options=None) -> Fleet:
 
 
 def _parse_group(g, i, where, folder, base_options, problems):
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.sim.engine import ServerOptions
-    from specsim.table import CostTable
-
     start = len(problems)
     for name in g:
         if name not in GROUP_FIELDS:
@@ -285,9 +280,6 @@ def _group(group, requests, policy, replicas):
     """The engine bundles of one group (as :func:`specsim.simulate` prepares them: the same
     checks of the policy, the options and the requests' KV needs), and the group's policy and
     resolved options."""
-    from specsim.sim.fleet._kernels import Group
-    from specsim.sim.engine import prepare
-
     p = prepare(requests, group.table, group.calibration, policy, group.options)
     return Group(p.tab, p.cal, p.srv, p.ws, min(int(group.options.log_size), replica_log_size(replicas))), p
 
@@ -307,9 +299,6 @@ def replica_log_size(replicas: int) -> int:
 def _fleet_state(n_req, n_rep, rows, seqs, max_k, log_size, old=None):
     """The one place the fleet kernel's buffers are sized (see ``FleetState``); with ``old``, a
     copy of it with ``rows`` request rows per replica (more than its own)."""
-    from specsim.sim.fleet import _kernels as fk
-    from specsim.sim._types import STATE_DT
-
     leaves = 1 << max(n_rep - 1, 0).bit_length()
 
     def grid(dtype, width, fill=0):
@@ -373,9 +362,6 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     the fleet, tables and calibrations are only read. Draft outcomes come from the calibrations
     (replaying a logged acceptance trace is a single-server feature).
     """
-    from specsim.sim.fleet import _kernels as fk
-    from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays
-
     if not isinstance(fleet, Fleet):
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
@@ -415,9 +401,6 @@ def _kv_tokens(srv) -> int:
 
 def _replica_result(st, r, prepared):
     """Replica ``r``'s SimResult, exactly as the engine reports a single server's run."""
-    from specsim.sim._types import ReplicaState, Requests, StepLog
-    from specsim.sim.engine import collect
-
     c = int(st.routed[r])
     k = prepared.tab.costs.shape[1]
     req = Requests(*(getattr(st, f)[r, :c].copy() for f in ("arrival_s", "prompt", "output", "emitted", "prefilled",
@@ -431,8 +414,6 @@ def _replica_result(st, r, prepared):
 
 
 def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult":
-    from specsim.sim.fleet.result import FleetResult, merge_replicas
-
     replicas, group_names, idle_w, gpus = [], [], [], []
     r = 0
     for g, (_, prepared) in zip(fleet.groups, built):

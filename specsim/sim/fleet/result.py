@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.metrics import slo_attainment
+from specsim.sim.metrics import slo_attainment, summarize
 from specsim.sim.result import percentile
+from specsim.frames import requests_frame, rows_frame
+from specsim.sim.engine import SimResult
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,8 +86,6 @@ class FleetResult:
     def summary(self, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         """The fleet's summary (:func:`specsim.sim.metrics.summarize` of :attr:`fleet`) with the
         router, replica and GPU counts, tokens/s per GPU, and ``per_replica`` rows."""
-        from specsim.sim.metrics import summarize
-
         s = summarize(self.fleet, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
         tps = s["tokens_per_s"]
         s.update({
@@ -98,15 +98,11 @@ class FleetResult:
     def to_frame(self):
         """Per-request rows (pandas), in trace order, with the ``replica`` and ``group`` each
         request was routed to."""
-        from specsim.frames import requests_frame
-
         names = np.array(self.groups, dtype=object)
         return requests_frame(self.fleet, {"replica": self.assignment, "group": names[self.assignment]})
 
     def replica_frame(self, slo_ttft_s=None, slo_tpot_s=None):
         """:meth:`replica_rows` as a pandas DataFrame."""
-        from specsim.frames import rows_frame
-
         return rows_frame(self.replica_rows(slo_ttft_s, slo_tpot_s))
 
 
@@ -122,8 +118,6 @@ def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, 
     -------
     (SimResult, list of float, list of float)
     """
-    from specsim.sim.engine import SimResult
-
     n = arrival.shape[0]
     per_request = {name: np.full(n, np.nan) for name in ("first_token_s", "finish_s", "scheduled_s")}
     for r, res in enumerate(replicas):

@@ -43,10 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, rate_scale_problem, show
+from specsim._checks import MAX_GRID_POINTS, int_problem, is_number, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
+from specsim.interop import read_policy
+from specsim.sim.engine import ServerOptions
+from specsim.sim.fleet import ROUTERS
+from specsim.traces import FORMATS
 
 INPUT_AXES = ("trace", "table", "calibration")
 # Axes that are neither inputs nor server options.
@@ -82,9 +86,6 @@ def load_grid(path) -> Grid:
 
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
-    from specsim.sim.engine import ServerOptions
-    from specsim.interop import read_policy
-
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)
     problems = []
@@ -185,8 +186,6 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                 if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 16:
                     problems.append(f"[axes] replicas {v!r} must be a whole number of replicas >= 1")
         if name == "router":
-            from specsim.sim.fleet import ROUTERS
-
             for v in values:
                 if v not in ROUTERS:
                     problems.append(f"[axes] router {v!r}: use one of {', '.join(ROUTERS)}")
@@ -219,9 +218,6 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
 
 def _reader_option_problems(options: dict) -> list:
     """What is wrong with a trace's reader options in a grid (types and values)."""
-    from specsim._checks import int_problem, is_number
-    from specsim.traces import FORMATS
-
     units = ("s", "ms", "us", "ns", "datetime")
     problems = []
     for name, v in options.items():

@@ -5,6 +5,8 @@ and the Pareto front (no other point is both faster and cheaper), one panel per 
 from __future__ import annotations
 
 from specsim.errors import SpecsimError
+from specsim._checks import is_finite, is_number, show
+from specsim._io import atomic_write_bytes
 
 
 def pareto_front(rows):
@@ -32,9 +34,6 @@ def pareto_plot(rows, path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SpecsimError("the plot needs matplotlib: pip install 'specsim[plot]'") from None
-    from specsim._io import atomic_write_bytes
-
-    from specsim._checks import is_finite, is_number, show
 
     for r in rows:
         for name in ("tokens_per_s", "j_per_token", "tpot_s_p99"):

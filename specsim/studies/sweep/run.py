@@ -18,6 +18,14 @@ from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
 from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
+from specsim._progress import Progress
+from specsim.calibration import AcceptanceCalibration
+from specsim.frames import rows_frame
+from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate
+from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
+from specsim.sim.verdict import run_digest
+from specsim.table import CostTable
+from specsim.traces import read_trace
 
 
 @dataclass
@@ -36,8 +44,6 @@ class SweepReport:
 
     def to_frame(self):
         """Every row of the results file (this run's and earlier ones') as a pandas DataFrame."""
-        from specsim.frames import rows_frame
-
         rows = read_results(self.out)
         return rows_frame(rows, list(rows[0]) if rows else None)
 
@@ -45,9 +51,6 @@ class SweepReport:
 def run_point(point: dict, requests, table, calibration, options: dict, slo) -> dict:
     """Simulate one grid point and return its result row (axis values + summary fields + the
     ``run_digest`` that tells points which made the same run)."""
-    from specsim.sim.engine import simulate
-    from specsim.sim.verdict import run_digest
-
     scale = float(point.get("rate_scale", 1.0))
     if scale != 1.0:
         # The same division the trace reader applies for --rate-scale, so a point equals a
@@ -57,8 +60,6 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo) -> 
     if "replicas" in point or "router" in point:
         # A fleet point: identical replicas behind a router (one replica, any router, is the
         # single server). Per-replica rows stay out of the flat row.
-        from specsim.sim.engine import ServerOptions
-        from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 
         fleet = Fleet.uniform(table, calibration, int(point.get("replicas", 1)), ServerOptions(**options))
         result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", DEFAULT_FLEET_ROUTER),
@@ -144,7 +145,6 @@ def file_digest(path) -> str:
 def server_digest(options: dict) -> str:
     """Digest of a point's server options; a prefill curve counts by its values, not its path."""
     import numpy as np
-    from specsim.sim.engine import ServerOptions
 
     opts = dict(options)
     if opts.get("prefill_curve") is not None:
@@ -159,8 +159,6 @@ def point_inputs(grid: Grid, point: dict, digests: dict) -> dict:
     ``digests`` maps ``(kind, name)`` (kind ``trace``, ``table`` or ``calibration``) to the
     content digest of that input.
     """
-    from specsim.sim.engine import ENGINE_SEMANTICS
-
     run = {k: v for k, v in point.items() if k in RUN_AXES}
     return {
         "trace": digests[("trace", point["trace"])],
@@ -295,10 +293,6 @@ def _pyarrow_parquet():
 # -- the sweep --------------------------------------------------------------------------------------
 
 def _load_inputs(grid: Grid, points):
-    from specsim.calibration import AcceptanceCalibration
-    from specsim.traces import read_trace
-    from specsim.table import CostTable
-
     used = {a: {p[a] for p in points} for a in INPUT_AXES}
 
     def load(section, name, read, *args, **kwargs):
@@ -337,8 +331,6 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     serial : bool
         Run in this process without Dask.
     """
-    from specsim._progress import Progress
-
     start = time.monotonic()
     if scheduler is not None:
         check_scheduler(scheduler)
@@ -427,8 +419,6 @@ PART_NAMES = {"trace": "trace content", "table": "table file", "calibration": "c
 def resume_note(total: int, reused: int, n_stale: int, stale: dict, out) -> str:
     """One line on what a resumed sweep reused and why, and which kept points it recomputes
     because an input changed (``stale``: input part -> points where it differs)."""
-    from specsim.sim.engine import ENGINE_SEMANTICS
-
     if not reused and not stale:
         return ""
     parts = []
