@@ -37,7 +37,7 @@ import io
 
 import numpy as np
 
-from specsim.sim.result import PERCENTILES, percentiles  # noqa: F401  (PERCENTILES kept importable here)
+from specsim.sim.result import PERCENTILES, percentiles, run_rates  # noqa: F401  (PERCENTILES kept importable here)
 
 # Overload: the least growth of queueing delay (s per s of arrivals), the least rise from the
 # first quarter of arrivals to the last (s), the fewest requests to measure it on.
@@ -143,6 +143,7 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
     makespan = float(np.nanmax(result.finish_s)) - start if result.requests else 0.0
     energy = result.energy_j
     ratio = (lambda a, b: a / b if b > 0 else None)  # noqa: E731
+    tokens_per_s, j_per_token = run_rates(tokens, makespan, energy)
     return {
         "policy": result.policy,
         "label": label(result),
@@ -151,9 +152,9 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         "output_tokens": tokens,
         "prompt_tokens": int(result.prompt_tokens.sum()),
         "makespan_s": makespan,
-        "tokens_per_s": ratio(tokens, makespan),
+        "tokens_per_s": tokens_per_s,
         "energy_j": energy,
-        "j_per_token": ratio(energy, tokens),
+        "j_per_token": j_per_token,
         "mean_power_w": ratio(energy, makespan),
         "mean_width": ratio(c["sequence_steps"], c["decode_steps"]),
         "depth_histogram": {str(k): int(v) for k, v in enumerate(result.depth_histogram) if v},

@@ -30,6 +30,15 @@ def percentiles(values, qs=PERCENTILES) -> dict:
     return {f"p{q}": float(p) for q, p in zip(qs, ps)} | {"mean": float(v.mean())}
 
 
+def run_rates(output_tokens, makespan_s, energy_j) -> tuple:
+    """``(tokens_per_s, j_per_token)`` of a run (or a replica, or a fleet): output tokens over the
+    makespan (first arrival to last finish), and energy over output tokens; each None where its
+    divisor is not positive. Every summary, study and fleet row takes its two figures from here."""
+    tokens_per_s = output_tokens / makespan_s if makespan_s > 0 else None
+    j_per_token = energy_j / output_tokens if output_tokens > 0 else None
+    return tokens_per_s, j_per_token
+
+
 def percentile(values, q) -> float | None:
     """One percentile of :func:`percentiles` (None when every value is NaN)."""
     return percentiles(values, (q,))[f"p{q}"]

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
-from specsim.sim.result import percentile
+from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import show
 from specsim._executor import Executor, ExecutorError
@@ -471,10 +471,11 @@ def _answer(label, units, probes, target, price) -> PolicyCapacity:
     tokens = max(p.output_tokens, 1)
     gpu_hours = p.gpus * p.makespan_s / 3600.0 / tokens * 1e6
     above = probes.get(units + 1)
+    tokens_per_s, j_per_token = run_rates(p.output_tokens, p.makespan_s, p.energy_j)
     return PolicyCapacity(
         label=label, replicas=p.replicas, gpus=p.gpus, units=units, attainment=p.attainment,
-        tokens_per_s_per_gpu=p.output_tokens / p.makespan_s / p.gpus if p.makespan_s > 0 else None,
-        j_per_token=p.energy_j / tokens, gpu_hours_per_mtok=gpu_hours,
+        tokens_per_s_per_gpu=None if tokens_per_s is None else tokens_per_s / p.gpus,
+        j_per_token=j_per_token, gpu_hours_per_mtok=gpu_hours,
         usd_per_mtok=None if price is None else gpu_hours * price,
         monotone_at_boundary=None if above is None else above.interval[0] >= target,
         attainment_low=p.interval[0], attainment_high=p.interval[1],

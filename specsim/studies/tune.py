@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
-from specsim.sim.result import percentile
+from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, int_problem, show
 from specsim._executor import ExecutorError, choose
@@ -255,9 +255,10 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])
     tpot_p99 = percentile(res.tpot_s, 99)
     att = slo.met(res)["attainment"] if slo.has_targets else None
+    tokens_per_s, j_per_token = run_rates(tokens, makespan, res.energy_j)
     return {
-        "j_per_token": res.energy_j / tokens,
-        "tokens_per_s": tokens / makespan if makespan > 0 else float("inf"),
+        "j_per_token": j_per_token,
+        "tokens_per_s": float("inf") if tokens_per_s is None else tokens_per_s,
         "attainment": att,
         "tpot_p99_s": 0.0 if tpot_p99 is None else tpot_p99,
         "max_width": int(res.step_width.max()) if res.step_width.shape[0] else 0,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.sim.metrics import slo_attainment, summarize
-from specsim.sim.result import percentile
+from specsim.sim.result import percentile, run_rates
 from specsim.frames import requests_frame, rows_frame
 from specsim.sim.engine import SimResult
 
@@ -72,10 +72,11 @@ class FleetResult:
             e = r.energy
             energy = r.energy_j + (self.standby_j[i] if self.standby_j else 0.0)
             busy = e["decode_s"] + e["prefill_s"]
+            tokens_per_s, j_per_token = run_rates(tokens, span, energy)
             rows.append({
                 "replica": i, "group": self.groups[i], "gpus": self.gpus_per_replica[i], "requests": r.requests,
-                "output_tokens": tokens, "tokens_per_s": tokens / span if span > 0 else None,
-                "energy_j": energy, "j_per_token": energy / tokens if tokens else None,
+                "output_tokens": tokens, "tokens_per_s": tokens_per_s,
+                "energy_j": energy, "j_per_token": j_per_token,
                 "utilisation": busy / span if span > 0 else None,
                 "ttft_p99_s": percentile(r.ttft_s, 99), "tpot_p99_s": percentile(r.tpot_s, 99),
                 "kv_peak": (r.kv["peak_blocks"] / r.kv["capacity_blocks"]) if r.kv["capacity_blocks"] else None,
