@@ -408,9 +408,9 @@ def test_a_device_given_as_input_is_refused_not_read_for_ever(files, argv, capsy
 
 
 def test_inputs_past_the_size_limit_are_refused_unread(files, monkeypatch, capsys):
-    import specsim._checks as checks
+    import specsim._io as io_module
 
-    monkeypatch.setattr(checks, "MAX_INPUT_BYTES", 100)
+    monkeypatch.setattr(io_module, "MAX_INPUT_BYTES", 100)  # the guarded reader's binding of the limit
     _refused(["table", "show", files / "t.toml"], capsys, "t.toml", "larger than 100 bytes")
 
 

@@ -150,7 +150,10 @@ def test_progress_chunks_do_not_change_the_result(monkeypatch):
     reqs = random_requests(80, 4, rate=6.0)
     fleet = Fleet.uniform(small_table(), small_calibration(), 3)
     whole = simulate_fleet(reqs, fleet, "sequence", router="least_kv")
+    import specsim.sim.fleet.fleet as fleet_module
+
     monkeypatch.setattr(engine, "PROGRESS_CHUNK", 7)
+    monkeypatch.setattr(fleet_module, "PROGRESS_CHUNK", 7)  # the fleet's own binding of the engine's chunk
     seen = []
     cut = simulate_fleet(reqs, fleet, "sequence", router="least_kv", progress=seen.append)
     assert len(seen) > 3 and seen[-1] == 80 and seen == sorted(seen)

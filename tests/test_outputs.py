@@ -135,13 +135,13 @@ def test_a_bad_later_output_leaves_earlier_outputs_untouched(d, argv, kept, caps
 
 def test_a_failure_after_the_work_leaves_every_output_untouched(d, capsys, monkeypatch):
     # The last output fails once the simulation has run and the first is staged: nothing is written.
-    import specsim.sim.metrics
+    import specsim.cli.simulate
     from specsim.errors import SimulationError
 
     def boom(results):
         raise SimulationError("the per-request table cannot be made")
 
-    monkeypatch.setattr(specsim.sim.metrics, "requests_csv", boom)
+    monkeypatch.setattr(specsim.cli.simulate, "requests_csv", boom)
     for name in ("out.json", "out.csv"):
         (d / name).write_text(SENTINEL)
     before = snapshot(d)

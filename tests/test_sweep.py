@@ -284,7 +284,9 @@ def test_engine_semantics_version_keys_the_rows(inputs, shared_data, monkeypatch
     grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
     out = inputs / "r.csv"
     run_sweep(load_grid(grid_path), out, serial=True, progress=False)
-    monkeypatch.setattr(engine, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)
+    import specsim.studies.sweep.run as sweep_run
+
+    monkeypatch.setattr(sweep_run, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)  # the sweep's binding of it
     report = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
     assert (report.computed, report.stale) == (1, 1)
 

@@ -256,7 +256,7 @@ BAD = [
     ("vllm-log", _line(rates="0.400, 0.800, 0.000, 0.000"), "cannot rise"),
     ("vllm-log", _line(mal="inf"), "not a finite number"),
     ("vllm-log", _line(mal="3.50"), "contradict"),
-    ("vllm-log", _line(acc=50 * 65, drafted=100 * 65, mal="33.50", rates=", ".join(["0.500"] * 65)), "at most 64"),
+    ("vllm-log", _line(acc=50 * 256, drafted=100 * 256, mal="129.00", rates=", ".join(["0.500"] * 256)), "at most 255"),
     ("vllm-prometheus", f"vllm:spec_decode_num_drafts_total{{{LAB}}} 100\n"
                         f"vllm:spec_decode_num_draft_tokens_total{{{LAB}}} 200\n"
                         f"vllm:spec_decode_num_accepted_tokens_total{{{LAB}}} 150\n"
