@@ -1,11 +1,12 @@
-"""The one percentile function every summary, fleet row, capacity probe and tuning score uses."""
+"""The one percentile function and the one tokens/s and J/token rule every summary, fleet row,
+capacity probe and tuning score uses."""
 
 import math
 
 import numpy as np
 import pytest
 
-from specsim.sim.result import PERCENTILES, percentile, percentiles
+from specsim.sim.result import PERCENTILES, percentile, percentiles, run_rates
 
 
 def test_percentiles_leave_nan_out_and_interpolate_linearly():
@@ -32,3 +33,25 @@ def test_a_single_percentile_is_the_same_number_as_in_the_summary():
     for n in (2, 3, 17, 1000):
         v = rng.lognormal(size=n)
         assert percentile(v, 99) == percentiles(v)["p99"] == float(np.percentile(v, 99))
+
+
+def test_run_rates_divide_by_the_makespan_and_the_tokens_and_are_none_where_those_are_zero():
+    assert run_rates(100, 4.0, 50.0) == (25.0, 0.5)
+    assert run_rates(0, 0.0, 0.0) == (None, None)
+    assert run_rates(10, 0.0, 3.0) == (None, 0.3)
+    assert run_rates(0, 2.0, 3.0) == (0.0, None)
+
+
+def test_a_summary_and_a_fleet_row_take_their_rates_from_run_rates():
+    from specsim import Fleet, simulate, simulate_fleet
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.traces import synthetic_trace
+
+    table, cal = demo_table(), demo_calibration()
+    reqs = synthetic_trace(40, 20.0, seed=3).requests
+    s = simulate(reqs, table, cal, "fixed:2").summary()
+    assert (s["tokens_per_s"], s["j_per_token"]) == run_rates(s["output_tokens"], s["makespan_s"], s["energy_j"])
+    fleet = simulate_fleet(reqs, Fleet.uniform(table, cal, 1), "fixed:2")
+    row = fleet.replica_rows()[0]
+    assert (row["tokens_per_s"], row["j_per_token"]) == run_rates(row["output_tokens"], fleet.makespan_s,
+                                                                  row["energy_j"])

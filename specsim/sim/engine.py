@@ -37,7 +37,7 @@ import numpy as np
 from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
     DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions, prefill_fixed_part,
+    NO_CAP, ServerOptions, check_option_names, prefill_fixed_part,
 )
 from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
 from specsim.plan.depth_table import depth_by_width
@@ -56,7 +56,6 @@ from specsim.sim._types import (
     Workspace,
 )
 from specsim.sim.metrics import summarize
-from specsim.sim.options import check_option_names
 from specsim.sim.replay import AcceptanceTrace
 from specsim.table import CostTable
 from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
