@@ -3,8 +3,8 @@
 A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from the roofline in
 :mod:`specsim.costmodel`), a calibration from published EAGLE acceptance rates
 (:mod:`specsim.costmodel.defaults`), and a synthetic request trace shaped like the public Azure
-LLM inference conversation trace of November 2023, served under the five draft-depth policies
-and plain decoding as the baseline.
+LLM inference conversation trace of November 2023, served under specsim's draft-depth policies,
+SGLang's own adaptive controller on its default settings, and plain decoding as the baseline.
 
 The question it answers is the simulator's typical what-if: the conversation traffic doubled
 (:data:`DEMO_RATE_SCALE`). At the trace's own rate one modelled H200 idles at a batch of about
@@ -32,7 +32,8 @@ from pathlib import Path
 from specsim.errors import ScheduleError
 from specsim._io import Outputs
 from specsim.costmodel.defaults import demo_calibration, demo_table
-from specsim.policy.policy import policy_runs
+from specsim.interop.sglang import parse_adaptive
+from specsim.policy.policy import Policy, policy_runs
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.sim.engine import simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
@@ -50,6 +51,10 @@ CONV_OUTPUT_MEDIAN, CONV_OUTPUT_SIGMA = 129.0, 0.86
 
 DEMO_POLICIES = ("fixed:0", "fixed:3", "schedule:1-16=4,17-64=3,65-128=2,129-=1", "goodput", "propose",
                  "sequence", "load-aware")
+# SGLang's adaptive controller as the engine runs it with an empty --speculative-adaptive-config
+# (its defaults: candidates 1, 3 and 7), written beside the other inputs so a run can be repeated.
+SGLANG_ADAPTIVE_FILE = "sglang-adaptive.json"
+SGLANG_ADAPTIVE_CONFIG = "{}\n"
 DEMO_RATE_SCALE = 2.0
 DEMO_REQUESTS = 3000
 DEMO_SLO_TTFT_S = 1.0
@@ -93,7 +98,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     read = demo_trace(requests, seed, rate_scale)
     server = demo_server(table)
     base = ServerOptions(seed=seed)
-    plan = policy_runs(list(DEMO_POLICIES), [0.0])
+    plan = policy_runs(list(DEMO_POLICIES) + [demo_adaptive()], [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
     mark_same_runs(results, summaries)
@@ -106,7 +111,15 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     return summaries, results, inputs
 
 
-OUTPUT_FILES = ("table.toml", "calibration.toml", "trace.csv", "requests.csv", "results.json", "plot.png")
+def demo_adaptive() -> Policy:
+    """SGLang's adaptive controller on its defaults, as ``sglang-adaptive:sglang-adaptive.json``
+    reads it from the demo folder."""
+    cfg = parse_adaptive(SGLANG_ADAPTIVE_CONFIG, SGLANG_ADAPTIVE_FILE)
+    return Policy("sglang-adaptive", adaptive=cfg, source=SGLANG_ADAPTIVE_FILE)
+
+
+OUTPUT_FILES = ("table.toml", "calibration.toml", "trace.csv", SGLANG_ADAPTIVE_FILE, "requests.csv", "results.json",
+                "plot.png")
 
 
 def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, outputs=None) -> list:
@@ -131,6 +144,7 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
         "table.toml": inputs["table"].to_text(),
         "calibration.toml": inputs["calibration"].render(),
         "trace.csv": "\n".join(lines) + "\n",
+        SGLANG_ADAPTIVE_FILE: SGLANG_ADAPTIVE_CONFIG,
         "requests.csv": per_request_csv,
         "results.json": json.dumps({
             "policies": summaries,

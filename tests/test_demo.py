@@ -9,7 +9,7 @@ import pytest
 
 from specsim import AcceptanceCalibration, CostTable
 from specsim.cli import main
-from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, demo_trace, run_demo
+from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, SGLANG_ADAPTIVE_FILE, demo_adaptive, demo_trace, run_demo
 from specsim.traces import read_trace
 
 
@@ -24,7 +24,7 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     cal = AcceptanceCalibration.load(out / "calibration.toml")
     assert "published" in cal.meta["source"]
     results = json.loads((out / "results.json").read_text())
-    assert [p["policy"] for p in results["policies"]] == list(DEMO_POLICIES)
+    assert [p["policy"] for p in results["policies"]] == list(DEMO_POLICIES) + [str(demo_adaptive())]
     assert all(p["requests"] == 400 for p in results["policies"])
 
     # The written trace reads back (format detected) to the generated one.
@@ -46,6 +46,16 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     assert main(command[1:] + ["--json", str(single), "--quiet"]) == 0
     mine = json.loads(single.read_text())["policies"][0]
     theirs = next(p for p in results["policies"] if p["policy"] == "sequence")
+    for key in ("output_tokens", "tokens_per_s", "j_per_token", "accepted_per_step"):
+        assert np.isclose(mine[key], theirs[key], rtol=1e-9), key
+
+    # SGLang's controller on the config file the demo leaves (its defaults) reproduces its row too.
+    assert (out / SGLANG_ADAPTIVE_FILE).read_text().strip() == "{}"
+    command[command.index("--policy") + 1] = f"sglang-adaptive:{out / SGLANG_ADAPTIVE_FILE}"
+    assert main(command[1:] + ["--json", str(single), "--quiet"]) == 0
+    mine = json.loads(single.read_text())["policies"][0]
+    theirs = next(p for p in results["policies"] if p["policy"].startswith("sglang-adaptive:"))
+    assert mine["accepted_per_step"] != next(p for p in results["policies"] if p["policy"] == "fixed:3")["accepted_per_step"]
     for key in ("output_tokens", "tokens_per_s", "j_per_token", "accepted_per_step"):
         assert np.isclose(mine[key], theirs[key], rtol=1e-9), key
 

@@ -18,10 +18,10 @@ from specsim.sim.verdict import reruns, same_run_lines, verdict
 def register(sub, groups):
     p = sub.add_parser(
         "demo",
-        help="simulate five draft-depth policies on built-in defaults (no files, no GPU)",
+        help="simulate the draft-depth policies and SGLang's adaptive controller on built-in defaults (no files, no GPU)",
         description="Serve a synthetic conversation trace (shaped like the public Azure 2023 one, at twice its "
                     "rate) on a modelled H200 running Llama-3.1-8B with an EAGLE drafter, under fixed, schedule, "
-                    "goodput, propose and sequence policies and plain decoding; print them side by side and write "
+                    "goodput, propose, sequence and load-aware policies, SGLang's adaptive controller and plain decoding; print them side by side and write "
                     "the inputs, results and a plot to --out.",
     )
     p.add_argument("--out", default="specsim-demo", metavar="DIR",
