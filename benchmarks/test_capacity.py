@@ -172,7 +172,7 @@ def test_fleet_against_plain_reference(benchmark):
 
     reqs = random_requests(300, 1, rate=20.0)
     table, cal = small_table(), small_calibration()
-    opts = ServerOptions(max_batch=4, prefill_ms_per_token=0.2, chunked_prefill=False, max_num_batched_tokens=None)
+    opts = ServerOptions(max_num_seqs=4, prefill_ms_per_token=0.2, chunked_prefill=False, max_num_batched_tokens=None)
     fleet = Fleet.uniform(table, cal, 4, opts)
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
     t0 = time.perf_counter()

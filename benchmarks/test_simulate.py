@@ -133,13 +133,13 @@ def test_cost_linear_in_trace_length(benchmark):
     table, cal = demo_table(), demo_calibration()
     short = synthetic_trace(20_000, 20.0, seed=1).requests
     long = synthetic_trace(200_000, 20.0, seed=1).requests
-    simulate(short[:100], table, cal, "sequence", max_batch=64)
+    simulate(short[:100], table, cal, "sequence", max_num_seqs=64)
 
     def best(reqs, rounds):
         times = []
         for _ in range(rounds):
             t0 = time.perf_counter()
-            simulate(reqs, table, cal, "sequence", max_batch=64)
+            simulate(reqs, table, cal, "sequence", max_num_seqs=64)
             times.append(time.perf_counter() - t0)
         return min(times)
 

@@ -30,7 +30,7 @@ def bursts(k=K, periods=30):
     return requests([(float(t), 100, 1) for t in range(periods) for _ in range(k)])
 
 
-OPTS = ServerOptions(max_batch=1, prefill_ms_per_token=1.0, prefill_j_per_token=0.5, idle_w=3.0)
+OPTS = ServerOptions(max_num_seqs=1, prefill_ms_per_token=1.0, prefill_j_per_token=0.5, idle_w=3.0)
 
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
@@ -289,7 +289,7 @@ def _coin_requests(n):
     return requests([(10.0 * i, 50, 3) for i in range(n)])
 
 
-COIN_OPTS = ServerOptions(max_batch=1, prefill_ms_per_token=0.01)
+COIN_OPTS = ServerOptions(max_num_seqs=1, prefill_ms_per_token=0.01)
 
 
 def test_attainment_interval_covers_the_known_rate():

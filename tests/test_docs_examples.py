@@ -102,10 +102,10 @@ def test_planner_inputs_example_is_json():
 
 
 def test_the_server_options_named_are_server_options():
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.options import option_names
 
     text = FORMATS.read_text(encoding="utf-8")
     para = text[text.index("- Server options (in `[server]`"):]
     named = re.findall(r"`(\w+)`", para[:para.index("An option is")])
     assert len(named) >= 9
-    assert set(named) - {"server"} <= set(ServerOptions.__dataclass_fields__)
+    assert set(named) - {"server"} <= option_names()

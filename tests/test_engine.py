@@ -128,7 +128,7 @@ def assert_matches_reference(res, want):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_conservation(policy):
     reqs = random_requests(120, 1)
-    res = simulate(reqs, small_table(), small_calibration(), policy, max_batch=4, prefill_ms_per_token=0.01)
+    res = simulate(reqs, small_table(), small_calibration(), policy, max_num_seqs=4, prefill_ms_per_token=0.01)
     assert not np.isnan(res.finish_s).any()
     assert (res.first_token_s >= res.arrival_s).all() and (res.finish_s >= res.first_token_s).all()
     assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
@@ -141,7 +141,7 @@ def test_conservation(policy):
 
 def test_fixed_zero_is_one_token_per_sequence_per_step():
     reqs = random_requests(80, 2)
-    res = simulate(reqs, small_table(), small_calibration(), "fixed:0", max_batch=3, log_size=1 << 16)
+    res = simulate(reqs, small_table(), small_calibration(), "fixed:0", max_num_seqs=3, log_size=1 << 16)
     c = res.counters
     assert c["accepted_drafts"] == 0 and c["verified_rows"] == 0 and c["speculative_steps"] == 0
     assert c["sequence_steps"] == int((reqs["output_tokens"] - 1).sum())
@@ -164,10 +164,10 @@ def test_resumable_chunks_give_the_same_result(monkeypatch):
     from specsim.sim import engine
 
     reqs = random_requests(60, 3)
-    whole = simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4)
+    whole = simulate(reqs, small_table(), small_calibration(), "sequence", max_num_seqs=4)
     monkeypatch.setattr(engine, "PROGRESS_CHUNK", 7)
     seen = []
-    cut = simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4, progress=seen.append)
+    cut = simulate(reqs, small_table(), small_calibration(), "sequence", max_num_seqs=4, progress=seen.append)
     assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 60
     assert np.array_equal(whole.finish_s, cut.finish_s) and whole.energy == cut.energy
 
@@ -176,7 +176,7 @@ def test_resumable_chunks_give_the_same_result(monkeypatch):
 
 def test_same_seed_identical_different_seed_different():
     reqs = random_requests(100, 4)
-    runs = [simulate(reqs, small_table(), small_calibration(), "sequence", max_batch=4, seed=s) for s in (7, 7, 8)]
+    runs = [simulate(reqs, small_table(), small_calibration(), "sequence", max_num_seqs=4, seed=s) for s in (7, 7, 8)]
     a, b, c = runs
     assert np.array_equal(a.finish_s, b.finish_s) and a.energy == b.energy and a.counters == b.counters
     assert not np.array_equal(a.finish_s, c.finish_s)
@@ -199,7 +199,7 @@ def test_uniform_draws_match_reference_and_look_uniform():
 def first_step_accepted(policy, kmax=3, count=60, seed=0):
     """Accepted drafts of each request's first decode step when it is served alone."""
     reqs = requests([(float(10 * i), 5, kmax + 2) for i in range(count)])
-    res = simulate(reqs, small_table(), small_calibration(), policy, max_batch=1, seed=seed, log_size=1 << 12)
+    res = simulate(reqs, small_table(), small_calibration(), policy, max_num_seqs=1, seed=seed, log_size=1 << 12)
     assert res.step_log_stride == 1
     out, i, left = [], 0, None
     for tok in res.step_tokens.tolist():
@@ -245,9 +245,9 @@ def test_accepted_run_is_prefix_monotone(seed, req, tok):
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("opts", [
-    dict(max_batch=4),
-    dict(max_batch=3, max_seqs=2, k_max=2, prefill_ms_per_token=0.05, prefill_j_per_token=0.01, idle_w=7.5, seed=9),
-    dict(max_batch=6, row_budget=5, slack=0.3, prefill_ms_per_token=0.02, seed=3),
+    dict(max_num_seqs=4),
+    dict(max_num_seqs=3, max_seqs=2, k_max=2, prefill_ms_per_token=0.05, prefill_j_per_token=0.01, idle_w=7.5, seed=9),
+    dict(max_num_seqs=6, row_budget=5, slack=0.3, prefill_ms_per_token=0.02, seed=3),
 ])
 def test_engine_matches_reference(policy, opts):
     reqs = random_requests(40, 11, rate=1.0)
@@ -267,7 +267,7 @@ def test_engine_matches_reference(policy, opts):
 def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch, slack, row_budget, k_max, rate):
     reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
     table, cal = small_table(), small_calibration()
-    opts = dict(max_batch=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
+    opts = dict(max_num_seqs=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0)
     want = run_reference(reqs, table, cal, policy, **opts)
     assert_matches_reference(simulate(reqs, table, cal, policy, **opts), want)
@@ -298,9 +298,9 @@ def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_ba
         kv = max(1, need * block + kv_room)
         if kv // block < need:
             with pytest.raises(SimulationError, match="KV blocks"):
-                simulate(reqs, table, cal, policy, max_batch=max_batch, kv_capacity_tokens=kv, kv_block_size=block)
+                simulate(reqs, table, cal, policy, max_num_seqs=max_batch, kv_capacity_tokens=kv, kv_block_size=block)
             return
-    opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
+    opts = dict(max_num_seqs=max_batch, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                 kv_capacity_tokens=kv, kv_block_size=block, prefill_ms_per_step=step_ms, prefill_j_per_step=step_ms / 2,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14)
     if curve:  # a profiled curve replaces the affine prefill costs (giving both is refused)
@@ -336,8 +336,8 @@ def test_engine_matches_reference_with_explicit_occupancy():
     reqs = random_requests(30, 12)
     table, cal = small_table(), small_calibration()
     occ = [[0.0, 0.2, 0.3, 0.5], [0.4, 0.4, 0.2, 0.0]]
-    res = simulate(reqs, table, cal, "sequence", max_batch=4, occupancy=occ)
-    assert_matches_reference(res, run_reference(reqs, table, cal, "sequence", max_batch=4, occupancy=occ))
+    res = simulate(reqs, table, cal, "sequence", max_num_seqs=4, occupancy=occ)
+    assert_matches_reference(res, run_reference(reqs, table, cal, "sequence", max_num_seqs=4, occupancy=occ))
 
 
 # -- the outcome model -----------------------------------------------------------------------------
@@ -385,8 +385,8 @@ def test_refusals():
     t, c = small_table(), small_calibration()
     with pytest.raises(SimulationError, match="slack"):
         simulate(reqs, t, c, "propose", slack=1.0)
-    with pytest.raises(SimulationError, match="max_batch"):
-        simulate(reqs, t, c, "propose", max_batch=0)
+    with pytest.raises(SimulationError, match="max_num_seqs"):
+        simulate(reqs, t, c, "propose", max_num_seqs=0)
     with pytest.raises(SimulationError, match="64 bits"):
         simulate(reqs, t, c, "propose", seed=2 ** 64)
     with pytest.raises(SimulationError, match="idle_w"):
@@ -401,10 +401,10 @@ def test_refusals():
         simulate(reqs, t, c, "fastest")
 
 
-def test_default_max_batch_is_the_widest_width_and_caps_hold():
+def test_default_max_num_seqs_is_the_widest_width_and_caps_hold():
     reqs = requests([(0.0, 1, 30)] * 10)
     res = simulate(reqs, small_table(), small_calibration(), "fixed:3", max_seqs=3, log_size=1 << 12)
-    assert res.options["max_batch"] == 4 and res.step_width.max() == 4
+    assert res.options["max_num_seqs"] == 4 and res.step_width.max() == 4
     # Above the speculation cap every step is plain.
     assert (res.step_mean_depth[res.step_width > 3] == 0).all()
     assert (res.step_mean_depth[res.step_width <= 3] == 3).all()
@@ -414,8 +414,8 @@ def test_default_max_batch_is_the_widest_width_and_caps_hold():
 
 def test_step_log_downsamples_to_its_capacity():
     reqs = random_requests(50, 13)
-    full = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_batch=2, log_size=1 << 16)
-    small = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_batch=2, log_size=16)
+    full = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_num_seqs=2, log_size=1 << 16)
+    small = simulate(reqs, small_table(), small_calibration(), "fixed:2", max_num_seqs=2, log_size=16)
     s = small.step_log_stride
     assert s > 1 and 8 <= small.step_t_s.shape[0] <= 16
     assert np.array_equal(small.step_t_s, full.step_t_s[::s][:small.step_t_s.shape[0]])
@@ -425,7 +425,7 @@ def test_step_log_downsamples_to_its_capacity():
 
 def test_summary_and_csv():
     reqs = random_requests(70, 14)
-    res = simulate(reqs, small_table(), small_calibration(), "propose", max_batch=4, slack=0.2, idle_w=5.0)
+    res = simulate(reqs, small_table(), small_calibration(), "propose", max_num_seqs=4, slack=0.2, idle_w=5.0)
     s = summarize(res, slo_ttft_s=0.05, slo_tpot_s=0.02)
     assert s["policy"] == "propose" and s["slack"] == 0.2 and s["label"] == "propose@0.2"
     assert s["output_tokens"] == int(reqs["output_tokens"].sum()) and s["requests"] == 70
@@ -510,7 +510,7 @@ def test_acceptance_trace_matches_reference(policy):
     table, cal = small_table(), small_calibration()
     digits = [0, 1, 2, 2, 0, 1, 1, 0, 2, 1, 0, 0, 2]
     trace = acceptance_trace(digits, 2)
-    opts = dict(max_batch=4, seed=4, slack=0.1)
+    opts = dict(max_num_seqs=4, seed=4, slack=0.1)
     res = simulate(reqs, table, cal, policy, acceptance=trace, **opts)
     want = run_reference(reqs, table, cal, policy, digits=digits, k_logged=2, **opts)
     assert_matches_reference(res, want)
@@ -521,7 +521,7 @@ def test_acceptance_trace_matches_reference(policy):
 def test_acceptance_trace_common_draws_and_warning():
     reqs = requests([(float(10 * i), 5, 6) for i in range(40)])
     trace = acceptance_trace([3, 0, 1, 2, 3, 1, 0, 2], 3)
-    res = {k: simulate(reqs, small_table(), small_calibration(), f"fixed:{k}", max_batch=1, acceptance=trace)
+    res = {k: simulate(reqs, small_table(), small_calibration(), f"fixed:{k}", max_num_seqs=1, acceptance=trace)
            for k in (1, 2, 3)}
     # Every step's accepted run is min(entry, depth) of the same entry, so tokens per step grow with depth.
     assert res[1].counters["accepted_drafts"] < res[2].counters["accepted_drafts"] < res[3].counters["accepted_drafts"]
@@ -570,7 +570,7 @@ def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():
         from tests.test_engine import KEY
         cal = AcceptanceCalibration(KEY, [-1.0, 0.0], [0.9, 0.99], [0.95] * 8)
         reqs = requests([(0.0, 10, 60)] * 300)
-        res = simulate(reqs, flat_deep_table(), cal, "sequence", max_batch=256)
+        res = simulate(reqs, flat_deep_table(), cal, "sequence", max_num_seqs=256)
         assert res.counters["emitted_tokens"] == 300 * 60, res.counters
         print("ok", res.depth_histogram.tolist())
     """)
@@ -649,7 +649,7 @@ def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
 def test_load_aware_engine_matches_reference(idle_w, slack, rate):
     reqs = random_requests(40, 5, rate=rate, max_out=30)
     table, cal = small_table(), small_calibration()
-    opts = dict(max_batch=6, slack=slack, idle_w=idle_w, prefill_ms_per_token=0.02, seed=4)
+    opts = dict(max_num_seqs=6, slack=slack, idle_w=idle_w, prefill_ms_per_token=0.02, seed=4)
     res = simulate(reqs, table, cal, "load-aware", **opts)
     assert_matches_reference(res, run_reference(reqs, table, cal, "load-aware", **opts))
     assert res.policy == "load-aware" and res.summary()["label"] == f"load-aware@{slack:g}"
@@ -659,7 +659,7 @@ def test_load_aware_switches_plans_with_the_queue():
     """Under a backlog load-aware is propose step for step; with an idle server and widths where
     the plans part, it runs its above-idle plan and spends less energy per token than propose."""
     table, cal = small_table(), small_calibration()
-    opts = dict(max_batch=6, slack=0.3, idle_w=150.0, prefill_ms_per_token=0.02)
+    opts = dict(max_num_seqs=6, slack=0.3, idle_w=150.0, prefill_ms_per_token=0.02)
     light = random_requests(60, 3, rate=0.5, max_out=30)
     la, pr = (simulate(light, table, cal, p, **opts) for p in ("load-aware", "propose"))
     assert la.depth_histogram.tolist() != pr.depth_histogram.tolist()
@@ -673,7 +673,7 @@ def test_load_aware_switches_plans_with_the_queue():
 def test_load_aware_matches_reference_random(n, trace_seed, idle_w, slack, max_batch, rate, chunked):
     reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
     table, cal = small_table(), small_calibration()
-    opts = dict(max_batch=max_batch, slack=slack, idle_w=idle_w, chunked_prefill=chunked,
+    opts = dict(max_num_seqs=max_batch, slack=slack, idle_w=idle_w, chunked_prefill=chunked,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02)
     assert_matches_reference(simulate(reqs, table, cal, "load-aware", **opts),
                              run_reference(reqs, table, cal, "load-aware", **opts))

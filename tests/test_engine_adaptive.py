@@ -59,7 +59,7 @@ def test_adaptive_matches_reference(config, graphs, n, trace_seed, seed, max_bat
     reqs = random_requests(n, trace_seed, rate=rate, max_out=30)
     table, cal = small_table(), small_calibration()
     pol = adaptive(config, graphs)
-    opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, k_max=k_max, row_budget=row_budget,
+    opts = dict(max_num_seqs=max_batch, seed=seed, chunked_prefill=chunked, k_max=k_max, row_budget=row_budget,
                 max_num_batched_tokens=budget, prefill_ms_per_token=0.03, prefill_j_per_token=0.02,
                 log_size=1 << 14, acceptance_window=gate[0], acceptance_length_threshold=gate[1])
     res = simulate(reqs, table, cal, pol, **opts)
@@ -75,8 +75,8 @@ def test_one_candidate_per_slot_is_the_pinned_schedule(tmp_path):
     reqs = random_requests(50, 4, rate=4.0)
     table, cal = small_table(), small_calibration()
     for head in ("sglang", "sglang[2,4]"):
-        pinned = simulate(reqs, table, cal, f"{head}:{path}", max_batch=4)
-        moved = simulate(reqs, table, cal, f"{head.replace('sglang', 'sglang-adaptive')}:{path}", max_batch=4)
+        pinned = simulate(reqs, table, cal, f"{head}:{path}", max_num_seqs=4)
+        moved = simulate(reqs, table, cal, f"{head.replace('sglang', 'sglang-adaptive')}:{path}", max_num_seqs=4)
         assert np.array_equal(pinned.finish_s, moved.finish_s) and pinned.counters == moved.counters
 
 
@@ -89,7 +89,7 @@ def test_controller_steps_down_when_drafts_are_rejected(tmp_path):
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"candidate_steps": [1, 3], "warmup_batches": 4, "update_interval": 2}))
     poor = AcceptanceCalibration(KEY, [-2.0, 0.0], [0.02, 0.05], [0.04, 0.03, 0.02])
-    res = simulate(random_requests(40, 6, rate=2.0), small_table(), poor, f"sglang-adaptive:{path}", max_batch=4,
+    res = simulate(random_requests(40, 6, rate=2.0), small_table(), poor, f"sglang-adaptive:{path}", max_num_seqs=4,
                    log_size=1 << 14)
     depths = res.step_mean_depth[res.step_mean_depth > 0]
     switch = int(np.argmax(depths == 1))

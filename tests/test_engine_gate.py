@@ -33,7 +33,7 @@ def test_gate_matches_reference(n, trace_seed, seed, policy, max_batch, window, 
     if kv_room is not None:
         need = int((-(-(reqs["prompt_tokens"] + reqs["output_tokens"] - 1 + table.max_k) // 16)).max())
         kv = need * 16 + kv_room
-    opts = dict(max_batch=max_batch, seed=seed, chunked_prefill=chunked, kv_capacity_tokens=kv,
+    opts = dict(max_num_seqs=max_batch, seed=seed, chunked_prefill=chunked, kv_capacity_tokens=kv,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0, log_size=1 << 14,
                 acceptance_window=window, acceptance_length_threshold=threshold)
     res = simulate(reqs, table, cal, policy, **opts)
@@ -45,14 +45,14 @@ def test_gate_switches_speculation_off_after_the_window():
     step plain-decodes; before it, the policy's depth runs."""
     reqs = random_requests(60, 5, rate=3.0)
     table, cal = small_table(), small_calibration()
-    res = simulate(reqs, table, cal, "fixed:3", max_batch=4, acceptance_window=6, acceptance_length_threshold=5.0,
+    res = simulate(reqs, table, cal, "fixed:3", max_num_seqs=4, acceptance_window=6, acceptance_length_threshold=5.0,
                    log_size=1 << 14)
     decoded = res.output_tokens > 1
     off_at = np.sort(res.finish_s[decoded])[5]
     after = res.step_t_s > off_at
     assert after.any() and (res.step_mean_depth[after] == 0).all()
     assert (res.step_mean_depth[~after] > 0).any()
-    plain = simulate(reqs, table, cal, "fixed:3", max_batch=4, log_size=1 << 14)
+    plain = simulate(reqs, table, cal, "fixed:3", max_num_seqs=4, log_size=1 << 14)
     assert res.counters["speculative_steps"] < plain.counters["speculative_steps"]
 
 
@@ -61,8 +61,8 @@ def test_gate_that_never_fires_changes_nothing(window, threshold):
     """Threshold 0 (a mean is never below it) or a window <= 0: the run is the ungated run."""
     reqs = random_requests(40, 2, rate=3.0)
     table, cal = small_table(), small_calibration()
-    base = simulate(reqs, table, cal, "fixed:2", max_batch=4)
-    res = simulate(reqs, table, cal, "fixed:2", max_batch=4, acceptance_window=window,
+    base = simulate(reqs, table, cal, "fixed:2", max_num_seqs=4)
+    res = simulate(reqs, table, cal, "fixed:2", max_num_seqs=4, acceptance_window=window,
                    acceptance_length_threshold=threshold)
     assert np.array_equal(res.finish_s, base.finish_s) and res.counters == base.counters
 
@@ -93,14 +93,14 @@ def test_trtllm_file_carries_the_gate(tmp_path):
     assert pol.gate == (6, 5.0) and pol.ranges == ((1, None, 3),)
     reqs = random_requests(60, 5, rate=3.0)
     table, cal = small_table(), small_calibration()
-    from_file = simulate(reqs, table, cal, pol, max_batch=4)
+    from_file = simulate(reqs, table, cal, pol, max_num_seqs=4)
     assert from_file.options["acceptance_window"] == 6
-    by_option = simulate(reqs, table, cal, "fixed:3", max_batch=4, acceptance_window=6,
+    by_option = simulate(reqs, table, cal, "fixed:3", max_num_seqs=4, acceptance_window=6,
                          acceptance_length_threshold=5.0)
     assert np.array_equal(from_file.finish_s, by_option.finish_s)
     # The server's own options win over the file's.
-    overridden = simulate(reqs, table, cal, pol, max_batch=4, acceptance_window=6, acceptance_length_threshold=0.0)
-    assert overridden.counters == simulate(reqs, table, cal, "fixed:3", max_batch=4).counters
+    overridden = simulate(reqs, table, cal, pol, max_num_seqs=4, acceptance_window=6, acceptance_length_threshold=0.0)
+    assert overridden.counters == simulate(reqs, table, cal, "fixed:3", max_num_seqs=4).counters
 
 
 def test_trtllm_file_with_one_key_has_no_gate(tmp_path):

@@ -48,7 +48,7 @@ def same(a, b):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_one_replica_is_the_single_server_engine(router, policy):
     reqs = random_requests(60, 5, rate=3.0)
-    opts = ServerOptions(max_batch=4, seed=3, slack=0.2, idle_w=7.0)
+    opts = ServerOptions(max_num_seqs=4, seed=3, slack=0.2, idle_w=7.0)
     res = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), 1, opts), policy, router=router)
     one = simulate(reqs, small_table(), small_calibration(), policy, options=opts)
     same(res.replicas[0], one)
@@ -62,7 +62,7 @@ def test_one_replica_is_the_single_server_engine(router, policy):
        policy=st.sampled_from(POLICIES), rate=st.floats(0.5, 20.0))
 def test_round_robin_equals_independent_servers_of_the_split(n, replicas, seed, policy, rate):
     reqs = random_requests(n, seed, rate=rate) if n else requests([])
-    opts = ServerOptions(max_batch=3, seed=seed, log_size=16)
+    opts = ServerOptions(max_num_seqs=3, seed=seed, log_size=16)
     res = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), replicas, opts), policy)
     assert res.router == "round_robin"
     for r in range(replicas):
@@ -78,9 +78,9 @@ def test_every_replica_is_the_single_server_on_its_share(router):
     cal = small_calibration()
     # Group b schedules as vLLM does: chunked prefill under a token budget, a KV cache small
     # enough to preempt.
-    fleet = Fleet((ReplicaGroup("a", 2, small_table(), cal, ServerOptions(max_batch=2, seed=1)),
+    fleet = Fleet((ReplicaGroup("a", 2, small_table(), cal, ServerOptions(max_num_seqs=2, seed=1)),
                    ReplicaGroup("b", 1, other_table(), cal,
-                                ServerOptions(max_batch=8, seed=1, prefill_ms_per_token=0.3, chunked_prefill=True,
+                                ServerOptions(max_num_seqs=8, seed=1, prefill_ms_per_token=0.3, chunked_prefill=True,
                                               max_num_batched_tokens=96, kv_capacity_tokens=800))))
     res = simulate_fleet(reqs, fleet, "sequence", router=router)
     assert res.groups == ("a", "a", "b") and res.gpus == 3
@@ -102,7 +102,7 @@ def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_
     reqs = random_requests(n, seed, rate=rate) if n else requests([])
     table, cal = small_table(), small_calibration()
     # The reference models separate prefill steps without a token budget or KV limit.
-    opts = ServerOptions(max_batch=max_batch, seed=seed, prefill_ms_per_token=0.2, chunked_prefill=False,
+    opts = ServerOptions(max_num_seqs=max_batch, seed=seed, prefill_ms_per_token=0.2, chunked_prefill=False,
                          max_num_batched_tokens=None, kv_capacity_tokens=None)
     res = simulate_fleet(reqs, Fleet.uniform(table, cal, replicas, opts), f"fixed:{k}", router=router)
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
@@ -121,7 +121,7 @@ def test_kernel_matches_plain_reference_wide_and_long(router, replicas, n):
     """More replicas than requests arrive at once (wide), and long queues on few (deep)."""
     reqs = random_requests(n, replicas, rate=60.0)
     table, cal = small_table(), small_calibration()
-    opts = ServerOptions(max_batch=2, seed=5, prefill_ms_per_token=0.2, chunked_prefill=False,
+    opts = ServerOptions(max_num_seqs=2, seed=5, prefill_ms_per_token=0.2, chunked_prefill=False,
                          max_num_batched_tokens=None, kv_capacity_tokens=None)
     res = simulate_fleet(reqs, Fleet.uniform(table, cal, replicas, opts), "fixed:3", router=router)
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
@@ -205,7 +205,7 @@ def test_least_outstanding_beats_round_robin_on_bursty_real_traffic(shared_data)
     table = model_table("h200", "llama-3.1-8b", "eagle3-1l", max_k=3, widths=(1, 2, 4, 8, 16, 32, 64))
     reqs = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv", rate_scale=6.0,
                       limit=4000).requests
-    opts = ServerOptions(prefill_ms_per_token=0.05, prefill_j_per_token=0.03, max_batch=16)
+    opts = ServerOptions(prefill_ms_per_token=0.05, prefill_j_per_token=0.03, max_num_seqs=16)
     p99 = {}
     for router in ("round_robin", "least_outstanding"):
         res = simulate_fleet(reqs, Fleet.uniform(table, demo_calibration(), 4, opts), "propose", router=router)
@@ -255,8 +255,8 @@ def test_fleet_file(tmp_path):
     assert fleet.replicas == 6 and fleet.gpus == 8 and fleet.router == "least_outstanding"
     small, big = fleet.groups
     assert small.table == small_table() and big.table == other_table()
-    assert big.options.max_batch == 8 and big.options.prefill_ms_per_token == 0.2 and big.options.idle_w == 5.0
-    assert small.options.max_batch is None and small.options.idle_w == 5.0
+    assert big.options.max_num_seqs == 8 and big.options.prefill_ms_per_token == 0.2 and big.options.idle_w == 5.0
+    assert small.options.max_num_seqs is None and small.options.idle_w == 5.0
     assert fleet.scaled(3).replicas == 18 and fleet.scaled(3).gpus == 24
     res = simulate_fleet(random_requests(50, 3, rate=10.0), fleet, "sequence")
     assert res.router == "least_outstanding" and len(res.replicas) == 6
@@ -270,6 +270,7 @@ def test_fleet_file(tmp_path):
     (GOOD.replace('"a.toml"', '"missing.toml"'), "no file at"),
     (GOOD.replace("max_batch = 8", "max_batchh = 8"), "server.max_batchh is not a server option"),
     (GOOD.replace("max_batch = 8", "max_batch = 0"), "server options"),
+    (GOOD.replace("max_batch = 8", "max_batch = 8\nmax_num_seqs = 4"), "name the same option"),
     (GOOD.replace('box_class = "test"', 'box_class = "h200"'), "box_class = 'h200'"),
     (GOOD.replace('name = "big"', 'name = "small"'), "used twice"),
     (GOOD.replace('calibration = "cal.toml"\n[group.server]', 'calibration = "cal2.toml"\n[group.server]'),
@@ -344,7 +345,7 @@ router = ["round_robin", "least_outstanding"]
     report = run_sweep(grid, tmp_path / "out.csv", serial=True, progress=False)
     got = {(r["replicas"], r["router"]): r for r in read_results(tmp_path / "out.csv")}
     assert len(got) == 4
-    opts = ServerOptions(max_batch=2)
+    opts = ServerOptions(max_num_seqs=2)
     for (replicas, router), row in got.items():
         want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), replicas, opts), "propose",
                               router=router).summary(slo_ttft_s=0.5)
@@ -407,9 +408,9 @@ def test_fleet_file_with_a_broken_table(tmp_path):
 def test_every_replica_is_the_engine_on_random_mixed_fleets(n, a, b, seed, router, rate, policy, chunked, budget, kv):
     reqs = random_requests(n, seed, rate=rate) if n else requests([])
     cal = small_calibration()
-    opts_b = ServerOptions(max_batch=4, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
+    opts_b = ServerOptions(max_num_seqs=4, seed=seed, chunked_prefill=chunked, max_num_batched_tokens=budget,
                            kv_capacity_tokens=kv, idle_w=2.0)
-    fleet = Fleet((ReplicaGroup("a", a, small_table(), cal, ServerOptions(max_batch=2, seed=seed, log_size=8)),
+    fleet = Fleet((ReplicaGroup("a", a, small_table(), cal, ServerOptions(max_num_seqs=2, seed=seed, log_size=8)),
                    ReplicaGroup("b", b, other_table(), cal, opts_b)))
     res = simulate_fleet(reqs, fleet, policy, router=router)
     assert sorted(set(res.assignment.tolist())) <= list(range(a + b)) and (res.assignment >= 0).all()
@@ -442,7 +443,7 @@ def test_fleet_command(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "sequence@0: per replica" in run.stdout and "least_outstanding" in run.stdout
     doc = json.loads((tmp_path / "f.json").read_text())
-    opts = ServerOptions(max_batch=2, chunked_prefill=False, max_num_batched_tokens=None)
+    opts = ServerOptions(max_num_seqs=2, chunked_prefill=False, max_num_batched_tokens=None)
     want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), 3, opts), "sequence",
                           router="least_outstanding").summary(slo_ttft_s=0.5)
     got = doc["policies"][1]

@@ -247,7 +247,7 @@ def test_online_window_is_bounded_and_bad_types_are_refused():
 
 
 @pytest.mark.parametrize("ranges,kw,needle", [
-    ([(1, 10**30, 2)], {}, "last width"), ([(1, 8, 10**6)], {}, "depth"), ([(1, 8, 2)], {"max_batch": 10**30}, "max_batch"),
+    ([(1, 10**30, 2)], {}, "last width"), ([(1, 8, 10**6)], {}, "depth"), ([(1, 8, 2)], {"max_num_seqs": 10**30}, "max_num_seqs"),
     (None, {}, "not a list"), (5, {}, "not a list"),
 ])
 def test_schedule_export_refuses_widths_and_depths_past_the_limits(ranges, kw, needle):
@@ -262,7 +262,7 @@ def test_schedule_export_takes_numpy_integers():
 
     from specsim import export_schedule
 
-    text = export_schedule("vllm", [(np.int64(1), None, np.int64(2))], max_batch=8).text
+    text = export_schedule("vllm", [(np.int64(1), None, np.int64(2))], max_num_seqs=8).text
     assert '"num_speculative_tokens": 2' in text
 
 

@@ -43,8 +43,8 @@ def _trace(rate, n=300):
 
 
 def test_simulation_summary_flags_a_growing_queue():
-    light = simulate(_trace(1.0), small_table(), small_calibration(), "fixed:0", max_batch=3).summary()
-    heavy = simulate(_trace(30.0), small_table(), small_calibration(), "fixed:0", max_batch=3).summary()
+    light = simulate(_trace(1.0), small_table(), small_calibration(), "fixed:0", max_num_seqs=3).summary()
+    heavy = simulate(_trace(30.0), small_table(), small_calibration(), "fixed:0", max_num_seqs=3).summary()
     assert light["overload"]["flag"] is False
     assert heavy["overload"]["flag"] is True and heavy["overload"]["growth"] > 1.0
     assert heavy["overload"]["last_quarter_s"] > heavy["overload"]["first_quarter_s"]
@@ -80,7 +80,7 @@ def test_commands_say_overloaded_in_one_line_and_flag_the_json(files, capsys, co
 def test_capacity_flags_each_overloaded_probe():
     from specsim.cli.capacity import capacity_table
 
-    opts = ServerOptions(max_batch=3)
+    opts = ServerOptions(max_num_seqs=3)
     res = capacity(_trace(30.0), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=2.0, attainment=0.9),
                    options=opts, max_replicas=64)
     for p in res.policies:

@@ -72,9 +72,9 @@ def test_ranges_from_depths_collapse():
 def test_vllm_roundtrip(ranges, max_batch):
     if max(k for *_, k in ranges) == 0:
         with pytest.raises(ScheduleError, match="never speculates"):
-            export("vllm", ranges, max_batch=max_batch)
+            export("vllm", ranges, max_num_seqs=max_batch)
         return
-    assert _roundtrip("vllm", ranges, max_batch=max_batch) == ranges
+    assert _roundtrip("vllm", ranges, max_num_seqs=max_batch) == ranges
 
 
 @settings(max_examples=150, deadline=None)
@@ -82,7 +82,7 @@ def test_vllm_roundtrip(ranges, max_batch):
 def test_trtllm_roundtrip(ranges, max_batch):
     if ranges[0][2] == 0:
         return
-    back = _roundtrip("trtllm", ranges, max_batch=max_batch)
+    back = _roundtrip("trtllm", ranges, max_num_seqs=max_batch)
     last = ranges[-1]
     if last[2] == 0 or len(ranges) == 1:  # a constant schedule is max_draft_len alone: exact
         assert back == ranges
@@ -110,7 +110,7 @@ def test_sglang_roundtrip(ranges):
 ])
 def test_roundtrip_edge_cases(engine, ranges):
     if engine == "trtllm" and ranges[-1][2] != 0 and len(ranges) > 1:
-        back = _roundtrip(engine, ranges, max_batch=1024)
+        back = _roundtrip(engine, ranges, max_num_seqs=1024)
         # TensorRT-LLM ends a speculating open range at the serve's largest batch.
         assert all(depth_at(back, w) == depth_at(ranges, w) for w in range(1, 1025))
         assert depth_at(back, 1025) == 0
@@ -119,7 +119,7 @@ def test_roundtrip_edge_cases(engine, ranges):
         with pytest.raises(ScheduleError, match="max_draft_len"):
             export(engine, ranges)
         return
-    assert _roundtrip(engine, ranges, max_batch=1024) == canonical(ranges)
+    assert _roundtrip(engine, ranges, max_num_seqs=1024) == canonical(ranges)
 
 
 def test_a_closed_last_range_exports_its_plain_tail():
@@ -165,7 +165,7 @@ def trtllm_rules(spec):
 def test_vllm_export_obeys_vllms_rules(ranges, max_batch):
     if max(k for *_, k in ranges) == 0:
         return
-    cfg = json.loads(export("vllm", ranges, max_batch=max_batch).text)
+    cfg = json.loads(export("vllm", ranges, max_num_seqs=max_batch).text)
     vllm_rules(cfg)
     assert cfg["method"] == "eagle3"
     assert ("num_speculative_tokens_per_batch_size" in cfg) == (len(ranges) > 1)
@@ -176,7 +176,7 @@ def test_vllm_export_obeys_vllms_rules(ranges, max_batch):
 def test_trtllm_export_obeys_trtllms_rules_and_is_yaml(ranges, max_batch):
     if ranges[0][2] == 0:
         return
-    text = export("trtllm", ranges, max_batch=max_batch).text
+    text = export("trtllm", ranges, max_num_seqs=max_batch).text
     spec = _yaml_subset(text, "x")["speculative_config"]
     trtllm_rules(spec)
     yaml = pytest.importorskip("yaml")
@@ -185,8 +185,8 @@ def test_trtllm_export_obeys_trtllms_rules_and_is_yaml(ranges, max_batch):
 
 def test_trtllm_refuses_what_it_cannot_express():
     with pytest.raises(ScheduleError, match="smallest batch-size key"):
-        export("trtllm", ((1, 4, 2), (5, None, 4)), max_batch=64)
-    with pytest.raises(ScheduleError, match="--max-batch"):
+        export("trtllm", ((1, 4, 2), (5, None, 4)), max_num_seqs=64)
+    with pytest.raises(ScheduleError, match="--max-num-seqs"):
         export("trtllm", ((1, 4, 4), (5, None, 1)))
     for engine in ENGINES:
         with pytest.raises(ScheduleError, match="never speculates"):
@@ -198,16 +198,16 @@ def test_trtllm_refuses_what_it_cannot_express():
 def test_every_export_says_what_the_engine_cannot_express():
     ranges = ((1, 16, 4), (17, 64, 2), (65, None, 1))
     for engine in ENGINES:
-        cfg = export(engine, ranges, max_batch=256)
+        cfg = export(engine, ranges, max_num_seqs=256)
         assert any("per-sequence" in n for n in cfg.notes)
         assert any("energy" in n for n in cfg.notes)
-    text = export("trtllm", ranges, max_batch=256).text
+    text = export("trtllm", ranges, max_num_seqs=256).text
     assert "# Note: one depth for the whole batch" in text
     assert "above 256 plain-decode" in text
 
 
 def test_exports_match_the_documented_examples():
-    cfg = json.loads(export("vllm", ((1, 16, 4), (17, 64, 3), (65, None, 1)), max_batch=256,
+    cfg = json.loads(export("vllm", ((1, 16, 4), (17, 64, 3), (65, None, 1)), max_num_seqs=256,
                             draft_model="yuhuili/EAGLE-LLaMA3.1-Instruct-8B").text)
     assert cfg == {"method": "eagle3", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4,
                    "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 64, 3], [65, 256, 1]]}
@@ -298,7 +298,7 @@ def test_engine_files_are_schedule_policies(tmp_path):
     ranges = ((1, 16, 4), (17, 64, 2), (65, None, 1))
     for engine in ENGINES:
         f = tmp_path / f"cfg.{engine}"
-        f.write_text(export(engine, ranges, max_batch=256).text)
+        f.write_text(export(engine, ranges, max_num_seqs=256).text)
         pol = read_policy(f"{engine}:{f}")
         assert pol.kind == "schedule"
         assert all(pol.depth_for_width(w) == depth_at(ranges, w) for w in range(1, 257))
@@ -313,11 +313,11 @@ def test_engine_files_are_schedule_policies(tmp_path):
 
 def test_schedule_file_roundtrip_and_refusals(tmp_path):
     ranges = ((1, 8, 3), (9, None, 1))
-    text = render_schedule(ranges, objective="energy", max_batch=128, sections={"inputs": {"trace": "t.csv"}})
+    text = render_schedule(ranges, objective="energy", max_num_seqs=128, sections={"inputs": {"trace": "t.csv"}})
     f = tmp_path / "s.toml"
     f.write_text(text)
     doc = load_schedule(f)
-    assert doc.ranges == ranges and doc.max_batch == 128 and doc.objective == "energy"
+    assert doc.ranges == ranges and doc.max_num_seqs == 128 and doc.objective == "energy"
     assert doc.sections["inputs"]["trace"] == "t.csv"
     assert parse_policy(doc.policy).ranges == ranges
     f.write_text(text.replace('policy = "schedule:1-8=3,9-=1"', 'policy = "schedule:1-=3"'))
@@ -330,7 +330,7 @@ def test_schedule_file_roundtrip_and_refusals(tmp_path):
 
 def test_cli_export_and_import(tmp_path, capsys):
     s = tmp_path / "s.toml"
-    s.write_text(render_schedule(((1, 16, 4), (17, None, 1)), objective="energy", max_batch=256))
+    s.write_text(render_schedule(((1, 16, 4), (17, None, 1)), objective="energy", max_num_seqs=256))
     assert main(["schedule", "export", str(s), "--to", "vllm"]) == 0
     out = capsys.readouterr()
     cfg = json.loads(out.out)
@@ -370,7 +370,7 @@ def test_simulate_runs_an_engine_config_as_the_schedule_it_sets(tmp_path, capsys
     c.write_text(demo_calibration().render())
     trace = synthetic_trace(120, 20.0, seed=2).requests
     tr.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a!r},{p},{o}\n" for a, p, o in trace.tolist()))
-    cfg.write_text(export("vllm", ((1, 4, 3), (5, None, 1)), max_batch=256).text)
+    cfg.write_text(export("vllm", ((1, 4, 3), (5, None, 1)), max_num_seqs=256).text)
     base = ["simulate", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--quiet"]
     mine, theirs = tmp_path / "a.json", tmp_path / "b.json"
     assert main(base + ["--policy", f"vllm:{cfg}", "--json", str(mine)]) == 0
@@ -385,10 +385,10 @@ def test_simulate_runs_an_engine_config_as_the_schedule_it_sets(tmp_path, capsys
 @given(schedules(), st.one_of(st.none(), st.integers(1, 4096)), st.sampled_from(["energy", "throughput"]))
 def test_schedule_file_roundtrip_any_schedule(tmp_path_factory, ranges, max_batch, objective):
     f = tmp_path_factory.mktemp("s") / "s.toml"
-    f.write_text(render_schedule(ranges, objective=objective, max_batch=max_batch,
+    f.write_text(render_schedule(ranges, objective=objective, max_num_seqs=max_batch,
                                  sections={"result": {"gain": 0.25, "within_noise": False, "note": 'a "quoted" word'}}))
     doc = load_schedule(f)
-    assert (doc.ranges, doc.max_batch, doc.objective) == (ranges, max_batch, objective)
+    assert (doc.ranges, doc.max_num_seqs, doc.objective) == (ranges, max_batch, objective)
     assert doc.sections["result"] == {"gain": 0.25, "within_noise": False, "note": 'a "quoted" word'}
 
 
@@ -396,9 +396,9 @@ def test_schedule_file_roundtrip_any_schedule(tmp_path_factory, ranges, max_batc
 
 def test_a_constant_schedule_exports_as_each_engines_static_setting():
     ranges = ((1, None, 3),)
-    vllm = export("vllm", ranges, max_batch=256)
+    vllm = export("vllm", ranges, max_num_seqs=256)
     assert json.loads(vllm.text) == {"method": "eagle3", "num_speculative_tokens": 3}
-    trt = export("trtllm", ranges, max_batch=256)
+    trt = export("trtllm", ranges, max_num_seqs=256)
     spec = _yaml_subset(trt.text, "x")["speculative_config"]
     assert spec == {"decoding_type": "Eagle3", "max_draft_len": 3}
     sg = export("sglang", ranges)
@@ -409,7 +409,7 @@ def test_a_constant_schedule_exports_as_each_engines_static_setting():
 
 
 def test_vllm_notes_say_what_decides_whether_a_schedule_helps():
-    cfg = export("vllm", ((1, 16, 4), (17, None, 1)), max_batch=256)
+    cfg = export("vllm", ((1, 16, 4), (17, None, 1)), max_num_seqs=256)
     text = " ".join(cfg.notes)
     for needle in ("ngram, eagle, eagle3, mtp, draft_model, dflash", "v0.24", "prefill chunks", "PIECEWISE",
                    "'eagle3' is the default"):
@@ -493,9 +493,9 @@ def test_the_documented_schedules_load_through_each_engines_validator_and_lookup
         c = canonical(ranges)
         if engine == "trtllm" and c[0][2] != max(k for *_, k in c):
             with pytest.raises(ScheduleError, match="max_draft_len"):
-                export(engine, c, max_batch=256)
+                export(engine, c, max_num_seqs=256)
             continue
-        cfg = export(engine, c, max_batch=256)
+        cfg = export(engine, c, max_num_seqs=256)
         if engine == "vllm":
             doc = json.loads(cfg.text)
             vllm_rules(doc)

@@ -212,10 +212,18 @@ def test_prefill_curve_refusals(tmp_path, text, match):
 def test_kv_refusals_and_aliases():
     with pytest.raises(SimulationError, match="needs 9 KV blocks"):
         simulate(requests([(0.0, 100, 40)]), flat_table(), small_calibration(), "fixed:3", kv_capacity_tokens=128)
-    with pytest.raises(SimulationError, match="same option"):
-        simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_num_seqs=2, max_batch=3)
-    res = simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_batch=2)
+    # The API has one name; max_batch, its earlier name, is refused there (files and flags keep it).
+    with pytest.raises(SimulationError, match="unknown server option.*max_batch"):
+        simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_batch=3)
+    res = simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_num_seqs=2)
     assert res.options["max_num_seqs"] == res.options["max_batch"] == 2
+    # A file's [server] table maps the earlier name onto the option, and refuses both at once.
+    from specsim.sim.options import option_keywords, option_names
+
+    assert option_keywords({"max_batch": 4, "seed": 1}) == {"max_num_seqs": 4, "seed": 1}
+    assert "max_batch" in option_names() and "max_num_seqs" in option_names()
+    with pytest.raises(SimulationError, match="name the same option"):
+        option_keywords({"max_batch": 4, "max_num_seqs": 4})
     with pytest.raises(SimulationError, match="max_num_batched_tokens"):
         simulate(requests([(0.0, 1, 2)]), flat_table(), small_calibration(), "fixed:0", max_num_batched_tokens=0)
 

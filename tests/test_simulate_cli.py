@@ -55,13 +55,13 @@ def test_simulate_writes_json_csv_and_matches_the_api(files, tmp_path, capsys):
     assert set(doc["policies"][0]["ttft_s"]) >= {"p50", "p90", "p99"}
     # The file is what the Python API gives for the same inputs.
     reqs = synthetic_trace(150, 4.0, seed=2, **_lengths()).requests
-    res = simulate(reqs, small_table(), small_calibration(), "sequence", slack=0.4, max_batch=3, seed=5, idle_w=12.0,
+    res = simulate(reqs, small_table(), small_calibration(), "sequence", slack=0.4, max_num_seqs=3, seed=5, idle_w=12.0,
                    prefill_ms_per_token=0.02, prefill_j_per_token=0.01)
     want = res.summary(slo_ttft_s=0.5, slo_tpot_s=0.03)
     # The command adds which earlier policy, if any, made the same run: on this trace slack 0.4
     # changes no depth the sequence planner picks.
     assert doc["policies"][4] == json.loads(json.dumps(want)) | {"same_as": "sequence@0"}
-    seq0 = simulate(reqs, small_table(), small_calibration(), "sequence", slack=0.0, max_batch=3, seed=5, idle_w=12.0,
+    seq0 = simulate(reqs, small_table(), small_calibration(), "sequence", slack=0.0, max_num_seqs=3, seed=5, idle_w=12.0,
                     prefill_ms_per_token=0.02, prefill_j_per_token=0.01)
     assert np.array_equal(seq0.finish_s, res.finish_s) and seq0.energy_j == res.energy_j
     with req.open() as f:
@@ -91,7 +91,7 @@ def test_simulate_plot(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--policy", "fastest"], "unknown policy"),
-    (["--policy", "propose", "--max-batch", "0"], "max_batch"),
+    (["--policy", "propose", "--max-batch", "0"], "max_num_seqs"),
     (["--policy", "propose", "--occupancy", "1,2"], "one per calibration bucket"),
 ])
 def test_simulate_refusals_exit_2(files, capsys, argv, message):

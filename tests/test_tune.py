@@ -64,7 +64,7 @@ def test_tune_finds_the_exhaustive_optimum(c, ms, rate, objective):
     key = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
     cal = AcceptanceCalibration(key, [-2.0, -0.5, -0.1, 0.0], [0.1, 0.45, 0.8, 0.95], [0.75, 0.6, 0.55])
     table, trace = bent_table(c, ms), synthetic_trace(150, rate, seed=5).requests
-    opts = ServerOptions(max_batch=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015, idle_w=30.0)
+    opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015, idle_w=30.0)
     # One seed: "better on the mean" and "better on every seed" are then the same test.
     res = tune(trace, table, cal, objective=objective, widths_max=4, seeds=1, holdout=0, options=opts,
                executor="serial", min_gain=0.0)
@@ -116,7 +116,7 @@ def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
 
 def test_slo_targets_rule_out_schedules_that_miss_them(small):
     trace, table, cal = small
-    opts = ServerOptions(max_batch=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015)
+    opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015)
     free = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
     tpot = min(s.tpot_p99_s for _, s in free.starts.values())
     tight = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
@@ -129,12 +129,12 @@ def test_slo_targets_rule_out_schedules_that_miss_them(small):
 
 def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
     trace, table, cal = small
-    res = tune(trace, table, cal, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_batch=8),
+    res = tune(trace, table, cal, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_num_seqs=8),
                executor="threads", names={"trace": "t.csv"})
     f = tmp_path / "s.toml"
     f.write_text(res.to_toml())
     doc = load_schedule(f)
-    assert doc.ranges == res.ranges and doc.objective == "energy" and doc.max_batch == 8
+    assert doc.ranges == res.ranges and doc.objective == "energy" and doc.max_num_seqs == 8
     assert doc.sections["inputs"]["trace"] == "t.csv"
     assert doc.sections["inputs"]["trace_sha256"].startswith("sha256:")
     assert doc.sections["result"]["best_fixed"] == res.best_fixed
@@ -150,7 +150,7 @@ def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
 
 def test_executors_agree(small):
     trace, table, cal = small
-    kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8), max_rounds=2)
+    kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=2)
     serial = tune(trace, table, cal, executor="serial", **kw)
     threads = tune(trace, table, cal, executor="threads", workers=2, **kw)
     assert serial.policy == threads.policy
@@ -162,7 +162,7 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     fixed port, and no warning (an error under the suite's filterwarnings) is raised."""
     pytest.importorskip("dask.distributed")
     trace, table, cal = small
-    kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8), max_rounds=1)
+    kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=1)
     dask = tune(trace, table, cal, executor="dask", workers=2, **kw)
     threads = tune(trace, table, cal, executor="threads", **kw)
     assert dask.executor == "dask"
@@ -184,14 +184,14 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     ({"workers": 0}, "workers 0 is outside 1..64"),
     ({"workers": 100_000, "executor": "dask"}, "outside 1..64"),
     ({"widths_max": 0}, "widths_max must be a whole number >= 1"),
-    ({"options": ServerOptions(max_batch=8, seed=(1 << 64) - 2)}, "64 bits"),
+    ({"options": ServerOptions(max_num_seqs=8, seed=(1 << 64) - 2)}, "64 bits"),
 ])
 def test_tune_refuses_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
         if isinstance(kw.get("slo"), dict):
             kw = {**kw, "slo": SLO(**kw["slo"])}
-        tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_batch=8)} | kw))
+        tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_num_seqs=8)} | kw))
 
 
 def test_tune_refuses_a_window_with_no_requests(small):
@@ -231,7 +231,7 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
 
 def test_progress_line_says_each_round(small, capsys):
     trace, table, cal = small
-    tune(trace, table, cal, widths_max=4, seeds=1, options=ServerOptions(max_batch=8), executor="threads",
+    tune(trace, table, cal, widths_max=4, seeds=1, options=ServerOptions(max_num_seqs=8), executor="threads",
          progress=True)
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tune: ") and "best start" in err[0]
@@ -342,5 +342,5 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
     assert "Traceback" not in err and not out.exists()
     with pytest.raises(ScheduleError, match="best of the .* tried reached"):
-        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_batch=8),
+        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
              executor="threads", slo=SLO(tpot_s=0.0001, attainment=0.99))

@@ -18,7 +18,7 @@ from tests.test_engine import random_requests, small_calibration, small_table
 def test_same_depth_at_every_width_is_the_same_run():
     reqs = random_requests(60, 2, rate=3.0)
     table, cal = small_table(), small_calibration()
-    runs = [simulate(reqs, table, cal, p, max_batch=4) for p in ("fixed:2", "schedule:1-=2", "fixed:1",
+    runs = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:2", "schedule:1-=2", "fixed:1",
                                                                  "schedule:1-4=2,5-=0")]
     assert same_run(runs[0], runs[1]) and not same_run(runs[0], runs[2])
     summaries = [r.summary() for r in runs]
@@ -91,7 +91,7 @@ def test_identical_series_are_drawn_once_under_both_names(tmp_path):
     from specsim.sim.report import _distinct_series, plot
 
     reqs = random_requests(60, 2, rate=3.0)
-    runs = [simulate(reqs, small_table(), small_calibration(), p, max_batch=4)
+    runs = [simulate(reqs, small_table(), small_calibration(), p, max_num_seqs=4)
             for p in ("fixed:2", "fixed:0", "schedule:1-=2")]
     summaries = [r.summary(slo_ttft_s=0.5, slo_tpot_s=0.05) for r in runs]
     mark_same_runs(runs, summaries)

@@ -19,7 +19,7 @@ def add_server_options(p, *, replica: bool = False) -> None:
     """Add the server options to parser ``p``; ``replica`` words the help for fleets (each
     replica gets these values; a fleet file's ``[group.server]`` overrides them per group)."""
     each = " per replica" if replica else ""
-    p.add_argument("--max-num-seqs", "--max-batch", dest="max_batch", type=count, metavar="B",
+    p.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=count, metavar="B",
                    help=f"most running requests{each} (default: the table's widest measured width)")
     p.add_argument("--max-num-batched-tokens", type=budget, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
                    help=f"token budget per step: decode tokens, drafts and prefill chunks together (default "
@@ -75,7 +75,7 @@ def warn_placeholder_prefill(options, table, command: str) -> None:
 
 def server_options(args) -> dict:
     """The values of :func:`add_server_options`' flags, as ``ServerOptions`` keywords."""
-    return {"max_batch": args.max_batch, "max_num_batched_tokens": args.max_num_batched_tokens,
+    return {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
             "chunked_prefill": args.chunked_prefill, "mixed_step_pricing": args.mixed_step_pricing,
             "context_pricing": args.context_pricing,
             "kv_capacity_tokens": args.kv_capacity_tokens,

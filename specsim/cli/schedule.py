@@ -53,7 +53,7 @@ def register(sub, groups):
                    help="speculative method as the engine names it (default: vLLM eagle3, TensorRT-LLM Eagle3, "
                         "SGLang EAGLE3: most current drafters are EAGLE-3)")
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights, written where the engine takes them")
-    p.add_argument("--max-batch", type=count, metavar="N",
+    p.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=count, metavar="N",
                    help="the serve's largest batch, where a format needs the last range closed (default: the "
                         "schedule file's max_batch, or the table's widest width with --planner)")
     p.add_argument("-o", "--out", metavar="FILE", help="write the config here (default: print it)")
@@ -86,7 +86,7 @@ def _planner_ranges(args):
     if widest < 1:
         raise _error("--widths-max must be >= 1")
     depths = Planner(table, cal, slack=args.slack, memo=False).propose_many(np.arange(1, widest + 1))
-    return ranges_from_depths(depths), (args.max_batch if args.max_batch is not None else int(table.widths[-1]))
+    return ranges_from_depths(depths), (args.max_num_seqs if args.max_num_seqs is not None else int(table.widths[-1]))
 
 
 def _error(message):
@@ -103,10 +103,10 @@ def cmd_export(args):
         out.declare(args.out, "-o")
         if args.schedule:
             doc = load_schedule(args.schedule)
-            ranges, max_batch = doc.ranges, (args.max_batch if args.max_batch is not None else doc.max_batch)
+            ranges, seqs = doc.ranges, (args.max_num_seqs if args.max_num_seqs is not None else doc.max_num_seqs)
         else:
-            ranges, max_batch = _planner_ranges(args)
-        config = export_schedule(args.to, ranges, method=args.method, max_batch=max_batch, draft_model=args.draft_model)
+            ranges, seqs = _planner_ranges(args)
+        config = export_schedule(args.to, ranges, method=args.method, max_num_seqs=seqs, draft_model=args.draft_model)
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)

@@ -110,7 +110,7 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
 
 # -- schedules in the engines' configs ---------------------------------------------------------------
 
-def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_model=None) -> EngineConfig:
+def export_schedule(engine: str, ranges, *, method=None, max_num_seqs=None, draft_model=None) -> EngineConfig:
     """Write ``ranges`` in ``engine``'s format (``vllm``, ``trtllm`` or ``sglang``).
 
     Parameters
@@ -118,8 +118,8 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     method : str, optional
         The speculative method the engine names (default: the engine module's
         ``DEFAULT_METHOD``, EAGLE-3 for all three; the notes say the default was taken).
-    max_batch : int, optional
-        The serve's largest batch: where the format needs a finite last range (vLLM's entries,
+    max_num_seqs : int, optional
+        The serve's largest batch (vLLM's ``max_num_seqs``): where the format needs a finite last range (vLLM's entries,
         TensorRT-LLM's upper bounds), the open last range ends there.
     draft_model : str, optional
         The drafter's weights (vLLM ``model``, TensorRT-LLM ``speculative_model_dir``).
@@ -131,14 +131,14 @@ def export_schedule(engine: str, ranges, *, method=None, max_batch=None, draft_m
     """
     if not isinstance(engine, str) or engine not in ENGINES:
         raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
-    problem = max_batch is not None and int_problem(max_batch, "max_batch", 1, MAX_WIDTH)
+    problem = max_num_seqs is not None and int_problem(max_num_seqs, "max_num_seqs", 1, MAX_WIDTH)
     if problem:
         raise ScheduleError(problem)
     for name, value in (("method", method), ("draft_model", draft_model)):
         if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
             raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
     module = ENGINES[engine]
-    cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_batch, draft_model)
+    cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_num_seqs, draft_model)
     if method is None:
         cfg = EngineConfig(cfg.engine, cfg.text, cfg.notes + (
             f"method {module.DEFAULT_METHOD!r} is the default (most current drafters are EAGLE-3): give --method "

@@ -230,7 +230,7 @@ TELEMETRY = (
 DEFAULT_METHOD = "EAGLE3"
 
 
-def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
     deepest = deepest_depth(c, "SGLang")
     flags = (f"--speculative-algorithm {method} --speculative-eagle-topk 1 --speculative-num-steps {deepest} "
              f"--speculative-num-draft-tokens {deepest + 1}")

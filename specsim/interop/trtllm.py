@@ -108,7 +108,7 @@ FLOOR_MODES = ("DraftTarget", "PARD", "SA")
 MTP rejects 0)."""
 
 
-def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
     deepest = deepest_depth(c, "TensorRT-LLM")
     if constant_depth(c) is not None:
         notes = list(COMMON_LIMITS) + [CONSTANT_NOTE + " (TensorRT-LLM: max_draft_len without draft_len_schedule)"]
@@ -123,11 +123,11 @@ def export_config(c, method, max_batch, draft_model) -> EngineConfig:
         if hi is None:
             if k == 0:
                 break  # wider than the last key is depth 0 already
-            if max_batch is None:
+            if max_num_seqs is None:
                 raise ScheduleError(
                     f"{policy_text(c)}: the last range {span((lo, hi, k))} speculates (depth {k}) but TensorRT-LLM "
-                    "plain-decodes above its last key; give the serve's largest batch (--max-batch) to end it there")
-            hi = max(lo, max_batch)
+                    "plain-decodes above its last key; give the serve's largest batch (--max-num-seqs) to end it there")
+            hi = max(lo, max_num_seqs)
             notes.append(f"batch sizes above {hi} plain-decode in TensorRT-LLM: keep max_batch_size <= {hi}")
         schedule[hi] = k
     notes += ["draft_len_schedule needs a speculative mode with dynamic draft length (PyTorch backend); "

@@ -606,7 +606,7 @@ PER_BATCH_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 """The methods whose per-batch depth vLLM honours (others fall back to the static K, warning)."""
 
 
-def export_config(c, method, max_batch, draft_model) -> EngineConfig:
+def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
     deepest = deepest_depth(c, "vLLM")
     cfg = {"method": method}
     if draft_model:
@@ -620,7 +620,7 @@ def export_config(c, method, max_batch, draft_model) -> EngineConfig:
         entries = []
         for lo, hi, k in c:
             # vLLM keeps the last range's K for every wider batch, so any finite end is exact.
-            entries.append([lo, hi if hi is not None else max(lo, max_batch or lo), k])
+            entries.append([lo, hi if hi is not None else max(lo, max_num_seqs or lo), k])
         cfg["num_speculative_tokens_per_batch_size"] = entries
         notes += [
             f"batch sizes above {entries[-1][1]} keep depth {entries[-1][2]} (vLLM extends the last range)",

@@ -1,4 +1,4 @@
-"""The planner's depth at every width: what a policy drafts at each batch width 0..max_batch, as the
+"""The planner's depth at every width: what a policy drafts at each batch width 0..max_num_seqs, as the
 server clamps it. The simulator memoises it per run; ``specsim tune`` starts from it.
 
 Parameters shared by the functions here: ``policy`` a :class:`specsim.policy.Policy`, ``table`` a
@@ -14,8 +14,8 @@ from specsim._checks import NO_CAP
 from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
 
 
-def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w: float = None) -> np.ndarray:
-    """The policy's draft depth at every width 0..max_batch, clamped as the server clamps it.
+def depth_by_width(policy, table, cal, opts, max_num_seqs: int, k_cap: int, idle_w: float = None) -> np.ndarray:
+    """The policy's draft depth at every width 0..max_num_seqs, clamped as the server clamps it.
 
     ``propose``, ``sequence`` and ``load-aware`` use the planner's batch-depth kernel, ``goodput`` its own;
     the speculation cap applies to every policy; uniform policies are also held to ``row_budget // n`` rows.
@@ -23,7 +23,7 @@ def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w:
     tokens per joule above that idle power (other policies ignore it).
     """
     cap = NO_CAP if opts.max_seqs is None else opts.max_seqs
-    out = np.empty(max_batch + 1, dtype=np.int64)
+    out = np.empty(max_num_seqs + 1, dtype=np.int64)
     scratch = np.empty((table.max_k + 1, 4))
     if policy.needs_planner:
         cum = np.empty(table.max_k + 1)
@@ -37,9 +37,9 @@ def depth_by_width(policy, table, cal, opts, max_batch: int, k_cap: int, idle_w:
     elif policy.kind == "sglang-adaptive":
         out[:] = k_cap  # the controller's candidate is held to what the caps below leave at each width
     else:
-        out[:] = [policy.depth_for_width(n) for n in range(max_batch + 1)]
+        out[:] = [policy.depth_for_width(n) for n in range(max_num_seqs + 1)]
     np.minimum(out, k_cap, out=out)
-    widths = np.arange(max_batch + 1)
+    widths = np.arange(max_num_seqs + 1)
     out[widths > cap] = 0
     if not policy.per_sequence and opts.row_budget is not None:
         per_width = opts.row_budget // np.maximum(widths, 1)

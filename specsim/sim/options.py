@@ -55,8 +55,8 @@ class ServerOptions:
         Planner slack in [0, 1) (``propose`` and ``sequence``). Default 0.
     max_num_seqs : int or None
         Most running requests. Default: the table's widest measured width (costs beyond it would
-        be the widest width's, an extrapolation the table cannot vouch for). ``max_batch`` is
-        the same option under its earlier name.
+        be the widest width's, an extrapolation the table cannot vouch for). Files and the
+        command line also take it as ``max_batch``, its earlier name (:data:`OPTION_ALIASES`).
     max_num_batched_tokens : int or None
         Token budget per step: decode tokens (1 + drafts per sequence) and prefill tokens
         together. Default 8192; None for no budget.
@@ -112,7 +112,6 @@ class ServerOptions:
 
     slack: float = 0.0
     max_num_seqs: Optional[int] = None
-    max_batch: Optional[int] = None
     max_num_batched_tokens: Optional[int] = DEFAULT_MAX_NUM_BATCHED_TOKENS
     chunked_prefill: bool = DEFAULT_CHUNKED_PREFILL
     mixed_step_pricing: str = DEFAULT_MIXED_STEP_PRICING
@@ -177,26 +176,17 @@ class ServerOptions:
             object.__setattr__(self, "occupancy", occupancy)
 
     def _check_counts(self):
-        seqs, batch = self.max_num_seqs, self.max_batch
-        if seqs is not None and batch is not None and seqs != batch:
-            raise SimulationError(f"max_num_seqs {seqs} and max_batch {batch} name the same option: give one")
-        seqs_name = "max_num_seqs" if seqs is not None else "max_batch"
-        seqs = seqs if seqs is not None else batch
-        for name, value, low in ((seqs_name, seqs, 1), ("max_seqs", self.max_seqs, 0),
+        for name, value, low in (("max_num_seqs", self.max_num_seqs, 1), ("max_seqs", self.max_seqs, 0),
                                  ("k_max", self.k_max, 0), ("row_budget", self.row_budget, 0),
                                  ("max_num_batched_tokens", self.max_num_batched_tokens, 1),
                                  ("kv_capacity_tokens", self.kv_capacity_tokens, 1)):
             if value is not None:
                 value = _int(value, name, low)
-                if name == seqs_name:
-                    seqs = value
-                    continue
-                object.__setattr__(self, name, min(value, NO_CAP))
+                object.__setattr__(self, name, value if name == "max_num_seqs" else min(value, NO_CAP))
+        seqs = self.max_num_seqs
         if seqs is not None and seqs > MAX_BATCH:
             raise SimulationError(f"max_num_seqs {seqs} is beyond {MAX_BATCH} sequences: per-width costs are "
                                   "precomputed for every width up to it; use a realistic batch cap")
-        object.__setattr__(self, "max_num_seqs", seqs)
-        object.__setattr__(self, "max_batch", seqs)
         # A block larger than any request, or a step log past 2**24 entries, is a mistake; both
         # would otherwise reach the kernels as int64 overflows or a huge allocation.
         object.__setattr__(self, "kv_block_size",
@@ -229,7 +219,9 @@ class ServerOptions:
                 value = None if value is None else [list(map(float, c)) for c in value]
             out[f.name] = value
         seqs = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
-        out["max_num_seqs"] = out["max_batch"] = seqs
+        out["max_num_seqs"] = seqs
+        # The same value under its earlier name, for readers of earlier results and schedule files.
+        out["max_batch"] = seqs
         out["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)
         meta = getattr(table, "meta", {}) or {}
         for name in META_COSTS:
@@ -284,12 +276,32 @@ def prefill_fixed_part(opts: dict) -> tuple:
     return out[0], out[1]
 
 
+# Names a [server] table in a file (a sweep grid, a fleet file) may use for an option, beside the
+# option's own: ``max_batch`` was ``max_num_seqs``'s name before it took vLLM's.
+OPTION_ALIASES = {"max_batch": "max_num_seqs"}
+
+
+def option_names() -> set:
+    """Every name a [server] table may use: the :class:`ServerOptions` fields and their aliases."""
+    return set(ServerOptions.__dataclass_fields__) | set(OPTION_ALIASES)
+
+
+def option_keywords(table: dict, error_cls=SimulationError) -> dict:
+    """A [server] table's entries as :class:`ServerOptions` keywords, aliases under the option's
+    own name (refused when a table gives both names)."""
+    out = {}
+    for key, value in table.items():
+        name = OPTION_ALIASES.get(key, key)
+        if name != key and name in table:
+            raise error_cls(f"{key} and {name} name the same option: give one")
+        out[name] = value
+    return out
+
+
 def check_option_names(names, error_cls=SimulationError) -> None:
     """Refuse names that are not :class:`ServerOptions` fields (a misspelt keyword), listing the
     fields, instead of the dataclass's TypeError."""
-    from dataclasses import fields
-
-    known = [f.name for f in fields(ServerOptions)]
+    known = list(ServerOptions.__dataclass_fields__)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise error_cls(f"unknown server option(s) {', '.join(map(show, unknown))}; the options are "

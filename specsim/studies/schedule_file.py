@@ -21,11 +21,12 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class ScheduleFile:
-    """A schedule TOML as read back: the ranges and everything recorded beside them."""
+    """A schedule TOML as read back: the ranges and everything recorded beside them
+    (``max_num_seqs``: the serve's largest batch, the file's ``max_batch`` key)."""
 
     ranges: tuple
     objective: str = ""
-    max_batch: int = None
+    max_num_seqs: int = None
     sections: dict = field(default_factory=dict)
 
     @property
@@ -46,15 +47,15 @@ def text_digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def render_schedule(ranges, *, objective: str, max_batch=None, sections=None) -> str:
+def render_schedule(ranges, *, objective: str, max_num_seqs=None, sections=None) -> str:
     """The schedule TOML (docs/schedules.md#the-schedule-file): header fields, one ``[[range]]``
     per range of the canonical schedule, then each of ``sections`` as a TOML table of scalars."""
     c = canonical(ranges)
     lines = ["# A batch-width -> draft-depth schedule written by specsim (docs/schedules.md).",
              "# Serve it: specsim schedule export THIS.toml --to vllm|trtllm|sglang",
              f"schema = {SCHEMA}", f"policy = {_toml.string(policy_text(c))}", f"objective = {_toml.string(objective)}"]
-    if max_batch is not None:
-        lines.append(f"max_batch = {int(max_batch)}")
+    if max_num_seqs is not None:
+        lines.append(f"max_batch = {int(max_num_seqs)}")
     for lo, hi, k in c:
         lines += ["", "[[range]]", f"first = {lo}"]
         if hi is not None:

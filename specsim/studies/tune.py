@@ -230,12 +230,12 @@ class TuneResult:
             "tuned": self.policy, "served": "tuned" if self.serves_tuned else "best fixed",
         }
         compared = {s.policy: s.mean for s in self.holdout[1:]}
-        return render_schedule(self.recommended, objective=self.objective, max_batch=self.inputs.get("max_batch"),
+        return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
 
     def export(self, engine: str, **kw):
         """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
-        kw.setdefault("max_batch", self.inputs.get("max_batch"))
+        kw.setdefault("max_num_seqs", self.inputs.get("max_num_seqs"))
         return export_schedule(engine, self.recommended, **kw)
 
 
@@ -529,7 +529,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     if widths_max is not None and (isinstance(widths_max, bool) or not isinstance(widths_max, (int, np.integer))
                                    or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
-    widest = min(widths_max or resolved["max_batch"], resolved["max_batch"])
+    widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
     compare = [str(p) for p in compare]
     for p in compare:
@@ -555,7 +555,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
             search.line.close()
     ex.close()
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
-                     max_batch=resolved["max_batch"], widest=widest, k_cap=resolved["k_max"],
+                     max_num_seqs=resolved["max_num_seqs"], widest=widest, k_cap=resolved["k_max"],
                      reached=reached, min_gain=min_gain, slo=slo, target=target)
     return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
 
@@ -610,7 +610,7 @@ class _Search:
         k_cap = resolved["k_max"]
         depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
         for name in ("propose", "goodput"):
-            d = depth_by_width(parse_policy(name), table, cal, opts, resolved["max_batch"], k_cap)
+            d = depth_by_width(parse_policy(name), table, cal, opts, resolved["max_num_seqs"], k_cap)
             depths[name] = d[1:widest + 1]
         out = {name: (d, policy_text(ranges_from_depths(d))) for name, d in depths.items()}
         self.run([("train", t, s) for _, t in out.values() for s in self.train_seeds])
@@ -669,14 +669,14 @@ class _Search:
         )
 
 
-def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_batch, widest, k_cap, reached, min_gain,
+def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_num_seqs, widest, k_cap, reached, min_gain,
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
     return {
         "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
-        "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_batch": int(max_batch),
+        "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_num_seqs": int(max_num_seqs),
         "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,

@@ -28,7 +28,7 @@ from specsim.sim._types import ReplicaState, Requests, STATE_DT, StepLog
 from specsim.sim.engine import PROGRESS_CHUNK, ServerOptions, _request_arrays, collect, prepare
 from specsim.sim.fleet import _kernels as fk
 from specsim.sim.fleet.result import FleetResult, merge_replicas
-from specsim.sim.options import check_option_names
+from specsim.sim.options import check_option_names, option_keywords, option_names
 from specsim.table import CostTable
 
 ROUTERS = tuple(ROUTER_CODES)
@@ -224,22 +224,17 @@ def _parse_group(g, i, where, folder, base_options, problems):
             problems.append(f"{where}: {key} = {value!r}: no file at {p}")
         paths[key] = p
     server = g.get("server", {})
-    option_names = set(ServerOptions.__dataclass_fields__) - {"occupancy", "slack"}
+    known = option_names() - {"occupancy", "slack"}
     if not isinstance(server, dict):
         problems.append(f"{where}: server must be a table of server options")
         server = {}
     for key in server:
-        if key not in option_names:
-            problems.append(f"{where}: server.{key} is not a server option; known: {', '.join(sorted(option_names))}")
+        if key not in known:
+            problems.append(f"{where}: server.{key} is not a server option; known: {', '.join(sorted(known))}")
     if len(problems) > start:
         return None
-    base = dict(base_options)
-    if "max_num_seqs" in server or "max_batch" in server:
-        # One option under two names: the group's own value replaces the command line's.
-        base.pop("max_num_seqs", None)
-        base.pop("max_batch", None)
     try:
-        opts = ServerOptions(**(base | server))
+        opts = ServerOptions(**(dict(base_options) | option_keywords(server)))
     except SimulationError as e:
         problems.append(f"{where}: server options: {e}")
         return None

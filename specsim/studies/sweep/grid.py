@@ -49,6 +49,7 @@ from specsim.errors import GridError, SimulationError
 from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
 from specsim.interop import read_policy
 from specsim.sim.engine import ServerOptions
+from specsim.sim.options import OPTION_ALIASES, option_keywords, option_names
 from specsim.sim.fleet import ROUTERS
 from specsim.traces import FORMATS
 
@@ -128,14 +129,14 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     tables = inputs("tables")
     calibrations = inputs("calibrations")
 
-    option_names = set(ServerOptions.__dataclass_fields__) - {"occupancy"}
+    known = option_names() - {"occupancy"}
     server = doc.get("server", {})
     if not isinstance(server, dict):
         problems.append("[server] must be a table of server options")
         server = {}
     for name in server:
-        if name not in option_names:
-            problems.append(f"[server] {name}: not a server option; known: {', '.join(sorted(option_names))}")
+        if name not in known:
+            problems.append(f"[server] {name}: not a server option; known: {', '.join(sorted(known))}")
     slo = doc.get("slo", {})
     if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
@@ -164,11 +165,12 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     for name, values in raw_axes.items():
         if name in INPUT_AXES:
             continue
-        if name not in option_names | set(RUN_AXES):
+        if name not in known | set(RUN_AXES):
             problems.append(f"[axes] {name}: not an axis; axes are trace, table, calibration, {', '.join(RUN_AXES)} "
-                            f"and the server options ({', '.join(sorted(option_names))})")
+                            f"and the server options ({', '.join(sorted(known))})")
             continue
-        if name in server:
+        same = {name, OPTION_ALIASES.get(name, name)} | {a for a, o in OPTION_ALIASES.items() if o == name}
+        if same & set(server):
             problems.append(f"{name} is both in [server] and in [axes]: keep one")
         if not isinstance(values, list) or not values:
             problems.append(f"[axes] {name} must be a non-empty list")
@@ -240,9 +242,10 @@ def _reader_option_problems(options: dict) -> list:
 
 
 def point_options(grid: Grid, point: dict) -> dict:
-    """The server options of one point: [server] overridden by its option axes."""
-    opts = dict(grid.server)
+    """The server options of one point, as :class:`ServerOptions` keywords: [server] overridden
+    by its option axes."""
+    opts = option_keywords(grid.server)
     for name, value in point.items():
         if name not in INPUT_AXES and name not in RUN_AXES:
-            opts[name] = value
+            opts[OPTION_ALIASES.get(name, name)] = value
     return opts
