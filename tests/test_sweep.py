@@ -304,21 +304,33 @@ def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_da
     for level in ("rate_scale 0.05:", "rate_scale 0.1:"):
         line = next(x for x in printed.splitlines() if x.strip().startswith(level))
         assert "least J/token: fixed:" in line and "most tokens/s: fixed:" in line
-    # The verdict follows the numbers: the best mean wins; a gap under the spread over seeds is a tie.
+    # The verdict follows the numbers, paired by seed: a lead under the paired noise is a tie ...
     grid = load_grid(grid_path)
     rows = read_results(inputs / "r.csv")
-    fake = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]
-    lines = best_by_traffic(grid, fake)
-    assert all("least J/token: fixed:0 " in x and "tie within noise with fixed:3" in x for x in lines[1:])
+    assert {r["seed"] for r in rows} == {1, 2, 3}
+    noisy = [dict(r, j_per_token=1.0 + 0.01 * r["seed"] if r["policy"] == "fixed:0" else 1.001 + 0.01 * (4 - r["seed"]))
+             for r in rows]
+    lines = best_by_traffic(grid, noisy)
+    assert all("least J/token: fixed:0 " in x and "tie within noise with fixed:3" in x
+               and "paired over 3 seeds: -0.001 ± " in x for x in lines[1:])
+    # ... and one that each seed shows alike is a lead, however close the means: the noise the seeds
+    # share cancels in the pairs.
+    shared = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]
+    lines = best_by_traffic(grid, shared)
+    assert all("least J/token: fixed:0 " in x and "ahead of fixed:3" in x.split(";")[0] for x in lines[1:])
     apart = [dict(r, j_per_token=1.0 if r["policy"] == "fixed:3" else 2.0 + 0.01 * r["seed"]) for r in rows]
     lines = best_by_traffic(grid, apart)
     assert all("least J/token: fixed:3 (1)" in x and "tie" not in x.split(";")[0] for x in lines[1:])
-    # Without a seed axis nothing measures the noise: the best is named, no tie is claimed.
+    # Candidates that made the same runs under every seed are named equal, not ranked.
+    twins = [dict(r, run_digest="same" + str(r["seed"])) for r in rows]
+    assert all("(the same runs)" in x and "ahead of" not in x.split(";")[0] for x in best_by_traffic(grid, twins)[1:])
+    # Without a seed axis nothing measures the noise: the best is named, and the line says so.
     single = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:0", "fixed:3"]', limit=60))
     assert main(["sweep", str(inputs / "grid.toml"), "-o", str(inputs / "s.csv"), "--serial", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "best per traffic level:" in printed and "all points: least J/token: fixed:" in printed
-    assert "tie" not in printed and best_by_traffic(single, read_results(inputs / "s.csv"))
+    assert "tie" not in printed and "one seed, so the noise is not measured" in printed
+    assert best_by_traffic(single, read_results(inputs / "s.csv"))
 
 
 def test_points_that_made_the_same_run_are_named_equal(inputs, shared_data, capsys):

@@ -100,3 +100,17 @@ def test_identical_series_are_drawn_once_under_both_names(tmp_path):
     assert shown[0][0] is runs[0]
     plot(runs, summaries, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_t_quantiles_and_paired_noise():
+    from specsim.sim.verdict import paired_noise, t95
+
+    # Tabulated, then the expansion: Student t's 97.5% point at 3, 30, 40, 120 and 10^6 degrees.
+    for dof, exact in ((3, 3.182), (30, 2.042), (40, 2.0211), (120, 1.9799), (10 ** 6, 1.96)):
+        assert abs(t95(dof) - exact) < 1e-3
+    with pytest.raises(ValueError):
+        t95(0)
+    mean, half = paired_noise([1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3 ** 0.5) < 1e-9
+    mean, half = paired_noise([0.5])
+    assert mean == 0.5 and half != half

@@ -23,7 +23,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
 from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
-from specsim.sim.verdict import run_digest
+from specsim.sim.verdict import paired_noise, run_digest
 from specsim.table import CostTable
 from specsim.traces import read_trace
 
@@ -442,10 +442,13 @@ def best_by_traffic(grid: Grid, rows) -> list:
     """The closing summary of a sweep: per traffic level (trace and rate scale) and objective,
     the best candidate (the other axes' values, seeds averaged out), as lines of text.
 
-    With a ``seed`` axis of two or more values, the best two candidates are told apart only when
-    their means differ by more than the larger of their seed spreads (the standard deviation over
-    seeds); otherwise the line says "tie within noise". Without one there is no measured noise,
-    and the best is simply named.
+    The best is told apart from the runner-up only when their difference clears the noise: with a
+    ``seed`` axis of two or more values, the differences are paired by seed (both candidates met
+    the same draft outcomes under one seed, so most of the noise cancels), and the lead counts when
+    the mean difference exceeds its 95% interval's half-width (Student t over the seeds), else the
+    line says "tie within noise". Without a seed axis nothing measures the noise, and the line says
+    so. A candidate that made the same runs as the best (the same ``run_digest`` under every seed)
+    is named equal to it rather than ranked.
     """
     import statistics
 
@@ -469,19 +472,21 @@ def best_by_traffic(grid: Grid, rows) -> list:
         for col, label, lower in OBJECTIVES:
             scored = []
             for cand, rs in cands.items():
-                vals = [v for v in map(_finite_or_none, (r.get(col) for r in rs)) if v is not None]
-                if vals:
-                    spread = statistics.stdev(vals) if seeds > 1 and len(vals) > 1 else None
-                    scored.append((statistics.fmean(vals), spread, cand))
+                by_seed = {r.get("seed"): v for r in rs for v in [_finite_or_none(r.get(col))] if v is not None}
+                if by_seed:
+                    runs = frozenset(str(r.get("run_digest")) for r in rs if r.get("run_digest"))
+                    scored.append((statistics.fmean(by_seed.values()), cand, by_seed, runs))
             if not scored:
                 continue
             scored.sort(key=lambda s: s[0] if lower else -s[0])
-            mean, spread, cand = scored[0]
+            mean, cand, best_seeds, best_runs = scored[0]
             text = f"{label}: {cand} ({mean:.5g})"
-            if len(scored) > 1 and spread is not None and scored[1][1] is not None:
-                noise = max(spread, scored[1][1])
-                if abs(mean - scored[1][0]) <= noise:
-                    text += f", tie within noise with {scored[1][2]} ({scored[1][0]:.5g}; seed spread {noise:.2g})"
+            same = [c for _, c, _, runs in scored[1:] if best_runs and runs == best_runs]
+            if same:
+                text += f" = {', '.join(same)} (the same runs)"
+            rest = [s for s in scored[1:] if s[1] not in same]
+            if rest:
+                text += _lead(mean, rest[0], best_seeds, seeds)
             parts.append(text)
         if parts:
             lines.append(f"  {where}: " + "; ".join(parts))
@@ -489,6 +494,20 @@ def best_by_traffic(grid: Grid, rows) -> list:
         return []
     head = f"best per traffic level (mean over {seeds} seeds):" if seeds > 1 else "best per traffic level:"
     return [head] + lines
+
+
+def _lead(mean, runner_up, best_seeds, seeds) -> str:
+    """How the best candidate stands against the runner-up: ahead, or a tie within the paired
+    seed noise, or ahead with the noise not measured (one seed)."""
+    other, cand, other_seeds, _ = runner_up
+    common = [s for s in best_seeds if s in other_seeds]
+    if seeds < 2 or len(common) < 2:
+        return f", ahead of {cand} ({other:.5g}); one seed, so the noise is not measured (add a seed axis)"
+    diff, half = paired_noise([best_seeds[s] - other_seeds[s] for s in common])
+    noise = f"paired over {len(common)} seeds: {diff:+.2g} ± {half:.2g}, 95%"
+    if abs(diff) > half:
+        return f", ahead of {cand} ({other:.5g}; {noise})"
+    return f", tie within noise with {cand} ({other:.5g}; {noise})"
 
 
 def _finite_or_none(value):
