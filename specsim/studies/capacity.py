@@ -18,6 +18,23 @@ The module is named ``sizing`` so that ``specsim.capacity`` stays the function.
 
 Probes of all policies in one round of the search run together: on a Dask cluster (local by
 default when ``dask.distributed`` is installed) or serially in this process.
+
+Window resampling
+-----------------
+Draft-outcome seeds measure one source of noise; the trace is another: an hour like this one but
+not this one would give another attainment. With ``window_resamples=N, windows=W`` the trace is
+cut into ``W`` contiguous time windows holding equal numbers of requests (one more in the first
+``n mod W``), and ``N`` resampled traces are built by drawing ``W`` windows with replacement
+(a generator seeded by the fleet's first draft-outcome seed, so the same call builds the same
+traces) and laying them back to back: each window keeps its arrivals' gaps, and the next one
+starts where this one's span (to the first arrival of the window after it in the trace; for
+the last window, its last arrival plus the trace's mean gap) ends. Every probe then runs on the
+trace and on each resample, under every seed. Its attainment stays the trace's own (pooled over
+seeds), and its interval is widened: with ``a_1..a_N`` the per-resample attainments (each
+pooled over seeds), ``h = t95(N - 1) * sd(a_1..a_N)`` (the spread one trace's attainment has
+across traces like it), and the seed interval ``[lo, hi]`` (Wilson's) around the point ``p``,
+the interval is ``[p - sqrt((p - lo)^2 + h^2), p + sqrt((hi - p)^2 + h^2)]``, clipped to
+``[0, 1]``: never narrower than the seed interval.
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ from specsim.plan.planner import check_slack
 from specsim.sim.engine import _request_arrays
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload, slo_attainment
+from specsim.sim.verdict import t95
 from specsim.traces._types import REQUEST_DT
 
 PLAIN = "fixed:0"
@@ -50,6 +68,12 @@ DEFAULT_SEEDS = 3
 FEW_MISSES = 10
 # The share of requests that must meet the SLO where the SLO names none.
 DEFAULT_ATTAINMENT = 0.99
+# Time windows a trace is cut into for window resampling, where none is given.
+DEFAULT_WINDOWS = 8
+# Fewest requests a time window must hold on average (windows <= requests / this).
+MIN_WINDOW_REQUESTS = 10
+# Most resampled traces per probe (each one multiplies the probe's simulations).
+MAX_RESAMPLES = 64
 
 
 class CapacityError(SimulationError):
@@ -76,16 +100,26 @@ class Probe:
     attainment_high: float = None
     seeds: int = 1
     trials: int = 0
+    window_resamples: int = 0
+    window_half_width: float = None
+    resample_attainments: tuple = ()
 
     @property
     def interval(self) -> tuple:
-        """The attainment's 95% interval (the point value twice when none was measured)."""
+        """The attainment's 95% interval (the point value twice when none was measured); with
+        window resampling, widened by the spread over resampled traces (module docstring)."""
         if self.attainment_low is None:
             return (self.attainment, self.attainment)
         return (self.attainment_low, self.attainment_high)
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if not self.window_resamples:
+            for k in ("window_resamples", "window_half_width", "resample_attainments"):
+                del out[k]
+        else:
+            out["resample_attainments"] = list(self.resample_attainments)
+        return out
 
 
 @dataclass(frozen=True)
@@ -110,8 +144,14 @@ class PolicyCapacity:
     monotone_at_boundary : bool or None
         Whether one unit more also met the target (None when that is past the cap).
     attainment_low, attainment_high : float
-        The answer's attainment 95% interval (Wilson over requests x draft-outcome seeds); its
-        low end clears the target.
+        The answer's attainment 95% interval (Wilson over requests x draft-outcome seeds, widened
+        by the spread over resampled traces with window resampling); its low end clears the target.
+    interval_includes : str or None
+        With window resampling: what the interval covers (``"draft-outcome seeds and N window
+        resamples"``); None without.
+    window_half_width : float or None
+        With window resampling: ``t95(N - 1)`` times the sd of the answer's attainment over the
+        resampled traces, the widening's share.
     probes : tuple of Probe
         Every size simulated, ascending.
     """
@@ -130,10 +170,13 @@ class PolicyCapacity:
     monotone_at_boundary: bool = None
     attainment_low: float = None
     attainment_high: float = None
+    interval_includes: str = None
+    window_half_width: float = None
     probes: tuple = ()
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "probes"}
+        out = {k: v for k, v in self.__dict__.items() if k != "probes"
+               and not (k in ("interval_includes", "window_half_width") and self.interval_includes is None)}
         out["probes"] = [p.to_dict() for p in self.probes]
         return out
 
@@ -154,6 +197,13 @@ class CapacityResult:
     fleet: list = field(default_factory=list)
     seeds: int = 1
     warnings: tuple = ()
+    window_resamples: int = 0
+    windows: int = 0
+
+    @property
+    def interval_includes(self) -> str:
+        """What the attainment intervals cover: the draft-outcome seeds, and the window resamples when on."""
+        return _includes(self.seeds, self.window_resamples, self.windows)
 
     def policy(self, label) -> PolicyCapacity:
         for p in self.policies:
@@ -162,13 +212,17 @@ class CapacityResult:
         raise KeyError(label)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "target_attainment": self.target, "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "router": self.router, "unit": {"replicas": self.unit_replicas, "gpus": self.unit_gpus,
                                             "groups": self.fleet},
             "max_units": self.max_units, "gpu_hour_usd": self.gpu_hour_usd, "seeds": self.seeds,
             "warnings": list(self.warnings), "policies": [p.to_dict() for p in self.policies],
         }
+        if self.window_resamples:
+            out["window_resampling"] = {"resamples": self.window_resamples, "windows": self.windows,
+                                        "interval_includes": self.interval_includes}
+        return out
 
     def to_frame(self):
         """One row per policy (pandas): the answer and its costs."""
@@ -181,13 +235,16 @@ class CapacityResult:
 
 # -- one probe ---------------------------------------------------------------------------------------
 
-def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None) -> Probe:
+def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None,
+              resamples=()) -> Probe:
     """Simulate ``units`` copies of ``fleet`` with one policy under each draft-outcome seed of
     ``seeds`` (default: the fleet's own); a plain function, so that a Dask worker can run it.
 
     Attainment pools requests over seeds; its 95% interval is Wilson's over those
     requests x seeds trials (docs/fleets.md, "Intervals"). Tokens, energy and times are the
-    first seed's run; the p99 latencies are the worst over seeds."""
+    first seed's run; the p99 latencies are the worst over seeds. ``resamples``: resampled
+    traces (:func:`resample_windows`) the probe also runs under every seed; the interval is then
+    widened by the spread of their attainments (module docstring, "Window resampling")."""
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
     met = trials = 0
@@ -210,10 +267,78 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
         if first is None:
             first = (res, f)
     res, f = first
+    point = met / trials if trials else 1.0
     interval = wilson(met, trials) or (None, None)
-    return Probe(label, units, sized.replicas, sized.gpus, met / trials if trials else 1.0,
+    spread = None
+    shares = tuple(_pooled_attainment(r, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) for r in resamples)
+    if shares:
+        spread, interval = widened(point, interval, shares)
+    return Probe(label, units, sized.replicas, sized.gpus, point,
                  int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), ttft99, tpot99, over, growth,
-                 interval[0], interval[1], len(seeds), trials)
+                 interval[0], interval[1], len(seeds), trials, len(shares), spread, shares)
+
+
+def _pooled_attainment(requests, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) -> float:
+    """One trace's attainment under ``sized``, pooled over ``seeds``."""
+    met = trials = 0
+    for seed in seeds:
+        run = sized if seed is None else sized.with_options(seed=int(seed))
+        f = simulate_fleet(requests, run, policy, router=router).fleet
+        att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+        met += round((1.0 if att is None else att) * f.requests)
+        trials += f.requests
+    return met / trials if trials else 1.0
+
+
+def widened(point, interval, shares) -> tuple:
+    """``(h, (low, high))``: the seed interval ``interval`` around ``point`` widened by the spread of
+    the per-resample attainments ``shares`` (two or more), ``h = t95(N - 1) * sd(shares)``, added
+    in quadrature to each side and clipped to ``[0, 1]`` (module docstring)."""
+    import numpy as np
+
+    a = np.asarray(shares, dtype=np.float64)
+    h = float(t95(a.shape[0] - 1) * a.std(ddof=1))
+    lo, hi = (point, point) if interval[0] is None else interval
+    if h == 0.0:
+        return h, (lo, hi)
+    low = point - math.sqrt((point - lo) ** 2 + h * h)
+    high = point + math.sqrt((hi - point) ** 2 + h * h)
+    return h, (max(0.0, min(lo, low)), min(1.0, max(hi, high)))
+
+
+def resample_windows(requests, resamples: int, windows: int, seed: int) -> tuple:
+    """``resamples`` traces built from ``requests`` by drawing ``windows`` of its contiguous time
+    windows with replacement and laying them back to back (module docstring, "Window
+    resampling"); deterministic for a ``seed``. Each keeps the trace's first arrival time."""
+    import numpy as np
+
+    arrival, prompt, output = _request_arrays(requests)
+    n = arrival.shape[0]
+    reqs = np.zeros(n, dtype=REQUEST_DT)
+    reqs["arrival_s"], reqs["prompt_tokens"], reqs["output_tokens"] = arrival, prompt, output
+    t = reqs["arrival_s"]
+    bounds = [i * (n // windows) + min(i, n % windows) for i in range(windows + 1)]
+    mean_gap = float(t[-1] - t[0]) / (n - 1) if n > 1 else 0.0
+    starts = [float(t[bounds[j]]) for j in range(windows)]
+    ends = starts[1:] + [float(t[-1]) + mean_gap]
+    rng = np.random.default_rng([int(seed) % (1 << 64), windows, resamples])
+    out = []
+    for _ in range(resamples):
+        parts, at = [], float(t[0])
+        for j in rng.integers(0, windows, size=windows):
+            part = reqs[bounds[j]:bounds[j + 1]].copy()
+            part["arrival_s"] = at + (part["arrival_s"] - starts[j])
+            parts.append(part)
+            at += ends[j] - starts[j]
+        out.append(np.ascontiguousarray(np.concatenate(parts)))
+    return tuple(out)
+
+
+def _includes(seeds, resamples, windows) -> str:
+    head = f"{seeds} draft-outcome seed{'s' if seeds != 1 else ''}"
+    if not resamples:
+        return head
+    return f"{head} and {resamples} window resamples ({windows} windows)"
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -273,7 +398,7 @@ def search_sizes(target, max_units):
 def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
              slack=0.0, slo=None, router=DEFAULT_ROUTER,
              max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
-             progress=None, seeds=DEFAULT_SEEDS) -> CapacityResult:
+             progress=None, seeds=DEFAULT_SEEDS, window_resamples=None, windows=None) -> CapacityResult:
     """The fewest replicas per policy whose SLO attainment meets ``slo.attainment``.
 
     A pure function of its inputs (the search and every probe are deterministic).
@@ -312,6 +437,16 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     progress : callable, optional
         Called as ``progress(done_probes, searching)`` after every round, where ``searching`` maps
         each unfinished label to its current ``(missed, met)`` bracket.
+    window_resamples : int, optional
+        Resampled traces per probe (2 .. :data:`MAX_RESAMPLES`; default None: off). Each probe
+        also runs on them, and its interval is widened by the spread of their attainments: with
+        ``h = t95(N - 1) * sd`` of the ``N`` per-resample attainments and Wilson's seed interval
+        ``[lo, hi]`` around the point ``p``, it is ``[p - sqrt((p - lo)^2 + h^2), p + sqrt((hi -
+        p)^2 + h^2)]`` within ``[0, 1]`` (module docstring, "Window resampling").
+    windows : int, optional
+        Contiguous time windows the trace is cut into for resampling (default
+        :data:`DEFAULT_WINDOWS`; 2 .. requests / :data:`MIN_WINDOW_REQUESTS`); only with
+        ``window_resamples``.
 
     Returns
     -------
@@ -345,13 +480,16 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
                             "replicas); raise the cap")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 64:
         raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..64")
+    n = _request_arrays(requests)[0].shape[0]
+    window_resamples, windows = check_resampling(window_resamples, windows, n)
     base = int(fleet.groups[0].options.seed)
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
-    notes = _resolution_warnings(_request_arrays(requests)[0].shape[0], seeds, attainment)
+    notes = _resolution_warnings(n, seeds, attainment)
     notes += _idle_warnings(requests, fleet, runs, (slo.ttft_s, slo.tpot_s), attainment)
+    resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()
     found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
-                                runner or serial_runner, progress, seed_list)
+                                runner or serial_runner, progress, seed_list, resampled)
     failed = [label for label, m in found.items() if m is None]
     if failed:
         problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
@@ -360,11 +498,43 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         raise CapacityError(f"no fleet of up to {max_units * fleet.replicas} replicas meets {attainment:g} SLO "
                             f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
                             problems + notes)
-    answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd) for label, _, _ in runs]
+    includes = _includes(seeds, window_resamples, windows) if window_resamples else None
+    answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd, includes)
+               for label, _, _ in runs]
     plain = answers[0]
     answers = [_with_saving(a, plain) for a in answers]
     return CapacityResult(tuple(answers), float(attainment), slo.ttft_s, slo.tpot_s, router, fleet.replicas,
-                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes))
+                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes),
+                          window_resamples or 0, windows or 0)
+
+
+def check_resampling(resamples, windows, n: int, names=("window_resamples", "windows")) -> tuple:
+    """``(resamples, windows)`` checked against a trace of ``n`` requests: ``(0, 0)`` when off,
+    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <= n //
+    MIN_WINDOW_REQUESTS`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
+    allows when that is fewer). ``names``: what the caller calls the two, for the messages."""
+    rname, wname = names
+    if resamples is None:
+        if windows is not None:
+            raise CapacityError(f"{wname} = {windows!r} cuts the trace for window resampling, which is off: give "
+                                f"{rname} N (2 or more) as well, or leave {wname} out")
+        return 0, 0
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or not 2 <= resamples <= MAX_RESAMPLES:
+        raise CapacityError(f"{rname} = {resamples!r} must be a whole number of resampled traces in "
+                            f"2..{MAX_RESAMPLES} (two or more measure a spread); leave it out to turn window "
+                            "resampling off")
+    most = n // MIN_WINDOW_REQUESTS
+    if most < 2:
+        raise CapacityError(f"the trace has {n} requests: window resampling needs at least "
+                            f"{2 * MIN_WINDOW_REQUESTS} (two windows of {MIN_WINDOW_REQUESTS}); use a longer trace "
+                            f"or leave {rname} out")
+    if windows is None:
+        windows = min(DEFAULT_WINDOWS, most)
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 2 <= windows <= most:
+        raise CapacityError(f"{wname} = {windows!r} must be a whole number in 2..{most}: the trace's {n} requests "
+                            f"allow windows of at least {MIN_WINDOW_REQUESTS} requests each; give fewer windows or "
+                            "a longer trace")
+    return int(resamples), int(windows)
 
 
 def _resolution_warnings(n: int, seeds: int, target: float) -> list:
@@ -412,7 +582,7 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
     return out
 
 
-def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None):
+def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None, resamples=()):
     """Every policy's search, advanced round by round: each round runs the next probe of every
     unfinished search together. Returns ``({label: answer or None}, {label: {units: Probe}})``."""
     searches = {label: search_sizes(target, max_units) for label, _, _ in runs}
@@ -422,7 +592,7 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
     done = 0
     while pending:
         args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label,
-                 seeds)
+                 seeds, resamples)
                 for label, m in pending.items()]
         results = runner(args)
         if not (isinstance(results, (list, tuple)) and len(results) == len(args)
@@ -466,7 +636,7 @@ def _runs(policies, slack, read_policy):
     return out
 
 
-def _answer(label, units, probes, target, price) -> PolicyCapacity:
+def _answer(label, units, probes, target, price, includes=None) -> PolicyCapacity:
     p = probes[units]
     tokens = max(p.output_tokens, 1)
     gpu_hours = p.gpus * p.makespan_s / 3600.0 / tokens * 1e6
@@ -479,6 +649,7 @@ def _answer(label, units, probes, target, price) -> PolicyCapacity:
         usd_per_mtok=None if price is None else gpu_hours * price,
         monotone_at_boundary=None if above is None else above.interval[0] >= target,
         attainment_low=p.interval[0], attainment_high=p.interval[1],
+        interval_includes=includes, window_half_width=p.window_half_width if includes else None,
         probes=tuple(probes[m] for m in sorted(probes)),
     )
 
@@ -524,7 +695,9 @@ class DaskRunner:
             raise CapacityError(str(e)) from None
 
     def __call__(self, args) -> list:
-        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:]) for a in args])
+        # The resampled traces travel once each, like the trace.
+        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:10],
+                                        tuple(self.ex.share(r) for r in a[10])) for a in args])
 
     def close(self, abandoned=False):
         self.ex.close(abandoned)
