@@ -11,6 +11,7 @@ from specsim.cli._server import add_server_options, server_options, warn_placeho
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim import __version__
+from specsim._checks import MIN_WINDOW_REQUESTS
 from specsim._executor import ExecutorError, check_scheduler, check_workers
 from specsim._io import Outputs
 from specsim._text import format_grid
@@ -18,8 +19,8 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.sim.engine import ServerOptions
 from specsim.sim.fleet import Fleet, ROUTERS, load_fleet
 from specsim.studies.capacity import (
-    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, MIN_WINDOW_REQUESTS,
-    DaskRunner, ThreadRunner, capacity, check_resampling, progress_line, serial_runner,
+    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, DaskRunner, ThreadRunner,
+    capacity, check_resampling, progress_line, serial_runner,
 )
 from specsim.table import CostTable
 from specsim.traces import summary as trace_summary

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import show
+from specsim._checks import MAX_RESAMPLES, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
 from specsim.calibration.report import wilson
 from specsim.frames import rows_frame
@@ -70,10 +70,6 @@ FEW_MISSES = 10
 DEFAULT_ATTAINMENT = 0.99
 # Time windows a trace is cut into for window resampling, where none is given.
 DEFAULT_WINDOWS = 8
-# Fewest requests a time window must hold on average (windows <= requests / this).
-MIN_WINDOW_REQUESTS = 10
-# Most resampled traces per probe (each one multiplies the probe's simulations).
-MAX_RESAMPLES = 64
 
 
 class CapacityError(SimulationError):
@@ -317,7 +313,7 @@ def resample_windows(requests, resamples: int, windows: int, seed: int) -> tuple
     reqs = np.zeros(n, dtype=REQUEST_DT)
     reqs["arrival_s"], reqs["prompt_tokens"], reqs["output_tokens"] = arrival, prompt, output
     t = reqs["arrival_s"]
-    bounds = [i * (n // windows) + min(i, n % windows) for i in range(windows + 1)]
+    bounds = window_bounds(n, windows)
     mean_gap = float(t[-1] - t[0]) / (n - 1) if n > 1 else 0.0
     starts = [float(t[bounds[j]]) for j in range(windows)]
     ends = starts[1:] + [float(t[-1]) + mean_gap]
@@ -332,6 +328,12 @@ def resample_windows(requests, resamples: int, windows: int, seed: int) -> tuple
             at += ends[j] - starts[j]
         out.append(np.ascontiguousarray(np.concatenate(parts)))
     return tuple(out)
+
+
+def window_bounds(n: int, windows: int) -> list:
+    """Where ``windows`` contiguous windows of ``n`` time-sorted requests start, and ``n`` last:
+    equal numbers of requests, one more in each of the first ``n mod windows``."""
+    return [i * (n // windows) + min(i, n % windows) for i in range(windows + 1)]
 
 
 def _includes(seeds, resamples, windows) -> str:
@@ -445,7 +447,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         p)^2 + h^2)]`` within ``[0, 1]`` (module docstring, "Window resampling").
     windows : int, optional
         Contiguous time windows the trace is cut into for resampling (default
-        :data:`DEFAULT_WINDOWS`; 2 .. requests / :data:`MIN_WINDOW_REQUESTS`); only with
+        :data:`DEFAULT_WINDOWS`; 2 .. :data:`MAX_WINDOWS`, at most requests / :data:`MIN_WINDOW_REQUESTS`); only with
         ``window_resamples``.
 
     Returns
@@ -510,8 +512,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
 
 def check_resampling(resamples, windows, n: int, names=("window_resamples", "windows")) -> tuple:
     """``(resamples, windows)`` checked against a trace of ``n`` requests: ``(0, 0)`` when off,
-    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <= n //
-    MIN_WINDOW_REQUESTS`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
+    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <= min(MAX_WINDOWS, n //
+    MIN_WINDOW_REQUESTS)`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
     allows when that is fewer). ``names``: what the caller calls the two, for the messages."""
     rname, wname = names
     if resamples is None:
@@ -523,7 +525,7 @@ def check_resampling(resamples, windows, n: int, names=("window_resamples", "win
         raise CapacityError(f"{rname} = {resamples!r} must be a whole number of resampled traces in "
                             f"2..{MAX_RESAMPLES} (two or more measure a spread); leave it out to turn window "
                             "resampling off")
-    most = n // MIN_WINDOW_REQUESTS
+    most = min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)
     if most < 2:
         raise CapacityError(f"the trace has {n} requests: window resampling needs at least "
                             f"{2 * MIN_WINDOW_REQUESTS} (two windows of {MIN_WINDOW_REQUESTS}); use a longer trace "
