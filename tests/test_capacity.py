@@ -323,7 +323,7 @@ def test_attainment_interval_covers_the_known_rate():
 def test_the_interval_with_window_resampling_still_covers_the_known_rate():
     """The same coin as above, with four window resamples per probe: the wider interval covers
     the calibration's first-position rate in at least 90% of 50 seeded repetitions too."""
-    from specsim.studies.capacity import resample_windows
+    from specsim.studies.windows import resample_windows
 
     table, cal = small_table(), small_calibration()
     fleet = Fleet.uniform(table, cal, 1, COIN_OPTS)
@@ -416,7 +416,7 @@ def test_window_resampling_widens_or_keeps_every_interval_and_is_deterministic()
             if q.units not in before:
                 continue
             p = before[q.units]
-            # The point stays the trace's own; the interval holds the seed interval.
+            # The point stays the trace's own; the interval holds the seeds' interval.
             assert q.attainment == p.attainment and q.trials == p.trials
             assert q.attainment_low <= p.attainment_low and q.attainment_high >= p.attainment_high
             assert q.window_resamples == 6 and len(q.resample_attainments) == 6 and q.window_half_width >= 0
@@ -434,7 +434,7 @@ def test_window_resampling_widens_or_keeps_every_interval_and_is_deterministic()
 
 
 def test_resampled_traces_keep_each_windows_gaps():
-    from specsim.studies.capacity import resample_windows
+    from specsim.studies.windows import resample_windows
 
     reqs = requests([(0.5 * i * i, 10 + i, 1 + i % 3) for i in range(40)])
     a = resample_windows(reqs, 3, 4, seed=7)
@@ -451,7 +451,7 @@ def test_resampled_traces_keep_each_windows_gaps():
 
 
 def test_widening_adds_the_resample_spread_in_quadrature():
-    from specsim.studies.capacity import widened
+    from specsim.studies.windows import widened
 
     h, (lo, hi) = widened(0.9, (0.88, 0.91), (0.9, 0.9, 0.9))
     assert h == 0.0 and (lo, hi) == (0.88, 0.91)

@@ -56,7 +56,7 @@ def register(sub, groups):
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
     p.add_argument("--noise-windows", type=int, metavar="W",
                    help="cut the training part into W time windows (W >= 2) and accept a move only when its mean "
-                        "gain over the seed x window pairs clears t95 x its standard error as well as --min-gain "
+                        "gain over the (seed, window) pairs clears t95 x its standard error as well as --min-gain "
                         "(off by default)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
                    help="planner slack for the propose start and comparison (default 0)")

@@ -62,7 +62,7 @@ from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate
 from specsim.sim.verdict import t95
-from specsim.studies.capacity import window_bounds
+from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
 
 OBJECTIVES = ("energy", "throughput")
