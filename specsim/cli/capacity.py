@@ -164,7 +164,8 @@ def _f(value, spec):
 
 def capacity_table(result) -> str:
     """The policies side by side."""
-    header = ["policy", "replicas", "GPUs", "attain", "95% interval" + ("*" if result.window_resamples else ""), "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
+    interval_head = "95% interval" + ("*" if result.window_resamples else "")
+    header = ["policy", "replicas", "GPUs", "attain", interval_head, "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
               "J saving", "checked"]
     rows = []
     for p in result.policies:

@@ -391,8 +391,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         p)^2 + h^2)]`` within ``[0, 1]`` (:mod:`specsim.studies.windows`).
     windows : int, optional
         Contiguous time windows the trace is cut into for resampling (default
-        :data:`DEFAULT_WINDOWS`; 2 .. :data:`MAX_WINDOWS`, at most requests / :data:`MIN_WINDOW_REQUESTS`); only with
-        ``window_resamples``.
+        :data:`DEFAULT_WINDOWS`; 2 .. :data:`MAX_WINDOWS`, at most requests /
+        :data:`MIN_WINDOW_REQUESTS`); only with ``window_resamples``.
 
     Returns
     -------
@@ -456,8 +456,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
 
 def check_resampling(resamples, windows, n: int, names=("window_resamples", "windows")) -> tuple:
     """``(resamples, windows)`` checked against a trace of ``n`` requests: ``(0, 0)`` when off,
-    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <= min(MAX_WINDOWS, n //
-    MIN_WINDOW_REQUESTS)`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
+    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <=
+    min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
     allows when that is fewer). ``names``: what the caller calls the two, for the messages."""
     rname, wname = names
     if resamples is None:

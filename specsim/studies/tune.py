@@ -730,8 +730,8 @@ class _Search:
                 kept.append(t)
             else:
                 self.rejected.append({"round": round_no, "policy": t, "gain": gain, "noise": noise,
-                                          "pairs": len(parts) * len(self.train_seeds),
-                                          "zigzag": reversals(cands[t][:active]) > reversals(d[:active])})
+                                      "pairs": len(parts) * len(self.train_seeds),
+                                      "zigzag": reversals(cands[t][:active]) > reversals(d[:active])})
         return kept
 
     def pair_gain(self, pol, incumbent, parts) -> tuple:
