@@ -42,6 +42,12 @@ MAX_GRID_POINTS = 1_000_000
 MAX_WORKERS = 64
 # Most tokens a replay may emit (its budget).
 MAX_BUDGET_TOKENS = 1 << 40
+# Resampled traces per capacity probe (each one multiplies the probe's simulations), and time
+# windows a trace is cut into (capacity's window resampling, tune's noise windows); a window
+# holds at least MIN_WINDOW_REQUESTS requests on average.
+MAX_RESAMPLES = 64
+MAX_WINDOWS = 64
+MIN_WINDOW_REQUESTS = 10
 # Longest pause or window, in seconds, a measurement option may ask for (one day).
 MAX_SECONDS = 86_400.0
 # Most timed samples or warm-up calls per mode and cell of a measurement.

@@ -344,3 +344,144 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     with pytest.raises(ScheduleError, match="best of the .* tried reached"):
         tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
              executor="threads", slo=SLO(tpot_s=0.0001, attainment=0.99))
+
+
+# -- moves against the noise over seeds and time windows ------------------------------------------------
+
+def test_reversals_count_changes_of_direction_across_widths():
+    from specsim.studies.tune import reversals
+
+    assert reversals([1, 1, 1, 1]) == 0 and reversals([0, 1, 2, 2]) == 0 and reversals([3, 3, 1, 0]) == 0
+    assert reversals([1, 2, 1, 1]) == 1 and reversals([2, 1, 1, 2]) == 1 and reversals([0, 2, 0, 2]) == 2
+
+
+class _FakePool:
+    """Stands in for the evaluation pool: ``value(part, policy, seed)`` is the J/token."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def run(self, tasks, tick=None):
+        return [{"j_per_token": self.value(part, pol, seed), "tokens_per_s": 1.0, "attainment": None,
+                 "tpot_p99_s": 0.01, "max_width": 4, "width_quantiles": [1, 2, 3, 4]} for part, pol, seed in tasks]
+
+
+def _descend_with(window_gains):
+    """A search over widths 1-4, depths 0-2 from ``fixed:1`` where one move only wins: the zig-zag
+    ``1=1,2=2,3-=1`` (up at width 2, down again at 3), 1% cheaper on the whole training window
+    under both seeds; ``window_gains[w][s]`` is its gain on window ``w`` under seed ``s``."""
+    from types import SimpleNamespace
+
+    from specsim.studies.tune import _Line, _Search
+
+    flat = policy_text(ranges_from_depths(np.full(4, 1)))
+    zigzag = policy_text(ranges_from_depths(np.array([1, 2, 1, 1])))
+
+    def value(part, pol, seed):
+        if pol == flat:
+            return 1.0
+        if pol != zigzag:
+            return 2.0
+        if part == "train":
+            return 0.99
+        return 1.0 - window_gains[int(part.split("#")[1])][seed]
+
+    search = _Search(_FakePool(value), _Line(False), "energy", None, 0, 2, 1e-4, len(window_gains))
+    starts = {"fixed:1": (np.full(4, 1), flat)}
+    search.run([("train", flat, s) for s in search.train_seeds])
+    winner = search.descend(starts, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 10)
+    return winner, search.rejected, zigzag
+
+
+def test_a_zigzag_move_that_wins_by_less_than_the_noise_is_rejected():
+    # Mean gain 0.01 per (seed, window) pair, but +-0.05 from pair to pair: inside the noise.
+    gains = [[0.06, -0.04], [-0.04, 0.06], [0.06, -0.04], [-0.04, 0.06]]
+    winner, rejected, zigzag = _descend_with(gains)
+    assert winner == policy_text(ranges_from_depths(np.full(4, 1)))
+    assert len(rejected) == 1
+    move = rejected[0]
+    assert move["policy"] == zigzag and move["zigzag"] is True and move["pairs"] == 8 and move["round"] == 1
+    assert move["gain"] == pytest.approx(0.01)
+    sd = np.std(np.array(gains).ravel(), ddof=1)
+    assert move["noise"] == pytest.approx(2.365 * sd / np.sqrt(8)) and move["noise"] > move["gain"]
+
+
+def test_a_zigzag_move_that_clearly_wins_is_accepted():
+    gains = [[0.0101, 0.0099], [0.0100, 0.0102], [0.0098, 0.0100], [0.0101, 0.0099]]
+    winner, rejected, zigzag = _descend_with(gains)
+    assert winner == zigzag and rejected == []
+
+
+def test_a_move_must_also_clear_min_gain_over_the_pairs():
+    # Every pair gains the same 0.00005 (no noise), below min_gain 1e-4 of the incumbent's 1.0.
+    winner, rejected, _ = _descend_with([[0.00005, 0.00005]] * 4)
+    assert winner == policy_text(ranges_from_depths(np.full(4, 1))) and len(rejected) == 1
+
+
+@pytest.fixture(scope="module")
+def bent():
+    from specsim.costmodel.defaults import demo_calibration
+    from specsim.traces import synthetic_trace
+
+    return synthetic_trace(800, 20.0, seed=3).requests, bent_table(0.1, 1.0), demo_calibration()
+
+
+def test_noise_windows_off_is_todays_search(bent):
+    trace, table, cal = bent
+    kw = dict(widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial")
+    today = tune(trace, table, cal, **kw)
+    off = tune(trace, table, cal, noise_windows=None, **kw)
+    for name in ("ranges", "train", "holdout", "best_fixed", "gain", "gain_noise", "evaluations", "starts"):
+        assert getattr(off, name) == getattr(today, name), name
+    assert off.noise_windows == 0 and off.within_noise_moves == 0 and off.rejected_moves == ()
+    toml = off.to_toml()
+    assert "noise_windows" not in toml and "within_noise_moves" not in toml
+
+
+def test_noise_windows_reject_moves_inside_the_noise_and_the_file_says_so(bent):
+    trace, table, cal = bent
+    res = tune(trace, table, cal, widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial",
+               noise_windows=4)
+    assert res.noise_windows == 4 and res.within_noise_moves == len(res.rejected_moves) >= 1
+    for m in res.rejected_moves:
+        # Within the noise, or below min_gain of the incumbent's J/token (about 0.8 here).
+        assert m["pairs"] == 8 and (m["gain"] <= m["noise"] or m["gain"] <= 1e-4 * 0.9)
+    doc = load_schedule_text(res.to_toml())
+    assert doc.sections["inputs"]["noise_windows"] == 4
+    assert doc.sections["result"]["noise_windows"] == 4
+    assert doc.sections["result"]["within_noise_moves"] == res.within_noise_moves
+    assert doc.sections["result"]["within_noise_zigzags"] == sum(m["zigzag"] for m in res.rejected_moves)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"noise_windows": 1}, r"noise_windows \(--noise-windows\) must be a whole number in 2\.\.64, got 1"),
+    ({"noise_windows": 2.0}, "whole number"),
+    ({"noise_windows": 65}, "in 2..64"),
+    ({"noise_windows": 12}, "the training part holds 113 requests and each window needs at least 10, so at most 11"),
+])
+def test_noise_windows_refuse_bad_settings(small, kw, match):
+    trace, table, cal = small
+    with pytest.raises(ScheduleError, match=match):
+        tune(trace, table, cal, executor="serial", options=ServerOptions(max_num_seqs=8), **kw)
+
+
+def test_cli_noise_windows(bent, tmp_path, capsys):
+    trace, table, cal = bent
+    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--seeds", "2", "--serial", "--quiet", "-o", str(out)]
+    assert main(argv + ["--noise-windows", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "moves checked over 4 time windows x 2 seeds:" in printed and "within-noise move(s) rejected" in printed
+    assert load_schedule_text(out.read_text()).sections["inputs"]["noise_windows"] == 4
+    out.unlink()
+    for bad, message in (("1", "--noise-windows 1: give 2 or more time windows"),
+                         ("500", "must be a whole number in 2..64"), ("59", "so at most 58 fit")):
+        assert main(argv + ["--noise-windows", bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and not out.exists()

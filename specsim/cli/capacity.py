@@ -11,6 +11,7 @@ from specsim.cli._server import add_server_options, server_options, warn_placeho
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim import __version__
+from specsim._checks import MIN_WINDOW_REQUESTS
 from specsim._executor import ExecutorError, check_scheduler, check_workers
 from specsim._io import Outputs
 from specsim._text import format_grid
@@ -18,8 +19,8 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.sim.engine import ServerOptions
 from specsim.sim.fleet import Fleet, ROUTERS, load_fleet
 from specsim.studies.capacity import (
-    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DaskRunner, ThreadRunner, capacity,
-    progress_line, serial_runner,
+    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, DaskRunner, ThreadRunner,
+    capacity, check_resampling, progress_line, serial_runner,
 )
 from specsim.table import CostTable
 from specsim.traces import summary as trace_summary
@@ -57,6 +58,12 @@ def register(sub, groups):
     p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
                    help=f"draft-outcome seeds per probe, from --seed on (default {DEFAULT_SEEDS}): a size meets the "
                         "target when its attainment's 95%% interval (Wilson over requests x seeds) does")
+    p.add_argument("--resample-windows", type=int, metavar="N",
+                   help="also run every probe on N traces resampled from the trace's time windows (N >= 2) and "
+                        "widen the interval by the spread of their attainments (off by default; see docs/fleets.md)")
+    p.add_argument("--window-count", type=int, metavar="W",
+                   help=f"time windows the trace is cut into for --resample-windows (default {DEFAULT_WINDOWS}; "
+                        f"2 .. requests / {MIN_WINDOW_REQUESTS})")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--workers", type=count, default=None, help="worker processes of the local cluster (default: CPUs)")
     p.add_argument("--serial", action="store_true", help="run the probes in this process, without Dask")
@@ -86,6 +93,8 @@ def cmd_capacity(args):
         if out.declare(args.plot, "--plot"):
             require_matplotlib("--plot", args.plot)
         fleet, read = _inputs(args, out)
+        check_resampling(args.resample_windows, args.window_count, int(read.requests.shape[0]),
+                         ("--resample-windows", "--window-count"))
         result = _search(args, fleet, read)
         print(capacity_table(result))
         if args.json:
@@ -132,7 +141,7 @@ def _search(args, fleet, read):
           file=sys.stderr)
     kw = dict(fleet=fleet, slack=args.slack, slo=slo_from_args(args, CapacityError), router=router, max_replicas=args.max_replicas,
               gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet),
-              seeds=args.seeds)
+              seeds=args.seeds, window_resamples=args.resample_windows, windows=args.window_count)
     if args.threads is not None:
         return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
     dask = None
@@ -155,7 +164,8 @@ def _f(value, spec):
 
 def capacity_table(result) -> str:
     """The policies side by side."""
-    header = ["policy", "replicas", "GPUs", "attain", "95% interval", "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
+    interval_head = "95% interval" + ("*" if result.window_resamples else "")
+    header = ["policy", "replicas", "GPUs", "attain", interval_head, "tok/s/GPU", "J/tok", "GPU-h/Mtok", "$/Mtok", "GPU saving",
               "J saving", "checked"]
     rows = []
     for p in result.policies:
@@ -169,6 +179,9 @@ def capacity_table(result) -> str:
     note = (f"\n(target: {result.target:.2%} of requests with {slo}, met when the 95% interval's low end reaches it "
             f"over {result.seeds} draft-outcome seed(s); router {result.router}; savings against fixed:0; checked: one "
             "unit more also meets the target, a unit being one replica or the fleet file's mix)")
+    if result.window_resamples:
+        note += (f"\n(*: the interval includes window resampling: {result.interval_includes}; widened by t95 x the sd "
+                 "of the attainment over the resampled traces)")
     for w in result.warnings:
         note += f"\nwarning: {w}"
     bad = [p.label for p in result.policies if p.monotone_at_boundary is False]

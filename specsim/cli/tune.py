@@ -54,6 +54,10 @@ def register(sub, groups):
     p.add_argument("--max-rounds", type=count, default=40, metavar="N", help="most rounds of moves (default 40)")
     p.add_argument("--min-gain", type=share, default=MIN_GAIN, metavar="G",
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
+    p.add_argument("--noise-windows", type=int, metavar="W",
+                   help="cut the training part into W time windows (W >= 2) and accept a move only when its mean "
+                        "gain over the (seed, window) pairs clears t95 x its standard error as well as --min-gain "
+                        "(off by default)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
                    help="planner slack for the propose start and comparison (default 0)")
     add_server_options(p)
@@ -83,7 +87,8 @@ def cmd_tune(args):
                       widths_max=args.widths_max,
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
-                      min_gain=args.min_gain, progress=not args.quiet, names=names)
+                      min_gain=args.min_gain, progress=not args.quiet, names=names,
+                      noise_windows=_noise_windows(args.noise_windows))
         print(report(result, read))
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))
@@ -93,6 +98,14 @@ def cmd_tune(args):
     print(f"wrote {args.out} ({what}: {policy_text(result.recommended)}); serve it with: "
           f"specsim schedule export {args.out} --to vllm|trtllm|sglang", file=sys.stderr)
     return 0
+
+
+def _noise_windows(value):
+    """``--noise-windows`` as given, refused with the flag's name when it is not 2 or more."""
+    if value is not None and value < 2:
+        raise ScheduleError(f"--noise-windows {value}: give 2 or more time windows (a spread needs two), or leave "
+                            "it out to turn the check off")
+    return value
 
 
 def report(result, read=None) -> str:
@@ -107,6 +120,10 @@ def report(result, read=None) -> str:
     lines.append(f"search: {result.evaluations} simulations in {result.seconds:.1f} s "
                  f"({result.evaluations_per_s:.1f}/s, {result.executor}); training: {train.mean:.5g} {unit} "
                  f"+- {train.spread:.2g} over {len(train.values)} seeds")
+    if result.noise_windows:
+        zigzags = sum(bool(m["zigzag"]) for m in result.rejected_moves)
+        lines.append(f"moves checked over {result.noise_windows} time windows x {len(train.values)} seeds: "
+                     f"{result.within_noise_moves} within-noise move(s) rejected ({zigzags} of them zig-zags)")
     lines.append(f"tuned: {result.policy}")
     lines.append("")
     lines.append(f"held-out window, {len(train.values)} unseen seeds (+- = half the range over seeds):")

@@ -18,6 +18,16 @@ The module is named ``sizing`` so that ``specsim.capacity`` stays the function.
 
 Probes of all policies in one round of the search run together: on a Dask cluster (local by
 default when ``dask.distributed`` is installed) or serially in this process.
+
+Why one module of this size: the search, the probe it sends sizes to, the answer's costs and the
+runners that spread a round's probes share the probe's fields and the search's state; the trace's
+time windows and their resamples live in :mod:`specsim.studies.windows`.
+
+Window resampling
+-----------------
+With ``window_resamples=N`` every probe also runs on ``N`` traces resampled from the trace's
+time windows (:mod:`specsim.studies.windows`), and its interval is widened by the spread of
+their attainments (:func:`specsim.studies.windows.widened`).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from dataclasses import dataclass, field
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import show
+from specsim._checks import MAX_RESAMPLES, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
 from specsim.calibration.report import wilson
 from specsim.frames import rows_frame
@@ -38,6 +48,7 @@ from specsim.plan.planner import check_slack
 from specsim.sim.engine import _request_arrays
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload, slo_attainment
+from specsim.studies.windows import resample_windows, widened
 from specsim.traces._types import REQUEST_DT
 
 PLAIN = "fixed:0"
@@ -50,6 +61,8 @@ DEFAULT_SEEDS = 3
 FEW_MISSES = 10
 # The share of requests that must meet the SLO where the SLO names none.
 DEFAULT_ATTAINMENT = 0.99
+# Time windows a trace is cut into for window resampling, where none is given.
+DEFAULT_WINDOWS = 8
 
 
 class CapacityError(SimulationError):
@@ -76,16 +89,26 @@ class Probe:
     attainment_high: float = None
     seeds: int = 1
     trials: int = 0
+    window_resamples: int = 0
+    window_half_width: float = None
+    resample_attainments: tuple = ()
 
     @property
     def interval(self) -> tuple:
-        """The attainment's 95% interval (the point value twice when none was measured)."""
+        """The attainment's 95% interval (the point value twice when none was measured); with
+        window resampling, widened by the spread over resampled traces (module docstring)."""
         if self.attainment_low is None:
             return (self.attainment, self.attainment)
         return (self.attainment_low, self.attainment_high)
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if not self.window_resamples:
+            for k in ("window_resamples", "window_half_width", "resample_attainments"):
+                del out[k]
+        else:
+            out["resample_attainments"] = list(self.resample_attainments)
+        return out
 
 
 @dataclass(frozen=True)
@@ -110,8 +133,14 @@ class PolicyCapacity:
     monotone_at_boundary : bool or None
         Whether one unit more also met the target (None when that is past the cap).
     attainment_low, attainment_high : float
-        The answer's attainment 95% interval (Wilson over requests x draft-outcome seeds); its
-        low end clears the target.
+        The answer's attainment 95% interval (Wilson over requests x draft-outcome seeds, widened
+        by the spread over resampled traces with window resampling); its low end clears the target.
+    interval_includes : str or None
+        With window resampling: what the interval covers (``"draft-outcome seeds and N window
+        resamples"``); None without.
+    window_half_width : float or None
+        With window resampling: ``t95(N - 1)`` times the sd of the answer's attainment over the
+        resampled traces, the widening's share.
     probes : tuple of Probe
         Every size simulated, ascending.
     """
@@ -130,10 +159,13 @@ class PolicyCapacity:
     monotone_at_boundary: bool = None
     attainment_low: float = None
     attainment_high: float = None
+    interval_includes: str = None
+    window_half_width: float = None
     probes: tuple = ()
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "probes"}
+        out = {k: v for k, v in self.__dict__.items() if k != "probes"
+               and not (k in ("interval_includes", "window_half_width") and self.interval_includes is None)}
         out["probes"] = [p.to_dict() for p in self.probes]
         return out
 
@@ -154,6 +186,13 @@ class CapacityResult:
     fleet: list = field(default_factory=list)
     seeds: int = 1
     warnings: tuple = ()
+    window_resamples: int = 0
+    windows: int = 0
+
+    @property
+    def interval_includes(self) -> str:
+        """What the attainment intervals cover: the draft-outcome seeds, and the window resamples when on."""
+        return _includes(self.seeds, self.window_resamples, self.windows)
 
     def policy(self, label) -> PolicyCapacity:
         for p in self.policies:
@@ -162,13 +201,17 @@ class CapacityResult:
         raise KeyError(label)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "target_attainment": self.target, "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "router": self.router, "unit": {"replicas": self.unit_replicas, "gpus": self.unit_gpus,
                                             "groups": self.fleet},
             "max_units": self.max_units, "gpu_hour_usd": self.gpu_hour_usd, "seeds": self.seeds,
             "warnings": list(self.warnings), "policies": [p.to_dict() for p in self.policies],
         }
+        if self.window_resamples:
+            out["window_resampling"] = {"resamples": self.window_resamples, "windows": self.windows,
+                                        "interval_includes": self.interval_includes}
+        return out
 
     def to_frame(self):
         """One row per policy (pandas): the answer and its costs."""
@@ -181,13 +224,17 @@ class CapacityResult:
 
 # -- one probe ---------------------------------------------------------------------------------------
 
-def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None) -> Probe:
+def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None,
+              resamples=()) -> Probe:
     """Simulate ``units`` copies of ``fleet`` with one policy under each draft-outcome seed of
     ``seeds`` (default: the fleet's own); a plain function, so that a Dask worker can run it.
 
     Attainment pools requests over seeds; its 95% interval is Wilson's over those
     requests x seeds trials (docs/fleets.md, "Intervals"). Tokens, energy and times are the
-    first seed's run; the p99 latencies are the worst over seeds."""
+    first seed's run; the p99 latencies are the worst over seeds. ``resamples``: resampled
+    traces (:func:`specsim.studies.windows.resample_windows`) the probe also runs under every
+    seed; the interval is then widened by the spread of their attainments
+    (:func:`specsim.studies.windows.widened`)."""
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
     met = trials = 0
@@ -210,10 +257,34 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
         if first is None:
             first = (res, f)
     res, f = first
+    point = met / trials if trials else 1.0
     interval = wilson(met, trials) or (None, None)
-    return Probe(label, units, sized.replicas, sized.gpus, met / trials if trials else 1.0,
+    spread = None
+    shares = tuple(_pooled_attainment(r, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) for r in resamples)
+    if shares:
+        spread, interval = widened(point, interval, shares)
+    return Probe(label, units, sized.replicas, sized.gpus, point,
                  int(f.output_tokens.sum()), res.makespan_s, float(f.energy_j), ttft99, tpot99, over, growth,
-                 interval[0], interval[1], len(seeds), trials)
+                 interval[0], interval[1], len(seeds), trials, len(shares), spread, shares)
+
+
+def _pooled_attainment(requests, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) -> float:
+    """One trace's attainment under ``sized``, pooled over ``seeds``."""
+    met = trials = 0
+    for seed in seeds:
+        run = sized if seed is None else sized.with_options(seed=int(seed))
+        f = simulate_fleet(requests, run, policy, router=router).fleet
+        att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+        met += round((1.0 if att is None else att) * f.requests)
+        trials += f.requests
+    return met / trials if trials else 1.0
+
+
+def _includes(seeds, resamples, windows) -> str:
+    head = f"{seeds} draft-outcome seed{'s' if seeds != 1 else ''}"
+    if not resamples:
+        return head
+    return f"{head} and {resamples} window resamples ({windows} windows)"
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -273,7 +344,7 @@ def search_sizes(target, max_units):
 def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
              slack=0.0, slo=None, router=DEFAULT_ROUTER,
              max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
-             progress=None, seeds=DEFAULT_SEEDS) -> CapacityResult:
+             progress=None, seeds=DEFAULT_SEEDS, window_resamples=None, windows=None) -> CapacityResult:
     """The fewest replicas per policy whose SLO attainment meets ``slo.attainment``.
 
     A pure function of its inputs (the search and every probe are deterministic).
@@ -312,6 +383,16 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     progress : callable, optional
         Called as ``progress(done_probes, searching)`` after every round, where ``searching`` maps
         each unfinished label to its current ``(missed, met)`` bracket.
+    window_resamples : int, optional
+        Resampled traces per probe (2 .. :data:`MAX_RESAMPLES`; default None: off). Each probe
+        also runs on them, and its interval is widened by the spread of their attainments: with
+        ``h = t95(N - 1) * sd`` of the ``N`` per-resample attainments and Wilson's seed interval
+        ``[lo, hi]`` around the point ``p``, it is ``[p - sqrt((p - lo)^2 + h^2), p + sqrt((hi -
+        p)^2 + h^2)]`` within ``[0, 1]`` (:mod:`specsim.studies.windows`).
+    windows : int, optional
+        Contiguous time windows the trace is cut into for resampling (default
+        :data:`DEFAULT_WINDOWS`; 2 .. :data:`MAX_WINDOWS`, at most requests /
+        :data:`MIN_WINDOW_REQUESTS`); only with ``window_resamples``.
 
     Returns
     -------
@@ -345,13 +426,16 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
                             "replicas); raise the cap")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 64:
         raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..64")
+    n = _request_arrays(requests)[0].shape[0]
+    window_resamples, windows = check_resampling(window_resamples, windows, n)
     base = int(fleet.groups[0].options.seed)
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
-    notes = _resolution_warnings(_request_arrays(requests)[0].shape[0], seeds, attainment)
+    notes = _resolution_warnings(n, seeds, attainment)
     notes += _idle_warnings(requests, fleet, runs, (slo.ttft_s, slo.tpot_s), attainment)
+    resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()
     found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
-                                runner or serial_runner, progress, seed_list)
+                                runner or serial_runner, progress, seed_list, resampled)
     failed = [label for label, m in found.items() if m is None]
     if failed:
         problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
@@ -360,11 +444,43 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
         raise CapacityError(f"no fleet of up to {max_units * fleet.replicas} replicas meets {attainment:g} SLO "
                             f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
                             problems + notes)
-    answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd) for label, _, _ in runs]
+    includes = _includes(seeds, window_resamples, windows) if window_resamples else None
+    answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd, includes)
+               for label, _, _ in runs]
     plain = answers[0]
     answers = [_with_saving(a, plain) for a in answers]
     return CapacityResult(tuple(answers), float(attainment), slo.ttft_s, slo.tpot_s, router, fleet.replicas,
-                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes))
+                          fleet.gpus, max_units, gpu_hour_usd, fleet.describe(), seeds, tuple(notes),
+                          window_resamples or 0, windows or 0)
+
+
+def check_resampling(resamples, windows, n: int, names=("window_resamples", "windows")) -> tuple:
+    """``(resamples, windows)`` checked against a trace of ``n`` requests: ``(0, 0)`` when off,
+    else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <=
+    min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)`` (``windows`` defaults to :data:`DEFAULT_WINDOWS`, or the most the trace
+    allows when that is fewer). ``names``: what the caller calls the two, for the messages."""
+    rname, wname = names
+    if resamples is None:
+        if windows is not None:
+            raise CapacityError(f"{wname} = {windows!r} cuts the trace for window resampling, which is off: give "
+                                f"{rname} N (2 or more) as well, or leave {wname} out")
+        return 0, 0
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or not 2 <= resamples <= MAX_RESAMPLES:
+        raise CapacityError(f"{rname} = {resamples!r} must be a whole number of resampled traces in "
+                            f"2..{MAX_RESAMPLES} (two or more measure a spread); leave it out to turn window "
+                            "resampling off")
+    most = min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)
+    if most < 2:
+        raise CapacityError(f"the trace has {n} requests: window resampling needs at least "
+                            f"{2 * MIN_WINDOW_REQUESTS} (two windows of {MIN_WINDOW_REQUESTS}); use a longer trace "
+                            f"or leave {rname} out")
+    if windows is None:
+        windows = min(DEFAULT_WINDOWS, most)
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 2 <= windows <= most:
+        raise CapacityError(f"{wname} = {windows!r} must be a whole number in 2..{most}: the trace's {n} requests "
+                            f"allow windows of at least {MIN_WINDOW_REQUESTS} requests each; give fewer windows or "
+                            "a longer trace")
+    return int(resamples), int(windows)
 
 
 def _resolution_warnings(n: int, seeds: int, target: float) -> list:
@@ -412,7 +528,7 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
     return out
 
 
-def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None):
+def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None, resamples=()):
     """Every policy's search, advanced round by round: each round runs the next probe of every
     unfinished search together. Returns ``({label: answer or None}, {label: {units: Probe}})``."""
     searches = {label: search_sizes(target, max_units) for label, _, _ in runs}
@@ -422,7 +538,7 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
     done = 0
     while pending:
         args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label,
-                 seeds)
+                 seeds, resamples)
                 for label, m in pending.items()]
         results = runner(args)
         if not (isinstance(results, (list, tuple)) and len(results) == len(args)
@@ -466,7 +582,7 @@ def _runs(policies, slack, read_policy):
     return out
 
 
-def _answer(label, units, probes, target, price) -> PolicyCapacity:
+def _answer(label, units, probes, target, price, includes=None) -> PolicyCapacity:
     p = probes[units]
     tokens = max(p.output_tokens, 1)
     gpu_hours = p.gpus * p.makespan_s / 3600.0 / tokens * 1e6
@@ -479,6 +595,7 @@ def _answer(label, units, probes, target, price) -> PolicyCapacity:
         usd_per_mtok=None if price is None else gpu_hours * price,
         monotone_at_boundary=None if above is None else above.interval[0] >= target,
         attainment_low=p.interval[0], attainment_high=p.interval[1],
+        interval_includes=includes, window_half_width=p.window_half_width if includes else None,
         probes=tuple(probes[m] for m in sorted(probes)),
     )
 
@@ -524,7 +641,9 @@ class DaskRunner:
             raise CapacityError(str(e)) from None
 
     def __call__(self, args) -> list:
-        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:]) for a in args])
+        # The resampled traces travel once each, like the trace.
+        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:10],
+                                        tuple(self.ex.share(r) for r in a[10])) for a in args])
 
     def close(self, abandoned=False):
         self.ex.close(abandoned)

@@ -16,6 +16,18 @@ The search space is contiguous width ranges, each with a depth ``0..k_max``; wid
    ``holdout`` share of the trace) and on seeds the search never saw, and says whether its gain
    over the best fixed depth is larger than the noise between seeds.
 
+With ``noise_windows=W`` a move must also beat the noise across seeds *and* stretches of the
+trace: the training part is cut into ``W`` contiguous time windows (equal numbers of requests),
+and each move that passes step 3 is run on every (seed, window) pair, as is the incumbent. Its
+gain per pair is the incumbent's objective minus its own (J/token; the other way round for
+tokens/s); it is accepted only when the mean gain exceeds both ``t95(pairs - 1)`` times its
+standard error over the pairs and ``min_gain`` of the incumbent's mean. So a move that makes the
+depth change direction across widths (up then down, or down then up, as width grows: a zig-zag)
+survives only when its gain clears that noise. Moves turned back this way are counted as
+within-noise moves (``TuneResult.within_noise_moves``; each one is in ``rejected_moves``, marked
+when it was a zig-zag). Moves that win on the SLO (meeting it where the incumbent misses, or
+missing it less) are judged on attainment as without windows.
+
 Objectives: ``energy`` minimises joules per output token, ``throughput`` maximises output tokens
 per second. With SLO targets, a candidate whose mean attainment is below the target loses to
 every one that meets it (among those that miss, the higher attainment wins).
@@ -41,7 +53,7 @@ import numpy as np
 from specsim.errors import ScheduleError
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import COUNT_MAX, int_problem, show
+from specsim._checks import COUNT_MAX, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose
 from specsim._text import format_grid
 from specsim.interop import export_schedule, read_policy
@@ -49,6 +61,8 @@ from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.verdict import paired_noise
+from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
 
 OBJECTIVES = ("energy", "throughput")
@@ -131,6 +145,13 @@ class TuneResult:
         Where the evaluations ran (``dask``, ``threads`` or ``serial``).
     inputs : dict
         Digests and settings, as written into the schedule file.
+    noise_windows : int
+        Time windows of the training part a move's gain was checked over (0: off).
+    rejected_moves : tuple of dict
+        With ``noise_windows``: every move that beat the incumbent on the training window but not
+        by more than the noise over the (seed, window) pairs: ``round``, ``policy``, ``gain`` (mean
+        per pair, in the objective's unit, positive = better), ``noise`` (t95 x its standard
+        error), ``pairs`` and ``zigzag`` (whether it made the depth change direction across widths).
     """
 
     ranges: tuple
@@ -145,6 +166,13 @@ class TuneResult:
     seconds: float
     executor: str
     inputs: dict = field(default_factory=dict)
+    noise_windows: int = 0
+    rejected_moves: tuple = ()
+
+    @property
+    def within_noise_moves(self) -> int:
+        """How many moves were turned back for a gain inside the noise over (seed, window) pairs."""
+        return len(self.rejected_moves)
 
     @property
     def policy(self) -> str:
@@ -229,6 +257,10 @@ class TuneResult:
             "evaluations": self.evaluations, "seconds": round(self.seconds, 3),
             "tuned": self.policy, "served": "tuned" if self.serves_tuned else "best fixed",
         }
+        if self.noise_windows:
+            result["noise_windows"] = self.noise_windows
+            result["within_noise_moves"] = self.within_noise_moves
+            result["within_noise_zigzags"] = sum(bool(m["zigzag"]) for m in self.rejected_moves)
         compared = {s.policy: s.mean for s in self.holdout[1:]}
         return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
@@ -405,6 +437,13 @@ def _moves(d, active, k_cap, grid, busy=()):
     return out
 
 
+def reversals(depths) -> int:
+    """How often the depth changes direction as width grows (up then down, or down then up)."""
+    steps = np.sign(np.diff(np.asarray(depths, dtype=np.int64)))
+    steps = steps[steps != 0]
+    return int(np.count_nonzero(steps[1:] != steps[:-1]))
+
+
 def _key(values, attainment, target, objective):
     """Sort key (smaller is better): misses of the SLO target last, then the objective."""
     mean = float(np.mean(values))
@@ -460,7 +499,7 @@ def _executor(executor, scheduler, workers):
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
-         progress=False, names=None) -> TuneResult:
+         progress=False, names=None, noise_windows=None) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -496,6 +535,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     min_gain : float
         Smallest relative gain on the objective a move must bring (default 1e-4, 0.01%): moves
         that gain less are inside what one trace can tell apart.
+    noise_windows : int, optional
+        Cut the training part into this many time windows (2 .. :data:`MAX_WINDOWS`, each
+        of at least :data:`MIN_WINDOW_REQUESTS` requests) and accept a move only when its mean
+        gain over the (seed, window) pairs exceeds ``t95`` times its standard error as well as
+        ``min_gain`` (module docstring). Default None: off.
     progress : bool
         Print a progress line on stderr.
     names : dict, optional
@@ -531,6 +575,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
+    windows = _noise_windows(noise_windows, train_part)
     compare = [str(p) for p in compare]
     for p in compare:
         read_policy(p)  # refuse a bad one before any work
@@ -538,8 +583,8 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     kind = ex.kind
     search = None
     try:
-        pool = _Pool(ex, {"train": train_part, "held": held_part}, table, calibration, opts, slo)
-        search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain)
+        pool = _Pool(ex, {"train": train_part, "held": held_part, **windows}, table, calibration, opts, slo)
+        search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain, len(windows))
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
         search.check_met()
@@ -557,15 +602,37 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_num_seqs=resolved["max_num_seqs"], widest=widest, k_cap=resolved["k_max"],
                      reached=reached, min_gain=min_gain, slo=slo, target=target)
+    if windows:
+        inputs["noise_windows"] = len(windows)
     return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
+
+
+def _noise_windows(windows, train) -> dict:
+    """The training part's time windows for the noise of a move, ``{"train#i": requests}`` (empty when off)."""
+    if windows is None:
+        return {}
+    n = train.shape[0]
+    most = min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)
+    if (isinstance(windows, bool) or not isinstance(windows, (int, np.integer))
+            or not 2 <= windows <= MAX_WINDOWS):
+        raise ScheduleError(f"noise_windows (--noise-windows) must be a whole number in 2..{MAX_WINDOWS}, got "
+                            f"{windows!r}; leave it out to turn the check off")
+    if windows > most:
+        raise ScheduleError(f"noise_windows (--noise-windows) {windows}: the training part holds {n} requests and each "
+                            f"window needs at least {MIN_WINDOW_REQUESTS}, so at most {most} fit; use fewer windows, a "
+                            "longer trace or a smaller holdout, or leave it out")
+    b = window_bounds(n, int(windows))
+    return {f"train#{i}": np.ascontiguousarray(train[b[i]:b[i + 1]]) for i in range(int(windows))}
 
 
 class _Search:
     """The search's state: evaluated results (cached by part, policy and seed), its seeds, the
     widest width any run reached, and the rounds of moves."""
 
-    def __init__(self, pool, line, objective, target, base_seed, seeds, min_gain):
+    def __init__(self, pool, line, objective, target, base_seed, seeds, min_gain, windows=0):
         self.pool, self.line, self.objective, self.target = pool, line, objective, target
+        self.windows = windows
+        self.rejected = []
         self.field = "j_per_token" if objective == "energy" else "tokens_per_s"
         self.train_seeds = [base_seed + i for i in range(seeds)]
         self.held_seeds = [base_seed + seeds + i for i in range(seeds)]
@@ -638,6 +705,8 @@ class _Search:
             # A move must gain on the mean and on every seed: one lucky draw does not move the schedule.
             better = [t for t in better if _improves(self.key(t, seeds), self.key(incumbent, seeds), self.min_gain)
                       and all(_improves(self.key(t, [s]), self.key(incumbent, [s]), 0.0) for s in seeds)]
+            if self.windows and better:
+                better = self.clear_noise(better, incumbent, d, cands, active, round_no)
             win = min(better, key=lambda t: self.key(t, seeds), default=None)
             if win is None:
                 self.line.say(f"round {round_no}: no move improves; {incumbent}")
@@ -645,6 +714,33 @@ class _Search:
             d, incumbent = cands[win], win
             self.line.say(f"round {round_no}: {_fmt(self.key(incumbent, seeds), self.objective)} with {incumbent}")
         return incumbent
+
+    def clear_noise(self, better, incumbent, d, cands, active, round_no) -> list:
+        """The moves of ``better`` whose mean gain over the (seed, window) pairs clears its noise
+        and ``min_gain``; the others are recorded in ``rejected``."""
+        parts = [f"train#{w}" for w in range(self.windows)]
+        self.run([(p, t, s) for t in [incumbent] + better for p in parts for s in self.train_seeds])
+        kept = []
+        for t in better:
+            if self.key(t, self.train_seeds)[:2] != self.key(incumbent, self.train_seeds)[:2]:
+                kept.append(t)  # a move on the SLO: judged on attainment
+                continue
+            gain, noise, base = self.pair_gain(t, incumbent, parts)
+            if gain > noise and gain > self.min_gain * abs(base):
+                kept.append(t)
+            else:
+                self.rejected.append({"round": round_no, "policy": t, "gain": gain, "noise": noise,
+                                      "pairs": len(parts) * len(self.train_seeds),
+                                      "zigzag": reversals(cands[t][:active]) > reversals(d[:active])})
+        return kept
+
+    def pair_gain(self, pol, incumbent, parts) -> tuple:
+        """``(mean gain, t95 x its standard error, incumbent's mean)`` over the (seed, window) pairs."""
+        sign = 1.0 if self.objective == "energy" else -1.0
+        mine = np.array([self.cache[(p, incumbent, s)][self.field] for p in parts for s in self.train_seeds])
+        theirs = np.array([self.cache[(p, pol, s)][self.field] for p in parts for s in self.train_seeds])
+        gain, noise = paired_noise(sign * (mine - theirs))
+        return gain, noise, float(mine.mean())
 
     def score(self, pol, part, seed_list) -> Score:
         rs = [self.cache[(part, pol, s)] for s in seed_list]
@@ -666,6 +762,7 @@ class _Search:
             gain=float(diffs.mean()), gain_noise=noise,
             starts={name: (t, self.score(t, "train", self.train_seeds)) for name, (_, t) in starts.items()},
             evaluations=self.count, seconds=seconds, executor=kind, inputs=inputs,
+            noise_windows=self.windows, rejected_moves=tuple(self.rejected),
         )
 
 
