@@ -315,11 +315,7 @@ class _Totals:
         return float((top[:, 0] + np.log(np.exp(joint - top).sum(axis=1))).sum())
 
     def __call__(self, sd: float) -> float:
-        from scipy.optimize import minimize_scalar  # lazy: SciPy loads only for a totals fit
-
-        best = minimize_scalar(lambda c: -self.loglik(c, sd), bounds=(-15.0, 15.0), method="bounded",
-                               options={"xatol": 1e-5})
-        return -float(best.fun)
+        return _golden(lambda c: self.loglik(c, sd), -15.0, 15.0, iters=40)[1]
 
 
 def fit_spread(data: RequestData) -> SpreadFit:
