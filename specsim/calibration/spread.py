@@ -32,9 +32,10 @@ from specsim._checks import MAX_REQUEST_SPREAD, MIN_SPREAD_REQUESTS, is_int, num
 from specsim.calibration._types import RequestSpread
 from specsim.errors import CalibrationError
 
-# Gauss-Hermite nodes of the centre solve: the integrand sigmoid(c + sd z) is smooth, and 48
-# nodes give the mean to ~1e-12 at every sd up to MAX_REQUEST_SPREAD.
-SOLVE_NODES = 48
+# Gauss-Hermite nodes of the centre solve: sigmoid(c + sd z) turns over within 1 / sd of z, so
+# a wide spread needs many nodes; 200 give the mean to 3e-10 at every sd up to MAX_REQUEST_SPREAD
+# (48 would leave 3e-5 at sd = 4).
+SOLVE_NODES = 200
 # The likelihood's z grid: a request with many steps has a sharp posterior over z, which a fixed
 # Gauss-Hermite rule misses between its nodes; an even grid of 0.05 over [-6, 6] does not.
 _Z = np.linspace(-6.0, 6.0, 241)
@@ -297,6 +298,7 @@ class _Totals:
     def __init__(self, data: RequestData):
         self.steps, self.mean, self.depth = data.steps, data.mean, data.depth
         self.depths = np.unique(self.depth)
+        self.last_c = None  # the best centre of the last call
 
     def loglik(self, c: float, sd: float) -> float:
         q = _sigmoid(c + sd * _Z)  # [Q]
@@ -315,7 +317,12 @@ class _Totals:
         return float((top[:, 0] + np.log(np.exp(joint - top).sum(axis=1))).sum())
 
     def __call__(self, sd: float) -> float:
-        return _golden(lambda c: self.loglik(c, sd), -15.0, 15.0, iters=40)[1]
+        if self.last_c is None:
+            c, ll = _golden(lambda c: self.loglik(c, sd), -15.0, 15.0, iters=45)
+        else:  # the best centre moves little from one sd to the next
+            c, ll = _golden(lambda c: self.loglik(c, sd), self.last_c - 2.0, self.last_c + 2.0, iters=28)
+        self.last_c = c
+        return ll
 
 
 def fit_spread(data: RequestData) -> SpreadFit:
@@ -389,6 +396,37 @@ def _crossing(f, a: float, b: float, cut: float, grid, rising: bool, iters: int 
         else:
             a = mid
     return 0.5 * (a + b)
+
+
+def resolve_spread(mode: str, data, why: str = ""):
+    """The spread ``--request-spread MODE`` gives for per-request ``data`` (None when the input
+    has none, ``why`` saying so): ``(RequestSpread or None, note)``.
+
+    ``off`` never fits; ``auto`` fits when there are at least ``MIN_SPREAD_REQUESTS`` requests and
+    otherwise returns None with a note saying why; ``require`` refuses instead of skipping.
+
+    Raises
+    ------
+    CalibrationError
+        ``require`` without enough per-request data; an unknown mode.
+    """
+    if mode not in SPREAD_MODES:
+        raise CalibrationError(f"--request-spread {mode!r} is not one of {', '.join(SPREAD_MODES)}")
+    if mode == "off":
+        return None, ""
+    if data is not None and data.requests < MIN_SPREAD_REQUESTS:
+        why = (f"{data.source}: {data.requests} request(s) with acceptance data; a request spread is fitted from at "
+               f"least {MIN_SPREAD_REQUESTS}")
+        data = None
+    if data is None:
+        if mode == "require":
+            raise CalibrationError(f"--request-spread require: no request spread can be fitted: {why}")
+        return None, f"request spread not fitted: {why}"
+    fit = fit_spread(data)
+    lo, hi = fit.interval
+    sp = fit.spread
+    return sp, (f"request spread logit_sd {sp.logit_sd:.3f} +- {sp.standard_error:.3f} (95% interval {lo:.3f} to "
+                f"{hi:.3f}) from {sp.requests} requests")
 
 
 # -- checks ------------------------------------------------------------------------------------------
