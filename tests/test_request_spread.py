@@ -240,7 +240,7 @@ def test_engine_with_spread_matches_reference(policy):
 
 
 def test_every_policy_sees_the_same_request_factor():
-    """Common random numbers: a request's z depends on the seed and its index only."""
+    """Common random numbers: a request's z is a function of (seed, request index) alone."""
     reqs = random_requests(400, 3)
     cal = with_spread(small_calibration(), 0.9)
     shifts = [prepare(reqs, small_table(), cal, pol, ServerOptions(seed=17)).cal.shift for pol in ("fixed:1", "propose")]

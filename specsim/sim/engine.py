@@ -67,7 +67,9 @@ from specsim.traces._types import TraceRead
 # that alters some result for the same requests, table, calibration, policy and options (a
 # scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
 # disk by earlier versions (a sweep's results file) are recomputed rather than reused.
-ENGINE_SEMANTICS = 1
+# 2: a calibration's [request_spread] table moves each request's acceptance (earlier versions read
+# the same file and ignored it).
+ENGINE_SEMANTICS = 2
 
 # Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
