@@ -287,3 +287,42 @@ def test_a_fleet_draws_with_the_spread():
     runs = [simulate_fleet(reqs, Fleet.uniform(table, c, 2, ServerOptions(max_batch=4)), "fixed:3")
             for c in (cal, with_spread(cal, 1.5))]
     assert not np.array_equal(runs[0].fleet.finish_s, runs[1].fleet.finish_s)
+
+
+# -- per-request telemetry ---------------------------------------------------------------------------
+
+def test_sglang_histograms_take_the_depth_they_drafted(tmp_path):
+    """A histogram grown to the largest accepted run hides the rejection after a full run: the
+    per-position counts use the depth (told by proposed drafts, else --depth)."""
+    from specsim.calibration.spread import records_data
+    from specsim.interop import read_telemetry
+
+    lines = [json.dumps({"meta_info": {"spec_verify_ct": 4, "spec_accept_histogram": [1, 3]}}) for _ in range(3)]
+    path = tmp_path / "sg.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    fmt, records, _ = read_telemetry([path], "sglang-request")
+    assert records_data(fmt, records)[0] is None and "--depth" in records_data(fmt, records)[1]
+    data, why = records_data(fmt, records, depth=3)
+    assert why == "" and data.reached.tolist() == [[4, 3, 0]] * 3 and data.accepted.tolist() == [[3, 0, 0]] * 3
+
+
+def test_released_trtllm_blocks_give_totals(tmp_path):
+    from specsim.calibration.spread import records_data
+    from specsim.interop import read_telemetry
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for _ in range(40):
+        drafted = 3 * int(rng.integers(10, 40))
+        lines.append(json.dumps({"speculative_decoding": {"total_accepted_draft_tokens": int(rng.integers(0, drafted)),
+                                                          "total_draft_tokens": drafted}}))
+    path = tmp_path / "tr.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    fmt, records, _ = read_telemetry([path], "trtllm-request")
+    assert records_data(fmt, records)[0] is None
+    data, _ = records_data(fmt, records, depth=3)
+    assert data.kind == "totals" and data.requests == 40 and (data.depth == 3).all()
+    first = json.loads(lines[0])["speculative_decoding"]
+    assert data.steps[0] == first["total_draft_tokens"] / 3
+    assert data.mean[0] == pytest.approx(first["total_accepted_draft_tokens"] / data.steps[0])
+    assert records_data("vllm-log", records)[0] is None

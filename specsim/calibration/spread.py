@@ -149,8 +149,11 @@ def totals_data(steps, mean, depth, source: str = "<requests>") -> RequestData:
     d = np.asarray(depth, dtype=np.int64).reshape(-1)
     if not (s.shape == m.shape == d.shape) or not np.isfinite(s).all() or not np.isfinite(m).all():
         raise CalibrationError(f"{source}: per-request totals must be matching finite arrays")
-    if ((m < 0) | (m > d) | (d < 1)).any():
-        raise CalibrationError(f"{source}: a request's mean accepted drafts must be in [0, its depth]")
+    bad = np.flatnonzero((m < 0) | (m > d) | (d < 1))
+    if bad.shape[0]:
+        i = int(bad[0])
+        raise CalibrationError(f"{source}: request {i + 1} (in read order) has {m[i]:g} accepted drafts per step at "
+                               f"depth {int(d[i])}: a mean must be in [0, the depth], the depth >= 1")
     keep = s > 0
     return RequestData("totals", source, steps=s[keep], mean=m[keep], depth=d[keep])
 
@@ -184,10 +187,24 @@ def records_data(fmt: str, records, depth=None, source: str = "<telemetry>"):
     """
     if fmt not in REQUEST_FORMATS:
         return None, f"{fmt} has no per-request records (per-request formats: {', '.join(REQUEST_FORMATS)})"
-    stepped = [r for r in records if r.kind == "steps"]
+    stepped = []
+    for r in records:
+        if r.kind != "steps":
+            continue
+        if r.depth_told:
+            stepped.append(r.steps)
+            continue
+        # A histogram grown to the largest accepted run (SGLang's): its steps drafted the depth
+        # the record (proposed drafts over verify steps) or ``depth`` tells; a step that accepted
+        # its whole run below it then rejected the next draft, which a shorter key would hide.
+        d = r.depth if r.depth is not None else depth
+        if d is None:
+            return None, (f"{fmt}: a request's histogram does not tell its drafts per step (give --depth K, the "
+                          "serve's --speculative-num-steps)")
+        stepped.append({(d, a): c for (_, a), c in r.steps.items()})
     if stepped:
-        deepest = max(d for r in stepped for d, _ in r.steps)
-        rows = [steps_positions(r.steps, deepest) for r in stepped]
+        deepest = max(d for steps in stepped for d, _ in steps)
+        rows = [steps_positions(steps, deepest) for steps in stepped]
         return positions_data([n for n, _ in rows], [a for _, a in rows], source), ""
     steps, mean, depths = [], [], []
     for r in records:
