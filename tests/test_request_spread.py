@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim._checks import MAX_REQUEST_SPREAD, MIN_SPREAD_REQUESTS
 from specsim.calibration import AcceptanceCalibration
@@ -326,3 +328,30 @@ def test_released_trtllm_blocks_give_totals(tmp_path):
     assert data.steps[0] == first["total_draft_tokens"] / 3
     assert data.mean[0] == pytest.approx(first["total_accepted_draft_tokens"] / data.steps[0])
     assert records_data("vllm-log", records)[0] is None
+
+
+# -- the draw kernels against their twins ------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2 ** 64 - 1), first=st.integers(0, 2 ** 40), count=st.integers(0, 5),
+       sd=st.sampled_from([0.0, 0.5, MAX_REQUEST_SPREAD]))
+def test_request_shifts_match_the_reference(seed, first, count, sd):
+    from specsim.sim._draw_kernels import request_shifts_nb, request_z_nb, seed_key_nb
+
+    key = np.uint64(seed_key_nb(np.uint64(seed)))
+    for r in range(first, first + count):
+        assert request_z_nb(key, r) == pytest.approx(ref.ref_request_z(seed, r), rel=0, abs=1e-13)
+    out = np.empty(count + 1)
+    request_shifts_nb(np.uint64(seed), sd, out)
+    assert np.allclose(out, [sd * ref.ref_request_z(seed, r) for r in range(count + 1)], rtol=0, atol=1e-13)
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("centre, shift, want", [
+    (-math.inf, 3.0, 0.0), (math.inf, -3.0, 1.0), (0.0, 0.0, 0.5), (-60.0, -27.0, 1.0 / (1.0 + math.exp(87.0))),
+    (2.0, -0.5, 1.0 / (1.0 + math.exp(-1.5))),
+])
+def test_spread_probability_edges(centre, shift, want):
+    from specsim.sim._draw_kernels import spread_p_nb
+
+    assert spread_p_nb(centre, shift) == want
