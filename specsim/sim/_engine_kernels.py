@@ -489,16 +489,17 @@ def decode_cost_nb(tab, srv, st, n, rows, k, cut):
     return ms + (ms_hi - ms) * t, joules + (j_hi - joules) * t
 
 
-@step_part
-def _accepted_spread(cal, rkey, e, lim, shift):
+@kernel
+def _accepted_spread(occ_cdf, centre, rkey, e, lim, shift):
     """:func:`accepted_nb`'s leading run under a per-request spread: each draft is accepted with
-    its bucket's rate moved by the request's ``shift`` in log-odds (docs/calibration.md#per-request-spread)."""
+    its bucket's rate moved by the request's ``shift`` in log-odds (docs/calibration.md#per-request-spread).
+    A call, not inlined, so the step without a spread carries none of its code."""
     acc = 0
     while acc < lim:
         i = acc + 1
         h = draft_hash_nb(rkey, e + acc, i)
-        b = bucket_of_nb(cal.occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
-        if half_uniform_nb(h, STREAM_ACCEPT) < spread_p_nb(cal.centre[b], shift):
+        b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
+        if half_uniform_nb(h, STREAM_ACCEPT) < spread_p_nb(centre[b], shift):
             acc += 1
         else:
             break
@@ -525,7 +526,7 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
         return digit if digit < lim else lim
     rkey = request_key_nb(key, r)
     if cal.shift.shape[0] > 0:
-        return _accepted_spread(cal, rkey, e, lim, cal.shift[r])
+        return _accepted_spread(cal.occ_cdf, cal.centre, rkey, e, lim, cal.shift[r])
     while acc < lim:
         i = acc + 1
         h = draft_hash_nb(rkey, e + acc, i)
