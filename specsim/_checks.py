@@ -76,6 +76,12 @@ MAX_INPUT_BYTES = 1 << 30
 LOGPROB_SLACK = 1e-3
 # Deepest nesting of lists/objects a JSON side file may hold.
 MAX_JSON_DEPTH = 64
+# The per-request acceptance spread (docs/calibration.md#per-request-spread): the largest
+# ``logit_sd`` a calibration may carry or a fit may return (a request's log-odds of acceptance
+# spread by 4 standard deviations already puts the middle 95% of requests between 0.04% and
+# 99.96% acceptance at an even rate), and the fewest requests a spread is fitted from.
+MAX_REQUEST_SPREAD = 4.0
+MIN_SPREAD_REQUESTS = 30
 # Most 8-byte values an online calibration's sliding-window ring may hold (1 GiB): the ring is
 # allocated up front, ``window`` rows of ``2 * buckets + (max_depth + 1)**2 + 1`` values each.
 MAX_ONLINE_RING_VALUES = 1 << 27

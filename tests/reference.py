@@ -672,8 +672,11 @@ class _RefReplica:
     """One single server of fixed depth ``k``, stepped one step at a time (the engine's model:
     admit first come first served, a prefill step over the admitted, else a decode step)."""
 
-    def __init__(self, widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed):
+    def __init__(self, widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed, spread_sd=0.0,
+                 centre=None):
         self.widths, self.costs, self.p_accept, self.occ_cdf = widths, costs, p_accept, occ_cdf
+        # The per-request spread: each bucket's centre, and the shift sd * z of the request at each row.
+        self.spread_sd, self.centre = spread_sd, centre if spread_sd else None
         self.k, self.max_batch, self.prefill_ms, self.prefill_j, self.seed = k, max_batch, prefill_ms, prefill_j, seed
         self.reqs, self.first, self.finish, self.emitted, self.active = [], [], [], [], []
         self.blocks = []
@@ -704,7 +707,7 @@ class _RefReplica:
         return sum(self.blocks[i] for i in self.active)
 
     def step(self):
-        from tests.reference_engine import ref_draft_accepted
+        from tests.reference_engine import ref_draft_accepted, ref_request_z
 
         while True:
             new = []
@@ -734,7 +737,9 @@ class _RefReplica:
                 need = self.reqs[i][2] - e - 1
                 acc = 0
                 for j in range(1, min(self.k, need) + 1):
-                    if not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, i, e + j - 1, j):
+                    shift = self.spread_sd * ref_request_z(self.seed, i) if self.centre else 0.0
+                    if not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, i, e + j - 1, j, self.centre,
+                                              shift):
                         break
                     acc += 1
                 self.emitted[i] = e + 1 + acc
@@ -745,11 +750,11 @@ class _RefReplica:
 
 
 def ref_fleet(requests, replicas, router, widths, costs, p_accept, occ_cdf, k, *, max_batch=8, prefill_ms=0.0,
-              prefill_j=0.0, seed=0):
+              prefill_j=0.0, seed=0, spread_sd=0.0, centre=None):
     """A fleet of ``replicas`` identical fixed-depth servers behind ``router``, one event at a time:
     route every arrival due at or before the earliest next step start (ties to the lower
     replica), else step that replica. Routers break ties by taking turns. Returns (assignment, first, finish) in trace order."""
-    reps = [_RefReplica(widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed)
+    reps = [_RefReplica(widths, costs, p_accept, occ_cdf, k, max_batch, prefill_ms, prefill_j, seed, spread_sd, centre)
             for _ in range(replicas)]
     assignment, where = [], []
     nxt, last = 0, -1

@@ -49,9 +49,23 @@ def ref_draft_bucket(occ_cdf, seed, request, token, position):
     return b
 
 
-def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position):
-    return ref_uniform(seed, request, token, position, 1) < p_accept[ref_draft_bucket(occ_cdf, seed, request, token,
-                                                                                      position)]
+def ref_request_z(seed, request):
+    """A request's spread factor: Box-Muller on the hash of (seed, request, token 2**40, position 0),
+    the high 32 bits (plus a half step) as u1 in (0, 1), the low 32 bits as u2 in [0, 1)."""
+    key = ref_mix64(seed + _GOLDEN)
+    rkey = ref_mix64(key ^ ((request * 0xD6E8FEB86659FD93) & _MASK64))
+    h = ref_mix64(rkey ^ ((((1 << 40) << 8) * 0xA0761D6478BD642F) & _MASK64))
+    u1 = ((h >> 32) + 0.5) / 2.0 ** 32
+    u2 = (h & 0xFFFFFFFF) / 2.0 ** 32
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def ref_draft_accepted(occ_cdf, p_accept, seed, request, token, position, centre=None, shift=0.0):
+    """A draft's verdict: the stream-1 draw below its bucket's ``p_accept`` or, with a spread,
+    below ``1 / (1 + exp(-(centre[bucket] + shift)))`` (``shift``: the request's sd * z)."""
+    b = ref_draft_bucket(occ_cdf, seed, request, token, position)
+    p = p_accept[b] if centre is None else 1.0 / (1.0 + math.exp(-(centre[b] + shift)))
+    return ref_uniform(seed, request, token, position, 1) < p
 
 
 def ref_prefill_cost(tokens, ms_per_token, j_per_token, ms_per_step=0.0, j_per_step=0.0, curve=None):
@@ -95,7 +109,9 @@ class RefEngine:
     ("sglang-adaptive", AdaptiveConfig, CUDA-graph sizes).
     With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
     from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
-    no confidences.
+    no confidences. With ``spread_sd`` > 0 and ``centre`` (each bucket's centre), request ``r``
+    accepts a draft in bucket ``b`` with probability ``1 / (1 + exp(-(centre[b] + spread_sd * z_r)))``,
+    ``z_r`` from :func:`ref_request_z`.
     """
 
     def __init__(self, requests, widths, costs, edges, p_accept, priors, occ_cdf, policy, *, slack=0.0, max_batch=8,
@@ -103,10 +119,13 @@ class RefEngine:
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
                  prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None,
-                 acceptance_window=None, acceptance_length_threshold=None):
+                 acceptance_window=None, acceptance_length_threshold=None, spread_sd=0.0, centre=None):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
+        # The per-request spread: each bucket's centre and each request's shift sd * z (none at sd 0).
+        self.centre = centre if spread_sd and digits is None else None
+        self.shift = [spread_sd * ref_request_z(seed, r) for r in range(len(requests))] if self.centre else None
         self.chunked, self.block_size = chunked_prefill, kv_block_size
         self.one_pass = mixed_step_pricing == "one-pass"
         # Context pricing: the grid (``costs`` layout) at each measured context, ascending.
@@ -391,7 +410,8 @@ class RefEngine:
                 if self.digits is not None:
                     if j > self.digits[ref_trace_entry(self.seed, r, e, len(self.digits))]:
                         break
-                elif not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, r, e + j - 1, j):
+                elif not ref_draft_accepted(self.occ_cdf, self.p_accept, self.seed, r, e + j - 1, j, self.centre,
+                                            self.shift[r] if self.shift else 0.0):
                     break
                 acc += 1
             self.emitted[r] = e + 1 + acc

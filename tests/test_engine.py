@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.calibration._types import RequestSpread
+from specsim.calibration.spread import centres
 from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim import REQUEST_DT, ServerOptions, simulate
 from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
@@ -37,6 +39,11 @@ def small_table():
 
 def small_calibration():
     return AcceptanceCalibration(KEY, [-2.0, -0.5, -0.1, 0.0], [0.1, 0.45, 0.8, 0.95], [0.75, 0.6, 0.55])
+
+
+def with_spread(cal, sd):
+    """``cal`` with a per-request spread of ``sd`` (None: without one)."""
+    return cal if sd is None else cal.with_spread(RequestSpread(sd, 0.1, 100, "test"))
 
 
 def requests(rows):
@@ -90,6 +97,8 @@ def run_reference(reqs, table, cal, policy, **opts):
     if opts.get("k_logged") is not None:
         k_cap = min(k_cap, opts["k_logged"])
     occ = occupancy_cdf(cal, k_cap, opts.pop("occupancy", None)).tolist()
+    if cal.spread is not None and cal.spread.logit_sd > 0:
+        opts["spread_sd"], opts["centre"] = cal.spread.logit_sd, centres(cal.p_accept, cal.spread.logit_sd).tolist()
     widths = table.widths.tolist()
     costs = table.costs.tolist()
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]
@@ -249,9 +258,10 @@ def test_accepted_run_is_prefix_monotone(seed, req, tok):
     dict(max_num_seqs=3, max_seqs=2, k_max=2, prefill_ms_per_token=0.05, prefill_j_per_token=0.01, idle_w=7.5, seed=9),
     dict(max_num_seqs=6, row_budget=5, slack=0.3, prefill_ms_per_token=0.02, seed=3),
 ])
-def test_engine_matches_reference(policy, opts):
+@pytest.mark.parametrize("spread", [None, 1.2])
+def test_engine_matches_reference(policy, opts, spread):
     reqs = random_requests(40, 11, rate=1.0)
-    table, cal = small_table(), small_calibration()
+    table, cal = small_table(), with_spread(small_calibration(), spread)
     res = simulate(reqs, table, cal, policy, **opts)
     want = run_reference(reqs, table, cal, policy, **opts)
     assert_matches_reference(res, want)
@@ -261,12 +271,13 @@ def test_engine_matches_reference(policy, opts):
     n=st.integers(1, 25), trace_seed=st.integers(0, 10 ** 6), seed=st.integers(0, 2 ** 64 - 1),
     policy=st.sampled_from(POLICIES), max_batch=st.integers(1, 9), slack=st.sampled_from([0.0, 0.2, 0.6]),
     row_budget=st.one_of(st.none(), st.integers(0, 12)), k_max=st.one_of(st.none(), st.integers(0, 4)),
-    rate=st.sampled_from([0.3, 3.0, 30.0]),
+    rate=st.sampled_from([0.3, 3.0, 30.0]), spread=st.sampled_from([None, 0.0, 0.7, 4.0]),
 )
 @settings(max_examples=30, deadline=None)
-def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch, slack, row_budget, k_max, rate):
+def test_engine_matches_reference_random(n, trace_seed, seed, policy, max_batch, slack, row_budget, k_max, rate,
+                                         spread):
     reqs = random_requests(n, trace_seed, rate=rate, max_out=25)
-    table, cal = small_table(), small_calibration()
+    table, cal = small_table(), with_spread(small_calibration(), spread)
     opts = dict(max_num_seqs=max_batch, slack=slack, row_budget=row_budget, k_max=k_max, seed=seed,
                 prefill_ms_per_token=0.03, prefill_j_per_token=0.02, idle_w=4.0)
     want = run_reference(reqs, table, cal, policy, **opts)

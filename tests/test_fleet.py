@@ -13,12 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.calibration.spread import centres
 from specsim.sim import ServerOptions, simulate
 from specsim.sim.engine import occupancy_cdf
 from specsim.sim.fleet import ROUTERS, Fleet, FleetError, ReplicaGroup, load_fleet, parse_fleet, simulate_fleet
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference as ref
-from tests.test_engine import random_requests, requests, small_calibration, small_table
+from tests.test_engine import random_requests, requests, small_calibration, small_table, with_spread
 
 pytestmark = pytest.mark.kernels  # drives the fleet kernel: CI reruns it with bounds checks
 
@@ -97,10 +98,11 @@ def test_every_replica_is_the_single_server_on_its_share(router):
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 45), replicas=st.integers(1, 5), seed=st.integers(0, 1000), k=st.integers(0, 3),
-       router=st.sampled_from(ROUTERS), rate=st.floats(0.5, 40.0), max_batch=st.integers(1, 4))
-def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_batch):
+       router=st.sampled_from(ROUTERS), rate=st.floats(0.5, 40.0), max_batch=st.integers(1, 4),
+       spread=st.sampled_from([None, 1.3]))
+def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_batch, spread):
     reqs = random_requests(n, seed, rate=rate) if n else requests([])
-    table, cal = small_table(), small_calibration()
+    table, cal = small_table(), with_spread(small_calibration(), spread)
     # The reference models separate prefill steps without a token budget or KV limit.
     opts = ServerOptions(max_num_seqs=max_batch, seed=seed, prefill_ms_per_token=0.2, chunked_prefill=False,
                          max_num_batched_tokens=None, kv_capacity_tokens=None)
@@ -109,7 +111,8 @@ def test_kernel_matches_plain_reference(n, replicas, seed, k, router, rate, max_
     occ = occupancy_cdf(cal, k).tolist()
     assignment, first, finish = ref.ref_fleet(rows, replicas, router, table.widths.tolist(), table.costs.tolist(),
                                               cal.p_accept.tolist(), occ, k, max_batch=max_batch, prefill_ms=0.2,
-                                              seed=seed)
+                                              seed=seed, spread_sd=spread or 0.0,
+                                              centre=centres(cal.p_accept, spread or 0.0).tolist())
     assert res.assignment.tolist() == assignment
     assert res.fleet.first_token_s.tolist() == first
     assert res.fleet.finish_s.tolist() == finish

@@ -80,3 +80,29 @@ class PositionPrior:
     @property
     def prior(self) -> float:
         return self.accepted / self.reached
+
+
+@dataclass(frozen=True)
+class RequestSpread:
+    """How much acceptance differs from request to request (docs/calibration.md#per-request-spread).
+
+    Request ``r`` draws ``z_r ~ N(0, 1)`` once; its acceptance probability is the calibration's,
+    moved by ``logit_sd * z_r`` on the log-odds scale and recentred so the population mean stays
+    the calibration's.
+
+    Attributes
+    ----------
+    logit_sd : float
+        The spread's standard deviation in log-odds, in ``[0, MAX_REQUEST_SPREAD]``.
+    standard_error : float
+        Its standard error (from the fit's 95% likelihood-ratio interval), >= 0.
+    requests : int
+        How many requests it was fitted on.
+    source : str
+        Where it was fitted from.
+    """
+
+    logit_sd: float
+    standard_error: float
+    requests: int
+    source: str

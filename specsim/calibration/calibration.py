@@ -10,6 +10,8 @@ from specsim import _toml
 from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
+from specsim.calibration.spread import check_spread, spread_problems
+from specsim.calibration._types import RequestSpread
 from specsim.errors import CalibrationError
 
 DRAFTER_STRINGS = ("weights_sha256", "quantization")
@@ -27,6 +29,9 @@ class AcceptanceCalibration:
         P(accept) per bucket, in [0, 1].
     prior_by_position : array_like of float, shape (P,)
         P(draft j accepted | drafts before it accepted), j = 1, 2, ...
+    spread : RequestSpread, optional
+        How acceptance differs from request to request (docs/calibration.md#per-request-spread);
+        None (the default) is no spread: every request draws at the calibration's rates.
 
     Raises
     ------
@@ -34,9 +39,10 @@ class AcceptanceCalibration:
         Listing every rule of the calibration rules (docs/formats.md#acceptance-calibration) the arrays break.
     """
 
-    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta")
+    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta", "spread")
 
-    def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>"):
+    def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>",
+                 spread=None):
         try:
             edges = _edges_f32(edges)
             p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
@@ -54,6 +60,12 @@ class AcceptanceCalibration:
         for a in (self.edges, self.p_accept, self.priors):
             a.flags.writeable = False
         self.meta = dict(meta or {})
+        self.spread = check_spread(spread, source)
+
+    def with_spread(self, spread) -> "AcceptanceCalibration":
+        """This calibration with ``spread`` (a :class:`RequestSpread`, or None for none)."""
+        return AcceptanceCalibration(self.drafter, self.edges, self.p_accept, self.priors, meta=self.meta,
+                                     spread=spread)
 
     # -- files ----------------------------------------------------------------------------
     @classmethod
@@ -63,12 +75,20 @@ class AcceptanceCalibration:
         problems = []
         drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
         arrays = _read_acceptance(doc.get("acceptance", _toml.MISSING), problems)
+        spread = None
+        if "request_spread" in doc:
+            raw = doc["request_spread"]
+            found = spread_problems(raw)
+            problems += found
+            if not found:
+                spread = RequestSpread(float(raw["logit_sd"]), float(raw["standard_error"]), int(raw["requests"]),
+                                       raw["source"])
         if problems:
             swapped = _toml.swapped_hint(doc, "acceptance calibration")
             raise CalibrationError(f"{source}: the acceptance calibration cannot be read"
                                    + (f": {swapped}" if swapped else ""), problems)
         meta = doc.get("meta", {})
-        return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source)
+        return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source, spread=spread)
 
     @classmethod
     def load(cls, path) -> "AcceptanceCalibration":
@@ -93,6 +113,11 @@ class AcceptanceCalibration:
                 "p_accept = [" + ", ".join(_toml.number(float(p)) for p in self.p_accept) + "]",
                 "prior_by_position = [" + ", ".join(_toml.number(float(p)) for p in self.priors) + "]",
             ]
+            if self.spread is not None:
+                sp = self.spread
+                lines += ["", "[request_spread]", f"logit_sd = {_toml.number(sp.logit_sd)}",
+                          f"standard_error = {_toml.number(sp.standard_error)}",
+                          f"requests = {_toml.number(sp.requests)}", f"source = {_toml.string(sp.source)}"]
             if meta:
                 lines += ["", "[meta]"] + [f"{_toml.key(k)} = {_toml.scalar(v)}" for k, v in meta.items()]
         except ValueError as e:
@@ -234,6 +259,7 @@ class AcceptanceCalibration:
             and np.array_equal(self.edges, other.edges, equal_nan=True)
             and np.array_equal(self.p_accept, other.p_accept)
             and np.array_equal(self.priors, other.priors)
+            and self.spread == other.spread
         )
 
     __hash__ = None
@@ -241,7 +267,8 @@ class AcceptanceCalibration:
     def __repr__(self):
         return (
             f"AcceptanceCalibration(buckets={self.edges.shape[0]}, "
-            f"positions={self.priors.shape[0]}, drafter={self.drafter!r})"
+            f"positions={self.priors.shape[0]}, drafter={self.drafter!r}"
+            + (f", logit_sd={self.spread.logit_sd:g}" if self.spread is not None else "") + ")"
         )
 
 

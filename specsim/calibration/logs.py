@@ -11,7 +11,9 @@ suffix):
   ``(step, sequence)``: its positions must run 1, 2, .. without gaps or repeats. A draft is
   *reached* when every draft before it in its chain was accepted; rows after a chain's first
   rejection are not reached, whatever their ``accepted`` says, and are counted apart, not
-  binned. Each chain also counts as one verify step ``(drafts, accepted run)``.
+  binned. Each chain also counts as one verify step ``(drafts, accepted run)``. An optional
+  ``request`` column (integer) names the request each chain belongs to: the per-request counts a
+  request spread is fitted from (:mod:`specsim.calibration.spread`).
 - a **per-step log**, one row per chain: ``drafts`` and ``accepted`` (the accepted run).
 
 Rows may come in any order; a log already in ``(step, sequence, position)`` order is binned
@@ -29,12 +31,15 @@ import numpy as np
 
 from specsim.calibration._types import FitCounts
 from specsim.calibration.fit import DEFAULT_EDGES, counts_from_steps, make_counts
+from specsim.calibration.spread import drafts_data
 from specsim.errors import CalibrationError
 from specsim._checks import MAX_DEPTH, logprob_problem
 from specsim._io import decode_text, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
 STEP_COLUMNS = ("drafts", "accepted")
+# Columns a per-draft log may carry besides DRAFT_COLUMNS.
+DRAFT_OPTIONAL = ("request",)
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
@@ -139,10 +144,23 @@ def bin_steps(drafts, accepted, source: str = "<steps>") -> dict:
     return {(int(d), int(a)): int(out[d, a]) for d, a in zip(*np.nonzero(out))}
 
 
-def load_drafts_log(path, edges=DEFAULT_EDGES, holdout: float = 0.0):
-    """Read and bin a per-draft log file; see :func:`bin_drafts`."""
-    cols = read_log(path, DRAFT_COLUMNS)
-    return bin_drafts(*(cols[c] for c in DRAFT_COLUMNS), edges=edges, holdout=holdout, source=str(path))
+def load_drafts_log(path, edges=DEFAULT_EDGES, holdout: float = 0.0, requests: bool = False):
+    """Read and bin a per-draft log file; see :func:`bin_drafts`.
+
+    With ``requests``, a third value: the log's per-request counts
+    (:class:`~specsim.calibration.spread.RequestData`, from the steps that are fitted, not the
+    held-out ones) when it has a ``request`` column, else None.
+    """
+    cols = read_log(path, DRAFT_COLUMNS, DRAFT_OPTIONAL if requests else ())
+    counts, held = bin_drafts(*(cols[c] for c in DRAFT_COLUMNS), edges=edges, holdout=holdout, source=str(path))
+    if not requests:
+        return counts, held
+    data = None
+    if "request" in cols:
+        fitted = cols["step"] < _holdout_from(cols["step"], holdout, str(path))
+        data = drafts_data(*(cols[c][fitted] for c in ("request", "step", "sequence", "position", "accepted")),
+                           source=str(path))
+    return counts, held, data
 
 
 def load_steps_log(path) -> FitCounts:
@@ -174,12 +192,14 @@ def check_edges(edges, source="<edges>"):
 
 
 # -- reading files --------------------------------------------------------------------------
-def read_log(path, columns):
-    """Named columns of a CSV or JSON Lines log as arrays (floats for ``confidence``)."""
+def read_log(path, columns, optional=()):
+    """Named columns of a CSV or JSON Lines log as arrays (floats for ``confidence``); each of
+    ``optional`` too when the log has it (a CSV header names it, or a JSON line holds it: then
+    every line must)."""
     path = Path(path)
     text = decode_text(read_input(path, "the log", CalibrationError), "the log", path, CalibrationError)
     read = _read_jsonl if path.suffix.lower() in _JSON_SUFFIXES else _read_csv
-    cols = read(text, path, columns)
+    cols = read(text, path, columns, optional)
     if "confidence" in cols:
         problem = logprob_problem(cols["confidence"])
         if problem:
@@ -187,9 +207,10 @@ def read_log(path, columns):
     return cols
 
 
-def _read_csv(text, path, columns):
+def _read_csv(text, path, columns, optional=()):
     header = text.split("\n", 1)[0]
     names = [h.strip().strip('"').lower() for h in header.strip().split(",")]
+    columns = tuple(columns) + tuple(c for c in optional if c in names)
     missing = [c for c in columns if c not in names]
     if missing:
         raise CalibrationError(
@@ -245,7 +266,7 @@ def _bool_text(text):
     raise ValueError(f"accepted value {text!r} is not 1, 0, true or false")
 
 
-def _read_jsonl(text, path, columns):
+def _read_jsonl(text, path, columns, optional=()):
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     linenos = [i for i, _ in numbered]
     # One parse of all lines as an array is the fast path; per-line parsing finds a bad line
@@ -260,6 +281,7 @@ def _read_jsonl(text, path, columns):
     if not set(map(type, objs)) <= {dict}:
         i = next(i for i, o in enumerate(objs) if type(o) is not dict)
         raise CalibrationError(f"{path}: line {linenos[i]} is a JSON {type(objs[i]).__name__}, not an object")
+    columns = tuple(columns) + tuple(c for c in optional if any(c in o for o in objs))
     # Whole-column checks (type sets, then one conversion) keep a million lines to about a second.
     return {c: _jsonl_column(objs, linenos, c, columns, path) for c in columns}
 

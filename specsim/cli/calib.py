@@ -21,6 +21,7 @@ from specsim.calibration.fit import (
 )
 from specsim.calibration.logs import load_drafts_log, load_steps_log
 from specsim.calibration.report import build_report, format_report, plot_reliability
+from specsim.calibration.spread import resolve_spread
 from specsim.interop.vllm import synthetic_config
 
 
@@ -62,6 +63,7 @@ def cmd_show(args):
             "edges": [float(e) for e in cal.edges],
             "p_accept": cal.p_accept.tolist(),
             "prior_by_position": cal.priors.tolist(),
+            **({"request_spread": spread_dict(cal.spread)} if cal.spread is not None else {}),
         })
         return 0
     print(f"drafter sha256 {d.weights_sha256}  vocab {d.vocab}  {d.quantization}  context {str(d.context).lower()}")
@@ -77,7 +79,17 @@ def cmd_show(args):
         total += run
         prow.append([j, f"{p:.4f}", f"{run:.4f}", f"{total:.4f}"])
     print(format_grid(["position", "prior (cond.)", "P(reached+acc.)", "E[accepted] to here"], prow))
+    sp = cal.spread
+    if sp is not None:
+        print(f"request spread: logit_sd {sp.logit_sd:g} +- {sp.standard_error:g} from {sp.requests} requests "
+              f"({sp.source})")
     return 0
+
+
+def spread_dict(sp) -> dict:
+    """A request spread as JSON-ready fields."""
+    return {"logit_sd": sp.logit_sd, "standard_error": sp.standard_error, "requests": sp.requests,
+            "source": sp.source}
 
 
 def cmd_export(args):
@@ -142,6 +154,7 @@ def register_fit(csub):
     p.add_argument("--report", action="store_true", help="print the reliability report")
     p.add_argument("--json", action="store_true", help="print the reliability report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a reliability diagram (needs matplotlib)")
+    calib_live.spread_flag(p, "a --drafts-log with a `request` column")
     p.set_defaults(func=cmd_fit)
 
 
@@ -168,7 +181,7 @@ def _fit(args, out):
         # before anything is written; the shared check also refuses a format matplotlib lacks
 
         require_plot_format("--plot", args.plot)
-    fit = holdout = None
+    fit = holdout = per_request = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
         _warn_rising_marginals(args.rates, args.rates_form)
@@ -176,15 +189,25 @@ def _fit(args, out):
         if args.counts:
             counts = load_counts(args.counts)
         elif args.drafts_log:
-            counts, holdout = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout)
+            counts, holdout, per_request = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout,
+                                                           requests=True)
         elif args.steps_log:
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
         fit = fit_counts(drafter, check_count_sizes(counts))
         cal = fit.calibration
-    report = build_report(cal, fit, holdout)
     source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
+    note = ""
+    if args.request_spread != "off":
+        if per_request is None:
+            why = (f"{args.drafts_log} has no `request` column" if args.drafts_log else
+                   f"{source} has no per-request data (a --drafts-log with a `request` column has)")
+        else:
+            why = ""
+        spread, note = resolve_spread(args.request_spread, per_request, why)
+        cal = cal.with_spread(spread)
+    report = build_report(cal, fit, holdout)
     try:
         text = cal.render()
     except CalibrationError as e:
@@ -203,6 +226,7 @@ def _fit(args, out):
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
                 if fit else f"one bucket from {args.rates_form} rates")
         print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
+    calib_live.note_spread(note)
 
 
 def _warn_rising_marginals(rates, form):

@@ -12,6 +12,8 @@ from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration, online
 from specsim.calibration.drift import DriftSettings, plot_drift
 from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
+from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
+from specsim._checks import MIN_SPREAD_REQUESTS
 from specsim.calibration.telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.interop import FORMATS, engine_schedule, read_telemetry
@@ -57,7 +59,24 @@ def register(csub):
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
     p.add_argument("--windows-out", metavar="W.toml",
                    help="also write the accept-run windows and traces (an acceptance file replay and simulate read)")
+    spread_flag(p, "a per-request format (vllm-request, sglang-request, trtllm-request)")
     p.set_defaults(func=cmd_import)
+
+
+def spread_flag(p, source):
+    """``--request-spread auto|require|off`` (docs/calibration.md#per-request-spread)."""
+    p.add_argument("--request-spread", choices=SPREAD_MODES, default="off",
+                   help=f"fit how acceptance differs per request from {source}: auto fits when there are at least "
+                        f"{MIN_SPREAD_REQUESTS} requests (else notes why not), require refuses otherwise, off "
+                        "(default) never")
+
+
+def note_spread(note):
+    """Print ``resolve_spread``'s note, if any, to stderr."""
+    import sys
+
+    if note:
+        print(f"specsim: note: {note}", file=sys.stderr)
 
 
 def cmd_import(args):
@@ -70,6 +89,11 @@ def cmd_import(args):
         names = [Path(f).name for f in args.files]
         ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
+        spread, note = None, ""
+        if args.request_spread != "off":
+            data, why = records_data(fmt, records, args.depth, ", ".join(names))
+            spread, note = resolve_spread(args.request_spread, data, why)
+            cal = cal.with_spread(spread)
         windows = render_windows(ident, fmt) if args.windows_out else None
         out.text(args.output, cal.render())
         if windows is not None:
@@ -84,6 +108,7 @@ def cmd_import(args):
     print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "
           f"skipped, {m['garbage_ignored']} unreadable ignored, {m['counter_resets']} counter resets), "
           f"{m['steps']} steps; assumption {m['assumption']}; priors [{priors}]")
+    note_spread(note)
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
     return 0

@@ -3,7 +3,8 @@
 Every uniform number is a splitmix64 hash of (seed, request, output-token index, draft position,
 stream), never a position in a shared stream, so a draft meets the same confidence and the same
 verdict under every policy (common random numbers) and the result does not depend on the order
-anything is computed in.
+anything is computed in. A request's spread factor ``z`` (docs/calibration.md#per-request-spread)
+is a hash of (seed, request) alone, so every policy sees the same ``z`` for the same request.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ _S11 = np.uint64(11)
 _U32 = 1.0 / 4294967296.0  # 2 ** -32
 # Draft positions are packed into the low 8 bits of the draft key: the deepest depth must fit.
 assert MAX_DEPTH < 256
+
+# The token index of a request's spread draw: beyond every output token (at most 2**24), with
+# position 0, so it is no draft's hash and no acceptance-trace entry's.
+SPREAD_TOKEN = np.uint64(1 << 40)
+_TWO_PI = 2.0 * np.pi
 
 # Draw streams: which half of a draft's hash answers which question.
 STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
@@ -106,3 +112,30 @@ def bucket_of_nb(occ_cdf, u, position):
     while b < last and u >= occ_cdf[row, b]:
         b += 1
     return b
+
+
+@jit
+def request_z_nb(key, request):
+    """Request ``request``'s standard normal spread factor: Box-Muller on the two 32-bit halves
+    of the hash of (``key``, request, ``SPREAD_TOKEN``, position 0), ``sqrt(-2 ln u1) cos(2 pi u2)``
+    with ``u1`` in (0, 1) (the high half, plus a half step) and ``u2`` in [0, 1) (the low half)."""
+    h = draft_hash_nb(request_key_nb(key, request), SPREAD_TOKEN, 0)
+    u1 = (float(h >> _S32) + 0.5) * _U32
+    u2 = float(h & _LOW32) * _U32
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(_TWO_PI * u2)
+
+
+@jit
+def request_shifts_nb(seed, sd, out):
+    """Every request's log-odds shift ``sd * z_r`` into ``out float64[N]`` (request ``r`` at
+    ``out[r]``) for a run with ``seed`` (uint64)."""
+    key = seed_key_nb(seed)
+    for r in range(out.shape[0]):
+        out[r] = sd * request_z_nb(key, r)
+
+
+@jit
+def spread_p_nb(centre, shift):
+    """P(accept) of a draft of a request shifted by ``shift`` whose rate's centre is ``centre``:
+    ``1 / (1 + exp(-(centre + shift)))`` (0 at a centre of -inf, 1 at +inf)."""
+    return 1.0 / (1.0 + np.exp(-(centre + shift)))

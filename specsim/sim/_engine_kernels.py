@@ -25,6 +25,7 @@ from specsim.plan._kernels import (
 from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, seed_key_nb,
+    spread_p_nb,
 )
 from specsim.table._kernels import context_bracket_nb
 
@@ -125,6 +126,14 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
         ws.n_conf[j] = 0
         for i in range(1, d + 1):
             ws.verdict[j, i - 1] = i <= digit
+        return
+    if cal.shift.shape[0] > 0:
+        shift = cal.shift[r]
+        for i in range(1, d + 1):
+            h = draft_hash_nb(rkey, e + i - 1, i)
+            b = bucket_of_nb(cal.occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
+            ws.conf[j, i - 1] = cal.conf_values[b]
+            ws.verdict[j, i - 1] = half_uniform_nb(h, STREAM_ACCEPT) < spread_p_nb(cal.centre[b], shift)
         return
     for i in range(1, d + 1):
         h = draft_hash_nb(rkey, e + i - 1, i)
@@ -480,6 +489,23 @@ def decode_cost_nb(tab, srv, st, n, rows, k, cut):
     return ms + (ms_hi - ms) * t, joules + (j_hi - joules) * t
 
 
+@kernel
+def _accepted_spread(occ_cdf, centre, rkey, e, lim, shift):
+    """:func:`accepted_nb`'s leading run under a per-request spread: each draft is accepted with
+    its bucket's rate moved by the request's ``shift`` in log-odds (docs/calibration.md#per-request-spread).
+    A call, not inlined, so the step without a spread carries none of its code."""
+    acc = 0
+    while acc < lim:
+        i = acc + 1
+        h = draft_hash_nb(rkey, e + acc, i)
+        b = bucket_of_nb(occ_cdf, half_uniform_nb(h, STREAM_BUCKET), i)
+        if half_uniform_nb(h, STREAM_ACCEPT) < spread_p_nb(centre[b], shift):
+            acc += 1
+        else:
+            break
+    return acc
+
+
 @step_part
 def accepted_nb(req, cal, srv, ws, j, r, v, key):
     """Drafts of decoding sequence ``j`` (request ``r``) accepted when ``v`` are verified: the
@@ -499,6 +525,8 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
         digit = cal.digits[entry_nb(request_key_nb(key, r), e, n_digits)]
         return digit if digit < lim else lim
     rkey = request_key_nb(key, r)
+    if cal.shift.shape[0] > 0:
+        return _accepted_spread(cal.occ_cdf, cal.centre, rkey, e, lim, cal.shift[r])
     while acc < lim:
         i = acc + 1
         h = draft_hash_nb(rkey, e + acc, i)

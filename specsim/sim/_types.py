@@ -191,8 +191,10 @@ class TableArrays(NamedTuple):
 
 class CalArrays(NamedTuple):
     """The draft-outcome model: calibration arrays (``edges``, ``cells``, ``p_accept``,
-    ``priors``), ``occ_cdf float64[J, B]``, ``conf_values float32[B]`` and ``digits int64[L]``
-    (a replayed acceptance trace; empty to draw from the calibration)."""
+    ``priors``), ``occ_cdf float64[J, B]``, ``conf_values float32[B]``, ``digits int64[L]``
+    (a replayed acceptance trace; empty to draw from the calibration), and the per-request
+    spread: ``centre float64[B]`` (each bucket's rate's centre) and ``shift float64[N]`` (each
+    request's log-odds shift), both empty without a spread (the draws then use ``p_accept``)."""
 
     edges: np.ndarray
     cells: np.ndarray
@@ -201,6 +203,8 @@ class CalArrays(NamedTuple):
     occ_cdf: np.ndarray
     conf_values: np.ndarray
     digits: np.ndarray
+    centre: np.ndarray
+    shift: np.ndarray
 
 
 class Server(NamedTuple):

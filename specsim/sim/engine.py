@@ -46,10 +46,12 @@ from specsim.interop import read_policy
 from specsim._checks import MAX_DEPTH, arrival_problem, request_size_problem
 from specsim._executor import Executor, MAX_WORKERS
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
+from specsim.calibration.spread import centres
 from specsim.frames import requests_frame
 from specsim.interop.sglang import slot_by_width
 from specsim.plan._kernels import cum_priors_nb, width_costs_nb
 from specsim.plan._types import plan_workspace
+from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
 from specsim.sim._types import (
     CalArrays, MAX_ADAPTIVE_SLOTS, ReplicaState, Requests, SERVER_DT, STATE_DT, Server, StepLog, TableArrays,
@@ -65,7 +67,9 @@ from specsim.traces._types import TraceRead
 # that alters some result for the same requests, table, calibration, policy and options (a
 # scheduling rule, a price, a policy's rule, the draft-outcome hashes), so that results kept on
 # disk by earlier versions (a sweep's results file) are recomputed rather than reused.
-ENGINE_SEMANTICS = 1
+# 2: a calibration's [request_spread] table moves each request's acceptance (earlier versions read
+# the same file and ignored it).
+ENGINE_SEMANTICS = 2
 
 # Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
@@ -372,6 +376,19 @@ def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
     return blocks
 
 
+def spread_arrays(calibration, n_requests: int, seed: int, replayed: bool = False):
+    """``(centre, shift)`` of :class:`~specsim.sim._types.CalArrays`: each bucket's centre under
+    the calibration's request spread and each request's log-odds shift (the one place they are
+    sized); both empty when there is no spread, a zero one, or a replayed acceptance trace
+    (whose outcomes are the trace's), so the draws take the plain path."""
+    sp = calibration.spread
+    if sp is None or sp.logit_sd == 0.0 or replayed:
+        return np.zeros(0, np.float64), np.zeros(0, np.float64)
+    shift = np.empty(n_requests, np.float64)
+    request_shifts_nb(np.uint64(seed), float(sp.logit_sd), shift)
+    return np.ascontiguousarray(centres(calibration.p_accept, sp.logit_sd)), shift
+
+
 def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptance=None) -> Prepared:
     """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
     for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
@@ -415,8 +432,10 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     for c in range(contexts.shape[0]):
         for n in range(seqs + 1):
             width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
+    centre, shift = spread_arrays(calibration, arrival.shape[0], resolved["seed"], digits.shape[0] > 0)
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
-                    occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits)
+                    occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
+                    centre, shift)
     return Prepared(
         req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
         cal=cal,
