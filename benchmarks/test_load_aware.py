@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from specsim.sim import simulate
+from specsim.sim.slo import SLO
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
 
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
@@ -28,7 +29,7 @@ def _figures(reqs, table, cal, policy):
 
     jpt, att = [], []
     for seed in SEEDS:
-        s = simulate(reqs, table, cal, policy, seed=seed).summary(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S)
+        s = simulate(reqs, table, cal, policy, seed=seed).summary(SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
         jpt.append(s["j_per_token"])
         att.append(s["slo"]["attainment"])
     return float(np.mean(jpt)), float(np.std(jpt, ddof=1)), float(np.mean(att))

@@ -100,7 +100,7 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     base = ServerOptions(seed=seed)
     plan = policy_runs(list(DEMO_POLICIES) + [demo_adaptive()], [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
-    summaries = [summarize(r, DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S) for r in results]
+    summaries = [summarize(r, SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S)) for r in results]
     mark_same_runs(results, summaries)
     inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:

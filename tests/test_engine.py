@@ -20,6 +20,7 @@ from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim import REQUEST_DT, ServerOptions, simulate
 from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
+from specsim.sim.slo import SLO
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference_engine as ref
 
@@ -437,7 +438,13 @@ def test_step_log_downsamples_to_its_capacity():
 def test_summary_and_csv():
     reqs = random_requests(70, 14)
     res = simulate(reqs, small_table(), small_calibration(), "propose", max_num_seqs=4, slack=0.2, idle_w=5.0)
-    s = summarize(res, slo_ttft_s=0.05, slo_tpot_s=0.02)
+    s = summarize(res, SLO(0.05, 0.02))
+    assert res.summary(SLO(0.05, 0.02)) == s and s["slo"]["ttft_target_s"] == 0.05
+    # The SLO is one value: the two targets as bare numbers are refused, saying what to pass.
+    with pytest.raises(SimulationError, match=r"slo must be an SLO \(specsim.SLO"):
+        res.summary(0.05)
+    with pytest.raises(SimulationError, match="slo must be an SLO"):
+        res.summary((0.05, 0.02))
     assert s["policy"] == "propose" and s["slack"] == 0.2 and s["label"] == "propose@0.2"
     assert s["output_tokens"] == int(reqs["output_tokens"].sum()) and s["requests"] == 70
     assert s["makespan_s"] == pytest.approx(np.nanmax(res.finish_s) - reqs["arrival_s"][0])
@@ -496,7 +503,7 @@ def test_real_gb10_table_on_azure_conv(shared_data):
         res = simulate(reqs, table, cal, policy, prefill_ms_per_token=0.5, prefill_j_per_token=0.03)
         assert not np.isnan(res.finish_s).any()
         assert res.counters["emitted_tokens"] == int(reqs["output_tokens"].sum()) == 4088665
-        out[policy] = res.summary(slo_tpot_s=0.1)
+        out[policy] = res.summary(SLO(tpot_s=0.1))
     # The measured table rewards speculating at every width it holds: MTP drafts are cheap next to
     # an ~80-160 ms verify, so every speculating policy beats plain decoding on both axes.
     for p in ("fixed:3", "propose", "sequence"):

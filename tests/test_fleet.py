@@ -17,6 +17,7 @@ from specsim.calibration.spread import centres
 from specsim.sim import ServerOptions, simulate
 from specsim.sim.engine import occupancy_cdf
 from specsim.sim.fleet import ROUTERS, Fleet, FleetError, ReplicaGroup, load_fleet, parse_fleet, simulate_fleet
+from specsim.sim.slo import SLO
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference as ref
 from tests.test_engine import random_requests, requests, small_calibration, small_table, with_spread
@@ -177,7 +178,7 @@ def test_standby_energy_and_summary():
     total = sum(r.energy_j for r in res.replicas) + sum(res.standby_j)
     assert res.fleet.energy_j == pytest.approx(total)
     assert res.fleet.energy["standby_j"] == pytest.approx(10.0 * sum(res.standby_s))
-    s = res.summary(slo_ttft_s=1.0)
+    s = res.summary(SLO(ttft_s=1.0))
     assert s["replicas"] == 3 and s["gpus"] == 3 and s["router"] == "round_robin"
     assert s["tokens_per_s_per_gpu"] == pytest.approx(s["tokens_per_s"] / 3)
     rows = s["per_replica"]
@@ -351,10 +352,10 @@ router = ["round_robin", "least_outstanding"]
     opts = ServerOptions(max_num_seqs=2)
     for (replicas, router), row in got.items():
         want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), replicas, opts), "propose",
-                              router=router).summary(slo_ttft_s=0.5)
+                              router=router).summary(SLO(ttft_s=0.5))
         assert row["ttft_s_p99"] == want["ttft_s"]["p99"] and row["energy_j"] == want["energy_j"]
         assert row["slo_attainment"] == want["slo"]["attainment"] and row["gpus"] == replicas
-    single = simulate(reqs, small_table(), small_calibration(), "propose", options=opts).summary(slo_ttft_s=0.5)
+    single = simulate(reqs, small_table(), small_calibration(), "propose", options=opts).summary(SLO(ttft_s=0.5))
     assert got[(1, "round_robin")]["tokens_per_s"] == single["tokens_per_s"]
     pytest.importorskip("pandas")
     frame = report.to_frame()
@@ -448,7 +449,7 @@ def test_fleet_command(tmp_path):
     doc = json.loads((tmp_path / "f.json").read_text())
     opts = ServerOptions(max_num_seqs=2, chunked_prefill=False, max_num_batched_tokens=None)
     want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), 3, opts), "sequence",
-                          router="least_outstanding").summary(slo_ttft_s=0.5)
+                          router="least_outstanding").summary(SLO(ttft_s=0.5))
     got = doc["policies"][1]
     assert got["ttft_s"] == want["ttft_s"] and got["energy_j"] == want["energy_j"]
     assert [r["requests"] for r in got["per_replica"]] == [r["requests"] for r in want["per_replica"]]

@@ -10,6 +10,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.sim import simulate, synthetic_trace
+from specsim.sim.slo import SLO
 from tests.test_engine import small_calibration, small_table
 
 SYNTH = "requests=150,rate=4,seed=2,output=lognormal:20:0.8,prompt=lognormal:200:0.5"
@@ -57,7 +58,7 @@ def test_simulate_writes_json_csv_and_matches_the_api(files, tmp_path, capsys):
     reqs = synthetic_trace(150, 4.0, seed=2, **_lengths()).requests
     res = simulate(reqs, small_table(), small_calibration(), "sequence", slack=0.4, max_num_seqs=3, seed=5, idle_w=12.0,
                    prefill_ms_per_token=0.02, prefill_j_per_token=0.01)
-    want = res.summary(slo_ttft_s=0.5, slo_tpot_s=0.03)
+    want = res.summary(SLO(0.5, 0.03))
     # The command adds which earlier policy, if any, made the same run: on this trace slack 0.4
     # changes no depth the sequence planner picks.
     assert doc["policies"][4] == json.loads(json.dumps(want)) | {"same_as": "sequence@0"}

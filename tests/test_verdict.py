@@ -10,6 +10,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.sim import simulate
+from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
 from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, same_run, verdict
 from tests.test_engine import random_requests, small_calibration, small_table
@@ -93,7 +94,7 @@ def test_identical_series_are_drawn_once_under_both_names(tmp_path):
     reqs = random_requests(60, 2, rate=3.0)
     runs = [simulate(reqs, small_table(), small_calibration(), p, max_num_seqs=4)
             for p in ("fixed:2", "fixed:0", "schedule:1-=2")]
-    summaries = [r.summary(slo_ttft_s=0.5, slo_tpot_s=0.05) for r in runs]
+    summaries = [r.summary(SLO(0.5, 0.05)) for r in runs]
     mark_same_runs(runs, summaries)
     shown = _distinct_series(runs, summaries)
     assert [name for _, name in shown] == ["fixed:2 = schedule:1-=2", "fixed:0"]

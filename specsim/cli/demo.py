@@ -11,6 +11,7 @@ from specsim.demo import (
 )
 from specsim.sim.engine import ServerOptions
 from specsim.sim.metrics import overload_lines
+from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
 from specsim.sim.verdict import reruns, same_run_lines, verdict
 
@@ -115,7 +116,7 @@ def _verdicts(summaries, results, inputs, seed):
     for line in same_run_lines(summaries):
         print(line)
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
-                   ServerOptions(seed=seed), (DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
+                   ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
     for name in ("lowest energy", "lowest p99 TPOT"):
         v = verdict(name, summaries, rerun, seed)
         if v is not None:

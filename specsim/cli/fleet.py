@@ -7,7 +7,7 @@ import json
 import sys
 
 from specsim.cli._common import add_policy_inputs, count, slack
-from specsim.cli._slo import add_slo_options
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 from specsim import __version__
 from specsim._io import Outputs
@@ -75,7 +75,8 @@ def _run(args, out):
     router = args.router or fleet.router or DEFAULT_FLEET_ROUTER
     fleet = fleet.with_options(slack=args.slack)
     results = [simulate_fleet(read.requests, fleet, policy, router=router) for policy in args.policy]
-    summaries = [r.summary(args.slo_ttft_s, args.slo_tpot_s) for r in results]
+    slo = slo_from_args(args)
+    summaries = [r.summary(slo) for r in results]
     print(f"{read.source} ({read.format}): {read.requests.shape[0]} requests; {fleet.replicas} replica(s), "
           f"{fleet.gpus} GPU(s); router {router}")
     print(comparison_table(summaries))

@@ -8,7 +8,7 @@ import warnings
 
 from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
-from specsim.cli._slo import add_slo_options
+from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args as read
 from specsim.errors import SimulationError, TraceError, TraceWarning
 from specsim import __version__
@@ -92,6 +92,7 @@ def _simulate(args, out):
     slacks = args.slack or [0.0]
     plan = policy_runs([read_policy(p) for p in args.policy], slacks)
     base = ServerOptions(**server_options(args), seed=args.seed, occupancy=args.occupancy)
+    slo = slo_from_args(args)
     acceptance = _acceptance(args)
     warn_placeholder_prefill(base, table, "simulate")
     n_req = int(read.requests.shape[0])
@@ -104,7 +105,7 @@ def _simulate(args, out):
     import numpy as np
 
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
-        summaries = [summarize(r, args.slo_ttft_s, args.slo_tpot_s) for r in results]
+        summaries = [summarize(r, slo) for r in results]
     check_finite_results({s["label"]: s for s in summaries},
                          f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
                          f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "
@@ -115,7 +116,7 @@ def _simulate(args, out):
     print(comparison_table(summaries))
     for line in overload_lines(summaries):
         print(line)
-    rerun = reruns(read.requests, table, cal, results, base, (args.slo_ttft_s, args.slo_tpot_s), acceptance)
+    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance)
     verdicts = [v for v in (verdict(name, summaries, rerun, args.seed) for name in ("lowest energy", "lowest p99 TPOT"))
                 if v is not None]
     for v in verdicts:

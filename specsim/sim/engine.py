@@ -171,9 +171,10 @@ class SimResult:
         e = self.energy
         return e["decode_j"] + e["prefill_j"] + e["idle_j"]
 
-    def summary(self, slo_ttft_s=None, slo_tpot_s=None) -> dict:
-        """The JSON-ready summary (see :func:`specsim.sim.metrics.summarize`)."""
-        return summarize(self, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    def summary(self, slo=None) -> dict:
+        """The JSON-ready summary (see :func:`specsim.sim.metrics.summarize`), SLO attainment
+        against ``slo`` (an :class:`~specsim.sim.slo.SLO`; None: no targets)."""
+        return summarize(self, slo)
 
     def to_frame(self):
         """One row per request as a pandas DataFrame (needs pandas; see

@@ -38,6 +38,7 @@ import io
 import numpy as np
 
 from specsim.sim.result import PERCENTILES, percentiles, run_rates  # noqa: F401  (PERCENTILES kept importable here)
+from specsim.sim.slo import slo_attainment
 
 # Overload: the least growth of queueing delay (s per s of arrivals), the least rise from the
 # first quarter of arrivals to the last (s), the fewest requests to measure it on.
@@ -57,21 +58,6 @@ def label(result) -> str:
     """``policy`` or ``policy@slack`` for the planner policies that read the slack."""
     s = policy_slack(result)
     return result.policy if s is None else f"{result.policy}@{s:g}"
-
-
-def slo_attainment(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
-    """Fractions of requests meeting the TTFT target, the TPOT target, and both."""
-    n = result.requests
-    ok_ttft = np.ones(n, dtype=bool)
-    ok_tpot = np.ones(n, dtype=bool)
-    if slo_ttft_s is not None:
-        ok_ttft = result.ttft_s <= slo_ttft_s
-    if slo_tpot_s is not None:
-        tpot = result.tpot_s
-        ok_tpot = np.isnan(tpot) | (tpot <= slo_tpot_s)
-    frac = (lambda m: float(m.mean()) if n else None)  # noqa: E731
-    return {"ttft_target_s": slo_ttft_s, "tpot_target_s": slo_tpot_s, "ttft_attainment": frac(ok_ttft),
-            "tpot_attainment": frac(ok_tpot), "attainment": frac(ok_ttft & ok_tpot)}
 
 
 def queue_growth(arrival_s, queue_s) -> dict:
@@ -135,8 +121,9 @@ def kv_utilisation(result) -> dict:
             "peak": kv["peak_blocks"] / cap if cap else None}
 
 
-def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
-    """One policy's JSON-ready summary (see the module docstring for every definition)."""
+def summarize(result, slo=None) -> dict:
+    """One policy's JSON-ready summary (see the module docstring for every definition), its
+    ``slo`` entry measured against ``slo`` (an :class:`~specsim.sim.slo.SLO`; None: no targets)."""
     c, e = result.counters, result.energy
     tokens = int(result.output_tokens.sum())
     start = float(result.arrival_s[0]) if result.requests else 0.0
@@ -169,7 +156,7 @@ def summarize(result, slo_ttft_s=None, slo_tpot_s=None) -> dict:
         "recomputed_tokens": c["recomputed_tokens"],
         "drafts_cut": c["drafts_cut"],
         "kv": kv_utilisation(result),
-        "slo": slo_attainment(result, slo_ttft_s, slo_tpot_s),
+        "slo": slo_attainment(result, slo),
         "steps": dict(c),
         "energy_breakdown": dict(e),
     }

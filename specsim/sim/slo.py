@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from specsim._checks import number_problem
 from specsim.errors import SimulationError
-from specsim.sim.metrics import slo_attainment
 
 # What the flags and the fields are called, for messages that name what the user wrote.
 FIELD_NAMES = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "attainment": "attainment"}
@@ -62,8 +63,8 @@ class SLO:
 
     def met(self, result) -> dict:
         """Shares of ``result``'s requests meeting the TTFT target, the TPOT target and both
-        (:func:`specsim.sim.metrics.slo_attainment`)."""
-        return slo_attainment(result, self.ttft_s, self.tpot_s)
+        (:func:`slo_attainment`)."""
+        return slo_attainment(result, self)
 
     def to_dict(self) -> dict:
         return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "attainment": self.attainment}
@@ -97,3 +98,20 @@ def as_slo(slo) -> SLO:
         raise SimulationError(f"slo must be an SLO (specsim.SLO(ttft_s=..., tpot_s=..., attainment=...)), "
                               f"got {type(slo).__name__}")
     return slo
+
+
+def slo_attainment(result, slo=None) -> dict:
+    """Fractions of ``result``'s requests meeting ``slo``'s TTFT target, its TPOT target, and both
+    (``slo`` an :class:`SLO`; None: no targets, so every request meets it)."""
+    slo = as_slo(slo)
+    n = result.requests
+    ok_ttft = np.ones(n, dtype=bool)
+    ok_tpot = np.ones(n, dtype=bool)
+    if slo.ttft_s is not None:
+        ok_ttft = result.ttft_s <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tpot = result.tpot_s
+        ok_tpot = np.isnan(tpot) | (tpot <= slo.tpot_s)
+    frac = (lambda m: float(m.mean()) if n else None)  # noqa: E731
+    return {"ttft_target_s": slo.ttft_s, "tpot_target_s": slo.tpot_s, "ttft_attainment": frac(ok_ttft),
+            "tpot_attainment": frac(ok_tpot), "attainment": frac(ok_ttft & ok_tpot)}

@@ -121,9 +121,10 @@ def same_run_lines(summaries) -> list:
             for s in summaries if s.get("same_as")]
 
 
-def reruns(requests, table, calibration, results, options, slo=(None, None), acceptance=None):
+def reruns(requests, table, calibration, results, options, slo=None, acceptance=None):
     """A cached ``rerun(index, seed) -> summary`` for :func:`verdict`: ``results[index]``'s policy
-    and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``."""
+    and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``, its
+    SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None)."""
     import warnings
     from dataclasses import replace
 
@@ -136,7 +137,7 @@ def reruns(requests, table, calibration, results, options, slo=(None, None), acc
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
                 cache[(index, seed)] = simulate(requests, table, calibration, r.policy_spec, options=opts,
-                                                acceptance=acceptance).summary(*slo)
+                                                acceptance=acceptance).summary(slo)
         return cache[(index, seed)]
 
     return rerun

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile, run_rates
-from specsim.sim.slo import as_slo
+from specsim.sim.slo import SLO, as_slo, slo_attainment
 from specsim._checks import MAX_RESAMPLES, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
 from specsim.calibration.report import wilson
@@ -47,7 +47,7 @@ from specsim.interop import read_policy
 from specsim.plan.planner import check_slack
 from specsim.sim.engine import _request_arrays
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
-from specsim.sim.metrics import overload, slo_attainment
+from specsim.sim.metrics import overload
 from specsim.studies.windows import resample_windows, widened
 from specsim.traces._types import REQUEST_DT
 
@@ -245,7 +245,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
         run = sized if seed is None else sized.with_options(seed=int(seed))
         res = simulate_fleet(requests, run, policy, router=router)
         f = res.fleet
-        att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+        att = slo_attainment(f, SLO(slo_ttft_s, slo_tpot_s))["attainment"]
         met += round((1.0 if att is None else att) * f.requests)
         trials += f.requests
         t, q = percentile(f.ttft_s, 99), percentile(f.tpot_s, 99)
@@ -274,7 +274,7 @@ def _pooled_attainment(requests, sized, seeds, policy, router, slo_ttft_s, slo_t
     for seed in seeds:
         run = sized if seed is None else sized.with_options(seed=int(seed))
         f = simulate_fleet(requests, run, policy, router=router).fleet
-        att = slo_attainment(f, slo_ttft_s, slo_tpot_s)["attainment"]
+        att = slo_attainment(f, SLO(slo_ttft_s, slo_tpot_s))["attainment"]
         met += round((1.0 if att is None else att) * f.requests)
         trials += f.requests
     return met / trials if trials else 1.0
@@ -432,7 +432,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
     notes = _resolution_warnings(n, seeds, attainment)
-    notes += _idle_warnings(requests, fleet, runs, (slo.ttft_s, slo.tpot_s), attainment)
+    notes += _idle_warnings(requests, fleet, runs, slo, attainment)
     resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()
     found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
                                 runner or serial_runner, progress, seed_list, resampled)
@@ -519,7 +519,7 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
             if n < 2 or (f.finish_s[:-1] <= alone["arrival_s"][1:]).all():
                 break
             gap *= 4.0
-        att = slo_attainment(f, slo[0], slo[1])["attainment"]
+        att = slo_attainment(f, slo)["attainment"]
         missed = int(round((1.0 - att) * n))
         if missed:
             allowed = math.floor(n * (1.0 - target) + 1e-9)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.metrics import slo_attainment, summarize
+from specsim.sim.metrics import summarize
+from specsim.sim.slo import slo_attainment
 from specsim.sim.result import percentile, run_rates
 from specsim.frames import requests_frame, rows_frame
 from specsim.sim.engine import SimResult
@@ -60,11 +61,12 @@ class FleetResult:
         f = self.fleet
         return float(np.nanmax(f.finish_s) - f.arrival_s[0]) if f.requests else 0.0
 
-    def replica_rows(self, slo_ttft_s=None, slo_tpot_s=None) -> list:
+    def replica_rows(self, slo=None) -> list:
         """One JSON-ready row per replica: requests, output tokens, tokens/s (its tokens over the
         fleet's makespan, so the rows add up to the fleet's), J/token (with its standby energy),
         utilisation (busy fraction of the fleet's makespan), p99 TTFT and TPOT, KV peak (most
-        blocks held / capacity; None without a KV limit), SLO attainment."""
+        blocks held / capacity; None without a KV limit), attainment of ``slo`` (an
+        :class:`~specsim.sim.slo.SLO`; None: no targets)."""
         span = self.makespan_s
         rows = []
         for i, r in enumerate(self.replicas):
@@ -80,19 +82,19 @@ class FleetResult:
                 "utilisation": busy / span if span > 0 else None,
                 "ttft_p99_s": percentile(r.ttft_s, 99), "tpot_p99_s": percentile(r.tpot_s, 99),
                 "kv_peak": (r.kv["peak_blocks"] / r.kv["capacity_blocks"]) if r.kv["capacity_blocks"] else None,
-                "slo_attainment": slo_attainment(r, slo_ttft_s, slo_tpot_s)["attainment"],
+                "slo_attainment": slo_attainment(r, slo)["attainment"],
             })
         return rows
 
-    def summary(self, slo_ttft_s=None, slo_tpot_s=None) -> dict:
+    def summary(self, slo=None) -> dict:
         """The fleet's summary (:func:`specsim.sim.metrics.summarize` of :attr:`fleet`) with the
         router, replica and GPU counts, tokens/s per GPU, and ``per_replica`` rows."""
-        s = summarize(self.fleet, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+        s = summarize(self.fleet, slo)
         tps = s["tokens_per_s"]
         s.update({
             "router": self.router, "replicas": len(self.replicas), "gpus": self.gpus, "groups": self.layout,
             "tokens_per_s_per_gpu": tps / self.gpus if tps is not None else None,
-            "per_replica": self.replica_rows(slo_ttft_s, slo_tpot_s),
+            "per_replica": self.replica_rows(slo),
         })
         return s
 
@@ -102,9 +104,9 @@ class FleetResult:
         names = np.array(self.groups, dtype=object)
         return requests_frame(self.fleet, {"replica": self.assignment, "group": names[self.assignment]})
 
-    def replica_frame(self, slo_ttft_s=None, slo_tpot_s=None):
+    def replica_frame(self, slo=None):
         """:meth:`replica_rows` as a pandas DataFrame."""
-        return rows_frame(self.replica_rows(slo_ttft_s, slo_tpot_s))
+        return rows_frame(self.replica_rows(slo))
 
 
 def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, output):

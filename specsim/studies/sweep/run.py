@@ -64,12 +64,12 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo) -> 
         fleet = Fleet.uniform(table, calibration, int(point.get("replicas", 1)), ServerOptions(**options))
         result = simulate_fleet(requests, fleet, point["policy"], router=point.get("router", DEFAULT_FLEET_ROUTER),
                                 progress=_no_progress)
-        summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
+        summary = result.summary(slo)
         summary = {k: v for k, v in summary.items() if k not in ("per_replica", "groups")}
         return result_row(point, summary) | {"run_digest": run_digest(result.fleet)}
     # A progress callback makes the engine run in chunks of steps, between which Ctrl-C acts.
     result = simulate(requests, table, calibration, point["policy"], progress=_no_progress, **options)
-    summary = result.summary(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
+    summary = result.summary(slo)
     return result_row(point, summary) | {"run_digest": run_digest(result)}
 
 
