@@ -313,7 +313,7 @@ def test_the_sweep_ends_with_the_best_policy_per_traffic_level(inputs, shared_da
     lines = best_by_traffic(grid, noisy)
     assert all("least J/token: fixed:0 " in x and "tie within noise with fixed:3" in x
                and "paired over 3 seeds: -0.001 ± " in x for x in lines[1:])
-    # ... and one that each seed shows alike is a lead, however close the means: the noise the seeds
+    # ... and one that each seed shows alike is a lead, however close the means: the noise both
     # share cancels in the pairs.
     shared = [dict(r, j_per_token=(1.0 if r["policy"] == "fixed:0" else 1.001) + 0.01 * r["seed"]) for r in rows]
     lines = best_by_traffic(grid, shared)

@@ -445,7 +445,7 @@ def best_by_traffic(grid: Grid, rows) -> list:
     The best is told apart from the runner-up only when their difference clears the noise: with a
     ``seed`` axis of two or more values, the differences are paired by seed (both candidates met
     the same draft outcomes under one seed, so most of the noise cancels), and the lead counts when
-    the mean difference exceeds its 95% interval's half-width (Student t over the seeds), else the
+    the mean difference exceeds its 95% interval's half-width (Student t over those seeds), else the
     line says "tie within noise". Without a seed axis nothing measures the noise, and the line says
     so. A candidate that made the same runs as the best (the same ``run_digest`` under every seed)
     is named equal to it rather than ranked.
