@@ -416,7 +416,7 @@ def test_window_resampling_widens_or_keeps_every_interval_and_is_deterministic()
             if q.units not in before:
                 continue
             p = before[q.units]
-            # The point stays the trace's own; the interval holds the seed interval.
+            # The point stays the trace's own; the interval holds Wilson's interval over seeds.
             assert q.attainment == p.attainment and q.trials == p.trials
             assert q.attainment_low <= p.attainment_low and q.attainment_high >= p.attainment_high
             assert q.window_resamples == 6 and len(q.resample_attainments) == 6 and q.window_half_width >= 0

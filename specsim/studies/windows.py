@@ -14,9 +14,9 @@ the last window, its last arrival plus the trace's mean gap) ends. Every probe t
 trace and on each resample, under every seed. Its attainment stays the trace's own (pooled over
 seeds), and its interval is widened: with ``a_1..a_N`` the per-resample attainments (each
 pooled over seeds), ``h = t95(N - 1) * sd(a_1..a_N)`` (the spread one trace's attainment has
-across traces like it), and the seed interval ``[lo, hi]`` (Wilson's) around the point ``p``,
+across traces like it), and Wilson's interval over seeds ``[lo, hi]`` around the point ``p``,
 the interval is ``[p - sqrt((p - lo)^2 + h^2), p + sqrt((hi - p)^2 + h^2)]``, clipped to
-``[0, 1]``: never narrower than the seed interval.
+``[0, 1]``: never narrower than Wilson's interval over seeds.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from specsim.traces._types import REQUEST_DT
 
 
 def widened(point, interval, shares) -> tuple:
-    """``(h, (low, high))``: the seed interval ``interval`` around ``point`` widened by the spread of
+    """``(h, (low, high))``: Wilson's interval over seeds ``interval`` around ``point`` widened by the spread of
     the per-resample attainments ``shares`` (two or more), ``h = t95(N - 1) * sd(shares)``, added
     in quadrature to each side and clipped to ``[0, 1]`` (module docstring)."""
     a = np.asarray(shares, dtype=np.float64)
