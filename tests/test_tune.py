@@ -30,6 +30,16 @@ def small():
     return trace, table, demo_calibration()
 
 
+def _write_inputs(folder, trace, table, cal):
+    """The table, calibration and trace as the CLI reads them: paths ``(table, calibration, trace)``."""
+    t, c, tr = folder / "t.toml", folder / "c.toml", folder / "trace.csv"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
+    tr.write_text("\n".join(rows) + "\n")
+    return t, c, tr
+
+
 def _exhaustive(trace, table, cal, opts, widest, k_cap, seeds, objective="energy"):
     """Every depth vector over widths 1..widest (the last one covering wider): the best mean."""
     field = "j_per_token" if objective == "energy" else "tokens_per_s"
@@ -202,11 +212,7 @@ def test_tune_refuses_a_window_with_no_requests(small):
 
 def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
     trace, table, cal = small
-    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
-    t.write_text(table.to_text())
-    c.write_text(cal.render())
-    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
-    tr.write_text("\n".join(rows) + "\n")
+    t, c, tr = _write_inputs(tmp_path, trace, table, cal)
     current = tmp_path / "current.json"
     current.write_text('{"method": "eagle", "num_speculative_tokens": 2}')
     out = tmp_path / "s.toml"
@@ -328,11 +334,7 @@ def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(smal
 def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(small, tmp_path, capsys):
     """A TPOT target below any step's time: nothing can meet it, so there is no schedule to serve."""
     trace, table, cal = small
-    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
-    t.write_text(table.to_text())
-    c.write_text(cal.render())
-    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
-    tr.write_text("\n".join(rows) + "\n")
+    t, c, tr = _write_inputs(tmp_path, trace, table, cal)
     out = tmp_path / "s.toml"
     argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
@@ -467,11 +469,7 @@ def test_noise_windows_refuse_bad_settings(small, kw, match):
 
 def test_cli_noise_windows(bent, tmp_path, capsys):
     trace, table, cal = bent
-    t, c, tr = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv"
-    t.write_text(table.to_text())
-    c.write_text(cal.render())
-    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
-    tr.write_text("\n".join(rows) + "\n")
+    t, c, tr = _write_inputs(tmp_path, trace, table, cal)
     out = tmp_path / "s.toml"
     argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--seeds", "2", "--serial", "--quiet", "-o", str(out)]

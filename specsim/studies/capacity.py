@@ -237,6 +237,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     (:func:`specsim.studies.windows.widened`)."""
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
+    slo = SLO(slo_ttft_s, slo_tpot_s)
     met = trials = 0
     first = None
     ttft99 = tpot99 = None
@@ -245,7 +246,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
         run = sized if seed is None else sized.with_options(seed=int(seed))
         res = simulate_fleet(requests, run, policy, router=router)
         f = res.fleet
-        att = slo_attainment(f, SLO(slo_ttft_s, slo_tpot_s))["attainment"]
+        att = slo_attainment(f, slo)["attainment"]
         met += round((1.0 if att is None else att) * f.requests)
         trials += f.requests
         t, q = percentile(f.ttft_s, 99), percentile(f.tpot_s, 99)
@@ -260,7 +261,7 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     point = met / trials if trials else 1.0
     interval = wilson(met, trials) or (None, None)
     spread = None
-    shares = tuple(_pooled_attainment(r, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) for r in resamples)
+    shares = tuple(_pooled_attainment(r, sized, seeds, policy, router, slo) for r in resamples)
     if shares:
         spread, interval = widened(point, interval, shares)
     return Probe(label, units, sized.replicas, sized.gpus, point,
@@ -268,13 +269,13 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
                  interval[0], interval[1], len(seeds), trials, len(shares), spread, shares)
 
 
-def _pooled_attainment(requests, sized, seeds, policy, router, slo_ttft_s, slo_tpot_s) -> float:
+def _pooled_attainment(requests, sized, seeds, policy, router, slo) -> float:
     """One trace's attainment under ``sized``, pooled over ``seeds``."""
     met = trials = 0
     for seed in seeds:
         run = sized if seed is None else sized.with_options(seed=int(seed))
         f = simulate_fleet(requests, run, policy, router=router).fleet
-        att = slo_attainment(f, SLO(slo_ttft_s, slo_tpot_s))["attainment"]
+        att = slo_attainment(f, slo)["attainment"]
         met += round((1.0 if att is None else att) * f.requests)
         trials += f.requests
     return met / trials if trials else 1.0

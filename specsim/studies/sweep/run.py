@@ -472,7 +472,11 @@ def best_by_traffic(grid: Grid, rows) -> list:
         for col, label, lower in OBJECTIVES:
             scored = []
             for cand, rs in cands.items():
-                by_seed = {r.get("seed"): v for r in rs for v in [_finite_or_none(r.get(col))] if v is not None}
+                by_seed = {}  # the figure under each seed (a damaged cell is left out)
+                for r in rs:
+                    v = _finite_or_none(r.get(col))
+                    if v is not None:
+                        by_seed[r.get("seed")] = v
                 if by_seed:
                     runs = frozenset(str(r.get("run_digest")) for r in rs if r.get("run_digest"))
                     scored.append((statistics.fmean(by_seed.values()), cand, by_seed, runs))
