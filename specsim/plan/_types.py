@@ -41,7 +41,7 @@ class PlanWorkspace(NamedTuple):
         return self.owner.shape[0] // (k + 2)
 
 
-@jit(inline="always")
+@jit(forceinline=True)
 def _workspace_parts(rows, max_k):
     """Sizes of (gains, owner, counts, wc) for ``rows`` sequences and depths ``0..max_k``: the
     only place the planner's scratch is sized."""
@@ -49,7 +49,7 @@ def _workspace_parts(rows, max_k):
     return rows * (3 * k + 1), rows * (k + 2), SORT_BUCKETS, (max_k + 1) * 4
 
 
-@jit(inline="always")
+@jit(forceinline=True)
 def workspace_views_nb(work, max_k):
     """The :class:`PlanWorkspace` inside ``work`` (a buffer from :func:`workspace_buffer`):
     views, no copy. Its ``rows`` follow from the buffer's length."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from specsim._jit import jit
 from specsim.plan._kernels import (
-    DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, propose_depth_nb, row_cost_nb, sequence_depths_nb,
+    DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, row_cost_nb, sequence_depths_nb,
 )
 from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
@@ -35,8 +35,10 @@ from specsim.table._kernels import context_bracket_nb
 # (measured; see docs/simulation.md, "Engine layout").
 kernel = jit(_nrt=False)
 # The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
-# arguments, which cost more than the helper's work.
-step_part = jit(_nrt=False, inline="always")
+# arguments, which cost more than the helper's work. LLVM inlines them (``forceinline``): Numba
+# compiles each helper once. Numba's own inlining (``inline="always"``) copies and retypes a
+# helper at every call site, which took the engine's first compile from ~35 s to ~90 s.
+step_part = jit(_nrt=False, forceinline=True)
 
 NOT_DECODING = -1  # ws.dec_of of a running request that is prefilling
 UNSCHEDULED = -1  # ws.take of a running request that does not run this step
@@ -159,13 +161,11 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
         # The planner's kernel; with context pricing it reads the
         # step costs at this width and the live context (ws.grid, built by plan_depths_nb).
         if tab.contexts.shape[0] > 0:
-            grid = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
-            sequence_depths_nb(grid, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                               ws.vdepth[:n], ws.plan)
+            arrays = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
         else:
             arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
-            sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                               ws.vdepth[:n], ws.plan)
+        sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
+                           ws.vdepth[:n], ws.plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0
@@ -254,10 +254,10 @@ def _live_depth(srv, ws, n, waiting):
         return 0
     if o.live_depth == 2:
         d = goodput_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.spec_cap, ws.scratch)
-    elif o.live_depth == 3 and not waiting:
-        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, o.idle_w, ws.scratch)
     else:
-        d = propose_depth_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, ws.scratch)
+        # propose's rule; load-aware's counts the energy above idle power while nobody waits
+        idle_w = o.idle_w if o.live_depth == 3 and not waiting else 0.0
+        d = _propose_nb(ws.grid_width, ws.grid, srv.cum_priors, n, o.slack, o.spec_cap, idle_w, ws.scratch)
     if d > o.k_cap:
         d = o.k_cap
     if o.per_sequence == 0 and d > o.row_budget // n:
@@ -673,18 +673,17 @@ def _schedule_nb(req, tab, cal, srv, st, ws, key):
     o = srv.rec[0]
     n = _find_decoding(req, st, ws)
     budget = o.max_num_batched_tokens
-    if o.chunked == 0:
+    # Each verb has one call site: the helpers are inlined, and every copy costs compile time.
+    separate = o.chunked == 0
+    if separate:
         # Separate prefill steps: a step that can admit prefills the admitted alone.
         before = s.n_running
         admit_nb(req, srv, st, ws, budget, True)
         if s.n_running > before:
             return 0, 0
-        k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
-        schedule_running_nb(req, srv, st, ws, budget)
-        return n, k
     k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
     budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
-    if not preempted:
+    if not separate and not preempted:
         admit_nb(req, srv, st, ws, budget, False)
     return n, k
 

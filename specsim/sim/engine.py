@@ -438,7 +438,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
                     centre, shift)
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(table.widths, table.costs, wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        req=new_requests(arrival, prompt, output), tab=TableArrays(np.array(table.widths), np.array(table.costs), wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
         cal=cal,
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),

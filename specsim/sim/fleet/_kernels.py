@@ -28,9 +28,9 @@ from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
 
 # As the engine's: no reference counting (nothing here allocates; counting every array of every
 # bundle handed to the engine each step would cost more than the step), and the small helpers
-# inlined into the driver.
+# inlined into the driver by LLVM (compiled once each, as the engine's ``step_part``).
 kernel = jit(_nrt=False)
-part = jit(_nrt=False, inline="always")
+part = jit(_nrt=False, forceinline=True)
 from specsim.sim._types import ReplicaState, Requests, StepLog
 
 # Router codes.
