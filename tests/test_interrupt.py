@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from specsim._coldstart import compile_estimate
 from specsim.costmodel.defaults import demo_calibration, demo_table
 
 # Far less than any of the runs below takes to finish on its own, far more than stopping takes.
@@ -184,6 +185,12 @@ def test_tune_on_dask_stops_at_once_without_worker_tracebacks(files):
     assert (files / "s.toml").read_text() == SENTINEL
 
 
+def run_under_way(argv) -> float:
+    """CPU seconds after which the command of ``argv`` is running its kernel: past the compile
+    it will do first (none once its kernels are cached) and a few seconds into the run."""
+    return 5.0 + (compile_estimate([str(a) for a in argv]) or 0.0)
+
+
 def cpu_seconds(proc) -> float:
     """User and system CPU time the command has used so far (Linux /proc)."""
     fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -209,8 +216,10 @@ def test_simulate_quiet_stops_on_ctrl_c(files, policies):
     (files / "out.json").write_text(SENTINEL)
     argv = ["simulate", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
             "--calibration", files / "c.toml", "--quiet", "--json", "out.json"]
-    proc = start(argv + [a for p in policies for a in ("--policy", p)], files)
-    wait_for(proc, lambda: cpu_seconds(proc) > 25.0, "the simulation under way")
+    argv += [a for p in policies for a in ("--policy", p)]
+    busy = run_under_way(argv)
+    proc = start(argv, files)
+    wait_for(proc, lambda: cpu_seconds(proc) > busy, "the simulation under way")
     seconds, text = stop_seconds(proc)
     assert "interrupted" in text
     assert (files / "out.json").read_text() == SENTINEL
@@ -222,10 +231,11 @@ def test_simulate_quiet_stops_on_ctrl_c(files, policies):
 @needs_proc
 def test_fleet_with_two_replicas_stops_on_ctrl_c(files):
     (files / "out.csv").write_text(SENTINEL)
-    proc = start(["fleet", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
-                  "--calibration", files / "c.toml", "--replicas", "2", "--policy", "fixed:2",
-                  "--requests-csv", "out.csv"], files)
-    wait_for(proc, lambda: cpu_seconds(proc) > 25.0, "the fleet simulation under way")
+    argv = ["fleet", "--synthetic", "requests=3000000,rate=3000,seed=1", "--table", files / "t.toml",
+            "--calibration", files / "c.toml", "--replicas", "2", "--policy", "fixed:2", "--requests-csv", "out.csv"]
+    busy = run_under_way(argv)
+    proc = start(argv, files)
+    wait_for(proc, lambda: cpu_seconds(proc) > busy, "the fleet simulation under way")
     seconds, text = stop_seconds(proc)
     assert "interrupted" in text
     assert (files / "out.csv").read_text() == SENTINEL
