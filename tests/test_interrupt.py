@@ -164,7 +164,7 @@ def test_capacity_on_dask_stops_at_once_without_worker_tracebacks(files):
     traceback, and the command still exits 130 at once (the worker processes are ended)."""
     pytest.importorskip("dask.distributed")
     (files / "cap.json").write_text(SENTINEL)
-    proc = start(["capacity", "--synthetic", "requests=300000,rate=3000,seed=1", "--table", "t.toml",
+    proc = start(["capacity", "--synthetic", "requests=100000,rate=3000,seed=1", "--table", "t.toml",
                   "--calibration", "c.toml", "--policy", "fixed:2", "--policy", "propose", "--slo-ttft-s", "0.5",
                   "--max-replicas", "64", "--workers", "2", "--json", "cap.json"], files, group=True)
     wait_for(proc, lambda: "capacity: " in stderr(proc), "a finished round of probes")
