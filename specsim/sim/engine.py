@@ -437,6 +437,8 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
                     centre, shift)
+    # The table's arrays as writable copies: the same Numba types as the workspace's context grid,
+    # so the planner's kernels are compiled once for both (a read-only array is another type).
     return Prepared(
         req=new_requests(arrival, prompt, output), tab=TableArrays(np.array(table.widths), np.array(table.costs), wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
         cal=cal,
