@@ -116,3 +116,18 @@ def test_fleets_price_their_replicas_at_their_own_context():
     assert not np.array_equal(res.fleet.finish_s, flat.fleet.finish_s)
     for rep, alone in zip(res.replicas, flat.replicas):
         assert rep.kv["mean_decode_context"] > 0 == alone.kv["mean_decode_context"]
+
+
+@pytest.mark.parametrize("table", [small_table(), context_table()], ids=["plain", "context axis"])
+def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
+    """The engine hands the per-sequence planner either the table's arrays or the context grid
+    (docs/simulation.md, "Compile time"): with one Numba type for both, its kernel is compiled
+    once, not twice. A read-only table array would be a second type."""
+    numba = pytest.importorskip("numba")
+    from specsim.sim import ServerOptions
+    from specsim.sim.engine import prepare
+
+    reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
+    prep = prepare(reqs, table, small_calibration(), "sequence", ServerOptions())
+    assert numba.typeof(prep.tab.widths) == numba.typeof(prep.ws.grid_width)
+    assert numba.typeof(prep.tab.costs) == numba.typeof(prep.ws.grid)

@@ -187,7 +187,9 @@ def test_tune_on_dask_stops_at_once_without_worker_tracebacks(files):
 
 def run_under_way(argv) -> float:
     """CPU seconds after which the command of ``argv`` is running its kernel: past the compile
-    it will do first (none once its kernels are cached) and a few seconds into the run."""
+    it will do first (none once its kernels are cached) and a few seconds into the run. On a
+    machine that compiles slower than the estimate the Ctrl-C lands in the compile, which must
+    stop as promptly."""
     return 5.0 + (compile_estimate([str(a) for a in argv]) or 0.0)
 
 
