@@ -896,6 +896,59 @@ def test_a_context_on_a_table_without_an_axis_changes_nothing():
     assert planner.explain(3, context=7) == planner.explain(3)
 
 
+def test_moving_contexts_from_four_threads_match_planning_on_the_grid_there():
+    """A serve's context moves every step: propose (planned on the grid there in one call) and
+    depths (inputs derived from the reference grid's) at contexts never asked for before,
+    contexts asked for again, and equal ints and floats, interleaved from four threads, each
+    answer what a planner built on ``table.at_context(c)`` gives."""
+    import threading
+
+    c = cal([0.8, 0.7, 0.6], [-2.0, -0.5, 0.0], [0.25, 0.6, 0.92])
+    deeper = 1.0 + np.arange(THREAD_TABLE.max_k + 1)[None, :, None]  # deep steps dearer at long contexts
+    grids = {512: THREAD_TABLE, 4096: CostTable(THREAD_TABLE.key, THREAD_TABLE.widths, THREAD_TABLE.costs * deeper),
+             16384: CostTable(THREAD_TABLE.key, THREAD_TABLE.widths, THREAD_TABLE.costs * deeper ** 2)}
+    table = CostTable.from_contexts(grids)
+    planner = Planner(table, c, slack=0.15, max_seqs=64)
+    contexts = [100.0, 512, 700.5, 2000.0, 4096.0, 9000.25, 16384, 40000.0]
+    cases = _cases(np.random.default_rng(3), THREAD_TABLE, c, 12)
+    at = {x: Planner(table.at_context(x), c, slack=0.15, max_seqs=64) for x in contexts}
+    want_propose = {x: [at[x].propose(w) for w in range(100)] for x in contexts}
+    want_depths = {x: [at[x].depths(*case[:5]).tolist() for case in cases] for x in contexts}
+    errors = []
+
+    def hammer(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for step in range(600):
+                x = contexts[int(rng.integers(len(contexts)))]
+                asked = float(x) if rng.random() < 0.3 else x  # an equal value as another object or type
+                if rng.random() < 0.2:  # a context never seen before: a fresh slot every call
+                    fresh = 600.0 + seed + step / 1000.0
+                    w = int(rng.integers(0, 100))
+                    if planner.propose(w, context=fresh) != Planner(table.at_context(fresh), c, slack=0.15,
+                                                                    max_seqs=64).propose(w):
+                        errors.append(("fresh", fresh, w))
+                    continue
+                if rng.random() < 0.5:
+                    w = int(rng.integers(0, 100))
+                    if planner.propose(w, context=asked) != want_propose[x][w]:
+                        errors.append(("propose", x, w))
+                else:
+                    i = int(rng.integers(len(cases)))
+                    if planner.depths(*cases[i][:5], context=asked).tolist() != want_depths[x][i]:
+                        errors.append(("depths", x, i))
+        except Exception as e:  # noqa: BLE001 - reported below, with the thread's failure
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len({tuple(v) for v in want_propose.values()}) > 1  # the contexts plan differently
+
+
 def test_the_last_context_is_forgotten_with_its_calibration():
     """propose at the context asked just before update_calibration answers with the new one,
     whether the context comes back as the same object, an equal float or an equal int."""

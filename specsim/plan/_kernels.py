@@ -21,7 +21,7 @@ from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
 from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
-from specsim.table._kernels import bracket_nb
+from specsim.table._kernels import bracket_nb, context_slice_nb
 
 # The cost axis of a table, defined once in specsim.table._types.
 from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
@@ -97,6 +97,16 @@ def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
     ``scratch`` is ``float64[K + 1, 4]`` workspace (overwritten).
     """
     return _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, 0.0, scratch)
+
+
+@jit
+def propose_at_context_nb(widths, contexts, context_costs, c, cum_priors, n, slack, max_seqs, grid, scratch):
+    """``propose_depth_nb`` on the table's grid at context ``c``, in one call: the grid is
+    interpolated in context into ``grid`` (``float64[W, K + 1, 4]``, overwritten) exactly as
+    ``CostTable.at_context`` interpolates it, so the depth is the one planning on that table gives.
+    """
+    context_slice_nb(contexts, context_costs, c, grid)
+    return _propose_nb(widths, grid, cum_priors, n, slack, max_seqs, 0.0, scratch)
 
 
 @jit

@@ -13,13 +13,14 @@ from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.errors import KeyMismatchError, PlanError, TableError
 from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
-from specsim.plan._types import pack_plan_arrays, plan_arrays, workspace_buffer, workspace_views_nb
+from specsim.plan._types import PACK_HEADER, pack_plan_arrays, plan_arrays, workspace_buffer, workspace_views_nb
 from specsim.table import CostTable, TableKey
 from specsim._checks import logprob_problem
 from specsim.plan._kernels import (
-    cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_depth_nb, propose_many_nb, propose_table_nb,
-    sequence_depths_many_nb,
+    cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
+    propose_table_nb, sequence_depths_many_nb,
 )
+from specsim.table._kernels import context_slice_nb
 from specsim.table.cost_table import check_context
 
 # Widths up to this many get their propose() answer precomputed at construction.
@@ -137,6 +138,15 @@ class _Calibrated(NamedTuple):
     memo_map: dict
 
 
+class _AtContext(NamedTuple):
+    """A context slot's inputs before any method but ``propose`` asks at it: ``propose`` plans
+    on the grid there in one kernel call (the table's context grid, ``base``'s calibration), and
+    the full inputs are derived only when another method needs them."""
+
+    context: float
+    base: _Calibrated
+
+
 _KERNEL_LOCK = threading.Lock()
 _KERNEL = []
 
@@ -214,6 +224,19 @@ class Planner:
         memo_list = memo.tolist()
         return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)))
 
+    def _inputs_at(self, current: _Calibrated, c: float) -> _Calibrated:
+        """The planning inputs at context ``c``: ``current``'s (the reference grid's, the same
+        calibration) with the step costs replaced by the table's grid at ``c``, interpolated as
+        ``CostTable.at_context`` does, so they are the inputs ``_derive`` makes of that table, at
+        a fraction of its cost (no table built); the propose memo starts empty."""
+        t = self.table
+        packed = current.packed.copy()
+        start = PACK_HEADER + t.costs.shape[0]  # after the header and the widths
+        costs = packed[start:start + t.costs.size].view(np.float64).reshape(t.costs.shape)
+        context_slice_nb(t.contexts, t.context_costs, c, costs)  # written in place, in the packed copy
+        return _Calibrated(current.calibration, current.arrays._replace(costs=costs), packed, current.cum_priors,
+                           np.empty(0, dtype=np.int64), [], {})
+
     def _install(self, state: _Calibrated):
         # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
         # _state; each is complete on its own, so no reader needs a lock.
@@ -241,7 +264,7 @@ class Planner:
         last one asked for."""
         last = self._last
         exact = type(context) is float or type(context) is int  # a bool or an odd type is checked first
-        if context is last[0] or (exact and context == last[0]):
+        if (context is last[0] or (exact and context == last[0])) and type(last[1]) is _Calibrated:
             return last
         cache = self._contexts
         state = cache.get(context) if exact else None
@@ -255,7 +278,7 @@ class Planner:
                 state = current
             else:
                 # propose answers at this context are filled as they are asked for.
-                state = self._derive(current.calibration, self.table.at_context(c), memo_size=0)
+                state = self._inputs_at(current, c)
                 if len(cache) >= CONTEXT_CACHE:
                     cache.clear()
                 cache[c] = state
@@ -264,6 +287,24 @@ class Planner:
         slot = (context, state, state.memo_map)
         self._last = slot
         if self._contexts is not cache:  # a new calibration came in meanwhile: drop the old slot
+            self._last = _NO_CONTEXT
+        return slot
+
+    def _propose_slot(self, context) -> tuple:
+        """The slot ``propose`` plans in at a context that is not the last one asked for: the
+        derived inputs where some method asked at it before, else an ``_AtContext`` (one
+        kernel call per width, nothing derived), remembered as the last context asked for."""
+        exact = type(context) is float or type(context) is int
+        if not self.table.contexts.size or (exact and context in self._contexts):
+            return self._slot(context)
+        try:
+            c = check_context(context)
+        except TableError as e:
+            raise PlanError(str(e)) from None
+        base = self._state
+        slot = (context if exact else c, _AtContext(c, base), {})
+        self._last = slot
+        if self._state is not base:  # a new calibration came in meanwhile: drop the slot
             self._last = _NO_CONTEXT
         return slot
 
@@ -309,7 +350,7 @@ class Planner:
             # slot check and one lookup, as without a context; a slot is read as one reference.
             key, st, memo = self._last
             if context is not key and not ((type(context) is float or type(context) is int) and context == key):
-                key, st, memo = self._slot(context)
+                key, st, memo = self._propose_slot(context)
             if type(n) is int:
                 try:
                     return memo[n]
@@ -319,8 +360,17 @@ class Planner:
             n = count_arg(n, "n")
             if n > self.max_seqs:
                 return 0
-            depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                         self.max_seqs, np.empty((self.max_k + 1, 4))))
+            scratch = np.empty((self.max_k + 1, 4))
+            if type(st) is _AtContext:
+                # A context met for the first time (a serve's context moves every step): the grid
+                # there and the depth on it in one call, what planning on at_context(c) gives.
+                t = self.table
+                depth = int(propose_at_context_nb(st.base.arrays.widths, t.contexts, t.context_costs, st.context,
+                                                  st.base.cum_priors, n, self.slack, self.max_seqs,
+                                                  np.empty(t.costs.shape), scratch))
+            else:
+                depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
+                                             self.max_seqs, scratch))
             if n < self._memo_size:
                 memo[n] = depth
             return depth
