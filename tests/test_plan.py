@@ -592,9 +592,18 @@ THREAD_TABLE = table({n: [(8.0 + 0.3 * n, 1.0 + n / 20, 0.0, 0.0)] + [
     for k in range(1, 6)] for n in (1, 8, 32, 64)})
 
 
-def test_one_planner_from_four_threads_matches_the_reference():
+def _on_four_threads(hammer):
+    """Run ``hammer(seed)`` for seeds 0-3 on four threads at once and wait for them."""
     import threading
 
+    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def test_one_planner_from_four_threads_matches_the_reference():
     c = cal([0.8, 0.7, 0.6], [-2.0, -0.5, 0.0], [0.25, 0.6, 0.92])
     planner = Planner(THREAD_TABLE, c, slack=0.15, max_seqs=64)
     cases = _cases(np.random.default_rng(11), THREAD_TABLE, c, 40)
@@ -616,11 +625,7 @@ def test_one_planner_from_four_threads_matches_the_reference():
         except Exception as e:  # noqa: BLE001 - reported below, with the thread's failure
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    _on_four_threads(hammer)
     assert errors == []
 
 
@@ -901,7 +906,6 @@ def test_moving_contexts_from_four_threads_match_planning_on_the_grid_there():
     depths (inputs derived from the reference grid's) at contexts never asked for before,
     contexts asked for again, and equal ints and floats, interleaved from four threads, each
     answer what a planner built on ``table.at_context(c)`` gives."""
-    import threading
 
     c = cal([0.8, 0.7, 0.6], [-2.0, -0.5, 0.0], [0.25, 0.6, 0.92])
     deeper = 1.0 + np.arange(THREAD_TABLE.max_k + 1)[None, :, None]  # deep steps dearer at long contexts
@@ -940,11 +944,7 @@ def test_moving_contexts_from_four_threads_match_planning_on_the_grid_there():
         except Exception as e:  # noqa: BLE001 - reported below, with the thread's failure
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    _on_four_threads(hammer)
     assert errors == []
     assert len({tuple(v) for v in want_propose.values()}) > 1  # the contexts plan differently
 
