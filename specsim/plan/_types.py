@@ -109,9 +109,12 @@ class PlanArrays(NamedTuple):
 def plan_arrays(table, cal) -> PlanArrays:
     """The kernel bundle of a :class:`~specsim.table.CostTable` and an
     :class:`~specsim.calibration.AcceptanceCalibration` (contiguous, fixed dtypes)."""
+    # The table's arrays as writable copies (a table's own are read-only): the engine hands the
+    # planner's kernels writable grids, and a read-only array is another Numba type, so each
+    # kernel would be compiled twice in a process that plans and simulates.
     return PlanArrays(
-        widths=np.ascontiguousarray(table.widths, dtype=np.int64),
-        costs=np.ascontiguousarray(table.costs, dtype=np.float64),
+        widths=np.array(table.widths, dtype=np.int64),
+        costs=np.array(table.costs, dtype=np.float64),
         edges=np.ascontiguousarray(cal.edges, dtype=np.float32),
         cells=np.ascontiguousarray(bucket_cells(cal.edges), dtype=np.int64),
         p_accept=np.ascontiguousarray(cal.p_accept, dtype=np.float64),

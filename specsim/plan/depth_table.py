@@ -28,12 +28,14 @@ def depth_by_width(policy, table, cal, opts, max_num_seqs: int, k_cap: int, idle
     if policy.needs_planner:
         cum = np.empty(table.max_k + 1)
         cum_priors_nb(cal.priors, table.max_k, cum)
+        # Writable copies, as the Planner's (plan_arrays): one Numba type, one compile of each kernel.
+        widths, costs = np.array(table.widths), np.array(table.costs)
         if policy.maximises_goodput:
-            goodput_table_nb(table.widths, table.costs, cum, cap, out, scratch)
+            goodput_table_nb(widths, costs, cum, cap, out, scratch)
         elif idle_w is not None and policy.counts_idle:
-            above_idle_table_nb(table.widths, table.costs, cum, opts.slack, cap, float(idle_w), out, scratch)
+            above_idle_table_nb(widths, costs, cum, opts.slack, cap, float(idle_w), out, scratch)
         else:
-            propose_table_nb(table.widths, table.costs, cum, opts.slack, cap, out, scratch)
+            propose_table_nb(widths, costs, cum, opts.slack, cap, out, scratch)
     elif policy.kind == "sglang-adaptive":
         out[:] = k_cap  # the controller's candidate is held to what the caps below leave at each width
     else:

@@ -421,9 +421,14 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     if pol.counts_idle:
         _check_above_idle(table, resolved["idle_w"])
         idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
+    # The table's arrays as writable copies: the same Numba types as the workspace's context grid
+    # and the planner's inputs, so the planner's kernels are compiled once for all of them (a
+    # read-only array is another type); the contexts too, so a table with an axis (read-only) and
+    # one without (an empty array) run the one compiled engine.
+    widths, costs, context_costs = np.array(table.widths), np.array(table.costs), np.array(table.context_costs)
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
-        width_costs_nb(table.widths, table.costs, n, wcs[n])
+        width_costs_nb(widths, costs, n, wcs[n])
 
     cum = np.empty(table.max_k + 1)
     cum_priors_nb(calibration.priors, table.max_k, cum)
@@ -432,15 +437,14 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
     for c in range(contexts.shape[0]):
         for n in range(seqs + 1):
-            width_costs_nb(table.widths, table.context_costs[c], n, cwcs[c, n])
+            width_costs_nb(widths, context_costs[c], n, cwcs[c, n])
     centre, shift = spread_arrays(calibration, arrival.shape[0], resolved["seed"], digits.shape[0] > 0)
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
                     occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
                     centre, shift)
-    # The table's arrays as writable copies: the same Numba types as the workspace's context grid,
-    # so the planner's kernels are compiled once for both (a read-only array is another type).
     return Prepared(
-        req=new_requests(arrival, prompt, output), tab=TableArrays(np.array(table.widths), np.array(table.costs), wcs, np.ascontiguousarray(contexts, np.int64), cwcs),
+        req=new_requests(arrival, prompt, output),
+        tab=TableArrays(widths, costs, wcs, np.array(contexts, dtype=np.int64), cwcs),
         cal=cal,
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
