@@ -18,16 +18,16 @@ PACKAGE = Path(__file__).resolve().parent
 
 # The kernels that stand for each command's compile work (module path in the package, function)
 # and about how long compiling them all takes, seconds, measured by benchmarks/cold_start.py on a
-# quiet 2-core machine (demo 38 s, simulate 39 s; tune and sweep compile the same engine, fleet
-# and capacity the fleet kernel beside it). Keys: the command, or (command, action) for a group.
+# quiet 2-core machine (demo 27 s, simulate 31 s, fleet 36 s; tune and sweep compile the same
+# engine, fleet and capacity the fleet kernel beside it). Keys: the command, or (command, action) for a group.
 _ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "parse_csv_nb"))
 KERNELS = {
-    "demo": (_ENGINE, 35),
-    "simulate": (_ENGINE, 35),
-    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 45),
-    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 45),
-    "tune": (_ENGINE, 35),
-    "sweep": (_ENGINE, 35),
+    "demo": (_ENGINE, 28),
+    "simulate": (_ENGINE, 28),
+    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
+    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
+    "tune": (_ENGINE, 28),
+    "sweep": (_ENGINE, 28),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
     ("trace", "show"): ((("traces/_parse_kernels.py", "parse_csv_nb"),), 8),
     ("table", "query"): ((("table/_kernels.py", "cell_into_nb"),), 3),
