@@ -106,15 +106,24 @@ class PlanArrays(NamedTuple):
     priors: np.ndarray
 
 
+def table_arrays(table) -> tuple:
+    """``(widths int64[W], costs float64[W, K + 1, 4])`` of a table as writable copies.
+
+    A table's own arrays are read-only, and a read-only array is another Numba type than the
+    writable grids and workspaces the engine hands the same kernels: every caller that gives a
+    table's arrays to the planner's or the engine's kernels takes these, so each kernel is
+    compiled once per process, not once per kind of caller.
+    """
+    return np.array(table.widths, dtype=np.int64), np.array(table.costs, dtype=np.float64)
+
+
 def plan_arrays(table, cal) -> PlanArrays:
     """The kernel bundle of a :class:`~specsim.table.CostTable` and an
     :class:`~specsim.calibration.AcceptanceCalibration` (contiguous, fixed dtypes)."""
-    # The table's arrays as writable copies (a table's own are read-only): the engine hands the
-    # planner's kernels writable grids, and a read-only array is another Numba type, so each
-    # kernel would be compiled twice in a process that plans and simulates.
+    widths, costs = table_arrays(table)
     return PlanArrays(
-        widths=np.array(table.widths, dtype=np.int64),
-        costs=np.array(table.costs, dtype=np.float64),
+        widths=widths,
+        costs=costs,
         edges=np.ascontiguousarray(cal.edges, dtype=np.float32),
         cells=np.ascontiguousarray(bucket_cells(cal.edges), dtype=np.int64),
         p_accept=np.ascontiguousarray(cal.p_accept, dtype=np.float64),

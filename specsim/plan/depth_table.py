@@ -12,6 +12,7 @@ import numpy as np
 
 from specsim._checks import NO_CAP
 from specsim.plan._kernels import above_idle_table_nb, cum_priors_nb, goodput_table_nb, propose_table_nb
+from specsim.plan._types import table_arrays
 
 
 def depth_by_width(policy, table, cal, opts, max_num_seqs: int, k_cap: int, idle_w: float = None) -> np.ndarray:
@@ -28,8 +29,7 @@ def depth_by_width(policy, table, cal, opts, max_num_seqs: int, k_cap: int, idle
     if policy.needs_planner:
         cum = np.empty(table.max_k + 1)
         cum_priors_nb(cal.priors, table.max_k, cum)
-        # Writable copies, as the Planner's (plan_arrays): one Numba type, one compile of each kernel.
-        widths, costs = np.array(table.widths), np.array(table.costs)
+        widths, costs = table_arrays(table)
         if policy.maximises_goodput:
             goodput_table_nb(widths, costs, cum, cap, out, scratch)
         elif idle_w is not None and policy.counts_idle:

@@ -50,7 +50,7 @@ from specsim.calibration.spread import centres
 from specsim.frames import requests_frame
 from specsim.interop.sglang import slot_by_width
 from specsim.plan._kernels import cum_priors_nb, width_costs_nb
-from specsim.plan._types import plan_workspace
+from specsim.plan._types import plan_workspace, table_arrays
 from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
 from specsim.sim._types import (
@@ -421,11 +421,10 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     if pol.counts_idle:
         _check_above_idle(table, resolved["idle_w"])
         idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
-    # The table's arrays as writable copies: the same Numba types as the workspace's context grid
-    # and the planner's inputs, so the planner's kernels are compiled once for all of them (a
-    # read-only array is another type); the contexts too, so a table with an axis (read-only) and
-    # one without (an empty array) run the one compiled engine.
-    widths, costs, context_costs = np.array(table.widths), np.array(table.costs), np.array(table.context_costs)
+    # Writable copies (table_arrays says why); the contexts too, so a table with an axis (whose
+    # arrays are read-only) and one without (an empty array) run the one compiled engine.
+    widths, costs = table_arrays(table)
+    context_costs = np.array(table.context_costs)
     wcs = np.empty((seqs + 1, table.max_k + 1, 4))
     for n in range(seqs + 1):
         width_costs_nb(widths, costs, n, wcs[n])
