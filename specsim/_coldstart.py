@@ -18,12 +18,12 @@ PACKAGE = Path(__file__).resolve().parent
 
 # The kernels that stand for each command's compile work (module path in the package, function)
 # and about how long compiling them all takes, seconds, measured by benchmarks/cold_start.py on a
-# quiet 2-core machine (demo 27 s, simulate 31 s, fleet 36 s; tune and sweep compile the same
+# quiet 2-core machine (demo 27 s, simulate 25 s, fleet 36 s; tune and sweep compile the same
 # engine, fleet and capacity the fleet kernel beside it). Keys: the command, or (command, action) for a group.
 _ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "parse_csv_nb"))
 KERNELS = {
     "demo": (_ENGINE, 28),
-    "simulate": (_ENGINE, 28),
+    "simulate": (_ENGINE, 25),
     "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
     "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
     "tune": (_ENGINE, 28),

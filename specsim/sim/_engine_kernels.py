@@ -18,6 +18,8 @@ read top to bottom; the fleet steps these same functions, so there is no second 
 
 from __future__ import annotations
 
+import numpy as np
+
 from specsim._jit import jit
 from specsim.plan._kernels import (
     DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, row_cost_nb, sequence_depths_nb,
@@ -149,7 +151,7 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
 def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner."""
     o = srv.rec[0]
-    kd = 0
+    kd = np.int64(0)  # not the literal 0 (see _price_nb)
     for j in range(n):
         r = st.running[ws.slot[j]]
         need = req.output[r] - req.emitted[r] - 1
@@ -678,13 +680,13 @@ def _schedule_nb(req, tab, cal, srv, st, ws, key):
     if separate:
         # Separate prefill steps: a step that can admit prefills the admitted alone.
         before = s.n_running
-        admit_nb(req, srv, st, ws, budget, True)
+        admit_nb(req, srv, st, ws, budget, separate)  # whole prefills; a variable, not a literal: one compile
         if s.n_running > before:
             return 0, 0
     k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
     budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
     if not separate and not preempted:
-        admit_nb(req, srv, st, ws, budget, False)
+        admit_nb(req, srv, st, ws, budget, separate)  # chunked: separate is False here
     return n, k
 
 
@@ -696,10 +698,12 @@ def _price_nb(tab, srv, st, ws, n, k):
     the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
     prefill part, which then pays only its tokens' marginal cost."""
     s = st.rec[0]
-    n_sched = 0
-    rows = 0
+    # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
+    # pass of its inference, so a literal start compiles the callee once more for it.
+    n_sched = np.int64(0)
+    rows = np.int64(0)
     drafted = 0
-    ptok = 0
+    ptok = np.int64(0)
     prefill = False
     for i in range(s.n_running):
         if ws.take[i] == UNSCHEDULED:
