@@ -118,6 +118,14 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
     return planner.depths(conf, n_conf, known, k_max, row_budget).tolist()
 
 
+def _checked_context(context) -> float:
+    """``check_context``'s float, its refusal as the planner's ``PlanError``."""
+    try:
+        return check_context(context)
+    except TableError as e:
+        raise PlanError(str(e)) from None
+
+
 # Most contexts one Planner keeps planning inputs for; past it the cache starts again.
 CONTEXT_CACHE = 256
 # The last-context slot before any context is asked for: None is never a context.
@@ -269,10 +277,7 @@ class Planner:
         cache = self._contexts
         state = cache.get(context) if exact else None
         if state is None:
-            try:
-                c = check_context(context)
-            except TableError as e:
-                raise PlanError(str(e)) from None
+            c = _checked_context(context)
             current = self._state
             if not self.table.contexts.size:
                 state = current
@@ -297,10 +302,7 @@ class Planner:
         exact = type(context) is float or type(context) is int
         if not self.table.contexts.size or (exact and context in self._contexts):
             return self._slot(context)
-        try:
-            c = check_context(context)
-        except TableError as e:
-            raise PlanError(str(e)) from None
+        c = _checked_context(context)
         base = self._state
         slot = (context if exact else c, _AtContext(c, base), {})
         self._last = slot
