@@ -315,3 +315,67 @@ def test_a_long_module_says_why_it_is_one():
         if text.count("\n") > LONG_MODULE_LINES and "Why one module" not in (ast.get_docstring(ast.parse(text)) or ""):
             silent.append(name)
     assert silent == [], f"modules over {LONG_MODULE_LINES} lines with no 'Why one module ...' in their docstring"
+
+
+# -- internal kernels: no CPython wrapper, so never called from Python -------------------------------
+
+def _internal_kernels(tree) -> set:
+    """Names of a module's kernels built with ``internal=True`` (directly, or through a
+    module-level alias such as ``step_part = jit(..., internal=True)``)."""
+
+    def internal(call) -> bool:
+        return isinstance(call, ast.Call) and any(k.arg == "internal" and getattr(k.value, "value", None) is True
+                                                   for k in call.keywords)
+
+    aliases = {t.id for node in tree.body if isinstance(node, ast.Assign) and internal(node.value)
+               for t in node.targets if isinstance(t, ast.Name)}
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+            and any(internal(d) or (isinstance(d, ast.Name) and d.id in aliases) for d in node.decorator_list)}
+
+
+def _python_uses(tree, names: set) -> set:
+    """The names of ``names`` that code outside any compiled function (one decorated with
+    ``jit``, ``njit`` or a module-level alias of ``jit(...)``) refers to."""
+    found = set()
+    jits = {"jit", "njit"} | {t.id for node in tree.body if isinstance(node, ast.Assign)
+                              and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "jit"
+                              for t in node.targets if isinstance(t, ast.Name)}
+
+    def jitted(d) -> bool:
+        d = d.func if isinstance(d, ast.Call) else d
+        return (d.id if isinstance(d, ast.Name) else getattr(d, "attr", None)) in jits
+
+    def visit(node, compiled):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            compiled = compiled or any(jitted(d) for d in node.decorator_list)
+        if isinstance(node, ast.Name) and node.id in names and not compiled:
+            found.add(node.id)
+        if isinstance(node, ast.Attribute) and node.attr in names and not compiled:
+            found.add(node.attr)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.Import, ast.ImportFrom)):
+                visit(child, compiled)
+
+    visit(tree, False)
+    return found
+
+
+def test_no_python_code_calls_an_internal_kernel():
+    """A kernel compiled with ``internal=True`` has no CPython wrapper, and a call from Python
+    crashes the interpreter: only compiled code (a decorated function) may name one."""
+    files = [p for d in ("specsim", "tests", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in files}
+    internal = set().union(*(_internal_kernels(t) for p, t in trees.items() if "specsim" in p.parts))
+    assert {"step_nb", "apply_nb", "sequence_depths_nb", "draft_hash_nb"} <= internal  # the scan sees them
+    assert "run_nb" not in internal and "parse_csv_nb" not in internal
+    used = {f"{p.relative_to(ROOT)}: {name}" for p, t in trees.items() for name in _python_uses(t, internal)}
+    assert not used, sorted(used)
+
+
+def test_the_internal_kernel_scan_catches_a_python_call():
+    tree = ast.parse("step = jit(internal=True)\n@step\ndef f(x):\n    return x\n"
+                     "@jit(internal=True)\ndef g(x):\n    return f(x)\n"
+                     "@pytest.mark.slow\ndef h(x):\n    return g(x) + mod.f(x)\n")
+    assert _internal_kernels(tree) == {"f", "g"}
+    assert _python_uses(tree, {"f", "g"}) == {"f", "g"}
+    assert _python_uses(ast.parse("@step\ndef k(x):\n    return f(x)\nstep = jit()\n"), {"f"}) == set()

@@ -175,7 +175,7 @@ def expected_accepted_k_nb(edges, p_accept, priors, conf, n_conf, depth, out):
 BUCKET_CELLS = 4096
 
 
-@jit
+@jit(internal=True)
 def float_key_nb(bits):
     """An int32 that orders as the float32 whose bit pattern is ``bits`` (NaN excepted)."""
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)

@@ -63,7 +63,7 @@ def width_costs_nb(widths, costs, n, out):
             out[k, f] = p + (costs[b, k, f] - p) * t
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch):
     """The propose rule at width ``n`` with each step's energy counted above ``idle_w`` watts:
     the most tokens per ``(verify_j + draft_j) - idle_w * (verify_ms + draft_ms) / 1000`` among
@@ -188,7 +188,7 @@ TOL = 1e-9
 GUARD = 1e-12
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _caps_nb(n_conf, known, kk, m, caps, reals):
     """Per sequence: ``caps[i] = min(known[i], kk)`` and ``reals[i]``, its positions with a real
     confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
@@ -207,7 +207,7 @@ def _caps_nb(n_conf, known, kk, m, caps, reals):
     return base_rows
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _bucket_p(edges, cells, p_accept, last, lp, b):
     """``p_accept`` of the bucket of ``lp`` (not NaN; ``b`` its bit pattern) through the coarse
     index ``cells`` (``calibration.bucket_cells``): the bucket of the lowest float of the cell,
@@ -284,7 +284,7 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     return base_tokens, extras, lowest, highest, total
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _assign_nb(strided, stride, caps, ordered, best_take, out):
     """Depths from the best prefix of the sorted gains (out[i] already holds the first draft).
 
@@ -312,7 +312,7 @@ def _assign_nb(strided, stride, caps, ordered, best_take, out):
         out[U(i)] = d
 
 
-@jit
+@jit(internal=True)
 def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, out, ws):
     """How many of each sequence's drafts to verify, after drafting (docs/planner.md).
 
@@ -447,7 +447,7 @@ def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, t
     return True
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total):
     """The best prefix of the descending gains, 0 for none.
 
@@ -548,7 +548,7 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
         sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def unpack_plan_nb(packed):
     """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
     w = packed[0]
@@ -587,7 +587,7 @@ E_CONFIDENCE = -8
 E_ROW = -16
 
 
-@jit(forceinline=True)
+@jit(forceinline=True, internal=True)
 def _overlaps(a, b):
     lo_a = a.ctypes.data
     lo_b = b.ctypes.data

@@ -25,7 +25,7 @@ MOVES_PER_VALUE = 8
 U = np.uintp
 
 
-@jit
+@jit(internal=True)
 def _insertion_desc(a, start, stop):
     for t in range(start + 1, stop):
         x = a[U(t)]
@@ -36,7 +36,7 @@ def _insertion_desc(a, start, stop):
         a[U(q + 1)] = x
 
 
-@jit
+@jit(internal=True)
 def _sift_down_min(a, start, root, end):
     """Restore a min-heap on ``a[start:end]`` (heap index ``root``, 0-based from ``start``)."""
     while True:
@@ -54,7 +54,7 @@ def _sift_down_min(a, start, root, end):
             return
 
 
-@jit
+@jit(internal=True)
 def _heapsort_desc(a, start, stop):
     """Sort ``a[start:stop]`` descending in place in O(m log m), for a bucket of many distinct
     values packed close together. (Written out rather than ndarray.sort, whose generic quicksort
@@ -69,7 +69,7 @@ def _heapsort_desc(a, start, stop):
         _sift_down_min(a, start, 0, start + end)
 
 
-@jit
+@jit(internal=True)
 def _insertion_bounded(a, count, budget):
     """Insertion sort of ``a[:count]`` (descending) that gives up after ``budget`` moves.
 

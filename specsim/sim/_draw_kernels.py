@@ -37,7 +37,7 @@ _TWO_PI = 2.0 * np.pi
 STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
 STREAM_ACCEPT = 1  # the low 32 bits: the verdict
 
-@jit
+@jit(internal=True)
 def mix64_nb(z):
     """The splitmix64 finaliser of a uint64 (a bijection that spreads every input bit)."""
     z = (z ^ (z >> _S30)) * _M1
@@ -51,13 +51,13 @@ def seed_key_nb(seed):
     return mix64_nb(np.uint64(seed) + GOLDEN)
 
 
-@jit
+@jit(internal=True)
 def request_key_nb(key, request):
     """The hash state of one request: ``mix64(key ^ request * C_REQUEST)``."""
     return mix64_nb(np.uint64(key) ^ (np.uint64(request) * _C_REQUEST))
 
 
-@jit
+@jit(internal=True)
 def draft_hash_nb(rkey, token, position):
     """The 64-bit hash of one draft: ``mix64(rkey ^ (token << 8 | position) * C_DRAFT)``.
 
@@ -69,14 +69,14 @@ def draft_hash_nb(rkey, token, position):
     return mix64_nb(np.uint64(rkey) ^ (x * _C_DRAFT))
 
 
-@jit
+@jit(internal=True)
 def entry_nb(rkey, token, n_digits):
     """The acceptance-trace entry of a step state: a hash of (request, token) with position 0,
     which no draft uses, so it is independent of every draft's draws."""
     return np.int64((draft_hash_nb(rkey, token, 0) >> _S11) % np.uint64(n_digits))
 
 
-@jit
+@jit(internal=True)
 def half_uniform_nb(h, stream):
     """The uniform number in [0, 1) of one stream of a draft hash (32 bits of resolution)."""
     if stream == STREAM_BUCKET:
@@ -99,7 +99,7 @@ def uniform_nb(key, request, token, position, stream):
     return half_uniform_nb(draft_hash_nb(request_key_nb(key, request), token, position), stream)
 
 
-@jit
+@jit(internal=True)
 def bucket_of_nb(occ_cdf, u, position):
     """Inverse CDF of position ``position``'s occupancy row at ``u``.
 

@@ -8,7 +8,8 @@ idle gaps. A fleet driver can interleave several replicas in time order by calli
 
 Every kernel takes bundles (:mod:`specsim.sim._types`): ``req`` (the requests), ``tab`` (the
 cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (one replica's
-state), ``log`` (its step log) and ``ws`` (per-step scratch). All loop state lives in them, so a
+state), ``log`` (its step log), ``ws`` (per-step scratch) and ``plan`` (the per-sequence
+planner's workspace, or None where no run plans per sequence). All loop state lives in them, so a
 run can stop after any step and resume with the same result. See docs/simulation.md for the
 scheduling rules and the price of a step.
 
@@ -36,11 +37,13 @@ from specsim.table._kernels import context_bracket_nb
 # array atomically, which cost ~0.4-0.9 us per call and made a step 15x slower or worse
 # (measured; see docs/simulation.md, "Engine layout").
 kernel = jit(_nrt=False)
+# Every kernel here but run_nb is called by other kernels only: no CPython wrapper (specsim._jit).
+inner = jit(_nrt=False, internal=True)
 # The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
 # arguments, which cost more than the helper's work. LLVM inlines them (``forceinline``): Numba
 # compiles each helper once. Numba's own inlining (``inline="always"``) copies and retypes a
 # helper at every call site, which took the engine's first compile from ~35 s to ~90 s.
-step_part = jit(_nrt=False, forceinline=True)
+step_part = jit(_nrt=False, forceinline=True, internal=True)
 
 NOT_DECODING = -1  # ws.dec_of of a running request that is prefilling
 UNSCHEDULED = -1  # ws.take of a running request that does not run this step
@@ -48,7 +51,7 @@ UNSCHEDULED = -1  # ws.take of a running request that does not run this step
 
 # -- queue and KV blocks ---------------------------------------------------------------------------
 
-@kernel
+@inner
 def push_back_nb(st, r):
     """Append request ``r`` to the replica's waiting queue (arrival order)."""
     s = st.rec[0]
@@ -57,7 +60,7 @@ def push_back_nb(st, r):
     s.q_len += 1
 
 
-@kernel
+@inner
 def _push_front(st, r):
     s = st.rec[0]
     cap = st.queue.shape[0]
@@ -97,7 +100,7 @@ def _leave_context(req, s, r):
     s.ctx_seqs -= 1
 
 
-@kernel
+@inner
 def _preempt_last(req, st):
     """Preempt the most recently admitted running request: free its blocks, put it at the front
     of the queue, and make it recompute its prompt and emitted tokens as prefill."""
@@ -117,7 +120,7 @@ def _preempt_last(req, st):
 
 # -- one step: the decoding sequences' depths --------------------------------------------------------
 
-@kernel
+@inner
 def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
     """Draw request ``r``'s ``d`` drafts (decoding index ``j``): confidences for the planner,
     verdicts kept for later."""
@@ -147,9 +150,10 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
         ws.verdict[j, i - 1] = half_uniform_nb(h, STREAM_ACCEPT) < cal.p_accept[b]
 
 
-@kernel
-def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
-    """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner."""
+@inner
+def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
+    """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
+    its workspace)."""
     o = srv.rec[0]
     kd = np.int64(0)  # not the literal 0 (see _price_nb)
     for j in range(n):
@@ -167,7 +171,7 @@ def _plan_sequence(req, tab, cal, srv, st, ws, n, k, key):
         else:
             arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
         sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                           ws.vdepth[:n], ws.plan)
+                           ws.vdepth[:n], plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0
@@ -268,7 +272,7 @@ def _live_depth(srv, ws, n, waiting):
 
 
 @step_part
-def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
+def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
     Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
@@ -295,8 +299,11 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, n, key):
         k = c if c < k else k  # depth_memo holds the server's caps
     if st.rec[0].gate_off != 0:
         k = 0  # the speculation gate switched speculation off for the rest of the run
-    if srv.rec[0].per_sequence != 0:
-        return _plan_sequence(req, tab, cal, srv, st, ws, n, k, key)
+    if plan is not None:
+        # Numba drops this branch while compiling an engine whose ``plan`` is None (no run of it
+        # plans per sequence), so the per-sequence planner compiles only where it runs.
+        if srv.rec[0].per_sequence != 0:
+            return _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key)
     for j in range(n):
         ws.vdepth[j] = k
         ws.known[j] = k
@@ -428,7 +435,7 @@ def admit_nb(req, srv, st, ws, budget, whole):
 
 # -- one step: price and outcome -------------------------------------------------------------------------
 
-@kernel
+@inner
 def prefill_cost_nb(srv, tokens):
     """(ms, J) of prefilling ``tokens`` tokens in one step: affine (a fixed cost per step with
     prefill, plus a cost per token) or the profiled curve (flat below its first point, linear
@@ -491,7 +498,7 @@ def decode_cost_nb(tab, srv, st, n, rows, k, cut):
     return ms + (ms_hi - ms) * t, joules + (j_hi - joules) * t
 
 
-@kernel
+@inner
 def _accepted_spread(occ_cdf, centre, rkey, e, lim, shift):
     """:func:`accepted_nb`'s leading run under a per-request spread: each draft is accepted with
     its bucket's rate moved by the request's ``shift`` in log-odds (docs/calibration.md#per-request-spread).
@@ -668,7 +675,7 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
 # -- one step, one replica -------------------------------------------------------------------------------
 
 @step_part
-def _schedule_nb(req, tab, cal, srv, st, ws, key):
+def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
     """Decide the step: which running requests run with how many tokens, which waiting ones are
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
     s = st.rec[0]
@@ -683,7 +690,7 @@ def _schedule_nb(req, tab, cal, srv, st, ws, key):
         admit_nb(req, srv, st, ws, budget, separate)  # whole prefills; a variable, not a literal: one compile
         if s.n_running > before:
             return 0, 0
-    k = plan_depths_nb(req, tab, cal, srv, st, ws, n, key)
+    k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key)
     budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
     if not separate and not preempted:
         admit_nb(req, srv, st, ws, budget, separate)  # chunked: separate is False here
@@ -743,8 +750,8 @@ def _price_nb(tab, srv, st, ws, n, k):
     return dms + pms, n_sched, rows, ptok
 
 
-@kernel
-def step_nb(req, tab, cal, srv, st, log, ws):
+@inner
+def step_nb(req, tab, cal, srv, st, log, ws, plan):
     """Advance one replica by one step.
 
     Schedules running requests first, then admissions (see :func:`schedule_running_nb` and
@@ -762,6 +769,9 @@ def step_nb(req, tab, cal, srv, st, log, ws):
         This replica's step log; modified in place.
     ws : Workspace
         Scratch sized for ``max_num_seqs`` sequences (may be shared by replicas stepped in turn).
+    plan : PlanWorkspace or None
+        The per-sequence planner's workspace (shared likewise); None for an engine none of whose
+        runs plans per sequence (the ``sequence`` policy), which then compiles without that planner.
 
     Returns
     -------
@@ -773,7 +783,7 @@ def step_nb(req, tab, cal, srv, st, log, ws):
     if s.n_running == 0 and s.q_len == 0:
         return False
     key = seed_key_nb(srv.rec[0].seed)
-    n, k = _schedule_nb(req, tab, cal, srv, st, ws, key)
+    n, k = _schedule_nb(req, tab, cal, srv, st, ws, plan, key)
     if s.kv_used > s.kv_peak:
         s.kv_peak = s.kv_used
     ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
@@ -792,7 +802,7 @@ def step_nb(req, tab, cal, srv, st, log, ws):
     return True
 
 
-@kernel
+@inner
 def idle_until_nb(srv, st, t):
     """Move an idle replica's clock to ``t``, accruing idle power over the gap."""
     s = st.rec[0]
@@ -804,7 +814,7 @@ def idle_until_nb(srv, st, t):
 
 
 @kernel
-def run_nb(req, tab, cal, srv, st, log, ws, step_limit):
+def run_nb(req, tab, cal, srv, st, log, ws, plan, step_limit):
     """The single-replica driver: put arrived requests in the queue, step, jump idle gaps.
 
     Returns after ``step_limit`` steps (call again to continue: the result does not depend on
@@ -822,7 +832,7 @@ def run_nb(req, tab, cal, srv, st, log, ws, step_limit):
         while s.fed < n_req and req.arrival_s[s.fed] <= s.t_s:
             push_back_nb(st, s.fed)
             s.fed += 1
-        if step_nb(req, tab, cal, srv, st, log, ws):
+        if step_nb(req, tab, cal, srv, st, log, ws, plan):
             steps += 1
             continue
         if s.fed >= n_req:

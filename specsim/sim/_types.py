@@ -258,8 +258,10 @@ class Workspace(NamedTuple):
     """Per-step scratch for batches of up to S sequences (K = max(max_k, 1)): per running slot
     ``take`` (tokens scheduled) and ``dec_of`` (index among the decoding sequences, or -1); per
     decoding sequence ``slot``, ``conf float32[S, K]``, ``n_conf``, ``known``, ``vdepth``,
-    ``verdict bool[S, K]``; ``plan``, the planner's workspace; ``grid_width``, ``grid`` and
-    ``scratch``, the costs at the step's width and context the planner reads."""
+    ``verdict bool[S, K]``; ``grid_width``, ``grid`` and ``scratch``, the costs at the step's
+    width and context the planner reads. The per-sequence planner's workspace is apart
+    (``specsim.plan._types.PlanWorkspace``, or None for an engine that never plans per sequence,
+    :func:`specsim.sim.engine.plan_workspace_for`), so every other kernel has one type of this."""
 
     take: np.ndarray
     dec_of: np.ndarray
@@ -269,7 +271,6 @@ class Workspace(NamedTuple):
     known: np.ndarray
     vdepth: np.ndarray
     verdict: np.ndarray
-    plan: tuple  # specsim.plan._types.PlanWorkspace
     grid_width: np.ndarray  # int64[1]: the width of ``grid``
     grid: np.ndarray  # float64[1, K+1, 4]: the step costs at this step's width and context
     scratch: np.ndarray  # float64[K+1, 4]: the planner's

@@ -246,7 +246,7 @@ def _policy_for(pol: Policy, table, k_cap: int) -> Policy:
 
 class Prepared(NamedTuple):
     """Everything one replica's run needs, built by :func:`prepare`: the kernels' bundles
-    (``req``, ``tab``, ``cal``, ``srv``, ``st``, ``log``, ``ws``; see :mod:`specsim.sim._types`),
+    (``req``, ``tab``, ``cal``, ``srv``, ``st``, ``log``, ``ws``; ``plan``: :func:`plan_workspace_for`),
     the policy as run and the resolved options."""
 
     req: tuple
@@ -256,6 +256,7 @@ class Prepared(NamedTuple):
     st: tuple
     log: tuple
     ws: tuple
+    plan: object  # PlanWorkspace or None
     policy: Policy
     options: dict
 
@@ -284,13 +285,31 @@ def new_log(size: int):
 
 
 def new_workspace(max_num_seqs: int, max_k: int):
-    """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences
-    (the planner's part from :func:`specsim.plan._types.plan_workspace`)."""
+    """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences."""
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), plan_workspace(s, max_k),
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_),
                      np.zeros(1, np.int64), np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)))
+
+
+_sequence_engine = [False]  # this process runs the engine with the per-sequence planner
+
+
+def use_sequence_engine() -> None:
+    """Run every later simulation in this process on the engine with the per-sequence planner (a
+    caller about to run several policies, one of them ``sequence``: one compiled engine for all)."""
+    _sequence_engine[0] = True
+
+
+def plan_workspace_for(per_sequence: bool, max_num_seqs: int, max_k: int):
+    """The per-sequence planner's workspace for a run's engine, or None, with which Numba drops
+    that planner from the engine it compiles (a fifth of its first compile). Once this process ran
+    the engine with it (or :func:`use_sequence_engine` was called), every run takes it."""
+    if per_sequence or _sequence_engine[0]:
+        _sequence_engine[0] = True
+        return plan_workspace(max_num_seqs, max_k)
+    return None
 
 
 def _check_above_idle(table, idle_w: float) -> None:
@@ -447,7 +466,8 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         cal=cal,
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
-        log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k), policy=pol, options=resolved,
+        log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k),
+        plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved,
     )
 
 
@@ -530,7 +550,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     # Always in chunks, with or without a progress callback: the interpreter only acts on a
     # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
-        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, PROGRESS_CHUNK)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, p.plan, PROGRESS_CHUNK)
         if progress is not None:
             progress(int(p.st.rec[0]["finished"]))
         if done:
@@ -552,6 +572,8 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     import threading
     from dataclasses import replace
 
+    if any(read_policy(pol).per_sequence for pol, _ in runs):
+        use_sequence_engine()  # one compiled engine for every run
     lock = threading.Lock()
     workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
     ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)

@@ -45,7 +45,7 @@ from specsim.calibration.report import wilson
 from specsim.frames import rows_frame
 from specsim.interop import read_policy
 from specsim.plan.planner import check_slack
-from specsim.sim.engine import _request_arrays
+from specsim.sim.engine import _request_arrays, use_sequence_engine
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload
 from specsim.studies.windows import resample_windows, widened
@@ -432,6 +432,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     base = int(fleet.groups[0].options.seed)
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
+    if any(pol.per_sequence for _, pol, _ in runs):
+        use_sequence_engine()  # the probes of every policy run one compiled engine in this process
     notes = _resolution_warnings(n, seeds, attainment)
     notes += _idle_warnings(requests, fleet, runs, slo, attainment)
     resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()

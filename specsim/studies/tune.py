@@ -60,7 +60,7 @@ from specsim.interop import export_schedule, read_policy
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
-from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
 from specsim.sim.verdict import paired_noise
 from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
@@ -282,6 +282,9 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     dict
         j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
     """
+    # The held-out round always runs sequence: every run of the search takes the engine with
+    # the per-sequence planner, one compiled engine in each process.
+    use_sequence_engine()
     res = simulate(requests, table, calibration, policy, options=replace(options, seed=int(seed)))
     tokens = int(res.output_tokens.sum())
     makespan = float(np.nanmax(res.finish_s)) - float(res.arrival_s[0])

@@ -33,7 +33,7 @@ _ZERO, _NINE, _DOT, _PLUS, _MINUS, _COLON = 48, 57, 46, 43, 45, 58
 _LBRACE, _RBRACE, _LBRACK, _RBRACK, _BSLASH = 123, 125, 91, 93, 92
 
 
-@jit
+@jit(internal=True)
 def _trim_nb(buf, a, b):
     """Bounds of ``buf[a:b]`` without surrounding blanks and one pair of double quotes."""
     while a < b and (buf[a] == _SP or buf[a] == _TAB):
@@ -50,7 +50,7 @@ def _trim_nb(buf, a, b):
     return a, b
 
 
-@jit
+@jit(internal=True)
 def _fixed_digits_nb(buf, a, count):
     """The value of ``count`` ASCII digits at ``a``; -1 if any is not a digit."""
     v = 0
@@ -62,7 +62,7 @@ def _fixed_digits_nb(buf, a, count):
     return v
 
 
-@jit
+@jit(internal=True)
 def days_from_civil_nb(y, m, d):
     """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
     if m <= 2:
@@ -75,7 +75,7 @@ def days_from_civil_nb(y, m, d):
     return era * 146097 + doe - 719468
 
 
-@jit
+@jit(internal=True)
 def _days_in_month_nb(y, m):
     if m == 2:
         leap = (y % 4 == 0 and y % 100 != 0) or y % 400 == 0
@@ -218,7 +218,7 @@ def parse_number_nb(buf, a, b):
     return True, -v if neg else v
 
 
-@jit
+@jit(internal=True)
 def parse_count_nb(buf, a, b):
     """``(ok, value)`` of a token count: digits, optionally ``.`` and zeros (``"12"``, ``"12.0"``)."""
     if a >= b:
@@ -241,7 +241,7 @@ def parse_count_nb(buf, a, b):
     return True, v
 
 
-@jit
+@jit(internal=True)
 def _parse_arrival_nb(buf, a, b, kind):
     if kind == ARRIVAL_DATETIME:
         ok, ns = parse_datetime_nb(buf, a, b)
@@ -250,7 +250,7 @@ def _parse_arrival_nb(buf, a, b, kind):
     return ok, v, np.int64(0)
 
 
-@jit
+@jit(internal=True)
 def _line_end_nb(buf, s):
     e = s
     n = buf.shape[0]
@@ -259,7 +259,7 @@ def _line_end_nb(buf, s):
     return e
 
 
-@jit
+@jit(internal=True)
 def _bad_nb(info, bad_lines, line, reason, offset):
     """Count one bad row: remember the first one's line, reason and offset, and the line numbers
     of the first ``len(bad_lines)`` bad rows."""
@@ -387,7 +387,7 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad,
     return rows
 
 
-@jit
+@jit(internal=True)
 def _skip_string_nb(buf, p, end):
     """Index just past the JSON string whose opening quote is at ``p``; -1 if unterminated."""
     p += 1
@@ -402,7 +402,7 @@ def _skip_string_nb(buf, p, end):
     return -1
 
 
-@jit
+@jit(internal=True)
 def _key_is_nb(buf, a, b, key):
     if b - a != key.shape[0]:
         return False
@@ -412,7 +412,7 @@ def _key_is_nb(buf, a, b, key):
     return True
 
 
-@jit
+@jit(internal=True)
 def _skip_ws_nb(buf, p, end):
     while p < end and (buf[p] == _SP or buf[p] == _TAB):
         p += 1

@@ -30,7 +30,7 @@ from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
 # bundle handed to the engine each step would cost more than the step), and the small helpers
 # inlined into the driver by LLVM (compiled once each, as the engine's ``step_part``).
 kernel = jit(_nrt=False)
-part = jit(_nrt=False, forceinline=True)
+part = jit(_nrt=False, forceinline=True, internal=True)  # called by fleet_nb only
 from specsim.sim._types import ReplicaState, Requests, StepLog
 
 # Router codes.
@@ -46,8 +46,9 @@ N_CURSOR = 3
 
 class Group(NamedTuple):
     """One replica group's engine bundles (``tab``, ``cal``, ``srv``: see
-    :mod:`specsim.sim._types`), its step scratch ``ws``, shared by the group's replicas, which
-    step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
+    :mod:`specsim.sim._types`), its step scratch ``ws`` and per-sequence planner workspace
+    ``plan`` (None unless the fleet's policy plans per sequence), shared by the group's replicas,
+    which step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
     every group, so a tuple of groups is indexable at run time. Built by
     ``specsim.sim.fleet.fleet._group``."""
 
@@ -55,6 +56,7 @@ class Group(NamedTuple):
     cal: tuple
     srv: tuple
     ws: tuple
+    plan: object
     log_size: int
 
 
@@ -213,7 +215,8 @@ def step_replica_nb(grp, st, r):
     s = rs.rec[0]
     if s.n_running == 0:
         idle_until_nb(grp.srv, rs, st.arrival_s[r, st.queue[r, s.q_head]])
-    step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws)
+    step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws,
+            grp.plan)
 
 
 @kernel

@@ -276,7 +276,7 @@ def _group(group, requests, policy, replicas):
     checks of the policy, the options and the requests' KV needs), and the group's policy and
     resolved options."""
     p = prepare(requests, group.table, group.calibration, policy, group.options)
-    return Group(p.tab, p.cal, p.srv, p.ws, min(int(group.options.log_size), replica_log_size(replicas))), p
+    return Group(p.tab, p.cal, p.srv, p.ws, p.plan, min(int(group.options.log_size), replica_log_size(replicas))), p
 
 
 # Step-log entries all replicas of a fleet hold together (six 8-byte arrays: 192 MiB): a

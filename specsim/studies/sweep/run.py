@@ -21,7 +21,8 @@ from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, poi
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
-from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate
+from specsim.interop import read_policy
+from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 from specsim.sim.verdict import paired_noise, run_digest
 from specsim.table import CostTable
@@ -48,9 +49,13 @@ class SweepReport:
         return rows_frame(rows, list(rows[0]) if rows else None)
 
 
-def run_point(point: dict, requests, table, calibration, options: dict, slo) -> dict:
+def run_point(point: dict, requests, table, calibration, options: dict, slo, sequence_engine=False) -> dict:
     """Simulate one grid point and return its result row (axis values + summary fields + the
-    ``run_digest`` that tells points which made the same run)."""
+    ``run_digest`` that tells points which made the same run). ``sequence_engine``: some point of
+    the sweep runs ``sequence``, so this process runs every point on the engine with the
+    per-sequence planner (:func:`specsim.sim.engine.plan_workspace_for`)."""
+    if sequence_engine:
+        use_sequence_engine()
     scale = float(point.get("rate_scale", 1.0))
     if scale != 1.0:
         # The same division the trace reader applies for --rate-scale, so a point equals a
@@ -338,6 +343,8 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
         check_workers(workers)
     check_results_path(out)
     traces, tables, cals = _load_inputs(grid, grid.points)
+    # The points of every policy run one compiled engine in each process (run_point).
+    sequence_engine = any(read_policy(p["policy"]).per_sequence for p in grid.points)
     digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
     digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
@@ -391,7 +398,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
                 share = {kind: {name: ex.share(v) for name, v in pool.items()}
                          for kind, pool in (("trace", traces), ("table", tables), ("calibration", cals))}
                 calls = [(p, share["trace"][p["trace"]], share["table"][p["table"]],
-                          share["calibration"][p["calibration"]], point_options(grid, p), grid.slo) for p in todo]
+                          share["calibration"][p["calibration"]], point_options(grid, p), grid.slo, sequence_engine) for p in todo]
 
                 def saved(i, row):
                     save(row)
