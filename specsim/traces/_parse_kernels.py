@@ -12,10 +12,6 @@ import numpy as np
 
 from specsim._jit import jit
 
-# Arrival field kinds.
-ARRIVAL_NUMBER = 0  # a decimal number (seconds, ms, ... scaled by the caller)
-ARRIVAL_DATETIME = 1  # "YYYY-MM-DD[ T]HH:MM:SS[.f...][Z|+HH:MM|-HH:MM]" -> int64 ns since 1970 (UTC)
-
 # Reasons a row is bad (info[2]).
 BAD_FIELDS = 1  # too few fields / a field missing
 BAD_ARRIVAL = 2
@@ -242,12 +238,17 @@ def parse_count_nb(buf, a, b):
 
 
 @jit(internal=True)
-def _parse_arrival_nb(buf, a, b, kind):
-    if kind == ARRIVAL_DATETIME:
+def _parse_arrival_nb(buf, a, b, t_num, t_ns):
+    """The arrival field: a number when ``t_num`` (the numbers' output) is given, a timestamp
+    when ``t_ns`` is; the other is None. Numba drops a branch on an argument that is None while
+    compiling (and only then), so each parser sits under its own output's test: a file of
+    numbers compiles no timestamp parser, and the reverse."""
+    ok, v, ns = False, 0.0, np.int64(0)
+    if t_num is not None:
+        ok, v = parse_number_nb(buf, a, b)
+    if t_ns is not None:
         ok, ns = parse_datetime_nb(buf, a, b)
-        return ok, 0.0, ns
-    ok, v = parse_number_nb(buf, a, b)
-    return ok, v, np.int64(0)
+    return ok, v, ns
 
 
 @jit(internal=True)
@@ -273,7 +274,7 @@ def _bad_nb(info, bad_lines, line, reason, offset):
 
 
 @jit
-def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines,
+def parse_csv_nb(buf, col_t, col_p, col_o, n_header, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines,
                  info):
     """Parse comma-separated rows into arrival, prompt and output arrays.
 
@@ -285,15 +286,14 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad,
         0-based column of the arrival, prompt tokens and output tokens.
     n_header : int
         Fields the header names: a row with more is bad (``BAD_EXTRA``), as one with too few.
-    kind : int
-        ``ARRIVAL_NUMBER`` or ``ARRIVAL_DATETIME``.
     first_line : int
         1-based line number of ``buf``'s first line in its file.
     skip_bad : bool
         Skip and count bad rows; else stop at the first.
-    t_num : ndarray(float64), t_ns : ndarray(int64), prompt, output : ndarray(int64)
-        Outputs, one slot per line at least; modified in place (``t_num`` for numbers, ``t_ns``
-        for datetimes: the other is not touched and may be any length).
+    t_num : ndarray(float64) or None, t_ns : ndarray(int64) or None, prompt, output : ndarray(int64)
+        Outputs, one slot per line at least; modified in place. The arrival column's kind is
+        which of ``t_num`` (numbers) and ``t_ns`` (timestamps, ns since 1970 UTC) is given; the
+        other is None.
     bad_lines : ndarray(int64, ndim=1)
         Line numbers of the first bad rows (as many as fit); modified in place.
     info : ndarray(int64, ndim=1), shape (INFO_SIZE,)
@@ -357,7 +357,7 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad,
                 reason = BAD_EXTRA
             else:
                 ta, tb = _trim_nb(buf, ta, tb)
-                ok, tv, tn = _parse_arrival_nb(buf, ta, tb, kind)
+                ok, tv, tn = _parse_arrival_nb(buf, ta, tb, t_num, t_ns)
                 pa, pb = _trim_nb(buf, pa, pb)
                 okp, pv = parse_count_nb(buf, pa, pb)
                 oa, ob = _trim_nb(buf, oa, ob)
@@ -369,10 +369,10 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, kind, first_line, skip_bad,
                 elif not oko:
                     reason = BAD_OUTPUT
                 else:
-                    if kind == ARRIVAL_DATETIME:
-                        t_ns[rows] = tn
-                    else:
+                    if t_num is not None:
                         t_num[rows] = tv
+                    if t_ns is not None:
+                        t_ns[rows] = tn
                     prompt[rows] = pv
                     output[rows] = ov
                     rows += 1

@@ -331,8 +331,8 @@ def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
     line = first_line
     for block, size in _blocks(f):
         buf = np.frombuffer(block, dtype=np.uint8)
-        t_num = np.empty(1 if datetime_kind else size)
-        t_ns = np.empty(size if datetime_kind else 1, dtype=np.int64)
+        t_num = None if datetime_kind else np.empty(size)  # the kernels parse the kind given
+        t_ns = np.empty(size, dtype=np.int64) if datetime_kind else None
         prompt = np.empty(size, dtype=np.int64)
         output = np.empty(size, dtype=np.int64)
         bad_before = int(info[INFO_BAD])
@@ -364,20 +364,19 @@ class _Parse:
 
 def _read_csv(path, names, datetime_kind, skip_bad, exact):
     # lazy: Numba loads with the first kernel call
-    from specsim.traces._parse_kernels import ARRIVAL_DATETIME, ARRIVAL_NUMBER, parse_csv_nb
+    from specsim.traces._parse_kernels import parse_csv_nb
 
     with _open(path) as f:
         header_bytes = f.readline().removeprefix(_BOM)
         header_text = header_bytes.decode("utf-8", errors="replace")
         header = next(csv.reader([header_text.rstrip("\r\n")]), [])
         cols = [_column_index(path, header, name, exact) for name in names]
-        kind = ARRIVAL_DATETIME if datetime_kind else ARRIVAL_NUMBER
         what = "a timestamp YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]" if datetime_kind else "a number"
 
-        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, nh, kd, skip):
-            return parse_csv_nb(buf, c0, c1, c2, nh, kd, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
+        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, nh, skip):
+            return parse_csv_nb(buf, c0, c1, c2, nh, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
 
-        parse = _Parse(call, (cols[0], cols[1], cols[2], len(header), kind), bool(skip_bad))
+        parse = _Parse(call, (cols[0], cols[1], cols[2], len(header)), bool(skip_bad))
         fields = f"too few fields (the header names {len(header)}; column {max(cols) + 1} is needed)"
         return _run_blocks(path, f, 2, parse, datetime_kind, what, fields)
 
