@@ -47,10 +47,10 @@ def test_the_check_follows_numba_cache_dir(tmp_path, monkeypatch):
     assert _coldstart.compile_estimate(["demo"]) == _coldstart.KERNELS["demo"][1]
 
 
-# Kernels still compiled twice in one cold process, each once more for a literal argument
-# (docs/simulation.md, "Compile time": about 1.5 s in all). Nothing else may be.
-KNOWN_TWINS = {"_allocate", "_heapsort_desc", "_sift_down_min", "draft_hash_nb", "half_uniform_nb",
-               "_fixed_digits_nb", "_bad_nb", "_workspace_parts", "ol_compatible_view.<locals>.impl"}
+# Compiled more than once in one cold process, and rightly: NumPy's ndarray.view, for each of the
+# (array, dtype) pairs the planner's workspace and sort view. Nothing else may be (a literal
+# argument, int instead of np.int64, would compile its kernel once more).
+KNOWN_TWINS = {"ol_compatible_view.<locals>.impl"}
 _COMPILE_COUNTS = r'''
 import collections, json, sys
 from numba.core import event

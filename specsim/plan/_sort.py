@@ -66,7 +66,7 @@ def _heapsort_desc(a, start, stop):
         x = a[start]
         a[start] = a[start + end]
         a[start + end] = x
-        _sift_down_min(a, start, 0, start + end)
+        _sift_down_min(a, start, np.int64(0), start + end)
 
 
 @jit(internal=True)
@@ -111,7 +111,7 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     if count <= SMALL_BUCKET or lowest == highest:
         for t in range(count):
             ordered[U(t)] = gains[U(t)]
-        _insertion_desc(ordered, 0, count)
+        _insertion_desc(ordered, np.int64(0), count)
         return
     bits = gains[:count].view(np.int64)
     # The bit patterns of the extremes, through the counters (no allocation).
@@ -149,10 +149,10 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     if _insertion_bounded(ordered, count, MOVES_PER_VALUE * count):
         return
     # counts[b] is now the end of bucket b: sort the crowded buckets apart, then finish.
-    start = 0
+    start = np.int64(0)  # int64 literals would compile the sorts once more each
     for b in range(nb):
         stop = counts[b]
         if stop - start > SMALL_BUCKET:
             _heapsort_desc(ordered, start, stop)
         start = stop
-    _insertion_desc(ordered, 0, count)
+    _insertion_desc(ordered, np.int64(0), count)

@@ -53,8 +53,8 @@ def _workspace_parts(rows, max_k):
 def workspace_views_nb(work, max_k):
     """The :class:`PlanWorkspace` inside ``work`` (a buffer from :func:`workspace_buffer`):
     views, no copy. Its ``rows`` follow from the buffer's length."""
-    f_g, f_o, f_c, f_w = _workspace_parts(0, max_k)
-    p_g, p_o, p_c, p_w = _workspace_parts(1, max_k)
+    f_g, f_o, f_c, f_w = _workspace_parts(np.int64(0), max_k)  # int64, not literals: one compile
+    p_g, p_o, p_c, p_w = _workspace_parts(np.int64(1), max_k)
     fixed = f_g + f_o + f_c + f_w
     rows = (work.shape[0] - fixed) // (p_g + p_o + p_c + p_w - fixed)
     n_g, n_o, n_c, n_w = _workspace_parts(rows, max_k)

@@ -34,8 +34,9 @@ SPREAD_TOKEN = np.uint64(1 << 40)
 _TWO_PI = 2.0 * np.pi
 
 # Draw streams: which half of a draft's hash answers which question.
-STREAM_BUCKET = 0  # the high 32 bits: the confidence bucket
-STREAM_ACCEPT = 1  # the low 32 bits: the verdict
+# (int64 values, not Python ints: a kernel called with a literal compiles once more for it)
+STREAM_BUCKET = np.int64(0)  # the high 32 bits: the confidence bucket
+STREAM_ACCEPT = np.int64(1)  # the low 32 bits: the verdict
 
 @jit(internal=True)
 def mix64_nb(z):
@@ -73,7 +74,7 @@ def draft_hash_nb(rkey, token, position):
 def entry_nb(rkey, token, n_digits):
     """The acceptance-trace entry of a step state: a hash of (request, token) with position 0,
     which no draft uses, so it is independent of every draft's draws."""
-    return np.int64((draft_hash_nb(rkey, token, 0) >> _S11) % np.uint64(n_digits))
+    return np.int64((draft_hash_nb(rkey, token, np.int64(0)) >> _S11) % np.uint64(n_digits))
 
 
 @jit(internal=True)
@@ -119,7 +120,7 @@ def request_z_nb(key, request):
     """Request ``request``'s standard normal spread factor: Box-Muller on the two 32-bit halves
     of the hash of (``key``, request, ``SPREAD_TOKEN``, position 0), ``sqrt(-2 ln u1) cos(2 pi u2)``
     with ``u1`` in (0, 1) (the high half, plus a half step) and ``u2`` in [0, 1) (the low half)."""
-    h = draft_hash_nb(request_key_nb(key, request), SPREAD_TOKEN, 0)
+    h = draft_hash_nb(request_key_nb(key, request), SPREAD_TOKEN, np.int64(0))
     u1 = (float(h >> _S32) + 0.5) * _U32
     u2 = float(h & _LOW32) * _U32
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(_TWO_PI * u2)

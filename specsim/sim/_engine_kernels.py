@@ -364,7 +364,7 @@ def schedule_running_nb(req, srv, st, ws, budget):
     s = st.rec[0]
     o = srv.rec[0]
     preempted = False
-    i = 0
+    i = np.int64(0)  # not the literal 0 (see _price_nb)
     while i < s.n_running and budget > 0:
         r = st.running[i]
         j = ws.dec_of[i]

@@ -91,12 +91,12 @@ def parse_datetime_nb(buf, a, b):
     """
     if b - a < 19:
         return False, np.int64(0)
-    y = _fixed_digits_nb(buf, a, 4)
-    mo = _fixed_digits_nb(buf, a + 5, 2)
-    d = _fixed_digits_nb(buf, a + 8, 2)
-    hh = _fixed_digits_nb(buf, a + 11, 2)
-    mi = _fixed_digits_nb(buf, a + 14, 2)
-    ss = _fixed_digits_nb(buf, a + 17, 2)
+    y = _fixed_digits_nb(buf, a, np.int64(4))
+    mo = _fixed_digits_nb(buf, a + 5, np.int64(2))
+    d = _fixed_digits_nb(buf, a + 8, np.int64(2))
+    hh = _fixed_digits_nb(buf, a + 11, np.int64(2))
+    mi = _fixed_digits_nb(buf, a + 14, np.int64(2))
+    ss = _fixed_digits_nb(buf, a + 17, np.int64(2))
     sep = buf[a + 10]
     if (y < 0 or mo < 1 or mo > 12 or d < 1 or hh < 0 or hh > 23 or mi < 0 or mi > 59 or ss < 0 or ss > 59
             or buf[a + 4] != _MINUS or buf[a + 7] != _MINUS or buf[a + 13] != _COLON or buf[a + 16] != _COLON
@@ -128,13 +128,13 @@ def parse_datetime_nb(buf, a, b):
             sign = 1 if c == _PLUS else -1
             if p + 3 > b:
                 return False, np.int64(0)
-            oh = _fixed_digits_nb(buf, p + 1, 2)
+            oh = _fixed_digits_nb(buf, p + 1, np.int64(2))
             p += 3
             if p < b and buf[p] == _COLON:
                 p += 1
             if p + 2 > b:
                 return False, np.int64(0)
-            om = _fixed_digits_nb(buf, p, 2)
+            om = _fixed_digits_nb(buf, p, np.int64(2))
             p += 2
             if oh < 0 or oh > 23 or om < 0 or om > 59:
                 return False, np.int64(0)
@@ -305,7 +305,7 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, first_line, skip_bad, t_num
         Good rows written. Blank lines are neither rows nor bad.
     """
     n = buf.shape[0]
-    s = 0
+    s = np.int64(0)  # not the literal 0: _bad_nb compiles once
     line = first_line
     rows = 0
     need = max(col_t, max(col_p, col_o)) + 1
@@ -350,7 +350,7 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, first_line, skip_bad, t_num
                     blank = False
                     break
         if not blank:
-            reason = 0
+            reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
             if field < need:
                 reason = BAD_FIELDS
             elif field > n_header:
@@ -430,7 +430,7 @@ def parse_jsonl_nb(buf, key_t, key_p, key_o, first_line, skip_bad, t_num, prompt
     to ``t_num``); keys are ``ndarray(uint8)`` of the key's bytes without quotes.
     """
     n = buf.shape[0]
-    s = 0
+    s = np.int64(0)  # not the literal 0: _bad_nb compiles once
     line = first_line
     rows = 0
     while s < n:
@@ -441,7 +441,7 @@ def parse_jsonl_nb(buf, key_t, key_p, key_o, first_line, skip_bad, t_num, prompt
         while b > a and (buf[b - 1] == _SP or buf[b - 1] == _TAB or buf[b - 1] == _CR):
             b -= 1
         if a < b:
-            reason = 0
+            reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
             found = 0
             tv, pv, ov = 0.0, np.int64(0), np.int64(0)
             if buf[a] != _LBRACE or buf[b - 1] != _RBRACE:
