@@ -17,19 +17,22 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 # The kernels that stand for each command's compile work (module path in the package, function)
-# and about how long compiling them all takes, seconds, measured by benchmarks/cold_start.py on a
-# quiet 2-core machine (demo 27 s, simulate 25 s, fleet 36 s; tune and sweep compile the same
-# engine, fleet and capacity the fleet kernel beside it). Keys: the command, or (command, action) for a group.
+# and about how long compiling them all takes, seconds, on a quiet 2-core machine: measured by
+# benchmarks/cold_start.py (demo 27 s, simulate 25 s, fleet 36 s), then scaled by the ratios
+# the compile changes since measured back to back on a busier machine (demo 0.72x, simulate of
+# one policy 0.38x: the engine without the per-sequence planner; tune, sweep and capacity run
+# `sequence`, so the whole engine, fleet and capacity the fleet kernel beside it).
+# Keys: the command, or (command, action) for a group.
 _ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "parse_csv_nb"))
 KERNELS = {
-    "demo": (_ENGINE, 28),
-    "simulate": (_ENGINE, 25),
-    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
-    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 36),
-    "tune": (_ENGINE, 28),
-    "sweep": (_ENGINE, 28),
+    "demo": (_ENGINE, 20),
+    "simulate": (_ENGINE, 10),
+    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 20),
+    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 26),
+    "tune": (_ENGINE, 20),
+    "sweep": (_ENGINE, 20),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
-    ("trace", "show"): ((("traces/_parse_kernels.py", "parse_csv_nb"),), 8),
+    ("trace", "show"): ((("traces/_parse_kernels.py", "parse_csv_nb"),), 3),
     ("table", "query"): ((("table/_kernels.py", "cell_into_nb"),), 3),
 }
 # Below this many seconds of compiling a command says nothing.
