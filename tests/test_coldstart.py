@@ -109,3 +109,47 @@ def test_a_cold_process_compiles_each_kernel_once(tmp_path):
         assert counts.get(kernel) == 1, (kernel, counts.get(kernel))
     twice = {name for name, c in counts.items() if c > 1} - {"run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"}
     assert twice <= KNOWN_TWINS, sorted(twice - KNOWN_TWINS)
+
+
+def _engines_run(monkeypatch, runs) -> set:
+    """Over the engine calls of ``simulate_runs(runs)``, from a process that has not run the engine
+    with the per-sequence planner: whether each ran the engine without that planner."""
+    from specsim.costmodel.defaults import demo_calibration
+    from specsim.sim import engine
+    from specsim.traces import read_trace
+
+    real, seen = engine.run_nb, []
+
+    def spy(*args):
+        seen.append(args[7] is None)  # run_nb's plan argument
+        return real(*args)
+
+    monkeypatch.setattr(engine, "run_nb", spy)
+    monkeypatch.setattr(engine, "_sequence_engine", [False])
+    reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:40]
+    engine.simulate_runs(reqs, demo_table(), demo_calibration(), runs, engine.ServerOptions())
+    return set(seen)
+
+
+def test_a_run_set_with_sequence_runs_every_policy_on_the_engine_with_the_planner(monkeypatch):
+    """One compiled engine for a set of runs: with a ``sequence`` run among them, every run (the
+    ``propose`` one too, whichever thread starts first) takes the planner's workspace; without,
+    none does, so the per-sequence planner is not compiled for them."""
+    assert _engines_run(monkeypatch, [("propose", 0.0), ("sequence", 0.0)]) == {False}
+    assert _engines_run(monkeypatch, [("propose", 0.0), ("fixed:2", 0.0)]) == {True}
+
+
+def test_a_sweep_point_of_a_sweep_with_sequence_takes_the_engine_with_the_planner(monkeypatch):
+    """A point of a sweep where some point runs ``sequence`` (run_point's last argument) runs on
+    the engine with the planner, and so does every later run in its process."""
+    from specsim.costmodel.defaults import demo_calibration
+    from specsim.sim import engine
+    from specsim.sim.slo import SLO
+    from specsim.studies.sweep.run import run_point
+    from specsim.traces import read_trace
+
+    monkeypatch.setattr(engine, "_sequence_engine", [False])
+    assert engine.plan_workspace_for(False, 4, 3) is None
+    reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:20]
+    run_point({"policy": "propose"}, reqs, demo_table(), demo_calibration(), {}, SLO(None, None), True)
+    assert engine.plan_workspace_for(False, 4, 3) is not None

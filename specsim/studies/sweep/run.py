@@ -344,7 +344,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     check_results_path(out)
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
-    sequence_engine = any(read_policy(p["policy"]).per_sequence for p in grid.points)
+    sequence_engine = any(read_policy(p).per_sequence for p in {point["policy"] for point in grid.points})
     digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
     digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
