@@ -47,6 +47,15 @@ def test_the_check_follows_numba_cache_dir(tmp_path, monkeypatch):
     assert _coldstart.compile_estimate(["demo"]) == _coldstart.KERNELS["demo"][1]
 
 
+def test_a_simulation_that_plans_per_sequence_is_estimated_longer(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    plain = _coldstart.compile_estimate(["simulate", "--trace", "t.csv", "--policy", "propose"])
+    assert plain == _coldstart.KERNELS["simulate"][1]
+    for argv in (["simulate", "--policy", "sequence"], ["simulate", "--policy=sequence@0.2"],
+                 ["simulate", "--policy", "fixed:2", "--policy", "sequence"]):
+        assert _coldstart.compile_estimate(argv) == plain + _coldstart.SEQUENCE_S, argv
+
+
 # Compiled more than once in one cold process, and rightly: NumPy's ndarray.view, for each of the
 # (array, dtype) pairs the planner's workspace and sort view. Nothing else may be (a literal
 # argument, int instead of np.int64, would compile its kernel once more).
