@@ -296,16 +296,17 @@ def new_workspace(max_num_seqs: int, max_k: int):
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
 
 
-def use_sequence_engine() -> None:
-    """Run every later simulation in this process on the engine with the per-sequence planner (a
-    caller about to run several policies, one of them ``sequence``: one compiled engine for all)."""
-    _sequence_engine[0] = True
+def use_sequence_engine(policies=None) -> bool:
+    """From now on run this process's simulations on the engine with the per-sequence planner if one of
+    ``policies`` (None: regardless) plans per sequence: one compiled engine for them all. Whether it does."""
+    if policies is None or any(read_policy(p).per_sequence for p in policies):
+        _sequence_engine[0] = True
+    return _sequence_engine[0]
 
 
 def plan_workspace_for(per_sequence: bool, max_num_seqs: int, max_k: int):
-    """The per-sequence planner's workspace for a run's engine, or None, with which Numba drops
-    that planner from the engine it compiles (a fifth of its first compile). Once this process ran
-    the engine with it (or :func:`use_sequence_engine` was called), every run takes it."""
+    """The per-sequence planner's workspace for a run's engine, or None: Numba then drops that planner
+    (a fifth of the first compile). Once the process ran it (:func:`use_sequence_engine`), every run does."""
     if per_sequence or _sequence_engine[0]:
         _sequence_engine[0] = True
         return plan_workspace(max_num_seqs, max_k)
@@ -572,8 +573,7 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     import threading
     from dataclasses import replace
 
-    if any(read_policy(pol).per_sequence for pol, _ in runs):
-        use_sequence_engine()  # one compiled engine for every run
+    use_sequence_engine(pol for pol, _ in runs)  # one compiled engine for every run
     lock = threading.Lock()
     workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
     ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)

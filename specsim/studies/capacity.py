@@ -432,8 +432,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     base = int(fleet.groups[0].options.seed)
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
-    if any(pol.per_sequence for _, pol, _ in runs):
-        use_sequence_engine()  # the probes of every policy run one compiled engine in this process
+    use_sequence_engine(pol for _, pol, _ in runs)  # the probes of every policy: one compiled engine here
     notes = _resolution_warnings(n, seeds, attainment)
     notes += _idle_warnings(requests, fleet, runs, slo, attainment)
     resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()

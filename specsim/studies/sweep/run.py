@@ -21,7 +21,6 @@ from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, poi
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
-from specsim.interop import read_policy
 from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 from specsim.sim.verdict import paired_noise, run_digest
@@ -344,7 +343,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     check_results_path(out)
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
-    sequence_engine = any(read_policy(p).per_sequence for p in {point["policy"] for point in grid.points})
+    sequence_engine = use_sequence_engine({point["policy"] for point in grid.points})
     digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
     digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
