@@ -347,47 +347,57 @@ class Planner:
     def propose(self, n: int, context=None) -> int:
         """Draft depth for a batch of width ``n`` (docs/planner.md), at ``context`` (mean KV
         tokens per decoding sequence) on a table with a context axis."""
-        if context is not None:
-            # The steady state (the context last asked for, a width already answered at it) is a
-            # slot check and one lookup, as without a context; a slot is read as one reference.
-            key, st, memo = self._last
-            if context is not key and not ((type(context) is float or type(context) is int) and context == key):
-                key, st, memo = self._propose_slot(context)
-            if type(n) is int:
+        if context is None:
+            if type(n) is int and n >= 0:
                 try:
-                    return memo[n]
-                except KeyError:
+                    return self._memo_list[n]
+                except IndexError:
                     pass
-
-            n = count_arg(n, "n")
-            if n > self.max_seqs:
-                return 0
-            scratch = np.empty((self.max_k + 1, 4))
-            if type(st) is _AtContext:
-                # A context met for the first time (a serve's context moves every step): the grid
-                # there and the depth on it in one call, what planning on at_context(c) gives.
-                t = self.table
-                depth = int(propose_at_context_nb(st.base.arrays.widths, t.contexts, t.context_costs, st.context,
-                                                  st.base.cum_priors, n, self.slack, self.max_seqs,
-                                                  np.empty(t.costs.shape), scratch))
-            else:
-                depth = int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                             self.max_seqs, scratch))
-            if n < self._memo_size:
-                memo[n] = depth
-            return depth
-        if type(n) is int and n >= 0:
+            return self._propose_on(n, self._state)
+        # The steady state (the context object last asked for, a width already answered at it)
+        # is one slot read and one lookup, as without a context; the slot is one reference, and
+        # its memo holds only widths in range, so a negative width falls through to the refusal.
+        last = self._last
+        if context is last[0] and type(n) is int:
             try:
-                return self._memo_list[n]
-            except IndexError:
+                return last[2][n]
+            except KeyError:
                 pass
+        return self._propose_at(n, context)
 
+    def _propose_on(self, n, st) -> int:
+        """``propose`` past its memo: the width checked, then planned on ``st``: the reference
+        grid or a context's derived inputs, or an ``_AtContext`` (a context met for the first
+        time: a serve's context moves every step), planned on the grid there in one call, what
+        planning on ``at_context(c)`` gives."""
         n = count_arg(n, "n")
         if n > self.max_seqs:
             return 0
-        st = self._state
+        scratch = np.empty((self.max_k + 1, 4))
+        if type(st) is _AtContext:
+            t = self.table
+            return int(propose_at_context_nb(st.base.arrays.widths, t.contexts, t.context_costs, st.context,
+                                             st.base.cum_priors, n, self.slack, self.max_seqs,
+                                             np.empty(t.costs.shape), scratch))
         return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                    self.max_seqs, np.empty((self.max_k + 1, 4))))
+                                    self.max_seqs, scratch))
+
+    def _propose_at(self, n, context) -> int:
+        """``propose`` at a context that is not the object last asked for (an equal number
+        counts as the same context), or at a width not yet answered there."""
+        key, st, memo = self._last
+        if context is not key and not ((type(context) is float or type(context) is int) and context == key):
+            key, st, memo = self._propose_slot(context)
+        if type(n) is int:
+            try:
+                return memo[n]
+            except KeyError:
+                pass
+        depth = self._propose_on(n, st)
+        n = int(n)  # checked by _propose_on
+        if n < self._memo_size:
+            memo[n] = depth
+        return depth
 
     def propose_many(self, ns, out=None, context=None):
         """Depths for an array of widths in one call.
