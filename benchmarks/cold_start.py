@@ -5,7 +5,9 @@ Run from the repository root: ``python benchmarks/cold_start.py`` (``--only plan
 whole set takes a few minutes on two cores). Each command gets a Numba cache folder of its own,
 empty at the start, so "cold" is what a fresh install pays; "warm" is the same command again.
 "first line" is when the command's first stderr line came out (the first-use notice, when the
-command compiles for more than about 2 s). Targets hold for a 2-core machine with a load under 1.5:
+command compiles for more than about 2 s). "alone s" is the cold run again, in the same run of
+this script, with the compile-ahead helper off (``SPECSIM_COMPILE_AHEAD=0``: one core compiles
+everything; ``--no-alone`` skips it). Targets hold for a 2-core machine with a load under 1.5:
 on a busier one the figures grow with the load.
 """
 
@@ -36,10 +38,11 @@ def commands(work: Path) -> list:
     ]
 
 
-def timed(argv, cache: Path) -> tuple:
+def timed(argv, cache: Path, ahead: bool = True) -> tuple:
     """(wall seconds, seconds to the first stderr line or None, exit code)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["SPECSIM_COMPILE_AHEAD"] = "1" if ahead else "0"
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "specsim", *argv], cwd=cache.parent, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -61,6 +64,7 @@ def timed(argv, cache: Path) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="run only this command (repeatable)")
+    parser.add_argument("--no-alone", action="store_true", help="skip the cold run without the compile-ahead helper")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from specsim.costmodel.defaults import demo_calibration, demo_table
@@ -69,7 +73,8 @@ def main(argv=None) -> int:
         work = Path(tmp)
         (work / "t.toml").write_text(demo_table().to_text())
         (work / "c.toml").write_text(demo_calibration().render())
-        print(f"{'command':<12} {'cold s':>7} {'target':>7} {'':4} {'warm s':>7} {'first line s':>12} {'load':>5}")
+        print(f"{'command':<12} {'cold s':>7} {'target':>7} {'':4} {'warm s':>7} {'first line s':>12} {'load':>5}"
+              f" {'alone s':>7}")
         failed = False
         for name, cmd, target in commands(work):
             if args.only and name not in args.only:
@@ -82,9 +87,18 @@ def main(argv=None) -> int:
                 cmd = cmd[:2] + [str(work / "demo2")]
             warm, _, code2 = timed(cmd, cache)
             failed |= bool(code or code2)
+            alone = "-"
+            if not args.no_alone:
+                cache = work / f"alone-{name.replace(' ', '-')}"
+                cache.mkdir()
+                if name == "demo":
+                    cmd = cmd[:2] + [str(work / "demo3")]
+                seconds, _, code3 = timed(cmd, cache, ahead=False)
+                failed |= bool(code3)
+                alone = f"{seconds:.1f}"
             verdict = "ok" if cold <= target else "over"
             first_s = "-" if first is None else f"{first:.2f}"
-            print(f"{name:<12} {cold:7.1f} {target:7.1f} {verdict:4} {warm:7.1f} {first_s:>12} {load:5.2f}"
+            print(f"{name:<12} {cold:7.1f} {target:7.1f} {verdict:4} {warm:7.1f} {first_s:>12} {load:5.2f} {alone:>7}"
                   + ("" if not (code or code2) else f"  exit {code}/{code2}"), flush=True)
     return 1 if failed else 0
 

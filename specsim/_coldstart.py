@@ -14,21 +14,22 @@ import os
 import sys
 from pathlib import Path
 
+from specsim import _compile_ahead
+
 PACKAGE = Path(__file__).resolve().parent
 
 # The kernels that stand for each command's compile work (module path in the package, function)
-# and about how long compiling them all takes, seconds, on a quiet 2-core machine: measured by
-# benchmarks/cold_start.py (demo 27 s, simulate 25 s, fleet 36 s), then scaled by the ratios
-# the compile changes since measured back to back on a busier machine (demo 0.72x, simulate of
-# one policy 0.38x: the engine without the per-sequence planner; tune, sweep and capacity run
-# `sequence`, so the whole engine, fleet and capacity the fleet kernel beside it).
+# and about how long compiling them all takes on one core, seconds, on a quiet 2-core machine:
+# a command's first run, cold minus warm, with the compile-ahead helper off (benchmarks/
+# cold_start.py and the same timing of fleet, tune and capacity on the README's trace). The
+# demo and tune run `sequence`, so the whole engine; fleet and capacity the fleet kernel beside it.
 # Keys: the command, or (command, action) for a group.
 _ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "parse_csv_nb"))
 KERNELS = {
-    "demo": (_ENGINE, 20),
+    "demo": (_ENGINE, 18),
     "simulate": (_ENGINE, 10),
-    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 20),
-    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 26),
+    "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 12),
+    "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 21),
     "tune": (_ENGINE, 20),
     "sweep": (_ENGINE, 20),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
@@ -37,7 +38,11 @@ KERNELS = {
 }
 # What the per-sequence planner adds to simulate's and fleet's first compile where a run plans per
 # sequence (the figures above leave it out; the demo's, tune's, sweep's and capacity's count it).
-SEQUENCE_S = 8
+SEQUENCE_S = 10
+# The share of those seconds a command waits when the compile-ahead helper takes part of the work
+# on the second core (specsim._compile_ahead): 0.57-0.71 measured over demo, simulate (with and
+# without `sequence`), fleet, tune and capacity.
+AHEAD_SHARE = 0.6
 # Below this many seconds of compiling a command says nothing.
 NOTICE_FROM_S = 2.0
 
@@ -90,14 +95,37 @@ def compile_estimate(argv):
     kernels, seconds = entry
     if all(is_cached(m, n) for m, n in kernels):
         return None
-    if words[0] in ("simulate", "fleet") and any(str(a).rpartition("=")[2].split("@")[0] == "sequence" for a in argv):
+    if words[0] in ("simulate", "fleet") and _runs_sequence(argv):
         seconds += SEQUENCE_S
     return seconds
 
 
+def _runs_sequence(argv) -> bool:
+    """Whether a command line names the ``sequence`` policy (``--policy sequence@0.2`` and the like)."""
+    return any(str(a).rpartition("=")[2].split("@")[0] == "sequence" for a in argv)
+
+
+def ahead_variant(argv):
+    """Which engine the command of ``argv`` compiles, as :mod:`specsim._compile_ahead` names
+    it, or None where it runs no engine: the demo and tune always run ``sequence`` (the engine
+    with the per-sequence planner), the others when a ``--policy`` names it (a sweep's grid
+    file may too: it then compiles that planner's kernels itself)."""
+    words = [a for a in argv if not str(a).startswith("-")][:1]
+    command = words[0] if words else None
+    if command in ("demo", "tune"):
+        return "sequence"
+    if command in ("simulate", "fleet", "capacity", "sweep"):
+        return "sequence" if _runs_sequence(argv) else "plain"
+    return None
+
+
 def announce(argv, stream=None) -> None:
-    """Print the one-line first-use notice when the command will compile for a while."""
+    """Print the one-line first-use notice when the command will compile for a while, after
+    starting the compile-ahead helper where the command runs the engine."""
     seconds = compile_estimate(argv)
     if seconds is not None and seconds >= NOTICE_FROM_S:
+        variant = ahead_variant(argv)
+        if variant is not None and _compile_ahead.start(variant) is not None:
+            seconds *= AHEAD_SHARE
         print(f"specsim: compiling kernels on first use, once per install: ~{seconds:.0f} s", file=stream or sys.stderr,
               flush=True)

@@ -162,3 +162,137 @@ def test_a_sweep_point_of_a_sweep_with_sequence_takes_the_engine_with_the_planne
     reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:20]
     run_point({"policy": "propose"}, reqs, demo_table(), demo_calibration(), {}, SLO(None, None), True)
     assert engine.plan_workspace_for(False, 4, 3) is not None
+
+
+# -- compiling ahead on a second core ------------------------------------------------------------
+
+def test_the_command_line_picks_the_helper_its_engine_needs():
+    from specsim._coldstart import ahead_variant
+
+    assert ahead_variant(["demo"]) == ahead_variant(["tune", "--trace", "t.csv"]) == "sequence"
+    assert ahead_variant(["simulate", "--policy", "propose"]) == "plain"
+    assert ahead_variant(["simulate", "--policy", "fixed:1", "--policy=sequence@0.2"]) == "sequence"
+    assert ahead_variant(["fleet", "--policy", "sequence"]) == "sequence"
+    assert ahead_variant(["sweep", "grid.toml"]) == ahead_variant(["capacity"]) == "plain"
+    for argv in (["plan", "t.toml", "c.toml"], ["trace", "show", "t.csv"], ["table", "query"], []):
+        assert ahead_variant(argv) is None, argv
+
+
+def test_the_helpers_list_names_real_kernels_with_their_arity():
+    """Each entry names a kernel of its module with one argument type per parameter, known to
+    the helper; the plain engine's list leaves out the per-sequence planner's kernels, and no
+    entry is one of the engine's top kernels (another signature per engine variant)."""
+    import importlib
+    import inspect
+
+    from specsim import _compile_ahead
+
+    named = _compile_ahead._types()
+    for module, name, args, variants in _compile_ahead.PLAN:
+        kernel = getattr(importlib.import_module(f"specsim.{module}"), name)
+        assert len(inspect.signature(kernel.py_func).parameters) == len(args), name
+        assert all(a in named for a in args), (name, args)
+        assert set(variants) <= set(_compile_ahead.VARIANTS) and variants, name
+        assert name not in ("run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"), name
+    plain = {e[1] for e in _compile_ahead.kernels("plain")}
+    assert not plain & {"_scan_nb", "sort_gains_desc_nb", "_assign_nb"}
+    assert plain < {e[1] for e in _compile_ahead.kernels("sequence")}
+
+
+def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
+    from specsim import _compile_ahead
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(_compile_ahead.ENV, "0")
+    assert _compile_ahead.start("plain") is None
+    monkeypatch.setenv(_compile_ahead.ENV, "1")
+    with pytest.raises(ValueError, match="variant"):
+        _compile_ahead.start("everything")
+    if (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) < 2:
+        assert _compile_ahead.start("plain") is None
+        return
+    proc = _compile_ahead.start("plain")
+    try:
+        assert proc is not None and proc.args[-2:] == ["specsim._compile_ahead", "plain"]
+        assert _compile_ahead.start("plain") is None  # one at a time
+    finally:
+        _compile_ahead.stop()
+    assert proc.returncode is not None and not _compile_ahead._running
+
+
+_AFTER_THE_HELPER = r'''
+import json, sys
+from numba.core import event
+
+compiled = []
+
+class Seen(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Seen())
+from specsim import Planner
+from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.plan.planner import sequence_depths
+from specsim.sim import simulate
+from specsim.sim.fleet.fleet import Fleet, simulate_fleet
+from specsim.table import CostTable
+from specsim.traces import read_trace
+
+reqs = read_trace(sys.argv[1]).requests[:100]
+table, cal = demo_table(), demo_calibration()
+axis = CostTable.from_contexts({512: table, 4096: CostTable(table.key, table.widths, table.costs * 2.0)})
+for policy in ("propose", "goodput", "load-aware", "sequence"):
+    simulate(reqs, axis, cal, policy)
+simulate(reqs, table, cal, "sequence")
+simulate_fleet(reqs, Fleet.uniform(table, cal, 2), "sequence")
+Planner(table, cal).propose(8)
+sequence_depths(table, cal, [[-0.1, -0.5], [-0.2]], [2, 1], 3, 8, 0.0)
+print(json.dumps(compiled))
+'''
+
+
+@pytest.mark.slow
+def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature(tmp_path):
+    """The helper's signatures are the ones a run compiles: after the helper ran on an empty
+    cache, a process that runs both engines (tables with and without a context axis, every
+    planning policy), a fleet and the Planner compiles none of the helper's kernels again, so
+    none of them is ever compiled in two signatures (whose cache writes could cross). Fails when
+    a kernel's arguments change and the helper's list does not follow."""
+    import json
+
+    from specsim import _compile_ahead
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence"], capture_output=True,
+                            text=True, env=env)
+    assert helper.returncode == 0 and not helper.stdout and not helper.stderr, helper.stderr
+    run = subprocess.run([sys.executable, "-c", _AFTER_THE_HELPER, str(ROOT / "examples" / "trace.csv")],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    compiled = set(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert "run_nb" in compiled and "fleet_nb" in compiled  # the run did compile the rest
+    assert not compiled & {e[1] for e in _compile_ahead.PLAN}, sorted(compiled & {e[1] for e in _compile_ahead.PLAN})
+
+
+def test_the_notice_counts_the_helper_where_one_started(tmp_path, monkeypatch):
+    """The estimate is the one-core figure, times AHEAD_SHARE when the helper started; nothing
+    is started for a command that runs no engine."""
+    import io
+
+    from specsim import _compile_ahead
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    started = []
+    for result in (object(), None):
+        monkeypatch.setattr(_compile_ahead, "start", lambda variant, r=result: started.append(variant) or r)
+        out = io.StringIO()
+        _coldstart.announce(["demo"], stream=out)
+        seconds = _coldstart.KERNELS["demo"][1] * (_coldstart.AHEAD_SHARE if result is not None else 1)
+        assert out.getvalue() == f"specsim: compiling kernels on first use, once per install: ~{seconds:.0f} s\n"
+    _coldstart.announce(["trace", "show", "t.csv"], stream=io.StringIO())
+    assert started == ["sequence", "sequence"]

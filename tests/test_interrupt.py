@@ -242,3 +242,54 @@ def test_fleet_with_two_replicas_stops_on_ctrl_c(files):
     assert "interrupted" in text
     assert (files / "out.csv").read_text() == SENTINEL
     print(f"stopped {seconds:.2f} s after Ctrl-C")
+
+
+def _helper_of(proc):
+    """The pid of the compile-ahead helper ``proc`` started (its one child), or None."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    pids = children.read_text().split() if children.exists() else []
+    return int(pids[0]) if pids else None
+
+
+def _gone(pid, within_s) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie no one waits for) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+needs_children = pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+                                    reason="finds the helper through /proc's children list")
+
+
+@pytest.mark.slow
+@needs_children
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the compile-ahead helper starts only with a second CPU")
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_a_first_run_ends_its_compile_helper_with_it(files, monkeypatch, how):
+    """A command's first run (an empty cache) starts the compile-ahead helper in a session of its
+    own, out of reach of a terminal's Ctrl-C: Ctrl-C stops the command with 130 and the command
+    ends the helper; a command killed outright leaves a helper that notices and ends itself."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(files / "cache"))
+    monkeypatch.setenv("SPECSIM_COMPILE_AHEAD", "1")
+    proc = start(["simulate", "--trace", ROOT / "examples" / "trace.csv", "--table", files / "t.toml",
+                  "--calibration", files / "c.toml", "--policy", "sequence", "--quiet"], files, group=True)
+    wait_for(proc, lambda: "compiling kernels" in stderr(proc) and _helper_of(proc) is not None, "the helper")
+    helper = _helper_of(proc)
+    assert os.getsid(helper) == helper != os.getsid(proc.pid)
+    time.sleep(1.0)
+    if how == "ctrl-c":
+        interrupt(proc)
+        assert _gone(helper, 1.0)
+    else:
+        proc.kill()
+        proc.wait()
+        proc.err_file.close()
+        assert _gone(helper, 30.0)  # checked between two kernels: a few seconds at most

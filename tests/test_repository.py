@@ -187,6 +187,9 @@ LAZY_IMPORTS = {
     ("specsim.calibration.logs", "specsim.calibration._fit_kernels"): KERNELS_ON_FIRST_USE,
     ("specsim.table.cost_table", "specsim.table._kernels"): KERNELS_ON_FIRST_USE,
     ("specsim.traces.readers", "specsim.traces._parse_kernels"): KERNELS_ON_FIRST_USE,
+    **{("specsim._compile_ahead", m): "only the helper process builds the engine's bundles; the command that "
+       "starts it loads nothing for it" for m in ("specsim.costmodel.defaults", "specsim.sim.engine",
+                                                 "specsim.traces._types")},
 }
 
 

@@ -1,0 +1,144 @@
+"""Compiling ahead on a second core: a command's first run shares its compile with a helper.
+
+Numba compiles a kernel's callees one after another, in the order the caller's source calls
+them, on one core. On the first run of a command that runs the engine (nothing on disk yet) the
+command starts one helper process, ``python -m specsim._compile_ahead VARIANT``, which compiles
+the same kernels with the same signatures in about the *reverse* order and writes each to the
+same on-disk cache as it finishes. The command's own compile loads each kernel the helper has
+already written instead of compiling it, so the two meet in the middle (the demo's first run
+21 s -> 15 s on two cores; docs/README.md, "The first run").
+
+Rules that keep this safe:
+
+* The helper compiles only signatures the command itself compiles (a test runs a command after
+  the helper and finds none of the helper's kernels compiled again), and none of the kernels
+  that take another signature in the other engine variant (the four top kernels), so the two
+  processes never write different entries of one kernel's cache index at once.
+* It is a helper, not a dependency: it starts only where a second CPU is, in a session of its
+  own (Ctrl-C in a terminal reaches the command alone), with no output, and ends when its list is
+  done, when the command exits (the command ends it) or when the command is gone (it checks
+  between kernels). If it fails or is slow, the command compiles what it needs itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+
+# The variants: "sequence" (the engine with the per-sequence planner) and "plain" (without it).
+VARIANTS = ("sequence", "plain")
+# Set to 0 to start no helper (benchmarks/cold_start.py times a first run both ways).
+ENV = "SPECSIM_COMPILE_AHEAD"
+
+# The helper's list, in its order. A first run compiles the engine depth first, each kernel's
+# callees in the order its source calls them and the kernel itself after them; the command
+# starts the kernels above others (step_nb and the like) early, so the helper cannot win them and
+# leaves them out. It takes the leaves the command reaches later, each before the command does:
+# in the order the command reaches them (the per-sequence planner's from about 3 s on, the step's
+# later verbs from about 5 s), then the table-wide planner kernels the demo's tune needs last.
+# Each entry: (module in the package, kernel, argument types by name (see _types), variants);
+# a kernel's callees are compiled with it. Not here: _gains_nb, which the Planner's own
+# per-sequence kernel compiles in another signature than the engine's (its calibration arrays
+# writable), so that a process planning while the helper compiles could write its cache index
+# at the same time. Found by timing each kernel's compile in cold runs
+# with the helper and without (a listener on Numba's compile events).
+_SEQ = ("sequence",)
+_ALL = ("sequence", "plain")
+PLAN = (
+    ("sim._engine_kernels", "_draw_sequence_drafts", ("req", "cal", "ws", "i8", "i8", "i8", "u8"), _SEQ),
+    ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]"), _SEQ),
+    ("plan._kernels", "_no_prefix_reaches", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8", "f8", "f8"), _SEQ),
+    ("plan._sort", "sort_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
+    ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8"), _SEQ),
+    ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
+    ("sim._engine_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8"), _ALL),
+    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "i8", "i8"), _ALL),
+    ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "f8", "u8"), _ALL),
+    ("sim._engine_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
+    ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
+    ("sim._engine_kernels", "_release_finished", ("req", "st"), _ALL),
+    ("sim._engine_kernels", "idle_until_nb", ("srv", "st", "f8"), _ALL),
+    ("plan._kernels", "above_idle_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "f8", "i8[]", "f8[,]"), _ALL),
+    ("plan._kernels", "goodput_table_nb", ("i8[]", "f8[,,]", "f8[]", "i8", "i8[]", "f8[,]"), _ALL),
+    ("plan._kernels", "propose_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "i8[]", "f8[,]"), _ALL),
+)
+
+_running = []  # the helper this process started, if any
+
+
+def start(variant: str):
+    """Start the helper for ``variant`` unless one runs, this process may use only one CPU or
+    ``SPECSIM_COMPILE_AHEAD=0``; the ``Popen`` or None. The command ends it when it exits."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if _running or cpus < 2 or os.environ.get(ENV, "").strip() == "0":
+        return None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return None
+    _running.append(proc)
+    atexit.register(stop)
+    return proc
+
+
+def stop() -> None:
+    """End the helper if it still runs (its list done or not: the command compiles the rest)."""
+    while _running:
+        proc = _running.pop()
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _types() -> dict:
+    """The argument types by name: the engine's bundles as a small run of it builds them (the
+    same Numba types whatever the table and calibration: a test pins that), and scalars."""
+    import numpy as np
+    from numba import typeof, types
+
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.traces._types import REQUEST_DT
+
+    requests = np.zeros(2, dtype=REQUEST_DT)
+    requests["arrival_s"], requests["prompt_tokens"], requests["output_tokens"] = (0.0, 0.5), 8, 4
+    table = demo_table()
+    p = prepare(requests, table, demo_calibration(), "fixed:1", ServerOptions(max_num_seqs=4))
+    named = {name: typeof(getattr(p, name)) for name in ("req", "tab", "cal", "srv", "st", "log", "ws")}
+    named.update(i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
+                 **{"i8[]": types.int64[::1], "f8[]": types.float64[::1], "f8[A]": types.float64[:],
+                    "f8[,]": types.float64[:, ::1], "f8[,,]": types.float64[:, :, ::1]})
+    return named
+
+
+def kernels(variant: str) -> list:
+    """``PLAN``'s entries for ``variant``, in the helper's order."""
+    return [entry for entry in PLAN if variant in entry[3]]
+
+
+def main(argv) -> int:
+    """The helper: compile the kernels of ``argv[0]``'s variant, in order, while the process
+    that started it lives (an orphan's parent is another process)."""
+    import importlib
+
+    parent = os.getppid()
+    named = _types()
+    for module, name, args, _ in kernels(argv[0]):
+        if os.getppid() != parent:
+            return 0
+        kernel = getattr(importlib.import_module(f"specsim.{module}"), name)
+        kernel.compile(tuple(named[a] for a in args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
