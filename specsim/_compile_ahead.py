@@ -66,6 +66,7 @@ PLAN = (
 )
 
 _running = []  # the helper this process started, if any
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the helper compiles this copy's kernels or none
 
 
 def start(variant: str):
@@ -74,10 +75,10 @@ def start(variant: str):
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if _running or cpus < 2 or os.environ.get(ENV, "").strip() == "0":
+    if _running or cpus < 2 or os.environ.get(ENV, "").strip() == "0" or not sys.executable:
         return None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant],
+        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant, _PACKAGE],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
     except OSError:
@@ -127,10 +128,13 @@ def kernels(variant: str) -> list:
 
 def main(argv) -> int:
     """The helper: compile the kernels of ``argv[0]``'s variant, in order, while the process
-    that started it lives (an orphan's parent is another process)."""
+    that started it lives (an orphan's parent is another process); nothing where this process
+    imported another copy of specsim than ``argv[1]``, the command's (a cache of its own)."""
     import importlib
 
     parent = os.getppid()
+    if len(argv) != 2 or argv[0] not in VARIANTS or os.path.realpath(argv[1]) != os.path.realpath(_PACKAGE):
+        return 0
     named = _types()
     for module, name, args, _ in kernels(argv[0]):
         if os.getppid() != parent:

@@ -213,11 +213,37 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
         return
     proc = _compile_ahead.start("plain")
     try:
-        assert proc is not None and proc.args[-2:] == ["specsim._compile_ahead", "plain"]
+        assert proc is not None and proc.args[-3:] == ["specsim._compile_ahead", "plain", _compile_ahead._PACKAGE]
         assert _compile_ahead.start("plain") is None  # one at a time
     finally:
         _compile_ahead.stop()
     assert proc.returncode is not None and not _compile_ahead._running
+
+
+def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, monkeypatch):
+    """A helper that imported another specsim than the command's (a path the command found it on
+    and the helper did not) or was given no such path compiles nothing and ends at once."""
+    from numba.core import event
+
+    from specsim import _compile_ahead
+
+    seen = []
+
+    class Seen(event.Listener):
+        def on_start(self, ev):
+            seen.append(ev)
+
+        def on_end(self, ev):
+            pass
+
+    listener = Seen()
+    event.register("numba:compile", listener)
+    try:
+        for argv in (["plain", str(tmp_path)], ["plain"], ["everything", _compile_ahead._PACKAGE]):
+            assert _compile_ahead.main(argv) == 0
+    finally:
+        event.unregister("numba:compile", listener)
+    assert not seen
 
 
 _AFTER_THE_HELPER = r'''
@@ -268,8 +294,8 @@ def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature
 
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence"], capture_output=True,
-                            text=True, env=env)
+    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence", _compile_ahead._PACKAGE],
+                            capture_output=True, text=True, env=env)
     assert helper.returncode == 0 and not helper.stdout and not helper.stderr, helper.stderr
     run = subprocess.run([sys.executable, "-c", _AFTER_THE_HELPER, str(ROOT / "examples" / "trace.csv")],
                          capture_output=True, text=True, env=env)
