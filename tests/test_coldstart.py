@@ -60,7 +60,8 @@ def test_a_simulation_that_plans_per_sequence_is_estimated_longer(tmp_path, monk
 # (array, dtype) pairs the planner's workspace and sort view. Nothing else may be (a literal
 # argument, int instead of np.int64, would compile its kernel once more).
 KNOWN_TWINS = {"ol_compatible_view.<locals>.impl"}
-_COMPILE_COUNTS = r'''
+# A process that counts the kernels it compiles, with the inputs both scripts below run.
+_LISTENING = r'''
 import collections, json, sys
 from numba.core import event
 
@@ -77,13 +78,17 @@ class Count(event.Listener):
 event.register("numba:compile", Count())
 from specsim import Planner
 from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.plan.planner import sequence_depths
 from specsim.sim import simulate
+from specsim.sim.fleet.fleet import Fleet, simulate_fleet
 from specsim.table import CostTable
 from specsim.traces import read_trace
 
 reqs = read_trace(sys.argv[1]).requests[:200]
 table, cal = demo_table(), demo_calibration()
 axis = CostTable.from_contexts({512: table, 4096: CostTable(table.key, table.widths, table.costs * 2.0)})
+'''
+_COMPILE_COUNTS = _LISTENING + r'''
 simulate(reqs, table, cal, "propose")  # the engine without the per-sequence planner
 light = dict(counts)
 for t in (table, axis):  # a table without an axis and one with: one compiled engine
@@ -246,38 +251,14 @@ def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, m
     assert not seen
 
 
-_AFTER_THE_HELPER = r'''
-import json, sys
-from numba.core import event
-
-compiled = []
-
-class Seen(event.Listener):
-    def on_start(self, ev):
-        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
-
-event.register("numba:compile", Seen())
-from specsim import Planner
-from specsim.costmodel.defaults import demo_calibration, demo_table
-from specsim.plan.planner import sequence_depths
-from specsim.sim import simulate
-from specsim.sim.fleet.fleet import Fleet, simulate_fleet
-from specsim.table import CostTable
-from specsim.traces import read_trace
-
-reqs = read_trace(sys.argv[1]).requests[:100]
-table, cal = demo_table(), demo_calibration()
-axis = CostTable.from_contexts({512: table, 4096: CostTable(table.key, table.widths, table.costs * 2.0)})
+_AFTER_THE_HELPER = _LISTENING + r'''
 for policy in ("propose", "goodput", "load-aware", "sequence"):
     simulate(reqs, axis, cal, policy)
 simulate(reqs, table, cal, "sequence")
 simulate_fleet(reqs, Fleet.uniform(table, cal, 2), "sequence")
 Planner(table, cal).propose(8)
 sequence_depths(table, cal, [[-0.1, -0.5], [-0.2]], [2, 1], 3, 8, 0.0)
-print(json.dumps(compiled))
+print(json.dumps(sorted(counts)))
 '''
 
 
