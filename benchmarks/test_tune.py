@@ -6,9 +6,10 @@ shared data beside it). Figures recorded in ``extra_info``:
 - tuning the Azure 2023 conversation hour (19,366 requests) on one modelled table with depths
   0-5, two seeds, a quarter held out, threads on the machine's cores (target <= 120 s on two
   cores); simulations run and simulations per second. At the trace's own rate plain decoding
-  wins at once; at twice the rate the search runs its rounds. Each also with ``noise_windows=4``
-  (moves checked over the (seed, window) pairs; the within-noise moves are recorded; figures in
-  docs/schedules.md, "Speed");
+  wins at once; at twice the rate the search runs its rounds. Each with ``noise_windows=4`` (what
+  the default ``"auto"`` cuts this trace into: moves checked over the (seed, window) pairs; the
+  within-noise moves are recorded) and with ``None`` (no time windows); figures in
+  docs/schedules.md, "Speed";
 - the same wall time as a multiple of one simulation of the whole hour with ``fixed:3``, timed
   in the same run, and the simulations per second against such simulations run back to back
   (ratios that hold on a noisy machine).

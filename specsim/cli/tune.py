@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, share, slack
@@ -15,7 +16,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.plan.planner import Planner
 from specsim.policy.schedule import policy_text
 from specsim.sim.engine import ServerOptions
-from specsim.studies.tune import DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, tune
+from specsim.studies.tune import AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, tune
 from specsim.table import CostTable
 
 
@@ -54,10 +55,10 @@ def register(sub, groups):
     p.add_argument("--max-rounds", type=count, default=40, metavar="N", help="most rounds of moves (default 40)")
     p.add_argument("--min-gain", type=share, default=MIN_GAIN, metavar="G",
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
-    p.add_argument("--noise-windows", type=int, metavar="W",
+    p.add_argument("--noise-windows", type=_noise_windows, default="auto", metavar="W",
                    help="cut the training part into W time windows (W >= 2) and accept a move only when its mean "
-                        "gain over the (seed, window) pairs clears t95 x its standard error as well as --min-gain "
-                        "(off by default)")
+                        "gain over the (seed, window) pairs clears t95 x its standard error as well as --min-gain; "
+                        f"auto (the default): {AUTO_WINDOWS}, fewer on a short trace; off: no time windows")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
                    help="planner slack for the propose start and comparison (default 0)")
     add_server_options(p)
@@ -88,7 +89,7 @@ def cmd_tune(args):
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names,
-                      noise_windows=_noise_windows(args.noise_windows))
+                      noise_windows=args.noise_windows)
         print(report(result, read))
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))
@@ -100,11 +101,18 @@ def cmd_tune(args):
     return 0
 
 
-def _noise_windows(value):
-    """``--noise-windows`` as given, refused with the flag's name when it is not 2 or more."""
-    if value is not None and value < 2:
-        raise ScheduleError(f"--noise-windows {value}: give 2 or more time windows (a spread needs two), or leave "
-                            "it out to turn the check off")
+def _noise_windows(text):
+    """``--noise-windows``: a whole number >= 2, ``auto`` or ``off`` (None)."""
+    word = text.strip().lower()
+    if word in ("auto", "off"):
+        return None if word == "off" else "auto"
+    try:
+        value = int(word)
+    except ValueError:
+        value = None
+    if value is None or value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of time windows >= 2 (a spread needs two), "
+                                         "auto or off")
     return value
 
 

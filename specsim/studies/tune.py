@@ -16,8 +16,10 @@ The search space is contiguous width ranges, each with a depth ``0..k_max``; wid
    ``holdout`` share of the trace) and on seeds the search never saw, and says whether its gain
    over the best fixed depth is larger than the noise between seeds.
 
-With ``noise_windows=W`` a move must also beat the noise across seeds *and* stretches of the
-trace: the training part is cut into ``W`` contiguous time windows (equal numbers of requests),
+A move must also beat the noise across seeds *and* stretches of the trace (``noise_windows``,
+by default ``"auto"``: :data:`AUTO_WINDOWS` windows, fewer where the training part is too short
+for them, none below two; ``None`` turns the check off): the training part is cut into ``W``
+contiguous time windows (equal numbers of requests),
 and each move that passes step 3 is run on every (seed, window) pair, as is the incumbent. Its
 gain per pair is the incumbent's objective minus its own (J/token; the other way round for
 tokens/s); it is accepted only when the mean gain exceeds both ``t95(pairs - 1)`` times its
@@ -502,7 +504,7 @@ def _executor(executor, scheduler, workers):
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
-         progress=False, names=None, noise_windows=None) -> TuneResult:
+         progress=False, names=None, noise_windows="auto") -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -538,11 +540,13 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     min_gain : float
         Smallest relative gain on the objective a move must bring (default 1e-4, 0.01%): moves
         that gain less are inside what one trace can tell apart.
-    noise_windows : int, optional
+    noise_windows : int, "auto" or None
         Cut the training part into this many time windows (2 .. :data:`MAX_WINDOWS`, each
         of at least :data:`MIN_WINDOW_REQUESTS` requests) and accept a move only when its mean
         gain over the (seed, window) pairs exceeds ``t95`` times its standard error as well as
-        ``min_gain`` (module docstring). Default None: off.
+        ``min_gain`` (module docstring). ``"auto"`` (the default): :data:`AUTO_WINDOWS`, or as
+        many as the training part holds when fewer, and off below two. None: off (the search
+        without the check).
     progress : bool
         Print a progress line on stderr.
     names : dict, optional
@@ -610,20 +614,29 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
 
 
+# How many time windows ``noise_windows="auto"`` cuts the training part into: enough pairs with two
+# seeds (8) for a t-interval, few enough that each window keeps a quarter of the trace's traffic.
+AUTO_WINDOWS = 4
+
+
 def _noise_windows(windows, train) -> dict:
     """The training part's time windows for the noise of a move, ``{"train#i": requests}`` (empty when off)."""
     if windows is None:
         return {}
     n = train.shape[0]
     most = min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)
+    if isinstance(windows, str) and windows == "auto":
+        windows = min(AUTO_WINDOWS, most)
+        if windows < 2:
+            return {}  # too short a training part to cut: the search without the check
     if (isinstance(windows, bool) or not isinstance(windows, (int, np.integer))
             or not 2 <= windows <= MAX_WINDOWS):
-        raise ScheduleError(f"noise_windows (--noise-windows) must be a whole number in 2..{MAX_WINDOWS}, got "
-                            f"{windows!r}; leave it out to turn the check off")
+        raise ScheduleError(f"noise_windows (--noise-windows) must be a whole number in 2..{MAX_WINDOWS}, 'auto' or "
+                            f"None (off), got {windows!r}")
     if windows > most:
         raise ScheduleError(f"noise_windows (--noise-windows) {windows}: the training part holds {n} requests and each "
                             f"window needs at least {MIN_WINDOW_REQUESTS}, so at most {most} fit; use fewer windows, a "
-                            "longer trace or a smaller holdout, or leave it out")
+                            "longer trace or a smaller holdout, or turn the check off")
     b = window_bounds(n, int(windows))
     return {f"train#{i}": np.ascontiguousarray(train[b[i]:b[i + 1]]) for i in range(int(windows))}
 
