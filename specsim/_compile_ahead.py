@@ -39,11 +39,11 @@ ENV = "SPECSIM_COMPILE_AHEAD"
 # in the order the command reaches them (the per-sequence planner's from about 3 s on, the step's
 # later verbs from about 5 s), then the table-wide planner kernels the demo's tune needs last.
 # Each entry: (module in the package, kernel, argument types by name (see _types), variants);
-# a kernel's callees are compiled with it. Not here: _gains_nb, which the Planner's own
-# per-sequence kernel compiles in another signature than the engine's (its calibration arrays
-# writable), so that a process planning while the helper compiles could write its cache index
-# at the same time. Found by timing each kernel's compile in cold runs
-# with the helper and without (a listener on Numba's compile events).
+# a kernel's callees are compiled with it. The order was found by timing each kernel's compile
+# in cold runs with the helper and without (a listener on Numba's compile events). Not here:
+# _gains_nb, which the Planner's own per-sequence kernel compiles in another signature than the
+# engine's (its calibration arrays writable), so a process that plans while the helper compiles
+# could write that kernel's cache index at the same time.
 _SEQ = ("sequence",)
 _ALL = ("sequence", "plain")
 PLAN = (
