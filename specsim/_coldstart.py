@@ -14,8 +14,6 @@ import os
 import sys
 from pathlib import Path
 
-from specsim import _compile_ahead
-
 PACKAGE = Path(__file__).resolve().parent
 
 # The kernels that stand for each command's compile work (module path in the package, function)
@@ -23,8 +21,11 @@ PACKAGE = Path(__file__).resolve().parent
 # a command's first run, cold minus warm, with the compile-ahead helper off (benchmarks/
 # cold_start.py and the same timing of fleet, tune and capacity on the README's trace). The
 # demo and tune run `sequence`, so the whole engine; fleet and capacity the fleet kernel beside it.
-# Keys: the command, or (command, action) for a group.
-_ENGINE = (("sim/_engine_kernels.py", "run_nb"), ("traces/_parse_kernels.py", "parse_csv_nb"))
+# The engine commands' figures leave out the trace reader's, which they add when they read a
+# trace file (the demo and --synthetic traces read none). Keys: the command, or (command, action).
+_ENGINE = (("sim/_engine_kernels.py", "run_nb"),)
+_PARSER = ("traces/_parse_kernels.py", "parse_csv_nb")
+ENGINE_COMMANDS = ("demo", "simulate", "fleet", "capacity", "tune", "sweep")
 KERNELS = {
     "demo": (_ENGINE, 18),
     "simulate": (_ENGINE, 10),
@@ -33,7 +34,7 @@ KERNELS = {
     "tune": (_ENGINE, 20),
     "sweep": (_ENGINE, 20),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
-    ("trace", "show"): ((("traces/_parse_kernels.py", "parse_csv_nb"),), 3),
+    ("trace", "show"): ((_PARSER,), 3),
     ("table", "query"): ((("table/_kernels.py", "cell_into_nb"),), 3),
 }
 # What the per-sequence planner adds to simulate's and fleet's first compile where a run plans per
@@ -85,19 +86,28 @@ def is_cached(module: str, name: str) -> bool:
 
 def compile_estimate(argv):
     """Seconds the command of ``argv`` (the command line's words) will spend compiling, when
-    its kernels are not yet on disk; else None."""
+    some of its kernels are not yet on disk; else None."""
+    engine, other = _estimate(argv)
+    return engine + other or None
+
+
+def _estimate(argv) -> tuple:
+    """(seconds of compiling the engine, seconds of the rest: the trace reader, a command's
+    own kernels) for the command of ``argv``; (0, 0) where all it runs is on disk."""
     words = [a for a in argv if not str(a).startswith("-")][:2]
-    if not words:
-        return None
-    entry = KERNELS.get(tuple(words[:2])) or KERNELS.get(words[0])
+    entry = (KERNELS.get(tuple(words[:2])) or KERNELS.get(words[0])) if words else None
     if entry is None or "-h" in argv or "--help" in argv:
-        return None
+        return 0, 0
     kernels, seconds = entry
-    if all(is_cached(m, n) for m, n in kernels):
-        return None
-    if words[0] in ("simulate", "fleet") and _runs_sequence(argv):
-        seconds += SEQUENCE_S
-    return seconds
+    cold = 0 if all(is_cached(m, n) for m, n in kernels) else seconds
+    if words[0] not in ENGINE_COMMANDS:
+        return 0, cold
+    if cold and words[0] in ("simulate", "fleet") and _runs_sequence(argv):
+        cold += SEQUENCE_S
+    reads = words[0] == "sweep" or ("--trace" in argv or any(str(a).startswith("--trace=") for a in argv))
+    synthetic = any(str(a).startswith("--synthetic") or str(a) in ("synthetic", "--format=synthetic") for a in argv)
+    parser = KERNELS[("trace", "show")][1] if reads and not synthetic and not is_cached(*_PARSER) else 0
+    return cold, parser
 
 
 def _runs_sequence(argv) -> bool:
@@ -121,11 +131,14 @@ def ahead_variant(argv):
 
 def announce(argv, stream=None) -> None:
     """Print the one-line first-use notice when the command will compile for a while, after
-    starting the compile-ahead helper where the command runs the engine."""
-    seconds = compile_estimate(argv)
-    if seconds is not None and seconds >= NOTICE_FROM_S:
+    starting the compile-ahead helper where the command's engine is still to be compiled."""
+    engine, other = _estimate(argv)
+    if engine + other >= NOTICE_FROM_S:
         variant = ahead_variant(argv)
-        if variant is not None and _compile_ahead.start(variant) is not None:
-            seconds *= AHEAD_SHARE
-        print(f"specsim: compiling kernels on first use, once per install: ~{seconds:.0f} s", file=stream or sys.stderr,
-              flush=True)
+        if engine and variant is not None:
+            from specsim import _compile_ahead
+
+            if _compile_ahead.start(variant) is not None:
+                engine *= AHEAD_SHARE
+        print(f"specsim: compiling kernels on first use, once per install: ~{engine + other:.0f} s",
+              file=stream or sys.stderr, flush=True)

@@ -2,11 +2,11 @@
 
 Numba compiles a kernel's callees one after another, in the order the caller's source calls
 them, on one core. On the first run of a command that runs the engine (nothing on disk yet) the
-command starts one helper process, ``python -m specsim._compile_ahead VARIANT``, which compiles
-the same kernels with the same signatures in about the *reverse* order and writes each to the
-same on-disk cache as it finishes. The command's own compile loads each kernel the helper has
-already written instead of compiling it, so the two meet in the middle (the demo's first run
-21 s -> 15 s on two cores; docs/README.md, "The first run").
+command starts one helper process, ``python -m specsim._compile_ahead VARIANT ...``, which compiles
+the kernels the command reaches last, with the same signatures, and writes each to the same
+on-disk cache as it finishes. The command's own compile loads each kernel the helper has
+already written instead of compiling it, and waits mostly for the kernels above them (the demo's
+first run 21.5 s -> 13-15 s on two cores; docs/README.md, "The first run").
 
 Rules that keep this safe:
 
@@ -17,7 +17,8 @@ Rules that keep this safe:
 * It is a helper, not a dependency: it starts only where a second CPU is, in a session of its
   own (Ctrl-C in a terminal reaches the command alone), with no output, and ends when its list is
   done, when the command exits (the command ends it) or when the command is gone (it checks
-  between kernels). If it fails or is slow, the command compiles what it needs itself.
+  before each kernel). It runs from the package's own folder, so no file of the user's
+  working folder is imported. If it fails or is slow, the command compiles what it needs itself.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import sys
 
 # The variants: "sequence" (the engine with the per-sequence planner) and "plain" (without it).
 VARIANTS = ("sequence", "plain")
-# Set to 0 to start no helper (benchmarks/cold_start.py times a first run both ways).
+# Set to 0 (or false, no, off) to start no helper (benchmarks/cold_start.py times a first run both ways).
 ENV = "SPECSIM_COMPILE_AHEAD"
+OFF = ("0", "false", "no", "off")
 
 # The helper's list, in its order. A first run compiles the engine depth first, each kernel's
 # callees in the order its source calls them and the kernel itself after them; the command
@@ -75,12 +77,14 @@ def start(variant: str):
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if _running or cpus < 2 or os.environ.get(ENV, "").strip() == "0" or not sys.executable:
+    if _running or cpus < 2 or os.environ.get(ENV, "").strip().lower() in OFF or not sys.executable:
         return None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant, _PACKAGE],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, close_fds=True)
+        # From the folder that holds this copy of the package: `-m` puts the working folder first
+        # on the import path, and the user's (a numba.py of theirs) must not run here.
+        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant, _PACKAGE, str(os.getpid())],
+                                cwd=os.path.dirname(_PACKAGE), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError:
         return None
     _running.append(proc)
@@ -127,13 +131,15 @@ def kernels(variant: str) -> list:
 
 
 def main(argv) -> int:
-    """The helper: compile the kernels of ``argv[0]``'s variant, in order, while the process
-    that started it lives (an orphan's parent is another process); nothing where this process
-    imported another copy of specsim than ``argv[1]``, the command's (a cache of its own)."""
+    """The helper: compile the kernels of ``argv[0]``'s variant, in order, while the command
+    (process ``argv[2]``) is its parent (an orphan's parent is another process); nothing where
+    this process imported another copy of specsim than ``argv[1]``, the command's."""
     import importlib
 
-    parent = os.getppid()
-    if len(argv) != 2 or argv[0] not in VARIANTS or os.path.realpath(argv[1]) != os.path.realpath(_PACKAGE):
+    if len(argv) != 3 or argv[0] not in VARIANTS or os.path.realpath(argv[1]) != os.path.realpath(_PACKAGE):
+        return 0
+    parent = int(argv[2]) if argv[2].isdigit() else -1
+    if os.getppid() != parent:
         return 0
     named = _types()
     for module, name, args, _ in kernels(argv[0]):

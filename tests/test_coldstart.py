@@ -49,11 +49,34 @@ def test_the_check_follows_numba_cache_dir(tmp_path, monkeypatch):
 
 def test_a_simulation_that_plans_per_sequence_is_estimated_longer(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    plain = _coldstart.compile_estimate(["simulate", "--trace", "t.csv", "--policy", "propose"])
+    plain = _coldstart.compile_estimate(["simulate", "--synthetic", "requests=9,rate=1", "--policy", "propose"])
     assert plain == _coldstart.KERNELS["simulate"][1]
     for argv in (["simulate", "--policy", "sequence"], ["simulate", "--policy=sequence@0.2"],
                  ["simulate", "--policy", "fixed:2", "--policy", "sequence"]):
         assert _coldstart.compile_estimate(argv) == plain + _coldstart.SEQUENCE_S, argv
+
+
+def test_the_trace_reader_counts_only_where_a_trace_file_is_read(tmp_path, monkeypatch):
+    """The engine commands add the trace reader's compile when they read a trace file, and only
+    then; a warm engine with a cold reader announces the reader alone and starts no helper (the
+    demo and --synthetic traces read no file: on a warm engine they announce nothing)."""
+    import io
+
+    from specsim import _compile_ahead
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    engine, reader = _coldstart.KERNELS["simulate"][1], _coldstart.KERNELS[("trace", "show")][1]
+    assert _coldstart.compile_estimate(["simulate", "--trace", "t.csv", "--policy", "propose"]) == engine + reader
+    assert _coldstart.compile_estimate(["simulate", "--trace=t.csv", "--policy", "propose"]) == engine + reader
+    assert _coldstart.compile_estimate(["simulate", "--format", "synthetic", "--trace", "t.csv"]) == engine
+    warm = {"run_nb", "fleet_nb"}
+    monkeypatch.setattr(_coldstart, "is_cached", lambda module, name: name in warm)
+    monkeypatch.setattr(_compile_ahead, "start", lambda variant: pytest.fail("no helper for a warm engine"))
+    assert _coldstart.compile_estimate(["demo"]) is None
+    assert _coldstart.compile_estimate(["simulate", "--synthetic", "requests=9,rate=1"]) is None
+    out = io.StringIO()
+    _coldstart.announce(["fleet", "--trace", "t.csv", "--policy", "sequence"], stream=out)
+    assert out.getvalue() == f"specsim: compiling kernels on first use, once per install: ~{reader:.0f} s\n"
 
 
 # Compiled more than once in one cold process, and rightly: NumPy's ndarray.view, for each of the
@@ -208,8 +231,9 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
     from specsim import _compile_ahead
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(_compile_ahead.ENV, "0")
-    assert _compile_ahead.start("plain") is None
+    for off in ("0", " 0 ", "false", "No", "OFF"):
+        monkeypatch.setenv(_compile_ahead.ENV, off)
+        assert _compile_ahead.start("plain") is None, off
     monkeypatch.setenv(_compile_ahead.ENV, "1")
     with pytest.raises(ValueError, match="variant"):
         _compile_ahead.start("everything")
@@ -218,7 +242,8 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
         return
     proc = _compile_ahead.start("plain")
     try:
-        assert proc is not None and proc.args[-3:] == ["specsim._compile_ahead", "plain", _compile_ahead._PACKAGE]
+        assert proc is not None and proc.args[-4:] == ["specsim._compile_ahead", "plain", _compile_ahead._PACKAGE,
+                                                       str(os.getpid())]
         assert _compile_ahead.start("plain") is None  # one at a time
     finally:
         _compile_ahead.stop()
@@ -227,7 +252,8 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
 
 def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, monkeypatch):
     """A helper that imported another specsim than the command's (a path the command found it on
-    and the helper did not) or was given no such path compiles nothing and ends at once."""
+    and the helper did not), was given no such path, or whose parent is not the command (the
+    command died before the helper looked) compiles nothing and ends at once."""
     from numba.core import event
 
     from specsim import _compile_ahead
@@ -244,7 +270,10 @@ def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, m
     listener = Seen()
     event.register("numba:compile", listener)
     try:
-        for argv in (["plain", str(tmp_path)], ["plain"], ["everything", _compile_ahead._PACKAGE]):
+        mine, other = str(os.getppid()), str(os.getpid())  # main() runs here: its parent is this one's
+        for argv in (["plain", str(tmp_path), mine], ["plain", _compile_ahead._PACKAGE], ["plain"],
+                     ["everything", _compile_ahead._PACKAGE, mine], ["plain", _compile_ahead._PACKAGE, other],
+                     ["plain", _compile_ahead._PACKAGE, "x"]):
             assert _compile_ahead.main(argv) == 0
     finally:
         event.unregister("numba:compile", listener)
@@ -275,8 +304,8 @@ def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature
 
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence", _compile_ahead._PACKAGE],
-                            capture_output=True, text=True, env=env)
+    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence", _compile_ahead._PACKAGE,
+                             str(os.getpid())], capture_output=True, text=True, env=env)
     assert helper.returncode == 0 and not helper.stdout and not helper.stderr, helper.stderr
     run = subprocess.run([sys.executable, "-c", _AFTER_THE_HELPER, str(ROOT / "examples" / "trace.csv")],
                          capture_output=True, text=True, env=env)
@@ -303,3 +332,28 @@ def test_the_notice_counts_the_helper_where_one_started(tmp_path, monkeypatch):
         assert out.getvalue() == f"specsim: compiling kernels on first use, once per install: ~{seconds:.0f} s\n"
     _coldstart.announce(["trace", "show", "t.csv"], stream=io.StringIO())
     assert started == ["sequence", "sequence"]
+
+
+def test_the_helper_imports_nothing_from_the_working_folder(tmp_path, monkeypatch):
+    """``python -m`` puts the working folder first on the import path: the helper runs from the
+    package's own folder, so a user's numba.py (or a specsim/ of their own) there never runs."""
+    import time
+
+    from specsim import _compile_ahead
+
+    if (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) < 2:
+        pytest.skip("the helper starts only with a second CPU")
+    marker = tmp_path / "ran"
+    for name in ("numba.py", "numpy.py", "specsim/__init__.py", "specsim/_compile_ahead.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(_compile_ahead.ENV, "1")
+    proc = _compile_ahead.start("plain")
+    try:
+        time.sleep(2.0)  # well past its imports: it is compiling by now
+        assert proc.poll() is None
+    finally:
+        _compile_ahead.stop()
+    assert not marker.exists(), marker.read_text()

@@ -187,6 +187,8 @@ LAZY_IMPORTS = {
     ("specsim.calibration.logs", "specsim.calibration._fit_kernels"): KERNELS_ON_FIRST_USE,
     ("specsim.table.cost_table", "specsim.table._kernels"): KERNELS_ON_FIRST_USE,
     ("specsim.traces.readers", "specsim.traces._parse_kernels"): KERNELS_ON_FIRST_USE,
+    ("specsim._coldstart", "specsim"): "the compile-ahead helper's module (and subprocess) load only on a first run, "
+                                       "so a Ctrl-C at a command's start finds less to interrupt",
     **{("specsim._compile_ahead", m): "only the helper process builds the engine's bundles; the command that "
        "starts it loads nothing for it" for m in ("specsim.costmodel.defaults", "specsim.sim.engine",
                                                  "specsim.traces._types")},

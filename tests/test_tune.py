@@ -505,10 +505,11 @@ def test_cli_noise_windows(bent, tmp_path, capsys):
     assert "time windows" not in capsys.readouterr().out
     assert "noise_windows" not in load_schedule_text(out.read_text()).sections["inputs"]
     out.unlink()
-    for bad, message in (("1", "argument --noise-windows: '1': give a number of time windows >= 2"),
-                         ("x", "argument --noise-windows: 'x': give a number of time windows >= 2 (a spread needs "
-                               "two), auto or off"),
-                         ("500", "must be a whole number in 2..64"), ("59", "so at most 58 fit")):
+    for bad, message in (("1", "argument --noise-windows: '1': give a number of time windows in 2..64"),
+                         ("x", "argument --noise-windows: 'x': give a number of time windows in 2..64 (a spread "
+                               "needs two), auto or off"),
+                         ("500", "'500': give a number of time windows in 2..64"), ("\uff14", "in 2..64"),
+                         ("9" * 5000, "…(5,002 characters): give a number"), ("59", "so at most 58 fit")):
         try:
             code = main(argv + ["--noise-windows", bad])
         except SystemExit as e:  # refused by the parser

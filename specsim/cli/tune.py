@@ -10,6 +10,7 @@ from specsim.cli._server import add_server_options, server_options, warn_placeho
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim.errors import ScheduleError
+from specsim._checks import MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
@@ -56,7 +57,8 @@ def register(sub, groups):
     p.add_argument("--min-gain", type=share, default=MIN_GAIN, metavar="G",
                    help=f"smallest relative gain a move must bring (default {MIN_GAIN:g})")
     p.add_argument("--noise-windows", type=_noise_windows, default="auto", metavar="W",
-                   help="cut the training part into W time windows (W >= 2) and accept a move only when its mean "
+                   help=f"cut the training part into W time windows (2..{MAX_WINDOWS}, each of {MIN_WINDOW_REQUESTS} "
+                        "requests or more) and accept a move only when its mean "
                         "gain over the (seed, window) pairs clears t95 x its standard error as well as --min-gain; "
                         f"auto (the default): {AUTO_WINDOWS}, fewer on a short trace; off: no time windows")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S",
@@ -102,17 +104,17 @@ def cmd_tune(args):
 
 
 def _noise_windows(text):
-    """``--noise-windows``: a whole number >= 2, ``auto`` or ``off`` (None)."""
+    """``--noise-windows``: a whole number in 2..MAX_WINDOWS, ``auto`` or ``off`` (None)."""
     word = text.strip().lower()
     if word in ("auto", "off"):
         return None if word == "off" else "auto"
     try:
-        value = int(word)
-    except ValueError:
+        value = count(text)
+    except argparse.ArgumentTypeError:
         value = None
-    if value is None or value < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of time windows >= 2 (a spread needs two), "
-                                         "auto or off")
+    if value is None or not 2 <= value <= MAX_WINDOWS:
+        raise argparse.ArgumentTypeError(f"{show(text)}: give a number of time windows in 2..{MAX_WINDOWS} (a spread "
+                                         "needs two), auto or off")
     return value
 
 
