@@ -94,8 +94,8 @@ def compile_estimate(argv):
 def _estimate(argv) -> tuple:
     """(seconds of compiling the engine, seconds of the rest: the trace reader, a command's
     own kernels) for the command of ``argv``; (0, 0) where all it runs is on disk."""
-    words = [a for a in argv if not str(a).startswith("-")][:2]
-    entry = (KERNELS.get(tuple(words[:2])) or KERNELS.get(words[0])) if words else None
+    words = _words(argv)
+    entry = (KERNELS.get(tuple(words)) or KERNELS.get(words[0])) if words else None
     if entry is None or "-h" in argv or "--help" in argv:
         return 0, 0
     kernels, seconds = entry
@@ -110,6 +110,11 @@ def _estimate(argv) -> tuple:
     return cold, parser
 
 
+def _words(argv) -> list:
+    """The command and its action (``trace show``): the first two words not options."""
+    return [a for a in argv if not str(a).startswith("-")][:2]
+
+
 def _runs_sequence(argv) -> bool:
     """Whether a command line names the ``sequence`` policy (``--policy sequence@0.2`` and the like)."""
     return any(str(a).rpartition("=")[2].split("@")[0] == "sequence" for a in argv)
@@ -120,13 +125,10 @@ def ahead_variant(argv):
     it, or None where it runs no engine: the demo and tune always run ``sequence`` (the engine
     with the per-sequence planner), the others when a ``--policy`` names it (a sweep's grid
     file may too: it then compiles that planner's kernels itself)."""
-    words = [a for a in argv if not str(a).startswith("-")][:1]
-    command = words[0] if words else None
-    if command in ("demo", "tune"):
-        return "sequence"
-    if command in ("simulate", "fleet", "capacity", "sweep"):
-        return "sequence" if _runs_sequence(argv) else "plain"
-    return None
+    words = _words(argv)
+    if not words or words[0] not in ENGINE_COMMANDS:
+        return None
+    return "sequence" if words[0] in ("demo", "tune") or _runs_sequence(argv) else "plain"
 
 
 def announce(argv, stream=None) -> None:

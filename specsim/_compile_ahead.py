@@ -27,6 +27,7 @@ import atexit
 import os
 import subprocess
 import sys
+import threading
 
 # The variants: "sequence" (the engine with the per-sequence planner) and "plain" (without it).
 VARIANTS = ("sequence", "plain")
@@ -68,6 +69,7 @@ PLAN = (
 )
 
 _running = []  # the helper this process started, if any
+_lock = threading.Lock()
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the helper compiles this copy's kernels or none
 
 
@@ -76,32 +78,44 @@ def start(variant: str):
     ``SPECSIM_COMPILE_AHEAD=0``; the ``Popen`` or None. The command ends it when it exits."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if _running or cpus < 2 or os.environ.get(ENV, "").strip().lower() in OFF or not sys.executable:
+    if usable_cpus() < 2 or os.environ.get(ENV, "").strip().lower() in OFF or not sys.executable:
         return None
-    try:
-        # From the folder that holds this copy of the package: `-m` puts the working folder first
-        # on the import path, and the user's (a numba.py of theirs) must not run here.
-        proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant, _PACKAGE, str(os.getpid())],
-                                cwd=os.path.dirname(_PACKAGE), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-    except OSError:
-        return None
-    _running.append(proc)
-    atexit.register(stop)
+    with _lock:  # one helper per process, whichever thread asks
+        if _running:
+            return None
+        try:
+            # From the folder that holds this copy of the package: `-m` puts the working folder
+            # first on the import path, and the user's (a numba.py of theirs) must not run here.
+            proc = subprocess.Popen([sys.executable, "-m", "specsim._compile_ahead", variant, _PACKAGE,
+                                     str(os.getpid())], cwd=os.path.dirname(_PACKAGE), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                    close_fds=True)
+        except OSError:
+            return None
+        _running.append(proc)
     return proc
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def stop() -> None:
-    """End the helper if it still runs (its list done or not: the command compiles the rest)."""
-    while _running:
-        proc = _running.pop()
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+    """End the helper if it still runs (its list done or not: the command compiles the rest).
+    Registered to run at exit."""
+    with _lock:
+        while _running:
+            proc = _running.pop()
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+atexit.register(stop)
 
 
 def _types() -> dict:

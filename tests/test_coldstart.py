@@ -237,7 +237,7 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
     monkeypatch.setenv(_compile_ahead.ENV, "1")
     with pytest.raises(ValueError, match="variant"):
         _compile_ahead.start("everything")
-    if (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) < 2:
+    if _compile_ahead.usable_cpus() < 2:
         assert _compile_ahead.start("plain") is None
         return
     proc = _compile_ahead.start("plain")
@@ -248,6 +248,25 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
     finally:
         _compile_ahead.stop()
     assert proc.returncode is not None and not _compile_ahead._running
+    # Two threads asking at once start one helper.
+    import threading
+
+    got, barrier = [], threading.Barrier(4)
+
+    def ask():
+        barrier.wait()
+        got.append(_compile_ahead.start("plain"))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert sum(p is not None for p in got) == 1 and len(_compile_ahead._running) == 1
+    finally:
+        _compile_ahead.stop()
+    assert not _compile_ahead._running
 
 
 def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, monkeypatch):
@@ -341,7 +360,7 @@ def test_the_helper_imports_nothing_from_the_working_folder(tmp_path, monkeypatc
 
     from specsim import _compile_ahead
 
-    if (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) < 2:
+    if _compile_ahead.usable_cpus() < 2:
         pytest.skip("the helper starts only with a second CPU")
     marker = tmp_path / "ran"
     for name in ("numba.py", "numpy.py", "specsim/__init__.py", "specsim/_compile_ahead.py"):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from specsim import _compile_ahead
 from specsim._coldstart import compile_estimate
 from specsim.costmodel.defaults import demo_calibration, demo_table
 
@@ -271,7 +272,7 @@ needs_children = pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getp
 
 @pytest.mark.slow
 @needs_children
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the compile-ahead helper starts only with a second CPU")
+@pytest.mark.skipif(_compile_ahead.usable_cpus() < 2, reason="the compile-ahead helper starts only with a second CPU")
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
 def test_a_first_run_ends_its_compile_helper_with_it(files, monkeypatch, how):
     """A command's first run (an empty cache) starts the compile-ahead helper in a session of its
