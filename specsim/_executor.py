@@ -109,8 +109,14 @@ class Executor:
                                     f"{show(str(e), 200)}") from None
         else:
             self.cluster = _local_cluster(self.workers)
-            self.client = Client(self.cluster)
-        self.workers = len(self.client.scheduler_info()["workers"]) or self.workers
+        try:
+            if self.client is None:
+                self.client = Client(self.cluster)
+            self.workers = len(self.client.scheduler_info()["workers"]) or self.workers
+        except BaseException:  # a Ctrl-C or an error before the caller holds the executor to close it
+            client, cluster, self.client, self.cluster = self.client, self.cluster, None, None
+            abandon(client, cluster)
+            raise
 
     def share(self, value):
         """``value`` as an argument of many calls: on Dask it travels to each worker once."""
@@ -194,15 +200,7 @@ class Executor:
             if cluster is not None:
                 cluster.close()
             return
-        _quiet_dask()
-        _kill_workers(cluster)
-        for close in (client.close, None if cluster is None else cluster.close):
-            if close is None:
-                continue
-            try:
-                close(timeout=1)
-            except BaseException:  # noqa: BLE001  (abandoning the run: nothing left to save)
-                pass
+        abandon(client, cluster)
 
     def __enter__(self):
         return self
@@ -216,23 +214,51 @@ def _local_cluster(workers):
     """A local cluster of ``workers`` single-threaded processes on ports the system picks.
 
     The workers ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and this
-    process, not each worker, decides what it means (see :meth:`Executor.close`).
+    process, not each worker, decides what it means (see :meth:`Executor.close`). While the
+    cluster starts, SIGINT is blocked in this thread, and the threads the cluster starts (and the
+    worker processes those spawn) inherit the block, so the workers never see it; a Ctrl-C that
+    arrives meanwhile is held (or noted, if another thread of this process takes it) and raises
+    ``KeyboardInterrupt`` once the cluster is up, after the cluster is ended.
     """
     import signal
 
     from dask.distributed import LocalCluster
 
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
+    def start():
         # Turning the dashboard off with None still binds port 8787 (distributed's HTTP server starts anyway);
         # ":0" and scheduler_port=0 let the system pick free ports.
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, scheduler_port=0,
                             dashboard_address=":0")
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return start()
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            cluster = start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C is noted here
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
-            # A Ctrl-C while the cluster started was held back; it is not lost.
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        abandon(None, cluster)
+        raise KeyboardInterrupt
+    return cluster
+
+
+def abandon(client, cluster) -> None:
+    """End a run's Dask client and local cluster at once, quietly (an error or Ctrl-C)."""
+    _quiet_dask()
+    _kill_workers(cluster)
+    for close in (None if client is None else client.close, None if cluster is None else cluster.close):
+        if close is None:
+            continue
+        try:
+            close(timeout=1)
+        except BaseException:  # noqa: BLE001  (abandoning the run: nothing left to save)
+            pass
 
 
 def _quiet_dask() -> None:

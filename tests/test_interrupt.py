@@ -294,3 +294,55 @@ def test_a_first_run_ends_its_compile_helper_with_it(files, monkeypatch, how):
         proc.wait()
         proc.err_file.close()
         assert _gone(helper, 30.0)  # checked between two kernels: a few seconds at most
+
+
+_CTRL_C_WHILE_THE_CLUSTER_STARTS = """
+import os, signal, sys, threading
+from pathlib import Path
+
+def main():
+    import dask.distributed
+    from specsim._executor import Executor
+
+    real, made = dask.distributed.LocalCluster, []
+
+    def starting(*args, **kwargs):  # Ctrl-C as the cluster starts, to the whole process
+        os.kill(os.getpid(), signal.SIGINT)
+        cluster = real(*args, **kwargs)
+        made.extend(nanny.process.process.pid for nanny in cluster.workers.values())
+        return cluster
+
+    dask.distributed.LocalCluster = starting
+    if sys.argv[1] == "thread":  # another thread of this process, free to take the signal
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+    try:
+        with Executor("dask", 2):
+            print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    alive = []
+    for pid in made:
+        status = Path(f"/proc/{pid}/status")
+        if status.exists() and "zombie" not in status.read_text():
+            alive.append(pid)
+    print("workers", len(made), "alive", len(alive))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("threads", ["main", "thread"])
+def test_ctrl_c_while_a_local_cluster_starts_is_not_lost(tmp_path, threads):
+    """A Ctrl-C while a local Dask cluster starts (a few seconds of every Dask run's start) is held
+    until the cluster is up, then stops the run: the cluster is ended, its workers first, and none
+    of them prints a traceback. Ignoring SIGINT meanwhile, as the workers must, used to drop it."""
+    pytest.importorskip("dask.distributed")
+    script = tmp_path / "starting.py"
+    script.write_text(_CTRL_C_WHILE_THE_CLUSTER_STARTS)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(script), threads], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=GRACE_S, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "workers 2 alive 0"], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
