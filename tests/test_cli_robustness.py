@@ -448,3 +448,28 @@ def test_a_huge_argument_gives_a_short_refusal(files, argv, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "error" in err and "Traceback" not in err
     assert len(err) < 4000, f"{len(err)} characters"
+
+
+def test_the_console_script_catches_a_ctrl_c_while_the_command_modules_load(tmp_path):
+    """The installed ``specsim`` script starts in ``specsim._console``, which loads the command
+    modules under its own guard: a Ctrl-C then exits 130 with one line, no traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = (root / "pyproject.toml").read_text()
+    assert 'specsim = "specsim._console:run"' in scripts
+    # The command modules' import raises KeyboardInterrupt, as a Ctrl-C during it would.
+    code = ("import sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'specsim.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from specsim._console import run\n"
+            "sys.argv = ['specsim', '--help']\n"
+            "run()\n")
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (130, "specsim: interrupted\n")

@@ -179,7 +179,7 @@ import ast  # noqa: E402  (the graph tests' own tools)
 # pandas). The few ``specsim`` imports below module top, each with its reason:
 KERNELS_ON_FIRST_USE = "the value classes load without Numba; their kernels load with the first call"
 LAZY_IMPORTS = {
-    ("specsim.__main__", "specsim.cli"): "a Ctrl-C while the command modules load exits 130 without a traceback",
+    ("specsim._console", "specsim.cli"): "a Ctrl-C while the command modules load exits 130 without a traceback",
     ("specsim.calibration.calibration", "specsim.calibration._kernels"): KERNELS_ON_FIRST_USE,
     ("specsim.calibration.calibration", "specsim.calibration"): KERNELS_ON_FIRST_USE,  # its _kernels module
     ("specsim.calibration.drift", "specsim.calibration._online_kernels"): KERNELS_ON_FIRST_USE,
