@@ -346,3 +346,22 @@ def test_ctrl_c_while_a_local_cluster_starts_is_not_lost(tmp_path, threads):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["interrupted", "workers 2 alive 0"], done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_exit_does_not_wait_for_abandoned_threads(tmp_path):
+    """After a Ctrl-C (or an error) the command exits at once even while a pool's thread is still
+    busy (compiling a kernel for seconds inside LLVM, on a first run): the exit handlers run, the
+    output is flushed, and the thread is not waited for. A plain ``sys.exit`` waits for it."""
+    code = ("import atexit, threading\n"
+            "import specsim.cli as cli\n"
+            "def command():  # a pool's thread still busy (not a daemon) when the Ctrl-C comes\n"
+            "    threading.Thread(target=threading.Event().wait).start()\n"
+            "    print('working', flush=False)\n"
+            "    raise KeyboardInterrupt\n"
+            "cli.main = command\n"
+            "atexit.register(print, 'exit handlers ran')\n"
+            "cli.run()\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=GRACE_S)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "working\nexit handlers ran\n", "")

@@ -166,4 +166,26 @@ def run() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    """Exit with ``code``. Threads still running here are work the command abandoned (a Ctrl-C or
+    an error while a pool's threads compile or simulate: a kernel's compile is seconds inside
+    LLVM); the interpreter's exit would wait for each of them, so the exit handlers run here
+    and the process ends without that wait. Every file the command writes is complete or
+    removed before this point (docs/limits.md#outputs-and-ctrl-c)."""
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        import atexit
+        import os
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     sys.exit(code)
