@@ -882,7 +882,7 @@ def test_sequence_depths_with_a_context_match_reference(tc, c, data, slack):
     assert planner.depths(arr, n_conf, known_a, k_max, budget).tolist() == without
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "x", True])
+@pytest.mark.parametrize("bad", [0, -1.0, -0.0, float("nan"), float("inf"), 10**400, "x", True])
 def test_planner_refuses_a_context_of_zero_or_less(bad):
     from specsim.errors import PlanError
 

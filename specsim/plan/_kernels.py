@@ -21,7 +21,7 @@ from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
 from specsim.plan._sort import sort_gains_desc_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
-from specsim.table._kernels import bracket_nb, context_slice_nb
+from specsim.table._kernels import bracket_nb, context_row_nb
 
 # The cost axis of a table, defined once in specsim.table._types.
 from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
@@ -70,20 +70,27 @@ def _propose_nb(widths, costs, cum_priors, n, slack, max_seqs, idle_w, scratch):
     the depths that keep the speed floor (``idle_w = 0``: the propose rule itself)."""
     if n > max_seqs:
         return 0
-    max_k = costs.shape[1] - 1
     width_costs_nb(widths, costs, n, scratch)
+    return _choose_nb(scratch, cum_priors, n, slack, idle_w)
+
+
+@jit(forceinline=True, internal=True)
+def _choose_nb(row, cum_priors, n, slack, idle_w):
+    """The propose rule's choice at width ``n`` among its depths' costs ``row`` (float64[K + 1, 4],
+    the grid interpolated at ``n``), energy counted above ``idle_w`` watts."""
+    max_k = row.shape[0] - 1
     r = 1 if max_k >= 1 else 0
     nf = float(n)
-    reference = nf * (1.0 + cum_priors[r]) / (scratch[r, VMS] + scratch[r, DMS])
+    reference = nf * (1.0 + cum_priors[r]) / (row[r, VMS] + row[r, DMS])
     floor_rate = (1.0 - slack) * reference
     best_k = -1
     best = 0.0
     for k in range(max_k + 1):
         tokens = nf * (1.0 + cum_priors[k])
-        ms = scratch[k, VMS] + scratch[k, DMS]
+        ms = row[k, VMS] + row[k, DMS]
         if tokens / ms < floor_rate:
             continue
-        eff = tokens / ((scratch[k, VJ] + scratch[k, DJ]) - idle_w * ms / 1000.0)
+        eff = tokens / ((row[k, VJ] + row[k, DJ]) - idle_w * ms / 1000.0)
         if best_k < 0 or eff > best:
             best = eff
             best_k = k
@@ -100,13 +107,17 @@ def propose_depth_nb(widths, costs, cum_priors, n, slack, max_seqs, scratch):
 
 
 @jit
-def propose_at_context_nb(widths, contexts, context_costs, c, cum_priors, n, slack, max_seqs, grid, scratch):
+def propose_at_context_nb(widths, contexts, context_costs, c, cum_priors, n, slack, max_seqs):
     """``propose_depth_nb`` on the table's grid at context ``c``, in one call: the grid is
-    interpolated in context into ``grid`` (``float64[W, K + 1, 4]``, overwritten) exactly as
-    ``CostTable.at_context`` interpolates it, so the depth is the one planning on that table gives.
-    """
-    context_slice_nb(contexts, context_costs, c, grid)
-    return _propose_nb(widths, grid, cum_priors, n, slack, max_seqs, 0.0, scratch)
+    interpolated in context exactly as ``CostTable.at_context`` interpolates it (only where width
+    ``n`` reads it), so the depth is the one planning on that table gives. Its workspace, the
+    depths' costs at ``n`` (``float64[K + 1, 4]``), is sized here from ``context_costs`` and made
+    in the kernel: a call from Python makes no array."""
+    if n > max_seqs:
+        return 0
+    row = np.empty((context_costs.shape[2], 4))
+    context_row_nb(widths, contexts, context_costs, c, n, row)
+    return _choose_nb(row, cum_priors, n, slack, 0.0)
 
 
 @jit

@@ -3,6 +3,7 @@ serve-side load of a table and calibration (docs/planner.md)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -144,15 +145,6 @@ class _Calibrated(NamedTuple):
     # propose answers by width for the context slot: every precomputed width here, the widths
     # asked for so far at a context (a dict, so a negative or unanswered width is a KeyError).
     memo_map: dict
-
-
-class _AtContext(NamedTuple):
-    """A context slot's inputs before any method but ``propose`` asks at it: ``propose`` plans
-    on the grid there in one kernel call (the table's context grid, ``base``'s calibration), and
-    the full inputs are derived only when another method needs them."""
-
-    context: float
-    base: _Calibrated
 
 
 _KERNEL_LOCK = threading.Lock()
@@ -297,14 +289,16 @@ class Planner:
 
     def _propose_slot(self, context) -> tuple:
         """The slot ``propose`` plans in at a context that is not the last one asked for: the
-        derived inputs where some method asked at it before, else an ``_AtContext`` (one
-        kernel call per width, nothing derived), remembered as the last context asked for."""
+        derived inputs where some method asked at it before, else ``(c, inputs)``, the context
+        and the reference grid's inputs (a context met for the first time: one kernel call per
+        width, nothing derived), remembered as the last context asked for."""
         exact = type(context) is float or type(context) is int
         if not self.table.contexts.size or (exact and context in self._contexts):
             return self._slot(context)
-        c = _checked_context(context)
+        # A serve's context moves every step: a plain float in range skips the full check.
+        c = context if type(context) is float and 0.0 < context < math.inf else _checked_context(context)
         base = self._state
-        slot = (context if exact else c, _AtContext(c, base), {})
+        slot = (context if exact else c, (c, base), {})
         self._last = slot
         if self._state is not base:  # a new calibration came in meanwhile: drop the slot
             self._last = _NO_CONTEXT
@@ -367,20 +361,20 @@ class Planner:
 
     def _propose_on(self, n, st) -> int:
         """``propose`` past its memo: the width checked, then planned on ``st``: the reference
-        grid or a context's derived inputs, or an ``_AtContext`` (a context met for the first
+        grid or a context's derived inputs, or ``(c, inputs)`` (a context met for the first
         time: a serve's context moves every step), planned on the grid there in one call, what
         planning on ``at_context(c)`` gives."""
-        n = count_arg(n, "n")
-        if n > self.max_seqs:
-            return 0
-        scratch = np.empty((self.max_k + 1, 4))
-        if type(st) is _AtContext:
+        if not (type(n) is int and 0 <= n <= self.max_seqs):
+            n = count_arg(n, "n")
+            if n > self.max_seqs:
+                return 0
+        if type(st) is tuple:
+            c, base = st
             t = self.table
-            return int(propose_at_context_nb(st.base.arrays.widths, t.contexts, t.context_costs, st.context,
-                                             st.base.cum_priors, n, self.slack, self.max_seqs,
-                                             np.empty(t.costs.shape), scratch))
+            return int(propose_at_context_nb(base.arrays.widths, t.contexts, t.context_costs, c, base.cum_priors, n,
+                                             self.slack, self.max_seqs))
         return int(propose_depth_nb(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack,
-                                    self.max_seqs, scratch))
+                                    self.max_seqs, np.empty((self.max_k + 1, 4))))
 
     def _propose_at(self, n, context) -> int:
         """``propose`` at a context that is not the object last asked for (an equal number

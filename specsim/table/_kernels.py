@@ -108,6 +108,27 @@ def context_slice_nb(contexts, context_costs, c, out):
                 out[w, k, f] = _context_value_nb(contexts, context_costs, lo, hi, t, w, k, f)
 
 
+@jit(forceinline=True)
+def context_row_nb(widths, contexts, context_costs, c, n, out):
+    """Every depth's four costs at width ``n`` and context ``c`` into ``out`` (float64[K + 1, 4]):
+    the grid at ``c`` (:func:`context_slice_nb`) interpolated in width at ``n`` as the planner's
+    ``width_costs_nb`` does, the same arithmetic, with only the measured widths around ``n``
+    interpolated in context."""
+    lo, hi, t = context_bracket_nb(contexts, c)
+    a, b = bracket_nb(widths, n)
+    if a == b or b < 0 or a < 0:
+        src = b if a < 0 else a
+        for k in range(out.shape[0]):
+            for f in range(4):
+                out[k, f] = _context_value_nb(contexts, context_costs, lo, hi, t, src, k, f)
+        return
+    tw = (n - widths[a]) / (widths[b] - widths[a])
+    for k in range(out.shape[0]):
+        for f in range(4):
+            p = _context_value_nb(contexts, context_costs, lo, hi, t, a, k, f)
+            out[k, f] = p + (_context_value_nb(contexts, context_costs, lo, hi, t, b, k, f) - p) * tw
+
+
 @jit
 def context_lookup_nb(widths, contexts, context_costs, ns, ks, cs, out):
     """Cells for arrays of widths, depths and contexts: in context first (at the measured widths

@@ -334,6 +334,8 @@ def check_context(value) -> float:
         raise TableError(f"context must be a number of tokens > 0, got {value!r}")
     try:
         c = float(value)
+    except OverflowError:  # an int past the floats: not finite
+        c = math.inf
     except (TypeError, ValueError):
         raise TableError(f"context must be a number of tokens > 0, got {show(value)}") from None
     if not (math.isfinite(c) and c > 0):
