@@ -473,3 +473,48 @@ def test_the_console_script_catches_a_ctrl_c_while_the_command_modules_load(tmp_
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert (done.returncode, done.stderr) == (130, "specsim: interrupted\n")
+
+
+def test_a_ctrl_c_swallowed_in_a_callback_from_c_still_ends_the_command_as_interrupted(monkeypatch, capsys):
+    """A Ctrl-C during a kernel's first compile can land in a callback from LLVM, where it is
+    reported as an "Exception ignored" and swallowed; the compile then fails on its own. The
+    command exits 130 with one line, as for any Ctrl-C, and nothing else is printed."""
+    import signal
+    import time
+
+    import specsim.cli as cli
+
+    class Swallowed:
+        def __del__(self):
+            raise KeyboardInterrupt  # reported as unraisable, as ctypes reports a callback's
+
+    def compile_in_a_callback(argv):
+        obj = Swallowed()
+        del obj
+        raise RuntimeError("no compiled object yet")  # how the compile fails next
+
+    def compile_swallowing_the_signal(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            raise RuntimeError("the compile failed") from None
+
+    def compile_going_on(argv):  # the swallowed interrupt broke nothing: the work goes on
+        obj = Swallowed()
+        del obj
+        for _ in range(1000):  # ten seconds, unless interrupted
+            time.sleep(0.01)
+        return 0
+
+    for command in (compile_in_a_callback, compile_swallowing_the_signal, compile_going_on):
+        monkeypatch.setattr(cli, "_main", command)
+        assert cli.main(["simulate"]) == 130
+        assert capsys.readouterr().err == "specsim: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def a_bug(argv):
+        raise RuntimeError("a bug, not an interrupt")
+
+    monkeypatch.setattr(cli, "_main", a_bug)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["simulate"])

@@ -86,12 +86,79 @@ def _summarise_groups(sub, groups) -> None:
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (2 for any refused input, 130 on Ctrl-C)."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        # Also while the parser is built and the command modules imported: no traceback.
+    with _watching_interrupts() as seen:
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            # Also while the parser is built and the command modules imported: no traceback.
+            pass
+        except Exception:
+            if not seen:
+                raise
+            # A Ctrl-C that landed in a callback from C (a kernel's first compile calls back from
+            # LLVM) is swallowed there, and the compile then fails on its own: the interrupt it was.
         print("specsim: interrupted", file=sys.stderr)
         return 130
+
+
+class _watching_interrupts:
+    """While a command runs, note every Ctrl-C. One raised where it cannot propagate (inside a
+    callback from C, which reports it as an "Exception ignored" and carries on) is not reported
+    but raised again at the main thread's next instruction, and noted, so the command can tell
+    that a failure before then (the compile that lost its callback's work) is the interrupt's."""
+
+    def __enter__(self) -> list:
+        import signal
+        import threading
+
+        self.seen = []
+        self.pending = []
+        self.active = True
+        self.signal = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            def interrupted(signum, frame):
+                self.seen.append(True)
+                raise KeyboardInterrupt
+
+            self.signal = signal.signal(signal.SIGINT, interrupted)
+        self.hook = sys.unraisablehook
+
+        def unraisable(what):
+            if isinstance(what.exc_value, KeyboardInterrupt):
+                # Raised again where it can propagate: from another thread, a moment later, so
+                # the main thread takes it once out of this hook (in another callback: here again).
+                self.seen.append(True)
+                again = threading.Thread(target=self._again, daemon=True)
+                self.pending.append(again)
+                again.start()
+            else:
+                self.hook(what)
+
+        sys.unraisablehook = unraisable
+        return self.seen
+
+    def _again(self) -> None:
+        import _thread
+        import time
+
+        time.sleep(0.001)
+        if self.active:
+            _thread.interrupt_main()
+
+    def __exit__(self, *exc) -> bool:
+        import signal
+
+        self.active = False
+        try:
+            for again in self.pending:
+                again.join()
+        except KeyboardInterrupt:
+            pass  # the interrupt raised again, after the command ended on it
+        sys.unraisablehook = self.hook
+        if self.signal is not None:
+            signal.signal(signal.SIGINT, self.signal)
+        return False
 
 
 def _main(argv) -> int:
