@@ -48,6 +48,9 @@ MAX_BUDGET_TOKENS = 1 << 40
 MAX_RESAMPLES = 64
 MAX_WINDOWS = 64
 MIN_WINDOW_REQUESTS = 10
+# Draft-outcome seeds per evaluation (capacity's probes, tune's candidates): each one is a whole
+# simulation, and 64 already pin a mean far below any difference worth a verdict.
+MAX_SEEDS = 64
 # Longest pause or window, in seconds, a measurement option may ask for (one day).
 MAX_SECONDS = 86_400.0
 # Most timed samples or warm-up calls per mode and cell of a measurement.

@@ -183,6 +183,9 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
 @pytest.mark.parametrize("kw, match", [
     ({"objective": "latency"}, "objective"),
     ({"seeds": 0}, "seeds"),
+    ({"seeds": 65}, r"seeds \(--seeds\) must be a whole number of draft-outcome seeds in 1..64"),
+    ({"seeds": 99_999_999_999}, "in 1..64"),
+    ({"holdout": 1e-300}, "needs at least 10"),
     ({"holdout": 1.0}, "holdout"),
     ({"slo": {"attainment": 0.9}}, "needs an SLO"),
     ({"slo": {"tpot_s": 0.1, "attainment": 1.5}}, "attainment"),
@@ -207,8 +210,31 @@ def test_tune_refuses_bad_settings(small, kw, match):
 
 def test_tune_refuses_a_window_with_no_requests(small):
     trace, table, cal = small
-    with pytest.raises(ScheduleError, match="empty"):
+    with pytest.raises(ScheduleError, match="leaves 0 requests to train on and 1 held out"):
         tune(trace[:1], table, cal, holdout=0.5, executor="serial")
+
+
+def test_cli_tune_refuses_a_seed_count_it_could_not_run_before_reading_anything(tmp_path, capsys):
+    from specsim.cli import main
+
+    assert main(["tune", "--trace", str(tmp_path / "missing.csv"), "--table", "t.toml", "--calibration", "c.toml",
+                 "--seeds", "99999999999", "-o", str(tmp_path / "s.toml")]) == 2
+    assert "--seeds 99999999999: give a number of draft-outcome seeds in 1..64" in capsys.readouterr().err
+    assert not (tmp_path / "s.toml").exists()
+
+
+def test_tune_without_a_holdout_says_the_comparison_reran_the_whole_trace(small):
+    """With holdout 0 nothing is held out: the final comparison reruns the training trace on
+    unseen seeds, and the report and verdict say so instead of naming a held-out window."""
+    from specsim.cli.tune import report
+
+    trace, table, cal = small
+    res = tune(trace, table, cal, widths_max=4, seeds=2, holdout=0, options=ServerOptions(max_num_seqs=8),
+               executor="serial", max_rounds=1)
+    assert res.compared_on == "the whole trace (no holdout)"
+    text = report(res)
+    assert "held-out" not in text and "training window did not carry over" not in text
+    assert "whole trace (no holdout), 2 unseen seeds" in text and res.verdict().startswith("on the whole trace")
 
 
 def test_cli_tune_writes_and_compares(small, tmp_path, capsys):

@@ -10,7 +10,7 @@ from specsim.cli._server import add_server_options, server_options, warn_placeho
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim.errors import ScheduleError
-from specsim._checks import MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
+from specsim._checks import MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
@@ -72,8 +72,8 @@ def register(sub, groups):
 def cmd_tune(args):
     from pathlib import Path
 
-    if args.seeds < 1:
-        raise ScheduleError("--seeds must be >= 1")
+    if not 1 <= args.seeds <= MAX_SEEDS:  # before any input is read
+        raise ScheduleError(f"--seeds {args.seeds}: give a number of draft-outcome seeds in 1..{MAX_SEEDS}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,
                   "--prefill-curve": args.prefill_curve}) as out:
         add_policy_inputs(out, args.compare, "--compare")
@@ -125,8 +125,9 @@ def report(result, read=None) -> str:
     lines = []
     if read is not None:
         r = read.requests
-        lines.append(f"{read.source}: {r.shape[0]} requests over {read.span_s:.0f} s; the last "
-                     f"{100 * result.inputs['holdout']:g}% of the span held out")
+        held = (f"the last {100 * result.inputs['holdout']:g}% of the span held out" if result.inputs["holdout"]
+                else "nothing held out (holdout 0)")
+        lines.append(f"{read.source}: {r.shape[0]} requests over {read.span_s:.0f} s; {held}")
     lines.append(f"search: {result.evaluations} simulations in {result.seconds:.1f} s "
                  f"({result.evaluations_per_s:.1f}/s, {result.executor}); training: {train.mean:.5g} {unit} "
                  f"+- {train.spread:.2g} over {len(train.values)} seeds")
@@ -136,7 +137,7 @@ def report(result, read=None) -> str:
                      f"{result.within_noise_moves} within-noise move(s) rejected ({zigzags} of them zig-zags)")
     lines.append(f"tuned: {result.policy}")
     lines.append("")
-    lines.append(f"held-out window, {len(train.values)} unseen seeds (+- = half the range over seeds):")
+    lines.append(f"{result.compared_on[4:]}, {len(train.values)} unseen seeds (+- = half the range over seeds):")
     lines.append(result.table())
     lines.append(result.verdict())
     return "\n".join(lines)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
-from specsim._checks import MAX_RESAMPLES, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
+from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
 from specsim.calibration.report import wilson
 from specsim.frames import rows_frame
@@ -425,8 +425,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     if max_units < 1:
         raise CapacityError(f"max_replicas = {max_replicas} is below one unit of the fleet ({fleet.replicas} "
                             "replicas); raise the cap")
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 64:
-        raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..64")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}")
     n = _request_arrays(requests)[0].shape[0]
     window_resamples, windows = check_resampling(window_resamples, windows, n)
     base = int(fleet.groups[0].options.seed)

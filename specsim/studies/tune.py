@@ -55,7 +55,7 @@ import numpy as np
 from specsim.errors import ScheduleError
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import COUNT_MAX, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
+from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose
 from specsim._text import format_grid
 from specsim.interop import export_schedule, read_policy
@@ -212,12 +212,20 @@ class TuneResult:
     def unit(self) -> str:
         return "J/token" if self.objective == "energy" else "tok/s"
 
+    @property
+    def compared_on(self) -> str:
+        """Where the final comparison ran: the held-out window, or with holdout 0 the whole trace
+        again (its unseen seeds are then all that is new)."""
+        return "the whole trace (no holdout)" if self.inputs.get("holdout", 1) == 0 else "the held-out window"
+
     def verdict(self) -> str:
         """One plain sentence on the gain over the best fixed depth."""
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         rel = 100.0 * self.gain / abs(base.mean) if base.mean else float("nan")
         noise = "" if self.gain_noise != self.gain_noise else f" +- {100.0 * self.gain_noise / abs(base.mean):.2f}%"
-        head = f"on the held-out window the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
+        head = f"on {self.compared_on} the tuned schedule is {rel:+.2f}%{noise} against {self.best_fixed}"
+        lost = ("what won on the training window did not carry over" if self.inputs.get("holdout", 1) != 0
+                else "what won on the search's seeds did not carry over to unseen ones")
 
         if self.policy == f"schedule:1-={parse_policy(self.best_fixed).fixed_depth}":
             return head + f": the best schedule is the fixed depth itself; serve {self.best_fixed}"
@@ -226,7 +234,7 @@ class TuneResult:
         if self.within_noise:
             return head + f": inside the noise, so {self.best_fixed} serves as well"
         if self.gain < 0:
-            return head + f": worse, so serve {self.best_fixed} (what won on the training window did not carry over)"
+            return head + f": worse, so serve {self.best_fixed} ({lost})"
         return head + ": outside the noise"
 
     def table(self) -> str:
@@ -476,17 +484,20 @@ def _split(requests, holdout):
     t = requests["arrival_s"]
     cut = t[0] + (1.0 - holdout) * (t[-1] - t[0])
     train, held = requests[t < cut], requests[t >= cut]
-    if train.shape[0] == 0 or held.shape[0] == 0:
-        raise ScheduleError(f"holdout {holdout:g} leaves an empty training or held-out window "
-                            f"({train.shape[0]} and {held.shape[0]} requests): use more requests or holdout 0")
+    if min(train.shape[0], held.shape[0]) < MIN_WINDOW_REQUESTS:
+        raise ScheduleError(f"holdout {holdout:g} leaves {train.shape[0]} requests to train on and {held.shape[0]} "
+                            f"held out; each window needs at least {MIN_WINDOW_REQUESTS} for a verdict: use a "
+                            "holdout nearer 0.25, a longer trace, or holdout 0 (the comparison reruns the whole trace "
+                            "on unseen seeds)")
     return np.ascontiguousarray(train), np.ascontiguousarray(held)
 
 
 def _check(objective, seeds, holdout, slo, executor):
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
-        raise ScheduleError(f"seeds must be a whole number >= 1, got {seeds!r}")
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or not 1 <= seeds <= MAX_SEEDS:
+        raise ScheduleError(f"seeds (--seeds) must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}, "
+                            f"got {show(seeds)}")
     if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
         raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
     if not isinstance(executor, str) or executor not in EXECUTORS:
