@@ -226,7 +226,7 @@ def test_sweep_plot_refuses_results_that_are_not_numbers(grid_files, capsys):
     csv.writer(buf, lineterminator="\n").writerows([header, row])
     out.write_text(buf.getvalue())
     _refused(["sweep", grid_files / "grid.toml", "--serial", "--quiet", "-o", out, "--plot", grid_files / "p.png"],
-             capsys, "tokens_per_s = 'fast' is not a number")
+             capsys, "tokens_per_s = 'fast' must be a number")
     assert not (grid_files / "p.png").exists()
 
 

@@ -11,6 +11,7 @@ import pytest
 from specsim.cli import main
 from specsim.studies.sweep import GridError, load_grid, read_results, run_sweep
 from specsim.studies.sweep.plot import pareto_front
+from specsim.studies.sweep.results import check_results_path
 
 CONV = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 
@@ -110,7 +111,7 @@ def test_serial_sweep_equals_single_simulations_and_resumes(inputs, shared_data,
 
     # Drop five rows: the next run computes exactly those and leaves the rest untouched.
     kept = rows[:3] + rows[8:]
-    from specsim.studies.sweep.run import write_results
+    from specsim.studies.sweep.results import write_results
 
     write_results(out, kept, list(rows[0].keys()))
     report = run_sweep(grid, out, serial=True, progress=False)
@@ -136,7 +137,7 @@ def test_dask_sweep_on_two_workers_equals_serial(inputs, shared_data, port_8787_
     assert_row_matches(rows[7], simulate_json(inputs, trace, point))
 
     # A partial file: the cluster computes only the missing points.
-    from specsim.studies.sweep.run import write_results
+    from specsim.studies.sweep.results import write_results
 
     write_results(out, rows[:4], list(rows[0].keys()))
     assert main(["sweep", str(grid_path), "-o", str(out), "--workers", "2", "--quiet"]) == 0
@@ -194,7 +195,7 @@ def test_sweep_plot(inputs, shared_data, tmp_path):
 
 
 def test_point_ids_stay_text_across_a_resume(tmp_path):
-    from specsim.studies.sweep.run import write_results
+    from specsim.studies.sweep.results import write_results
 
     rows = [{"point_id": "06575e0440645221", "policy": "fixed:1", "seed": 907, "tokens_per_s": 1.5},
             {"point_id": "1234567890123456", "policy": "propose", "seed": 0, "tokens_per_s": 2.0},
@@ -205,7 +206,7 @@ def test_point_ids_stay_text_across_a_resume(tmp_path):
 
 
 def test_results_paths_that_are_not_results_are_refused(tmp_path):
-    from specsim.studies.sweep.run import check_results_path
+    from specsim.studies.sweep.results import check_results_path
 
     (tmp_path / "one.csv").write_text("only one line\n")
     (tmp_path / "latin.csv").write_bytes("point_id,x\n\xe9,1\n".encode("latin-1"))
@@ -264,7 +265,7 @@ def test_a_changed_input_recomputes_the_points_it_feeds(inputs, shared_data, cap
 
 def test_rows_kept_without_inputs_are_recomputed(inputs, shared_data, capsys):
     """A results file from before inputs were recorded is not trusted: its points recompute."""
-    from specsim.studies.sweep.run import write_results
+    from specsim.studies.sweep.results import write_results
 
     grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
     out = inputs / "r.csv"
@@ -284,9 +285,9 @@ def test_engine_semantics_version_keys_the_rows(inputs, shared_data, monkeypatch
     grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1"]', limit=60)
     out = inputs / "r.csv"
     run_sweep(load_grid(grid_path), out, serial=True, progress=False)
-    import specsim.studies.sweep.run as sweep_run
+    import specsim.studies.sweep.results as sweep_results
 
-    monkeypatch.setattr(sweep_run, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)  # the sweep's binding of it
+    monkeypatch.setattr(sweep_results, "ENGINE_SEMANTICS", engine.ENGINE_SEMANTICS + 1)  # the sweep's binding of it
     report = run_sweep(load_grid(grid_path), out, serial=True, progress=False)
     assert (report.computed, report.stale) == (1, 1)
 
@@ -341,3 +342,52 @@ def test_points_that_made_the_same_run_are_named_equal(inputs, shared_data, caps
     assert "same run: fixed:2 = schedule:1-=2" in out and "fixed:1" not in out.split("same run:")[1].split("\n")[0]
     rows = read_results(inputs / "r.csv")
     assert rows[0]["run_digest"] == rows[1]["run_digest"] != rows[2]["run_digest"]
+
+
+def test_a_results_file_cut_inside_its_last_row_is_refused_untouched(inputs, shared_data):
+    """A copy cut inside the last row's inputs JSON keeps the row's field count and its
+    inputs_digest: the row is still caught (the file ends inside it), and the sweep refuses the
+    file, naming the line, before any work and without touching it. So is a row cut earlier."""
+    grid = load_grid(write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:2", "propose"]', limit=60))
+    fresh = inputs / "fresh.csv"
+    run_sweep(grid, fresh, serial=True, progress=False)
+    whole = fresh.read_bytes()
+    cut = whole[:whole.rindex(b'""run"": ""') + 15]  # inside the digest of the last row's run
+    assert cut.count(b"\n") == 3 and not cut.endswith(b"\n")
+    out = inputs / "r.csv"
+    lines = whole.split(b"\n")
+    header_fields = lines[0].count(b",") + 1
+    for damaged, match in ((cut, r"line 4: the file ends inside it \(a row cut short\)"),
+                           (b"\n".join(lines[:2] + [lines[2][:40]] + lines[3:]),
+                            f"line 3: 4 fields where the header has {header_fields} \\(a row cut short\\)")):
+        out.write_bytes(damaged)
+        with pytest.raises(GridError, match=match):
+            check_results_path(out)
+        with pytest.raises(GridError, match=match + ".*delete the row"):
+            run_sweep(grid, out, serial=True, progress=False)
+        assert out.read_bytes() == damaged
+    out.write_bytes(cut + b"\n")  # a line end cannot hide the cut: its inputs no longer digest
+    with pytest.raises(GridError, match=r"line 4: inputs = .* is not a JSON object \(a row with inputs that do not match"):
+        read_results(out)
+
+
+@pytest.mark.parametrize("column, value", [("tokens_per_s", "-1e308"), ("j_per_token", "inf"),
+                                           ("ttft_s_p99", "nan"), ("slo_attainment", "1.5"), ("requests", "60.5")])
+def test_a_row_with_a_value_out_of_range_is_refused(inputs, shared_data, column, value):
+    """A hand-edited figure no run can give (negative throughput, infinite energy, NaN latency,
+    attainment above 1, a fractional count) is neither reused nor plotted: the file is refused,
+    naming the line and the value, and left as it was."""
+    import csv
+
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:2"]', limit=60)
+    fresh = inputs / "fresh.csv"
+    run_sweep(load_grid(grid_path), fresh, serial=True, progress=False)
+    header, *rows = list(csv.reader(fresh.read_text().splitlines()))
+    rows[1][header.index(column)] = value
+    out = inputs / "r.csv"
+    with out.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([header, *rows])
+    before = out.read_bytes()
+    with pytest.raises(GridError, match=f"line 3: {column} = .*a row with a value out of range"):
+        run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert out.read_bytes() == before

@@ -30,7 +30,7 @@ A grid is a TOML file; paths in it are relative to the file's folder::
     router = ["round_robin", "least_outstanding"]
 
 Every point is named by its axis values (``point_id``); its row is reused on a later run only
-when a digest of all its inputs matches (``specsim.studies.sweep.run.point_inputs``).
+when a digest of all its inputs matches (``specsim.studies.sweep.results.point_inputs``).
 """
 
 from __future__ import annotations

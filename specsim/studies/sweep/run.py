@@ -3,21 +3,21 @@ kept on disk after every point so that an interrupted sweep resumes where it sto
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 
-from specsim._checks import request_size_problem, show
+from specsim._checks import request_size_problem
 from specsim._executor import Executor, check_scheduler, check_workers, choose
-from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, read_input
 from specsim.errors import GridError, SpecsimError
-from specsim.studies.sweep.grid import INPUT_AXES, RUN_AXES, Grid, point_id, point_options
+from specsim.studies.sweep.grid import INPUT_AXES, Grid, point_id, point_options
+from specsim.studies.sweep.results import (
+    _changed_parts, check_results_path, file_digest, inputs_digest, point_inputs, read_results, requests_digest,
+    write_results,
+)
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
@@ -99,201 +99,6 @@ def result_row(point: dict, summary: dict) -> dict:
     return row
 
 
-# -- results files ----------------------------------------------------------------------------------
-
-def _is_parquet(path) -> bool:
-    return str(path).lower().endswith((".parquet", ".pq"))
-
-
-# Columns that hold names, not numbers, whatever their text looks like (a point id can be all
-# digits, or read as a float like "1e5").
-TEXT_COLUMNS = ("point_id", "inputs_digest", "inputs", "run_digest", "trace", "table", "calibration", "policy", "label",
-                "depth_histogram", "router")
-
-
-# -- what a point's row depends on ----------------------------------------------------------------
-#
-# A row is reused on a later run only when every input it was computed from is the same: the
-# trace's requests (after the reader's options), the table's and the calibration's files, the
-# server options, the point's run axes (policy, traffic scale, replicas, router; seeds included, a
-# server option), the SLO and the engine's semantics version. Each is digested on its own, so a
-# resume can say which input changed.
-INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine")
-
-
-def _sha(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def _canonical(value) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
-def requests_digest(requests) -> str:
-    """Digest of a request array's content: every field's name, dtype and values."""
-    import numpy as np
-
-    parts = []
-    for name in requests.dtype.names:
-        column = np.ascontiguousarray(requests[name])
-        parts.append(name.encode() + b":" + column.dtype.str.encode() + b":" + column.tobytes())
-    return _sha(b"\0".join(parts))
-
-
-def file_digest(path) -> str:
-    return _sha(Path(path).read_bytes())
-
-
-def server_digest(options: dict) -> str:
-    """Digest of a point's server options; a prefill curve counts by its values, not its path."""
-    import numpy as np
-
-    opts = dict(options)
-    if opts.get("prefill_curve") is not None:
-        curve = ServerOptions(prefill_curve=opts["prefill_curve"]).prefill_curve
-        opts["prefill_curve"] = _sha(b"|".join(np.ascontiguousarray(c, dtype=np.float64).tobytes() for c in curve))
-    return _sha(_canonical(opts))
-
-
-def point_inputs(grid: Grid, point: dict, digests: dict) -> dict:
-    """The digests of everything one point's row depends on, by :data:`INPUT_PARTS`.
-
-    ``digests`` maps ``(kind, name)`` (kind ``trace``, ``table`` or ``calibration``) to the
-    content digest of that input.
-    """
-    run = {k: v for k, v in point.items() if k in RUN_AXES}
-    return {
-        "trace": digests[("trace", point["trace"])],
-        "table": digests[("table", point["table"])],
-        "calibration": digests[("calibration", point["calibration"])],
-        "server": server_digest(point_options(grid, point)),
-        "run": _sha(_canonical(run)),
-        "slo": _sha(_canonical(grid.slo)),
-        "engine": ENGINE_SEMANTICS,
-    }
-
-
-def inputs_digest(inputs: dict) -> str:
-    """One digest of a point's input digests (the ``inputs_digest`` column)."""
-    return _sha(_canonical(inputs))
-
-
-def _changed_parts(row: dict, inputs: dict) -> list:
-    """Which inputs of a kept row differ from this run's (all of them when the row has none)."""
-    try:
-        kept = json.loads(row.get("inputs") or "")
-    except (TypeError, ValueError):
-        return ["unrecorded"]
-    if not isinstance(kept, dict):
-        return ["unrecorded"]
-    return [part for part in INPUT_PARTS if kept.get(part) != inputs[part]] or ["digest"]
-
-
-def check_results_path(path) -> None:
-    """Refuse a results path that is not .csv/.parquet, or a file that is not sweep results."""
-    path = Path(path)
-    if not str(path).lower().endswith((".csv", ".parquet", ".pq")):
-        raise GridError(f"{path}: results go to a .csv or .parquet file")
-    if path.is_dir():
-        raise GridError(f"{path}: is a folder; give a results file name")
-    read_results(path)
-
-
-def read_results(path) -> list:
-    """Rows of an existing results file (CSV or Parquet), or [] when there is none."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    not_results = f"{path}: not a sweep results file (no point_id column); choose another -o"
-    if _is_parquet(path):
-        pq = _pyarrow_parquet()
-        try:
-            table = pq.read_table(path)
-        except Exception as e:  # pyarrow raises its own error classes for a damaged file
-            raise GridError(f"{path}: cannot read it as Parquet ({e}); choose another -o") from None
-        if "point_id" not in table.column_names:
-            raise GridError(not_results)
-        rows = table.to_pylist()
-        bad = next((i for i, r in enumerate(rows) if not isinstance(r["point_id"], str)), None)
-        if bad is not None:
-            raise GridError(f"{path}: row {bad + 1}: point_id = {show(rows[bad]['point_id'])} is not a point id; "
-                            "choose another -o")
-        return rows
-    what = "the sweep results file"
-    text = decode_text(read_input(path, what, GridError), what, path, GridError)
-    header, rows = csv_rows(text, what, path, GridError)
-    if header is None:
-        return []
-    if "point_id" not in header:
-        raise GridError(not_results)
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise GridError(f"{path}:1: the header names {', '.join(map(show, dup[:5]))} twice; choose another -o")
-    out = []
-    for line, row in rows:
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise GridError(f"{path}:{line}: {len(row)} fields where the header has {len(header)}; "
-                            "the file is damaged: repair or delete it, or choose another -o")
-        out.append({k: (v if k in TEXT_COLUMNS else _from_text(v)) for k, v in zip(header, row)})
-    return out
-
-
-def write_results(path, rows, columns) -> None:
-    """All rows, atomically (a reader never sees a half-written file)."""
-    if _is_parquet(path):
-        pa = _pyarrow()
-        pq = _pyarrow_parquet()
-        table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows])
-        buf = io.BytesIO()
-        pq.write_table(table, buf)
-        atomic_write_bytes(path, buf.getvalue())
-        return
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for r in rows:
-        writer.writerow(["" if r.get(c) is None else _to_text(r.get(c)) for c in columns])
-    atomic_write_text(path, out.getvalue())
-
-
-def _to_text(value):
-    if isinstance(value, float):
-        return repr(value)
-    return value
-
-
-def _from_text(text):
-    if text == "":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:  # also Python's refusal of integers past 4,300 digits
-            pass
-    if text in ("True", "False"):
-        return text == "True"
-    return text
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-    except ImportError:
-        raise GridError("writing Parquet needs pyarrow (pip install pyarrow), or give a .csv path") from None
-    return pyarrow
-
-
-def _pyarrow_parquet():
-    _pyarrow()
-    import pyarrow.parquet as pq
-
-    return pq
-
-
 # -- the sweep --------------------------------------------------------------------------------------
 
 def _load_inputs(grid: Grid, points):
@@ -367,6 +172,12 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
         print(f"specsim sweep: {note}", file=sys.stderr)
     columns = list(next(iter(kept.values())).keys()) if kept else None
     rows = dict(kept)
+    order = {point_id(p): i for i, p in enumerate(grid.points)}
+
+    def write():
+        ordered = sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
+        write_results(out, ordered, columns)
+
 
     def save(row):
         nonlocal columns
@@ -379,9 +190,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
             columns = list(row.keys())
         else:
             columns += [c for c in row if c not in columns]
-        order = {point_id(p): i for i, p in enumerate(grid.points)}
-        ordered = sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
-        write_results(out, ordered, columns)
+        write()
 
     n_workers = 1
     if todo:
