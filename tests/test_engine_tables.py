@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specsim.cli import main
+from specsim._checks import MAX_POWER_W, MIN_POWER_W
 from specsim.errors import TableError
 from specsim.measure.engine_tables import MIN_CELL_SAMPLES, import_table, sglang_samples, trtllm_samples
 from specsim.table import SCHEMA, CostTable, TableKey
@@ -170,7 +171,8 @@ def test_sglang_decode_lines_fit_plain_decode_cells(tmp_path):
     t = fitted.table
     assert t.widths.tolist() == [1, 8, 32] and t.max_k == 0
     assert t.extras[1, 0] == {"samples": 5, "source": "measured"}  # the line after the prefill is kept apart
-    assert fitted.kept_apart == {"intervals with a prefill batch": 1, "speculative lines (depth not logged)": 1}
+    assert fitted.kept_apart == {"idle lines (0 running requests or 0 gen throughput)": 0,
+                                 "intervals with a prefill batch": 1, "speculative lines (depth not logged)": 1}
     for n in (1, 8, 32):
         assert t.cell(n, 0).verify_ms == pytest.approx(verify_ms(n, 0), rel=1e-3)
     assert t.meta["steps_per_sample"] == 40
@@ -236,3 +238,194 @@ def test_joules_from_an_nvml_log(tmp_path, capsys):
                  "--nvml-log", str(log), "-o", str(out)]) == 0
     assert "mean 550.0 W" in capsys.readouterr().out
     assert CostTable.load(out).meta["power_log"] == "power.csv"
+
+
+# -- what a line may hold: refused where it is read ------------------------------------------------
+def import_trtllm(path, **kw):
+    return import_table([path], "trtllm-iterations", KEY, **({"power_w": 300.0} | kw))
+
+
+def test_unreadable_and_non_object_lines_are_refused_naming_each_line(tmp_path):
+    path = tmp_path / "iters.jsonl"
+    good = "\n".join(json.dumps(d) for d in grid_docs())
+    path.write_text(good + '\n{"iter": 7, "iterLat\n[1, 2, 3]\n42\n"x"\n[]\n')
+    first = len(grid_docs()) + 1
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    said = str(e.value)
+    assert "(4 problems)" in said
+    assert f"{path}:{first}: not a JSON value" in said
+    assert f"{path}:{first + 1}: a JSON array of non-objects" in said
+    assert f"{path}:{first + 2}: a bare JSON number" in said
+    assert f"{path}:{first + 3}: a bare JSON string" in said
+    # An empty scrape (an idle serve's `[]`) is no problem.
+    path.write_text(good + "\n[]\n")
+    assert import_trtllm(path).table.widths.tolist() == [1, 4, 16]
+
+
+def test_cli_refuses_a_truncated_line_without_writing(tmp_path, capsys):
+    path = tmp_path / "iters.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in grid_docs()) + '\n{"iter": 7, "iterLat')
+    out = tmp_path / "t.toml"
+    assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "b", "--recipe", "r",
+                 "--assume-power-w", "300", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{len(grid_docs()) + 1}: not a JSON value" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_refusal_counts_its_problems(tmp_path):
+    path = trtllm_file(tmp_path, grid_docs() + [iteration(900 + j, 4, 0, latency=-1.0) for j in range(20)])
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    assert "the iteration stats are refused (20 problems)" in str(e.value) and len(e.value.problems) == 20
+
+
+def with_batch(doc, **fields):
+    doc["inflightBatchingStats"] |= fields
+    return doc
+
+
+def with_spec(doc, **fields):
+    doc["specDecodingStats"] |= fields
+    return doc
+
+
+@pytest.mark.parametrize("doc,message", [
+    (with_batch(iteration(7, 4, 0), numGenRequests="4"), "numGenRequests = '4' is not a count"),
+    (with_batch(iteration(7, 4, 0), numGenRequests=True), "numGenRequests = True is not a count"),
+    (with_batch(iteration(7, 4, 0), numContextRequests="0"), "numContextRequests = '0' is not a count"),
+    (with_batch(iteration(7, 4, 0), numScheduledRequests=4.5), "numScheduledRequests = 4.5 is not a count"),
+    (with_spec(iteration(7, 4, 2), numDraftTokens="8"),
+     "specDecodingStats needs numDraftTokens, numAcceptedTokens and numRequestsWithDraftTokens as JSON whole numbers "
+     ">= 0 (numDraftTokens = '8', numAcceptedTokens = 4, numRequestsWithDraftTokens = 4)"),
+    (with_spec(iteration(7, 4, 2), numRequestsWithDraftTokens=False),
+     "specDecodingStats needs numDraftTokens, numAcceptedTokens and numRequestsWithDraftTokens as JSON whole numbers "
+     ">= 0 (numDraftTokens = 8, numAcceptedTokens = 4, numRequestsWithDraftTokens = False)"),
+    (iteration(7, 4, 0, latency="12"), "iterLatencyMS = '12' is not a latency"),
+    (iteration(7, 4, 0, latency=True), "iterLatencyMS = True is not a latency"),
+])
+def test_numeric_fields_must_be_json_numbers(tmp_path, doc, message):
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    assert f"{path}:{len(grid_docs()) + 1} (iter 7): {message}" in str(e.value)
+
+
+@pytest.mark.parametrize("doc,message", [
+    (iteration(7, 4, 0, latency=1e308),
+     "iterLatencyMS = 1e+308 is not a latency (a JSON number of ms in 1e-06..8.64e+07)"),
+    (iteration(7, 4, 0, latency=1e-320), "iterLatencyMS = 1e-320 is not a latency"),
+    (iteration(7, 4, 0, latency=86_400_001.0), "iterLatencyMS = 86400001.0 is not a latency"),
+    (iteration(7, 4, 300),
+     "numDraftTokens / numRequestsWithDraftTokens = 300 drafts per request is beyond the deepest depth a table "
+     "holds (255)"),
+    (iteration(7, 1 << 21, 0), f"numGenRequests = {1 << 21} is not a count (a JSON whole number in 0..1,048,576"),
+    (iteration(7, 4, 2, draftOverhead=0.0), "draftOverhead = 0.0: an iteration that drafts needs the share"),
+    (iteration(7, 4, 2, draftOverhead=1e-300), "iterLatencyMS x draftOverhead (draft time) = "),
+])
+def test_extreme_values_are_refused_at_their_line(tmp_path, doc, message):
+    path = trtllm_file(tmp_path, grid_docs() + [doc] * 6)
+    line = len(grid_docs()) + 1
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    said = str(e.value)
+    assert f"{path}:{line} (iter 7): {message}" in said
+    assert "cells[" not in said and len(said.splitlines()) == 1 + 6
+
+
+def test_extreme_latencies_reach_the_user_without_numpy_warnings(tmp_path, capsys):
+    path = trtllm_file(tmp_path, grid_docs() + [iteration(7, 4, 0, latency=1e308)] * 6)
+    out = tmp_path / "t.toml"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "b", "--recipe",
+                     "r", "--assume-power-w", "300", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{len(grid_docs()) + 1} (iter 7): iterLatencyMS = 1e+308" in err
+    assert "RuntimeWarning" not in err and "cells[" not in err and not out.exists()
+
+
+def test_nvml_readings_and_mean_are_bounded(tmp_path):
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    path = trtllm_file(tmp_path, grid_docs())
+    log = tmp_path / "power.csv"
+    log.write_text("timestamp, index, power.draw [W]\n2025/06/01 10:00:00.000, 0, 300.00 W\n"
+                   "2025/06/01 10:00:00.000, 1, 1e308 W\n2025/06/01 10:00:00.100, 0, 1000001 W\n")
+    with pytest.raises(TableError) as e:
+        import_trtllm(path, power_w=None, nvml_log=log)
+    said = str(e.value)
+    assert f"{log}:3: power.draw = '1e308 W' is not a power (watts in 0..1e+06)" in said
+    assert f"{log}:4: power.draw = '1000001 W'" in said and "cells[" not in said
+    log.write_text("timestamp, index, power.draw [W]\n2025/06/01 10:00:00.000, 0, 0.00 W\n")
+    with pytest.raises(TableError, match=r"mean board power 0 W is outside 0.001..1e\+06 W"):
+        nvml_log_power_w(log)
+    log.write_text("timestamp, index, power.draw [W]\n2025/06/01 10:00:00.000, 0, 1000000 W\n"
+                   "2025/06/01 10:00:00.000, 1, 50 W\n")
+    with pytest.raises(TableError, match="mean board power 1.00005e\\+06 W is outside"):
+        nvml_log_power_w(log)
+
+
+@pytest.mark.parametrize("watts,ok", [(1e-320, False), (0.0, False), (-5.0, False), (MIN_POWER_W, True),
+                                      (MAX_POWER_W, True), (MAX_POWER_W * 1.01, False)])
+def test_assumed_power_is_bounded_at_both_ends(tmp_path, watts, ok):
+    path = trtllm_file(tmp_path, grid_docs())
+    if ok:
+        t = import_trtllm(path, power_w=watts).table
+        assert np.isfinite(t.costs).all() and (t.costs[:, 0, 1] > 0).all()
+    else:
+        with pytest.raises(TableError) as e:
+            import_trtllm(path, power_w=watts)
+        assert f"must be >= {MIN_POWER_W:g} and <= {MAX_POWER_W:g} W" in str(e.value)
+
+
+def test_cli_refuses_a_vanishing_assumed_power(tmp_path, capsys):
+    path = trtllm_file(tmp_path, grid_docs())
+    out = tmp_path / "t.toml"
+    assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "b", "--recipe", "r",
+                 "--assume-power-w", "1e-320", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--assume-power-w = 1e-320 must be >= 0.001" in err and "Traceback" not in err and not out.exists()
+
+
+# -- SGLang lines ---------------------------------------------------------------------------------
+def test_sglang_idle_lines_are_counted_as_kept_apart(tmp_path):
+    idle = decode_line(4, 10.0).replace("gen throughput (token/s): 400.00", "gen throughput (token/s): 0.00")
+    nobody = decode_line(0, 10.0).replace("gen throughput (token/s): nan", "gen throughput (token/s): 0.00")
+    lines = [decode_line(4, 10.0)] * 6 + [idle, idle, nobody]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    fitted = import_table([path], "sglang-log", KEY, power_w=300.0)
+    assert fitted.kept_apart["idle lines (0 running requests or 0 gen throughput)"] == 3
+    assert fitted.table.meta["kept_apart_idle_lines"] == 3
+    path.write_text("\n".join([idle] * 8) + "\n")
+    with pytest.raises(TableError, match=r"no decode iterations.*kept apart: 8 idle lines"):
+        import_table([path], "sglang-log", KEY, power_w=300.0)
+
+
+@pytest.mark.parametrize("running,message", [
+    ("-4", "#running-req = -4 is not a batch width (a whole number in 0..1,048,576)"),
+    ("99999999999999999999", "#running-req = 99999999999999999999 is not a batch width"),
+    (str((1 << 20) + 1), f"#running-req = {(1 << 20) + 1} is not a batch width"),
+    ("4.5", "#running-req = 4.5 is not a batch width"),
+])
+def test_sglang_running_requests_out_of_range(running, message):
+    bad = decode_line(4, 10.0).replace("#running-req: 4,", f"#running-req: {running},")
+    with pytest.raises(TableError) as e:
+        sglang_samples(decode_line(4, 10.0) + "\n" + bad + "\n", "x.log")
+    assert f"x.log:2: {message}" in str(e.value) and "without #running-req" not in str(e.value)
+
+
+@pytest.mark.parametrize("throughput,message", [
+    ("1e-300", "#running-req 4 at gen throughput (token/s) 1e-300 is a step of 4e+303 ms, outside 1e-06..8.64e+07"),
+    ("1e308", "#running-req 4 at gen throughput (token/s) 1e308 is a step of 4e-305 ms, outside"),
+    ("1..2", "gen throughput (token/s) = 1..2 is not a throughput"),
+])
+def test_sglang_steps_out_of_range_are_refused_at_their_line(throughput, message):
+    bad = decode_line(4, 10.0).replace("gen throughput (token/s): 400.00", f"gen throughput (token/s): {throughput}")
+    with pytest.raises(TableError) as e:
+        sglang_samples(decode_line(4, 10.0) + "\n" + bad + "\n", "x.log")
+    assert f"x.log:2: {message}" in str(e.value)

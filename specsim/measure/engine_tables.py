@@ -22,20 +22,31 @@ samples it rests on (``samples``; 0 for a completed one) and ``source`` (``measu
 ``width-fit``, ``depth-fit``). Joules are the ``--assume-power-w`` power times time
 (``[meta] energy_source = "assumed"``), or the mean board power of an NVML log (``--nvml-log``,
 ``energy_source = "nvml-log-mean"``) times time.
+
+Every value is checked on the line it is read from, so that no extreme value reaches the fit: a
+latency (a TensorRT-LLM iteration, its verify and draft parts, an SGLang line's mean step) lies in
+``MIN_SAMPLE_MS..MAX_SAMPLE_MS``; a width in ``0..MAX_WIDTH`` and a depth in ``0..MAX_DEPTH`` (the
+table's limits); a power (``--assume-power-w``, the NVML log's mean) in ``MIN_POWER_W..MAX_POWER_W``
+and each NVML reading in ``0..MAX_POWER_W``. Counts and latencies are JSON numbers (a string or a
+boolean is refused), and a line that is not iteration stats (unreadable JSON, a bare number or a
+list of non-objects) is refused: a table rests on every line of its files or is not written.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from specsim.errors import CalibrationError, TableError
-from specsim._checks import MAX_POWER_W, check_number
+from specsim._checks import (
+    COUNT_MAX, MAX_DEPTH, MAX_POWER_W, MAX_SECONDS, MAX_WIDTH, MIN_POWER_W, check_number, digits_int, show,
+)
 from specsim._io import csv_rows, decode_text, read_input
-from specsim.interop._records import Tally, as_count, json_documents, read_text, walk
+from specsim.interop._records import Tally, json_documents, read_text, walk
 from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
 from specsim.interop.trtllm import spec_field, spec_stats
 from specsim.table import Cell, CostTable
@@ -43,6 +54,14 @@ from specsim.table import Cell, CostTable
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
 on; a cell with fewer is refused and left out of the table."""
+
+MIN_SAMPLE_MS = 1e-6
+"""Shortest time a sample may give a step or its verify or draft part, in ms (a nanosecond: no
+engine steps faster; joules at :data:`~specsim._checks.MIN_POWER_W` stay far above 0)."""
+
+MAX_SAMPLE_MS = 1000.0 * MAX_SECONDS
+"""Longest time a sample may give a step, in ms (one day: far past any real step, and small enough
+that the table's joules at :data:`~specsim._checks.MAX_POWER_W` stay finite)."""
 
 ENGINE_FORMATS = {
     "trtllm-iterations": "TensorRT-LLM per-iteration stats (JSON or JSON Lines, camelCase or snake_case)",
@@ -86,12 +105,59 @@ def _first(d, names):
     return None, None
 
 
+def _count(value, high=None):
+    """A JSON count (an int, or an integral float such as ``12.0``) in ``0..high``, else None;
+    a string or a boolean is not a count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    return value if 0 <= value <= (COUNT_MAX if high is None else high) else None
+
+
+def _ms_problem(value, name):
+    """None if ``value`` is a JSON number of ms in ``MIN_SAMPLE_MS..MAX_SAMPLE_MS``, else what is
+    wrong with it."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        MIN_SAMPLE_MS <= float(value) <= MAX_SAMPLE_MS  # NaN fails both comparisons
+    return None if ok else (f"{name} = {show(value)} is not a latency (a JSON number of ms in "
+                            f"{MIN_SAMPLE_MS:g}..{MAX_SAMPLE_MS:g})")
+
+
+def _refuse(what, problems):
+    """Raise the refusal of a file: ``what`` and how many problems, then the problems (the first
+    screenful, one a line)."""
+    raise TableError(f"{what} ({len(problems):,} problem{'s' if len(problems) > 1 else ''})", problems)
+
+
+def _not_stats(doc):
+    """Why a JSON Lines document cannot be iteration stats (None: it can, or is an empty list)."""
+    if isinstance(doc, dict):
+        return None
+    if isinstance(doc, list):
+        if all(isinstance(v, (dict, list)) for v in doc):
+            return None
+        return "a JSON array of non-objects, not iteration stats"
+    kind = "null" if doc is None else "boolean" if isinstance(doc, bool) else \
+        "string" if isinstance(doc, str) else "number"
+    return f"a bare JSON {kind}, not iteration stats"
+
+
 def trtllm_samples(text: str, source: str) -> Samples:
     """Decode samples of TensorRT-LLM iteration stats; refuses (naming file, line and field)
-    negative or NaN latencies and counts that contradict each other."""
+    unreadable lines, latencies outside ``MIN_SAMPLE_MS..MAX_SAMPLE_MS``, counts that are not JSON
+    whole numbers, widths and depths beyond the table's limits and counts that contradict."""
     tally, lines = Tally(), []
     docs = json_documents(text, source, tally, lines)
-    problems, decode = [], []
+    problems = [f"{p} (delete or complete the line)" for p in tally.problems]
+    if len(docs) > 1 or tally.garbage:  # JSON Lines: every line is a document of iteration stats
+        for doc, line in zip(docs, lines):
+            why = _not_stats(doc)
+            if why:
+                problems.append(f"{source}:{line}: {why} (delete the line)")
+    decode = []
     kept = {"prefill or mixed iterations": 0, "iterations without generation requests": 0}
     seen = 0
     for doc, line in zip(docs, lines):
@@ -100,21 +166,26 @@ def trtllm_samples(text: str, source: str) -> Samples:
             seen += 1
             where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
             if "iter" in it:
-                where += f" (iter {it['iter']})"
+                where += f" (iter {show(it['iter'], 30)})"
             name, raw = _first(it, _LATENCY)
-            latency = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
-            if latency is None or not math.isfinite(latency) or latency <= 0:
-                problems.append(f"{where}: {name} = {raw!r} is not a latency (a finite number of ms > 0)")
+            bad = _ms_problem(raw, name)
+            if bad:
+                problems.append(f"{where}: {bad}")
                 continue
+            latency = float(raw)
             _, batch = _first(it, _BATCH)
             counts = {}
             for f, names in _BATCH_FIELDS.items():
                 fname, v = _first(batch, names) if isinstance(batch, dict) else (None, None)
                 if fname is not None:
-                    c = as_count(v)
+                    high = MAX_WIDTH if f == "gen" else None
+                    c = _count(v, high)
                     if c is None:
-                        problems.append(f"{where}: {fname} = {v!r} is not a count")
+                        limit = f" in 0..{MAX_WIDTH:,}, the widest a table holds" if high else " >= 0"
+                        problems.append(f"{where}: {fname} = {show(v, 30)} is not a count (a JSON whole number{limit})")
                     counts[f] = c
+            if None in counts.values():
+                continue
             if counts.get("gen") is None:
                 problems.append(f"{where}: no inflightBatchingStats.numGenRequests (num_gen_requests): the "
                                 "iteration's width is unknown")
@@ -129,24 +200,36 @@ def trtllm_samples(text: str, source: str) -> Samples:
             drafts = requests = 0
             overhead = 0.0
             if stats is not None:
-                drafts, accepted, requests = (as_count(spec_field(stats, f))
-                                              for f in ("drafts", "accepted", "requests"))
+                raws = [spec_field(stats, f) for f in ("drafts", "accepted", "requests")]
+                drafts, accepted, requests = (_count(v) for v in raws)
                 if None in (drafts, accepted, requests):
+                    got = ", ".join(f"{f} = {show(v, 30)}" for f, v in
+                                    zip(("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens"), raws))
                     problems.append(f"{where}: specDecodingStats needs numDraftTokens, numAcceptedTokens and "
-                                    "numRequestsWithDraftTokens as counts")
+                                    f"numRequestsWithDraftTokens as JSON whole numbers >= 0 ({got})")
                     continue
                 bad = _contradiction(drafts, accepted, requests, gen)
                 if bad:
                     problems.append(f"{where}: {bad}")
                     continue
                 if drafts:
+                    if drafts // requests > MAX_DEPTH:
+                        problems.append(f"{where}: numDraftTokens / numRequestsWithDraftTokens = "
+                                        f"{drafts // requests:,} drafts per request is beyond the deepest depth a "
+                                        f"table holds ({MAX_DEPTH})")
+                        continue
                     raw = spec_field(stats, "overhead")
-                    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0.0 <= raw < 1.0
+                    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0.0 < raw < 1.0
                     if not ok:
-                        problems.append(f"{where}: draftOverhead = {raw!r}: an iteration that drafts needs the share "
-                                        "of its latency spent drafting, in [0, 1)")
+                        problems.append(f"{where}: draftOverhead = {show(raw)}: an iteration that drafts needs the "
+                                        "share of its latency spent drafting, in (0, 1)")
                         continue
                     overhead = float(raw)
+                    bad = (_ms_problem(latency * overhead, f"{name} x draftOverhead (draft time)")
+                           or _ms_problem(latency * (1.0 - overhead), f"{name} x (1 - draftOverhead) (verify time)"))
+                    if bad:
+                        problems.append(f"{where}: {bad}")
+                        continue
             if gen == 0:
                 kept["iterations without generation requests"] += 1
                 continue
@@ -156,7 +239,7 @@ def trtllm_samples(text: str, source: str) -> Samples:
             depth = drafts // requests if drafts else 0
             decode.append(Sample(where, gen, depth, latency * (1.0 - overhead), latency * overhead))
     if problems:
-        raise TableError(f"{source}: the iteration stats are refused", problems)
+        _refuse(f"{source}: the iteration stats are refused", problems)
     if seen == 0:
         raise TableError(f"{source}: no TensorRT-LLM iteration stats (no object with iterLatencyMS or "
                          "iter_latency_ms): enable iteration perf stats and save /metrics")
@@ -179,11 +262,22 @@ def _contradiction(drafts, accepted, requests, gen):
 
 
 # -- SGLang ------------------------------------------------------------------------------------
+# The #running-req field as written (the reader's own pattern takes digits only, so a negative or
+# malformed count would read as a missing one).
+_RUNNING_TEXT = re.compile(r"#running-req:\s*([^\s,]*)")
+
+
+def _logged(text):
+    """A field's text as logged, for a message (quoted and cut when empty or long)."""
+    return text if 0 < len(text) <= 30 else show(text, 30)
+
+
 def sglang_samples(text: str, source: str, interval=None) -> Samples:
     """Plain-decode samples of SGLang ``Decode batch`` lines: ``#running-req`` over the line's
     generation throughput is the mean step of its interval."""
     problems, decode = [], []
-    kept = {"intervals with a prefill batch": 0, "speculative lines (depth not logged)": 0}
+    kept = {"idle lines (0 running requests or 0 gen throughput)": 0, "intervals with a prefill batch": 0,
+            "speculative lines (depth not logged)": 0}
     lines = 0
     prefilled = False
     for i, line in enumerate(text.splitlines(), 1):
@@ -195,19 +289,33 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
         lines += 1
         where = f"{source}:{i}"
         mixed, prefilled = prefilled, False
-        running = as_count(fields["running"]) if fields["running"] is not None else None
-        raw = fields["throughput"]
-        throughput = float(raw) if raw is not None else None
-        if running is None:
+        found = _RUNNING_TEXT.search(line)
+        if found is None:
             problems.append(f"{where}: a Decode batch line without #running-req")
             continue
-        if throughput is None:
+        running = digits_int(found.group(1))
+        if running is None or running > MAX_WIDTH:
+            problems.append(f"{where}: #running-req = {_logged(found.group(1))} is not a batch width (a whole "
+                            f"number in 0..{MAX_WIDTH:,})")
+            continue
+        raw = fields["throughput"]
+        if raw is None:
             problems.append(f"{where}: a Decode batch line without `gen throughput (token/s)`")
             continue
+        try:
+            throughput = float(raw)
+        except ValueError:
+            throughput = math.nan
         if not math.isfinite(throughput) or throughput < 0:
-            problems.append(f"{where}: gen throughput (token/s) = {raw} is not a throughput (finite, >= 0)")
+            problems.append(f"{where}: gen throughput (token/s) = {_logged(raw)} is not a throughput (finite, >= 0)")
             continue
         if running == 0 or throughput == 0:
+            kept["idle lines (0 running requests or 0 gen throughput)"] += 1
+            continue
+        step_ms = 1000.0 * running / throughput
+        if not MIN_SAMPLE_MS <= step_ms <= MAX_SAMPLE_MS:
+            problems.append(f"{where}: #running-req {running:,} at gen throughput (token/s) {_logged(raw)} is a "
+                            f"step of {step_ms:.3g} ms, outside {MIN_SAMPLE_MS:g}..{MAX_SAMPLE_MS:g}")
             continue
         if fields["accept_len"] is not None:
             kept["speculative lines (depth not logged)"] += 1
@@ -215,9 +323,9 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
         if mixed:
             kept["intervals with a prefill batch"] += 1
             continue
-        decode.append(Sample(where, running, 0, 1000.0 * running / throughput, 0.0))
+        decode.append(Sample(where, running, 0, step_ms, 0.0))
     if problems:
-        raise TableError(f"{source}: the SGLang log is refused", problems)
+        _refuse(f"{source}: the SGLang log is refused", problems)
     if lines == 0:
         raise TableError(f"{source}: no SGLang `Decode batch` line")
     return Samples(decode, kept, interval or DECODE_LOG_INTERVAL)
@@ -352,17 +460,23 @@ def nvml_log_power_w(path) -> tuple:
             watts = float(raw.removesuffix("W").strip())
         except ValueError:
             watts = float("nan")
-        if not math.isfinite(watts) or watts < 0:
-            problems.append(f"{path}:{line}: power.draw = {raw!r} is not a power (finite watts >= 0)")
+        if not 0.0 <= watts <= MAX_POWER_W:  # NaN fails too
+            problems.append(f"{path}:{line}: power.draw = {show(raw, 30)} is not a power (watts in "
+                            f"0..{MAX_POWER_W:g})")
             continue
         stamp = row[when].strip() if when is not None and when < len(row) else line
         gpus.add(row[gpu].strip() if gpu is not None and gpu < len(row) else "0")
         totals[stamp] = totals.get(stamp, 0.0) + watts
     if problems:
-        raise TableError(f"{path}: the NVML power log is refused", problems)
+        _refuse(f"{path}: the NVML power log is refused", problems)
     if not totals:
         raise TableError(f"{path}: the NVML power log holds no sample")
-    return float(np.mean(list(totals.values()))), len(totals), len(gpus)
+    mean = math.fsum(totals.values()) / len(totals)
+    if not MIN_POWER_W <= mean <= MAX_POWER_W:
+        raise TableError(f"{path}: the NVML power log's mean board power {mean:g} W is outside "
+                         f"{MIN_POWER_W:g}..{MAX_POWER_W:g} W (the bounds of --assume-power-w): is it the log of a "
+                         "busy GPU, in watts?")
+    return mean, len(totals), len(gpus)
 
 
 def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
@@ -382,7 +496,7 @@ def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
                   "energy_note": "joules are the log's mean board power (summed over its GPUs) times each cell's "
                                  "time: measured power, but one mean for every cell"}
     else:
-        power_w = check_number(power_w, "--assume-power-w", TableError, 0.0, MAX_POWER_W, low_open=True, unit="W")
+        power_w = check_number(power_w, "--assume-power-w", TableError, MIN_POWER_W, MAX_POWER_W, unit="W")
         energy = {"energy_source": "assumed", "assumed_power_w": float(power_w)}
     samples = read_samples(paths, fmt)
     return fit_table(samples, key, power_w=power_w, min_samples=min_samples, meta=meta, energy=energy, source=names)
