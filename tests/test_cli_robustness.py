@@ -518,3 +518,16 @@ def test_a_ctrl_c_swallowed_in_a_callback_from_c_still_ends_the_command_as_inter
     monkeypatch.setattr(cli, "_main", a_bug)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["simulate"])
+
+
+@pytest.mark.parametrize("text", ["0.8,,0.4", ",0.8", "0.8,", "0.8, ,0.4", ",", ""])
+def test_a_list_with_an_empty_item_is_refused_not_shifted(text):
+    """``--rates 0.8,,0.4`` once gave position 2 the rate meant for position 3."""
+    import argparse
+
+    from specsim.cli._common import float_list, int_list
+
+    for parse in (float_list, int_list):
+        with pytest.raises(argparse.ArgumentTypeError, match="is empty"):
+            parse(text)
+    assert float_list("0.8, 0.6") == [0.8, 0.6] and int_list("512,2048") == [512, 2048]

@@ -13,25 +13,37 @@ from specsim.errors import SpecsimError, TableError
 from specsim.interop import policy_file
 
 
+def _items(text: str, what: str) -> list:
+    """The comma-separated items of ``text``: none of them empty (``"0.8,,0.4"`` would shift every
+    later item's position, ``"1,2,"`` is a typo), in ASCII."""
+    if not _ascii(text).strip():
+        raise argparse.ArgumentTypeError("the list is empty")
+    items = text.split(",")
+    empty = [i for i, v in enumerate(items, 1) if not v.strip()]
+    if empty:
+        raise argparse.ArgumentTypeError(f"{show(text)}: item {empty[0]} of {len(items)} is empty; give a "
+                                         f"comma-separated list of {what} with nothing between two commas")
+    return items
+
+
 def int_list(text: str):
     """``"1,2,4"`` -> ``[1, 2, 4]`` for argparse ``type=``."""
+    items = _items(text, "integers")
     try:
-        values = [int(v) for v in _ascii(text).split(",") if v.strip()]
+        return [int(v) for v in items]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not values:
-        raise argparse.ArgumentTypeError("the list is empty")
-    return values
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of integers") from None
 
 
 def float_list(text: str):
-    """``"0.8,0.6"`` -> ``[0.8, 0.6]`` for argparse ``type=``: at least one finite number."""
+    """``"0.8,0.6"`` -> ``[0.8, 0.6]`` for argparse ``type=``: finite numbers."""
+    items = _items(text, "numbers")
     try:
-        values = [float(v) for v in _ascii(text).split(",") if v.strip()]
+        values = [float(v) for v in items]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of numbers") from None
-    if not values or not all(math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"{show(text)}: give at least one finite number")
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"{show(text)}: every item must be a finite number")
     return values
 
 

@@ -6,7 +6,7 @@ import sys
 
 from specsim.cli._common import count, slack
 from specsim.errors import ScheduleError
-from specsim._checks import show
+from specsim._checks import MAX_WIDTH, show
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
 from specsim.interop import ENGINES, export_schedule, import_file
@@ -80,11 +80,11 @@ def register(sub, groups):
 def _planner_ranges(args):
     import numpy as np
 
+    if args.widths_max is not None and not 1 <= args.widths_max <= MAX_WIDTH:
+        raise _error(f"--widths-max {args.widths_max:,}: give the widest batch to plan for, in 1..{MAX_WIDTH:,}")
     table = CostTable.load(args.planner[0])
     cal = AcceptanceCalibration.load(args.planner[1])
-    widest = args.widths_max or int(table.widths[-1])
-    if widest < 1:
-        raise _error("--widths-max must be >= 1")
+    widest = int(table.widths[-1]) if args.widths_max is None else args.widths_max
     depths = Planner(table, cal, slack=args.slack, memo=False).propose_many(np.arange(1, widest + 1))
     return ranges_from_depths(depths), (args.max_num_seqs if args.max_num_seqs is not None else int(table.widths[-1]))
 
