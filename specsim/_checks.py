@@ -129,7 +129,15 @@ def is_number(value) -> bool:
 
 def is_finite(value) -> bool:
     """A real number (not a boolean) that is neither infinite nor NaN."""
-    return is_number(value) and math.isfinite(float(value))
+    return is_number(value) and math.isfinite(_as_float(value))
+
+
+def _as_float(value) -> float:
+    """``float(value)`` of a real number; an integer past the floats is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str = "") -> str | None:
@@ -149,7 +157,7 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
     u = f" {unit}" if unit else ""
     if not is_number(value):
         return f"{name} = {show(value)} must be a number{u}"
-    v = float(value)
+    v = _as_float(value)
     if not math.isfinite(v):
         return f"{name} = {show(value)} must be finite"
     if v < low or (low_open and v == low) or v > high:

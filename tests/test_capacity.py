@@ -150,6 +150,8 @@ def test_bad_arguments():
         SLO(attainment=0.9)
     with pytest.raises(SimulationError, match="seconds"):
         SLO(ttft_s=-1.0)
+    with pytest.raises(SimulationError, match="must be finite"):
+        SLO(tpot_s=10**400)  # an int past the floats: it raised a bare OverflowError
     with pytest.raises(CapacityError, match="not both"):
         capacity(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo=SLO(ttft_s=1.0))
     with pytest.raises(CapacityError, match="below one unit"):

@@ -87,6 +87,11 @@ def test_propose_refuses_bad_slack_and_width():
         propose_depth(TIE, cal([0.5]), 1, -0.1, 8)
     with pytest.raises(PlanError, match="non-negative"):
         propose_depth(TIE, cal([0.5]), -1, 0.0, 8)
+    for bad in ("0.2", b"0.2", False, True, np.True_):  # a real number only: "0.2" and False were taken
+        with pytest.raises(PlanError, match="is not a number"):
+            Planner(TIE, cal([0.5]), slack=bad)
+    with pytest.raises(PlanError, match="outside"):
+        Planner(TIE, cal([0.5]), slack=10**400)
 
 
 def test_goodput_ignores_energy():
@@ -882,7 +887,8 @@ def test_sequence_depths_with_a_context_match_reference(tc, c, data, slack):
     assert planner.depths(arr, n_conf, known_a, k_max, budget).tolist() == without
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, -0.0, float("nan"), float("inf"), 10**400, "x", True])
+@pytest.mark.parametrize("bad", [0, -1.0, -0.0, float("nan"), float("inf"), 10**400, "x", "8", b"8", True, np.True_,
+                                 __import__("decimal").Decimal(8)])
 def test_planner_refuses_a_context_of_zero_or_less(bad):
     from specsim.errors import PlanError
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import few, is_int, show
+from specsim._checks import few, is_int, number_problem, show
 from specsim._io import read_input
 from specsim.errors import TableError
 from specsim.table import _format
@@ -327,21 +327,12 @@ _INT64_MAX = (1 << 63) - 1
 
 
 def check_context(value) -> float:
-    """A context (mean KV tokens per decoding sequence) as a float: finite and > 0."""
-    import math
-
-    if isinstance(value, bool):
-        raise TableError(f"context must be a number of tokens > 0, got {value!r}")
-    try:
-        c = float(value)
-    except OverflowError:  # an int past the floats: not finite
-        c = math.inf
-    except (TypeError, ValueError):
-        raise TableError(f"context must be a number of tokens > 0, got {show(value)}") from None
-    if not (math.isfinite(c) and c > 0):
+    """A context (mean KV tokens per decoding sequence) as a float: a real number (not a string,
+    bytes or a boolean), finite and > 0."""
+    if number_problem(value, "context", 0.0, low_open=True):
         raise TableError(f"context must be a finite number of tokens > 0 (mean KV tokens per decoding sequence), "
                          f"got {show(value)}")
-    return c
+    return float(value)
 
 
 def _axis_problems(cells, axis):
