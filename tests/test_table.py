@@ -458,3 +458,33 @@ def test_real_measured_grid_round_trips(shared_data):
                 got = t.cell(n, k)
                 assert (got is None) if want is None else same(got[2:], want)
         assert CostTable.parse(t.to_text()) == t
+
+
+def test_the_constructor_checks_the_arrays_the_kernels_index_unchecked():
+    """``CostTable(key, widths, costs)`` refuses arrays that disagree in shape (a lookup past the
+    costs read memory beyond the array: ``verify_ms = 1.7e-313``), an empty grid (a planner on it
+    answered 3), widths out of order, values the cell rules refuse, and a key that is not one."""
+    import numpy as np
+
+    from specsim.costmodel.defaults import demo_table
+
+    t = demo_table()
+    cases = {
+        "a row of costs for 9 widths": ((t.key, t.widths, t.costs[:1]), "costs must be a"),
+        "no widths": ((t.key, t.widths[:0], t.costs[:0]), "non-empty 1-D array"),
+        "descending widths": ((t.key, t.widths[::-1], t.costs), "ascend strictly"),
+        "fractional widths": ((t.key, t.widths + 0.5, t.costs), "whole numbers"),
+        "negative costs": ((t.key, t.widths, -t.costs), r"costs\[0, 0\] \(n=1, k=0\)"),
+        "NaN": ((t.key, t.widths, np.where(t.costs == t.costs[3, 2, 1], np.nan, t.costs)), r"costs\[3, 2\]"),
+        "drafting at k = 0": ((t.key, t.widths, t.costs + 1.0), "exactly 0 at k = 0"),
+        "no key": ((None, t.widths, t.costs), "key must be a TableKey"),
+        "a ragged context axis": ((t.key, t.widths, t.costs, None, None, "x", [512, 256],
+                                   np.stack([t.costs, t.costs]), 512), "contexts must ascend"),
+        "a context grid of another shape": ((t.key, t.widths, t.costs, None, None, "x", [512],
+                                             t.costs[np.newaxis, :2], 512), "context_costs must be"),
+    }
+    for name, (args, match) in cases.items():
+        with pytest.raises(TableError, match=match):
+            CostTable(*args)
+    same = CostTable(t.key, t.widths, t.costs)
+    assert np.array_equal(same.costs, t.costs) and same.cell(16, 3) == t.cell(16, 3)

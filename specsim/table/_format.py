@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from specsim import _toml
 from specsim._checks import MAX_DEPTH, MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, few, is_int, is_number, show
 from specsim.errors import TableError
@@ -198,6 +200,63 @@ def _read_cell(i, raw, problems):
     if len(values) != len(Cell._fields):
         return None
     return Cell(**values)
+
+
+def array_problems(widths, costs, contexts=None, context_costs=None, reference_context=None):
+    """Breaches of the cell rules by a table given as arrays (``CostTable(key, widths, costs)``,
+    which the kernels index without bounds checks): the shapes (``widths`` 1-D, ascending, in
+    ``1..MAX_WIDTH``; ``costs`` ``(W, K + 1, 4)``, K at most ``MAX_DEPTH``), then the values, as
+    :func:`rule_problems` checks them, the first few named by width and depth; likewise a context
+    axis. Empty when the arrays make a valid table."""
+    widths, costs = np.asarray(widths), np.asarray(costs)
+    problems = []
+    if widths.ndim != 1 or widths.shape[0] == 0 or widths.dtype.kind not in "iu":
+        problems.append(f"widths must be a non-empty 1-D array of whole numbers, got shape {widths.shape} "
+                        f"of {widths.dtype}")
+    elif not (widths[0] >= 1 and widths[-1] <= MAX_WIDTH and np.all(widths[1:] > widths[:-1])):
+        problems.append(f"widths must ascend strictly within 1..{MAX_WIDTH:,}, got {few(widths.tolist())}")
+    if (costs.ndim != 3 or costs.shape[2:] != (4,) or not 1 <= costs.shape[1] <= MAX_DEPTH + 1
+            or widths.ndim != 1 or costs.shape[0] != widths.shape[0] or costs.dtype.kind not in "iuf"):
+        problems.append(f"costs must be a (widths, depths 0..max_k, 4) array of numbers with max_k <= {MAX_DEPTH}, "
+                        f"got shape {costs.shape} of {costs.dtype} for {widths.shape[0] if widths.ndim else 0} widths")
+    if problems:
+        return problems
+    problems += _grid_value_problems(widths, costs, "costs")
+    if contexts is None:
+        return problems
+    contexts, context_costs = np.asarray(contexts), np.asarray(context_costs)
+    if contexts.ndim != 1 or contexts.shape[0] == 0 or contexts.dtype.kind not in "iu" or contexts[0] < 1 \
+            or np.any(contexts[1:] <= contexts[:-1]) or contexts[-1] > MAX_TOKENS_PER_REQUEST:
+        return problems + [f"contexts must ascend strictly within 1..{MAX_TOKENS_PER_REQUEST:,}, got "
+                           f"{few(contexts.ravel().tolist())}"]
+    if context_costs.shape != (contexts.shape[0],) + costs.shape or context_costs.dtype.kind not in "iuf":
+        return problems + [f"context_costs must be a (contexts,) + costs.shape {(contexts.shape[0],) + costs.shape} "
+                           f"array of numbers, got {context_costs.shape} of {context_costs.dtype}"]
+    if reference_context not in contexts.tolist():
+        problems.append(f"reference_context {show(reference_context)} is not one of the contexts")
+    for i, c in enumerate(contexts.tolist()):
+        problems += _grid_value_problems(widths, context_costs[i], f"context_costs[{i}] (context {c})")
+    return problems
+
+
+def _grid_value_problems(widths, costs, name):
+    """The value rules of :func:`rule_problems` over a whole ``(W, K + 1, 4)`` grid, vectorised."""
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(costs)
+        bad = ~finite | (costs > MAX_STEP_COST)
+        bad[:, :, :2] |= ~(costs[:, :, :2] > 0)  # verify ms and J
+        bad[:, 0, 2:] |= costs[:, 0, 2:] != 0  # a plain step drafts nothing
+        bad[:, 1:, 2:] |= ~(costs[:, 1:, 2:] > 0)
+    cells = np.argwhere(bad.any(axis=2))
+    out = []
+    for w, k in cells[:5].tolist():
+        values = ", ".join(f"{f}={show(float(costs[w, k, j]))}" for j, f in enumerate(COST_FIELDS))
+        out.append(f"{name}[{w}, {k}] (n={int(widths[w])}, k={k}): {values}: each cost finite and at most "
+                   f"{MAX_STEP_COST:g}, verify_ms and verify_j > 0, draft_ms and draft_j exactly 0 at k = 0 "
+                   "and > 0 above")
+    if cells.shape[0] > 5:
+        out.append(f"{name}: and {cells.shape[0] - 5:,} more such cells")
+    return out
 
 
 def rule_problems(cells, where=lambda i: f"cells[{i}]"):

@@ -17,7 +17,8 @@ class CostTable:
     """What one speculative step costs at each batch width and draft depth, on one box class.
 
     Build one with :meth:`parse`, :meth:`load` or :meth:`from_cells`; each refuses a table that
-    breaks any rule of docs/tables.md#validation and lists every problem it finds.
+    breaks any rule of docs/tables.md#validation and lists every problem it finds. The constructor
+    itself, from arrays, refuses arrays of the wrong shape and values the cell rules refuse.
 
     Attributes
     ----------
@@ -44,6 +45,11 @@ class CostTable:
 
     def __init__(self, key, widths, costs, meta=None, extras=None, source="<table>", contexts=None,
                  context_costs=None, reference_context=None):
+        # The arrays as given are checked too: the kernels index them without bounds checks.
+        problems = [] if isinstance(key, TableKey) else [f"key must be a TableKey, got {type(key).__name__}"]
+        problems += _format.array_problems(widths, costs, contexts, context_costs, reference_context)
+        if problems:
+            raise TableError(f"{source}: the cost table is refused", problems)
         self.key = key
         self.widths = np.ascontiguousarray(widths, dtype=np.int64)
         self.costs = np.ascontiguousarray(costs, dtype=np.float64)
