@@ -445,3 +445,25 @@ def test_jsonl_reader_matches_reference(tmp_path_factory, rows):
     want, zero = ref.ref_read_mooncake(path)
     assert (read.rows, read.skipped_zero) == (len(rows), zero)
     check_against(read, want)
+
+
+@pytest.mark.parametrize("fmt", [None, "azure2023", "burstgpt", "mooncake", "csv"])
+def test_utf16_binary_and_broken_headers_are_refused_in_plain_words(tmp_path, fmt):
+    """A UTF-16 trace was refused as a garbage header ('\\x00a\\x00r...'); a binary one given a
+    format raised a bare csv.Error with a traceback."""
+    from specsim.errors import TraceError
+
+    utf16 = tmp_path / "t16.csv"
+    utf16.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,10,5\n", encoding="utf-16")
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x93\r\x00\x17" * 50)
+    crs = tmp_path / "cr.csv"
+    crs.write_bytes(b"TIMESTAMP,ContextTokens\rGeneratedTokens\n2023-11-16 18:15:46.6805900,10,5\n")
+    kw = {"columns": "arrival=a,prompt=b,output=c"} if fmt == "csv" else {}
+    with pytest.raises(TraceError, match="UTF-16 .*save it as UTF-8"):
+        read_trace(utf16, fmt, **kw)
+    with pytest.raises(TraceError, match="NUL byte at offset 2: a binary file"):
+        read_trace(binary, fmt, **kw)
+    if fmt in ("azure2023", "burstgpt", "csv"):
+        with pytest.raises(TraceError, match="cr.csv:1: the header is not one CSV line"):
+            read_trace(crs, fmt, **kw)

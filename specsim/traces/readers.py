@@ -44,7 +44,7 @@ import numpy as np
 from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, rate_scale_problem, show
 from specsim.errors import TraceError
 from specsim.traces._types import REQUEST_DT, TraceRead
-from specsim._io import open_input
+from specsim._io import decode_text, open_input
 
 FORMATS = ("azure2023", "azure2024", "mooncake", "burstgpt", "csv")
 ARRIVAL_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "datetime": None}
@@ -98,12 +98,7 @@ def detect_format(path) -> str:
         When the file cannot be read or matches no known format.
     """
     path = Path(path)
-    try:
-        with _open(path) as f:
-            head = f.read(1 << 16)
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
-    head = head.removeprefix(_BOM)
+    head = _text_head(path).removeprefix(_BOM)
     text = head.decode("utf-8", errors="replace")
     stripped = text.lstrip()
     if not stripped:
@@ -130,6 +125,18 @@ def detect_format(path) -> str:
         f"{path}: cannot tell the trace format from its header {shown!r}; give the format "
         f"({', '.join(FORMATS)}) and, for a plain CSV, the columns (arrival=COL,prompt=COL,output=COL)"
     )
+
+
+def _text_head(path) -> bytes:
+    """The trace's first 64 KiB, with UTF-16/32 and binary content refused (saying which)."""
+    try:
+        with _open(path) as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace ({e.strerror or e})") from e
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in head:
+        decode_text(head, "the trace", path, TraceError)
+    return head
 
 
 def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale=1.0, limit=None, window=None,
@@ -162,6 +169,8 @@ def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale
     """
     path = Path(path)
     rate_scale, limit, window = _check_options(rate_scale, limit, window)
+    if format is not None:
+        _text_head(path)  # detect_format checks it otherwise
     fmt = detect_format(path) if format is None else str(format)
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)} (or the synthetic generator)")
@@ -369,7 +378,10 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
     with _open(path) as f:
         header_bytes = f.readline().removeprefix(_BOM)
         header_text = header_bytes.decode("utf-8", errors="replace")
-        header = next(csv.reader([header_text.rstrip("\r\n")]), [])
+        try:
+            header = next(csv.reader([header_text.rstrip("\r\n")]), [])
+        except csv.Error as e:
+            raise TraceError(f"{path}:1: the header is not one CSV line ({e}); give the file's header row") from None
         cols = [_column_index(path, header, name, exact) for name in names]
         what = "a timestamp YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]" if datetime_kind else "a number"
 
