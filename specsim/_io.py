@@ -115,22 +115,42 @@ def refuse_device(path, what: str, error_cls) -> None:
         raise error_cls(f"{path}: is a device, not {what}; give a file")
 
 
+@contextlib.contextmanager
+def _naming(target: Path):
+    """An OS error while writing ``target`` through a temporary file names ``target``: the
+    temporary file is ours, not a name the user gave."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None or Path(os.fsdecode(e.filename)).name.startswith(_temp_prefix(target)):
+            raise type(e)(e.errno, e.strerror or str(e), str(target)) from None
+        raise
+
+
+def _mkstemp(target: Path, suffix: str = ".tmp"):
+    """``tempfile.mkstemp`` beside ``target``, an error naming ``target``."""
+    with _naming(target):
+        return tempfile.mkstemp(prefix=_temp_prefix(target), suffix=suffix, dir=target.parent)
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
+    with _naming(path):
+        folder.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(21, "is a folder; give a file name", str(path))
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=folder)
+    fd, tmp = _mkstemp(path)
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         os.fchmod(fd, _mode_for(path))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _naming(path):
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -271,8 +291,7 @@ class Outputs:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Writers that pick a format from the extension (matplotlib) see the target's; a name
         # without one gets PNG's, the format the plot writers use then.
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=f".tmp{target.suffix[:16] or '.png'}",
-                                   dir=target.parent)
+        fd, tmp = _mkstemp(target, f".tmp{target.suffix[:16] or '.png'}")
         os.close(fd)
         self._staged[real] = Path(tmp)
         return Path(tmp)
@@ -291,11 +310,13 @@ class Outputs:
                 else:
                     temps[real] = _temp_with(Path(real), content)
             for real, tmp in temps.items():
-                os.chmod(tmp, _mode_for(Path(real)))
+                with _naming(Path(real)):
+                    os.chmod(tmp, _mode_for(Path(real)))
             with _no_interrupt():
                 # All renames or none: a Ctrl-C here is held until the last one is done.
                 for real, tmp in temps.items():
-                    os.replace(tmp, real)
+                    with _naming(Path(real)):
+                        os.replace(tmp, real)
                     self.written.append(self._declared[real][1])
         finally:
             for tmp in temps.values():
@@ -357,10 +378,11 @@ def _nearest_existing(folder: Path) -> Path:
 
 
 def _temp_with(target: Path, data: bytes) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
+    with _naming(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _mkstemp(target)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with _naming(target), os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -226,3 +226,35 @@ def test_a_long_output_name_is_written_and_one_too_long_is_refused_before_the_wo
     assert main(model + ["-o", str(tmp_path / ("b" * 260 + ".toml"))]) == 2
     assert "at most 255" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [longest.name]
+
+
+def test_a_write_that_fails_names_the_output_not_our_temporary_file(tmp_path, monkeypatch):
+    """An output that cannot be written (``-o /proc/x.toml``) once named the temporary file
+    (``/proc/.x.toml.1n76og30.tmp``), which the user never gave."""
+    import errno
+    import os
+    import tempfile
+
+    from specsim._io import Outputs, atomic_write_text
+
+    real_mkstemp, real_replace = tempfile.mkstemp, os.replace
+
+    def refused(prefix="", suffix="", dir=None):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.path.join(dir, f"{prefix}abc{suffix}"))
+
+    target = tmp_path / "x.toml"
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    with pytest.raises(FileNotFoundError) as e:
+        atomic_write_text(target, "x")
+    assert e.value.filename == str(target)
+    monkeypatch.setattr(tempfile, "mkstemp", real_mkstemp)
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", src, dst)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as e, Outputs() as out:
+        out.text(out.declare(target, "-o"), "x")
+    assert e.value.filename == str(target) and not target.exists()
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary file left
