@@ -467,3 +467,12 @@ def test_utf16_binary_and_broken_headers_are_refused_in_plain_words(tmp_path, fm
     if fmt in ("azure2023", "burstgpt", "csv"):
         with pytest.raises(TraceError, match="cr.csv:1: the header is not one CSV line"):
             read_trace(crs, fmt, **kw)
+
+
+def test_a_synthetic_key_given_twice_is_refused():
+    """``rate=1,rate=2`` kept the last rate silently."""
+    from specsim.traces.synthetic import parse_synthetic
+
+    with pytest.raises(TraceError, match=r"rate= is given twice \(rate=1 and rate=2\)"):
+        parse_synthetic("requests=10,rate=1,rate=2")
+    assert parse_synthetic("requests=10,rate=2")["rate_per_s"] == 2.0

@@ -150,6 +150,8 @@ def parse_synthetic(text, lengths_from=None) -> dict:
                 f"synthetic trace: {part!r} is not one of requests=N, rate=R, arrival=poisson|gamma, cv=C, "
                 "prompt=lognormal:MEDIAN:SIGMA|empirical, output=..., seed=S"
             )
+        if key in spec:
+            raise TraceError(f"synthetic trace: {key}= is given twice ({key}={spec[key]} and {key}={value}); give it once")
         spec[key] = value
     for need in ("requests", "rate"):
         if need not in spec:
