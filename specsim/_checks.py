@@ -90,9 +90,9 @@ MIN_SPREAD_REQUESTS = 30
 MAX_ONLINE_RING_VALUES = 1 << 27
 
 
-def show(value, limit: int = 60) -> str:
-    """``repr(value)`` cut to about ``limit`` characters, for messages."""
-    text = repr(value)
+def show(value, limit: int = 60, render=repr) -> str:
+    """``render(value)`` (``repr`` by default) cut to about ``limit`` characters, for messages."""
+    text = render(value)
     if len(text) <= limit:
         return text
     return f"{text[:limit - 20]}…({len(text):,} characters)"

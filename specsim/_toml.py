@@ -14,6 +14,8 @@ import datetime
 import math
 import sys
 
+from specsim import _checks
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on 3.10
@@ -65,16 +67,23 @@ FILE_KINDS = (
 )
 
 
-def swapped_hint(doc, expected: str):
+def swapped_hint(doc, expected: str, usage: str | None = None):
     """When ``doc`` (a parsed TOML document) is not the ``expected`` kind of :data:`FILE_KINDS`
-    but plainly another, a sentence saying which it is and the swap to try; else None."""
+    but plainly another, a sentence saying which it is and the swap to try; else None.
+
+    ``usage`` is how the command takes the two files when not as the options of
+    :data:`FILE_KINDS` (``"specsim plan TABLE CALIBRATION"``, positional): the swap is then named
+    by what the files are, with that usage.
+    """
     if not isinstance(doc, dict):
         return None
     want = next(flag for kind, _, flag in FILE_KINDS if kind == expected)
     for kind, tables, flag in FILE_KINDS:
         if kind != expected and all(t in doc for t in tables):
-            return (f"this file is {_a(kind)} {kind}, not {_a(expected)} {expected}: "
-                    f"did you swap {flag} and {want}?")
+            what = f"this file is {_a(kind)} {kind}, not {_a(expected)} {expected}"
+            if usage is not None:
+                return f"{what}: did you swap the {expected} and the {kind}? `{usage}`"
+            return f"{what}: did you swap {flag} and {want}?"
     return None
 
 
@@ -179,6 +188,12 @@ def number(value) -> str:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return repr(value)
+
+
+def show(value, limit: int = 60) -> str:
+    """A value read from a TOML file as the file writes it (``true``, not Python's ``True``),
+    cut as :func:`specsim._checks.show` cuts, for messages about that file."""
+    return _checks.show(value, limit, render=scalar)
 
 
 def scalar(value) -> str:

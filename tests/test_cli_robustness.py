@@ -531,3 +531,55 @@ def test_a_list_with_an_empty_item_is_refused_not_shifted(text):
         with pytest.raises(argparse.ArgumentTypeError, match="is empty"):
             parse(text)
     assert float_list("0.8, 0.6") == [0.8, 0.6] and int_list("512,2048") == [512, 2048]
+
+
+def test_merge_refuses_one_run_given_twice_by_name_or_through_a_link(files, capsys):
+    """The same file twice was merged as the "median of 2 runs"."""
+    t, out = files / "t.toml", files / "m.toml"
+    os.symlink(t, files / "soft.toml")
+    os.link(t, files / "hard.toml")
+    _refused(["table", "merge", t, t, "-o", out], capsys, f"{t} is given twice (runs 1 and 2)",
+             "give each file once")
+    _refused(["table", "merge", t, files / "plain.txt", files / "soft.toml", "-o", out], capsys,
+             f"{files / 'soft.toml'} (run 3) is the same file as {t} (run 1)")
+    _refused(["table", "merge", files / "hard.toml", t, "-o", out], capsys,
+             f"{t} (run 2) is the same file as {files / 'hard.toml'} (run 1)")
+    assert not out.exists()
+    (files / "copy.toml").write_bytes(t.read_bytes())  # a copy is another run, however alike
+    assert _run(["table", "merge", str(t), str(files / "copy.toml"), "-o", str(out)]) == 0 and out.exists()
+
+
+def test_a_digest_mode_given_twice_is_refused_not_overwritten(files, capsys):
+    twice = ["--digest", "verify=a", "--digest", "verify=b"]
+    _refused(["table", "check", files / "t.toml", *twice], capsys, "--digest 'verify=b': mode 'verify' is already "
+             "given (--digest 'verify=a'); give each mode's digest once")
+    _refused(["table", "import", files / "t.toml", "--run", "r", "--box-class", "b", "--recipe", "r", *twice,
+              "-o", files / "i.toml"], capsys, "mode 'verify' is already given")
+    assert not (files / "i.toml").exists()
+
+
+def test_fit_edges_past_float32_are_refused_not_written_as_infinite(files, capsys):
+    """``--edges=-1e308,0`` wrote ``edges = [-inf, 0.0]``."""
+    log = files / "drafts.csv"
+    log.write_text("step,sequence,position,confidence,accepted\n0,0,1,-0.5,1\n0,0,2,-1.5,0\n")
+    fit = ["calib", "fit", "--drafts-log", log, "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+           "bf16", "--context", "true", "-o", files / "f.toml"]
+    _refused(fit + ["--edges=-1e308,0"], capsys, "edge 1 (-1e+308) is beyond float32's range")
+    _refused(fit + ["--edges=-2,-1,1e39"], capsys, "edge 3 (1e+39) is beyond float32's range")
+    assert not (files / "f.toml").exists()
+
+
+def test_drift_width_has_the_replay_bound(files, capsys):
+    from specsim._checks import MAX_WIDTH
+    from specsim.calibration import online
+    from specsim.errors import CalibrationError
+
+    log = files / "steps.csv"
+    log.write_text("drafts,accepted\n2,1\n2,2\n2,0\n")
+    drift = ["calib", "drift", str(files / "c.toml"), "--steps-log", str(log), "--width"]
+    assert _run(drift + ["99999999999"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --width: 99,999,999,999 is beyond 1,048,576 sequences" in err and "Traceback" not in err
+    assert _run(drift + [str(MAX_WIDTH)]) == 0
+    with pytest.raises(CalibrationError, match="width = 1048577 is outside 1..1,048,576"):
+        online.monitor_runs(demo_calibration(), [2], [1], width=MAX_WIDTH + 1)

@@ -91,3 +91,18 @@ def test_group_helps_name_every_action():
         for name in actions:
             assert name in line, (group, name)
             assert name in own.split("positional arguments")[0].lower(), (group, name)
+
+
+def test_a_swap_of_positional_files_is_named_as_the_command_takes_them(files, capsys):
+    """``plan`` takes TABLE CALIBRATION as arguments: the hint once named --calibration and --table."""
+    assert run(["plan", files / "c.toml", files / "t.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "this file is an acceptance calibration, not a cost table" in err
+    assert "did you swap the cost table and the acceptance calibration? `specsim plan TABLE CALIBRATION`" in err
+    assert "--table" not in err and "--calibration" not in err
+    assert run(["plan", files / "t.toml", files / "t.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "`specsim plan TABLE CALIBRATION`" in err and "--table" not in err
+    assert run(["schedule", "export", "--planner", files / "c.toml", files / "t.toml", "--to", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "`specsim schedule export --planner TABLE CAL`" in err and "--table" not in err

@@ -247,8 +247,9 @@ def test_model_show_query_merge_with_contexts(tmp_path, run_cli):
     code, text, _ = run_cli("table", "query", str(out), "8", "1", "--context", "99999")
     assert "nearest context" in text
 
-    merged = tmp_path / "merged.toml"
-    code, text, _ = run_cli("table", "merge", str(out), str(out), "-o", str(merged))
+    merged, again = tmp_path / "merged.toml", tmp_path / "again.toml"
+    again.write_bytes(out.read_bytes())  # one file twice is refused: two runs, the same figures
+    code, text, _ = run_cli("table", "merge", str(out), str(again), "-o", str(merged))
     assert code == 0 and CostTable.load(merged).axis == table.axis
 
 
@@ -352,3 +353,18 @@ def test_cli_bench_contexts(tmp_path, run_cli):
     code, _, err = run_cli("bench", "--recipe", "tiny", "--widths", "1", "--max-k", "0", "--contexts", "32,16",
                            "-o", tmp_path / "d.toml")
     assert code == 2 and "not strictly ascending" in err and not (tmp_path / "d.toml").exists()
+
+
+@pytest.mark.parametrize("old, new, shown", [
+    ("reference = 512", "reference = true", "reference = true must be one of tokens"),
+    ("reference = 512", 'reference = "512"', 'reference = "512" must be one of tokens'),
+    ("tokens = [512, 2048]", "tokens = [512, false]", "[context] tokens: false is not a context length"),
+    ("tokens = [512, 2048]", "tokens = true", "(mean KV tokens per decoding sequence), got true"),
+    ("verify_ms_at = [2.0, 8.0]", "verify_ms_at = [2.0, true]", "verify_ms_at = [2.0, true] is not an array"),
+    ("n = 1", "n = true", "cells[0] n = true is not a non-negative integer"),
+])
+def test_axis_refusals_show_values_as_the_file_writes_them(old, new, shown):
+    """``reference = true`` was echoed as Python's ``True``."""
+    with pytest.raises(TableError) as e:
+        CostTable.parse(_text(a=(old, new)), "t.toml")
+    assert shown in str(e.value) and "True" not in str(e.value) and "False" not in str(e.value)

@@ -182,7 +182,6 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
             if conf[i, j] > LOGPROB_SLACK:  # NaN (unknown) compares False and passes
                 return BAD_CONFIDENCE - i
     _begin_step_nb(counts, before, ring, slot, decay)
-    use_ring = ring.shape[0] > 0
     bits = conf.view(np.int32)
     for i in range(n):
         d = n_conf[i]

@@ -69,8 +69,13 @@ class AcceptanceCalibration:
 
     # -- files ----------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text, source: str = "<text>") -> "AcceptanceCalibration":
-        """Parse and validate calibration text (docs/formats.md#acceptance-calibration), listing every problem."""
+    def parse(cls, text, source: str = "<text>", *, usage: str | None = None) -> "AcceptanceCalibration":
+        """Parse and validate calibration text (docs/formats.md#acceptance-calibration), listing every problem.
+
+        ``usage`` is how a command takes the table and the calibration when not as ``--table`` and
+        ``--calibration`` (``"specsim plan TABLE CALIBRATION"``): the hint given when the text is a
+        cost table names the swap that way.
+        """
         doc = _toml.loads(text, "the acceptance calibration", source, CalibrationError)
         problems = []
         drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
@@ -84,17 +89,17 @@ class AcceptanceCalibration:
                 spread = RequestSpread(float(raw["logit_sd"]), float(raw["standard_error"]), int(raw["requests"]),
                                        raw["source"])
         if problems:
-            swapped = _toml.swapped_hint(doc, "acceptance calibration")
+            swapped = _toml.swapped_hint(doc, "acceptance calibration", usage)
             raise CalibrationError(f"{source}: the acceptance calibration cannot be read"
                                    + (f": {swapped}" if swapped else ""), problems)
         meta = doc.get("meta", {})
         return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source, spread=spread)
 
     @classmethod
-    def load(cls, path) -> "AcceptanceCalibration":
-        """Read and validate a calibration file."""
+    def load(cls, path, *, usage: str | None = None) -> "AcceptanceCalibration":
+        """Read and validate a calibration file (``usage``: as :meth:`parse` takes it)."""
         text = read_input(path, "the calibration", CalibrationError)
-        return cls.parse(text, str(Path(path)))
+        return cls.parse(text, str(Path(path)), usage=usage)
 
     def render(self, meta=None) -> str:
         """The calibration file text; parses back to an equal calibration."""

@@ -33,7 +33,7 @@ from specsim.calibration._types import FitCounts
 from specsim.calibration.fit import DEFAULT_EDGES, counts_from_steps, make_counts
 from specsim.calibration.spread import drafts_data
 from specsim.errors import CalibrationError
-from specsim._checks import MAX_DEPTH, logprob_problem
+from specsim._checks import MAX_DEPTH, logprob_problem, show
 from specsim._io import decode_text, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
@@ -170,7 +170,8 @@ def load_steps_log(path) -> FitCounts:
 
 
 def check_edges(edges, source="<edges>"):
-    """Bucket edges as float32, refused unless non-empty, strictly ascending and the last >= 0."""
+    """Bucket edges as float32, refused unless non-empty, finite as float32, strictly ascending
+    and the last >= 0."""
     try:
         e64 = np.asarray(edges, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as e:
@@ -180,6 +181,10 @@ def check_edges(edges, source="<edges>"):
     problems = []
     if e32.shape[0] == 0:
         problems.append("there are no edges: give at least one (the last >= 0)")
+    # An edge past float32's range would be written as an infinite bucket bound.
+    for i in np.flatnonzero(np.isinf(e32))[:5].tolist():
+        why = "is infinite" if np.isinf(e64[i]) else "is beyond float32's range (about 3.4e38), the edges' type"
+        problems.append(f"edge {i + 1} ({show(float(e64[i]))}) {why}: give a finite log-probability bound")
     if np.isnan(e32).any():
         problems.append("an edge is NaN")
     elif e32.shape[0] and not (np.diff(e32) > 0).all():

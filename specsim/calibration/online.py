@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from specsim._checks import LOGPROB_SLACK, MAX_DEPTH, MAX_ONLINE_RING_VALUES, int_problem, number_problem, show
+from specsim._checks import (LOGPROB_SLACK, MAX_DEPTH, MAX_ONLINE_RING_VALUES, MAX_WIDTH, check_int, int_problem,
+                             number_problem, show)
 from specsim.calibration._types import FitCounts
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
 from specsim.calibration.drift import DriftSettings, reference_streams, report
@@ -252,6 +253,7 @@ def monitor_runs(calibration, drafts, accepted, settings=None, width: int = 1, h
     (DriftReport, ndarray(float64, ndim=2) or None)
         The report and, with ``history``, the statistics ``(steps, streams)`` (max of down/up).
     """
+    width = check_int(width, "width", CalibrationError, 1, MAX_WIDTH, "the widest batch")
     drafts = np.ascontiguousarray(drafts, dtype=np.int64).reshape(-1)
     accepted = np.ascontiguousarray(accepted, dtype=np.int64).reshape(-1)
     if drafts.shape != accepted.shape:

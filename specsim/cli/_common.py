@@ -107,6 +107,9 @@ def digest_map(items) -> dict:
         mode, sep, digest = item.partition("=")
         if not sep or not mode:
             raise TableError(f"--digest {item!r} is not MODE=DIGEST (e.g. --digest verify=sha256:...)")
+        if mode in digests:
+            raise TableError(f"--digest {show(item)}: mode {show(mode)} is already given "
+                             f"(--digest {show(mode + '=' + digests[mode])}); give each mode's digest once")
         digests[mode] = digest
     return digests
 

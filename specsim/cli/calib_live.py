@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.cli._common import count, nonneg_float, require_matplotlib
+from specsim.cli._common import count, nonneg_float, require_matplotlib, width
 from specsim.errors import CalibrationError, printable
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration, online
@@ -157,7 +157,7 @@ def register_drift(csub):
                               "its shallowest depth reached")
     shallow.add_argument("--min-depth", type=count, metavar="K",
                          help="--from-log: the shallowest depth the serve drafted")
-    p.add_argument("--width", type=count, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
+    p.add_argument("--width", type=width, default=1, metavar="N", help="--acceptance/--steps-log: chains per step")
     p.add_argument("--shift", type=nonneg_float, default=0.4, metavar="LOGODDS",
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
     p.add_argument("--threshold", type=nonneg_float, default=10.0, metavar="NATS",

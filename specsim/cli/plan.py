@@ -12,6 +12,11 @@ from specsim.plan import Planner, sequence_depths
 from specsim.table import CostTable
 
 
+# How the command takes its two files (positional, not --table and --calibration): the hint when
+# they are swapped says so.
+USAGE = "specsim plan TABLE CALIBRATION"
+
+
 def register(sub, groups):
     p = sub.add_parser(
         "plan",
@@ -64,8 +69,8 @@ def _confidences(path):
 
 
 def cmd_plan(args):
-    table = CostTable.load(args.table)
-    cal = AcceptanceCalibration.load(args.calibration)
+    table = CostTable.load(args.table, usage=USAGE)
+    cal = AcceptanceCalibration.load(args.calibration, usage=USAGE)
     for name in ("n", "max_seqs", "k_max", "row_budget"):
         value = getattr(args, name)
         if value is not None and value < 0:

@@ -17,6 +17,10 @@ from specsim.studies.schedule_file import load_schedule
 from specsim.table import CostTable
 
 
+# How export takes the planner's two files, for the hint when they are swapped.
+PLANNER_USAGE = "specsim schedule export --planner TABLE CAL"
+
+
 def _method_name(text: str) -> str:
     """An engine's name for a speculative method (eagle, Eagle3, mtp, ...): one short word, as
     it is written into the engine's config and repeated in the notes."""
@@ -82,8 +86,8 @@ def _planner_ranges(args):
 
     if args.widths_max is not None and not 1 <= args.widths_max <= MAX_WIDTH:
         raise _error(f"--widths-max {args.widths_max:,}: give the widest batch to plan for, in 1..{MAX_WIDTH:,}")
-    table = CostTable.load(args.planner[0])
-    cal = AcceptanceCalibration.load(args.planner[1])
+    table = CostTable.load(args.planner[0], usage=PLANNER_USAGE)
+    cal = AcceptanceCalibration.load(args.planner[1], usage=PLANNER_USAGE)
     widest = int(table.widths[-1]) if args.widths_max is None else args.widths_max
     depths = Planner(table, cal, slack=args.slack, memo=False).propose_many(np.arange(1, widest + 1))
     return ranges_from_depths(depths), (args.max_num_seqs if args.max_num_seqs is not None else int(table.widths[-1]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, nonneg_float, real, share, slack
+from specsim.cli._common import add_policy_inputs, count, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim._checks import is_number
-from specsim._io import atomic_write_text
+from specsim._io import atomic_write_text, same_file
 from specsim.errors import MeasureError
 from specsim.table import COST_FIELDS, Cell, ContextAxis, CostTable
 
@@ -97,6 +97,13 @@ def merge_tables(tables, sources=None):
 def merge_files(paths, out) -> CostTable:
     """Merge the table files ``paths`` into ``out`` (written atomically, validated by parsing back)."""
     paths = [Path(p) for p in paths]
+    # One file named twice (or through a link) would count its run twice in every median.
+    for j, p in enumerate(paths):
+        first = next((i for i in range(j) if same_file(paths[i], p)), None)
+        if first is not None:
+            what = (f"{p} is given twice (runs {first + 1} and {j + 1})" if str(paths[first]) == str(p) else
+                    f"{p} (run {j + 1}) is the same file as {paths[first]} (run {first + 1})")
+            raise MeasureError(f"{what}: each run counts once in the median; give each file once")
     tables = [CostTable.load(p) for p in paths]
     key, cells, meta, extras, axis = merge_tables(tables, [str(p) for p in paths])
     text = CostTable.render(key, cells, meta=meta, extras=extras, axis=axis)

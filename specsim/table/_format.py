@@ -16,14 +16,16 @@ CELL_INT_FIELDS = ("n", "k")
 BAD_AXIS = ContextAxis((), 0, {})
 
 
-def read(text, source: str = "<text>"):
+def read(text, source: str = "<text>", usage: str | None = None):
     """Parse table text into ``(key, cells, meta, extras, axis)`` without applying the validation
     rules.
 
     Every shape problem (a missing or mistyped field, a context axis that is not ascending or a
     cell whose costs per context do not match it) is collected and raised together. ``extras``
     maps ``(n, k)`` to the cell's unknown fields, which the metrale serve's reader ignores;
-    ``axis`` is None or the :class:`ContextAxis` of a table with a ``[context]`` axis.
+    ``axis`` is None or the :class:`ContextAxis` of a table with a ``[context]`` axis. ``usage``:
+    how the command takes the table and the calibration, for the hint when this file is the
+    calibration (:func:`specsim._toml.swapped_hint`).
     """
     doc = _toml.loads(text, "the cost table", source, TableError)
     problems = []
@@ -51,7 +53,7 @@ def read(text, source: str = "<text>"):
     if not isinstance(meta, dict):
         meta = {"value": meta}
     if problems:
-        swapped = _toml.swapped_hint(doc, "cost table")
+        swapped = _toml.swapped_hint(doc, "cost table", usage)
         raise TableError(f"{source}: the cost table cannot be read" + (f": {swapped}" if swapped else ""), problems)
     return key, cells, meta, extras, axis
 
@@ -68,10 +70,10 @@ def _read_axis(raw, problems):
     tokens = raw.get("tokens", _toml.MISSING)
     if tokens is _toml.MISSING or not isinstance(tokens, list) or not tokens:
         problems.append("[context] tokens must be a non-empty array of context lengths (mean KV tokens per "
-                        f"decoding sequence), got {show(tokens) if tokens is not _toml.MISSING else 'nothing'}")
+                        f"decoding sequence), got {_toml.show(tokens) if tokens is not _toml.MISSING else 'nothing'}")
         return BAD_AXIS
     values = [_toml.as_uint(t) for t in tokens]
-    bad = [show(t) for t, v in zip(tokens, values) if v is None or v == 0]
+    bad = [_toml.show(t) for t, v in zip(tokens, values) if v is None or v == 0]
     if bad:
         problems.append(f"[context] tokens: {', '.join(bad)} is not a context length; each must be an integer >= 1")
         return BAD_AXIS
@@ -86,8 +88,9 @@ def _read_axis(raw, problems):
     reference = raw.get("reference", _toml.MISSING)
     ref = None if reference is _toml.MISSING else _toml.as_uint(reference)
     if ref is None or ref not in values:
-        problems.append(f"[context] reference = {show(reference) if reference is not _toml.MISSING else 'nothing'}"
-                        f" must be one of tokens {values}: the context the cells' plain cost fields price")
+        given = "nothing" if reference is _toml.MISSING else _toml.show(reference)
+        problems.append(f"[context] reference = {given} must be one of tokens {values}: the context the cells' "
+                        "plain cost fields price")
         return BAD_AXIS
     unknown = sorted(set(raw) - {"tokens", "reference"})
     if unknown:
@@ -121,7 +124,7 @@ def _read_cell_contexts(i, raw, cell, axis, problems):
             return
         nums = [_toml.as_float(v) for v in arr]
         if any(v is None for v in nums):
-            problems.append(f"{where} {name} = {show(arr)} is not an array of numbers")
+            problems.append(f"{where} {name} = {_toml.show(arr)} is not an array of numbers")
             return
         ref = nums[axis.tokens.index(axis.reference)]
         if ref != getattr(cell, plain) and not (math.isnan(ref) and math.isnan(getattr(cell, plain))):
@@ -145,7 +148,7 @@ def _read_key(raw, problems):
         problems.append("[key] has no `schema` (this version reads schema = 1)")
         ok = False
     elif _toml.as_uint(schema, 32) is None:
-        problems.append(f"[key] schema = {schema!r} is not an unsigned 32-bit integer")
+        problems.append(f"[key] schema = {_toml.show(schema)} is not an unsigned 32-bit integer")
         ok = False
     strings = {}
     for name in ("box_class", "recipe"):
@@ -188,7 +191,7 @@ def _read_cell(i, raw, problems):
         conv = _toml.as_uint(value) if name in CELL_INT_FIELDS else _toml.as_float(value)
         if conv is None:
             want = "a non-negative integer" if name in CELL_INT_FIELDS else "a number"
-            problems.append(f"{where} {name} = {show(value)} is not {want}")
+            problems.append(f"{where} {name} = {_toml.show(value)} is not {want}")
             continue
         # Every per-width and per-depth array is sized from these: bounded before anything is built.
         limit = {"n": (MAX_WIDTH, "widest batch"), "k": (MAX_DEPTH, "deepest draft depth")}.get(name)

@@ -159,22 +159,26 @@ class CostTable:
         return cls(key, ref.widths, ref.costs, meta, ref.extras, source, contexts, grid, reference)
 
     @classmethod
-    def parse(cls, text, source: str = "<text>") -> "CostTable":
+    def parse(cls, text, source: str = "<text>", *, usage: str | None = None) -> "CostTable":
         """Parse and validate table text (docs/formats.md#cost-table, docs/tables.md#validation).
+
+        ``usage`` is how a command takes the table and the calibration when not as ``--table`` and
+        ``--calibration`` (``"specsim plan TABLE CALIBRATION"``): the hint given when the text is a
+        calibration names the swap that way.
 
         Raises
         ------
         TableError
             Listing every problem: file, cell index and values, and the rule each breaks.
         """
-        key, cells, meta, extras, axis = _format.read(text, source)
+        key, cells, meta, extras, axis = _format.read(text, source, usage)
         return cls.from_cells(key, cells, meta, extras, source, axis)
 
     @classmethod
-    def load(cls, path) -> "CostTable":
-        """Read and validate a table file."""
+    def load(cls, path, *, usage: str | None = None) -> "CostTable":
+        """Read and validate a table file (``usage``: as :meth:`parse` takes it)."""
         text = read_input(path, "the cost table", TableError)
-        return cls.parse(text, str(Path(path)))
+        return cls.parse(text, str(Path(path)), usage=usage)
 
     @staticmethod
     def render(key: TableKey, cells, meta=None, extras=None, axis=None) -> str:
