@@ -18,6 +18,7 @@ import sys
 import threading
 
 from specsim._checks import MAX_WORKERS, show
+from specsim._io import no_interrupt
 from specsim.errors import SpecsimError
 
 KINDS = ("serial", "threads", "dask")
@@ -196,9 +197,17 @@ class Executor:
             return
         client, cluster, self.client, self.cluster = self.client, self.cluster, None, None
         if not abandoned:
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            # The work is done: a Ctrl-C now waits for the close (a second or two; one inside
+            # distributed's close can leave the cluster for its exit handler, which waits half a
+            # minute), then raises. An error ends the cluster now, not at the interpreter's exit.
+            try:
+                with no_interrupt():
+                    client.close()
+                    if cluster is not None:
+                        cluster.close()
+            except BaseException:
+                abandon(client, cluster)
+                raise
             return
         abandon(client, cluster)
 
@@ -213,14 +222,15 @@ class Executor:
 def _local_cluster(workers):
     """A local cluster of ``workers`` single-threaded processes on ports the system picks.
 
-    The workers ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and this
-    process, not each worker, decides what it means (see :meth:`Executor.close`). While the
-    cluster starts, SIGINT is blocked in this thread, and the threads the cluster starts (and the
-    worker processes those spawn) inherit the block, so the workers never see it; a Ctrl-C that
-    arrives meanwhile is held (or noted, if another thread of this process takes it) and raises
-    ``KeyboardInterrupt`` once the cluster is up, after the cluster is ended.
+    The workers never see SIGINT: a Ctrl-C at a terminal reaches the whole process group, and
+    this process, not each worker, decides what it means (see :meth:`Executor.close`). While the
+    cluster starts, SIGINT is blocked in this thread; the cluster's threads inherit the block, and
+    so do the worker processes they spawn, for good. A Ctrl-C meanwhile is held, or noted if a
+    thread started before (a BLAS thread of NumPy's) takes it, and once the cluster is up it ends
+    the cluster and raises ``KeyboardInterrupt``.
     """
     import signal
+    from multiprocessing import resource_tracker
 
     from dask.distributed import LocalCluster
 
@@ -232,6 +242,10 @@ def _local_cluster(workers):
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         return start()
+    # Started now, not by the cluster: multiprocessing starts its resource tracker with SIGINT
+    # blocked and then unblocks it in the starting thread, which would undo the block there, and
+    # the workers that thread spawns would take a Ctrl-C (each printing a traceback).
+    resource_tracker.ensure_running()
     caught = []
     previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
     try:

@@ -312,7 +312,7 @@ class Outputs:
             for real, tmp in temps.items():
                 with _naming(Path(real)):
                     os.chmod(tmp, _mode_for(Path(real)))
-            with _no_interrupt():
+            with no_interrupt():
                 # All renames or none: a Ctrl-C here is held until the last one is done.
                 for real, tmp in temps.items():
                     with _naming(Path(real)):
@@ -348,19 +348,24 @@ class Outputs:
 
 
 @contextlib.contextmanager
-def _no_interrupt():
-    """Hold SIGINT back for the block (main thread, POSIX); it is delivered right after."""
+def no_interrupt():
+    """Hold a Ctrl-C back for the block (in the main thread) and raise it right after: the block
+    runs to its end. The signal may reach any thread of the process, so the handler is swapped
+    for one that notes it, rather than the signal blocked in this thread alone."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda *args: held.append(args))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(*held[0])  # Python's handler (or the command's) raises KeyboardInterrupt
 
 
 def _pairs(inputs):
