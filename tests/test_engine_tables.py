@@ -429,3 +429,92 @@ def test_sglang_steps_out_of_range_are_refused_at_their_line(throughput, message
     with pytest.raises(TableError) as e:
         sglang_samples(decode_line(4, 10.0) + "\n" + bad + "\n", "x.log")
     assert f"x.log:2: {message}" in str(e.value)
+
+
+# -- values past the floats, malformed text, blocks of the wrong kind, fields given twice ---------
+def import_cli(path, fmt, out):
+    return main(["table", "import", str(path), "--from", fmt, "--box-class", "b", "--recipe", "r",
+                 "--assume-power-w", "300", "-o", str(out)])
+
+
+@pytest.mark.parametrize("doc,message", [
+    (iteration(7, 4, 0, latency=10 ** 400), "iterLatencyMS = 1000"),
+    (iteration(7, 4, 0, latency=-10 ** 400), "iterLatencyMS = -1000"),
+    (iteration(7, 4, 0, snake=True, latency=10 ** 400), "iter_latency_ms = 1000"),
+    (with_batch(iteration(7, 4, 0), numGenRequests=10 ** 400), "numGenRequests = 1000"),
+    (with_spec(iteration(7, 4, 2), numDraftTokens=10 ** 400), "specDecodingStats needs numDraftTokens"),
+    (with_spec(iteration(7, 4, 2), draftOverhead=10 ** 400), "draftOverhead = 1000"),
+])
+def test_integers_past_the_floats_are_refused_at_their_line(tmp_path, capsys, doc, message):
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    out = tmp_path / "t.toml"
+    assert import_cli(path, "trtllm-iterations", out) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{len(grid_docs()) + 1} (iter 7): {message}" in err
+    assert "Traceback" not in err and "OverflowError" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("throughput", ["800_000", "0x10", "-0.0", "+400", "infinity", "nan", "400.00x",
+                                        "\uff14\uff10\uff10", "4\u0660\u0660", "1e", ""])
+def test_sglang_throughput_is_read_whole_or_refused(tmp_path, capsys, throughput):
+    bad = decode_line(4, 10.0).replace("gen throughput (token/s): 400.00", f"gen throughput (token/s): {throughput}")
+    path = tmp_path / "server.log"
+    path.write_text("\n".join([decode_line(4, 10.0)] * 6 + [bad]) + "\n")
+    out = tmp_path / "t.toml"
+    assert import_cli(path, "sglang-log", out) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:7: gen throughput (token/s) = " in err and "is not a throughput" in err and not out.exists()
+
+
+@pytest.mark.parametrize("throughput", ["400", "400.00", "4e2", "400.", "0.00"])
+def test_sglang_plain_decimal_throughputs_read(throughput):
+    line = decode_line(4, 10.0).replace("gen throughput (token/s): 400.00", f"gen throughput (token/s): {throughput}")
+    s = sglang_samples("\n".join([decode_line(4, 10.0), line]) + "\n", "x.log")
+    assert len(s.decode) + s.kept_apart["idle lines (0 running requests or 0 gen throughput)"] == 2
+
+
+@pytest.mark.parametrize("name", ["specDecodingStats", "spec_decoding_stats"])
+@pytest.mark.parametrize("value", [[1], [], "x", 5, True])
+def test_spec_decoding_stats_that_are_not_an_object_are_refused(tmp_path, name, value):
+    doc = iteration(7, 4, 0) | {name: value}
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    assert f"{path}:{len(grid_docs()) + 1} (iter 7): {name} = {value!r} is not an object" in str(e.value)
+    # null is how an iteration without speculation may write the block: a plain sample.
+    path = trtllm_file(tmp_path, grid_docs() + [iteration(7, 4, 0) | {name: None}])
+    assert import_trtllm(path).table.extras[4, 0]["samples"] == 7
+
+
+@pytest.mark.parametrize("doc,message", [
+    (iteration(7, 4, 0) | {"iter_latency_ms": 1e12}, "iterLatencyMS = "),
+    (with_batch(iteration(7, 4, 0), num_gen_requests=16), "numGenRequests = 4 and num_gen_requests = 16 disagree"),
+    (with_batch(iteration(7, 4, 0), num_gen_requests=True), "numGenRequests = 4 and num_gen_requests = True"),
+    (with_spec(iteration(7, 4, 2), draft_overhead=0.9), "draftOverhead = 0.16"),
+    (iteration(7, 4, 0) | {"inflight_batching_stats": {"numGenRequests": 8}}, "inflightBatchingStats = "),
+])
+def test_a_field_in_both_spellings_that_disagree_is_refused(tmp_path, doc, message):
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    with pytest.raises(TableError) as e:
+        import_trtllm(path)
+    said = str(e.value)
+    assert f"{path}:{len(grid_docs()) + 1} (iter 7): {message}" in said and "disagree" in said
+
+
+def test_a_field_in_both_spellings_that_agree_reads(tmp_path):
+    doc = with_batch(iteration(7, 4, 0, latency=7.0), num_gen_requests=4.0) | {"iter_latency_ms": 7}
+    path = trtllm_file(tmp_path, grid_docs() + [doc])
+    assert import_trtllm(path).table.extras[4, 0]["samples"] == 7
+
+
+@pytest.mark.parametrize("line,field", [
+    ("Decode batch, #running-req: 4, #running-req: 8, gen throughput (token/s): 100.00", "#running-req"),
+    ("Decode batch, #running-req: 4, gen throughput (token/s): 100.00, gen throughput (token/s): 1e-9",
+     "gen throughput (token/s)"),
+    ("Decode batch, #running-req: 4, gen throughput (token/s): 100.00, gen throughput (token/s): 100.00",
+     "gen throughput (token/s)"),
+])
+def test_sglang_lines_with_a_field_twice_are_refused(line, field):
+    with pytest.raises(TableError) as e:
+        sglang_samples("\n".join([decode_line(4, 10.0), line]) + "\n", "x.log")
+    assert f"x.log:2: a Decode batch line with {field} more than once" in str(e.value)

@@ -28,20 +28,29 @@ _DECODE = re.compile(r"Decode batch[.,]?\s*(?:\[\d+\])?[.,]?\s*(.*)$")
 _RUNNING = re.compile(r"#running-req:\s*([0-9]+)")
 _ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
 _ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
-_GEN_THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([-0-9.eE+]+|nan|inf)")
+# A field's whole text up to the next comma or space: a malformed value (`800_000`, `0x10`) is
+# then refused whole rather than read by its front (800, 0).
+_FIELD_TEXT = {name: re.compile(rf"{label}:\s*([^\s,]*)") for name, label in (
+    ("running", "#running-req"), ("accept_len", "accept len"), ("throughput", r"gen throughput \(token/s\)"))}
 
 
 def decode_batch(line: str):
     """The raw fields of one ``Decode batch`` line (None: not such a line): ``running``
-    (#running-req), ``accept_len`` and ``throughput`` (gen throughput, token/s), each the text
-    as logged or None when the line lacks it."""
+    (#running-req), ``accept_len`` and ``throughput`` (gen throughput, token/s), each its whole
+    text as logged up to the next comma or space, or None when the line lacks it; and
+    ``repeated``, the fields the line gives more than once (a line is one interval's figures)."""
     m = _DECODE.search(line)
     if m is None:
         return None
     body = m.group(1)
-    found = {name: rx.search(body) for name, rx in (("running", _RUNNING), ("accept_len", _ACC_LEN),
-                                                    ("throughput", _GEN_THROUGHPUT))}
-    return {name: f.group(1) if f else None for name, f in found.items()}
+    fields, repeated = {}, []
+    for name, rx in _FIELD_TEXT.items():
+        found = rx.findall(body)
+        fields[name] = found[0] if found else None
+        if len(found) > 1:
+            repeated.append(name)
+    fields["repeated"] = repeated
+    return fields
 
 
 def parse_log(text: str, source: str, decode_log_interval: int = DECODE_LOG_INTERVAL):

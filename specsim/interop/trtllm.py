@@ -17,8 +17,11 @@ from specsim.interop.vllm import request_records
 from specsim.policy.schedule import policy_text, span
 from specsim._io import _bracket_depth
 
-_STATS = ("specDecodingStats", "spec_decoding_stats")
-_FIELDS = {
+# The specDecodingStats block of one iteration and its fields, in both of TensorRT-LLM's
+# spellings (camelCase from the C++ serializer, snake_case from the Python one); the one home of
+# these names, for the acceptance reader here and the cost-table import.
+SPEC_STATS = ("specDecodingStats", "spec_decoding_stats")
+SPEC_FIELDS = {
     "drafts": ("numDraftTokens", "num_draft_tokens"),
     "accepted": ("numAcceptedTokens", "num_accepted_tokens"),
     "requests": ("numRequestsWithDraftTokens", "num_requests_with_draft_tokens"),
@@ -32,27 +35,13 @@ def parse_iterations(text: str, source: str):
     that iteration (one verify step each); their drafted tokens over them give the depth."""
     tally = Tally()
     records = block_records(text, source, tally,
-                            lambda doc: [d[k] for d in walk(doc) for k in _STATS if isinstance(d.get(k), dict)],
+                            lambda doc: [d[k] for d in walk(doc) for k in SPEC_STATS if isinstance(d.get(k), dict)],
                             lambda s, where: _iteration(s, where, tally), "stats")
     return records, tally
 
 
-def spec_stats(iteration: dict):
-    """The ``specDecodingStats`` block of one iteration's stats (either spelling), or None."""
-    for k in _STATS:
-        if isinstance(iteration.get(k), dict):
-            return iteration[k]
-    return None
-
-
-def spec_field(stats: dict, field: str):
-    """The raw value of one ``specDecodingStats`` field (``drafts``, ``accepted``, ``requests``,
-    ``length``, ``overhead``) under either spelling, or None."""
-    return _get(stats, field)
-
-
 def _get(stats, field):
-    for name in _FIELDS[field]:
+    for name in SPEC_FIELDS[field]:
         if name in stats:
             return stats[name]
     return None

@@ -29,7 +29,10 @@ latency (a TensorRT-LLM iteration, its verify and draft parts, an SGLang line's 
 table's limits); a power (``--assume-power-w``, the NVML log's mean) in ``MIN_POWER_W..MAX_POWER_W``
 and each NVML reading in ``0..MAX_POWER_W``. Counts and latencies are JSON numbers (a string or a
 boolean is refused), and a line that is not iteration stats (unreadable JSON, a bare number or a
-list of non-objects) is refused: a table rests on every line of its files or is not written.
+list of non-objects) is refused, as is a ``specDecodingStats`` that is not an object (``null`` is
+absent) and a field given under both spellings with different values; an SGLang field is read
+whole up to the next comma or space (a throughput must be a plain decimal number) and once a line:
+a table rests on every line of its files or is not written.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ import numpy as np
 
 from specsim.errors import CalibrationError, TableError
 from specsim._checks import (
-    COUNT_MAX, MAX_DEPTH, MAX_POWER_W, MAX_SECONDS, MAX_WIDTH, MIN_POWER_W, check_number, digits_int, show,
+    COUNT_MAX, MAX_DEPTH, MAX_POWER_W, MAX_SECONDS, MAX_WIDTH, MIN_POWER_W, check_number, digits_int,
+    number_problem, show,
 )
 from specsim._io import csv_rows, decode_text, read_input
 from specsim.interop._records import Tally, json_documents, read_text, walk
 from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
-from specsim.interop.trtllm import spec_field, spec_stats
+from specsim.interop.trtllm import SPEC_FIELDS, SPEC_STATS
 from specsim.table import Cell, CostTable
 
 MIN_CELL_SAMPLES = 5
@@ -96,13 +100,34 @@ _BATCH_FIELDS = {
     "ctx_tokens": ("numCtxTokens", "num_ctx_tokens"),
     "scheduled": ("numScheduledRequests", "num_scheduled_requests"),
 }
-
-
 def _first(d, names):
     for n in names:
         if n in d:
             return n, d[n]
     return None, None
+
+
+def _same(a, b):
+    """Whether two spellings of a field give the same value (``1`` and ``1.0`` do; ``1`` and
+    ``true`` do not, although Python counts them equal)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _disagreement(iteration):
+    """What is wrong when an iteration gives one field under both spellings with different values
+    (None: it does not): which would be read is arbitrary, so neither is."""
+    blocks = [(iteration, (_LATENCY, _BATCH, SPEC_STATS))]
+    for names, fields in ((_BATCH, _BATCH_FIELDS), (SPEC_STATS, SPEC_FIELDS)):
+        _, block = _first(iteration, names)
+        if isinstance(block, dict):
+            blocks.append((block, tuple(fields.values())))
+    for d, spellings in blocks:
+        for names in spellings:
+            given = [(n, d[n]) for n in names if n in d]
+            if any(not _same(given[0][1], v) for _, v in given[1:]):
+                return (" and ".join(f"{n} = {show(v, 30)}" for n, v in given) +
+                        " disagree: give the field under one spelling")
+    return None
 
 
 def _count(value, high=None):
@@ -120,8 +145,7 @@ def _count(value, high=None):
 def _ms_problem(value, name):
     """None if ``value`` is a JSON number of ms in ``MIN_SAMPLE_MS..MAX_SAMPLE_MS``, else what is
     wrong with it."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        MIN_SAMPLE_MS <= float(value) <= MAX_SAMPLE_MS  # NaN fails both comparisons
+    ok = number_problem(value, name, MIN_SAMPLE_MS, MAX_SAMPLE_MS) is None  # an int past the floats too
     return None if ok else (f"{name} = {show(value)} is not a latency (a JSON number of ms in "
                             f"{MIN_SAMPLE_MS:g}..{MAX_SAMPLE_MS:g})")
 
@@ -167,6 +191,10 @@ def trtllm_samples(text: str, source: str) -> Samples:
             where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
             if "iter" in it:
                 where += f" (iter {show(it['iter'], 30)})"
+            bad = _disagreement(it)
+            if bad:
+                problems.append(f"{where}: {bad}")
+                continue
             name, raw = _first(it, _LATENCY)
             bad = _ms_problem(raw, name)
             if bad:
@@ -196,11 +224,15 @@ def trtllm_samples(text: str, source: str) -> Samples:
                 problems.append(f"{where}: numScheduledRequests = {sched} is fewer than numGenRequests + "
                                 f"numContextRequests = {gen + ctx}")
                 continue
-            stats = spec_stats(it)
+            sname, stats = _first(it, SPEC_STATS)
+            if stats is not None and not isinstance(stats, dict):
+                problems.append(f"{where}: {sname} = {show(stats, 30)} is not an object of draft counts (leave it "
+                                "out, or null, in an iteration without speculation)")
+                continue
             drafts = requests = 0
             overhead = 0.0
             if stats is not None:
-                raws = [spec_field(stats, f) for f in ("drafts", "accepted", "requests")]
+                raws = [_first(stats, SPEC_FIELDS[f])[1] for f in ("drafts", "accepted", "requests")]
                 drafts, accepted, requests = (_count(v) for v in raws)
                 if None in (drafts, accepted, requests):
                     got = ", ".join(f"{f} = {show(v, 30)}" for f, v in
@@ -218,7 +250,7 @@ def trtllm_samples(text: str, source: str) -> Samples:
                                         f"{drafts // requests:,} drafts per request is beyond the deepest depth a "
                                         f"table holds ({MAX_DEPTH})")
                         continue
-                    raw = spec_field(stats, "overhead")
+                    raw = _first(stats, SPEC_FIELDS["overhead"])[1]
                     ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0.0 < raw < 1.0
                     if not ok:
                         problems.append(f"{where}: draftOverhead = {show(raw)}: an iteration that drafts needs the "
@@ -262,9 +294,9 @@ def _contradiction(drafts, accepted, requests, gen):
 
 
 # -- SGLang ------------------------------------------------------------------------------------
-# The #running-req field as written (the reader's own pattern takes digits only, so a negative or
-# malformed count would read as a missing one).
-_RUNNING_TEXT = re.compile(r"#running-req:\s*([^\s,]*)")
+# A throughput as SGLang writes it (`{:.2f}`), exponent allowed: no sign, no `_`, no other digits.
+_DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_SGLANG_FIELDS = {"running": "#running-req", "throughput": "gen throughput (token/s)"}
 
 
 def _logged(text):
@@ -289,25 +321,28 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
         lines += 1
         where = f"{source}:{i}"
         mixed, prefilled = prefilled, False
-        found = _RUNNING_TEXT.search(line)
-        if found is None:
+        twice = [_SGLANG_FIELDS[f] for f in fields["repeated"] if f in _SGLANG_FIELDS]
+        if twice:
+            problems.append(f"{where}: a Decode batch line with {' and '.join(twice)} more than once (one "
+                            "interval's figures a line)")
+            continue
+        width_text = fields["running"]
+        if width_text is None:
             problems.append(f"{where}: a Decode batch line without #running-req")
             continue
-        running = digits_int(found.group(1))
+        running = digits_int(width_text)
         if running is None or running > MAX_WIDTH:
-            problems.append(f"{where}: #running-req = {_logged(found.group(1))} is not a batch width (a whole "
+            problems.append(f"{where}: #running-req = {_logged(width_text)} is not a batch width (a whole "
                             f"number in 0..{MAX_WIDTH:,})")
             continue
         raw = fields["throughput"]
         if raw is None:
             problems.append(f"{where}: a Decode batch line without `gen throughput (token/s)`")
             continue
-        try:
-            throughput = float(raw)
-        except ValueError:
-            throughput = math.nan
-        if not math.isfinite(throughput) or throughput < 0:
-            problems.append(f"{where}: gen throughput (token/s) = {_logged(raw)} is not a throughput (finite, >= 0)")
+        throughput = float(raw) if _DECIMAL.fullmatch(raw) else math.nan
+        if not math.isfinite(throughput):
+            problems.append(f"{where}: gen throughput (token/s) = {_logged(raw)} is not a throughput (a plain "
+                            "decimal number >= 0, finite, such as 812.45)")
             continue
         if running == 0 or throughput == 0:
             kept["idle lines (0 running requests or 0 gen throughput)"] += 1
