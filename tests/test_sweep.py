@@ -391,3 +391,74 @@ def test_a_row_with_a_value_out_of_range_is_refused(inputs, shared_data, column,
     with pytest.raises(GridError, match=f"line 3: {column} = .*a row with a value out of range"):
         run_sweep(load_grid(grid_path), out, serial=True, progress=False)
     assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("pid", ["", "abc", "06575E0440645221", "06575e044064522", " 06575e0440645221",
+                                 "06575e0440645221x"])
+def test_a_csv_row_without_a_point_id_is_refused_naming_the_line(tmp_path, pid):
+    """A point id is the 16 hex digits specsim names a point by: a CSV row with an empty or
+    malformed one is a damaged row (as a Parquet row whose point_id is not text), not kept."""
+    from specsim.studies.sweep.results import write_results
+
+    rows = [{"point_id": "06575e0440645221", "policy": "fixed:1", "tokens_per_s": 1.5},
+            {"point_id": pid, "policy": "propose", "tokens_per_s": 2.0}]
+    out = tmp_path / "r.csv"
+    write_results(out, rows, list(rows[0]))
+    for read in (check_results_path, read_results):
+        with pytest.raises(GridError, match=r"r\.csv: line 3: point_id = .* is not a point id \(16 hex digits.*"
+                                            r"\(a row without a point id\); delete the row"):
+            read(out)
+
+
+def test_a_parquet_row_without_a_point_id_is_refused_naming_the_row(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    out = tmp_path / "r.parquet"
+    pq.write_table(pa.table({"point_id": ["06575e0440645221", None], "tokens_per_s": [1.5, 2.0]}), out)
+    with pytest.raises(GridError, match=r"row 2: point_id = None is not a point id"):
+        read_results(out)
+
+
+def test_a_sweep_reads_its_results_file_once(inputs, shared_data, monkeypatch, capsys):
+    """The results file is read and checked once per sweep, before the work (a 100,000-row file
+    took seconds per read); what the command prints after the work comes from the rows the sweep
+    wrote, which equal the file read back, rows of points outside the grid included."""
+    import specsim.studies.sweep.results as results
+    from specsim.studies.sweep.run import best_by_traffic
+
+    reads = []
+    real = results.results_rows
+    monkeypatch.setattr(results, "results_rows", lambda path: reads.append(path) or real(path))
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:2", "propose"]', limit=60)
+    grid = load_grid(grid_path)
+    out = inputs / "r.csv"
+    argv = ["sweep", str(grid_path), "-o", str(out), "--serial", "--quiet"]
+    assert main(argv) == 0 and len(reads) == 1
+    rows = real(out)[0]
+    other = dict(rows[0], point_id="0123456789abcdef", label="a row of another grid")
+    results.write_results(out, [rows[2], other, rows[0]], list(rows[0]))
+    capsys.readouterr()
+    assert main(argv) == 0 and len(reads) == 2
+    printed = capsys.readouterr().out
+    final = real(out)[0]
+    assert [r["point_id"] for r in final] == [r["point_id"] for r in rows] + ["0123456789abcdef"]
+    assert "1 computed, 2 reused" in printed
+    assert "\n".join(best_by_traffic(grid, final)) in printed
+    results.write_results(out, [other, final[1]], list(final[0]))
+    report = run_sweep(grid, out, serial=True, progress=False)
+    assert report.computed == 2 and len(reads) == 3 and report.rows == real(out)[0] == final
+
+
+def test_a_column_named_like_a_specsim_family_is_checked_as_one(tmp_path):
+    """docs/formats.md: a column whose name starts like one of specsim's families (``ttft_s_``,
+    ``steps_``, ...) is checked as specsim's; a note of one's own belongs under another name."""
+    from specsim.studies.sweep.results import write_results
+
+    out = tmp_path / "r.csv"
+    for name in ("ttft_s_note", "steps_note", "energy_breakdown_note"):
+        write_results(out, [{"point_id": "06575e0440645221", name: "checked by hand"}], ["point_id", name])
+        with pytest.raises(GridError, match=f"line 2: {name} = 'checked by hand'"):
+            read_results(out)
+    write_results(out, [{"point_id": "06575e0440645221", "my_note": "checked by hand"}], ["point_id", "my_note"])
+    assert read_results(out)[0]["my_note"] == "checked by hand"

@@ -488,3 +488,55 @@ def test_the_constructor_checks_the_arrays_the_kernels_index_unchecked():
             CostTable(*args)
     same = CostTable(t.key, t.widths, t.costs)
     assert np.array_equal(same.costs, t.costs) and same.cell(16, 3) == t.cell(16, 3)
+
+
+def test_the_constructor_checks_the_arrays_as_it_stores_them():
+    """The values are checked after the cast to int64 and float64: a longdouble verify_ms of
+    1e-4000 passes ``> 0`` but is 0.0 in float64, and 1e400 is infinite there (refused, without a
+    warning from the cast); float16 costs are compared with the limits without overflowing them.
+    Widths that are whole floats are stored as int64."""
+    import warnings
+
+    import numpy as np
+
+    from specsim.costmodel.defaults import demo_table
+
+    t = demo_table()
+    for value, match in (("1e-4000", r"costs\[0, 0\] \(n=1, k=0\): verify_ms=0\.0"),
+                         ("1e400", r"costs\[0, 0\] \(n=1, k=0\): verify_ms=inf")):
+        costs = t.costs.astype(np.longdouble)
+        costs[0, 0, 0] = np.longdouble(value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(TableError, match=match):
+                CostTable(t.key, t.widths, costs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        half = CostTable(t.key, t.widths, t.costs.astype(np.float16))
+        whole = CostTable(t.key, t.widths.astype(np.float64), t.costs)
+    assert half.costs.dtype == np.float64 and np.array_equal(half.costs, t.costs.astype(np.float16))
+    assert whole.widths.dtype == np.int64 and np.array_equal(whole.widths, t.widths)
+    with pytest.raises(TableError, match="widths must be whole numbers"):
+        CostTable(t.key, np.where(t.widths == 2, 2.0000001, t.widths), t.costs)
+
+
+def test_the_constructor_refuses_a_reference_context_that_is_not_the_plain_grid():
+    """With a context axis, ``costs`` is the grid at ``reference_context``: a mismatch (which
+    ``to_text`` refused, and which priced the reference context two ways) and a reference that is
+    a boolean or not one of the contexts are refused."""
+    import numpy as np
+
+    from specsim.costmodel.defaults import demo_table
+
+    t = demo_table()
+    grid = np.stack([t.costs, t.costs * 2])
+    with pytest.raises(TableError, match=r"costs\[0, 0\] \(n=1, k=0\) is .* but context_costs\[1\] \(the "
+                                         r"reference context 2\)"):
+        CostTable(t.key, t.widths, t.costs, None, None, "x", [1, 2], grid, 2)
+    for reference in (True, 1.0, 3, "1", None):
+        with pytest.raises(TableError, match=f"reference_context {reference!r} must be one of the contexts"):
+            CostTable(t.key, t.widths, t.costs, None, None, "x", [1, 2], grid, reference)
+    with pytest.raises(TableError, match="come with contexts"):
+        CostTable(t.key, t.widths, t.costs, None, None, "x", None, grid, 1)
+    both = CostTable(t.key, t.widths, t.costs * 2, None, None, "x", [1, 2], grid, np.int32(2))
+    assert both.reference_context == 2 and CostTable.parse(both.to_text()) == both

@@ -214,6 +214,12 @@ def test_tune_refuses_a_window_with_no_requests(small):
         tune(trace[:1], table, cal, holdout=0.5, executor="serial")
 
 
+def test_a_holdout_near_1_is_shown_as_given_with_one_request_singular(small):
+    trace, table, cal = small
+    with pytest.raises(ScheduleError, match=r"holdout 0\.9999999 leaves 1 request to train on and 159 held out"):
+        tune(trace, table, cal, holdout=0.9999999, executor="serial")
+
+
 def test_cli_tune_refuses_a_seed_count_it_could_not_run_before_reading_anything(tmp_path, capsys):
     from specsim.cli import main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from specsim.cli._common import count, require_matplotlib
 from specsim._executor import check_scheduler, check_workers
 from specsim._io import Outputs
-from specsim.studies.sweep import load_grid, read_results, run_sweep
+from specsim.studies.sweep import load_grid, run_sweep
 from specsim.studies.sweep.grid import point_id
 from specsim.studies.sweep.plot import pareto_plot
 from specsim.studies.sweep.run import best_by_traffic
@@ -55,15 +55,17 @@ def cmd_sweep(args):
         print(f"{report.total} points: {report.computed} computed, {report.skipped} reused (inputs unchanged)"
               + (f", {report.stale} recomputed because an input changed" if report.stale else "") + "; "
               f"{report.seconds:.1f} s on {report.workers} worker(s); results in {report.out}")
+        # The rows the sweep left in the file, as it holds them: reading the file back would check
+        # every row again (seconds for a file of 100,000 rows).
         ids = {point_id(p) for p in grid.points}
-        rows = [r for r in read_results(args.out) if r["point_id"] in ids]
+        rows = [r for r in report.rows if r["point_id"] in ids]
         over = [r for r in rows if r.get("overload_flag") is True]
         if over:
             worst = max(over, key=lambda r: r["overload_growth"])
             print(f"overloaded: {len(over)} of {len(rows)} points (column overload_flag): queueing delay grew "
                   f"through the run, up to {worst['overload_growth']:.3f} s per s of arrivals ({worst['label']}, "
                   f"point {worst['point_id']}); their latency percentiles measure the backlog")
-        for line in best_by_traffic(grid, read_results(args.out)):
+        for line in best_by_traffic(grid, report.rows):
             print(line)
         groups = {}
         for r in rows:

@@ -485,10 +485,12 @@ def _split(requests, holdout):
     cut = t[0] + (1.0 - holdout) * (t[-1] - t[0])
     train, held = requests[t < cut], requests[t >= cut]
     if min(train.shape[0], held.shape[0]) < MIN_WINDOW_REQUESTS:
-        raise ScheduleError(f"holdout {holdout:g} leaves {train.shape[0]} requests to train on and {held.shape[0]} "
-                            f"held out; each window needs at least {MIN_WINDOW_REQUESTS} for a verdict: use a "
-                            "holdout nearer 0.25, a longer trace, or holdout 0 (the comparison reruns the whole trace "
-                            "on unseen seeds)")
+        n = train.shape[0]
+        # The holdout as given: ``:g`` would show 0.9999999 as 1, which the settings check refuses.
+        raise ScheduleError(f"holdout {float(holdout)!r} leaves {n} request{'' if n == 1 else 's'} to train on and "
+                            f"{held.shape[0]} held out; each window needs at least {MIN_WINDOW_REQUESTS} for a "
+                            "verdict: use a holdout nearer 0.25, a longer trace, or holdout 0 (the comparison reruns "
+                            "the whole trace on unseen seeds)")
     return np.ascontiguousarray(train), np.ascontiguousarray(held)
 
 

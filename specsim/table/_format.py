@@ -205,41 +205,114 @@ def _read_cell(i, raw, problems):
     return Cell(**values)
 
 
-def array_problems(widths, costs, contexts=None, context_costs=None, reference_context=None):
-    """Breaches of the cell rules by a table given as arrays (``CostTable(key, widths, costs)``,
-    which the kernels index without bounds checks): the shapes (``widths`` 1-D, ascending, in
-    ``1..MAX_WIDTH``; ``costs`` ``(W, K + 1, 4)``, K at most ``MAX_DEPTH``), then the values, as
-    :func:`rule_problems` checks them, the first few named by width and depth; likewise a context
-    axis. Empty when the arrays make a valid table."""
-    widths, costs = np.asarray(widths), np.asarray(costs)
+def table_arrays(widths, costs, contexts=None, context_costs=None, reference_context=None):
+    """A table given as arrays (``CostTable(key, widths, costs)``, which the kernels index without
+    bounds checks) as the table stores it, and every breach of the rules.
+
+    The values are checked as stored, after the conversion: a longdouble cost of 1e-4000 is 0 in
+    float64 and refused as 0, one of 1e400 is infinite and refused as infinite. First the shapes
+    (``widths`` 1-D whole numbers, ascending within ``1..MAX_WIDTH``; ``costs`` ``(W, K + 1, 4)``,
+    K at most ``MAX_DEPTH``), then the values, as :func:`rule_problems` checks them, the first few
+    named by width and depth; likewise a context axis, whose ``context_costs`` at
+    ``reference_context`` (an integer, one of ``contexts``) must be ``costs``.
+
+    Returns
+    -------
+    ((widths, costs, contexts, context_costs), problems)
+        ``widths`` and ``contexts`` ndarray(int64), ``costs`` and ``context_costs``
+        ndarray(float64), C-contiguous; the contexts None without an axis. The arrays are None
+        when ``problems`` is not empty.
+    """
     problems = []
-    if widths.ndim != 1 or widths.shape[0] == 0 or widths.dtype.kind not in "iu":
-        problems.append(f"widths must be a non-empty 1-D array of whole numbers, got shape {widths.shape} "
-                        f"of {widths.dtype}")
-    elif not (widths[0] >= 1 and widths[-1] <= MAX_WIDTH and np.all(widths[1:] > widths[:-1])):
-        problems.append(f"widths must ascend strictly within 1..{MAX_WIDTH:,}, got {few(widths.tolist())}")
-    if (costs.ndim != 3 or costs.shape[2:] != (4,) or not 1 <= costs.shape[1] <= MAX_DEPTH + 1
-            or widths.ndim != 1 or costs.shape[0] != widths.shape[0] or costs.dtype.kind not in "iuf"):
+    widths = _axis_array(widths, "widths", MAX_WIDTH, problems)
+    if widths is None:
+        return None, problems
+    given = _as_array(costs)
+    costs = _floats(given)
+    if (costs is None or costs.ndim != 3 or costs.shape[2:] != (4,) or not 1 <= costs.shape[1] <= MAX_DEPTH + 1
+            or costs.shape[0] != widths.shape[0]):
         problems.append(f"costs must be a (widths, depths 0..max_k, 4) array of numbers with max_k <= {MAX_DEPTH}, "
-                        f"got shape {costs.shape} of {costs.dtype} for {widths.shape[0] if widths.ndim else 0} widths")
+                        f"got {_described(given)} for {widths.shape[0]} widths")
     if problems:
-        return problems
+        return None, problems
     problems += _grid_value_problems(widths, costs, "costs")
     if contexts is None:
-        return problems
-    contexts, context_costs = np.asarray(contexts), np.asarray(context_costs)
-    if contexts.ndim != 1 or contexts.shape[0] == 0 or contexts.dtype.kind not in "iu" or contexts[0] < 1 \
-            or np.any(contexts[1:] <= contexts[:-1]) or contexts[-1] > MAX_TOKENS_PER_REQUEST:
-        return problems + [f"contexts must ascend strictly within 1..{MAX_TOKENS_PER_REQUEST:,}, got "
-                           f"{few(contexts.ravel().tolist())}"]
-    if context_costs.shape != (contexts.shape[0],) + costs.shape or context_costs.dtype.kind not in "iuf":
-        return problems + [f"context_costs must be a (contexts,) + costs.shape {(contexts.shape[0],) + costs.shape} "
-                           f"array of numbers, got {context_costs.shape} of {context_costs.dtype}"]
-    if reference_context not in contexts.tolist():
-        problems.append(f"reference_context {show(reference_context)} is not one of the contexts")
+        if context_costs is not None or reference_context is not None:
+            problems.append("context_costs and reference_context come with contexts: give all three or none")
+        return (None, problems) if problems else ((widths, costs, None, None), problems)
+    contexts = _axis_array(contexts, "contexts", MAX_TOKENS_PER_REQUEST, problems)
+    if contexts is None:
+        return None, problems
+    shape = (contexts.shape[0],) + costs.shape
+    given = _as_array(context_costs)
+    context_costs = _floats(given)
+    if context_costs is None or context_costs.shape != shape:
+        return None, problems + [f"context_costs must be a (contexts,) + costs.shape {shape} array of numbers, "
+                                 f"got {_described(given)}"]
     for i, c in enumerate(contexts.tolist()):
         problems += _grid_value_problems(widths, context_costs[i], f"context_costs[{i}] (context {c})")
-    return problems
+    if not is_int(reference_context) or int(reference_context) not in contexts.tolist():
+        problems.append(f"reference_context {show(reference_context)} must be one of the contexts "
+                        f"({few(contexts.tolist())}), as an integer: the context `costs` prices")
+    else:
+        ref = contexts.tolist().index(int(reference_context))
+        with np.errstate(invalid="ignore"):
+            differ = np.argwhere((costs != context_costs[ref]).any(axis=2))
+        if differ.shape[0]:
+            w, k = differ[0].tolist()
+            problems.append(f"costs[{w}, {k}] (n={int(widths[w])}, k={k}) is {tuple(costs[w, k].tolist())} but "
+                            f"context_costs[{ref}] (the reference context {int(reference_context)}) has "
+                            f"{tuple(context_costs[ref, w, k].tolist())} there ({differ.shape[0]:,} cell(s) differ): "
+                            "costs is the grid at the reference context")
+    return (None, problems) if problems else ((widths, costs, contexts, context_costs), problems)
+
+
+def _as_array(values):
+    """``np.asarray(values)``, or None where it is no array (ragged nesting, ...)."""
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _axis_array(values, name, high, problems):
+    """``values`` as a strictly ascending int64 array within ``1..high``, or None with the problem
+    appended to ``problems``. Floats pass when every one is whole, checked before the cast (which
+    would truncate 1.5 to 1)."""
+    arr = _as_array(values)
+    if arr is None or arr.ndim != 1 or arr.shape[0] == 0 or arr.dtype.kind not in "iuf":
+        problems.append(f"{name} must be a non-empty 1-D array of whole numbers, got {_described(arr)}")
+        return None
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            whole = bool(np.all(np.isfinite(arr) & (arr == np.floor(arr))))
+        if not whole:
+            problems.append(f"{name} must be whole numbers, got {few(arr.tolist())}")
+            return None
+    # Python numbers: a comparison with a narrow dtype (int8, float16) would convert ``high`` to it.
+    cast = int if arr.dtype.kind in "iu" else float
+    if not (cast(arr.min()) >= 1 and cast(arr.max()) <= high):
+        problems.append(f"{name} must ascend strictly within 1..{high:,}, got {few(arr.tolist())}")
+        return None
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    if np.any(out[1:] <= out[:-1]):
+        problems.append(f"{name} must ascend strictly within 1..{high:,}, got {few(out.tolist())}")
+        return None
+    return out
+
+
+def _described(arr) -> str:
+    return "an object that is not an array" if arr is None else f"shape {arr.shape} of {arr.dtype}"
+
+
+def _floats(arr):
+    """``arr`` (from :func:`_as_array`) as a C-contiguous float64 array, or None when it does not
+    hold numbers. A value past float64 (a longdouble 1e400) becomes infinite, without a warning:
+    the value rules refuse it."""
+    if arr is None or arr.dtype.kind not in "iuf":
+        return None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return np.ascontiguousarray(arr, dtype=np.float64)
 
 
 def _grid_value_problems(widths, costs, name):

@@ -45,14 +45,15 @@ class CostTable:
 
     def __init__(self, key, widths, costs, meta=None, extras=None, source="<table>", contexts=None,
                  context_costs=None, reference_context=None):
-        # The arrays as given are checked too: the kernels index them without bounds checks.
+        # The arrays are checked as stored (int64 and float64): the kernels index them without
+        # bounds checks.
         problems = [] if isinstance(key, TableKey) else [f"key must be a TableKey, got {type(key).__name__}"]
-        problems += _format.array_problems(widths, costs, contexts, context_costs, reference_context)
+        arrays, more = _format.table_arrays(widths, costs, contexts, context_costs, reference_context)
+        problems += more
         if problems:
             raise TableError(f"{source}: the cost table is refused", problems)
         self.key = key
-        self.widths = np.ascontiguousarray(widths, dtype=np.int64)
-        self.costs = np.ascontiguousarray(costs, dtype=np.float64)
+        self.widths, self.costs, contexts, context_costs = arrays
         self.widths.flags.writeable = False
         self.costs.flags.writeable = False
         self.meta = dict(meta or {})
@@ -63,8 +64,7 @@ class CostTable:
             self.context_costs = self.costs[np.newaxis][:0]
             self.reference_context = None
         else:
-            self.contexts = np.ascontiguousarray(contexts, dtype=np.int64)
-            self.context_costs = np.ascontiguousarray(context_costs, dtype=np.float64)
+            self.contexts, self.context_costs = contexts, context_costs
             self.reference_context = int(reference_context)
             self.contexts.flags.writeable = False
             self.context_costs.flags.writeable = False

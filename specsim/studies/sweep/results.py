@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,15 +115,16 @@ def _changed_parts(row: dict, inputs: dict) -> list:
     return [part for part in INPUT_PARTS if kept.get(part) != inputs[part]] or ["digest"]
 
 
-def check_results_path(path) -> None:
-    """Refuse a results path that is not .csv/.parquet, or a file that is not sweep results or has
-    a damaged row (:func:`read_results`), before any work."""
+def check_results_path(path) -> list:
+    """The rows kept in a results file (:func:`read_results`), read once before any work: a path
+    that is not .csv/.parquet, or a file that is not sweep results or has a damaged row, is
+    refused."""
     path = Path(path)
     if not str(path).lower().endswith((".csv", ".parquet", ".pq")):
         raise GridError(f"{path}: results go to a .csv or .parquet file")
     if path.is_dir():
         raise GridError(f"{path}: is a folder; give a results file name")
-    read_results(path)
+    return read_results(path)
 
 
 def read_results(path) -> list:
@@ -154,7 +156,11 @@ CUT_SHORT = "cut short"
 TOO_WIDE = "with more fields than the header"
 BAD_VALUE = "with a value out of range"
 BAD_INPUTS = "with inputs that do not match their digest"
-DAMAGE_KINDS = (CUT_SHORT, TOO_WIDE, BAD_VALUE, BAD_INPUTS)
+BAD_ID = "without a point id"
+DAMAGE_KINDS = (CUT_SHORT, TOO_WIDE, BAD_VALUE, BAD_INPUTS, BAD_ID)
+
+# What :func:`specsim.studies.sweep.grid.point_id` makes: the first 16 hex digits of a SHA-256.
+POINT_ID = re.compile(r"[0-9a-f]{16}")
 
 # What the summary's columns may hold (result_row flattens the summary of specsim.sim.metrics):
 # a kept row with anything else was cut short or edited, and is not reused. An empty cell passes
@@ -180,9 +186,9 @@ def results_rows(path):
 
     The one place results rows are read and checked. A row is whole when it has exactly the
     header's fields and, the last row of a CSV, ends with a line end (the writer ends every row
-    with one, so a row without is the place a copy or a full disk cut the file); valid when every
-    cell fits its column (:func:`cell_problem`) and its ``inputs`` parse as JSON and digest to its
-    ``inputs_digest``. A file that is not sweep results at all is refused.
+    with one, so a row without is the place a copy or a full disk cut the file); valid when its
+    ``point_id`` is one, every cell fits its column and its ``inputs`` parse as JSON and digest to
+    its ``inputs_digest`` (:func:`row_problem`). A file that is not sweep results at all is refused.
 
     Returns
     -------
@@ -200,12 +206,7 @@ def results_rows(path):
             raise GridError(f"{path}: cannot read it as Parquet ({e}); choose another -o") from None
         if "point_id" not in table.column_names:
             raise GridError(not_results)
-        rows = table.to_pylist()
-        bad = next((i for i, r in enumerate(rows) if not isinstance(r["point_id"], str)), None)
-        if bad is not None:
-            raise GridError(f"{path}: row {bad + 1}: point_id = {show(rows[bad]['point_id'])} is not a point id; "
-                            "choose another -o")
-        return _split_rows((f"row {i + 1}", r) for i, r in enumerate(rows))
+        return _split_rows((f"row {i + 1}", r) for i, r in enumerate(table.to_pylist()))
     what = "the sweep results file"
     text = decode_text(read_input(path, what, GridError), what, path, GridError)
     header, rows = csv_rows(text, what, path, GridError)
@@ -242,14 +243,18 @@ def _split_rows(rows):
         if problem is None:
             kept.append(row)
         else:
-            damaged.append(DamagedRow(where, row.get("point_id"), *problem))
+            damaged.append(DamagedRow(where, None if problem[0] == BAD_ID else row["point_id"], *problem))
     return kept, damaged
 
 
 def row_problem(row: dict):
-    """``None`` for a valid row, else ``(kind, detail)``: a cell that does not fit its column
-    (:func:`cell_problem`), or ``inputs`` that do not parse or do not digest to ``inputs_digest``
-    (a row from before inputs were recorded has neither, and passes: the sweep recomputes it)."""
+    """``None`` for a valid row, else ``(kind, detail)``: a ``point_id`` that is not one (16 hex
+    digits, :data:`POINT_ID`), a cell that does not fit its column (:func:`cell_problem`), or
+    ``inputs`` that do not parse or do not digest to ``inputs_digest`` (a row from before inputs
+    were recorded has neither, and passes: the sweep recomputes it)."""
+    pid = row.get("point_id")
+    if not (isinstance(pid, str) and POINT_ID.fullmatch(pid)):
+        return BAD_ID, f"point_id = {show(pid)} is not a point id (16 hex digits, the hash specsim names a point by)"
     for name, value in row.items():
         problem = cell_problem(name, value)
         if problem:
@@ -344,16 +349,21 @@ def _to_text(value):
 
 
 def _from_text(text):
+    """A CSV cell as ``int`` where ``int`` reads it, else ``float``, ``bool`` or the text."""
     if text == "":
         return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:  # also Python's refusal of integers past 4,300 digits
-            pass
-    if text in ("True", "False"):
-        return text == "True"
-    return text
+    # float first: most cells are figures, and a refused int() per cell (an exception) was most of
+    # the time a large file took to read.
+    try:
+        value = float(text)
+    except ValueError:
+        return text == "True" if text in ("True", "False") else text
+    if not (value.is_integer() or math.isinf(value)):  # what int() reads is whole, or past the floats
+        return value
+    try:
+        return int(text)
+    except ValueError:  # "2.0", "inf"; also Python's refusal of integers past 4,300 digits
+        return value
 
 
 def _pyarrow():

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 from specsim._checks import request_size_problem
@@ -31,8 +31,9 @@ from specsim.traces import read_trace
 @dataclass
 class SweepReport:
     """What a sweep did: points in the grid, computed now, reused from the results file (their
-    inputs unchanged), wall seconds, and how many kept points were recomputed because an input
-    changed (``stale``)."""
+    inputs unchanged), wall seconds, how many kept points were recomputed because an input
+    changed (``stale``), and the rows it left in the file (``rows``, in the file's order: this
+    run's and the kept ones, so a caller need not read the file back)."""
 
     total: int
     computed: int
@@ -41,6 +42,7 @@ class SweepReport:
     out: str
     workers: int
     stale: int = 0
+    rows: list = field(default_factory=list, repr=False)
 
     def to_frame(self):
         """Every row of the results file (this run's and earlier ones') as a pandas DataFrame."""
@@ -145,7 +147,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
         check_scheduler(scheduler)
     if workers is not None:
         check_workers(workers)
-    check_results_path(out)
+    read = check_results_path(out)  # the one read of the file, before any work
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
     sequence_engine = use_sequence_engine({point["policy"] for point in grid.points})
@@ -153,7 +155,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
     inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
-    kept = {r["point_id"]: r for r in read_results(out)}
+    kept = {r["point_id"]: r for r in read}
     done, todo, stale, n_stale = {}, [], {}, 0
     for p in grid.points:
         pid = point_id(p)
@@ -174,9 +176,11 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     rows = dict(kept)
     order = {point_id(p): i for i, p in enumerate(grid.points)}
 
+    def ordered():
+        return sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
+
     def write():
-        ordered = sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
-        write_results(out, ordered, columns)
+        write_results(out, ordered(), columns)
 
 
     def save(row):
@@ -220,8 +224,9 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
                   "to compute the rest", file=sys.stderr)
             raise
         bar.close()
+    # The rows now in the file: as written after the last point, or as read when none was computed.
     return SweepReport(len(grid.points), len(todo), skipped, time.monotonic() - start, str(out), n_workers,
-                       n_stale)
+                       n_stale, ordered() if todo else read)
 
 
 # What each input part is called in a resume's note.
