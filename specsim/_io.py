@@ -256,6 +256,9 @@ class Outputs:
             raise self._error(f"{label} {given}: {folder} is a file, not a folder")
         if not os.access(folder, os.W_OK | os.X_OK):
             raise self._error(f"{label} {given}: cannot write in the folder {folder} (no permission)")
+        problem = _write_problem(folder)
+        if problem:
+            raise self._error(f"{label} {given}: cannot write in the folder {folder} ({problem})")
         for ilabel, ipath in self._inputs:
             if same_file(p, ipath):
                 raise self._error(f"{label} {given} is also the input {ilabel} {ipath}: writing it would "
@@ -374,6 +377,18 @@ def _pairs(inputs):
     if isinstance(inputs, dict):
         return list(inputs.items())
     return [p if isinstance(p, tuple) else ("the input", p) for p in inputs]
+
+
+def _write_problem(folder: Path):
+    """Why no file can be made in ``folder`` (a file made and removed there, before any work: a
+    permission check alone passes for root in /proc or on a read-only mount), or None."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".specsim-check.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    _unlink(tmp)
+    return None
 
 
 def _nearest_existing(folder: Path) -> Path:

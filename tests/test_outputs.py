@@ -4,6 +4,7 @@ every file it was told to write as it was, and no output may replace one of the 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -258,3 +259,15 @@ def test_a_write_that_fails_names_the_output_not_our_temporary_file(tmp_path, mo
     assert e.value.filename == str(target) and not target.exists()
     monkeypatch.setattr(os, "replace", real_replace)
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary file left
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_in_a_folder_nothing_can_be_made_in_is_refused_before_the_work():
+    """Run as root, /proc passes a permission check; the output was refused only at the end,
+    after the work. A file is now made and removed there first."""
+    from specsim._io import Outputs
+    from specsim.errors import OutputError
+
+    with pytest.raises(OutputError, match="-o /proc/x.toml: cannot write in the folder /proc"):
+        with Outputs() as out:
+            out.declare("/proc/x.toml", "-o")
