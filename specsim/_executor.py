@@ -200,14 +200,14 @@ class Executor:
             # The work is done: a Ctrl-C now waits for the close (a second or two; one inside
             # distributed's close can leave the cluster for its exit handler, which waits half a
             # minute), then raises. An error ends the cluster now, not at the interpreter's exit.
-            try:
-                with no_interrupt():
+            with no_interrupt():
+                try:
                     client.close()
                     if cluster is not None:
                         cluster.close()
-            except BaseException:
-                abandon(client, cluster)
-                raise
+                except BaseException:
+                    abandon(client, cluster)
+                    raise
             return
         abandon(client, cluster)
 
@@ -246,19 +246,18 @@ def _local_cluster(workers):
     # blocked and then unblocks it in the starting thread, which would undo the block there, and
     # the workers that thread spawns would take a Ctrl-C (each printing a traceback).
     resource_tracker.ensure_running()
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    cluster = None
     try:
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            cluster = start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C is noted here
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        abandon(None, cluster)
-        raise KeyboardInterrupt
+        with no_interrupt():  # a Ctrl-C meanwhile is raised once the cluster is up
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                cluster = start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C is noted here
+    except KeyboardInterrupt:
+        if cluster is not None:
+            abandon(None, cluster)
+        raise
     return cluster
 
 

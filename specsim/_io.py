@@ -136,26 +136,16 @@ def _mkstemp(target: Path, suffix: str = ".tmp"):
 def atomic_write_bytes(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    with _naming(path):
-        folder.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(21, "is a folder; give a file name", str(path))
-    fd, tmp = _mkstemp(path)
+    tmp = _temp_with(path, data)
     try:
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        os.fchmod(fd, _mode_for(path))
         with _naming(path):
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            # mkstemp makes the file private (0600); give it the mode a plain open() would.
+            os.chmod(tmp, _mode_for(path))
             os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
     return path
 
@@ -398,8 +388,8 @@ def _nearest_existing(folder: Path) -> Path:
 
 
 def _temp_with(target: Path, data: bytes) -> Path:
-    with _naming(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
+    """``data`` in a new temporary file beside ``target`` (its folder made first)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _mkstemp(target)
     try:
         with _naming(target), os.fdopen(fd, "wb") as f:

@@ -408,3 +408,38 @@ def test_the_exit_does_not_wait_for_abandoned_threads(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=GRACE_S)
     assert (done.returncode, done.stdout, done.stderr) == (130, "working\nexit handlers ran\n", "")
+
+
+def test_a_client_that_fails_to_connect_ends_the_cluster_it_started(tmp_path):
+    """An error (or a Ctrl-C) after the local cluster is up but before the caller holds the
+    executor leaves no worker running: nothing else could close it."""
+    pytest.importorskip("dask.distributed")
+    code = ("import os\n"
+            "from pathlib import Path\n"
+            "def main():\n"
+            "    import dask.distributed\n"
+            "    from specsim._executor import Executor\n"
+            "    real, made = dask.distributed.LocalCluster, []\n"
+            "    def starting(*a, **k):\n"
+            "        cluster = real(*a, **k)\n"
+            "        made.extend(n.process.process.pid for n in cluster.workers.values())\n"
+            "        return cluster\n"
+            "    def refused(*a, **k):\n"
+            "        raise RuntimeError('the client did not connect')\n"
+            "    dask.distributed.LocalCluster, dask.distributed.Client = starting, refused\n"
+            "    try:\n"
+            "        Executor('dask', 2)\n"
+            "    except RuntimeError as e:\n"
+            "        print(e)\n"
+            "    alive = [p for p in made if Path(f'/proc/{p}/status').exists()\n"
+            "             and 'zombie' not in Path(f'/proc/{p}/status').read_text()]\n"
+            "    print('workers', len(made), 'alive', len(alive), flush=True)\n"
+            "if __name__ == '__main__':\n"
+            "    main()\n"
+            "    os._exit(0)\n")
+    script = tmp_path / "refused.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=GRACE_S)
+    assert done.stdout.splitlines() == ["the client did not connect", "workers 2 alive 0"], done.stdout + done.stderr

@@ -462,3 +462,25 @@ def test_a_column_named_like_a_specsim_family_is_checked_as_one(tmp_path):
             read_results(out)
     write_results(out, [{"point_id": "06575e0440645221", "my_note": "checked by hand"}], ["point_id", "my_note"])
     assert read_results(out)[0]["my_note"] == "checked by hand"
+
+
+def test_a_row_whose_inputs_were_edited_is_refused(inputs, shared_data):
+    """A row's ``inputs`` edited by hand (still JSON) no longer digest to its ``inputs_digest``:
+    the row could claim inputs it was not computed from, so the file is refused, untouched."""
+    import csv
+    import json
+
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:2"]', limit=60)
+    out = inputs / "r.csv"
+    run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    header, *rows = list(csv.reader(out.read_text().splitlines()))
+    col = header.index("inputs")
+    edited = json.loads(rows[1][col])
+    edited["table"] = "0" * 16
+    rows[1][col] = json.dumps(edited, sort_keys=True)
+    with out.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([header, *rows])
+    before = out.read_bytes()
+    with pytest.raises(GridError, match=r"line 3: inputs_digest = .* is not the digest of its inputs"):
+        run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert out.read_bytes() == before

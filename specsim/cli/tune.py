@@ -137,7 +137,7 @@ def report(result, read=None) -> str:
                      f"{result.within_noise_moves} within-noise move(s) rejected ({zigzags} of them zig-zags)")
     lines.append(f"tuned: {result.policy}")
     lines.append("")
-    lines.append(f"{result.compared_on[4:]}, {len(train.values)} unseen seeds (+- = half the range over seeds):")
+    lines.append(f"{result.compared_on.removeprefix('the ')}, {len(train.values)} unseen seeds (+- = half the range over seeds):")
     lines.append(result.table())
     lines.append(result.verdict())
     return "\n".join(lines)

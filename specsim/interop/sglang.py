@@ -30,8 +30,8 @@ _ACC_LEN = re.compile(r"accept len:\s*([-0-9.eE+]+|nan)")
 _ACC_RATE = re.compile(r"accept rate:\s*([-0-9.eE+]+|nan)")
 # A field's whole text up to the next comma or space: a malformed value (`800_000`, `0x10`) is
 # then refused whole rather than read by its front (800, 0).
-_FIELD_TEXT = {name: re.compile(rf"{label}:\s*([^\s,]*)") for name, label in (
-    ("running", "#running-req"), ("accept_len", "accept len"), ("throughput", r"gen throughput \(token/s\)"))}
+FIELD_LABELS = {"running": "#running-req", "accept_len": "accept len", "throughput": "gen throughput (token/s)"}
+_FIELD_TEXT = {name: re.compile(rf"{re.escape(label)}:\s*([^\s,]*)") for name, label in FIELD_LABELS.items()}
 
 
 def decode_batch(line: str):

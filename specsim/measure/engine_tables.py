@@ -50,8 +50,8 @@ from specsim._checks import (
     number_problem, show,
 )
 from specsim._io import csv_rows, decode_text, read_input
-from specsim.interop._records import Tally, json_documents, read_text, walk
-from specsim.interop.sglang import DECODE_LOG_INTERVAL, decode_batch
+from specsim.interop._records import Tally, as_count, json_documents, read_text, walk
+from specsim.interop.sglang import DECODE_LOG_INTERVAL, FIELD_LABELS, decode_batch
 from specsim.interop.trtllm import SPEC_FIELDS, SPEC_STATS
 from specsim.table import Cell, CostTable
 
@@ -100,6 +100,8 @@ _BATCH_FIELDS = {
     "ctx_tokens": ("numCtxTokens", "num_ctx_tokens"),
     "scheduled": ("numScheduledRequests", "num_scheduled_requests"),
 }
+
+
 def _first(d, names):
     for n in names:
         if n in d:
@@ -133,13 +135,8 @@ def _disagreement(iteration):
 def _count(value, high=None):
     """A JSON count (an int, or an integral float such as ``12.0``) in ``0..high``, else None;
     a string or a boolean is not a count."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float):
-        if not value.is_integer():
-            return None
-        value = int(value)
-    return value if 0 <= value <= (COUNT_MAX if high is None else high) else None
+    count = None if isinstance(value, str) else as_count(value)
+    return count if count is not None and count <= (COUNT_MAX if high is None else high) else None
 
 
 def _ms_problem(value, name):
@@ -296,9 +293,6 @@ def _contradiction(drafts, accepted, requests, gen):
 # -- SGLang ------------------------------------------------------------------------------------
 # A throughput as SGLang writes it (`{:.2f}`), exponent allowed: no sign, no `_`, no other digits.
 _DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_SGLANG_FIELDS = {"running": "#running-req", "throughput": "gen throughput (token/s)"}
-
-
 def _logged(text):
     """A field's text as logged, for a message (quoted and cut when empty or long)."""
     return text if 0 < len(text) <= 30 else show(text, 30)
@@ -321,7 +315,7 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
         lines += 1
         where = f"{source}:{i}"
         mixed, prefilled = prefilled, False
-        twice = [_SGLANG_FIELDS[f] for f in fields["repeated"] if f in _SGLANG_FIELDS]
+        twice = [FIELD_LABELS[f] for f in fields["repeated"] if f in ("running", "throughput")]
         if twice:
             problems.append(f"{where}: a Decode batch line with {' and '.join(twice)} more than once (one "
                             "interval's figures a line)")

@@ -119,7 +119,10 @@ def sequence_depths(table, cal, confidences, known_drafts, k_max, row_budget, sl
 
 
 def _checked_context(context) -> float:
-    """``check_context``'s float, its refusal as the planner's ``PlanError``."""
+    """``check_context``'s float, its refusal as the planner's ``PlanError``. A serve's context
+    moves every step: a plain float in range is taken as it is, without the full check."""
+    if type(context) is float and 0.0 < context < math.inf:
+        return context
     try:
         return check_context(context)
     except TableError as e:
@@ -245,8 +248,8 @@ class Planner:
         # The planning inputs at each context asked for (a table with a context axis), derived
         # from this calibration on first use; a new calibration starts a new cache. _last is the
         # last context asked for, checked before the cache: (context, its inputs, their propose
-        # memo), one reference. The cache is swapped before _last is cleared, and _at() clears
-        # _last again when the cache it filled is no longer current, so a slot derived from an
+        # memo), one reference. The cache is swapped before _last is cleared, and _slot() and
+        # _propose_slot() clear _last again when what they read is no longer current, so a slot from an
         # old calibration never outlives its swap.
         self._contexts = {}
         self._last = _NO_CONTEXT
@@ -294,8 +297,7 @@ class Planner:
         exact = type(context) is float or type(context) is int
         if not self.table.contexts.size or (exact and context in self._contexts):
             return self._slot(context)
-        # A serve's context moves every step: a plain float in range skips the full check.
-        c = context if type(context) is float and 0.0 < context < math.inf else _checked_context(context)
+        c = _checked_context(context)
         base = self._state
         slot = (context if exact else c, (c, base), {})
         self._last = slot

@@ -205,7 +205,7 @@ def _read_cell(i, raw, problems):
     return Cell(**values)
 
 
-def table_arrays(widths, costs, contexts=None, context_costs=None, reference_context=None):
+def checked_arrays(widths, costs, contexts=None, context_costs=None, reference_context=None):
     """A table given as arrays (``CostTable(key, widths, costs)``, which the kernels index without
     bounds checks) as the table stores it, and every breach of the rules.
 

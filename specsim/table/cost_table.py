@@ -48,7 +48,7 @@ class CostTable:
         # The arrays are checked as stored (int64 and float64): the kernels index them without
         # bounds checks.
         problems = [] if isinstance(key, TableKey) else [f"key must be a TableKey, got {type(key).__name__}"]
-        arrays, more = _format.table_arrays(widths, costs, contexts, context_costs, reference_context)
+        arrays, more = _format.checked_arrays(widths, costs, contexts, context_costs, reference_context)
         problems += more
         if problems:
             raise TableError(f"{source}: the cost table is refused", problems)

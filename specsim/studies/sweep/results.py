@@ -142,11 +142,9 @@ def read_results(path) -> list:
 @dataclass(frozen=True)
 class DamagedRow:
     """A row of a results file that is not whole or not valid: where it is (``line 7`` of a CSV,
-    ``row 7`` of a Parquet file), its ``point_id`` (None where it has none), what kind of damage
-    (one of :data:`DAMAGE_KINDS`) and the detail."""
+    ``row 7`` of a Parquet file), what kind of damage (one of the kinds below) and the detail."""
 
     where: str
-    point_id: str | None
     kind: str
     detail: str
 
@@ -157,7 +155,6 @@ TOO_WIDE = "with more fields than the header"
 BAD_VALUE = "with a value out of range"
 BAD_INPUTS = "with inputs that do not match their digest"
 BAD_ID = "without a point id"
-DAMAGE_KINDS = (CUT_SHORT, TOO_WIDE, BAD_VALUE, BAD_INPUTS, BAD_ID)
 
 # What :func:`specsim.studies.sweep.grid.point_id` makes: the first 16 hex digits of a SHA-256.
 POINT_ID = re.compile(r"[0-9a-f]{16}")
@@ -222,13 +219,12 @@ def results_rows(path):
     parsed, damaged = [], []
     for i, (line, row) in enumerate(rows):
         where = f"line {line}"
-        pid = row[header.index("point_id")] if len(row) > header.index("point_id") else None
         if len(row) < len(header):
-            damaged.append(DamagedRow(where, pid, CUT_SHORT, f"{len(row)} fields where the header has {len(header)}"))
+            damaged.append(DamagedRow(where, CUT_SHORT, f"{len(row)} fields where the header has {len(header)}"))
         elif len(row) > len(header):
-            damaged.append(DamagedRow(where, pid, TOO_WIDE, f"{len(row)} fields where the header has {len(header)}"))
+            damaged.append(DamagedRow(where, TOO_WIDE, f"{len(row)} fields where the header has {len(header)}"))
         elif i == len(rows) - 1 and not ended:
-            damaged.append(DamagedRow(where, pid, CUT_SHORT, "the file ends inside it"))
+            damaged.append(DamagedRow(where, CUT_SHORT, "the file ends inside it"))
         else:
             parsed.append((where, {k: (v if k in TEXT_COLUMNS else _from_text(v)) for k, v in zip(header, row)}))
     kept, bad = _split_rows(parsed)
@@ -243,7 +239,7 @@ def _split_rows(rows):
         if problem is None:
             kept.append(row)
         else:
-            damaged.append(DamagedRow(where, None if problem[0] == BAD_ID else row["point_id"], *problem))
+            damaged.append(DamagedRow(where, *problem))
     return kept, damaged
 
 

@@ -156,12 +156,11 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
     inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
     kept = {r["point_id"]: r for r in read}
-    done, todo, stale, n_stale = {}, [], {}, 0
+    todo, stale, n_stale = [], {}, 0
     for p in grid.points:
         pid = point_id(p)
         row = kept.get(pid)
         if row is not None and row.get("inputs_digest") == inputs_digest(inputs[pid]):
-            done[pid] = row
             continue
         todo.append(p)
         if row is not None:
@@ -179,10 +178,6 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     def ordered():
         return sorted(rows.values(), key=lambda r: order.get(r["point_id"], len(order)))
 
-    def write():
-        write_results(out, ordered(), columns)
-
-
     def save(row):
         nonlocal columns
         pid = row["point_id"]
@@ -194,7 +189,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
             columns = list(row.keys())
         else:
             columns += [c for c in row if c not in columns]
-        write()
+        write_results(out, ordered(), columns)
 
     n_workers = 1
     if todo:
