@@ -29,6 +29,13 @@ MAX_ACCEPTANCE_WINDOW = 1024
 # policy, the online calibration): every per-depth array is built with this many entries at most,
 # and the simulated engine packs a draft's position into 8 bits of its random key.
 MAX_DEPTH = 255
+# Draft trees (docs/planner.md#draft-trees): most nodes one tree may hold (SGLang's largest
+# published setting verifies 64; 256 leaves room), most candidate ranks per depth a rank-acceptance
+# table may hold (engines expand at most top-16), and its deepest row (a tree's depth is at most its
+# node count, and no engine drafts past 32 levels).
+MAX_TREE_NODES = 256
+MAX_TREE_RANKS = 16
+MAX_TREE_DEPTH = 64
 # Most batch widths (sequences per step) a table, option or replay may name.
 MAX_WIDTH = 1 << 20
 # Most output (or prompt) tokens one request may ask for.

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
+from specsim._checks import MAX_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, check_int, is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
 from specsim.calibration.spread import check_spread, spread_problems
@@ -32,6 +32,11 @@ class AcceptanceCalibration:
     spread : RequestSpread, optional
         How acceptance differs from request to request (docs/calibration.md#per-request-spread);
         None (the default) is no spread: every request draws at the calibration's rates.
+    rank_acceptance : array_like of float, shape (D, R), optional
+        Draft trees (docs/calibration.md#draft-trees): ``rank_acceptance[d - 1, r - 1]`` is the
+        probability that the target's token at depth ``d`` (the path to it accepted) is the
+        drafter's rank-``r`` candidate there; each row sums to at most 1. None (the default): the
+        calibration plans chains only.
 
     Raises
     ------
@@ -39,10 +44,10 @@ class AcceptanceCalibration:
         Listing every rule of the calibration rules (docs/formats.md#acceptance-calibration) the arrays break.
     """
 
-    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta", "spread")
+    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta", "spread", "rank_acceptance")
 
     def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>",
-                 spread=None):
+                 spread=None, rank_acceptance=None):
         try:
             edges = _edges_f32(edges)
             p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
@@ -61,11 +66,17 @@ class AcceptanceCalibration:
             a.flags.writeable = False
         self.meta = dict(meta or {})
         self.spread = check_spread(spread, source)
+        self.rank_acceptance = None if rank_acceptance is None else checked_rank_acceptance(rank_acceptance, source)
 
     def with_spread(self, spread) -> "AcceptanceCalibration":
         """This calibration with ``spread`` (a :class:`RequestSpread`, or None for none)."""
         return AcceptanceCalibration(self.drafter, self.edges, self.p_accept, self.priors, meta=self.meta,
-                                     spread=spread)
+                                     spread=spread, rank_acceptance=self.rank_acceptance)
+
+    def with_rank_acceptance(self, rank_acceptance) -> "AcceptanceCalibration":
+        """This calibration with ``rank_acceptance`` (shape (D, R), or None: chains only)."""
+        return AcceptanceCalibration(self.drafter, self.edges, self.p_accept, self.priors, meta=self.meta,
+                                     spread=self.spread, rank_acceptance=rank_acceptance)
 
     # -- files ----------------------------------------------------------------------------
     @classmethod
@@ -265,6 +276,7 @@ class AcceptanceCalibration:
             and np.array_equal(self.p_accept, other.p_accept)
             and np.array_equal(self.priors, other.priors)
             and self.spread == other.spread
+            and _same_optional(self.rank_acceptance, other.rank_acceptance)
         )
 
     __hash__ = None
@@ -273,8 +285,63 @@ class AcceptanceCalibration:
         return (
             f"AcceptanceCalibration(buckets={self.edges.shape[0]}, "
             f"positions={self.priors.shape[0]}, drafter={self.drafter!r}"
-            + (f", logit_sd={self.spread.logit_sd:g}" if self.spread is not None else "") + ")"
+            + (f", logit_sd={self.spread.logit_sd:g}" if self.spread is not None else "")
+            + (f", tree_depths={self.rank_acceptance.shape[0]}, ranks={self.rank_acceptance.shape[1]}"
+               if self.rank_acceptance is not None else "") + ")"
         )
+
+
+# A row of rank_acceptance may sum past 1 by this much (the rounding of a fit's divisions and of
+# a file's decimals); more is refused.
+RANK_ROW_SLACK = 1e-9
+
+
+def rank_acceptance_problems(a) -> list:
+    """Every rule a rank-acceptance array (shape (D, R), float64) breaks, one line each, naming
+    the depth and rank (both 1-based) of the cell."""
+    if a.ndim != 2:
+        return [f"rank_acceptance must be a table of depths x ranks (2 dimensions), got {a.ndim}"]
+    depths, ranks = a.shape
+    problems = []
+    if not 1 <= depths <= MAX_TREE_DEPTH:
+        problems.append(f"rank_acceptance has {depths} depths (rows): give 1..{MAX_TREE_DEPTH}")
+    if not 1 <= ranks <= MAX_TREE_RANKS:
+        problems.append(f"rank_acceptance has {ranks} ranks (columns): give 1..{MAX_TREE_RANKS}")
+    if problems:
+        return problems
+    bad = np.argwhere(~((a >= 0.0) & (a <= 1.0)))
+    for d, r in bad:
+        problems.append(f"rank_acceptance depth {d + 1} rank {r + 1} = {float(a[d, r])!r} is not a probability in [0, 1]")
+    if not len(bad):
+        sums = a.sum(axis=1)
+        for d in np.flatnonzero(sums > 1.0 + RANK_ROW_SLACK):
+            problems.append(f"rank_acceptance depth {d + 1} sums to {float(sums[d])!r} over its ranks: a row is "
+                            "one draw of the target's token, so its ranks sum to at most 1")
+    return problems
+
+
+def checked_rank_acceptance(value, source: str = "<calibration>"):
+    """``value`` as a read-only C-contiguous float64 array of shape (D, R), or CalibrationError
+    listing every rule it breaks."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks), "
+                               f"got {show(value)}")
+    try:
+        a = np.array(value, dtype=np.float64, copy=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks) ({e})") from None
+    problems = rank_acceptance_problems(a)
+    if problems:
+        raise CalibrationError(f"{source}: the rank acceptance is refused", problems)
+    a = np.ascontiguousarray(a)
+    a.flags.writeable = False
+    return a
+
+
+def _same_optional(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and np.array_equal(a, b)
 
 
 def bucket_cells(edges):
