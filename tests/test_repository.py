@@ -384,3 +384,35 @@ def test_the_internal_kernel_scan_catches_a_python_call():
     assert _internal_kernels(tree) == {"f", "g"}
     assert _python_uses(tree, {"f", "g"}) == {"f", "g"}
     assert _python_uses(ast.parse("@step\ndef k(x):\n    return f(x)\nstep = jit()\n"), {"f"}) == set()
+
+
+def test_the_release_keeps_its_version_in_one_place_and_ships_its_licences():
+    from specsim import __version__
+    from specsim._toml import tomllib  # tomli before Python 3.11
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    meta = project["project"]
+    # The distribution's name is not "specsim" (an unrelated package holds it on PyPI); the command is.
+    assert meta["name"] != "specsim" and meta["scripts"]["specsim"] == "specsim._console:run"
+    assert "version" not in meta and meta["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "specsim.__version__"}
+    # The changelog starts at this version.
+    first = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## "))
+    assert first.split()[1] == __version__
+    # The licences named in the metadata exist, and the sdist's manifest takes them too.
+    for pattern in meta["license-files"]:
+        assert list(ROOT.glob(pattern)), pattern
+    manifest = (ROOT / "MANIFEST.in").read_text().split()
+    assert {"LICENSE-MIT", "LICENSE-APACHE", "LICENSES", "CHANGELOG.md"} <= set(manifest)
+    # What every file specsim writes calls its version is this one.
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+
+
+def test_specsim_version_prints_the_package_version(capsys):
+    from specsim import __version__
+    from specsim.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specsim {__version__}"
