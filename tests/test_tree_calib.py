@@ -1,6 +1,7 @@
 """Draft trees in the calibration (docs/calibration.md#draft-trees): the [tree] table, its counts,
 and where a[d][r] comes from."""
 
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,10 @@ from hypothesis import strategies as st
 
 from specsim import AcceptanceCalibration, CalibrationError, DrafterKey
 from specsim.calibration._types import TreeCounts
+from specsim.calibration.logs import load_drafts_log
+from specsim.calibration.report import wilson
+from specsim.calibration.tree_fit import bin_tree, rank_acceptance_from_counts
+from specsim.cli import main
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRAFTER = DrafterKey("ab" * 32, 32000, "bf16", True)
@@ -139,3 +144,218 @@ def test_tree_render_round_trips(t):
     assert back == c
     assert back.rank_acceptance.tobytes() == c.rank_acceptance.tobytes()
     assert math.isclose(float(back.rank_acceptance.sum()), float(np.sum(a)))
+
+
+# -- fitting a[d][r] from a per-draft log of trees ------------------------------------------
+TRUTH = np.array([[0.62, 0.12, 0.05], [0.55, 0.11, 0.04], [0.5, 0.1, 0.03]])
+DRAFTER_FLAGS = ["--drafter-sha256", "ab" * 32, "--vocab", "32000", "--quantization", "bf16", "--context", "true"]
+
+
+def full_tree(depth, ranks):
+    """Every rank path of length <= depth, depth-first: (parents, depths, ranks)."""
+    parents, depths, rks = [], [], []
+
+    def grow(parent, d):
+        for r in range(1, ranks + 1):
+            parents.append(parent)
+            depths.append(d)
+            rks.append(r)
+            if d < depth:
+                grow(len(parents) - 1, d + 1)
+
+    grow(-1, 1)
+    return np.array(parents), np.array(depths), np.array(rks)
+
+
+def tree_log(a, steps, seed):
+    """A per-draft log of full trees whose target tokens are drawn from ``a``: the columns, and the
+    target's rank per step and depth (0: no candidate matched)."""
+    rng = np.random.default_rng(seed)
+    depth, ranks = a.shape
+    parents, depths, rks = full_tree(depth, ranks)
+    cdf = np.cumsum(np.c_[a, 1 - a.sum(axis=1)], axis=1)
+    target = np.array([np.searchsorted(cdf[d], rng.random(steps), side="right") + 1 for d in range(depth)]).T
+    target[target > ranks] = 0
+    match = rks[None, :] == target[:, depths - 1]
+    reached = np.ones_like(match)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            reached[:, i] = reached[:, p] & match[:, p]
+    # A node that is not reached says nothing: its accepted is noise the fit must not read.
+    accepted = np.where(reached, match, rng.random(match.shape) < 0.5)
+    m = len(parents)
+    cols = {
+        "step": np.repeat(np.arange(steps), m), "sequence": np.zeros(steps * m, dtype=np.int64),
+        "position": np.tile(depths, steps), "rank": np.tile(rks, steps), "parent": np.tile(parents, steps),
+        "confidence": -rng.exponential(1.0, steps * m), "accepted": accepted.reshape(-1).astype(np.int64),
+    }
+    return cols, target
+
+
+def truth_counts(target, depth, ranks):
+    """reached(d) and matched(d, r) straight from the drawn target ranks (full trees draft every depth)."""
+    alive = np.ones(target.shape[0], dtype=bool)
+    reached, matched = [], []
+    for d in range(depth):
+        reached.append(int(alive.sum()))
+        matched.append([int((alive & (target[:, d] == r)).sum()) for r in range(1, ranks + 1)])
+        alive &= target[:, d] > 0
+    return reached, matched
+
+
+def write_log(path, cols, names=None):
+    names = names or list(cols)
+    rows = np.column_stack([cols[c] for c in names])
+    with open(path, "w") as f:
+        f.write(",".join(names) + "\n")
+        for row in rows:
+            f.write(",".join(f"{v:.6f}" if n == "confidence" else str(int(v)) for n, v in zip(names, row)) + "\n")
+
+
+def bin_cols(cols, parent=True):
+    return bin_tree(cols["step"], cols["sequence"], cols["position"], cols["rank"],
+                    cols["accepted"].astype(np.int8), cols["parent"] if parent else None)
+
+
+def test_tree_counts_equal_the_drawn_targets():
+    cols, target = tree_log(TRUTH, 300, seed=1)
+    assert cols["step"].shape[0] >= 5000
+    counts, on_chain = bin_cols(cols)
+    reached, matched = truth_counts(target, *TRUTH.shape)
+    assert list(counts.reached) == reached and [list(r) for r in counts.matched] == matched
+    # Depth-first listing: the parent column can be left out.
+    assert bin_cols(cols, parent=False)[0] == counts
+    assert on_chain.sum() == 300 * 3 and (cols["rank"][on_chain] == 1).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fit_recovers_a_known_rank_acceptance(seed):
+    cols, _ = tree_log(TRUTH, 2000, seed)
+    a = rank_acceptance_from_counts(bin_cols(cols)[0])
+    assert a.shape == TRUTH.shape
+    # 2,000 trees reach depth 1; about 1,500 depth 2: 5 standard errors is about 0.06 at worst.
+    assert np.abs(a - TRUTH).max() < 0.06
+
+
+def _binomial_quantiles(n, p, tail):
+    """(low, high): the counts below which and above which Binomial(n, p) lies with chance < tail."""
+    pmf = [math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)]
+    cdf = np.cumsum(pmf)
+    return int(np.searchsorted(cdf, tail)), int(np.searchsorted(cdf, 1 - tail))
+
+
+def test_wilson_intervals_cover_the_truth_at_their_rate():
+    covered = total = 0
+    for seed in range(40):
+        cols, _ = tree_log(TRUTH, 200, seed=100 + seed)
+        assert cols["step"].shape[0] >= 5000
+        counts = bin_cols(cols)[0]
+        for d, n in enumerate(counts.reached):
+            for r, m in enumerate(counts.matched[d]):
+                low, high = wilson(m, n)
+                covered += low <= TRUTH[d, r] <= high
+                total += 1
+    low, high = _binomial_quantiles(total, 0.95, 1e-4)
+    assert low <= covered <= high, (covered, total)
+
+
+def test_cli_fits_the_tree_table_and_the_chain_part_is_unchanged(tmp_path, capsys):
+    cols, _ = tree_log(TRUTH, 250, seed=7)
+    tree_csv, chain_csv = tmp_path / "tree.csv", tmp_path / "chain.csv"
+    write_log(tree_csv, cols)
+    _, on_chain = bin_cols(cols)
+    write_log(chain_csv, {c: v[on_chain] for c, v in cols.items() if c not in ("rank", "parent")})
+    out_tree, out_chain = tmp_path / "t.toml", tmp_path / "c.toml"
+    assert main(["calib", "fit", "--drafts-log", str(tree_csv), *DRAFTER_FLAGS, "-o", str(out_tree)]) == 0
+    assert "a [tree] table of 3 depths x 3 ranks" in capsys.readouterr().out
+    assert main(["calib", "fit", "--drafts-log", str(chain_csv), *DRAFTER_FLAGS, "-o", str(out_chain)]) == 0
+    tree, chain = AcceptanceCalibration.load(out_tree), AcceptanceCalibration.load(out_chain)
+    assert tree.with_rank_acceptance(None) == chain
+    assert tree.tree_counts.source == f"drafts log {tree_csv}"
+    assert tree.rank_acceptance.tolist() == rank_acceptance_from_counts(bin_cols(cols)[0]).tolist()
+    # A chain logged with ranks (all 1) and parents fits exactly as without them.
+    chain_ranked = tmp_path / "chain_ranked.csv"
+    ranked = {c: v[on_chain] for c, v in cols.items()}
+    ranked["parent"] = np.where(ranked["position"] == 1, -1, ranked["position"] - 2)
+    write_log(chain_ranked, ranked)
+    out = tmp_path / "r.toml"
+    assert main(["calib", "fit", "--drafts-log", str(chain_ranked), *DRAFTER_FLAGS, "-o", str(out)]) == 0
+    assert AcceptanceCalibration.load(out).with_rank_acceptance(None) == chain
+    assert AcceptanceCalibration.load(out).rank_acceptance.shape == (3, 1)
+
+
+def test_report_and_show_give_the_depth_by_rank_view(tmp_path, capsys):
+    cols, _ = tree_log(TRUTH, 250, seed=8)
+    log, out = tmp_path / "tree.csv", tmp_path / "t.toml"
+    write_log(log, cols)
+    assert main(["calib", "fit", "--drafts-log", str(log), *DRAFTER_FLAGS, "-o", str(out), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)["tree"]
+    cal = AcceptanceCalibration.load(out)
+    cell = view["cells"][4]  # depth 2, rank 2
+    assert (cell["depth"], cell["rank"]) == (2, 2)
+    assert cell["matched"] == cal.tree_counts.matched[1][1] and cell["reached"] == cal.tree_counts.reached[1]
+    assert cell["wilson95"] == list(wilson(cell["matched"], cell["reached"]))
+    assert main(["calib", "show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "draft trees: P(the target's token at depth d is the rank-r candidate), 3 depths x 3 ranks" in text
+    assert f"{cell['rate']:.4f} [{cell['wilson95'][0]:.4f}, {cell['wilson95'][1]:.4f}]" in text
+    assert main(["calib", "show", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tree"] == view
+    assert main(["calib", "fit", "--drafts-log", str(log), *DRAFTER_FLAGS, "-o", str(out), "--report"]) == 0
+    assert "rank 3 (95% Wilson)" in capsys.readouterr().out
+
+
+HEAD = "step,sequence,position,rank,parent,confidence,accepted\n"
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ("0,0,1,0,-1,-0.1,1\n", "line 2: rank 0 is outside 1..16"),
+    ("0,0,1,1,-1,-0.1,1\n0,0,2,17,0,-0.1,1\n", "line 3: rank 17 is outside 1..16"),
+    ("0,0,2,1,1,-0.1,1\n0,0,1,1,-1,-0.1,1\n", "line 2: parent 1 is not an earlier node of its tree"),
+    ("0,0,1,1,-1,-0.1,1\n0,0,3,1,0,-0.1,1\n", "line 3: position 3 under a parent at position 1"),
+    ("0,0,1,1,-1,-0.1,1\n0,0,1,1,-1,-0.1,1\n", "line 3: a second rank-1 candidate under one parent"),
+    ("0,0,1,1,-1,-0.1,1\n0,0,1,2,-1,-0.1,1\n", "line 3: a second accepted candidate under one reached node"),
+    ("0,0,1,1,-1,-0.1,1\n0,0,2,1,-2,-0.1,1\n", "line 3: parent -2 is not an earlier node"),
+    ("0,0,65,1,-1,-0.1,1\n", "line 2: position 65 is outside 1..64"),
+])
+def test_bad_tree_logs_are_refused_by_file_and_line(tmp_path, rows, expected):
+    log = tmp_path / "bad.csv"
+    log.write_text(HEAD + rows)
+    with pytest.raises(CalibrationError) as e:
+        load_drafts_log(log, tree=True)
+    assert str(e.value).startswith(f"{log}: {expected}")
+
+
+def test_bad_tree_log_lines_count_in_json_lines_and_without_parents(tmp_path):
+    log = tmp_path / "bad.jsonl"
+    rows = [dict(step=0, sequence=0, position=1, rank=1, confidence=-0.1, accepted=1),
+            dict(step=0, sequence=0, position=3, rank=1, confidence=-0.1, accepted=1)]
+    log.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n")
+    with pytest.raises(CalibrationError, match=r"bad.jsonl: line 3: position 3 follows no node at position 2"):
+        load_drafts_log(log, tree=True)
+    csv = tmp_path / "bfs.csv"  # breadth-first without parents: the siblings collide
+    csv.write_text("step,sequence,position,rank,confidence,accepted\n0,0,1,1,-1,1\n0,0,1,2,-1,0\n"
+                   "0,0,2,1,-1,0\n0,0,2,2,-1,0\n0,0,2,1,-1,0\n")
+    with pytest.raises(CalibrationError, match=r"line 6: a second rank-1 candidate .*breadth-first"):
+        load_drafts_log(csv, tree=True)
+
+
+def test_a_tree_past_the_node_limit_and_parents_without_ranks_are_refused(tmp_path):
+    wide = tmp_path / "wide.csv"
+    wide.write_text("step,sequence,position,rank,parent,confidence,accepted\n"
+                    + "".join(f"0,0,{1 + i // 16},{1 + i % 16},{-1 if i < 16 else 0},-0.1,0\n" for i in range(257)))
+    with pytest.raises(CalibrationError, match="line 258: the tree of step 0, sequence 0 has more than 256 nodes"):
+        load_drafts_log(wide, tree=True)
+    half = tmp_path / "half.csv"
+    half.write_text("step,sequence,position,parent,confidence,accepted\n0,0,1,-1,-0.1,1\n")
+    with pytest.raises(CalibrationError, match="a parent column but no rank column"):
+        load_drafts_log(half, tree=True)
+
+
+def test_held_out_trees_are_checked_not_counted(tmp_path):
+    cols, target = tree_log(TRUTH, 100, seed=3)
+    log = tmp_path / "t.csv"
+    write_log(log, cols)
+    counts, held, tree = load_drafts_log(log, holdout=0.25, tree=True)
+    assert held.step_count == 25
+    assert list(tree.reached) == truth_counts(target[:75], *TRUTH.shape)[0]

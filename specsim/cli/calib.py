@@ -20,8 +20,9 @@ from specsim.calibration.fit import (
     load_counts, render_counts, steps_from_windows,
 )
 from specsim.calibration.logs import load_drafts_log, load_steps_log
-from specsim.calibration.report import build_report, format_report, plot_reliability
+from specsim.calibration.report import build_report, format_report, format_tree_view, plot_reliability, tree_view
 from specsim.calibration.spread import resolve_spread
+from specsim.calibration.tree_fit import rank_acceptance_from_counts
 from specsim.interop.vllm import synthetic_config
 
 
@@ -64,6 +65,7 @@ def cmd_show(args):
             "p_accept": cal.p_accept.tolist(),
             "prior_by_position": cal.priors.tolist(),
             **({"request_spread": spread_dict(cal.spread)} if cal.spread is not None else {}),
+            **({"tree": tree_view(cal)} if cal.rank_acceptance is not None else {}),
         })
         return 0
     print(f"drafter sha256 {d.weights_sha256}  vocab {d.vocab}  {d.quantization}  context {str(d.context).lower()}")
@@ -83,6 +85,8 @@ def cmd_show(args):
     if sp is not None:
         print(f"request spread: logit_sd {sp.logit_sd:g} +- {sp.standard_error:g} from {sp.requests} requests "
               f"({sp.source})")
+    if cal.rank_acceptance is not None:
+        print(format_tree_view(tree_view(cal)))
     return 0
 
 
@@ -118,7 +122,9 @@ inputs (exactly one):
   --counts FILE       fitting counts, TOML or JSON (see below)
   --drafts-log FILE   one row per draft: step, sequence, position, confidence, accepted
                       (CSV with a header, or JSON Lines for .jsonl/.ndjson/.json); rows after a
-                      chain's first rejection are not reached and are counted apart
+                      chain's first rejection are not reached and are counted apart; with
+                      `rank` (and `parent`) columns, one row per node of a draft tree: also
+                      writes the [tree] table a[d][r] (docs/calibration.md#draft-trees)
   --steps-log FILE    one row per verify step: drafts, accepted (the accepted run); gives a
                       one-bucket calibration (confidence ignored)
   --rates R1,R2,..    per-position acceptance rates (--rates-form marginal, vLLM style, or
@@ -181,7 +187,7 @@ def _fit(args, out):
         # before anything is written; the shared check also refuses a format matplotlib lacks
 
         require_plot_format("--plot", args.plot)
-    fit = holdout = per_request = None
+    fit = holdout = per_request = tree = None
     if args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
         _warn_rising_marginals(args.rates, args.rates_form)
@@ -189,14 +195,16 @@ def _fit(args, out):
         if args.counts:
             counts = load_counts(args.counts)
         elif args.drafts_log:
-            counts, holdout, per_request = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout,
-                                                           requests=True)
+            counts, holdout, per_request, tree = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES,
+                                                                 args.holdout, requests=True, tree=True)
         elif args.steps_log:
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
         fit = fit_counts(drafter, check_count_sizes(counts))
         cal = fit.calibration
+        if tree is not None:
+            cal = cal.with_rank_acceptance(rank_acceptance_from_counts(tree), tree)
     source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
     note = ""
     if args.request_spread != "off":
@@ -225,7 +233,9 @@ def _fit(args, out):
     else:
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
                 if fit else f"one bucket from {args.rates_form} rates")
-        print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
+        a = cal.rank_acceptance
+        trees = "" if a is None else f", a [tree] table of {a.shape[0]} depths x {a.shape[1]} ranks"
+        print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors{trees}")
     calib_live.note_spread(note)
 
 
