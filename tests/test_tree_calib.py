@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from specsim import AcceptanceCalibration, CalibrationError, DrafterKey
 from specsim.calibration._types import TreeCounts
+from specsim.calibration.fit import calibration_from_rates
 from specsim.calibration.logs import load_drafts_log
 from specsim.calibration.report import wilson
 from specsim.calibration.tree_fit import bin_tree, rank_acceptance_from_counts
@@ -359,3 +360,49 @@ def test_held_out_trees_are_checked_not_counted(tmp_path):
     counts, held, tree = load_drafts_log(log, holdout=0.25, tree=True)
     assert held.step_count == 25
     assert list(tree.reached) == truth_counts(target[:75], *TRUTH.shape)[0]
+
+
+# -- calib fit --rank-rates ---------------------------------------------------------------------
+def test_rank_rates_write_equal_rows(tmp_path, capsys):
+    out = tmp_path / "c.toml"
+    assert main(["calib", "fit", "--rates", "0.8,0.6,0.5", "--rank-rates", "0.72,0.09,0.04", *DRAFTER_FLAGS,
+                 "-o", str(out)]) == 0
+    cal = AcceptanceCalibration.load(out)
+    assert cal.rank_acceptance.tolist() == [[0.72, 0.09, 0.04]] * 3  # the calibration's three priors
+    assert cal.tree_counts is None and cal.with_rank_acceptance(None) == calibration_from_rates(
+        DRAFTER, [0.8, 0.6, 0.5]).with_rank_acceptance(None)
+    assert main(["calib", "fit", "--rates", "0.8,0.6", "--rank-rates", "0.7,0.1", "--tree-depths", "5", *DRAFTER_FLAGS,
+                 "-o", str(out)]) == 0
+    assert AcceptanceCalibration.load(out).rank_acceptance.shape == (5, 2)
+    assert main(["calib", "fit", "--rank-rates", "0.7,0.1", "--tree-depths", "4", *DRAFTER_FLAGS, "-o", str(out),
+                 "--report"]) == 0
+    cal = AcceptanceCalibration.load(out)
+    assert cal.priors.tolist() == [0.7] * 4 and cal.rank_acceptance.tolist() == [[0.7, 0.1]] * 4
+    assert "no counts, so no intervals" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--rank-rates", "0.7,0.4", "--rates", "0.8"], "--rank-rates: the rank rates are refused\n  - the rates sum to"),
+    (["--rank-rates", "0.7,1.4", "--rates", "0.8"], "rank 2 = 1.4 is not a probability"),
+    (["--rank-rates", ",".join(["0.01"] * 17), "--rates", "0.8"], "17 ranks: give 1..16"),
+    (["--rank-rates", "0.7"], "--rank-rates as the only input needs --tree-depths D"),
+    (["--rank-rates", "0.7", "--tree-depths", "65"], "--tree-depths 65: give 1..64"),
+    (["--rank-rates", "0.7", "--tree-depths", "0"], "--tree-depths 0: give 1..64"),
+    (["--rates", "0.7", "--tree-depths", "3"], "--tree-depths applies to --rank-rates only"),
+    ([], "one of the arguments --counts --drafts-log"),
+])
+def test_bad_rank_rates_exit_2_in_one_line(tmp_path, capsys, argv, expected):
+    out = tmp_path / "c.toml"
+    assert main(["calib", "fit", *argv, *DRAFTER_FLAGS, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_rank_rates_and_a_log_with_ranks_are_refused_together(tmp_path, capsys):
+    cols, _ = tree_log(TRUTH, 150, seed=2)
+    log = tmp_path / "t.csv"
+    write_log(log, cols)
+    assert main(["calib", "fit", "--drafts-log", str(log), "--rank-rates", "0.7", *DRAFTER_FLAGS,
+                 "-o", str(tmp_path / "c.toml")]) == 2
+    assert "has ranks, so its [tree] table is fitted from them" in capsys.readouterr().err

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREE_RANKS
+from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREE_RANKS, is_int, show
 from specsim.calibration._types import TreeCounts
-from specsim.calibration.calibration import checked_rank_acceptance
+from specsim.calibration.calibration import RANK_ROW_SLACK, checked_rank_acceptance
 from specsim.errors import CalibrationError
 
 # The columns a per-draft log of tree drafts adds to a chain log's (docs/formats.md#per-draft-log).
@@ -138,7 +138,21 @@ def rank_acceptance_from_counts(counts: TreeCounts):
 
 def rank_rates_table(rates, depths: int, source: str = "--rank-rates"):
     """A depth-independent rank acceptance (Sequoia's acceptance vector): ``depths`` equal rows of
-    ``rates`` (rank 1 first), checked as any rank acceptance is."""
-    if not (isinstance(depths, int) and 1 <= depths <= MAX_TREE_DEPTH):
-        raise CalibrationError(f"{source}: {depths!r} tree depths: give 1..{MAX_TREE_DEPTH}")
-    return checked_rank_acceptance([list(rates)] * depths, source)
+    ``rates`` (rank 1 first), each rate a probability, 1..16 of them, summing to at most 1.
+
+    Returns
+    -------
+    ndarray(float64, ndim=2), shape (depths, len(rates)), read-only
+    """
+    if not (is_int(depths) and 1 <= depths <= MAX_TREE_DEPTH):
+        raise CalibrationError(f"{source}: {show(depths)} tree depths: give 1..{MAX_TREE_DEPTH} (docs/limits.md)")
+    rates = [float(r) for r in rates]
+    problems = [f"rank {r} = {v!r} is not a probability in [0, 1]" for r, v in enumerate(rates, 1) if not 0 <= v <= 1]
+    if not 1 <= len(rates) <= MAX_TREE_RANKS:
+        problems.append(f"{len(rates)} ranks: give 1..{MAX_TREE_RANKS} (docs/limits.md)")
+    elif not problems and sum(rates) > 1.0 + RANK_ROW_SLACK:
+        problems.append(f"the rates sum to {sum(rates)!r}: they share one draw of the target's token at each depth, "
+                        "so they sum to at most 1")
+    if problems:
+        raise CalibrationError(f"{source}: the rank rates are refused", problems)
+    return checked_rank_acceptance([rates] * int(depths), source)

@@ -11,7 +11,7 @@ from specsim.cli._common import (
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.errors import CalibrationError
 from specsim import _toml
-from specsim._checks import is_int
+from specsim._checks import MAX_TREE_DEPTH, is_int
 from specsim._io import Outputs, read_input
 from specsim.calibration import AcceptanceCalibration
 from specsim.calibration.calibration import rising_positions
@@ -22,7 +22,7 @@ from specsim.calibration.fit import (
 from specsim.calibration.logs import load_drafts_log, load_steps_log
 from specsim.calibration.report import build_report, format_report, format_tree_view, plot_reliability, tree_view
 from specsim.calibration.spread import resolve_spread
-from specsim.calibration.tree_fit import rank_acceptance_from_counts
+from specsim.calibration.tree_fit import rank_acceptance_from_counts, rank_rates_table
 from specsim.interop.vllm import synthetic_config
 
 
@@ -131,6 +131,8 @@ inputs (exactly one):
                       conditional); gives a one-bucket calibration, no counts
   --windows FILE      TOML with `windows` rows of step counts [accepted k, .., accepted 1,
                       rejected], at top level or in [[run]] tables (all summed, or --run NAME)
+  --rank-rates A1,..  with any of them, or alone with --tree-depths D: a draft tree's rank
+                      acceptance, the same at every depth (docs/calibration.md#draft-trees)
 
 {counts}
 """
@@ -141,12 +143,19 @@ def register_fit(csub):
         "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
     )
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--counts", metavar="FILE", help="fitting counts (TOML or JSON)")
     src.add_argument("--drafts-log", metavar="FILE", help="per-draft log (CSV or JSON Lines)")
     src.add_argument("--steps-log", metavar="FILE", help="per-step log (CSV or JSON Lines)")
     src.add_argument("--rates", type=float_list, metavar="R1,R2,..", help="per-position acceptance rates")
     src.add_argument("--windows", metavar="FILE", help="TOML with accept-run histograms (`windows`)")
+    p.add_argument("--rank-rates", type=float_list, metavar="A1,A2,..",
+                   help="draft trees: P(the target's token is the rank-r candidate), rank 1 first, the same at "
+                        "every depth (Sequoia's acceptance vector); writes the [tree] table. With another input, "
+                        "or alone (then the chain priors are A1 at every depth)")
+    p.add_argument("--tree-depths", type=count, metavar="D",
+                   help="--rank-rates: depths of the [tree] table, 1..64 (default: the calibration's position "
+                        "priors, at most 64; needed when --rank-rates is the only input)")
     p.add_argument("--rates-form", choices=("marginal", "conditional"), default="marginal",
                    help="--rates are marginal P(j accepted) (default, as vLLM reports) or conditional")
     p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
@@ -177,6 +186,18 @@ def cmd_fit(args):
 
 def _fit(args, out):
     drafter = drafter_key(args)
+    sources = (args.counts, args.drafts_log, args.steps_log, args.rates, args.windows)
+    alone = all(v is None for v in sources)
+    if alone and args.rank_rates is None:
+        raise CalibrationError("one of the arguments --counts --drafts-log --steps-log --rates --windows is required "
+                               "(or --rank-rates with --tree-depths)")
+    if args.tree_depths is not None and args.rank_rates is None:
+        raise CalibrationError("--tree-depths applies to --rank-rates only (a log with ranks has its own depths)")
+    if args.tree_depths is not None and not 1 <= args.tree_depths <= MAX_TREE_DEPTH:
+        raise CalibrationError(f"--tree-depths {args.tree_depths:,}: give 1..{MAX_TREE_DEPTH} (docs/limits.md)")
+    if alone and args.tree_depths is None:
+        raise CalibrationError("--rank-rates as the only input needs --tree-depths D: how deep the trees go (the "
+                               "chain priors are then the rank-1 rate at each of the D depths)")
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
     if args.edges is not None and not args.drafts_log:
@@ -188,7 +209,10 @@ def _fit(args, out):
 
         require_plot_format("--plot", args.plot)
     fit = holdout = per_request = tree = None
-    if args.rates is not None:
+    if alone:
+        cal = calibration_from_rates(drafter, [args.rank_rates[0]] * args.tree_depths,
+                                     "conditional")
+    elif args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
         _warn_rising_marginals(args.rates, args.rates_form)
     else:
@@ -205,7 +229,14 @@ def _fit(args, out):
         cal = fit.calibration
         if tree is not None:
             cal = cal.with_rank_acceptance(rank_acceptance_from_counts(tree), tree)
-    source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
+    if args.rank_rates is not None:
+        if tree is not None:
+            raise CalibrationError(f"{args.drafts_log} has ranks, so its [tree] table is fitted from them: drop "
+                                   "--rank-rates (or the log's rank column)")
+        depths = args.tree_depths if args.tree_depths is not None else min(len(cal.priors), MAX_TREE_DEPTH)
+        cal = cal.with_rank_acceptance(rank_rates_table(args.rank_rates, depths))
+    source = (args.counts or args.drafts_log or args.steps_log or args.windows
+              or ("--rates" if args.rates is not None else "--rank-rates"))
     note = ""
     if args.request_spread != "off":
         if per_request is None:
@@ -232,7 +263,7 @@ def _fit(args, out):
         print(format_report(report), end="")
     else:
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
-                if fit else f"one bucket from {args.rates_form} rates")
+                if fit else "one bucket from the rank-1 rate" if alone else f"one bucket from {args.rates_form} rates")
         a = cal.rank_acceptance
         trees = "" if a is None else f", a [tree] table of {a.shape[0]} depths x {a.shape[1]} ranks"
         print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors{trees}")
