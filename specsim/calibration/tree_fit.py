@@ -14,7 +14,7 @@ import numpy as np
 
 from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREE_RANKS, is_int, show
 from specsim.calibration._types import TreeCounts
-from specsim.calibration.calibration import RANK_ROW_SLACK, checked_rank_acceptance
+from specsim.calibration.tree_table import RANK_ROW_SLACK, checked_rank_acceptance
 from specsim.errors import CalibrationError
 
 # The columns a per-draft log of tree drafts adds to a chain log's (docs/formats.md#per-draft-log).
