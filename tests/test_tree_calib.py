@@ -17,6 +17,8 @@ from specsim.calibration.report import wilson
 from specsim.calibration.tree_fit import bin_tree, rank_acceptance_from_counts
 from specsim.cli import main
 
+# The fit bins a log's chain part with the calibration's kernels (tests/conftest.py: KERNEL_MODULES).
+pytestmark = pytest.mark.kernels
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRAFTER = DrafterKey("ab" * 32, 32000, "bf16", True)
 BASE = AcceptanceCalibration(DRAFTER, [-1.0, 0.0], [0.3, 0.9], [0.8, 0.6])
@@ -406,3 +408,21 @@ def test_rank_rates_and_a_log_with_ranks_are_refused_together(tmp_path, capsys):
     assert main(["calib", "fit", "--drafts-log", str(log), "--rank-rates", "0.7", *DRAFTER_FLAGS,
                  "-o", str(tmp_path / "c.toml")]) == 2
     assert "has ranks, so its [tree] table is fitted from them" in capsys.readouterr().err
+
+
+def test_an_online_refit_keeps_the_rank_acceptance():
+    from specsim.calibration.online import OnlineCalibration
+
+    base = AcceptanceCalibration(DRAFTER, [-1.0, 0.0], [0.3, 0.9], [0.8, 0.6, 0.5])
+    tree = base.with_rank_acceptance([[0.5, 0.25]], TreeCounts((4,), ((2, 1),), "s"))
+    rng = np.random.default_rng(3)
+    conf = (-rng.exponential(0.6, (800, 3))).astype(np.float32)
+    n_conf = np.full(800, 3, dtype=np.int64)
+    run = rng.integers(0, 4, 800).astype(np.int64)
+    refits = []
+    for cal in (base, tree):
+        online = OnlineCalibration(cal, max_depth=4)
+        online.update(conf, n_conf, run)
+        refits.append(online.calibration())
+    assert refits[0].rank_acceptance is None
+    assert refits[1] == refits[0].with_rank_acceptance(tree.rank_acceptance, tree.tree_counts)
