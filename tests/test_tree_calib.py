@@ -426,3 +426,149 @@ def test_an_online_refit_keeps_the_rank_acceptance():
         refits.append(online.calibration())
     assert refits[0].rank_acceptance is None
     assert refits[1] == refits[0].with_rank_acceptance(tree.rank_acceptance, tree.tree_counts)
+
+
+# -- calib import --tree: telemetry from a tree run checks a[d][r], never fits it -------------------
+def accepted_paths(tree, a, steps, rng):
+    """Accepted drafts per verify step of ``tree`` when the target's token at depth d is rank r with
+    chance a[d-1][r-1] (none with the rest)."""
+    depth, ranks = a.shape
+    cdf = np.cumsum(np.c_[a, 1 - a.sum(axis=1)], axis=1)
+    target = np.array([np.searchsorted(cdf[d], rng.random(steps), side="right") + 1 for d in range(depth)]).T
+    kids = {}
+    for i, (p, r) in enumerate(zip(tree.parents, tree.ranks)):
+        kids[(p, r)] = i
+    out = np.zeros(steps, dtype=np.int64)
+    for s in range(steps):
+        node, d = -1, 0
+        while d < depth and (node, int(target[s, d])) in kids:
+            node, d = kids[(node, int(target[s, d]))], d + 1
+        out[s] = d
+    return out
+
+
+def sglang_requests(runs, per_request=200):
+    """SGLang per-request meta_info blocks (accept-run histograms) for these accepted runs."""
+    lines = []
+    for i in range(0, runs.shape[0], per_request):
+        chunk = runs[i:i + per_request]
+        hist = np.bincount(chunk).tolist()
+        lines.append(json.dumps({"text": "x", "meta_info": {"id": str(i), "spec_correct_drafts_histogram": hist,
+                                                            "spec_verify_ct": int(chunk.shape[0])}}))
+    return "\n".join(lines) + "\n"
+
+
+def tree_cal_file(tmp_path, a, name="cal.toml"):
+    path = tmp_path / name
+    key = DrafterKey("ef" * 32, 32000, "bf16", True)
+    path.write_text(AcceptanceCalibration(key, [0.0], [0.7], [0.7, 0.6, 0.5]).with_rank_acceptance(a).render())
+    return path
+
+
+IMPORT_KEY = ["--drafter-sha256", "ef" * 32, "--vocab", "32000", "--quantization", "bf16", "--context", "true"]
+
+
+def test_import_under_a_tree_checks_the_calibration(tmp_path, capsys):
+    from specsim.tree import tree_from_sglang
+
+    tree = tree_from_sglang(2, 3, 6, TRUTH)
+    runs = accepted_paths(tree, TRUTH, 4000, np.random.default_rng(5))
+    log = tmp_path / "req.jsonl"
+    log.write_text(sglang_requests(runs))
+    good, bad = tree_cal_file(tmp_path, TRUTH), tree_cal_file(tmp_path, TRUTH * 0.7, "bad.toml")
+    argv = ["calib", "import", str(log), "--tree", "sglang:2,3,6", *IMPORT_KEY]
+    assert main([*argv, "--calibration", str(good), "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)
+    assert check["measured"] == pytest.approx(1 + runs.mean(), rel=1e-12)
+    assert check["predicted"] == pytest.approx(tree.expected_tokens, rel=1e-12)
+    half = 1.959963984540054 * runs.std() / math.sqrt(runs.shape[0])
+    assert (check["low"], check["high"]) == pytest.approx((check["measured"] - half, check["measured"] + half))
+    assert check["verdict"] == "agrees" and check["nodes"] == 5 and check["depth"] == 3
+    assert main([*argv, "--calibration", str(bad)]) == 0
+    text = capsys.readouterr().out
+    assert "the calibration's a[d][r] disagrees with this run" in text
+    assert "it checks a[d][r], it never fits it" in text
+    assert not any(p.suffix == ".toml" and p.name not in ("cal.toml", "bad.toml") for p in tmp_path.iterdir())
+
+
+def test_import_under_a_vllm_tree_reads_per_position_counts(tmp_path, capsys):
+    from specsim.tree import tree_from_vllm
+
+    setting = "[(0,), (1,), (0, 0), (1, 0), (0, 0, 0)]"
+    tree = tree_from_vllm(setting, TRUTH)
+    runs = accepted_paths(tree, TRUTH, 3000, np.random.default_rng(6))
+    lines = []
+    for chunk in np.array_split(runs, 6):
+        n = chunk.shape[0]
+        acc = [int((chunk >= j).sum()) for j in range(1, 4)]
+        lines.append(f"INFO SpecDecoding metrics: Mean acceptance length: {1 + chunk.mean():.2f}, Accepted: "
+                     f"{sum(acc)} tokens, Drafted: {n * 3} tokens, Per-position acceptance rate: "
+                     + ", ".join(f"{a / n:.3f}" for a in acc) + f", Avg Draft acceptance rate: 50.0%, "
+                     f"Drafts: {n}, Accepted per position: {acc}")
+    log = tmp_path / "v.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["calib", "import", str(log), "--tree", f"vllm:{setting}", "--calibration",
+                 str(tree_cal_file(tmp_path, TRUTH)), *IMPORT_KEY, "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)
+    assert check["predicted"] == pytest.approx(tree.expected_tokens, rel=1e-12)
+    assert abs(check["measured"] - (1 + runs.mean())) < 0.01  # the log's rates have 3 decimals
+    assert check["low"] is not None
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["-o", "x.toml"], "nothing is fitted from it: drop -o"),
+    (["--assume", "constant-rate"], "drop --assume"),
+    ([], "--tree needs --calibration CAL"),
+    (["--calibration", "{plain}"], "has no [tree] table, so it predicts nothing"),
+    (["--calibration", "{other}"], "fitted on another drafter"),
+])
+def test_import_under_a_tree_refusals(tmp_path, capsys, extra, expected):
+    log = tmp_path / "req.jsonl"
+    log.write_text(sglang_requests(np.array([0, 1, 2, 3] * 50)))
+    plain = tmp_path / "plain.toml"
+    plain.write_text(AcceptanceCalibration(DrafterKey("ef" * 32, 32000, "bf16", True), [0.0], [0.7], [0.7]).render())
+    other = tmp_path / "other.toml"
+    other.write_text(BASE.with_rank_acceptance(TRUTH).render())
+    extra = [e.format(plain=plain, other=other) for e in extra]
+    assert main(["calib", "import", str(log), "--tree", "sglang:2,3,6", *IMPORT_KEY, *extra]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("sglang:2,3", "write sglang:TOPK,STEPS,DRAFT_TOKENS"),
+    ("tgi:1,2,3", "names no engine"),
+    ("sglang:2,9,6", "steps"),  # deeper than the calibration's three depths
+    ("vllm:[(0,), (5,)]", "rank"),
+])
+def test_bad_tree_settings_are_refused_by_field(tmp_path, capsys, setting, expected):
+    log = tmp_path / "req.jsonl"
+    log.write_text(sglang_requests(np.array([0, 1, 2] * 50)))
+    assert main(["calib", "import", str(log), "--tree", setting, "--calibration", str(tree_cal_file(tmp_path, TRUTH)),
+                 *IMPORT_KEY]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_import_without_tree_still_needs_an_output(tmp_path, capsys):
+    log = tmp_path / "req.jsonl"
+    log.write_text(sglang_requests(np.array([0, 1, 2] * 50)))
+    assert main(["calib", "import", str(log), *IMPORT_KEY]) == 2
+    assert "required: -o/--output" in capsys.readouterr().err
+    assert main(["calib", "import", str(log), *IMPORT_KEY, "-o", str(tmp_path / "c.toml"), "--json"]) == 2
+    assert "--json applies to --tree only" in capsys.readouterr().err
+
+
+def test_mean_only_tree_telemetry_gives_an_interval_over_records():
+    from specsim.calibration.tree_check import measured_length
+    from specsim.interop._records import Record
+
+    recs = [Record("mean", "l1", mean_accepted=1.5, n_steps=100.0), Record("mean", "l2", mean_accepted=2.5,
+                                                                            n_steps=300.0)]
+    mean, low, high, steps, _ = measured_length(recs, 5, "x")
+    assert mean == pytest.approx(1 + (150 + 750) / 400) and steps == 400
+    assert low < mean < high
+    assert measured_length(recs[:1], 5, "x")[1:3] == (None, None)
+    # tokens without steps: every step of a tree run drafts the whole tree
+    rec = Record("mean", "l", accepted_tokens=300, drafted_tokens=1000)
+    assert measured_length([rec], 5, "x")[0] == pytest.approx(1 + 300 / 200)
