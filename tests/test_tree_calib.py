@@ -519,7 +519,7 @@ def test_import_under_a_vllm_tree_reads_per_position_counts(tmp_path, capsys):
 @pytest.mark.parametrize("extra, expected", [
     (["-o", "x.toml"], "nothing is fitted from it: drop -o"),
     (["--assume", "constant-rate"], "drop --assume"),
-    ([], "--tree needs --calibration CAL"),
+    ([], "--tree: give --calibration CAL"),
     (["--calibration", "{plain}"], "has no [tree] table, so it predicts nothing"),
     (["--calibration", "{other}"], "fitted on another drafter"),
 ])
@@ -663,3 +663,33 @@ def test_a_json_lines_tree_log_reads_as_the_csv(tmp_path):
     (a, _, ta), (b, _, tb) = load_drafts_log(csv, tree=True), load_drafts_log(jsonl, tree=True)
     assert replace(a, source="") == replace(b, source="") and a.reached > 0
     assert replace(ta, source="") == replace(tb, source="") and ta.reached[0] == 120
+
+
+def test_server_info_that_states_a_tree_checks_instead_of_fitting(tmp_path, capsys):
+    from specsim.tree import tree_from_sglang
+
+    info = {"internal_states": [{"avg_spec_accept_length": 2.4}],
+            "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2, "speculative_num_steps": 3,
+            "speculative_num_draft_tokens": 6}
+    path = tmp_path / "info.json"
+    path.write_text(json.dumps(info))
+    cal = tree_cal_file(tmp_path, TRUTH)
+    assert main(["calib", "import", str(path), "--calibration", str(cal), *IMPORT_KEY, "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)
+    assert check["setting"] == "sglang:2,3,6" and check["verdict"] == "no interval"
+    assert check["predicted"] == pytest.approx(tree_from_sglang(2, 3, 6, TRUTH).expected_tokens)
+    assert check["measured"] == pytest.approx(2.4)
+    out = tmp_path / "c.toml"
+    assert main(["calib", "import", str(path), *IMPORT_KEY, "-o", str(out), "--assume", "constant-rate"]) == 2
+    err = capsys.readouterr().err
+    assert "the telemetry states a draft-tree run (sglang:2,3,6)" in err and "drop -o, --assume" in err
+    assert not out.exists()
+    assert main(["calib", "import", str(path), *IMPORT_KEY]) == 2
+    assert "states a draft-tree run (sglang:2,3,6): give --calibration CAL" in capsys.readouterr().err
+    del info["speculative_num_draft_tokens"]
+    path.write_text(json.dumps(info))
+    assert main(["calib", "import", str(path), "--calibration", str(cal), *IMPORT_KEY]) == 2
+    assert "(sglang:2,3,?) but not all of its settings" in capsys.readouterr().err
+    info["speculative_eagle_topk"] = 1  # a chain: imported as before
+    path.write_text(json.dumps(info))
+    assert main(["calib", "import", str(path), *IMPORT_KEY, "-o", str(out), "--assume", "constant-rate"]) == 0
