@@ -7,11 +7,14 @@ from pathlib import Path
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import MAX_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, check_int, is_int, is_number, show
+from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
 from specsim.calibration.spread import check_spread, spread_problems
 from specsim.calibration._types import RequestSpread
+from specsim.calibration.tree_table import (  # noqa: F401 - rank_acceptance_problems: this module's public name too
+    RANK_ROW_SLACK, checked_rank_acceptance, checked_tree_counts, rank_acceptance_problems, read_tree, tree_lines,
+)
 from specsim.errors import CalibrationError
 
 DRAFTER_STRINGS = ("weights_sha256", "quantization")
@@ -37,6 +40,9 @@ class AcceptanceCalibration:
         probability that the target's token at depth ``d`` (the path to it accepted) is the
         drafter's rank-``r`` candidate there; each row sums to at most 1. None (the default): the
         calibration plans chains only.
+    tree_counts : TreeCounts, optional
+        The counts ``rank_acceptance`` was fitted from (only with it): each cell must equal
+        ``matched / reached`` of its depth.
 
     Raises
     ------
@@ -44,10 +50,10 @@ class AcceptanceCalibration:
         Listing every rule of the calibration rules (docs/formats.md#acceptance-calibration) the arrays break.
     """
 
-    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta", "spread", "rank_acceptance")
+    __slots__ = ("drafter", "edges", "p_accept", "priors", "meta", "spread", "rank_acceptance", "tree_counts")
 
     def __init__(self, drafter: DrafterKey, edges, p_accept, prior_by_position, meta=None, source="<calibration>",
-                 spread=None, rank_acceptance=None):
+                 spread=None, rank_acceptance=None, tree_counts=None):
         try:
             edges = _edges_f32(edges)
             p_accept = np.asarray(p_accept, dtype=np.float64).reshape(-1)
@@ -67,16 +73,21 @@ class AcceptanceCalibration:
         self.meta = dict(meta or {})
         self.spread = check_spread(spread, source)
         self.rank_acceptance = None if rank_acceptance is None else checked_rank_acceptance(rank_acceptance, source)
+        self.tree_counts = checked_tree_counts(tree_counts, self.rank_acceptance, source)
 
     def with_spread(self, spread) -> "AcceptanceCalibration":
-        """This calibration with ``spread`` (a :class:`RequestSpread`, or None for none)."""
+        """This calibration with ``spread`` (a :class:`RequestSpread`, or None for none); its
+        rank acceptance and tree counts carry over."""
         return AcceptanceCalibration(self.drafter, self.edges, self.p_accept, self.priors, meta=self.meta,
-                                     spread=spread, rank_acceptance=self.rank_acceptance)
+                                     spread=spread, rank_acceptance=self.rank_acceptance,
+                                     tree_counts=self.tree_counts)
 
-    def with_rank_acceptance(self, rank_acceptance) -> "AcceptanceCalibration":
-        """This calibration with ``rank_acceptance`` (shape (D, R), or None: chains only)."""
+    def with_rank_acceptance(self, rank_acceptance, tree_counts=None) -> "AcceptanceCalibration":
+        """This calibration with ``rank_acceptance`` (shape (D, R), or None: chains only) and the
+        :class:`TreeCounts` it was fitted from (None: none; the old counts never carry over to a
+        new table)."""
         return AcceptanceCalibration(self.drafter, self.edges, self.p_accept, self.priors, meta=self.meta,
-                                     spread=self.spread, rank_acceptance=rank_acceptance)
+                                     spread=self.spread, rank_acceptance=rank_acceptance, tree_counts=tree_counts)
 
     # -- files ----------------------------------------------------------------------------
     @classmethod
@@ -99,12 +110,16 @@ class AcceptanceCalibration:
             if not found:
                 spread = RequestSpread(float(raw["logit_sd"]), float(raw["standard_error"]), int(raw["requests"]),
                                        raw["source"])
+        rank_acceptance = tree_counts = None
+        if "tree" in doc:
+            rank_acceptance, tree_counts = read_tree(doc["tree"], problems)
         if problems:
             swapped = _toml.swapped_hint(doc, "acceptance calibration", usage)
             raise CalibrationError(f"{source}: the acceptance calibration cannot be read"
                                    + (f": {swapped}" if swapped else ""), problems)
         meta = doc.get("meta", {})
-        return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source, spread=spread)
+        return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source, spread=spread,
+                   rank_acceptance=rank_acceptance, tree_counts=tree_counts)
 
     @classmethod
     def load(cls, path, *, usage: str | None = None) -> "AcceptanceCalibration":
@@ -134,6 +149,8 @@ class AcceptanceCalibration:
                 lines += ["", "[request_spread]", f"logit_sd = {_toml.number(sp.logit_sd)}",
                           f"standard_error = {_toml.number(sp.standard_error)}",
                           f"requests = {_toml.number(sp.requests)}", f"source = {_toml.string(sp.source)}"]
+            if self.rank_acceptance is not None:
+                lines += ["", *tree_lines(self.rank_acceptance, self.tree_counts)]
             if meta:
                 lines += ["", "[meta]"] + [f"{_toml.key(k)} = {_toml.scalar(v)}" for k, v in meta.items()]
         except ValueError as e:
@@ -277,6 +294,7 @@ class AcceptanceCalibration:
             and np.array_equal(self.priors, other.priors)
             and self.spread == other.spread
             and _same_optional(self.rank_acceptance, other.rank_acceptance)
+            and self.tree_counts == other.tree_counts
         )
 
     __hash__ = None
@@ -289,53 +307,6 @@ class AcceptanceCalibration:
             + (f", tree_depths={self.rank_acceptance.shape[0]}, ranks={self.rank_acceptance.shape[1]}"
                if self.rank_acceptance is not None else "") + ")"
         )
-
-
-# A row of rank_acceptance may sum past 1 by this much (the rounding of a fit's divisions and of
-# a file's decimals); more is refused.
-RANK_ROW_SLACK = 1e-9
-
-
-def rank_acceptance_problems(a) -> list:
-    """Every rule a rank-acceptance array (shape (D, R), float64) breaks, one line each, naming
-    the depth and rank (both 1-based) of the cell."""
-    if a.ndim != 2:
-        return [f"rank_acceptance must be a table of depths x ranks (2 dimensions), got {a.ndim}"]
-    depths, ranks = a.shape
-    problems = []
-    if not 1 <= depths <= MAX_TREE_DEPTH:
-        problems.append(f"rank_acceptance has {depths} depths (rows): give 1..{MAX_TREE_DEPTH}")
-    if not 1 <= ranks <= MAX_TREE_RANKS:
-        problems.append(f"rank_acceptance has {ranks} ranks (columns): give 1..{MAX_TREE_RANKS}")
-    if problems:
-        return problems
-    bad = np.argwhere(~((a >= 0.0) & (a <= 1.0)))
-    for d, r in bad:
-        problems.append(f"rank_acceptance depth {d + 1} rank {r + 1} = {float(a[d, r])!r} is not a probability in [0, 1]")
-    if not len(bad):
-        sums = a.sum(axis=1)
-        for d in np.flatnonzero(sums > 1.0 + RANK_ROW_SLACK):
-            problems.append(f"rank_acceptance depth {d + 1} sums to {float(sums[d])!r} over its ranks: a row is "
-                            "one draw of the target's token, so its ranks sum to at most 1")
-    return problems
-
-
-def checked_rank_acceptance(value, source: str = "<calibration>"):
-    """``value`` as a read-only C-contiguous float64 array of shape (D, R), or CalibrationError
-    listing every rule it breaks."""
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks), "
-                               f"got {show(value)}")
-    try:
-        a = np.array(value, dtype=np.float64, copy=True)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks) ({e})") from None
-    problems = rank_acceptance_problems(a)
-    if problems:
-        raise CalibrationError(f"{source}: the rank acceptance is refused", problems)
-    a = np.ascontiguousarray(a)
-    a.flags.writeable = False
-    return a
 
 
 def _same_optional(a, b) -> bool:
@@ -549,5 +520,3 @@ def _read_acceptance(raw, problems):
         # Edges keep their integers so each is rounded to float32 once, as metrale's reader does.
         arrays.append(_edges_f32(value) if name == "edges" else nums)
     return arrays if len(arrays) == 3 else None
-
-
