@@ -6,6 +6,7 @@ from specsim.cli._common import context_list, count, int_list
 from specsim.errors import CostModelError
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
+from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.specs import load_hf_config
 from specsim.table import CostTable
 
@@ -34,6 +35,10 @@ def register(sub, groups):
     p.add_argument("--overheads", choices=("cuda-graph", "eager"), default="cuda-graph",
                    help="host overheads of the serving engine: cuda-graph (default) or eager (every kernel "
                         "launched from Python; docs/tables.md)")
+    p.add_argument("--engine", choices=tuple(ENGINE_PROFILES), default=None,
+                   help="price speculation as this serving engine pays for it on top of the roofline's passes "
+                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding; fitted on "
+                        "published measurements, docs/tables.md#engine-profiles); default: the passes alone")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
@@ -68,7 +73,7 @@ def _model(args):
         return model_table(
             args.gpu, model, args.drafter, tp=args.tp, context_tokens=context_tokens,
             widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
-            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs,
+            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs, engine=args.engine,
         )
 
     if args.contexts is None:

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim import __version__
+from specsim.costmodel.engines import engine_profile
 from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpec, digest,
                                      drafter_spec, gpu_spec, model_spec)
 from specsim.errors import CostModelError
@@ -205,10 +206,11 @@ class ForwardBreakdown(NamedTuple):
     comm_ms: object       # tensor-parallel all-reduces
     head_ms: object       # embedding lookup, final norm, LM head
     host_ms: object       # the engine's host overhead
+    padding_ms: object = 0.0  # the rows an engine's CUDA graph pads the pass to (``engine``)
 
     @property
     def total_ms(self):
-        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms
+        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms + self.padding_ms
 
 
 class _Net(NamedTuple):
@@ -399,7 +401,7 @@ def _as_result(x):
 
 
 def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overheads=None, achieved=None,
-                      specs=None) -> ForwardBreakdown:
+                      specs=None, engine=None) -> ForwardBreakdown:
     """Milliseconds of each part of one target forward pass.
 
     Parameters
@@ -420,20 +422,29 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         Achieved fractions (default: the GPU class's fitted ones, :func:`achieved_for`).
     specs : dict, optional
         User specs as :func:`specsim.costmodel.load_specs` returns them.
+    engine : str or EngineProfile, optional
+        A serving engine's profile (:data:`~specsim.costmodel.engines.ENGINE_PROFILES`): the pass
+        runs at its CUDA-graph size, the rows that adds priced in ``padding_ms``.
 
     Returns
     -------
     ForwardBreakdown
-        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms`` and ``total_ms``.
+        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms``, ``padding_ms`` and
+        ``total_ms``.
     """
     specs = specs or {}
     g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
     ov = _overheads(overheads)
     ach = achieved or achieved_for(g)
-    p = _pass(_target_net(m), g, ach, ov, int(tp), tokens, seqs, context)
+    net = _target_net(m)
+    p = _pass(net, g, ach, ov, int(tp), tokens, seqs, context)
     host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
+    eng = engine_profile(engine)
+    padding = np.zeros_like(p.linear_s)
+    if eng is not None:
+        padding = _device_s(_pass(net, g, ach, ov, int(tp), eng.padded(tokens), seqs, context)) - _device_s(p)
     return ForwardBreakdown(*(_as_result(x) for x in (p.linear_s * 1e3, p.attention_s * 1e3, p.comm_s * 1e3,
-                                                      p.head_s * 1e3, host)))
+                                                      p.head_s * 1e3, host, padding * 1e3)))
 
 
 def _overheads(overheads) -> Overheads:
@@ -454,7 +465,7 @@ def _energy_j(gpu: GpuSpec, tp: int, active_s, total_s):
 
 
 def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None):
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None):
     """Modelled cost of every (width, depth) cell, as a table's flat cost array.
 
     Parameters
@@ -474,31 +485,68 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
         Host overheads (default ``cuda-graph``).
     achieved : Achieved, optional
         Default: the GPU class's fitted fractions.
+    engine : str or EngineProfile, optional
+        A serving engine's price of speculation on top of the passes (docs/tables.md#engine-profiles):
+        each pass runs at its CUDA-graph size; the engine's per-step and per-verify-row parts join
+        the verify step, its per-draft-pass and per-drafted-token parts the draft steps (host time:
+        idle power). None (the default): the passes alone.
 
     Returns
     -------
     ndarray(float64, ndim=3), shape (W, max_k + 1, 4)
         ``(verify_ms, verify_j, draft_ms, draft_j)``; the draft costs are exactly 0 at ``k = 0``.
     """
+    parts = step_parts(gpu, model, drafter, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k,
+                       overheads=overheads, achieved=achieved, engine=engine)
+    k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
+    verify_s = parts.verify_s + parts.verify_engine_s
+    out = np.empty((parts.verify_s.shape[0], max_k + 1, len(COST_FIELDS)))
+    out[:, :, VERIFY_MS] = verify_s * 1e3
+    out[:, :, VERIFY_J] = _energy_j(gpu, tp, parts.verify_active_s, verify_s)
+    out[:, :, DRAFT_MS] = k * (parts.draft_pass_s * 1e3) + parts.draft_engine_s * 1e3
+    out[:, :, DRAFT_J] = k * _energy_j(gpu, tp, parts.draft_active_s, parts.draft_pass_s) + \
+        _energy_j(gpu, tp, 0.0, parts.draft_engine_s)
+    return out
+
+
+class StepParts(NamedTuple):
+    """Seconds of each part of every (width, depth) step (arrays of shape ``(W, max_k + 1)``,
+    the draft pass's ``(W, 1)``): what :func:`step_costs` adds up, and ``[meta]`` shows."""
+
+    verify_s: np.ndarray          # the verify pass (device and the stack's host overheads), padded rows included
+    verify_padding_s: np.ndarray  # of which the rows the engine's CUDA graph pads the pass to
+    verify_active_s: np.ndarray   # its busy seconds weighted by the share of dynamic power they draw
+    verify_engine_s: np.ndarray   # the engine's per-step and per-verify-row parts
+    draft_pass_s: np.ndarray      # one drafter pass (device and the stack's draft overhead), padding included
+    draft_active_s: np.ndarray
+    draft_engine_s: np.ndarray    # the engine's per-draft-pass and per-drafted-token parts, all k passes
+    engine_ms: dict               # the engine's parts by name (ms), or {}
+
+
+def step_parts(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None) -> StepParts:
+    """The parts :func:`step_costs` prices, by (width, depth) (same arguments)."""
     ov = _overheads(overheads)
     ach = achieved or achieved_for(gpu)
+    eng = engine_profile(engine)
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
-
-    verify = _pass(_target_net(model), gpu, ach, ov, tp, n * (k + 1.0), n, context_tokens)
-    verify_s = _device_s(verify) + (ov.step_ms + ov.seq_ms * n) * 1e-3
-    verify_j = _energy_j(gpu, tp, verify.active_s, verify_s)
-
-    draft = _pass(_drafter_net(model, drafter), gpu, ach, ov, tp, n, n, context_tokens)
+    target, draft_net = _target_net(model), _drafter_net(model, drafter)
+    rows, draft_rows = n * (k + 1.0), n
+    verify = _pass(target, gpu, ach, ov, tp, rows if eng is None else eng.padded(rows), n, context_tokens)
+    host = (ov.step_ms + ov.seq_ms * n) * 1e-3
+    verify_s = _device_s(verify) + host
+    padding = np.zeros_like(verify_s)
+    draft = _pass(draft_net, gpu, ach, ov, tp, draft_rows if eng is None else eng.padded(draft_rows), n,
+                  context_tokens)
     dstep_s = _device_s(draft) + ov.draft_step_ms * 1e-3
-    dstep_j = _energy_j(gpu, tp, draft.active_s, dstep_s)
-
-    out = np.empty((n.shape[0], max_k + 1, len(COST_FIELDS)))
-    out[:, :, VERIFY_MS] = verify_s * 1e3
-    out[:, :, VERIFY_J] = verify_j
-    out[:, :, DRAFT_MS] = k * (dstep_s * 1e3)
-    out[:, :, DRAFT_J] = k * dstep_j
-    return out
+    zero = np.zeros_like(verify_s)
+    if eng is None:
+        return StepParts(verify_s, padding, verify.active_s, zero, dstep_s, draft.active_s, zero, {})
+    padding = verify_s - (_device_s(_pass(target, gpu, ach, ov, tp, rows, n, context_tokens)) + host)
+    ms = {name: np.broadcast_to(v, verify_s.shape) for name, v in eng.speculation_ms(n, k).items()}
+    return StepParts(verify_s, padding, verify.active_s, (ms["step"] + ms["verify_rows"]) * 1e-3, dstep_s,
+                     draft.active_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, ms)
 
 
 def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None, achieved=None):
@@ -530,7 +578,7 @@ def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, over
 
 
 def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                widths=DEFAULT_WIDTHS, max_k: int = 8, dtype=None, overheads=None, specs=None):
+                widths=DEFAULT_WIDTHS, max_k: int = 8, dtype=None, overheads=None, specs=None, engine=None):
     """A modelled cost table: every width at every depth ``0..=max_k``, never marked as measured.
 
     Parameters
@@ -552,6 +600,10 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         an :class:`Overheads`.
     specs : dict, optional
         User specs as :func:`specsim.costmodel.load_specs` returns them.
+    engine : str or EngineProfile, optional
+        A serving engine's price of speculation on top of the passes (``"vllm"``; see
+        :func:`step_costs`); ``[meta]`` then gives its figures (``engine_*``) and each part of the
+        widest, deepest step (``step_parts_*``). None: the passes alone, as before.
 
     Returns
     -------
@@ -570,6 +622,7 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     d = drafter_spec(drafter, specs.get("drafter"))
     ov = _overheads(overheads)
     ach = achieved_for(g)
+    eng = engine_profile(engine)
     if dtype is not None:
         if dtype not in DTYPE_BYTES:
             raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
@@ -578,10 +631,12 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     _check_fits(g, m, d, tp, context_tokens, max(widths), max_k)
 
     costs = step_costs(g, m, d, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k, overheads=ov,
-                       achieved=ach)
+                       achieved=ach, engine=eng)
     cells = [Cell(int(n), kk, *map(float, costs[i, kk])) for i, n in enumerate(widths) for kk in range(max_k + 1)]
 
     stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
+    if eng is not None:  # only then: a table without an engine keeps its digests
+        stack |= {"engine_profile": eng.name} | {f"engine_{name}": value for name, value in eng.constants().items()}
     key = TableKey(
         SCHEMA,
         g.name if tp == 1 else f"{g.name}-tp{tp}",
@@ -606,11 +661,31 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         "context_tokens": context_tokens,
         **{f"stack_{name}": value for name, value in stack.items()},
         "stack_achieved_source": ach.source,
+        **(_engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach) if eng is not None else {}),
         **serving_meta(g, m, d, tp),
         "tool": f"specsim {__version__}",
     }
     text = CostTable.render(key, cells, meta=meta)
     return CostTable.parse(text, f"<modelled table {key.box_class} {key.recipe}>")
+
+
+def _engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach) -> dict:
+    """``[meta]`` of an engine's table: its source, and each part of the widest width's deepest step
+    (ms), so a user sees where a step's milliseconds go."""
+    parts = step_parts(g, m, d, tp=tp, context_tokens=context_tokens, widths=[widths[-1]], max_k=max_k,
+                       overheads=ov, achieved=ach, engine=eng)
+    at = (0, max_k)
+    shown = {
+        "verify_pass": parts.verify_s[at] - parts.verify_padding_s[at],
+        "graph_padding": parts.verify_padding_s[at],
+        "draft_passes": max_k * parts.draft_pass_s[0, 0],  # at their graph size
+    }
+    out = {"engine_source": eng.source, "step_parts_at": f"width {widths[-1]}, depth {max_k}"}
+    for name, seconds in shown.items():
+        out[f"step_parts_{name}_ms"] = float(seconds) * 1e3
+    for name, ms in parts.engine_ms.items():
+        out[f"step_parts_engine_{name}_ms"] = float(ms[at])
+    return out
 
 
 # vLLM's default share of GPU memory the engine claims (weights, then KV cache).

@@ -201,6 +201,12 @@ _GPUS = (
             tdp_w=400, idle_w=55, link_gbs=300, arch="ampere",
             source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
                    "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
+    GpuSpec("rtx3090", memory_gb=24, bandwidth_gbs=936, bf16_tflops=71, tdp_w=350, idle_w=30, link_gbs=32,
+            arch="ampere",
+            source="NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090: 24 GB GDDR6X, 936 GB/s, "
+                   "FP16/BF16 tensor 71 TFLOPS dense with FP32 accumulate (142 with sparsity), no FP8, 350 W "
+                   "board power, PCIe Gen4 x16 (NVLink bridge not assumed); idle power estimated; achieved "
+                   "fractions of the ampere class (fitted on A100 profiles)"),
     GpuSpec("l40s", memory_gb=48, bandwidth_gbs=864, bf16_tflops=362.05, fp8_tflops=733,
             tdp_w=350, idle_w=35, link_gbs=32, arch="ada",
             source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "

@@ -1,0 +1,229 @@
+"""Fit an engine's price of speculation on published measurements, and test it on each set held out
+(docs/tables.md#engine-profiles).
+
+Run: ``python -m benchmarks.fit_published`` from the repository root. Reads the published sets in
+tests/data/published-sd (see its README), prices every point with the roofline
+(:func:`specsim.costmodel.step_parts`) plus an :class:`~specsim.costmodel.EngineProfile`, and prints:
+
+- the engine figures fitted on every set (what :data:`specsim.costmodel.ENGINE_PROFILES` ships);
+- per set, the median |error| of the predicted ratio with the figures fitted on the other sets
+  (leave one set out), and with the roofline's passes alone (no engine figures);
+- where a set's speedup falls below 1.0x, the batch step it crosses at, measured and predicted.
+
+A point's ratio is what its set measures against the same engine without speculation:
+
+- R10 (vLLM, H100, batch 1, K = 2..7, acceptance length given): TPOT with speculation over TPOT
+  without, predicted as ``step(1, K) / (acceptance_length x step(1, 0))``;
+- R02 (vLLM, RTX 3090, K = 2, batch 2..56, no acceptance length): throughput speedup. One
+  tokens-per-step figure per method is fitted at the smallest batch, so that point is exact and
+  only the shape over batch is tested: ``speedup(b) = speedup(b0) x r(b) / r(b0)`` with
+  ``r(b) = step(b, 0) / step(b, K)``.
+
+The fit minimises the squared relative error of the ratios over the training sets, the figures
+kept >= 0 (projected Gauss-Newton, a small ridge toward 0 so that a figure no training set can
+tell apart stays at 0). Everything is deterministic: the same data give the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "published-sd"
+ENGINE = "vllm"
+# MT-bench prompts and answers: a few hundred tokens of KV per sequence on average.
+CONTEXT_TOKENS = 512
+# A figure's scale for the ridge (ms, ms, us, us): 1% of a unit costs as much as a 1% error.
+RIDGE_SCALE = np.array([1.0, 1.0, 10.0, 10.0])
+RIDGE = 0.01
+
+
+class Point(NamedTuple):
+    set: str
+    group: str          # the curve a tokens-per-step figure is fitted on (R02), else the point itself
+    gpu: str
+    drafter: str
+    width: int
+    depth: int
+    measured: float     # the ratio the set measures
+    acceptance_length: float  # 0 where the set does not give it
+
+
+def _drafter(method: str) -> str:
+    return "eagle3-1l" if "EAGLE-3" in method or "EAGLE3" in method else "eagle-1l"
+
+
+def read_points(data=DATA) -> list:
+    """Every usable point of the shipped sets (see the module docstring)."""
+    points = []
+    with open(data / "R02_eagle3_paper_vllm_rtx3090.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            points.append(Point("R02", f"R02 {row['method']}", "rtx3090", _drafter(row["method"]),
+                                int(row["batch_or_concurrency"]), 2, float(row["value"]), 0.0))
+    with open(data / "R10_vllm_eagle1_eagle3_ksweep_bs1.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["metric"] != "TPOT":  # the throughput rows give no acceptance length
+                continue
+            k = int(row["spec_tokens"])
+            points.append(Point("R10", f"R10 {row['method'].split(' ')[0]} K={k}", "h100-sxm",
+                                _drafter(row["method"]), 1, k, float(row["value"]) / float(row["baseline_value"]),
+                                float(row["acceptance_length"])))
+    return points
+
+
+class Priced(NamedTuple):
+    """The roofline's parts of each point's steps: what the engine figures add to is linear."""
+
+    plain_ms: np.ndarray    # step(width, 0), graph padding included
+    spec_ms: np.ndarray     # step(width, depth), passes only
+    terms: np.ndarray       # (points, 4): what each engine figure multiplies at (width, depth)
+
+
+def price(points) -> Priced:
+    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_parts
+    from specsim.costmodel.engines import ENGINE_PROFILES
+
+    padding_only = EngineProfile(ENGINE, graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)
+    plain, spec, terms = [], [], []
+    for p in points:
+        parts = step_parts(gpu_spec(p.gpu), model_spec("llama-3.1-8b"), drafter_spec(p.drafter),
+                           context_tokens=CONTEXT_TOKENS, widths=[p.width], max_k=p.depth, engine=padding_only)
+        plain.append(parts.verify_s[0, 0] * 1e3)
+        spec.append((parts.verify_s[0, p.depth] + p.depth * parts.draft_pass_s[0, 0]) * 1e3)
+        n, k = p.width, p.depth
+        terms.append([1.0, k, 1e-3 * n * (k + 1), 1e-3 * n * k])
+    return Priced(np.array(plain), np.array(spec), np.array(terms))
+
+
+def predict(points, priced: Priced, figures) -> np.ndarray:
+    """Each point's predicted ratio under engine ``figures`` (step, draft pass, verify row, token)."""
+    step = priced.spec_ms + priced.terms @ np.asarray(figures, dtype=np.float64)
+    ratio = priced.plain_ms / step  # speedup per step, before tokens per step
+    out = np.empty(len(points))
+    first = {}
+    for i, p in enumerate(points):
+        if p.acceptance_length:
+            out[i] = step[i] / (p.acceptance_length * priced.plain_ms[i])
+        else:
+            j = first.setdefault(p.group, min((q.width, q.measured, m) for m, q in enumerate(points)
+                                              if q.group == p.group)[2])
+            out[i] = points[j].measured * ratio[i] / ratio[j]
+    return out
+
+
+def fit(points, priced: Priced, use) -> np.ndarray:
+    """Engine figures >= 0 minimising the squared relative error over the points ``use`` (a mask)."""
+    use = np.asarray(use, dtype=bool)
+    measured = np.array([p.measured for p in points])
+
+    def residuals(x):
+        r = predict(points, priced, x)[use] / measured[use] - 1.0
+        return np.concatenate([r, RIDGE * x / RIDGE_SCALE])
+
+    x = np.zeros(4)
+    for _ in range(200):
+        r = residuals(x)
+        jac = np.empty((r.size, 4))
+        for j in range(4):
+            h = 1e-6 * RIDGE_SCALE[j]
+            e = np.zeros(4)
+            e[j] = h
+            jac[:, j] = (residuals(x + e) - r) / h
+        step = np.linalg.lstsq(jac, -r, rcond=None)[0]
+        new = np.maximum(x + step, 0.0)
+        if np.sum(residuals(new) ** 2) >= np.sum(r ** 2) - 1e-15:
+            # A step that does not improve: halve it along the projected direction.
+            for _ in range(30):
+                step = step / 2.0
+                new = np.maximum(x + step, 0.0)
+                if np.sum(residuals(new) ** 2) < np.sum(r ** 2):
+                    break
+            else:
+                break
+        x = new
+    return x
+
+
+def tested(points):
+    """The points a set's error counts: all of R10, R02 beyond each curve's smallest batch."""
+    smallest = {}
+    for p in points:
+        smallest[p.group] = min(smallest.get(p.group, p.width), p.width)
+    return np.array([bool(p.acceptance_length) or p.width != smallest[p.group] for p in points])
+
+
+def crossovers(points, values):
+    """(group, last batch above 1.0x, first batch below) for each curve that falls below 1.0x."""
+    out = []
+    for g in sorted({p.group for p in points}):
+        curve = sorted((p.width, v) for p, v in zip(points, values) if p.group == g and not p.acceptance_length)
+        below = [i for i, (_, v) in enumerate(curve) if v < 1.0]
+        if below and below[0] > 0:
+            out.append((g, curve[below[0] - 1][0], curve[below[0]][0]))
+    return out
+
+
+class Report(NamedTuple):
+    figures: np.ndarray               # fitted on every set
+    held_out: dict                    # set -> (median |error|: held out, passes alone, fitted on all; points)
+    held_out_figures: dict            # set -> figures fitted without it
+    crossing: list                    # (group, measured (above, below), predicted held out (above, below))
+
+
+def run(data=DATA) -> Report:
+    points = read_points(data)
+    priced = price(points)
+    measured = np.array([p.measured for p in points])
+    counted = tested(points)
+    sets = sorted({p.set for p in points})
+    figures = fit(points, priced, np.ones(len(points), bool))
+    held, held_figures, predicted_all = {}, {}, np.empty(len(points))
+    alone = predict(points, priced, np.zeros(4))
+    fitted = predict(points, priced, figures)
+    for s in sets:
+        mine = np.array([p.set == s for p in points])
+        x = fit(points, priced, ~mine)
+        pred = predict(points, priced, x)
+        predicted_all[mine] = pred[mine]
+        m = mine & counted
+        held[s] = tuple(float(np.median(np.abs(v[m] / measured[m] - 1.0))) for v in (pred, alone, fitted)) + \
+            (int(m.sum()),)
+        held_figures[s] = x
+    measured_cross = {g: (a, b) for g, a, b in crossovers(points, measured)}
+    predicted_cross = {g: (a, b) for g, a, b in crossovers(points, predicted_all)}
+    crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
+    return Report(figures, held, held_figures, crossing)
+
+
+def render(report: Report) -> str:
+    names = ("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us")
+    lines = [f"engine {ENGINE}, fitted on every set: " +
+             ", ".join(f"{n} = {v:.3f}" for n, v in zip(names, report.figures)), "",
+             "| set held out | points | median abs error, held out | passes alone | fitted on every set | "
+             "figures fitted without it |", "|---|---|---|---|---|---|"]
+    for s, (err, alone, fitted, n) in report.held_out.items():
+        x = report.held_out_figures[s]
+        lines.append(f"| {s} | {n} | {100 * err:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% | "
+                     + ", ".join(f"{v:.3f}" for v in x) + " |")
+    lines += ["", "| curve | measured crossover | predicted, held out |", "|---|---|---|"]
+    for g, m, p in report.crossing:
+        shown = "none (stays above 1.0x)" if p is None else f"batch {p[0]} -> {p[1]}"
+        lines.append(f"| {g} | batch {m[0]} -> {m[1]} | {shown} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.parse_args(argv)
+    print(render(run()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Engine profiles in the cost model (docs/tables.md#engine-profiles): what an engine adds to the
+roofline's passes, the tables they give, and the fit on the published vLLM sets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.costmodel import (ENGINE_PROFILES, EngineProfile, drafter_spec, forward_breakdown, gpu_spec,
+                               model_spec, model_table, step_costs, step_parts)
+from specsim.errors import CostModelError
+from specsim.table import CostTable
+from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM = ENGINE_PROFILES["vllm"]
+SPECS = (gpu_spec("h100-sxm"), model_spec("llama-3.1-8b"), drafter_spec("eagle3-1l"))
+WIDTHS = (1, 3, 8, 20, 64)
+
+
+def test_padding_raises_rows_to_the_next_captured_size():
+    assert VLLM.padded([1, 3, 5, 8, 9, 512, 513, 2000]).tolist() == [1, 4, 8, 8, 16, 512, 513, 2000]
+    assert EngineProfile("none").padded([3, 7]).tolist() == [3, 7]
+
+
+def test_the_engines_parts_add_to_the_passes_as_documented():
+    g, m, d = SPECS
+    padding_only = EngineProfile("vllm", graph_sizes=VLLM.graph_sizes)
+    base = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine=padding_only)
+    priced = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine="vllm")
+    n = np.array(WIDTHS, float).reshape(-1, 1)
+    k = np.arange(5, dtype=float).reshape(1, -1)
+    spec = k > 0
+    verify = spec * (VLLM.step_ms + VLLM.verify_row_us * 1e-3 * n * (k + 1))
+    draft = VLLM.draft_pass_ms * k + VLLM.sampled_token_us * 1e-3 * n * k
+    np.testing.assert_allclose(priced[:, :, VERIFY_MS] - base[:, :, VERIFY_MS], verify, atol=1e-12)
+    np.testing.assert_allclose(priced[:, :, DRAFT_MS] - base[:, :, DRAFT_MS], draft, atol=1e-12)
+    # Host time draws idle power, and a plain step gains nothing but its padding.
+    np.testing.assert_allclose(priced[:, :, VERIFY_J] - base[:, :, VERIFY_J], verify * 1e-3 * g.idle_w)
+    np.testing.assert_allclose(priced[:, :, DRAFT_J] - base[:, :, DRAFT_J], draft * 1e-3 * g.idle_w)
+    assert (priced[:, 0, DRAFT_MS] == 0.0).all() and (priced[:, 0, DRAFT_J] == 0.0).all()
+    # Padding: width 3 at depth 0 runs the 4-row graph, width 20 at depth 1 (40 rows) runs exactly.
+    plain = step_costs(g, m, d, widths=WIDTHS, max_k=4)
+    assert base[1, 0, VERIFY_MS] > plain[1, 0, VERIFY_MS]
+    assert base[3, 1, VERIFY_MS] == plain[3, 1, VERIFY_MS]
+    # The padded pass computes 4 rows; its KV reads and host work stay those of 3 sequences.
+    four_rows = forward_breakdown(g, m, tokens=4, seqs=3, context=2048)
+    assert base[1, 0, VERIFY_MS] == pytest.approx(four_rows.total_ms)
+
+
+def test_step_parts_add_up_to_the_step_costs():
+    g, m, d = SPECS
+    parts = step_parts(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
+    costs = step_costs(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
+    k = np.arange(4).reshape(1, -1)
+    np.testing.assert_allclose((parts.verify_s + parts.verify_engine_s) * 1e3, costs[:, :, VERIFY_MS])
+    np.testing.assert_allclose((k * parts.draft_pass_s + parts.draft_engine_s) * 1e3, costs[:, :, DRAFT_MS])
+    assert set(parts.engine_ms) == {"step", "verify_rows", "draft_passes", "sampled_tokens"}
+    assert (parts.verify_padding_s >= 0).all() and parts.verify_padding_s[1, 0] > 0
+
+
+def test_forward_breakdown_shows_the_padding():
+    kw = dict(seqs=3, context=1000)
+    bare = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=9, **kw)
+    padded = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=9, engine="vllm", **kw)
+    sixteen = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=16, **kw)
+    assert bare.padding_ms == 0.0 and padded.padding_ms > 0.0
+    assert padded.linear_ms == bare.linear_ms
+    assert padded.total_ms == pytest.approx(sixteen.total_ms)
+
+
+def test_a_table_without_an_engine_is_priced_and_keyed_as_before():
+    plain = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1, 8, 64], max_k=3)
+    engine = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1, 8, 64], max_k=3, engine="vllm")
+    assert not any(k.startswith(("stack_engine_", "step_parts", "engine_")) for k in plain.meta)
+    assert plain.meta["stack_engine"] == engine.meta["stack_engine"] == "cuda-graph"  # the host overheads' name
+    assert dict(plain.key.plan_digests) != dict(engine.key.plan_digests)
+    assert (engine.costs[:, 1:, VERIFY_MS] > plain.costs[:, 1:, VERIFY_MS]).all()
+    assert engine.meta["stack_engine_profile"] == "vllm" and engine.meta["stack_engine_step_ms"] == VLLM.step_ms
+    assert engine.meta["step_parts_at"] == "width 64, depth 3"
+    parts = ("verify_pass", "graph_padding", "draft_passes", "engine_step", "engine_verify_rows",
+             "engine_draft_passes", "engine_sampled_tokens")
+    widest = engine.cell(64, 3)
+    total = sum(engine.meta[f"step_parts_{p}_ms"] for p in parts)
+    assert total == pytest.approx(widest.verify_ms + widest.draft_ms)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(step_ms=-1.0), "step_ms = -1.0 must be a finite number >= 0"),
+    (dict(verify_row_us=float("nan")), "verify_row_us = nan"),
+    (dict(draft_pass_ms=True), "draft_pass_ms = True"),
+    (dict(graph_sizes=(8, 4)), "graph_sizes = (8, 4) must be ascending"),
+    (dict(graph_sizes=(0, 4)), "graph_sizes"),
+])
+def test_a_bad_profile_is_refused(kwargs, message):
+    with pytest.raises(CostModelError) as e:
+        EngineProfile("mine", **kwargs)
+    assert message in str(e.value)
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    with pytest.raises(CostModelError, match="unknown engine 'tgi': profiles are fitted for vllm"):
+        model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1], max_k=1, engine="tgi")
+
+
+def test_cli_models_a_table_with_an_engine(tmp_path, capsys):
+    out = tmp_path / "t.toml"
+    argv = ["table", "model", "--gpu", "rtx3090", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--widths",
+            "2,8,56", "--max-k", "2", "--context-tokens", "512", "-o", str(out)]
+    assert main(argv + ["--engine", "vllm"]) == 0
+    t = CostTable.load(out)
+    assert t.meta["stack_engine_profile"] == "vllm" and t.meta["step_parts_engine_verify_rows_ms"] > 0
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--engine", "tgi"])
+    assert e.value.code == 2
+    assert "invalid choice: 'tgi'" in capsys.readouterr().err
+
+
+def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
+    from benchmarks.fit_published import render, run
+
+    report = run()
+    shipped = [VLLM.step_ms, VLLM.draft_pass_ms, VLLM.verify_row_us, VLLM.sampled_token_us]
+    np.testing.assert_allclose(report.figures, shipped, atol=5e-4)
+    docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
+    for s, (held, alone, fitted, n) in report.held_out.items():
+        row = f"| {s} | {n} | {100 * held:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% |"
+        assert row in docs, row
+    for name, value in zip(("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us"), report.figures):
+        assert re.search(rf"\| `{name}` \|.*\| {value:.3f} (ms|µs) \|", docs), name
+    # The published crossover (EAGLE below 1.0x between batch 24 and 32) is predicted in the same step.
+    assert report.crossing == [("R02 EAGLE", (24, 32), (24, 32))]
+    assert "R02 EAGLE | batch 24 -> 32 | batch 24 -> 32" in render(report)
