@@ -135,3 +135,74 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     # The published crossover (EAGLE below 1.0x between batch 24 and 32) is predicted in the same step.
     assert report.crossing == [("R02 EAGLE", (24, 32), (24, 32))]
     assert "R02 EAGLE | batch 24 -> 32 | batch 24 -> 32" in render(report)
+
+
+# -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
+def test_each_kind_of_drafter_is_priced_as_it_drafts():
+    kw = dict(widths=[1, 8, 64], max_k=3, context_tokens=1024)
+    head = model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", **kw)
+    eagle3 = model_table("h100-sxm", "llama-3.1-8b", "eagle3-1l", **kw)
+    separate = model_table("h100-sxm", "llama-3.1-8b", "llama-3.2-1b", **kw)
+    ngram = model_table("h100-sxm", "llama-3.1-8b", "ngram", **kw)
+    # The verify step is the target's whatever drafts.
+    for t in (eagle3, separate, ngram):
+        np.testing.assert_array_equal(t.costs[..., VERIFY_MS], head.costs[..., VERIFY_MS])
+    # EAGLE-3's 32k-token head is cheaper than EAGLE-1's pass through the target's 128k head; a
+    # 16-layer draft model dearer than either; n-gram has no pass, only the host's lookup.
+    assert (eagle3.costs[:, 1:, DRAFT_MS] < head.costs[:, 1:, DRAFT_MS]).all()
+    assert (separate.costs[:, 1:, DRAFT_MS] > head.costs[:, 1:, DRAFT_MS]).all()
+    np.testing.assert_allclose(ngram.costs[:, :, DRAFT_MS], np.arange(4) * 0.1 * np.ones((3, 1)))
+    # A draft model keeps its own KV cache: fewer tokens fit beside it; n-gram keeps none.
+    assert separate.meta["kv_capacity_tokens"] < head.meta["kv_capacity_tokens"] < ngram.meta["kv_capacity_tokens"]
+    assert separate.meta["draft_model"] == "llama-3.2-1b" and "draft_model" not in head.meta
+    # With an engine, n-gram pays for its drafted tokens but for no draft pass.
+    priced = step_parts(*SPECS[:2], drafter_spec("ngram"), widths=[8], max_k=2, engine="vllm")
+    assert (priced.engine_ms["draft_passes"] == 0).all() and priced.engine_ms["sampled_tokens"][0, 2] > 0
+
+
+def test_a_head_drafters_digests_are_those_it_had():
+    from specsim.costmodel.specs import DrafterSpec, digest
+
+    d = drafter_spec("eagle-1l")
+    # The fields a head drafter had before `kind` and `model`, hashed as they were.
+    assert digest(d) == digest(DrafterSpec("eagle-1l", layers=1, fuse_inputs=2, dtype="bf16"))
+    assert digest(d) != digest(drafter_spec("ngram"))
+    import hashlib
+    import json
+    before = [{"kind": "DrafterSpec", "name": "eagle-1l", "layers": 1, "fuse_inputs": 2, "draft_vocab": 0,
+               "moe": False, "dtype": "bf16"}, {}]
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert digest(d) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("fields,message", [
+    ('kind = "tree"', 'kind = \'tree\' is not one of head, model, ngram'),
+    ('kind = "model"', 'names its draft model'),
+    ('model = "llama-3.2-1b"', 'is for a drafter of kind "model"'),
+    ('kind = "head"\nlayers = 0', "layers = 0 must be >= 1"),
+])
+def test_bad_drafter_kinds_are_refused(tmp_path, fields, message):
+    from specsim.costmodel import load_specs
+
+    path = tmp_path / "d.toml"
+    path.write_text(f'[[drafter]]\nname = "mine"\n{fields}\n')
+    with pytest.raises(CostModelError) as e:
+        load_specs(path)
+    assert message in str(e.value)
+
+
+def test_a_draft_model_from_a_spec_file_and_its_vocabulary(tmp_path, capsys):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[model]]\nname = "tiny"\nlayers = 2\nhidden = 512\nheads = 8\nkv_heads = 8\nhead_dim = 64\n'
+                    'intermediate = 1024\nvocab = 128256\n\n'
+                    '[[drafter]]\nname = "tiny-draft"\nkind = "model"\nmodel = "tiny"\n\n'
+                    '[[drafter]]\nname = "qwen-draft"\nkind = "model"\nmodel = "qwen3-32b"\n')
+    out = tmp_path / "t.toml"
+    base = ["table", "model", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--widths", "1,8", "--max-k", "2",
+            "--drafter-spec", str(spec), "--model-spec", str(spec), "-o", str(out)]
+    assert main(base + ["--drafter", "tiny-draft"]) == 0
+    assert CostTable.load(out).meta["draft_model"] == "tiny"
+    capsys.readouterr()
+    assert main(base + ["--drafter", "qwen-draft"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary of 151,936 tokens" in err and err.count("\n") == 1

@@ -243,7 +243,21 @@ def _target_net(m: ModelSpec) -> _Net:
                 DTYPE_BYTES[m.kv_dtype])
 
 
-def _drafter_net(m: ModelSpec, d: DrafterSpec) -> _Net:
+def _draft_model(d: DrafterSpec, models=None):
+    """The model spec a drafter of kind ``"model"`` names (from ``models`` first, then the built-ins),
+    its weight format overridden by the drafter's ``dtype``; None for other kinds."""
+    if d.kind != "model":
+        return None
+    dm = model_spec(d.model, models)
+    return dataclasses.replace(dm, dtype=d.dtype) if d.dtype else dm
+
+
+def _drafter_net(m: ModelSpec, d: DrafterSpec, models=None):
+    """The network one draft pass runs, or None for a drafter with no draft pass (n-gram)."""
+    if d.kind == "ngram":
+        return None
+    if d.kind == "model":
+        return _target_net(_draft_model(d, models))
     dtype = d.dtype or m.dtype
     moe = d.moe and m.experts > 0
     intermediate = m.intermediate or m.expert_intermediate * max(m.experts_per_token, 1)
@@ -465,7 +479,7 @@ def _energy_j(gpu: GpuSpec, tp: int, active_s, total_s):
 
 
 def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None):
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None, models=None):
     """Modelled cost of every (width, depth) cell, as a table's flat cost array.
 
     Parameters
@@ -490,6 +504,9 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
         each pass runs at its CUDA-graph size; the engine's per-step and per-verify-row parts join
         the verify step, its per-draft-pass and per-drafted-token parts the draft steps (host time:
         idle power). None (the default): the passes alone.
+    models : dict, optional
+        User model specs by name, where a separate draft model (a drafter of kind ``"model"``) is
+        looked up before the built-ins.
 
     Returns
     -------
@@ -497,7 +514,7 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
         ``(verify_ms, verify_j, draft_ms, draft_j)``; the draft costs are exactly 0 at ``k = 0``.
     """
     parts = step_parts(gpu, model, drafter, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k,
-                       overheads=overheads, achieved=achieved, engine=engine)
+                       overheads=overheads, achieved=achieved, engine=engine, models=models)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
     verify_s = parts.verify_s + parts.verify_engine_s
     out = np.empty((parts.verify_s.shape[0], max_k + 1, len(COST_FIELDS)))
@@ -524,29 +541,35 @@ class StepParts(NamedTuple):
 
 
 def step_parts(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None) -> StepParts:
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None,
+               models=None) -> StepParts:
     """The parts :func:`step_costs` prices, by (width, depth) (same arguments)."""
     ov = _overheads(overheads)
     ach = achieved or achieved_for(gpu)
     eng = engine_profile(engine)
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
-    target, draft_net = _target_net(model), _drafter_net(model, drafter)
+    target, draft_net = _target_net(model), _drafter_net(model, drafter, models)
     rows, draft_rows = n * (k + 1.0), n
     verify = _pass(target, gpu, ach, ov, tp, rows if eng is None else eng.padded(rows), n, context_tokens)
     host = (ov.step_ms + ov.seq_ms * n) * 1e-3
     verify_s = _device_s(verify) + host
     padding = np.zeros_like(verify_s)
-    draft = _pass(draft_net, gpu, ach, ov, tp, draft_rows if eng is None else eng.padded(draft_rows), n,
-                  context_tokens)
-    dstep_s = _device_s(draft) + ov.draft_step_ms * 1e-3
+    if draft_net is None:  # n-gram: no draft pass, the host's lookup only
+        dstep_s, dactive_s = np.full_like(n, ov.draft_step_ms * 1e-3), np.zeros_like(n)
+    else:
+        draft = _pass(draft_net, gpu, ach, ov, tp, draft_rows if eng is None else eng.padded(draft_rows), n,
+                      context_tokens)
+        dstep_s, dactive_s = _device_s(draft) + ov.draft_step_ms * 1e-3, draft.active_s
     zero = np.zeros_like(verify_s)
     if eng is None:
-        return StepParts(verify_s, padding, verify.active_s, zero, dstep_s, draft.active_s, zero, {})
+        return StepParts(verify_s, padding, verify.active_s, zero, dstep_s, dactive_s, zero, {})
     padding = verify_s - (_device_s(_pass(target, gpu, ach, ov, tp, rows, n, context_tokens)) + host)
     ms = {name: np.broadcast_to(v, verify_s.shape) for name, v in eng.speculation_ms(n, k).items()}
+    if draft_net is None:
+        ms["draft_passes"] = np.zeros_like(verify_s)  # no pass to pay for
     return StepParts(verify_s, padding, verify.active_s, (ms["step"] + ms["verify_rows"]) * 1e-3, dstep_s,
-                     draft.active_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, ms)
+                     dactive_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, ms)
 
 
 def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None, achieved=None):
@@ -628,10 +651,17 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
             raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
         m = dataclasses.replace(m, dtype=dtype)
     widths, tp, context_tokens, max_k = _check_args(widths, tp, context_tokens, max_k, m)
-    _check_fits(g, m, d, tp, context_tokens, max(widths), max_k)
+    models = specs.get("model")
+    dm = _draft_model(d, models)
+    if dm is not None and dm.vocab != m.vocab:
+        raise CostModelError(f"drafter {d.name!r}: its draft model {dm.name!r} has a vocabulary of {dm.vocab:,} "
+                             f"tokens, {m.name!r} one of {m.vocab:,}: a draft model drafts in its target's vocabulary")
+    if dm is not None and tp > 1 and dm.heads % tp:
+        raise CostModelError(f"tp = {tp} does not divide the draft model {dm.name}'s {dm.heads} attention heads")
+    _check_fits(g, m, d, tp, context_tokens, max(widths), max_k, models)
 
     costs = step_costs(g, m, d, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k, overheads=ov,
-                       achieved=ach, engine=eng)
+                       achieved=ach, engine=eng, models=models)
     cells = [Cell(int(n), kk, *map(float, costs[i, kk])) for i, n in enumerate(widths) for kk in range(max_k + 1)]
 
     stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
@@ -643,7 +673,8 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         f"{m.name}/{d.name}-{m.dtype}",
         {
             "verify": "model:" + digest(g, m, tp=tp, context_tokens=context_tokens, stack=stack),
-            "draft": "model:" + digest(g, m, d, tp=tp, context_tokens=context_tokens, stack=stack),
+            "draft": "model:" + digest(g, m, d, *([dm] if dm is not None else []), tp=tp,
+                                       context_tokens=context_tokens, stack=stack),
         },
     )
     meta = {
@@ -661,19 +692,20 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         "context_tokens": context_tokens,
         **{f"stack_{name}": value for name, value in stack.items()},
         "stack_achieved_source": ach.source,
-        **(_engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach) if eng is not None else {}),
-        **serving_meta(g, m, d, tp),
+        **({"draft_model": dm.name, "draft_model_source": dm.source or "user spec"} if dm is not None else {}),
+        **(_engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach, models) if eng is not None else {}),
+        **serving_meta(g, m, d, tp, models),
         "tool": f"specsim {__version__}",
     }
     text = CostTable.render(key, cells, meta=meta)
     return CostTable.parse(text, f"<modelled table {key.box_class} {key.recipe}>")
 
 
-def _engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach) -> dict:
+def _engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach, models) -> dict:
     """``[meta]`` of an engine's table: its source, and each part of the widest width's deepest step
     (ms), so a user sees where a step's milliseconds go."""
     parts = step_parts(g, m, d, tp=tp, context_tokens=context_tokens, widths=[widths[-1]], max_k=max_k,
-                       overheads=ov, achieved=ach, engine=eng)
+                       overheads=ov, achieved=ach, engine=eng, models=models)
     at = (0, max_k)
     shown = {
         "verify_pass": parts.verify_s[at] - parts.verify_padding_s[at],
@@ -694,7 +726,7 @@ GPU_MEMORY_UTILIZATION = 0.9
 PREFILL_UTILISATION = 0.6
 
 
-def serving_meta(g, m, d, tp: int) -> dict:
+def serving_meta(g, m, d, tp: int, models=None) -> dict:
     """What a serving simulation needs beyond the step costs, from the same specs (written to a
     modelled table's ``[meta]``; see docs/simulation.md, "Prefill cost" and "KV cache").
 
@@ -706,7 +738,7 @@ def serving_meta(g, m, d, tp: int) -> dict:
       bandwidth, the floor every prefill step pays, at full board power.
     - ``idle_w``: the GPUs' idle power.
     """
-    target, draft = _target_net(m), _drafter_net(m, d)
+    target, draft = _target_net(m), _drafter_net(m, d, models)
     weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
     per_token = _kv_bytes_per_token(target) + _kv_bytes_per_token(draft)
     free = g.memory_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights
@@ -722,13 +754,17 @@ def serving_meta(g, m, d, tp: int) -> dict:
     return out
 
 
-def _weight_bytes(net: _Net) -> float:
+def _weight_bytes(net) -> float:
+    if net is None:
+        return 0.0
     always, experts, head = _weight_params(net)
     return (always + experts) * DTYPE_BYTES[net.weight_dtype] + head * DTYPE_BYTES[net.head_dtype]
 
 
-def _kv_bytes_per_token(net: _Net) -> float:
-    """KV-cache bytes one token adds, over all KV layers."""
+def _kv_bytes_per_token(net) -> float:
+    """KV-cache bytes one token adds, over all KV layers (none without a draft pass)."""
+    if net is None:
+        return 0.0
     return 2.0 * net.kv_layers * net.kv_heads * net.head_dim * net.kv_bytes
 
 
@@ -767,9 +803,9 @@ def _check_args(widths, tp, context_tokens, max_k, m):
     return sorted(widths), int(tp), int(context_tokens), int(max_k)
 
 
-def _check_fits(g, m, d, tp, context_tokens, widest, max_k):
+def _check_fits(g, m, d, tp, context_tokens, widest, max_k, models=None):
     """Refuse a configuration whose weights and KV cache at the widest width overflow the GPUs."""
-    target, draft = _target_net(m), _drafter_net(m, d)
+    target, draft = _target_net(m), _drafter_net(m, d, models)
     weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
     per_seq = (context_tokens + max_k + 1) * (_kv_bytes_per_token(target) + _kv_bytes_per_token(draft))
     kv = widest * per_seq / min(tp, m.kv_heads)

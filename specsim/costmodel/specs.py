@@ -170,12 +170,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """A draft head that runs on the target's hidden states (EAGLE-style or MTP).
+    """What drafts, by ``kind``:
 
-    ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer shape, as
-    MTP modules are; else a dense layer of the target's ``intermediate``); a fusing projection
-    of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab`` rows
-    (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+    - ``"head"`` (the default): a draft head that runs on the target's hidden states (EAGLE-style
+      or MTP): ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer
+      shape, as MTP modules are; else a dense layer of the target's ``intermediate``); a fusing
+      projection of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab``
+      rows (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+    - ``"model"``: a separate draft model, the model spec named ``model`` (its own layers, KV
+      cache and LM head; ``dtype`` overrides its weight format).
+    - ``"ngram"``: prompt lookup: no draft pass, the drafts matched on the host (only the stack's
+      per-draft host overhead is priced).
     """
 
     name: str
@@ -185,6 +190,13 @@ class DrafterSpec:
     moe: bool = False
     dtype: str = ""
     source: str = ""
+    # Fields added after tables were keyed on drafter specs: left out of a digest at their default,
+    # so an EAGLE or MTP head keeps the digests it had.
+    kind: str = dataclasses.field(default="head", metadata={"digest_default_omitted": True})
+    model: str = dataclasses.field(default="", metadata={"digest_default_omitted": True})
+
+
+DRAFTER_KINDS = ("head", "model", "ngram")
 
 
 # -- built-ins ------------------------------------------------------------------------------
@@ -232,6 +244,9 @@ _MODELS = (
     ModelSpec("bloom-176b", layers=70, hidden=14336, heads=112, kv_heads=112, head_dim=128, intermediate=57344,
               vocab=250880, mlp_matrices=2, dtype="fp16", kv_dtype="fp16",
               source="bigscience/bloom config.json (n_embed 14336, n_layer 70, n_head 112, 4x GELU MLP)"),
+    ModelSpec("llama-3.2-1b", layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64, intermediate=8192,
+              vocab=128256, source="meta-llama/Llama-3.2-1B config.json (tied embeddings: the LM head is the "
+                                   "embedding, read once a pass)"),
     ModelSpec("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600,
               vocab=151936, source="Qwen/Qwen3-32B config.json"),
     ModelSpec("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, intermediate=6144,
@@ -249,6 +264,12 @@ _DRAFTERS = (
     DrafterSpec("mtp-1l", layers=1, fuse_inputs=2, moe=True,
                 source="DeepSeek-V3 / Qwen3-Next multi-token prediction: one module = a full target layer "
                        "(MoE where the target is), an eh_proj (2h -> h), the shared LM head"),
+    DrafterSpec("llama-3.2-1b", kind="model", model="llama-3.2-1b", layers=0, fuse_inputs=0,
+                source="a separate draft model, Llama-3.2-1B (the Llama-3 tokenizer: drafts for Llama-3.1 targets), "
+                       "its own KV cache and LM head"),
+    DrafterSpec("ngram", kind="ngram", layers=0, fuse_inputs=0,
+                source="prompt lookup (n-gram matching of the context, vLLM ngram, TensorRT-LLM NGram, SGLang "
+                       "ngram): no draft pass"),
 )
 
 BUILTIN_GPUS = {s.name: s for s in _GPUS}
@@ -292,7 +313,8 @@ def digest(*specs, **values) -> str:
     """``sha256:`` of the canonical JSON of every spec field (but ``source``) and the extra values."""
     doc = []
     for s in specs:
-        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"}
+        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"
+                  and not (f.metadata.get("digest_default_omitted") and getattr(s, f.name) == f.default)}
         doc.append({"kind": type(s).__name__, **fields})
     doc.append(values)
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -547,8 +569,14 @@ def _value_problems(spec) -> list:
         if spec.head_dtype and spec.head_dtype not in DTYPE_BYTES:
             problems.append(f"head_dtype = {spec.head_dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\")")
     elif isinstance(spec, DrafterSpec):
-        if spec.layers < 1:
+        if spec.kind not in DRAFTER_KINDS:
+            problems.append(f"kind = {spec.kind!r} is not one of {', '.join(DRAFTER_KINDS)}")
+        elif spec.kind == "head" and spec.layers < 1:
             problems.append(f"layers = {spec.layers} must be >= 1")
+        if spec.kind == "model" and not spec.model:
+            problems.append("a drafter of kind \"model\" names its draft model: model = \"NAME\" (a model spec)")
+        elif spec.kind != "model" and spec.model:
+            problems.append(f"model = {spec.model!r} is for a drafter of kind \"model\" (this one is {spec.kind!r})")
         if spec.dtype and spec.dtype not in DTYPE_BYTES:
             problems.append(f"dtype = {spec.dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\" = the target's)")
     return problems
