@@ -169,11 +169,35 @@ def crossovers(points, values):
     return out
 
 
+def plan_choices(points, group: str, figures) -> list:
+    """The planner's depth (``goodput``: the most expected tokens per ms) at each batch of an R02
+    curve, on the modelled table of its set with engine ``figures``, under a calibration whose
+    chain of two gives the curve's tokens per step at its smallest batch (priors ``(a, a)``,
+    ``1 + a + a^2`` tokens a step): ``[(batch, depth)]``. Depth 1 is on offer too, although the
+    set measured only depth 2 against plain decoding."""
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.costmodel import EngineProfile, model_table
+    from specsim.costmodel.defaults import DEMO_EDGES, demo_drafter_key, demo_p_accept
+    from specsim.costmodel.engines import ENGINE_PROFILES
+    from specsim.plan.planner import goodput_depth
+
+    curve = sorted((p for p in points if p.group == group), key=lambda p: p.width)
+    engine = EngineProfile(ENGINE, *map(float, figures), graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)
+    table = model_table(curve[0].gpu, "llama-3.1-8b", curve[0].drafter, widths=[p.width for p in curve],
+                        max_k=curve[0].depth, context_tokens=CONTEXT_TOKENS, engine=engine)
+    plain, spec = table.cell(curve[0].width, 0), table.cell(curve[0].width, curve[0].depth)
+    tokens = curve[0].measured * (spec.verify_ms + spec.draft_ms) / plain.verify_ms
+    a = (np.sqrt(4.0 * tokens - 3.0) - 1.0) / 2.0
+    cal = AcceptanceCalibration(demo_drafter_key(), DEMO_EDGES, demo_p_accept(), (a,) * curve[0].depth)
+    return [(p.width, goodput_depth(table, cal, p.width)) for p in curve]
+
+
 class Report(NamedTuple):
     figures: np.ndarray               # fitted on every set
     held_out: dict                    # set -> (median |error|: held out, passes alone, fitted on all; points)
     held_out_figures: dict            # set -> figures fitted without it
     crossing: list                    # (group, measured (above, below), predicted held out (above, below))
+    plans: dict                       # R02 curve -> [(batch, depth the planner picks)], figures held out
 
 
 def run(data=DATA) -> Report:
@@ -198,7 +222,8 @@ def run(data=DATA) -> Report:
     measured_cross = {g: (a, b) for g, a, b in crossovers(points, measured)}
     predicted_cross = {g: (a, b) for g, a, b in crossovers(points, predicted_all)}
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
-    return Report(figures, held, held_figures, crossing)
+    plans = {g: plan_choices(points, g, held_figures["R02"]) for g in sorted({p.group for p in points if p.set == "R02"})}
+    return Report(figures, held, held_figures, crossing, plans)
 
 
 def render(report: Report) -> str:
@@ -215,6 +240,9 @@ def render(report: Report) -> str:
     for g, m, p in report.crossing:
         shown = "none (stays above 1.0x)" if p is None else f"batch {p[0]} -> {p[1]}"
         lines.append(f"| {g} | batch {m[0]} -> {m[1]} | {shown} |")
+    lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
+    for g, choices in report.plans.items():
+        lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
     return "\n".join(lines)
 
 

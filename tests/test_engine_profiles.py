@@ -135,6 +135,13 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     # The published crossover (EAGLE below 1.0x between batch 24 and 32) is predicted in the same step.
     assert report.crossing == [("R02 EAGLE", (24, 32), (24, 32))]
     assert "R02 EAGLE | batch 24 -> 32 | batch 24 -> 32" in render(report)
+    # The planner plain-decodes within one measured batch step of the crossover (from 48; 32 -> 48
+    # is one step), and never where the measured speedup stays above 1.0x.
+    eagle = dict(report.plans["R02 EAGLE"])
+    assert [b for b, k in eagle.items() if k == 0] == [48, 56]
+    assert all(k > 0 for _, k in report.plans["R02 EAGLE-3"])
+    for g, choices in report.plans.items():
+        assert f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |" in docs
 
 
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
