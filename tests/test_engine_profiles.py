@@ -213,3 +213,21 @@ def test_a_draft_model_from_a_spec_file_and_its_vocabulary(tmp_path, capsys):
     assert main(base + ["--drafter", "qwen-draft"]) == 2
     err = capsys.readouterr().err
     assert "vocabulary of 151,936 tokens" in err and err.count("\n") == 1
+
+
+def test_the_context_effect_has_the_published_direction():
+    """A vLLM serve at concurrency 256 with 3 draft tokens: 0.79x at 400 tokens of context, about
+    1.0x at 1,900 and 1.10x at 4,000 (docs/tables.md#the-context-effect)."""
+    g, m, d = gpu_spec("h100-nvl"), model_spec("qwen3-32b"), drafter_spec("eagle3-1l")
+    ratio = {}
+    for context in (400, 1900, 4000):
+        c = step_costs(g, m, d, widths=[256], max_k=3, context_tokens=context, engine="vllm")
+        ratio[context] = c[0, 0, VERIFY_MS] / (c[0, 3, VERIFY_MS] + c[0, 3, DRAFT_MS])
+    tokens = 0.79 / ratio[400]
+    speedup = {c: tokens * r for c, r in ratio.items()}
+    assert speedup[400] < 1.0 < speedup[4000] and speedup[400] < speedup[1900] < speedup[4000]
+    assert speedup[1900] == pytest.approx(1.0, abs=0.05)
+    docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
+    assert f"tokens per step fitted at 400 tokens ({tokens:.2f})" in docs
+    assert f"| 1,900 | about 1.0x | {speedup[1900]:.2f}x |" in docs
+    assert f"| 4,000 | 1.10x | {speedup[4000]:.2f}x |" in docs

@@ -205,6 +205,10 @@ _GPUS = (
             tdp_w=700, idle_w=70, link_gbs=450, arch="hopper",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
                    "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
+    GpuSpec("h100-nvl", memory_gb=94, bandwidth_gbs=3900, bf16_tflops=835.5, fp8_tflops=1670.5,
+            tdp_w=400, idle_w=60, link_gbs=300, arch="hopper",
+            source="NVIDIA H100 NVL datasheet: 94 GB HBM3, 3.9 TB/s, BF16 1,671 / FP8 3,341 TFLOPS with sparsity "
+                   "(halved: dense), 350-400 W, NVLink bridge 600 GB/s; idle power estimated"),
     GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
             tdp_w=700, idle_w=75, link_gbs=450, arch="hopper",
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
