@@ -231,3 +231,71 @@ def test_the_context_effect_has_the_published_direction():
     assert f"tokens per step fitted at 400 tokens ({tokens:.2f})" in docs
     assert f"| 1,900 | about 1.0x | {speedup[1900]:.2f}x |" in docs
     assert f"| 4,000 | 1.10x | {speedup[4000]:.2f}x |" in docs
+
+
+# -- specsim table compare ------------------------------------------------------------------------
+R02 = ROOT / "tests" / "data" / "published-sd" / "R02_eagle3_paper_vllm_rtx3090.csv"
+R10 = ROOT / "tests" / "data" / "published-sd" / "R10_vllm_eagle1_eagle3_ksweep_bs1.csv"
+
+
+def test_a_table_against_a_published_curve_fits_tokens_at_its_smallest_batch():
+    from specsim.costmodel.published import compare, read_published
+
+    table = model_table("rtx3090", "llama-3.1-8b", "eagle-1l", widths=[2, 4, 8, 16, 24, 32, 48, 56], max_k=2,
+                        context_tokens=512, engine="vllm")
+    rows, skipped = read_published(R02)
+    assert len(rows) == 16 and skipped == []
+    compared, skipped = compare(table, [r for r in rows if r.method == "EAGLE"])
+    assert skipped == [] and [c.batch for c in compared] == [2, 4, 8, 16, 24, 32, 48, 56]
+    first = compared[0]
+    assert first.fitted and first.predicted == pytest.approx(first.published)
+    for c in compared:
+        plain, spec = table.cell(c.batch, 0), table.cell(c.batch, 2)
+        shape = (plain.verify_ms / (spec.verify_ms + spec.draft_ms)) / \
+            (table.cell(2, 0).verify_ms / (table.cell(2, 2).verify_ms + table.cell(2, 2).draft_ms))
+        assert c.predicted == pytest.approx(1.3 * shape)
+
+
+def test_tpot_rows_with_an_acceptance_length_compare_point_by_point():
+    from specsim.costmodel.published import compare, read_published
+
+    table = model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", widths=[1], max_k=4, context_tokens=512)
+    rows, skipped = read_published(R10)
+    # The throughput rows (metric "output throughput ...") are not a speedup or a TPOT.
+    assert len(skipped) == 4 and all("is not a speedup or a TPOT" in why for _, why in skipped)
+    compared, beyond = compare(table, rows)
+    assert {line for line, _ in beyond} and all("beyond the table's max_k = 4" in w for _, w in beyond)
+    r = next(r for r in rows if r.method.startswith("EAGLE-1") and r.depth == 3)
+    c = next(c for c in compared if c.method == r.method and c.depth == 3)
+    assert r.speedup == pytest.approx(7.07 / 4.29) and not c.fitted
+    cell0, cell3 = table.cell(1, 0), table.cell(1, 3)
+    assert c.predicted == pytest.approx(2.29 * cell0.verify_ms / (cell3.verify_ms + cell3.draft_ms))
+
+
+def test_cli_compare_prints_errors_and_plots(tmp_path, capsys):
+    table = tmp_path / "t.toml"
+    assert main(["table", "model", "--gpu", "rtx3090", "--model", "llama-3.1-8b", "--drafter", "eagle-1l",
+                 "--widths", "2,4,8,16,24,32,48,56", "--max-k", "2", "--context-tokens", "512", "--engine", "vllm",
+                 "-o", str(table)]) == 0
+    capsys.readouterr()
+    plot = tmp_path / "cmp.png"
+    assert main(["table", "compare", str(table), "--published", str(R02), "--method", "EAGLE-3",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "EAGLE-3, k=2: median |error|" in out and "EAGLE, k=2" not in out and "fitted" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a,b\n1,2\n", "has no method, spec_tokens, batch_or_concurrency, metric, value column"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,QPS=1,speedup,1.5\n", "no row of the published set"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,4,throughput,150\n", "is not a speedup or a TPOT"),
+])
+def test_cli_compare_refuses_a_set_it_cannot_read(tmp_path, capsys, text, message):
+    table = tmp_path / "t.toml"
+    table.write_text(model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", widths=[1, 4], max_k=2).to_text())
+    path = tmp_path / "set.csv"
+    path.write_text(text)
+    assert main(["table", "compare", str(table), "--published", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
