@@ -192,12 +192,46 @@ def plan_choices(points, group: str, figures) -> list:
     return [(p.width, goodput_depth(table, cal, p.width)) for p in curve]
 
 
+OTHER_CONTEXT_TOKENS = 1024  # R09 does not state its lengths
+
+
+def other_engine_checks(figures, data=DATA) -> list:
+    """Published points of engines without a profile, priced with the passes alone and with the
+    vLLM ``figures``: ``[(label, published, passes alone, with the vllm figures)]``. R09: TensorRT-LLM
+    one-engine EAGLE-3, Llama-3.3-70B (Llama-3.1-70B's shape) on 8 H200s at concurrency 4, tokens
+    per user per second against plain decoding, acceptance length given (the Llama-4-Maverick row
+    is an FP8 MoE model without a spec here)."""
+    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_costs
+    from specsim.costmodel.engines import ENGINE_PROFILES
+
+    out = []
+    with open(data / "R09_trtllm_eagle3_h200_conc4.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if not row["model"].startswith("Llama-3.3-70B"):
+                continue
+            n, k, length = int(row["batch_or_concurrency"]), _leading(row["spec_tokens"]), float(row["acceptance_length"])
+            ratios = []
+            for engine in (None, EngineProfile(ENGINE, *map(float, figures),
+                                               graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)):
+                c = step_costs(gpu_spec("h200"), model_spec("llama-3.1-70b"), drafter_spec("eagle3-1l"), tp=8,
+                               widths=[n], max_k=k, context_tokens=OTHER_CONTEXT_TOKENS, engine=engine)
+                ratios.append(length * c[0, 0, 0] / (c[0, k, 0] + c[0, k, 2]))
+            out.append((f"R09 TensorRT-LLM EAGLE-3, Llama-3.3-70B, 8x H200, concurrency {n}, K = {k}",
+                        float(row["value"]), *ratios))
+    return out
+
+
+def _leading(text: str) -> int:
+    return int(text.split()[0])
+
+
 class Report(NamedTuple):
     figures: np.ndarray               # fitted on every set
     held_out: dict                    # set -> (median |error|: held out, passes alone, fitted on all; points)
     held_out_figures: dict            # set -> figures fitted without it
     crossing: list                    # (group, measured (above, below), predicted held out (above, below))
     plans: dict                       # R02 curve -> [(batch, depth the planner picks)], figures held out
+    others: list                      # other_engine_checks(figures)
 
 
 def run(data=DATA) -> Report:
@@ -223,7 +257,7 @@ def run(data=DATA) -> Report:
     predicted_cross = {g: (a, b) for g, a, b in crossovers(points, predicted_all)}
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
     plans = {g: plan_choices(points, g, held_figures["R02"]) for g in sorted({p.group for p in points if p.set == "R02"})}
-    return Report(figures, held, held_figures, crossing, plans)
+    return Report(figures, held, held_figures, crossing, plans, other_engine_checks(figures, data))
 
 
 def render(report: Report) -> str:
@@ -243,6 +277,10 @@ def render(report: Report) -> str:
     lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
     for g, choices in report.plans.items():
         lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
+    lines += ["", "| engine without a profile | published | passes alone | with the vllm figures |", "|---|---|---|---|"]
+    for label, published, alone, vllm in report.others:
+        lines.append(f"| {label} | {published:.2f}x | {alone:.2f}x ({100 * (alone / published - 1):+.0f}%) | "
+                     f"{vllm:.2f}x ({100 * (vllm / published - 1):+.0f}%) |")
     return "\n".join(lines)
 
 

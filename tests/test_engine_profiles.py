@@ -142,6 +142,9 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     assert all(k > 0 for _, k in report.plans["R02 EAGLE-3"])
     for g, choices in report.plans.items():
         assert f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |" in docs
+    rendered = render(report).splitlines()
+    others = rendered[rendered.index("| engine without a profile | published | passes alone | with the vllm figures |"):]
+    assert len(others) == 3 and all(line in docs for line in others)
 
 
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
