@@ -193,16 +193,35 @@ def plan_choices(points, group: str, figures) -> list:
 
 
 OTHER_CONTEXT_TOKENS = 1024  # R09 does not state its lengths
+# R03's mean KV tokens per sequence: 1k in, 1k out (random) and ShareGPT's shorter turns.
+R03_CONTEXT_TOKENS = {"random 1k/1k": 1536, "ShareGPT": 512}
 
 
 def other_engine_checks(figures, data=DATA) -> list:
-    """Published points of engines without a profile, priced with the passes alone and with the
-    vLLM ``figures``: ``[(label, published, passes alone, with the vllm figures)]``. R09: TensorRT-LLM
-    one-engine EAGLE-3, Llama-3.3-70B (Llama-3.1-70B's shape) on 8 H200s at concurrency 4, tokens
-    per user per second against plain decoding, acceptance length given (the Llama-4-Maverick row
-    is an FP8 MoE model without a spec here)."""
+    """Published sets of engines without a profile, priced with the passes alone and with the vLLM
+    ``figures``: ``[(set, what, published, passes alone, with the vllm figures)]``, the last three
+    as text.
+
+    - R09: TensorRT-LLM one-engine EAGLE-3, Llama-3.3-70B (Llama-3.1-70B's shape) on 8 H200s at
+      concurrency 4, tokens per user per second against plain decoding, acceptance length given
+      (the Llama-4-Maverick row is an FP8 MoE model without a spec here).
+    - R03: SGLang MTP (2 draft steps) for DeepSeek-V3 (MLA, MoE) on 8 MI300Xs, mean end-to-end
+      latency without over with MTP by concurrency, no acceptance length: tokens per step fitted at
+      each curve's smallest concurrency, the shape tested (decode dominates a 1k-token answer;
+      the prefill's share is left out).
+    """
     from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_costs
     from specsim.costmodel.engines import ENGINE_PROFILES
+
+    engines = (None, EngineProfile(ENGINE, *map(float, figures), graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes))
+
+    def ratios(gpu, model, drafter, tp, widths, k, context):
+        out = []
+        for engine in engines:
+            c = step_costs(gpu_spec(gpu), model_spec(model), drafter_spec(drafter), tp=tp, widths=widths, max_k=k,
+                           context_tokens=context, engine=engine)
+            out.append(c[:, 0, 0] / (c[:, k, 0] + c[:, k, 2]))
+        return out
 
     out = []
     with open(data / "R09_trtllm_eagle3_h200_conc4.csv", newline="") as f:
@@ -210,14 +229,27 @@ def other_engine_checks(figures, data=DATA) -> list:
             if not row["model"].startswith("Llama-3.3-70B"):
                 continue
             n, k, length = int(row["batch_or_concurrency"]), _leading(row["spec_tokens"]), float(row["acceptance_length"])
-            ratios = []
-            for engine in (None, EngineProfile(ENGINE, *map(float, figures),
-                                               graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)):
-                c = step_costs(gpu_spec("h200"), model_spec("llama-3.1-70b"), drafter_spec("eagle3-1l"), tp=8,
-                               widths=[n], max_k=k, context_tokens=OTHER_CONTEXT_TOKENS, engine=engine)
-                ratios.append(length * c[0, 0, 0] / (c[0, k, 0] + c[0, k, 2]))
-            out.append((f"R09 TensorRT-LLM EAGLE-3, Llama-3.3-70B, 8x H200, concurrency {n}, K = {k}",
-                        float(row["value"]), *ratios))
+            published = float(row["value"])
+            shown = [f"{length * r[0]:.2f}x ({100 * (length * r[0] / published - 1):+.0f}%)"
+                     for r in ratios("h200", "llama-3.1-70b", "eagle3-1l", 8, [n], k, OTHER_CONTEXT_TOKENS)]
+            out.append(("R09 TensorRT-LLM", f"EAGLE-3, Llama-3.3-70B, 8x H200, concurrency {n}, K = {k}: speedup",
+                        f"{published:.2f}x", *shown))
+    curves = {}
+    with open(data / "R03_sglang_mi300x_dsv3_mtp.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            curves.setdefault(row["method"].split(":")[0], []).append(
+                (int(row["batch_or_concurrency"]), float(row["baseline_value"]) / float(row["value"])))
+    for name, curve in curves.items():
+        curve.sort()
+        widths = [b for b, _ in curve]
+        measured = np.array([v for _, v in curve])
+        shown = []
+        for r in ratios("mi300x", "deepseek-v3", "mtp-1l", 8, widths, 2, R03_CONTEXT_TOKENS[name]):
+            predicted = measured[0] * r / r[0]
+            shown.append(f"{100 * float(np.median(np.abs(predicted[1:] / measured[1:] - 1))):.1f}%")
+        out.append(("R03 SGLang", f"MTP, DeepSeek-V3, 8x MI300X, {name}, concurrency {widths[0]}-{widths[-1]}: "
+                                  f"median abs error of the shape over {len(widths) - 1} points",
+                    f"{measured[0]:.2f}x to {measured[-1]:.2f}x", *shown))
     return out
 
 
@@ -277,10 +309,10 @@ def render(report: Report) -> str:
     lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
     for g, choices in report.plans.items():
         lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
-    lines += ["", "| engine without a profile | published | passes alone | with the vllm figures |", "|---|---|---|---|"]
-    for label, published, alone, vllm in report.others:
-        lines.append(f"| {label} | {published:.2f}x | {alone:.2f}x ({100 * (alone / published - 1):+.0f}%) | "
-                     f"{vllm:.2f}x ({100 * (vllm / published - 1):+.0f}%) |")
+    lines += ["", "| set without a profile | compared | published | passes alone | with the vllm figures |",
+              "|---|---|---|---|---|"]
+    for row in report.others:
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

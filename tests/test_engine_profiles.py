@@ -143,8 +143,9 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     for g, choices in report.plans.items():
         assert f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |" in docs
     rendered = render(report).splitlines()
-    others = rendered[rendered.index("| engine without a profile | published | passes alone | with the vllm figures |"):]
-    assert len(others) == 3 and all(line in docs for line in others)
+    others = rendered[rendered.index("| set without a profile | compared | published | passes alone | "
+                                     "with the vllm figures |"):]
+    assert len(others) == 5 and all(line in docs for line in others)
 
 
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
@@ -302,3 +303,69 @@ def test_cli_compare_refuses_a_set_it_cannot_read(tmp_path, capsys, text, messag
     assert main(["table", "compare", str(table), "--published", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+# -- MLA and MoE: DeepSeek-V3 ----------------------------------------------------------------------
+def test_deepseek_v3_has_its_published_size_and_latent_cache():
+    m = model_spec("deepseek-v3")
+    assert m.params_total / 1e9 == pytest.approx(671, rel=0.01)
+    assert m.params_active / 1e9 == pytest.approx(37, rel=0.02)
+    assert m.kv_bytes_per_token == 61 * (512 + 64) * 2
+
+
+def test_mla_reads_one_latent_per_sequence_on_every_rank():
+    from specsim.costmodel.roofline import _attention, _Clock, _target_net, achieved_for
+
+    g, m = gpu_spec("mi300x"), model_spec("deepseek-v3")
+    clock = _Clock(g, achieved_for(g), ())
+    for tp in (1, 8):
+        _, mem_s, flop_s = _attention(clock, _target_net(m), tp, 4.0, 2.0, 1000.0)
+        latent_bytes = 2.0 * 1000.0 * 61 * 576 * 2  # two sequences' latents, every layer
+        assert mem_s == pytest.approx(latent_bytes / (g.bandwidth_gbs * 1e9 * achieved_for(g).memory_efficiency))
+        flops = 61 * 2.0 * 4.0 * 1000.0 * (128 / tp) * (2 * 512 + 64)
+        assert flop_s == pytest.approx(flops / (g.matrix_tflops("bf16") * 1e12 * achieved_for(g).matrix_efficiency))
+
+
+def test_an_mtp_table_for_deepseek_v3_on_eight_mi300x():
+    t = model_table("mi300x", "deepseek-v3", "mtp-1l", tp=8, widths=[1, 8, 64], max_k=3, context_tokens=1536)
+    assert t.meta["gpu_source"].startswith("AMD Instinct MI300X") and "MLA" in t.meta["model_source"]
+    assert (np.diff(t.costs[:, :, VERIFY_MS], axis=0) > 0).all() and (t.costs[:, 1:, DRAFT_MS] > 0).all()
+    # The latent is replicated: every GPU holds every token's latent (the target's 61 layers and the
+    # MTP module's one), beside its eighth of the weights.
+    from specsim.costmodel.roofline import _drafter_net, _target_net, _weight_bytes
+
+    m, d = model_spec("deepseek-v3"), drafter_spec("mtp-1l")
+    weights = (_weight_bytes(_target_net(m)) + _weight_bytes(_drafter_net(m, d))) / 8
+    assert t.meta["kv_capacity_tokens"] == int((192e9 * 0.9 - weights) // (62 * 576 * 2))
+
+
+@pytest.mark.parametrize("fields,message", [
+    ("kv_heads = 8\nkv_lora_rank = 512\nrope_head_dim = 64\nv_head_dim = 128", "give kv_heads = 1"),
+    ("kv_heads = 1\nkv_lora_rank = 512\nrope_head_dim = 192\nv_head_dim = 128", "must be below head_dim"),
+    ("kv_heads = 1\nkv_lora_rank = 512\nrope_head_dim = 64", "v_head_dim must be >= 1"),
+    ("kv_heads = 8\nq_lora_rank = 1536", "give kv_lora_rank too"),
+])
+def test_bad_mla_fields_are_refused(tmp_path, fields, message):
+    from specsim.costmodel import load_specs
+
+    path = tmp_path / "m.toml"
+    path.write_text('[[model]]\nname = "m"\nlayers = 2\nhidden = 1024\nheads = 8\nhead_dim = 192\n'
+                    f'intermediate = 4096\nvocab = 1000\n{fields}\n')
+    with pytest.raises(CostModelError) as e:
+        load_specs(path)
+    assert message in str(e.value)
+
+
+def test_a_dense_models_digest_is_the_one_it_had():
+    import hashlib
+    import json
+
+    from specsim.costmodel.specs import digest
+
+    m = model_spec("llama-3.1-8b")
+    before = {"kind": "ModelSpec", "name": m.name, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+              "head_dim": 128, "intermediate": 14336, "vocab": 128256, "mlp_matrices": 3, "kv_layers": 0,
+              "experts": 0, "experts_per_token": 0, "expert_intermediate": 0, "shared_intermediate": 0,
+              "dense_layers": 0, "dtype": "bf16", "head_dtype": "", "kv_dtype": "bf16"}
+    text = json.dumps([before, {}], sort_keys=True, separators=(",", ":"))
+    assert digest(m) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

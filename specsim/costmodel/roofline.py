@@ -234,13 +234,18 @@ class _Net(NamedTuple):
     head_rows: int            # the LM head's vocabulary
     head_dtype: str
     kv_bytes: float           # bytes of one KV element
+    mla: tuple = ()           # MLA: (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim); () = none
+
+
+def _mla(m: ModelSpec) -> tuple:
+    return (m.kv_lora_rank, m.q_lora_rank, m.rope_head_dim, m.v_head_dim) if m.kv_lora_rank else ()
 
 
 def _target_net(m: ModelSpec) -> _Net:
     return _Net(m.layers - m.moe_layers, m.moe_layers, m.kv_layer_count, m.hidden, m.heads, m.kv_heads,
                 m.head_dim, m.intermediate, m.mlp_matrices - 1, m.experts, m.experts_per_token,
                 m.expert_intermediate, m.shared_intermediate, m.dtype, 0, m.vocab, m.lm_head_dtype,
-                DTYPE_BYTES[m.kv_dtype])
+                DTYPE_BYTES[m.kv_dtype], _mla(m))
 
 
 def _draft_model(d: DrafterSpec, models=None):
@@ -265,7 +270,7 @@ def _drafter_net(m: ModelSpec, d: DrafterSpec, models=None):
     return _Net(0 if moe else d.layers, d.layers if moe else 0, d.layers, m.hidden, m.heads, m.kv_heads,
                 m.head_dim, intermediate, m.mlp_matrices - 1, m.experts if moe else 0,
                 m.experts_per_token if moe else 0, m.expert_intermediate, m.shared_intermediate if moe else 0,
-                dtype, d.fuse_inputs, head_rows, head_dtype, DTYPE_BYTES[m.kv_dtype])
+                dtype, d.fuse_inputs, head_rows, head_dtype, DTYPE_BYTES[m.kv_dtype], _mla(m))
 
 
 def _local_dims(net: _Net, tp: int):
@@ -279,6 +284,10 @@ def _weight_params(net: _Net) -> tuple:
     """Whole-model weights: (always read, all routed experts, LM head), in parameters."""
     h, q, kv = net.hidden, net.heads * net.head_dim, net.kv_heads * net.head_dim
     attention = h * (q + 2 * kv) + q * h
+    if net.mla:
+        rank, ql, rope, vd = net.mla
+        qpart = h * ql + ql * q if ql else h * q
+        attention = qpart + h * (rank + rope) + rank * net.heads * (net.head_dim - rope + vd) + net.heads * vd * h
     dense_mlp = (net.up_matrices + 1) * h * net.intermediate
     shared = (net.up_matrices + 1) * h * net.shared_intermediate + h * net.experts
     layers = net.dense_layers + net.moe_layers
@@ -325,7 +334,9 @@ def _linear(clock: _Clock, net: _Net, tp: int, rows):
     h, dt = net.hidden, net.weight_dtype
     q, kv = _local_dims(net, tp)
     layers = net.dense_layers + net.moe_layers
-    if layers:
+    if layers and net.mla:
+        _mla_linear(clock, net, tp, rows, layers)
+    elif layers:
         qkv = q + 2 * kv
         clock.gemm(layers, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
         clock.gemm(layers, q * h * w, rows * (q + h) * a, 2.0 * rows * q * h, dt)
@@ -359,8 +370,37 @@ def _linear(clock: _Clock, net: _Net, tp: int, rows):
     return clock.take()
 
 
+def _mla_linear(clock: _Clock, net: _Net, tp: int, rows, layers):
+    """MLA's projections per layer, in the absorbed form decode runs: the fused down-projection to
+    the query bottleneck, the latent and its rotary part (every rank, unsplit); per local head the
+    query up-projection, the key up-projection absorbed into the query (non-rotary part -> latent)
+    and the value up-projection absorbed into the output (latent -> value); the output projection."""
+    a, w, h, dt = ACTIVATION_BYTES, DTYPE_BYTES[net.weight_dtype], net.hidden, net.weight_dtype
+    rank, ql, rope, vd = net.mla
+    heads = net.heads / tp
+    nope = net.head_dim - rope
+    down = ql + rank + rope
+    clock.gemm(layers, h * down * w, rows * (h + down) * a, 2.0 * rows * h * down, dt)
+    qin, qout = (ql or h), heads * net.head_dim
+    clock.gemm(layers, qin * qout * w, rows * (qin + qout) * a, 2.0 * rows * qin * qout, dt)
+    clock.gemm(layers, heads * nope * rank * w, rows * heads * (nope + rank) * a, 2.0 * rows * heads * nope * rank, dt)
+    clock.gemm(layers, heads * rank * vd * w, rows * heads * (rank + vd) * a, 2.0 * rows * heads * rank * vd, dt)
+    clock.gemm(layers, heads * vd * h * w, rows * (heads * vd + h) * a, 2.0 * rows * heads * vd * h, dt)
+    clock.stream(2 * layers, 2.0 * rows * h * a)                   # input and post-attention norms
+    clock.stream(layers, 2.0 * rows * (heads + 1.0) * rope * a)    # rotary part of the queries and the key
+    clock.stream(layers, 3.0 * rows * h * a)                       # residual add
+
+
 def _attention(clock: _Clock, net: _Net, tp: int, rows, seqs, context):
-    """Each KV layer's cache reads (K and V of every sequence's context) and FLOPs, one kernel."""
+    """Each KV layer's cache reads (K and V of every sequence's context) and FLOPs, one kernel.
+    MLA: every rank reads each sequence's latent (``kv_lora_rank + rope_head_dim`` a token) once,
+    and its heads attend over it (scores over the latent and its rotary part, values over the latent)."""
+    if net.mla:
+        rank, _, rope, _ = net.mla
+        heads = net.heads / tp
+        clock.gemm(net.kv_layers, 0.0, seqs * context * (rank + rope) * net.kv_bytes,
+                   2.0 * rows * context * heads * (2 * rank + rope), "bf16")
+        return clock.take()
     q, kv = _local_dims(net, tp)
     clock.gemm(net.kv_layers, 0.0, seqs * context * 2.0 * kv * net.kv_bytes, 4.0 * rows * context * q, "bf16")
     return clock.take()
@@ -765,6 +805,8 @@ def _kv_bytes_per_token(net) -> float:
     """KV-cache bytes one token adds, over all KV layers (none without a draft pass)."""
     if net is None:
         return 0.0
+    if net.mla:
+        return net.kv_layers * (net.mla[0] + net.mla[2]) * net.kv_bytes
     return 2.0 * net.kv_layers * net.kv_heads * net.head_dim * net.kv_bytes
 
 
