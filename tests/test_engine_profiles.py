@@ -294,6 +294,9 @@ def test_cli_compare_prints_errors_and_plots(tmp_path, capsys):
     ("a,b\n1,2\n", "has no method, spec_tokens, batch_or_concurrency, metric, value column"),
     ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,QPS=1,speedup,1.5\n", "no row of the published set"),
     ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,4,throughput,150\n", "is not a speedup or a TPOT"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,4,speedup,1e308\n", "is not a number in 1e-09..1e+09"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,0,4,speedup,1.2\n", "a whole number >= 1"),
+    ("\x00binary", "NUL byte"),
 ])
 def test_cli_compare_refuses_a_set_it_cannot_read(tmp_path, capsys, text, message):
     table = tmp_path / "t.toml"

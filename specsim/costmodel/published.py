@@ -51,12 +51,17 @@ def _leading_int(text: str):
     return int(m.group(1)) if m else None
 
 
+MAX_PUBLISHED = 1e9
+"""Largest value a published row may give (a speedup, a TPOT in ms, an acceptance length): far
+past any real one, and far from the floats' end, so that no ratio of two overflows."""
+
+
 def _number(text: str):
     try:
         v = float(text)
     except (TypeError, ValueError):
         return None
-    return v if math.isfinite(v) and v > 0 else None
+    return v if math.isfinite(v) and 1.0 / MAX_PUBLISHED <= v <= MAX_PUBLISHED else None
 
 
 def read_published(path) -> tuple:
@@ -84,9 +89,10 @@ def read_published(path) -> tuple:
         depth, batch = _leading_int(get(row, "spec_tokens")), _leading_int(get(row, "batch_or_concurrency"))
         length = _number(get(row, "acceptance_length"))
         if value is None:
-            skipped.append((line, f"value {get(row, 'value')!r} is not a number > 0"))
-        elif depth is None or batch is None:
-            skipped.append((line, "spec_tokens or batch_or_concurrency does not start with a whole number"))
+            skipped.append((line, f"value {get(row, 'value')[:30]!r} is not a number in {1 / MAX_PUBLISHED:g}.."
+                                  f"{MAX_PUBLISHED:g}"))
+        elif depth is None or batch is None or depth < 1 or batch < 1:
+            skipped.append((line, "spec_tokens or batch_or_concurrency does not start with a whole number >= 1"))
         elif "speedup" in metric and "slowdown" not in metric:
             out.append(Published(line, get(row, "method"), depth, batch, value, length))
         elif metric == "tpot":
