@@ -22,7 +22,11 @@ datasheet rates, the floor, ``p`` and the all-reduce hop latency and link fracti
 (docs/tables.md#the-roofline-against-measurements).
 
 A verify step at width ``n`` and depth ``k`` is one pass over ``n(k+1)`` rows; its ``k`` draft
-steps are ``k`` chained drafter passes over ``n`` rows. Energy is board power times time, summed
+steps are ``k`` chained drafter passes over ``n`` rows (a head on the target's hidden states, a
+separate draft model, or, for n-gram, no pass). An engine profile (``engine``,
+:mod:`specsim.costmodel.engines`) adds what a serving engine pays beyond the passes: per
+speculative step, draft pass, verify row and drafted token, and CUDA-graph padding. A model with
+multi-head latent attention (MLA) is priced in the absorbed form decode runs (:func:`_mla_linear`). Energy is board power times time, summed
 over the ``tp`` GPUs: idle power for the whole step, plus the dynamic power (TDP - idle) for the
 share of the step the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies
 (launch floors, communication and host time count as idle). Power therefore stays between idle
