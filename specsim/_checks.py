@@ -62,6 +62,11 @@ MAX_SEEDS = 64
 MAX_SECONDS = 86_400.0
 # Most timed samples or warm-up calls per mode and cell of a measurement.
 MAX_REPEATS = 1_000_000
+# Shortest and longest time a telemetry sample may give a step or its verify or draft part, in ms:
+# a nanosecond (no engine steps faster; joules at MIN_POWER_W stay far above 0) to a day (far past
+# any real step, and small enough that a table's joules at MAX_POWER_W stay finite).
+MIN_SAMPLE_MS = 1e-6
+MAX_SAMPLE_MS = 1000.0 * MAX_SECONDS
 # Largest assumed power, in watts (a whole rack draws less).
 MAX_POWER_W = 1e6
 # Smallest assumed power, in watts: below it the joules of a sub-millisecond step round to 0
@@ -176,6 +181,15 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
             bounds.append(f"<= {high:g}")
         return f"{name} = {show(value)} must be {' and '.join(bounds)}{u}"
     return None
+
+
+def latency_problem(value, name: str) -> str | None:
+    """``None`` if ``value`` is a number of ms in ``MIN_SAMPLE_MS..MAX_SAMPLE_MS`` (an int past the
+    floats is not), else what is wrong with it."""
+    if number_problem(value, name, MIN_SAMPLE_MS, MAX_SAMPLE_MS) is None:
+        return None
+    return (f"{name} = {show(value)} is not a latency (a JSON number of ms in "
+            f"{MIN_SAMPLE_MS:g}..{MAX_SAMPLE_MS:g})")
 
 
 def fraction_problem(value, name: str, *, top_open: bool = False) -> str | None:

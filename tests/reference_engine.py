@@ -392,6 +392,8 @@ class RefEngine:
             pms, pj = ref_prefill_cost(ptok, *self.prefill)
             if ns and self.one_pass:
                 fms, fj = ref_prefill_fixed(*self.prefill[2:])
+                if self.prefill[4] is not None:  # a curve's fixed part: at most the plain step at the narrowest width
+                    fms, fj = min(fms, self.costs[0][0][0]), min(fj, self.costs[0][0][1])
                 pms -= min(dms, pms, fms)
                 pj -= min(dj, pj, fj)
             self.tot["prefill_steps"] += 1

@@ -109,7 +109,8 @@ def test_every_builtin_combination_makes_a_valid_round_tripping_table():
             t = model_table(g, m, d, tp=8 if m == "bloom-176b" else 2 if "70b" in m else 1,
                             widths=[1, 4, 16], max_k=3, context_tokens=256)
         except CostModelError as e:
-            assert "hold" in str(e) or "overflow" in str(e)
+            # Too big for the box, or a separate draft model whose vocabulary is not the target's.
+            assert "hold" in str(e) or "overflow" in str(e) or "drafts in its target's vocabulary" in str(e)
             continue
         made += 1
         back = CostTable.parse(t.to_text(), "<round trip>")

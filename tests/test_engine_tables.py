@@ -518,3 +518,133 @@ def test_sglang_lines_with_a_field_twice_are_refused(line, field):
     with pytest.raises(TableError) as e:
         sglang_samples("\n".join([decode_line(4, 10.0), line]) + "\n", "x.log")
     assert f"x.log:2: a Decode batch line with {field} more than once" in str(e.value)
+
+
+# -- iteration stats as TensorRT-LLM writes them ------------------------------------------------
+# A made-up engine whose step follows known engine parameters: a fixed part, a part per verify
+# row, a part per KV token read, a part per draft pass and one per draft row.
+ENGINE = {"per_step_ms": 4.0, "per_verify_row_ms": 0.02, "per_kv_token_ms": 2e-5, "per_draft_pass_ms": 0.6,
+          "per_draft_row_ms": 0.004}
+
+
+def engine_verify_ms(n, k, context):
+    return ENGINE["per_step_ms"] + ENGINE["per_verify_row_ms"] * n * (k + 1) + ENGINE["per_kv_token_ms"] * n * context
+
+
+def engine_draft_ms(n, k):
+    return k * (ENGINE["per_draft_pass_ms"] + ENGINE["per_draft_row_ms"] * n)
+
+
+def real_iteration(i, n, k, context, *, snake=False, spec_block=True):
+    """One iteration as the engine writes it: every top-level field of `_update_iter_stats`, the
+    batch with its KV tokens, and a specDecodingStats block with its own (draft) iterLatencyMS,
+    all zeros in an iteration without drafts."""
+    draft = engine_draft_ms(n, k)
+    latency = engine_verify_ms(n, k, context) + draft
+    doc = {"timestamp": f"12-06-2026 10:00:{i % 60:02d}", "iter": i, "iterLatencyMS": latency,
+           "newActiveRequestsQueueLatencyMS": 0.01, "numNewActiveRequests": 0, "numActiveRequests": n,
+           "numQueuedRequests": 0, "numCompletedRequests": 0, "maxNumActiveRequests": 256,
+           "gpuMemUsage": 70_000_000_000, "cpuMemUsage": 0, "pinnedMemUsage": 0,
+           "kvCacheStats": {"maxNumBlocks": 9000, "freeNumBlocks": 8000, "usedNumBlocks": 1000, "tokensPerBlock": 32,
+                            "allocTotalBlocks": 1000, "allocNewBlocks": 0, "reusedBlocks": 0, "missedBlocks": 0,
+                            "cacheHitRate": 0.0},
+           "inflightBatchingStats": {"numScheduledRequests": n, "numContextRequests": 0, "numGenRequests": n,
+                                     "numPausedRequests": 0, "numCtxTokens": 0, "microBatchId": 0,
+                                     "avgNumDecodedTokensPerIter": 1.0 + k / 2, "numGenKvTokens": n * context}}
+    if spec_block:
+        doc["specDecodingStats"] = {"numDraftTokens": n * k, "numAcceptedTokens": n * k // 2,
+                                    "numRequestsWithDraftTokens": n if k else 0,
+                                    "acceptanceLength": 1.0 + k / 2 if k else 0.0,
+                                    "iterLatencyMS": draft, "draftOverhead": draft / latency}
+    return snake_case(doc) if snake else doc
+
+
+def snake_case(value):
+    if isinstance(value, dict):
+        out = {}
+        for key, v in value.items():
+            key = {"iterLatencyMS": "iter_latency_ms", "newActiveRequestsQueueLatencyMS":
+                   "new_active_requests_queue_latency_ms"}.get(key, key)
+            out["".join("_" + c.lower() if c.isupper() else c for c in key)] = snake_case(v)
+        return out
+    return value
+
+
+CONTEXTS = (1000, 1500, 2000)  # every cell's samples, symmetric about 1500
+
+
+def real_docs(snake=False, widths=(1, 8, 32, 64), depths=(0, 1, 3)):
+    docs, i = [], 0
+    for n in widths:
+        for k in depths:
+            for rep in range(2 * len(CONTEXTS)):
+                i += 1
+                # Plain iterations come with and without the (all-zero) draft block.
+                docs.append(real_iteration(i, n, k, CONTEXTS[rep % len(CONTEXTS)], snake=snake,
+                                           spec_block=bool(k) or rep % 2 == 0))
+    return docs
+
+
+@pytest.mark.parametrize("snake", [False, True])
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_real_iteration_stats_fit_the_latency_model_that_made_them(tmp_path, snake, layout):
+    docs = real_docs(snake=snake)
+    path = tmp_path / f"iters.{layout}"
+    path.write_text(json.dumps(docs, indent=2) if layout == "array" else "\n".join(map(json.dumps, docs)) + "\n")
+    t = import_table([path], "trtllm-iterations", KEY, power_w=400.0).table
+    assert t.widths.tolist() == [1, 8, 32, 64] and t.max_k == 3
+    for n in (1, 8, 32, 64):
+        for k in (0, 1, 3):
+            c = t.cell(n, k)
+            assert t.extras[n, k]["source"] == "measured"
+            assert c.verify_ms == pytest.approx(engine_verify_ms(n, k, 1500), rel=0.05)
+            assert c.draft_ms == pytest.approx(engine_draft_ms(n, k), rel=0.05)
+    # The import says how well it fits, and the engine parameters it fits are the ones that made
+    # the steps.
+    assert t.meta["cell_residual_median"] < 0.05 and t.meta["step_model_residual_p90"] < 1e-6
+    for name, value in ENGINE.items():
+        assert t.meta["step_model_" + name] == pytest.approx(value, rel=0.05)
+
+
+def test_the_draft_blocks_own_latency_is_the_draft_time(tmp_path):
+    # Without draftOverhead, the block's iterLatencyMS alone splits the iteration.
+    docs = real_docs()
+    for d in docs:
+        d.get("specDecodingStats", {}).pop("draftOverhead", None)
+    t = import_table([trtllm_file(tmp_path, docs)], "trtllm-iterations", KEY, power_w=400.0).table
+    assert t.cell(8, 3).draft_ms == pytest.approx(engine_draft_ms(8, 3))
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"draftOverhead": 0.5}, "disagrees with draftOverhead x iterLatencyMS"),
+    ({"iterLatencyMS": 1e9}, "specDecodingStats.iterLatencyMS (the draft's time) = 1000000000.0 is not a latency"),
+    ({"iterLatencyMS": 99.0}, "is not below the iteration's iterLatencyMS"),
+    ({"iterLatencyMS": None, "draftOverhead": None}, "draftOverhead = None"),
+])
+def test_a_draft_time_that_does_not_hold_is_refused(tmp_path, spec, message):
+    doc = real_iteration(999, 8, 3, 1000)
+    doc["specDecodingStats"].update(spec)
+    docs = real_docs() + [doc]
+    with pytest.raises(TableError) as e:
+        import_table([trtllm_file(tmp_path, docs)], "trtllm-iterations", KEY, power_w=400.0)
+    assert message in str(e.value) and f":{len(docs)} (iter 999)" in str(e.value)
+
+
+def test_a_plain_serve_fits_no_draft_or_kv_parameters(tmp_path):
+    # Without drafts and without KV counts, only the fixed and per-row parts can be told apart.
+    docs = grid_docs(widths=(1, 16, 64), depths=(0,))
+    t = import_table([trtllm_file(tmp_path, docs)], "trtllm-iterations", KEY, power_w=400.0).table
+    assert t.meta["step_model_per_step_ms"] == pytest.approx(6.0, rel=0.02)
+    assert t.meta["step_model_per_verify_row_ms"] == pytest.approx(0.05, rel=0.05)
+    assert not any(k in t.meta for k in ("step_model_per_kv_token_ms", "step_model_per_draft_pass_ms"))
+    assert t.meta["step_model"].startswith("verify_ms = ")
+
+
+def test_cli_says_how_well_the_import_fits(tmp_path, capsys):
+    path = trtllm_file(tmp_path, real_docs())
+    out = tmp_path / "t.toml"
+    assert main(["table", "import", str(path), "--from", "trtllm-iterations", "--box-class", "h100-sxm", "--recipe",
+                 "r", "--assume-power-w", "400", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fit: samples lie a median" in text and "per draft pass" in text
+    assert "step_model_per_draft_pass_ms" in out.read_text()

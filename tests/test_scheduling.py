@@ -258,3 +258,42 @@ def test_modelled_tables_carry_what_the_engine_needs():
     from specsim.table import CostTable
 
     assert CostTable.parse(table.to_text(), "<demo>").meta["kv_capacity_tokens"] == meta["kv_capacity_tokens"]
+
+
+def sloped_table():
+    """Plain steps of 6 ms plus 2 ms per sequence (8 ms at width 1, 10 ms at width 2)."""
+    cells = [Cell(n, k, 6.0 + 2.0 * n, 1.0, 0.0 if k == 0 else 1.0, 0.0 if k == 0 else 0.1)
+             for n in (1, 2, 4) for k in range(3)]
+    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
+
+
+# A profiled prefill curve whose low end falls (64.66 ms at 1 token, 58.19 ms at 128): read as it
+# is, its fixed part (64.66 ms) is above every decode step, and the decodes of a mixed step ride free.
+FALLING_CURVE = "tokens,ms,j\n1,64.66,5\n128,58.19,5\n"
+
+
+def test_a_curves_fixed_part_above_the_tables_plain_step_gives_way_to_it(tmp_path):
+    from specsim.sim.options import ServerOptions, prefill_fixed_note, prefill_fixed_part
+
+    path = tmp_path / "curve.csv"
+    path.write_text(FALLING_CURVE)
+    opts = dict(prefill_curve=str(path), max_num_batched_tokens=3, max_num_seqs=3, log_size=1 << 10)
+    reqs = requests([(0.0, 1, 4), (0.0, 1, 4), (0.0, 3, 1)])
+    res = simulate(reqs, sloped_table(), small_calibration(), "fixed:0", **opts)
+    assert_matches_reference(res, run_reference(reqs, sloped_table(), small_calibration(), "fixed:0", **opts))
+    # Steps 2 and 3 decode A and B (10 ms at width 2) beside one token of C's prompt (64.66 ms): one
+    # pass shares the table's plain step at width 1 (8 ms), not the curve's 64.66 ms.
+    ends = np.concatenate([[res.first_token_s[0]], res.step_t_s])
+    mixed = np.diff(ends)[:2] * 1000.0
+    assert res.step_prefill_tokens[:2].tolist() == [1, 1] and res.step_width[:2].tolist() == [2, 2]
+    np.testing.assert_allclose(mixed, 10.0 + 64.66 - 8.0)
+    resolved = ServerOptions(prefill_curve=str(path)).resolved(sloped_table())
+    assert prefill_fixed_part(resolved) == pytest.approx((64.66, 5.0))
+    assert prefill_fixed_part(resolved, sloped_table()) == pytest.approx((8.0, 1.0))
+    note = prefill_fixed_note(resolved, sloped_table())
+    assert "64.66 ms and 5 J" in note and "plain step at width 1 (8 ms and 1 J)" in note
+    # A curve whose fixed part is below the plain step is taken as it is, and says nothing.
+    path.write_text("tokens,ms,j\n1,4,0.2\n3,8,0.4\n")
+    resolved = ServerOptions(prefill_curve=str(path)).resolved(sloped_table())
+    assert prefill_fixed_part(resolved, sloped_table()) == pytest.approx((2.0, 0.1))
+    assert prefill_fixed_note(resolved, sloped_table()) is None

@@ -199,3 +199,18 @@ def test_scheduling_option_refusals(files, capsys, extra, match):
     # A warning (placeholder prefill costs) may come first; the refusal is the error line.
     errors = [line for line in err.splitlines() if line.startswith("specsim: error:")]
     assert errors and match in err and "Traceback" not in err
+
+
+def test_a_prefill_curves_fixed_part_above_the_plain_step_is_reported(files, tmp_path, capsys):
+    t, c = files
+    curve = tmp_path / "prefill.csv"
+    curve.write_text("tokens,ms,j\n1,64.66,5\n128,58.19,5\n")
+    argv = ["simulate", "--synthetic", SYNTH, "--table", str(t), "--calibration", str(c), "--policy", "fixed:2",
+            "--prefill-curve", str(curve), "--quiet"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: the prefill curve implies a fixed part per step of 64.66 ms" in err
+    assert "the table's is used" in err and err.count("\n") == 1
+    # Under the additive rule nothing is shared, and nothing is said.
+    assert main(argv + ["--mixed-step-pricing", "additive"]) == 0
+    assert "fixed part" not in capsys.readouterr().err

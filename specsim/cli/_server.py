@@ -65,12 +65,15 @@ def add_server_options(p, *, replica: bool = False) -> None:
 
 def warn_placeholder_prefill(options, table, command: str) -> None:
     """Print, once, that the prefill costs are placeholders when they are (see
-    ``ServerOptions.placeholder_prefill``)."""
+    ``ServerOptions.placeholder_prefill``), and that a prefill curve's fixed part gives way to the
+    table's plain step when it is above it (``prefill_fixed_note``)."""
     import sys
 
-    note = options.placeholder_prefill(table)
-    if note:
-        print(f"specsim {command}: warning: {note}", file=sys.stderr)
+    from specsim.sim.options import prefill_fixed_note
+
+    for note in (options.placeholder_prefill(table), prefill_fixed_note(options.resolved(table), table)):
+        if note:
+            print(f"specsim {command}: warning: {note}", file=sys.stderr)
 
 
 def server_options(args) -> dict:

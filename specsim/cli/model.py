@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import context_list, count, int_list
+from pathlib import Path
+
+from specsim.cli._common import context_list, count, int_list, require_matplotlib
 from specsim.errors import CostModelError
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
+from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.specs import load_hf_config
 from specsim.table import CostTable
 
@@ -34,11 +37,30 @@ def register(sub, groups):
     p.add_argument("--overheads", choices=("cuda-graph", "eager"), default="cuda-graph",
                    help="host overheads of the serving engine: cuda-graph (default) or eager (every kernel "
                         "launched from Python; docs/tables.md)")
+    p.add_argument("--engine", choices=tuple(ENGINE_PROFILES), default=None,
+                   help="price speculation as this serving engine pays for it on top of the roofline's passes "
+                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding; fitted on "
+                        "published measurements, docs/tables.md#engine-profiles); default: the passes alone")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="table file to write")
     p.set_defaults(func=cmd_model)
+
+    p = groups["table"].add_parser(
+        "compare", help="a table's speedups against a published set's, by batch (how far to trust it)",
+        description="Compare the speedup a cost table gives (tokens per step times plain over speculative step "
+                    "time) with a published set's measured speedups or TPOTs, by batch: tokens per step from the "
+                    "set's acceptance length where given, else fitted at each curve's smallest batch (only the "
+                    "shape is then tested). See docs/tables.md#against-published-measurements.")
+    p.add_argument("table", help="cost table TOML (e.g. from table model --engine)")
+    p.add_argument("--published", required=True, metavar="SET.csv",
+                   help="published measurements (the columns of tests/data/published-sd)")
+    p.add_argument("--method", metavar="TEXT",
+                   help="compare only the rows whose method contains TEXT (case-sensitive; a set may measure "
+                        "several drafters, each with its own table)")
+    p.add_argument("--plot", metavar="OUT", help="draw predicted against published speedup by batch (matplotlib)")
+    p.set_defaults(func=cmd_compare)
 
 
 def cmd_model(args):
@@ -68,7 +90,7 @@ def _model(args):
         return model_table(
             args.gpu, model, args.drafter, tp=args.tp, context_tokens=context_tokens,
             widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
-            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs,
+            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs, engine=args.engine,
         )
 
     if args.contexts is None:
@@ -82,3 +104,43 @@ def _model(args):
                              "reference context must be a modelled one")
     return CostTable.from_contexts({c: at(c) for c in args.contexts}, reference=reference,
                                    source=f"<modelled table at contexts {args.contexts}>")
+
+
+def cmd_compare(args):
+    import numpy as np
+
+    from specsim.costmodel.published import compare, plot_comparison, read_published
+
+    out = Outputs({"TABLE": args.table, "--published": args.published})
+    if out.declare(args.plot, "--plot"):
+        require_matplotlib("--plot", args.plot)
+    table = CostTable.load(args.table)
+    rows, skipped = read_published(args.published)
+    if args.method is not None:
+        rows = [r for r in rows if args.method in r.method]
+        if not rows:
+            raise CostModelError(f"{args.published}: no comparable row's method contains {args.method!r}")
+    compared, more = compare(table, rows)
+    skipped += more
+    if not compared:
+        raise CostModelError(f"{args.published}: no row can be compared with {args.table}: "
+                             + "; ".join(f"line {line}: {why}" for line, why in skipped[:3]))
+    print(f"{args.table} ({table.key.box_class} / {table.key.recipe}) against {args.published}")
+    print(f"{'method':<40} {'k':>3} {'batch':>6} {'published':>10} {'table':>8} {'error':>8}")
+    curves = {}
+    for c in compared:
+        curves.setdefault((c.method, c.depth), []).append(c)
+        error = "fitted" if c.fitted else f"{100 * (c.predicted / c.published - 1):+.1f}%"
+        print(f"{c.method[:40]:<40} {c.depth:>3} {c.batch:>6} {c.published:>9.3f}x {c.predicted:>7.3f}x {error:>8}")
+    for (method, depth), curve in curves.items():
+        errs = [abs(c.predicted / c.published - 1) for c in curve if not c.fitted]
+        if errs:
+            print(f"{method}, k={depth}: median |error| {100 * float(np.median(errs)):.1f}% over {len(errs)} points")
+    if skipped:
+        print(f"skipped {len(skipped)} row{'s' if len(skipped) > 1 else ''}: "
+              + "; ".join(f"line {line}: {why}" for line, why in skipped[:5]) + ("; ..." if len(skipped) > 5 else ""))
+    with out:
+        if args.plot:
+            plot_comparison(compared, out.path(args.plot), f"{table.key.box_class} / {table.key.recipe} against "
+                            f"{Path(args.published).name}")
+    return 0

@@ -165,6 +165,11 @@ def _import_telemetry(args, digests):
           f"{', '.join(map(str, table.widths.tolist()))}, depths 0..{table.max_k}; " + (
               f"joules assumed at {args.assume_power_w:g} W" if args.nvml_log is None else
               f"joules at the NVML log's mean {table.meta['power_log_w']:.1f} W"))
+    m = table.meta
+    print(f"fit: samples lie a median {100 * m['cell_residual_median']:.1f}% (p90 "
+          f"{100 * m['cell_residual_p90']:.1f}%) from their cell; engine parameters {m['step_model']}, a median "
+          f"{100 * m['step_model_residual_median']:.1f}% (p90 {100 * m['step_model_residual_p90']:.1f}%) from the "
+          "samples")
     if fitted.refused:
         print("refused (too few samples): " + table.meta["refused_cells"])
     apart = ", ".join(f"{v:,} {k}" for k, v in fitted.kept_apart.items() if v)

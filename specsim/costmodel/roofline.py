@@ -22,7 +22,11 @@ datasheet rates, the floor, ``p`` and the all-reduce hop latency and link fracti
 (docs/tables.md#the-roofline-against-measurements).
 
 A verify step at width ``n`` and depth ``k`` is one pass over ``n(k+1)`` rows; its ``k`` draft
-steps are ``k`` chained drafter passes over ``n`` rows. Energy is board power times time, summed
+steps are ``k`` chained drafter passes over ``n`` rows (a head on the target's hidden states, a
+separate draft model, or, for n-gram, no pass). An engine profile (``engine``,
+:mod:`specsim.costmodel.engines`) adds what a serving engine pays beyond the passes: per
+speculative step, draft pass, verify row and drafted token, and CUDA-graph padding. A model with
+multi-head latent attention (MLA) is priced in the absorbed form decode runs (:func:`_mla_linear`). Energy is board power times time, summed
 over the ``tp`` GPUs: idle power for the whole step, plus the dynamic power (TDP - idle) for the
 share of the step the GPU streams memory (weighted by ``Overheads.memory_power``) or multiplies
 (launch floors, communication and host time count as idle). Power therefore stays between idle
@@ -42,6 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim import __version__
+from specsim.costmodel.engines import engine_profile
 from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpec, digest,
                                      drafter_spec, gpu_spec, model_spec)
 from specsim.errors import CostModelError
@@ -205,10 +210,11 @@ class ForwardBreakdown(NamedTuple):
     comm_ms: object       # tensor-parallel all-reduces
     head_ms: object       # embedding lookup, final norm, LM head
     host_ms: object       # the engine's host overhead
+    padding_ms: object = 0.0  # the rows an engine's CUDA graph pads the pass to (``engine``)
 
     @property
     def total_ms(self):
-        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms
+        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms + self.padding_ms
 
 
 class _Net(NamedTuple):
@@ -232,16 +238,35 @@ class _Net(NamedTuple):
     head_rows: int            # the LM head's vocabulary
     head_dtype: str
     kv_bytes: float           # bytes of one KV element
+    mla: tuple = ()           # MLA: (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim); () = none
+
+
+def _mla(m: ModelSpec) -> tuple:
+    return (m.kv_lora_rank, m.q_lora_rank, m.rope_head_dim, m.v_head_dim) if m.kv_lora_rank else ()
 
 
 def _target_net(m: ModelSpec) -> _Net:
     return _Net(m.layers - m.moe_layers, m.moe_layers, m.kv_layer_count, m.hidden, m.heads, m.kv_heads,
                 m.head_dim, m.intermediate, m.mlp_matrices - 1, m.experts, m.experts_per_token,
                 m.expert_intermediate, m.shared_intermediate, m.dtype, 0, m.vocab, m.lm_head_dtype,
-                DTYPE_BYTES[m.kv_dtype])
+                DTYPE_BYTES[m.kv_dtype], _mla(m))
 
 
-def _drafter_net(m: ModelSpec, d: DrafterSpec) -> _Net:
+def _draft_model(d: DrafterSpec, models=None):
+    """The model spec a drafter of kind ``"model"`` names (from ``models`` first, then the built-ins),
+    its weight format overridden by the drafter's ``dtype``; None for other kinds."""
+    if d.kind != "model":
+        return None
+    dm = model_spec(d.model, models)
+    return dataclasses.replace(dm, dtype=d.dtype) if d.dtype else dm
+
+
+def _drafter_net(m: ModelSpec, d: DrafterSpec, models=None):
+    """The network one draft pass runs, or None for a drafter with no draft pass (n-gram)."""
+    if d.kind == "ngram":
+        return None
+    if d.kind == "model":
+        return _target_net(_draft_model(d, models))
     dtype = d.dtype or m.dtype
     moe = d.moe and m.experts > 0
     intermediate = m.intermediate or m.expert_intermediate * max(m.experts_per_token, 1)
@@ -249,7 +274,7 @@ def _drafter_net(m: ModelSpec, d: DrafterSpec) -> _Net:
     return _Net(0 if moe else d.layers, d.layers if moe else 0, d.layers, m.hidden, m.heads, m.kv_heads,
                 m.head_dim, intermediate, m.mlp_matrices - 1, m.experts if moe else 0,
                 m.experts_per_token if moe else 0, m.expert_intermediate, m.shared_intermediate if moe else 0,
-                dtype, d.fuse_inputs, head_rows, head_dtype, DTYPE_BYTES[m.kv_dtype])
+                dtype, d.fuse_inputs, head_rows, head_dtype, DTYPE_BYTES[m.kv_dtype], _mla(m))
 
 
 def _local_dims(net: _Net, tp: int):
@@ -263,6 +288,10 @@ def _weight_params(net: _Net) -> tuple:
     """Whole-model weights: (always read, all routed experts, LM head), in parameters."""
     h, q, kv = net.hidden, net.heads * net.head_dim, net.kv_heads * net.head_dim
     attention = h * (q + 2 * kv) + q * h
+    if net.mla:
+        rank, ql, rope, vd = net.mla
+        qpart = h * ql + ql * q if ql else h * q
+        attention = qpart + h * (rank + rope) + rank * net.heads * (net.head_dim - rope + vd) + net.heads * vd * h
     dense_mlp = (net.up_matrices + 1) * h * net.intermediate
     shared = (net.up_matrices + 1) * h * net.shared_intermediate + h * net.experts
     layers = net.dense_layers + net.moe_layers
@@ -309,7 +338,9 @@ def _linear(clock: _Clock, net: _Net, tp: int, rows):
     h, dt = net.hidden, net.weight_dtype
     q, kv = _local_dims(net, tp)
     layers = net.dense_layers + net.moe_layers
-    if layers:
+    if layers and net.mla:
+        _mla_linear(clock, net, tp, rows, layers)
+    elif layers:
         qkv = q + 2 * kv
         clock.gemm(layers, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
         clock.gemm(layers, q * h * w, rows * (q + h) * a, 2.0 * rows * q * h, dt)
@@ -343,8 +374,37 @@ def _linear(clock: _Clock, net: _Net, tp: int, rows):
     return clock.take()
 
 
+def _mla_linear(clock: _Clock, net: _Net, tp: int, rows, layers):
+    """MLA's projections per layer, in the absorbed form decode runs: the fused down-projection to
+    the query bottleneck, the latent and its rotary part (every rank, unsplit); per local head the
+    query up-projection, the key up-projection absorbed into the query (non-rotary part -> latent)
+    and the value up-projection absorbed into the output (latent -> value); the output projection."""
+    a, w, h, dt = ACTIVATION_BYTES, DTYPE_BYTES[net.weight_dtype], net.hidden, net.weight_dtype
+    rank, ql, rope, vd = net.mla
+    heads = net.heads / tp
+    nope = net.head_dim - rope
+    down = ql + rank + rope
+    clock.gemm(layers, h * down * w, rows * (h + down) * a, 2.0 * rows * h * down, dt)
+    qin, qout = (ql or h), heads * net.head_dim
+    clock.gemm(layers, qin * qout * w, rows * (qin + qout) * a, 2.0 * rows * qin * qout, dt)
+    clock.gemm(layers, heads * nope * rank * w, rows * heads * (nope + rank) * a, 2.0 * rows * heads * nope * rank, dt)
+    clock.gemm(layers, heads * rank * vd * w, rows * heads * (rank + vd) * a, 2.0 * rows * heads * rank * vd, dt)
+    clock.gemm(layers, heads * vd * h * w, rows * (heads * vd + h) * a, 2.0 * rows * heads * vd * h, dt)
+    clock.stream(2 * layers, 2.0 * rows * h * a)                   # input and post-attention norms
+    clock.stream(layers, 2.0 * rows * (heads + 1.0) * rope * a)    # rotary part of the queries and the key
+    clock.stream(layers, 3.0 * rows * h * a)                       # residual add
+
+
 def _attention(clock: _Clock, net: _Net, tp: int, rows, seqs, context):
-    """Each KV layer's cache reads (K and V of every sequence's context) and FLOPs, one kernel."""
+    """Each KV layer's cache reads (K and V of every sequence's context) and FLOPs, one kernel.
+    MLA: every rank reads each sequence's latent (``kv_lora_rank + rope_head_dim`` a token) once,
+    and its heads attend over it (scores over the latent and its rotary part, values over the latent)."""
+    if net.mla:
+        rank, _, rope, _ = net.mla
+        heads = net.heads / tp
+        clock.gemm(net.kv_layers, 0.0, seqs * context * (rank + rope) * net.kv_bytes,
+                   2.0 * rows * context * heads * (2 * rank + rope), "bf16")
+        return clock.take()
     q, kv = _local_dims(net, tp)
     clock.gemm(net.kv_layers, 0.0, seqs * context * 2.0 * kv * net.kv_bytes, 4.0 * rows * context * q, "bf16")
     return clock.take()
@@ -399,7 +459,7 @@ def _as_result(x):
 
 
 def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overheads=None, achieved=None,
-                      specs=None) -> ForwardBreakdown:
+                      specs=None, engine=None) -> ForwardBreakdown:
     """Milliseconds of each part of one target forward pass.
 
     Parameters
@@ -420,20 +480,29 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         Achieved fractions (default: the GPU class's fitted ones, :func:`achieved_for`).
     specs : dict, optional
         User specs as :func:`specsim.costmodel.load_specs` returns them.
+    engine : str or EngineProfile, optional
+        A serving engine's profile (:data:`~specsim.costmodel.engines.ENGINE_PROFILES`): the pass
+        runs at its CUDA-graph size, the rows that adds priced in ``padding_ms``.
 
     Returns
     -------
     ForwardBreakdown
-        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms`` and ``total_ms``.
+        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms``, ``padding_ms`` and
+        ``total_ms``.
     """
     specs = specs or {}
     g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
     ov = _overheads(overheads)
     ach = achieved or achieved_for(g)
-    p = _pass(_target_net(m), g, ach, ov, int(tp), tokens, seqs, context)
+    net = _target_net(m)
+    p = _pass(net, g, ach, ov, int(tp), tokens, seqs, context)
     host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
+    eng = engine_profile(engine)
+    padding = np.zeros_like(p.linear_s)
+    if eng is not None:
+        padding = _device_s(_pass(net, g, ach, ov, int(tp), eng.padded(tokens), seqs, context)) - _device_s(p)
     return ForwardBreakdown(*(_as_result(x) for x in (p.linear_s * 1e3, p.attention_s * 1e3, p.comm_s * 1e3,
-                                                      p.head_s * 1e3, host)))
+                                                      p.head_s * 1e3, host, padding * 1e3)))
 
 
 def _overheads(overheads) -> Overheads:
@@ -454,7 +523,7 @@ def _energy_j(gpu: GpuSpec, tp: int, active_s, total_s):
 
 
 def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None):
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None, models=None):
     """Modelled cost of every (width, depth) cell, as a table's flat cost array.
 
     Parameters
@@ -474,31 +543,77 @@ def step_costs(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
         Host overheads (default ``cuda-graph``).
     achieved : Achieved, optional
         Default: the GPU class's fitted fractions.
+    engine : str or EngineProfile, optional
+        A serving engine's price of speculation on top of the passes (docs/tables.md#engine-profiles):
+        each pass runs at its CUDA-graph size; the engine's per-step and per-verify-row parts join
+        the verify step, its per-draft-pass and per-drafted-token parts the draft steps (host time:
+        idle power). None (the default): the passes alone.
+    models : dict, optional
+        User model specs by name, where a separate draft model (a drafter of kind ``"model"``) is
+        looked up before the built-ins.
 
     Returns
     -------
     ndarray(float64, ndim=3), shape (W, max_k + 1, 4)
         ``(verify_ms, verify_j, draft_ms, draft_j)``; the draft costs are exactly 0 at ``k = 0``.
     """
+    parts = step_parts(gpu, model, drafter, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k,
+                       overheads=overheads, achieved=achieved, engine=engine, models=models)
+    k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
+    verify_s = parts.verify_s + parts.verify_engine_s
+    out = np.empty((parts.verify_s.shape[0], max_k + 1, len(COST_FIELDS)))
+    out[:, :, VERIFY_MS] = verify_s * 1e3
+    out[:, :, VERIFY_J] = _energy_j(gpu, tp, parts.verify_active_s, verify_s)
+    out[:, :, DRAFT_MS] = k * (parts.draft_pass_s * 1e3) + parts.draft_engine_s * 1e3
+    out[:, :, DRAFT_J] = k * _energy_j(gpu, tp, parts.draft_active_s, parts.draft_pass_s) + \
+        _energy_j(gpu, tp, 0.0, parts.draft_engine_s)
+    return out
+
+
+class StepParts(NamedTuple):
+    """Seconds of each part of every (width, depth) step (arrays of shape ``(W, max_k + 1)``,
+    the draft pass's ``(W, 1)``): what :func:`step_costs` adds up, and ``[meta]`` shows."""
+
+    verify_s: np.ndarray          # the verify pass (device and the stack's host overheads), padded rows included
+    verify_padding_s: np.ndarray  # of which the rows the engine's CUDA graph pads the pass to
+    verify_active_s: np.ndarray   # its busy seconds weighted by the share of dynamic power they draw
+    verify_engine_s: np.ndarray   # the engine's per-step and per-verify-row parts
+    draft_pass_s: np.ndarray      # one drafter pass (device and the stack's draft overhead), padding included
+    draft_active_s: np.ndarray
+    draft_engine_s: np.ndarray    # the engine's per-draft-pass and per-drafted-token parts, all k passes
+    engine_ms: dict               # the engine's parts by name (ms), or {}
+
+
+def step_parts(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+               widths=DEFAULT_WIDTHS, max_k: int = 8, overheads=None, achieved=None, engine=None,
+               models=None) -> StepParts:
+    """The parts :func:`step_costs` prices, by (width, depth) (same arguments)."""
     ov = _overheads(overheads)
     ach = achieved or achieved_for(gpu)
+    eng = engine_profile(engine)
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
-
-    verify = _pass(_target_net(model), gpu, ach, ov, tp, n * (k + 1.0), n, context_tokens)
-    verify_s = _device_s(verify) + (ov.step_ms + ov.seq_ms * n) * 1e-3
-    verify_j = _energy_j(gpu, tp, verify.active_s, verify_s)
-
-    draft = _pass(_drafter_net(model, drafter), gpu, ach, ov, tp, n, n, context_tokens)
-    dstep_s = _device_s(draft) + ov.draft_step_ms * 1e-3
-    dstep_j = _energy_j(gpu, tp, draft.active_s, dstep_s)
-
-    out = np.empty((n.shape[0], max_k + 1, len(COST_FIELDS)))
-    out[:, :, VERIFY_MS] = verify_s * 1e3
-    out[:, :, VERIFY_J] = verify_j
-    out[:, :, DRAFT_MS] = k * (dstep_s * 1e3)
-    out[:, :, DRAFT_J] = k * dstep_j
-    return out
+    target, draft_net = _target_net(model), _drafter_net(model, drafter, models)
+    rows, draft_rows = n * (k + 1.0), n
+    verify = _pass(target, gpu, ach, ov, tp, rows if eng is None else eng.padded(rows), n, context_tokens)
+    host = (ov.step_ms + ov.seq_ms * n) * 1e-3
+    verify_s = _device_s(verify) + host
+    padding = np.zeros_like(verify_s)
+    if draft_net is None:  # n-gram: no draft pass, the host's lookup only
+        dstep_s, dactive_s = np.full_like(n, ov.draft_step_ms * 1e-3), np.zeros_like(n)
+    else:
+        draft = _pass(draft_net, gpu, ach, ov, tp, draft_rows if eng is None else eng.padded(draft_rows), n,
+                      context_tokens)
+        dstep_s, dactive_s = _device_s(draft) + ov.draft_step_ms * 1e-3, draft.active_s
+    zero = np.zeros_like(verify_s)
+    if eng is None:
+        return StepParts(verify_s, padding, verify.active_s, zero, dstep_s, dactive_s, zero, {})
+    padding = verify_s - (_device_s(_pass(target, gpu, ach, ov, tp, rows, n, context_tokens)) + host)
+    ms = {name: np.broadcast_to(v, verify_s.shape) for name, v in eng.speculation_ms(n, k).items()}
+    if draft_net is None:
+        ms["draft_passes"] = np.zeros_like(verify_s)  # no pass to pay for
+    return StepParts(verify_s, padding, verify.active_s, (ms["step"] + ms["verify_rows"]) * 1e-3, dstep_s,
+                     dactive_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, ms)
 
 
 def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads=None, achieved=None):
@@ -530,7 +645,7 @@ def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, over
 
 
 def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                widths=DEFAULT_WIDTHS, max_k: int = 8, dtype=None, overheads=None, specs=None):
+                widths=DEFAULT_WIDTHS, max_k: int = 8, dtype=None, overheads=None, specs=None, engine=None):
     """A modelled cost table: every width at every depth ``0..=max_k``, never marked as measured.
 
     Parameters
@@ -552,6 +667,10 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         an :class:`Overheads`.
     specs : dict, optional
         User specs as :func:`specsim.costmodel.load_specs` returns them.
+    engine : str or EngineProfile, optional
+        A serving engine's price of speculation on top of the passes (``"vllm"``; see
+        :func:`step_costs`); ``[meta]`` then gives its figures (``engine_*``) and each part of the
+        widest, deepest step (``step_parts_*``). None: the passes alone, as before.
 
     Returns
     -------
@@ -570,25 +689,36 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     d = drafter_spec(drafter, specs.get("drafter"))
     ov = _overheads(overheads)
     ach = achieved_for(g)
+    eng = engine_profile(engine)
     if dtype is not None:
         if dtype not in DTYPE_BYTES:
             raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
         m = dataclasses.replace(m, dtype=dtype)
     widths, tp, context_tokens, max_k = _check_args(widths, tp, context_tokens, max_k, m)
-    _check_fits(g, m, d, tp, context_tokens, max(widths), max_k)
+    models = specs.get("model")
+    dm = _draft_model(d, models)
+    if dm is not None and dm.vocab != m.vocab:
+        raise CostModelError(f"drafter {d.name!r}: its draft model {dm.name!r} has a vocabulary of {dm.vocab:,} "
+                             f"tokens, {m.name!r} one of {m.vocab:,}: a draft model drafts in its target's vocabulary")
+    if dm is not None and tp > 1 and dm.heads % tp:
+        raise CostModelError(f"tp = {tp} does not divide the draft model {dm.name}'s {dm.heads} attention heads")
+    _check_fits(g, m, d, tp, context_tokens, max(widths), max_k, models)
 
     costs = step_costs(g, m, d, tp=tp, context_tokens=context_tokens, widths=widths, max_k=max_k, overheads=ov,
-                       achieved=ach)
+                       achieved=ach, engine=eng, models=models)
     cells = [Cell(int(n), kk, *map(float, costs[i, kk])) for i, n in enumerate(widths) for kk in range(max_k + 1)]
 
     stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
+    if eng is not None:  # only then: a table without an engine keeps its digests
+        stack |= {"engine_profile": eng.name} | {f"engine_{name}": value for name, value in eng.constants().items()}
     key = TableKey(
         SCHEMA,
         g.name if tp == 1 else f"{g.name}-tp{tp}",
         f"{m.name}/{d.name}-{m.dtype}",
         {
             "verify": "model:" + digest(g, m, tp=tp, context_tokens=context_tokens, stack=stack),
-            "draft": "model:" + digest(g, m, d, tp=tp, context_tokens=context_tokens, stack=stack),
+            "draft": "model:" + digest(g, m, d, *([dm] if dm is not None else []), tp=tp,
+                                       context_tokens=context_tokens, stack=stack),
         },
     )
     meta = {
@@ -606,11 +736,32 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
         "context_tokens": context_tokens,
         **{f"stack_{name}": value for name, value in stack.items()},
         "stack_achieved_source": ach.source,
-        **serving_meta(g, m, d, tp),
+        **({"draft_model": dm.name, "draft_model_source": dm.source or "user spec"} if dm is not None else {}),
+        **(_engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach, models) if eng is not None else {}),
+        **serving_meta(g, m, d, tp, models),
         "tool": f"specsim {__version__}",
     }
     text = CostTable.render(key, cells, meta=meta)
     return CostTable.parse(text, f"<modelled table {key.box_class} {key.recipe}>")
+
+
+def _engine_meta(g, m, d, eng, tp, context_tokens, widths, max_k, ov, ach, models) -> dict:
+    """``[meta]`` of an engine's table: its source, and each part of the widest width's deepest step
+    (ms), so a user sees where a step's milliseconds go."""
+    parts = step_parts(g, m, d, tp=tp, context_tokens=context_tokens, widths=[widths[-1]], max_k=max_k,
+                       overheads=ov, achieved=ach, engine=eng, models=models)
+    at = (0, max_k)
+    shown = {
+        "verify_pass": parts.verify_s[at] - parts.verify_padding_s[at],
+        "graph_padding": parts.verify_padding_s[at],
+        "draft_passes": max_k * parts.draft_pass_s[0, 0],  # at their graph size
+    }
+    out = {"engine_source": eng.source, "step_parts_at": f"width {widths[-1]}, depth {max_k}"}
+    for name, seconds in shown.items():
+        out[f"step_parts_{name}_ms"] = float(seconds) * 1e3
+    for name, ms in parts.engine_ms.items():
+        out[f"step_parts_engine_{name}_ms"] = float(ms[at])
+    return out
 
 
 # vLLM's default share of GPU memory the engine claims (weights, then KV cache).
@@ -619,7 +770,7 @@ GPU_MEMORY_UTILIZATION = 0.9
 PREFILL_UTILISATION = 0.6
 
 
-def serving_meta(g, m, d, tp: int) -> dict:
+def serving_meta(g, m, d, tp: int, models=None) -> dict:
     """What a serving simulation needs beyond the step costs, from the same specs (written to a
     modelled table's ``[meta]``; see docs/simulation.md, "Prefill cost" and "KV cache").
 
@@ -631,7 +782,7 @@ def serving_meta(g, m, d, tp: int) -> dict:
       bandwidth, the floor every prefill step pays, at full board power.
     - ``idle_w``: the GPUs' idle power.
     """
-    target, draft = _target_net(m), _drafter_net(m, d)
+    target, draft = _target_net(m), _drafter_net(m, d, models)
     weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
     per_token = _kv_bytes_per_token(target) + _kv_bytes_per_token(draft)
     free = g.memory_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights
@@ -647,13 +798,19 @@ def serving_meta(g, m, d, tp: int) -> dict:
     return out
 
 
-def _weight_bytes(net: _Net) -> float:
+def _weight_bytes(net) -> float:
+    if net is None:
+        return 0.0
     always, experts, head = _weight_params(net)
     return (always + experts) * DTYPE_BYTES[net.weight_dtype] + head * DTYPE_BYTES[net.head_dtype]
 
 
-def _kv_bytes_per_token(net: _Net) -> float:
-    """KV-cache bytes one token adds, over all KV layers."""
+def _kv_bytes_per_token(net) -> float:
+    """KV-cache bytes one token adds, over all KV layers (none without a draft pass)."""
+    if net is None:
+        return 0.0
+    if net.mla:
+        return net.kv_layers * (net.mla[0] + net.mla[2]) * net.kv_bytes
     return 2.0 * net.kv_layers * net.kv_heads * net.head_dim * net.kv_bytes
 
 
@@ -692,9 +849,9 @@ def _check_args(widths, tp, context_tokens, max_k, m):
     return sorted(widths), int(tp), int(context_tokens), int(max_k)
 
 
-def _check_fits(g, m, d, tp, context_tokens, widest, max_k):
+def _check_fits(g, m, d, tp, context_tokens, widest, max_k, models=None):
     """Refuse a configuration whose weights and KV cache at the widest width overflow the GPUs."""
-    target, draft = _target_net(m), _drafter_net(m, d)
+    target, draft = _target_net(m), _drafter_net(m, d, models)
     weights = (_weight_bytes(target) + _weight_bytes(draft)) / tp
     per_seq = (context_tokens + max_k + 1) * (_kv_bytes_per_token(target) + _kv_bytes_per_token(draft))
     kv = widest * per_seq / min(tp, m.kv_heads)

@@ -91,6 +91,12 @@ class ModelSpec:
     expert of ``shared_intermediate`` (0 = none).
     ``dtype`` is the weights' format, ``head_dtype`` the LM head's (quantised checkpoints often
     keep it in bf16; "" = same as ``dtype``), ``kv_dtype`` the KV cache's.
+    Multi-head latent attention (MLA, DeepSeek-V2/V3; ``kv_lora_rank > 0``): each KV layer caches
+    one latent of ``kv_lora_rank + rope_head_dim`` elements a token, shared by every head (give
+    ``kv_heads = 1``); queries pass a ``q_lora_rank`` bottleneck (0 = none); ``head_dim`` is a
+    query head's width (``qk_nope + rope_head_dim``) and ``v_head_dim`` a value head's. Decode is
+    priced in the absorbed form serving engines run: the latent is read once per sequence and
+    every head attends over it.
     """
 
     name: str
@@ -112,11 +118,22 @@ class ModelSpec:
     head_dtype: str = ""
     kv_dtype: str = "bf16"
     source: str = ""
+    # Fields added after tables were keyed on model specs: left out of a digest at their default.
+    kv_lora_rank: int = dataclasses.field(default=0, metadata={"digest_default_omitted": True})
+    q_lora_rank: int = dataclasses.field(default=0, metadata={"digest_default_omitted": True})
+    rope_head_dim: int = dataclasses.field(default=0, metadata={"digest_default_omitted": True})
+    v_head_dim: int = dataclasses.field(default=0, metadata={"digest_default_omitted": True})
 
     # -- parameter counts (biases and norms are < 0.1 % and left out) ---------------------
     @property
     def attention_params(self) -> int:
-        """Per layer: Q and O projections, K and V projections."""
+        """Per layer: Q and O projections, K and V projections (MLA: the down- and up-projections)."""
+        if self.kv_lora_rank:
+            h, heads, rank, rope = self.hidden, self.heads, self.kv_lora_rank, self.rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * self.head_dim if self.q_lora_rank
+                 else h * heads * self.head_dim)
+            nope = self.head_dim - rope
+            return q + h * (rank + rope) + rank * heads * (nope + self.v_head_dim) + heads * self.v_head_dim * h
         return 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
 
     @property
@@ -161,6 +178,8 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token adds, over all layers."""
+        if self.kv_lora_rank:
+            return self.kv_layer_count * (self.kv_lora_rank + self.rope_head_dim) * DTYPE_BYTES[self.kv_dtype]
         return 2 * self.kv_layer_count * self.kv_heads * self.head_dim * DTYPE_BYTES[self.kv_dtype]
 
     @property
@@ -170,12 +189,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """A draft head that runs on the target's hidden states (EAGLE-style or MTP).
+    """What drafts, by ``kind``:
 
-    ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer shape, as
-    MTP modules are; else a dense layer of the target's ``intermediate``); a fusing projection
-    of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab`` rows
-    (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+    - ``"head"`` (the default): a draft head that runs on the target's hidden states (EAGLE-style
+      or MTP): ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer
+      shape, as MTP modules are; else a dense layer of the target's ``intermediate``); a fusing
+      projection of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab``
+      rows (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+    - ``"model"``: a separate draft model, the model spec named ``model`` (its own layers, KV
+      cache and LM head; ``dtype`` overrides its weight format).
+    - ``"ngram"``: prompt lookup: no draft pass, the drafts matched on the host (only the stack's
+      per-draft host overhead is priced).
     """
 
     name: str
@@ -185,6 +209,13 @@ class DrafterSpec:
     moe: bool = False
     dtype: str = ""
     source: str = ""
+    # Fields added after tables were keyed on drafter specs: left out of a digest at their default,
+    # so an EAGLE or MTP head keeps the digests it had.
+    kind: str = dataclasses.field(default="head", metadata={"digest_default_omitted": True})
+    model: str = dataclasses.field(default="", metadata={"digest_default_omitted": True})
+
+
+DRAFTER_KINDS = ("head", "model", "ngram")
 
 
 # -- built-ins ------------------------------------------------------------------------------
@@ -193,6 +224,10 @@ _GPUS = (
             tdp_w=700, idle_w=70, link_gbs=450, arch="hopper",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
                    "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
+    GpuSpec("h100-nvl", memory_gb=94, bandwidth_gbs=3900, bf16_tflops=835.5, fp8_tflops=1670.5,
+            tdp_w=400, idle_w=60, link_gbs=300, arch="hopper",
+            source="NVIDIA H100 NVL datasheet: 94 GB HBM3, 3.9 TB/s, BF16 1,671 / FP8 3,341 TFLOPS with sparsity "
+                   "(halved: dense), 350-400 W, NVLink bridge 600 GB/s; idle power estimated"),
     GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
             tdp_w=700, idle_w=75, link_gbs=450, arch="hopper",
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
@@ -201,6 +236,12 @@ _GPUS = (
             tdp_w=400, idle_w=55, link_gbs=300, arch="ampere",
             source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
                    "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
+    GpuSpec("rtx3090", memory_gb=24, bandwidth_gbs=936, bf16_tflops=71, tdp_w=350, idle_w=30, link_gbs=32,
+            arch="ampere",
+            source="NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090: 24 GB GDDR6X, 936 GB/s, "
+                   "FP16/BF16 tensor 71 TFLOPS dense with FP32 accumulate (142 with sparsity), no FP8, 350 W "
+                   "board power, PCIe Gen4 x16 (NVLink bridge not assumed); idle power estimated; achieved "
+                   "fractions of the ampere class (fitted on A100 profiles)"),
     GpuSpec("l40s", memory_gb=48, bandwidth_gbs=864, bf16_tflops=362.05, fp8_tflops=733,
             tdp_w=350, idle_w=35, link_gbs=32, arch="ada",
             source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "
@@ -209,6 +250,11 @@ _GPUS = (
             tdp_w=1000, idle_w=120, link_gbs=900, arch="blackwell",
             source="NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e, 8 TB/s, FP16/BF16 4.5 / FP8 9 / FP4 18 "
                    "PFLOPS with sparsity (halved: dense), 1,000 W, NVLink 5 1.8 TB/s; idle power estimated"),
+    GpuSpec("mi300x", memory_gb=192, bandwidth_gbs=5300, bf16_tflops=1307.4, fp8_tflops=2614.9,
+            tdp_w=750, idle_w=90, link_gbs=448, arch="cdna3",
+            source="AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s, BF16 1,307.4 / FP8 2,614.9 TFLOPS dense, "
+                   "750 W, seven Infinity Fabric links of 64 GB/s per direction (448 GB/s); idle power estimated; "
+                   "no profile of this class: the mean of the fitted classes"),
     GpuSpec("gb10", memory_gb=128, bandwidth_gbs=273, bf16_tflops=62.5, fp8_tflops=250, fp4_tflops=500,
             tdp_w=140, idle_w=10, link_gbs=25, arch="blackwell",
             source="NVIDIA DGX Spark (GB10 Grace Blackwell Superchip) spec sheet: 128 GB LPDDR5x unified, "
@@ -226,6 +272,17 @@ _MODELS = (
     ModelSpec("bloom-176b", layers=70, hidden=14336, heads=112, kv_heads=112, head_dim=128, intermediate=57344,
               vocab=250880, mlp_matrices=2, dtype="fp16", kv_dtype="fp16",
               source="bigscience/bloom config.json (n_embed 14336, n_layer 70, n_head 112, 4x GELU MLP)"),
+    ModelSpec("deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=1, head_dim=192, intermediate=18432,
+              vocab=129280, experts=256, experts_per_token=8, expert_intermediate=2048, shared_intermediate=2048,
+              dense_layers=3, dtype="fp8", head_dtype="bf16", kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
+              v_head_dim=128,
+              source="deepseek-ai/DeepSeek-V3 config.json (DeepSeek-R1's is the same shape): MLA with kv_lora_rank "
+                     "512, q_lora_rank 1536, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128; 256 routed "
+                     "experts of 2,048 (8 active) and one shared, the first 3 layers dense (18,432); FP8 weights "
+                     "(block-quantised), the LM head in BF16; 671B total, 37B active"),
+    ModelSpec("llama-3.2-1b", layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64, intermediate=8192,
+              vocab=128256, source="meta-llama/Llama-3.2-1B config.json (tied embeddings: the LM head is the "
+                                   "embedding, read once a pass)"),
     ModelSpec("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600,
               vocab=151936, source="Qwen/Qwen3-32B config.json"),
     ModelSpec("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, intermediate=6144,
@@ -243,6 +300,12 @@ _DRAFTERS = (
     DrafterSpec("mtp-1l", layers=1, fuse_inputs=2, moe=True,
                 source="DeepSeek-V3 / Qwen3-Next multi-token prediction: one module = a full target layer "
                        "(MoE where the target is), an eh_proj (2h -> h), the shared LM head"),
+    DrafterSpec("llama-3.2-1b", kind="model", model="llama-3.2-1b", layers=0, fuse_inputs=0,
+                source="a separate draft model, Llama-3.2-1B (the Llama-3 tokenizer: drafts for Llama-3.1 targets), "
+                       "its own KV cache and LM head"),
+    DrafterSpec("ngram", kind="ngram", layers=0, fuse_inputs=0,
+                source="prompt lookup (n-gram matching of the context, vLLM ngram, TensorRT-LLM NGram, SGLang "
+                       "ngram): no draft pass"),
 )
 
 BUILTIN_GPUS = {s.name: s for s in _GPUS}
@@ -286,7 +349,8 @@ def digest(*specs, **values) -> str:
     """``sha256:`` of the canonical JSON of every spec field (but ``source``) and the extra values."""
     doc = []
     for s in specs:
-        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"}
+        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"
+                  and not (f.metadata.get("digest_default_omitted") and getattr(s, f.name) == f.default)}
         doc.append({"kind": type(s).__name__, **fields})
     doc.append(values)
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -526,6 +590,20 @@ def _value_problems(spec) -> list:
             problems.append(f"kv_layers = {spec.kv_layers} exceeds layers = {spec.layers}")
         if spec.heads % spec.kv_heads:
             problems.append(f"heads = {spec.heads} is not a multiple of kv_heads = {spec.kv_heads}")
+        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim"):
+            if not 0 <= getattr(spec, f) <= MAX_SPEC_INT:
+                problems.append(f"{f} = {getattr(spec, f)!r} must be in 0..{MAX_SPEC_INT:,}")
+        if spec.kv_lora_rank:
+            if spec.kv_heads != 1:
+                problems.append(f"kv_heads = {spec.kv_heads}: an MLA model (kv_lora_rank > 0) caches one latent "
+                                "shared by every head; give kv_heads = 1")
+            if not 0 <= spec.rope_head_dim < spec.head_dim:
+                problems.append(f"rope_head_dim = {spec.rope_head_dim} must be below head_dim = {spec.head_dim} "
+                                "(a query head is its non-rotary part plus its rotary part)")
+            if spec.v_head_dim < 1:
+                problems.append("v_head_dim must be >= 1 for an MLA model (kv_lora_rank > 0)")
+        elif spec.q_lora_rank or spec.rope_head_dim or spec.v_head_dim:
+            problems.append("q_lora_rank, rope_head_dim and v_head_dim describe MLA: give kv_lora_rank too")
         if spec.experts:
             if not 1 <= spec.experts_per_token <= spec.experts:
                 problems.append(f"experts_per_token = {spec.experts_per_token} must be in 1..={spec.experts}")
@@ -541,8 +619,14 @@ def _value_problems(spec) -> list:
         if spec.head_dtype and spec.head_dtype not in DTYPE_BYTES:
             problems.append(f"head_dtype = {spec.head_dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\")")
     elif isinstance(spec, DrafterSpec):
-        if spec.layers < 1:
+        if spec.kind not in DRAFTER_KINDS:
+            problems.append(f"kind = {spec.kind!r} is not one of {', '.join(DRAFTER_KINDS)}")
+        elif spec.kind == "head" and spec.layers < 1:
             problems.append(f"layers = {spec.layers} must be >= 1")
+        if spec.kind == "model" and not spec.model:
+            problems.append("a drafter of kind \"model\" names its draft model: model = \"NAME\" (a model spec)")
+        elif spec.kind != "model" and spec.model:
+            problems.append(f"model = {spec.model!r} is for a drafter of kind \"model\" (this one is {spec.kind!r})")
         if spec.dtype and spec.dtype not in DTYPE_BYTES:
             problems.append(f"dtype = {spec.dtype!r} is not one of {', '.join(DTYPE_BYTES)} (or \"\" = the target's)")
     return problems

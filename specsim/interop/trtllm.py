@@ -9,17 +9,33 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import MAX_JSON_DEPTH, check_gate, digits_int
+from typing import NamedTuple
+
+from specsim._checks import (
+    COUNT_MAX, MAX_DEPTH, MAX_JSON_DEPTH, MAX_WIDTH, check_gate, digits_int, latency_problem, show,
+)
 from specsim.errors import PolicyError, ScheduleError, SimulationError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
-from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, walk
+from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, json_documents, walk
 from specsim.interop.vllm import request_records
 from specsim.policy.schedule import policy_text, span
 from specsim._io import _bracket_depth
 
-# The specDecodingStats block of one iteration and its fields, in both of TensorRT-LLM's
-# spellings (camelCase from the C++ serializer, snake_case from the Python one); the one home of
-# these names, for the acceptance reader here and the cost-table import.
+# An iteration's fields, in both of TensorRT-LLM's spellings (camelCase from the C++ serializer
+# and ``/metrics``, snake_case from the Python bindings); the one home of these names, for the
+# acceptance reader here and the cost-table import (:func:`iteration_stats`). An iteration holds
+# its latency, its batch (``inflightBatchingStats``) and, in a speculative serve, its
+# ``specDecodingStats`` block, which carries its own ``iterLatencyMS``: the draft's part of the
+# iteration (``draftOverhead`` is that part over the iteration's latency).
+LATENCY = ("iterLatencyMS", "iter_latency_ms")
+BATCH = ("inflightBatchingStats", "inflight_batching_stats")
+BATCH_FIELDS = {
+    "gen": ("numGenRequests", "num_gen_requests"),
+    "ctx": ("numContextRequests", "num_context_requests"),
+    "ctx_tokens": ("numCtxTokens", "num_ctx_tokens"),
+    "scheduled": ("numScheduledRequests", "num_scheduled_requests"),
+    "kv_tokens": ("numGenKvTokens", "num_gen_kv_tokens"),
+}
 SPEC_STATS = ("specDecodingStats", "spec_decoding_stats")
 SPEC_FIELDS = {
     "drafts": ("numDraftTokens", "num_draft_tokens"),
@@ -27,6 +43,7 @@ SPEC_FIELDS = {
     "requests": ("numRequestsWithDraftTokens", "num_requests_with_draft_tokens"),
     "length": ("acceptanceLength", "acceptance_length"),
     "overhead": ("draftOverhead", "draft_overhead"),
+    "latency": LATENCY,
 }
 
 
@@ -74,6 +91,232 @@ def parse_requests(text: str, source: str):
     ``acceptance_histogram``, ``num_spec_steps`` and ``num_spec_tokens`` (null under
     ``draft_len_schedule``) is read as vLLM's is."""
     return request_records(text, source, keys=("total_accepted_draft_tokens", "total_draft_tokens"))
+
+
+# -- iteration stats as timed steps (the cost-table import) -----------------------------------------
+class Iteration(NamedTuple):
+    """One iteration of TensorRT-LLM iteration stats, checked: its width (generation requests),
+    what it prefilled, its depth (drafts per request that drafted; 0 without drafts), its latency
+    and the draft's part of it, in ms, and the decode batch's KV tokens where the build reports
+    them (``numGenKvTokens``, else None)."""
+
+    where: str
+    gen: int
+    ctx: int
+    ctx_tokens: int
+    depth: int
+    latency_ms: float
+    draft_ms: float
+    kv_tokens: int | None
+
+
+DRAFT_AGREEMENT = 0.01
+"""How far (a share of the iteration's latency) ``draftOverhead`` times the latency may lie from
+the draft block's own ``iterLatencyMS`` when both are given (TensorRT-LLM computes the one from
+the other; a wider gap is an edited or spliced file)."""
+
+
+def _first(d, names):
+    for n in names:
+        if n in d:
+            return n, d[n]
+    return None, None
+
+
+def _same(a, b):
+    """Whether two spellings of a field give the same value (``1`` and ``1.0`` do; ``1`` and
+    ``true`` do not, although Python counts them equal)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _disagreement(iteration):
+    """What is wrong when an iteration gives one field under both spellings with different values
+    (None: it does not): which would be read is arbitrary, so neither is."""
+    blocks = [(iteration, (LATENCY, BATCH, SPEC_STATS))]
+    for names, fields in ((BATCH, BATCH_FIELDS), (SPEC_STATS, SPEC_FIELDS)):
+        _, block = _first(iteration, names)
+        if isinstance(block, dict):
+            blocks.append((block, tuple(fields.values())))
+    for d, spellings in blocks:
+        for names in spellings:
+            given = [(n, d[n]) for n in names if n in d]
+            if any(not _same(given[0][1], v) for _, v in given[1:]):
+                return (" and ".join(f"{n} = {show(v, 30)}" for n, v in given) +
+                        " disagree: give the field under one spelling")
+    return None
+
+
+def _count(value, high=None):
+    """A JSON count (an int, or an integral float such as ``12.0``) in ``0..high``, else None;
+    a string or a boolean is not a count."""
+    count = None if isinstance(value, str) else as_count(value)
+    return count if count is not None and count <= (COUNT_MAX if high is None else high) else None
+
+
+def _not_stats(doc):
+    """Why a JSON Lines document cannot be iteration stats (None: it can, or is an empty list)."""
+    if isinstance(doc, dict):
+        return None
+    if isinstance(doc, list):
+        if all(isinstance(v, (dict, list)) for v in doc):
+            return None
+        return "a JSON array of non-objects, not iteration stats"
+    kind = "null" if doc is None else "boolean" if isinstance(doc, bool) else \
+        "string" if isinstance(doc, str) else "number"
+    return f"a bare JSON {kind}, not iteration stats"
+
+
+def _iteration_objects(doc):
+    """The iterations of one JSON document, in document order: the objects holding an
+    ``iterLatencyMS`` (either spelling), never looking inside one (its ``specDecodingStats``
+    holds the draft's own ``iterLatencyMS``, which is not an iteration)."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if any(k in v for k in LATENCY):
+                yield v
+            else:
+                stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+
+
+def _contradiction(drafts, accepted, requests, gen):
+    if requests > gen:
+        return f"numRequestsWithDraftTokens = {requests} exceeds numGenRequests = {gen}"
+    if drafts and not requests:
+        return f"numDraftTokens = {drafts} with numRequestsWithDraftTokens = 0"
+    if requests and not drafts:
+        return f"numRequestsWithDraftTokens = {requests} with numDraftTokens = 0"
+    if requests and drafts % requests:
+        return (f"numDraftTokens = {drafts} is not a whole number of drafts per request with drafts "
+                f"({requests}): the iteration's depth is not whole")
+    if accepted > drafts + requests:
+        return f"numAcceptedTokens = {accepted} exceeds the drafts ({drafts}) plus one token per request ({requests})"
+    return None
+
+
+def _draft_ms(stats, latency, name):
+    """The draft's part of an iteration that drafted, in ms, or what is wrong: the draft block's
+    own ``iterLatencyMS`` where given, else ``draftOverhead`` times the iteration's latency; both
+    given must agree within :data:`DRAFT_AGREEMENT` of the latency."""
+    oname, share = _first(stats, SPEC_FIELDS["overhead"])
+    lname, own = _first(stats, SPEC_FIELDS["latency"])
+    if share is not None:
+        ok = isinstance(share, (int, float)) and not isinstance(share, bool) and 0.0 < share < 1.0
+        if not ok:
+            return None, (f"{oname} = {show(share)}: an iteration that drafts needs the share of its latency "
+                          "spent drafting, in (0, 1)")
+    if own is not None:
+        bad = latency_problem(own, f"{SPEC_STATS[0]}.{lname} (the draft's time)")
+        if bad:
+            return None, bad
+        if float(own) >= latency:
+            return None, (f"{SPEC_STATS[0]}.{lname} = {show(own)} (the draft's time) is not below the iteration's "
+                          f"{name} = {latency:g}")
+        if share is not None and abs(float(own) - share * latency) > DRAFT_AGREEMENT * latency:
+            return None, (f"{SPEC_STATS[0]}.{lname} = {show(own)} ms disagrees with {oname} x {name} = "
+                          f"{share * latency:.6g} ms (TensorRT-LLM writes one as the other over the latency)")
+        return float(own), None
+    if share is None:
+        return None, (f"{SPEC_FIELDS['overhead'][0]} = None: an iteration that drafts needs the draft's time "
+                      f"({SPEC_STATS[0]}.iterLatencyMS) or its share of the latency (draftOverhead, in (0, 1))")
+    return share * latency, None
+
+
+def iteration_stats(text: str, source: str):
+    """The iterations of TensorRT-LLM iteration stats (one JSON document, an array of iterations
+    or JSON Lines; camelCase or snake_case), each value checked where it is read.
+
+    Returns
+    -------
+    (list of Iteration, list of str, int)
+        The iterations that read, one problem a line for each that did not (naming file, line
+        and field), and how many iterations the file holds.
+    """
+    tally, lines = Tally(), []
+    docs = json_documents(text, source, tally, lines)
+    problems = [f"{p} (delete or complete the line)" for p in tally.problems]
+    if len(docs) > 1 or tally.garbage:  # JSON Lines: every line is a document of iteration stats
+        for doc, line in zip(docs, lines):
+            why = _not_stats(doc)
+            if why:
+                problems.append(f"{source}:{line}: {why} (delete the line)")
+    out, seen = [], 0
+    for doc, line in zip(docs, lines):
+        iters = list(_iteration_objects(doc))
+        for i, it in enumerate(iters):
+            seen += 1
+            where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
+            if "iter" in it:
+                where += f" (iter {show(it['iter'], 30)})"
+            one, bad = _read_iteration(it, where)
+            if bad:
+                problems.append(f"{where}: {bad}")
+            else:
+                out.append(one)
+    return out, problems, seen
+
+
+def _read_iteration(it, where):
+    """One iteration object as an :class:`Iteration`, or what is wrong with it."""
+    bad = _disagreement(it)
+    if bad:
+        return None, bad
+    name, raw = _first(it, LATENCY)
+    bad = latency_problem(raw, name)
+    if bad:
+        return None, bad
+    latency = float(raw)
+    _, batch = _first(it, BATCH)
+    counts = {}
+    for f, names in BATCH_FIELDS.items():
+        fname, v = _first(batch, names) if isinstance(batch, dict) else (None, None)
+        if fname is not None:
+            high = MAX_WIDTH if f == "gen" else None
+            c = _count(v, high)
+            if c is None:
+                limit = f" in 0..{MAX_WIDTH:,}, the widest a table holds" if high else " >= 0"
+                return None, f"{fname} = {show(v, 30)} is not a count (a JSON whole number{limit})"
+            counts[f] = c
+    if counts.get("gen") is None:
+        return None, (f"no {BATCH[0]}.{BATCH_FIELDS['gen'][0]} ({BATCH_FIELDS['gen'][1]}): the iteration's width "
+                      "is unknown")
+    gen = counts["gen"]
+    ctx, ctx_tokens, sched = counts.get("ctx") or 0, counts.get("ctx_tokens") or 0, counts.get("scheduled")
+    if sched is not None and sched < gen + ctx:
+        return None, f"numScheduledRequests = {sched} is fewer than numGenRequests + numContextRequests = {gen + ctx}"
+    sname, stats = _first(it, SPEC_STATS)
+    if stats is not None and not isinstance(stats, dict):
+        return None, (f"{sname} = {show(stats, 30)} is not an object of draft counts (leave it out, or null, in an "
+                      "iteration without speculation)")
+    drafts = requests = 0
+    draft_ms = 0.0
+    if stats is not None:
+        raws = [_first(stats, SPEC_FIELDS[f])[1] for f in ("drafts", "accepted", "requests")]
+        drafts, accepted, requests = (_count(v) for v in raws)
+        if None in (drafts, accepted, requests):
+            got = ", ".join(f"{f} = {show(v, 30)}" for f, v in
+                            zip(("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens"), raws))
+            return None, (f"{SPEC_STATS[0]} needs numDraftTokens, numAcceptedTokens and numRequestsWithDraftTokens "
+                          f"as JSON whole numbers >= 0 ({got})")
+        bad = _contradiction(drafts, accepted, requests, gen)
+        if bad:
+            return None, bad
+        if drafts:
+            if drafts // requests > MAX_DEPTH:
+                return None, (f"numDraftTokens / numRequestsWithDraftTokens = {drafts // requests:,} drafts per "
+                              f"request is beyond the deepest depth a table holds ({MAX_DEPTH})")
+            draft_ms, bad = _draft_ms(stats, latency, name)
+            if bad:
+                return None, bad
+            bad = (latency_problem(draft_ms, f"{name} x draftOverhead (draft time)")
+                   or latency_problem(latency - draft_ms, f"{name} x (1 - draftOverhead) (verify time)"))
+            if bad:
+                return None, bad
+    depth = drafts // requests if drafts else 0
+    return Iteration(where, gen, ctx, ctx_tokens, depth, latency, draft_ms, counts.get("kv_tokens")), None
 
 
 TELEMETRY = (

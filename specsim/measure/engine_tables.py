@@ -2,11 +2,12 @@
 
 Two sources, read with the engine-format readers of :mod:`specsim.interop`:
 
-- TensorRT-LLM iteration stats (``--from trtllm-iterations``; camelCase from ``/metrics``, snake
-  case from the Python bindings): every iteration states its width (``numGenRequests``), its
-  depth (``numDraftTokens / numRequestsWithDraftTokens``), its latency (``iterLatencyMS``), the
-  share of it spent drafting (``draftOverhead``) and whether it also prefilled
-  (``numContextRequests``, ``numCtxTokens``).
+- TensorRT-LLM iteration stats (``--from trtllm-iterations``, read by
+  :func:`specsim.interop.trtllm.iteration_stats`): every iteration states its width
+  (``numGenRequests``), its depth (``numDraftTokens / numRequestsWithDraftTokens``), its latency
+  (``iterLatencyMS``), the draft's part of it (``specDecodingStats.iterLatencyMS``, or
+  ``draftOverhead`` of the latency), whether it also prefilled (``numContextRequests``,
+  ``numCtxTokens``) and, in newer builds, its KV tokens (``numGenKvTokens``).
 - SGLang ``Decode batch`` log lines (``--from sglang-log``): each line's width (``#running-req``)
   over its generation throughput is the mean plain-decode step of the interval it closes.
 
@@ -19,7 +20,9 @@ the cells that stand: along the width at each depth linearly between observed wi
 outside (the table lookup's own rule); a depth observed at no width linearly between the nearest
 observed depths at each width (verify time, and draft time per draft). Each cell says how many
 samples it rests on (``samples``; 0 for a completed one) and ``source`` (``measured``,
-``width-fit``, ``depth-fit``). Joules are the ``--assume-power-w`` power times time
+``width-fit``, ``depth-fit``). How well the table holds its samples, and the engine parameters
+(:data:`STEP_TERMS`) fitted to every sample, go to ``[meta]`` (``cell_residual_*``,
+``step_model*``). Joules are the ``--assume-power-w`` power times time
 (``[meta] energy_source = "assumed"``), or the mean board power of an NVML log (``--nvml-log``,
 ``energy_source = "nvml-log-mean"``) times time.
 
@@ -46,26 +49,17 @@ import numpy as np
 
 from specsim.errors import CalibrationError, TableError
 from specsim._checks import (
-    COUNT_MAX, MAX_DEPTH, MAX_POWER_W, MAX_SECONDS, MAX_WIDTH, MIN_POWER_W, check_number, digits_int,
-    number_problem, show,
+    MAX_POWER_W, MAX_SAMPLE_MS, MAX_WIDTH, MIN_POWER_W, MIN_SAMPLE_MS, check_number, digits_int, show,
 )
 from specsim._io import csv_rows, decode_text, read_input
-from specsim.interop._records import Tally, as_count, json_documents, read_text, walk
+from specsim.interop._records import read_text
 from specsim.interop.sglang import DECODE_LOG_INTERVAL, FIELD_LABELS, decode_batch
-from specsim.interop.trtllm import SPEC_FIELDS, SPEC_STATS
+from specsim.interop.trtllm import iteration_stats
 from specsim.table import Cell, CostTable
 
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
 on; a cell with fewer is refused and left out of the table."""
-
-MIN_SAMPLE_MS = 1e-6
-"""Shortest time a sample may give a step or its verify or draft part, in ms (a nanosecond: no
-engine steps faster; joules at :data:`~specsim._checks.MIN_POWER_W` stay far above 0)."""
-
-MAX_SAMPLE_MS = 1000.0 * MAX_SECONDS
-"""Longest time a sample may give a step, in ms (one day: far past any real step, and small enough
-that the table's joules at :data:`~specsim._checks.MAX_POWER_W` stay finite)."""
 
 ENGINE_FORMATS = {
     "trtllm-iterations": "TensorRT-LLM per-iteration stats (JSON or JSON Lines, camelCase or snake_case)",
@@ -81,6 +75,7 @@ class Sample(NamedTuple):
     depth: int
     verify_ms: float
     draft_ms: float
+    context: float | None = None  # mean KV tokens per sequence, where the engine reports them
 
 
 class Samples(NamedTuple):
@@ -92,202 +87,34 @@ class Samples(NamedTuple):
 
 
 # -- TensorRT-LLM ------------------------------------------------------------------------------
-_LATENCY = ("iterLatencyMS", "iter_latency_ms")
-_BATCH = ("inflightBatchingStats", "inflight_batching_stats")
-_BATCH_FIELDS = {
-    "gen": ("numGenRequests", "num_gen_requests"),
-    "ctx": ("numContextRequests", "num_context_requests"),
-    "ctx_tokens": ("numCtxTokens", "num_ctx_tokens"),
-    "scheduled": ("numScheduledRequests", "num_scheduled_requests"),
-}
-
-
-def _first(d, names):
-    for n in names:
-        if n in d:
-            return n, d[n]
-    return None, None
-
-
-def _same(a, b):
-    """Whether two spellings of a field give the same value (``1`` and ``1.0`` do; ``1`` and
-    ``true`` do not, although Python counts them equal)."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
-def _disagreement(iteration):
-    """What is wrong when an iteration gives one field under both spellings with different values
-    (None: it does not): which would be read is arbitrary, so neither is."""
-    blocks = [(iteration, (_LATENCY, _BATCH, SPEC_STATS))]
-    for names, fields in ((_BATCH, _BATCH_FIELDS), (SPEC_STATS, SPEC_FIELDS)):
-        _, block = _first(iteration, names)
-        if isinstance(block, dict):
-            blocks.append((block, tuple(fields.values())))
-    for d, spellings in blocks:
-        for names in spellings:
-            given = [(n, d[n]) for n in names if n in d]
-            if any(not _same(given[0][1], v) for _, v in given[1:]):
-                return (" and ".join(f"{n} = {show(v, 30)}" for n, v in given) +
-                        " disagree: give the field under one spelling")
-    return None
-
-
-def _count(value, high=None):
-    """A JSON count (an int, or an integral float such as ``12.0``) in ``0..high``, else None;
-    a string or a boolean is not a count."""
-    count = None if isinstance(value, str) else as_count(value)
-    return count if count is not None and count <= (COUNT_MAX if high is None else high) else None
-
-
-def _ms_problem(value, name):
-    """None if ``value`` is a JSON number of ms in ``MIN_SAMPLE_MS..MAX_SAMPLE_MS``, else what is
-    wrong with it."""
-    ok = number_problem(value, name, MIN_SAMPLE_MS, MAX_SAMPLE_MS) is None  # an int past the floats too
-    return None if ok else (f"{name} = {show(value)} is not a latency (a JSON number of ms in "
-                            f"{MIN_SAMPLE_MS:g}..{MAX_SAMPLE_MS:g})")
-
-
 def _refuse(what, problems):
     """Raise the refusal of a file: ``what`` and how many problems, then the problems (the first
     screenful, one a line)."""
     raise TableError(f"{what} ({len(problems):,} problem{'s' if len(problems) > 1 else ''})", problems)
 
 
-def _not_stats(doc):
-    """Why a JSON Lines document cannot be iteration stats (None: it can, or is an empty list)."""
-    if isinstance(doc, dict):
-        return None
-    if isinstance(doc, list):
-        if all(isinstance(v, (dict, list)) for v in doc):
-            return None
-        return "a JSON array of non-objects, not iteration stats"
-    kind = "null" if doc is None else "boolean" if isinstance(doc, bool) else \
-        "string" if isinstance(doc, str) else "number"
-    return f"a bare JSON {kind}, not iteration stats"
-
-
 def trtllm_samples(text: str, source: str) -> Samples:
-    """Decode samples of TensorRT-LLM iteration stats; refuses (naming file, line and field)
+    """Decode samples of TensorRT-LLM iteration stats (read by
+    :func:`specsim.interop.trtllm.iteration_stats`); refuses (naming file, line and field)
     unreadable lines, latencies outside ``MIN_SAMPLE_MS..MAX_SAMPLE_MS``, counts that are not JSON
     whole numbers, widths and depths beyond the table's limits and counts that contradict."""
-    tally, lines = Tally(), []
-    docs = json_documents(text, source, tally, lines)
-    problems = [f"{p} (delete or complete the line)" for p in tally.problems]
-    if len(docs) > 1 or tally.garbage:  # JSON Lines: every line is a document of iteration stats
-        for doc, line in zip(docs, lines):
-            why = _not_stats(doc)
-            if why:
-                problems.append(f"{source}:{line}: {why} (delete the line)")
-    decode = []
-    kept = {"prefill or mixed iterations": 0, "iterations without generation requests": 0}
-    seen = 0
-    for doc, line in zip(docs, lines):
-        iters = [d for d in walk(doc) if any(k in d for k in _LATENCY)]
-        for i, it in enumerate(iters):
-            seen += 1
-            where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
-            if "iter" in it:
-                where += f" (iter {show(it['iter'], 30)})"
-            bad = _disagreement(it)
-            if bad:
-                problems.append(f"{where}: {bad}")
-                continue
-            name, raw = _first(it, _LATENCY)
-            bad = _ms_problem(raw, name)
-            if bad:
-                problems.append(f"{where}: {bad}")
-                continue
-            latency = float(raw)
-            _, batch = _first(it, _BATCH)
-            counts = {}
-            for f, names in _BATCH_FIELDS.items():
-                fname, v = _first(batch, names) if isinstance(batch, dict) else (None, None)
-                if fname is not None:
-                    high = MAX_WIDTH if f == "gen" else None
-                    c = _count(v, high)
-                    if c is None:
-                        limit = f" in 0..{MAX_WIDTH:,}, the widest a table holds" if high else " >= 0"
-                        problems.append(f"{where}: {fname} = {show(v, 30)} is not a count (a JSON whole number{limit})")
-                    counts[f] = c
-            if None in counts.values():
-                continue
-            if counts.get("gen") is None:
-                problems.append(f"{where}: no inflightBatchingStats.numGenRequests (num_gen_requests): the "
-                                "iteration's width is unknown")
-                continue
-            gen = counts["gen"]
-            ctx, ctx_tokens, sched = counts.get("ctx") or 0, counts.get("ctx_tokens") or 0, counts.get("scheduled")
-            if sched is not None and sched < gen + ctx:
-                problems.append(f"{where}: numScheduledRequests = {sched} is fewer than numGenRequests + "
-                                f"numContextRequests = {gen + ctx}")
-                continue
-            sname, stats = _first(it, SPEC_STATS)
-            if stats is not None and not isinstance(stats, dict):
-                problems.append(f"{where}: {sname} = {show(stats, 30)} is not an object of draft counts (leave it "
-                                "out, or null, in an iteration without speculation)")
-                continue
-            drafts = requests = 0
-            overhead = 0.0
-            if stats is not None:
-                raws = [_first(stats, SPEC_FIELDS[f])[1] for f in ("drafts", "accepted", "requests")]
-                drafts, accepted, requests = (_count(v) for v in raws)
-                if None in (drafts, accepted, requests):
-                    got = ", ".join(f"{f} = {show(v, 30)}" for f, v in
-                                    zip(("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens"), raws))
-                    problems.append(f"{where}: specDecodingStats needs numDraftTokens, numAcceptedTokens and "
-                                    f"numRequestsWithDraftTokens as JSON whole numbers >= 0 ({got})")
-                    continue
-                bad = _contradiction(drafts, accepted, requests, gen)
-                if bad:
-                    problems.append(f"{where}: {bad}")
-                    continue
-                if drafts:
-                    if drafts // requests > MAX_DEPTH:
-                        problems.append(f"{where}: numDraftTokens / numRequestsWithDraftTokens = "
-                                        f"{drafts // requests:,} drafts per request is beyond the deepest depth a "
-                                        f"table holds ({MAX_DEPTH})")
-                        continue
-                    raw = _first(stats, SPEC_FIELDS["overhead"])[1]
-                    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0.0 < raw < 1.0
-                    if not ok:
-                        problems.append(f"{where}: draftOverhead = {show(raw)}: an iteration that drafts needs the "
-                                        "share of its latency spent drafting, in (0, 1)")
-                        continue
-                    overhead = float(raw)
-                    bad = (_ms_problem(latency * overhead, f"{name} x draftOverhead (draft time)")
-                           or _ms_problem(latency * (1.0 - overhead), f"{name} x (1 - draftOverhead) (verify time)"))
-                    if bad:
-                        problems.append(f"{where}: {bad}")
-                        continue
-            if gen == 0:
-                kept["iterations without generation requests"] += 1
-                continue
-            if ctx or ctx_tokens:
-                kept["prefill or mixed iterations"] += 1
-                continue
-            depth = drafts // requests if drafts else 0
-            decode.append(Sample(where, gen, depth, latency * (1.0 - overhead), latency * overhead))
+    iterations, problems, seen = iteration_stats(text, source)
     if problems:
         _refuse(f"{source}: the iteration stats are refused", problems)
     if seen == 0:
         raise TableError(f"{source}: no TensorRT-LLM iteration stats (no object with iterLatencyMS or "
                          "iter_latency_ms): enable iteration perf stats and save /metrics")
+    decode = []
+    kept = {"prefill or mixed iterations": 0, "iterations without generation requests": 0}
+    for it in iterations:
+        if it.gen == 0:
+            kept["iterations without generation requests"] += 1
+        elif it.ctx or it.ctx_tokens:
+            kept["prefill or mixed iterations"] += 1
+        else:
+            context = None if it.kv_tokens is None else it.kv_tokens / it.gen
+            decode.append(Sample(it.where, it.gen, it.depth, it.latency_ms - it.draft_ms, it.draft_ms, context))
     return Samples(decode, kept, 1)
-
-
-def _contradiction(drafts, accepted, requests, gen):
-    if requests > gen:
-        return f"numRequestsWithDraftTokens = {requests} exceeds numGenRequests = {gen}"
-    if drafts and not requests:
-        return f"numDraftTokens = {drafts} with numRequestsWithDraftTokens = 0"
-    if requests and not drafts:
-        return f"numRequestsWithDraftTokens = {requests} with numDraftTokens = 0"
-    if requests and drafts % requests:
-        return (f"numDraftTokens = {drafts} is not a whole number of drafts per request with drafts "
-                f"({requests}): the iteration's depth is not whole")
-    if accepted > drafts + requests:
-        return f"numAcceptedTokens = {accepted} exceeds the drafts ({drafts}) plus one token per request ({requests})"
-    return None
 
 
 # -- SGLang ------------------------------------------------------------------------------------
@@ -383,6 +210,76 @@ def read_samples(paths, fmt: str) -> Samples:
     return Samples(decode, kept, steps)
 
 
+STEP_TERMS = {
+    "verify": (("per_step_ms", "per step"), ("per_verify_row_ms", "per verify row"),
+               ("per_kv_token_ms", "per KV token read")),
+    "draft": (("per_draft_pass_ms", "per draft pass"), ("per_draft_row_ms", "per draft row")),
+}
+"""The engine parameters an import fits to its samples (``[meta] step_model``): a sample's verify
+time is a fixed part per step, a part per verify row (``width x (depth + 1)``) and a part per KV
+token the step reads (``width x context``, where the engine reports the KV tokens); its draft time
+a part per draft pass (``depth``) and a part per draft row (``width x depth``)."""
+
+
+def _columns(part, samples):
+    """The design columns of one part of :data:`STEP_TERMS`, one row per sample."""
+    n = np.array([s.width for s in samples], dtype=np.float64)
+    k = np.array([s.depth for s in samples], dtype=np.float64)
+    if part == "verify":
+        context = [s.context for s in samples]
+        kv = np.zeros_like(n) if None in context else n * np.array(context, dtype=np.float64)
+        return [np.ones_like(n), n * (k + 1.0), kv]
+    return [k, n * k]
+
+
+def _least_squares(columns, target):
+    """Coefficients of ``target ~ columns`` minimising the relative error; a column that adds
+    nothing the earlier ones do not (all zero, or a combination of them) gets None."""
+    weight = 1.0 / target
+    kept, coefs = [], [None] * len(columns)
+    for i, c in enumerate(columns):
+        trial = np.column_stack([columns[j] for j in kept + [i]]) * weight[:, None]
+        if np.any(c) and np.linalg.matrix_rank(trial) == len(kept) + 1:
+            kept.append(i)
+    if kept:
+        a = np.column_stack([columns[j] for j in kept]) * weight[:, None]
+        solution = np.linalg.lstsq(a, np.ones_like(target), rcond=None)[0]
+        for j, v in zip(kept, solution):
+            coefs[j] = float(v)
+    return coefs
+
+
+def _relative(predicted, observed):
+    """Median and 90th percentile of ``|predicted / observed - 1|``."""
+    r = np.abs(np.asarray(predicted) / np.asarray(observed) - 1.0)
+    return float(np.median(r)), float(np.quantile(r, 0.9))
+
+
+def step_model(samples) -> dict:
+    """The :data:`STEP_TERMS` fitted to ``samples`` (relative least squares over every sample)
+    and how well they fit: ``[meta]`` fields, a term that the samples cannot tell apart from the
+    others (a draft term in a plain serve, the KV term without KV counts) left out."""
+    out, described, predicted = {}, [], np.zeros(len(samples))
+    for part, terms in STEP_TERMS.items():
+        target = np.array([s.verify_ms if part == "verify" else s.draft_ms for s in samples])
+        rows = target > 0.0
+        if not np.any(rows):
+            continue
+        columns = _columns(part, samples)
+        coefs = _least_squares([c[rows] for c in columns], target[rows])
+        text = []
+        for (name, label), c, col in zip(terms, coefs, columns):
+            if c is not None:
+                out["step_model_" + name] = c
+                text.append(f"{c:.4g} ms {label}")
+                predicted += c * col
+        described.append(f"{part}_ms = " + " + ".join(text))
+    observed = np.array([s.verify_ms + s.draft_ms for s in samples])
+    out["step_model"] = "; ".join(described)
+    out["step_model_residual_median"], out["step_model_residual_p90"] = _relative(predicted, observed)
+    return out
+
+
 class Fitted(NamedTuple):
     table: object        # CostTable
     refused: list        # (width, depth, samples) of cells with too few samples
@@ -458,6 +355,14 @@ def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_C
     })
     for reason, count in samples.kept_apart.items():
         meta["kept_apart_" + reason.split(" (")[0].replace(" ", "_")] = count
+    # How well the table holds its samples: each sample against its (width, depth) cell (the
+    # spread a median hides, and the width- and depth-fit cells of refused samples), then the
+    # engine parameters of the whole serve.
+    steps = {(c.n, c.k): c.verify_ms + c.draft_ms for c in out_cells}
+    held = [s for s in samples.decode if (s.width, s.depth) in steps]  # a width only refused cells saw is not
+    meta["cell_residual_median"], meta["cell_residual_p90"] = _relative(
+        [steps[s.width, s.depth] for s in held], [s.verify_ms + s.draft_ms for s in held])
+    meta.update(step_model(samples.decode))
     table = CostTable.from_cells(key, out_cells, meta=meta, extras=extras, source=source)
     return Fitted(table, refused, samples.kept_apart)
 

@@ -328,7 +328,7 @@ def _check_above_idle(table, idle_w: float) -> None:
 
 
 def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
-            cum_priors):
+            cum_priors, table):
     rec = np.zeros(1, dtype=SERVER_DT)
     r = rec[0]
     budget = opts["max_num_batched_tokens"]
@@ -349,7 +349,7 @@ def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k
     r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
     r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
     r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
-    r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts)
+    r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts, table)
     if opts["acceptance_window"] is not None:
         r["acceptance_window"] = max(opts["acceptance_window"], 0)
         r["acceptance_threshold"] = opts["acceptance_length_threshold"]
@@ -465,7 +465,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         req=new_requests(arrival, prompt, output),
         tab=TableArrays(widths, costs, wcs, np.array(contexts, dtype=np.int64), cwcs),
         cal=cal,
-        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum),
+        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum, table),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k),
         plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved,

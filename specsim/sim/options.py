@@ -18,6 +18,7 @@ from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gat
 from specsim.errors import SimulationError
 from specsim._io import csv_rows, decode_text, read_input
 from specsim.plan.planner import check_slack
+from specsim.table._types import VERIFY_J, VERIFY_MS
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
@@ -254,26 +255,55 @@ def _rate(value, name) -> float:
     return value
 
 
-def prefill_fixed_part(opts: dict) -> tuple:
+def prefill_fixed_part(opts: dict, table=None) -> tuple:
     """(ms, J) of the prefill cost's per-step fixed part: what a step that prefills pays whatever
     its tokens (the weight read and launches), which a mixed step shares with its decode part.
 
     ``opts`` is :meth:`ServerOptions.resolved`'s dict. Affine model: ``prefill_ms_per_step`` and
     ``prefill_j_per_step``. Profiled curve: the line through its first two points extrapolated to
     0 tokens, floored at 0 and capped at the first point's cost (the curve's floor); a one-point
-    curve is flat, all of it fixed.
+    curve is flat, all of it fixed. With ``table``, a curve's fixed part is also capped at the
+    table's plain step (:func:`plain_step`): one pass reads the weights once, and the decode table
+    already prices that read; a curve that implies more (a measured curve that falls at its low
+    end) would let the decodes of a mixed step ride free (:func:`prefill_fixed_note` says so).
     """
     curve = opts["prefill_curve"]
     if curve is None:
         return float(opts["prefill_ms_per_step"]), float(opts["prefill_j_per_step"])
     tokens, ms, joules = curve
     if len(tokens) == 1:
-        return float(ms[0]), float(joules[0])
-    out = []
-    for y in (ms, joules):
-        slope = (y[1] - y[0]) / (tokens[1] - tokens[0])
-        out.append(float(min(max(y[0] - slope * tokens[0], 0.0), y[0])))
+        out = [float(ms[0]), float(joules[0])]
+    else:
+        out = []
+        for y in (ms, joules):
+            slope = (y[1] - y[0]) / (tokens[1] - tokens[0])
+            out.append(float(min(max(y[0] - slope * tokens[0], 0.0), y[0])))
+    if table is not None:
+        out = [min(v, cap) for v, cap in zip(out, plain_step(table))]
     return out[0], out[1]
+
+
+def plain_step(table) -> tuple:
+    """(ms, J) of the table's plain step at its narrowest width (depth 0, the reference context's
+    grid): one pass's weight read and the least per-row work, the most a step's fixed part can be."""
+    cell = table.costs[0, 0]
+    return float(cell[VERIFY_MS]), float(cell[VERIFY_J])
+
+
+def prefill_fixed_note(opts: dict, table) -> str | None:
+    """A one-line note when a prefill curve implies a fixed part above the table's plain step
+    (which :func:`prefill_fixed_part` then takes instead), else None."""
+    if opts["prefill_curve"] is None or opts["mixed_step_pricing"] != "one-pass":
+        return None
+    implied, taken = prefill_fixed_part(opts), prefill_fixed_part(opts, table)
+    over = [(f"{a:.4g} {unit}", f"{b:.4g} {unit}") for a, b, unit in zip(implied, taken, ("ms", "J")) if a > b]
+    if not over:
+        return None
+    width = int(table.widths[0])
+    return (f"the prefill curve implies a fixed part per step of {' and '.join(a for a, _ in over)}, above the "
+            f"table's plain step at width {width} ({' and '.join(b for _, b in over)}): one pass reads the weights "
+            "once, so a mixed step shares at most the table's plain step with its prefill chunk (the curve's low end "
+            "falls, or it was measured on another stack); the table's is used")
 
 
 # Names a [server] table in a file (a sweep grid, a fleet file) may use for an option, beside the
