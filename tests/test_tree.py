@@ -65,6 +65,22 @@ def test_wide_and_deep_256_nodes_16_ranks():
     assert_order_matches(a, 256, 3)
 
 
+def test_deep_tables_reach_depth_64():
+    a = [[0.9, 0.1]] * 64
+    tree = assert_order_matches(a, 256, 64)
+    assert tree.nodes == 256 and tree.depth < 64  # branches near the root beat the deepest rank-1 paths
+    chain = assert_order_matches([[1.0]] * 64, 256, 64)
+    assert (chain.nodes, chain.depth, chain.is_chain) == (64, 64, True)
+
+
+def test_the_package_exports_the_tree_names():
+    import specsim
+    from specsim.plan import TreePlan
+
+    assert (specsim.Tree, specsim.best_tree, specsim.expected_tokens) == (Tree, best_tree, expected_tokens)
+    assert (specsim.TreePlan, specsim.TreeError) == (TreePlan, TreeError)
+
+
 def test_rows_summing_to_exactly_one_and_ties_go_to_lower_ranks_then_shallower():
     a = [[0.25, 0.25, 0.25, 0.25]] * 3
     tree = assert_order_matches(a, 6, 3)
