@@ -11,6 +11,7 @@ import numpy as np
 from specsim._jit import jit
 from specsim.plan._sort import SORT_BUCKETS
 from specsim.calibration.calibration import bucket_cells
+from specsim.table.cost_table import table_arrays
 
 
 class PlanWorkspace(NamedTuple):
@@ -106,17 +107,6 @@ class PlanArrays(NamedTuple):
     priors: np.ndarray
 
 
-def table_arrays(table) -> tuple:
-    """``(widths int64[W], costs float64[W, K + 1, 4])`` of a table as writable copies.
-
-    A table's own arrays are read-only, and a read-only array is another Numba type than the
-    writable grids and workspaces the engine hands the same kernels: every caller that gives a
-    table's arrays to the planner's or the engine's kernels takes these, so each kernel is
-    compiled once per process, not once per kind of caller.
-    """
-    return np.array(table.widths, dtype=np.int64), np.array(table.costs, dtype=np.float64)
-
-
 def plan_arrays(table, cal) -> PlanArrays:
     """The kernel bundle of a :class:`~specsim.table.CostTable` and an
     :class:`~specsim.calibration.AcceptanceCalibration` (contiguous, fixed dtypes)."""
@@ -162,3 +152,37 @@ def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
         arrays.priors.view(np.int64),
     ]
     return np.ascontiguousarray(np.concatenate(parts))
+
+
+class TreePlan(NamedTuple):
+    """``Planner.propose_tree(n)``: what to draft at one width (docs/planner.md#draft-trees).
+
+    Attributes
+    ----------
+    kind : str
+        ``"plain"`` (no drafts), ``"chain"`` or ``"tree"`` (a branching tree).
+    nodes, depth : int
+        The tree's draft nodes and depth (a chain's: its depth both).
+    tree : specsim.tree.Tree
+        The tree: the empty tree for plain decoding, the chain for a chain.
+    expected_tokens : float
+        Tokens per sequence per step: a chain's from the calibration's position priors (as
+        ``propose`` counts them), a tree's from its rank-acceptance table.
+    step_ms, step_j : float
+        One step at this width (verify and drafting).
+    tokens_per_j : float
+        ``n * expected_tokens / step_j``.
+    note : str
+        What limited the candidates (no ``[tree]`` table, nodes past the table's depth, a width
+        above ``max_seqs``), ``""`` when nothing did.
+    """
+
+    kind: str
+    nodes: int
+    depth: int
+    tree: object
+    expected_tokens: float
+    step_ms: float
+    step_j: float
+    tokens_per_j: float
+    note: str

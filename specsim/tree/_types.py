@@ -8,8 +8,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specsim._checks import is_int, is_number, show
 from specsim._jit import jit
 from specsim.errors import TreeError
+
+
+def _whole_numbers(values, name) -> tuple:
+    """``values`` (a sequence of whole numbers, one per node) as a tuple of ints, or TreeError
+    naming the node."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TreeError(f"{name}s must be a list of whole numbers, one per node, got {show(values)}")
+    items = tuple(values.tolist() if isinstance(values, np.ndarray) else values)
+    if all(type(v) is int for v in items):
+        return items
+    for i, v in enumerate(items):
+        if not is_int(v):
+            raise TreeError(f"{name} of node {i} = {show(v)} must be a whole number")
+    return tuple(int(v) for v in items)
 
 
 @dataclass(frozen=True)
@@ -46,29 +61,51 @@ class Tree:
     is_chain: bool = field(init=False)
 
     def __post_init__(self):
-        parents = tuple(int(p) for p in self.parents)
-        ranks = tuple(int(r) for r in self.ranks)
+        parents = _whole_numbers(self.parents, "parent")
+        ranks = _whole_numbers(self.ranks, "rank")
+        if not (is_number(self.expected_tokens) or self.expected_tokens is None):
+            raise TreeError(f"expected_tokens = {show(self.expected_tokens)} must be a number (NaN: not known)")
         if len(parents) != len(ranks):
             raise TreeError(f"a tree needs one rank per node: {len(parents)} parents, {len(ranks)} ranks")
+        if ranks and min(ranks) < 1:
+            i = next(i for i, r in enumerate(ranks) if r < 1)
+            raise TreeError(f"node {i}: rank {ranks[i]} is not a draft rank (ranks are 1-based)")
         depths = []
-        for i, (p, r) in enumerate(zip(parents, ranks)):
-            if not -1 <= p < i:
+        add = depths.append
+        for i, p in enumerate(parents):
+            if p < 0:
+                if p != -1:
+                    raise TreeError(f"node {i}: parent {p} is not an earlier node or -1 (the root): list parents "
+                                    "before their children")
+                add(1)
+            elif p < i:
+                add(depths[p] + 1)
+            else:
                 raise TreeError(f"node {i}: parent {p} is not an earlier node or -1 (the root): list parents "
                                 "before their children")
-            if r < 1:
-                raise TreeError(f"node {i}: rank {r} is not a draft rank (ranks are 1-based)")
-            depths.append(1 if p < 0 else depths[p] + 1)
         depth = max(depths, default=0)
         sizes = [0] * depth
         for d in depths:
             sizes[d - 1] += 1
         object.__setattr__(self, "parents", parents)
         object.__setattr__(self, "ranks", ranks)
-        object.__setattr__(self, "expected_tokens", float(self.expected_tokens))
+        object.__setattr__(self, "expected_tokens",
+                           math.nan if self.expected_tokens is None else float(self.expected_tokens))
         object.__setattr__(self, "depth", depth)
         object.__setattr__(self, "nodes", len(parents))
         object.__setattr__(self, "level_sizes", tuple(sizes))
-        object.__setattr__(self, "is_chain", all(r == 1 for r in ranks) and all(s == 1 for s in sizes))
+        object.__setattr__(self, "is_chain", depth == len(parents) and (not ranks or max(ranks) == 1))
+
+    @classmethod
+    def _trusted(cls, parents, ranks, expected_tokens, depth, level_sizes, is_chain) -> "Tree":
+        """A tree whose structure a kernel built (parents first, ranks >= 1), with its figures:
+        no check, no recount."""
+        tree = object.__new__(cls)
+        for name, value in (("parents", parents), ("ranks", ranks), ("expected_tokens", float(expected_tokens)),
+                            ("depth", depth), ("nodes", len(parents)), ("level_sizes", level_sizes),
+                            ("is_chain", is_chain)):
+            object.__setattr__(tree, name, value)
+        return tree
 
     @classmethod
     def chain(cls, k: int, expected_tokens: float = math.nan) -> "Tree":
@@ -115,6 +152,8 @@ class TreeOrder:
         Node ``i``'s parent (an earlier index, or -1) and 1-based rank, in the order.
     products : ndarray(float64, ndim=1), shape (M,)
         Node ``i``'s path product, non-increasing along the order.
+    depths : ndarray(int64, ndim=1), shape (M,)
+        Node ``i``'s depth.
     max_depth : int
         The depth bound the order was built under (already limited to the table's depths).
     """
@@ -122,6 +161,7 @@ class TreeOrder:
     parents: np.ndarray
     ranks: np.ndarray
     products: np.ndarray
+    depths: np.ndarray
     max_depth: int
 
     def __len__(self) -> int:
@@ -130,11 +170,19 @@ class TreeOrder:
     def tree(self, nodes: int) -> Tree:
         """The best tree of ``nodes`` nodes (at most ``len(self)``): the first ``nodes`` of the
         order, its expected tokens ``1 + sum(products[:nodes])`` summed in order."""
+        if not is_int(nodes) or nodes < 0:
+            raise TreeError(f"nodes = {show(nodes)} must be a whole number >= 0")
         n = min(int(nodes), len(self))
-        total = 0.0
-        for p in self.products[:n].tolist():
-            total += p
-        return Tree(tuple(self.parents[:n].tolist()), tuple(self.ranks[:n].tolist()), 1.0 + total)
+        if n == 0:
+            return Tree((), (), 1.0)
+        depths = self.depths[:n]
+        ranks = self.ranks[:n]
+        depth = int(depths.max())
+        sizes = np.bincount(depths, minlength=depth + 1)[1:]
+        # np.cumsum adds left to right, as expected_tokens sums (np.sum pairs)
+        total = float(np.cumsum(self.products[:n])[-1])
+        return Tree._trusted(tuple(self.parents[:n].tolist()), tuple(ranks.tolist()), 1.0 + total, depth,
+                             tuple(sizes.tolist()), bool(depth == n and ranks.max() == 1))
 
 
 @jit(forceinline=True)

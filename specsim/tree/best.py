@@ -14,26 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, is_int, show
-from specsim.calibration.calibration import rank_acceptance_problems
-from specsim.errors import TreeError
-from specsim.tree._types import Tree, TreeOrder
+from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem
+from specsim.calibration import calibration
+from specsim.errors import CalibrationError, TreeError
+from specsim.tree._kernels import greedy_order_nb, path_products_nb
+from specsim.tree._types import Tree, TreeOrder, _whole_numbers
 
 
 def checked_rank_acceptance(value) -> np.ndarray:
-    """``value`` (array_like, shape (D, R)) as a C-contiguous float64 array, or TreeError naming
-    every bad cell (the calibration's rules: each cell a probability, each row summing to at
-    most 1, 1..64 depths, 1..16 ranks)."""
-    if value is None or isinstance(value, (str, bytes, bool)):
-        raise TreeError(f"rank_acceptance must be a table of numbers (depths x ranks), got {show(value)}")
+    """``value`` (array_like, shape (D, R)) as the calibration checks it (a read-only
+    C-contiguous float64 array: each cell a probability, each row summing to at most 1, 1..64
+    depths, 1..16 ranks), its refusal as a TreeError naming every bad cell."""
     try:
-        a = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TreeError(f"rank_acceptance must be a table of numbers (depths x ranks) ({e})") from None
-    problems = rank_acceptance_problems(a)
-    if problems:
-        raise TreeError("the rank acceptance is refused", problems)
-    return np.ascontiguousarray(a)
+        return calibration.checked_rank_acceptance(value, "rank_acceptance")
+    except CalibrationError as e:
+        raise TreeError(e.headline, e.problems) from None
 
 
 def _count(value, name, low, high, why=""):
@@ -60,16 +55,15 @@ def greedy_order(rank_acceptance, nodes: int = MAX_TREE_NODES, max_depth: int = 
     TreeOrder
         Fewer than ``nodes`` entries only where fewer paths exist (``R = 1``: one per depth).
     """
-    from specsim.tree._kernels import greedy_order_nb  # lazy: Numba loads with the first tree
-
     a = checked_rank_acceptance(rank_acceptance)
     nodes = _count(nodes, "nodes", 1, MAX_TREE_NODES, "the most nodes a tree may hold")
     max_depth = _count(max_depth, "max_depth", 1, MAX_TREE_DEPTH, "the deepest a tree may go")
     parents = np.empty(nodes, dtype=np.int64)
     ranks = np.empty(nodes, dtype=np.int64)
     products = np.empty(nodes)
-    m = greedy_order_nb(a, nodes, max_depth, parents, ranks, products)
-    return TreeOrder(parents[:m], ranks[:m], products[:m], min(max_depth, a.shape[0]))
+    depths = np.empty(nodes, dtype=np.int64)
+    m = greedy_order_nb(a, nodes, max_depth, parents, ranks, products, depths)
+    return TreeOrder(parents[:m], ranks[:m], products[:m], depths[:m], min(max_depth, a.shape[0]))
 
 
 def best_tree(rank_acceptance, nodes: int, max_depth: int) -> Tree:
@@ -97,16 +91,6 @@ def best_tree(rank_acceptance, nodes: int, max_depth: int) -> Tree:
         A bad table (naming the cell), or ``nodes`` / ``max_depth`` outside their ranges.
     """
     return greedy_order(rank_acceptance, nodes, max_depth).tree(nodes)
-
-
-def _index_list(value, name) -> list:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise TreeError(f"{name} must be a list of whole numbers, one per node, got {show(value)}")
-    items = list(value.tolist() if isinstance(value, np.ndarray) else value)
-    for i, v in enumerate(items):
-        if not is_int(v):
-            raise TreeError(f"{name} of node {i} = {show(v)} must be a whole number")
-    return [int(v) for v in items]
 
 
 def tree_problem(parents, ranks, depths: int, max_ranks: int) -> str | None:
@@ -139,8 +123,8 @@ def tree_problem(parents, ranks, depths: int, max_ranks: int) -> str | None:
 def checked_tree(rank_acceptance, parents, ranks):
     """``(a, parents int64[N], ranks int64[N])`` checked, or TreeError naming the bad node."""
     a = checked_rank_acceptance(rank_acceptance)
-    parents = _index_list(parents, "parent")
-    ranks = _index_list(ranks, "rank")
+    parents = _whole_numbers(parents, "parent")
+    ranks = _whole_numbers(ranks, "rank")
     problem = tree_problem(parents, ranks, a.shape[0], a.shape[1])
     if problem:
         raise TreeError(problem)
@@ -165,8 +149,6 @@ def expected_tokens(rank_acceptance, parents, ranks) -> float:
         Naming the bad node: a parent not listed before it, a rank outside 1..R, a node deeper
         than the table's D rows, a rank repeated under one parent, more than 256 nodes.
     """
-    from specsim.tree._kernels import path_products_nb  # lazy: Numba loads with the first tree
-
     a, p, r = checked_tree(rank_acceptance, parents, ranks)
     return float(path_products_nb(a, p, r, np.empty(p.shape[0])))
 
