@@ -4,9 +4,12 @@ one means and its default."""
 
 from __future__ import annotations
 
+import sys
+
 from specsim.cli._common import count, nonneg_float, real
 from specsim.sim.options import (
     DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MIXED_STEP_PRICING, MIXED_STEP_PRICINGS,
+    prefill_fixed_note,
 )
 
 
@@ -67,10 +70,6 @@ def warn_placeholder_prefill(options, table, command: str) -> None:
     """Print, once, that the prefill costs are placeholders when they are (see
     ``ServerOptions.placeholder_prefill``), and that a prefill curve's fixed part gives way to the
     table's plain step when it is above it (``prefill_fixed_note``)."""
-    import sys
-
-    from specsim.sim.options import prefill_fixed_note
-
     for note in (options.placeholder_prefill(table), prefill_fixed_note(options.resolved(table), table)):
         if note:
             print(f"specsim {command}: warning: {note}", file=sys.stderr)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from specsim.cli._common import context_list, count, int_list, require_matplotlib
 from specsim.errors import CostModelError
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
+from specsim.costmodel.published import compare, plot_comparison, read_published
 from specsim.costmodel.specs import load_hf_config
 from specsim.table import CostTable
 
@@ -107,10 +110,6 @@ def _model(args):
 
 
 def cmd_compare(args):
-    import numpy as np
-
-    from specsim.costmodel.published import compare, plot_comparison, read_published
-
     out = Outputs({"TABLE": args.table, "--published": args.published})
     if out.declare(args.plot, "--plot"):
         require_matplotlib("--plot", args.plot)

@@ -14,11 +14,12 @@ method at one depth), so that point is exact and only the shape over batch is te
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from typing import NamedTuple
 
-from specsim._io import csv_rows, decode_text, read_input
+from specsim._io import atomic_write_bytes, csv_rows, decode_text, read_input
 from specsim.errors import TableError
 
 COLUMNS = ("method", "spec_tokens", "batch_or_concurrency", "metric", "value")
@@ -142,11 +143,7 @@ def compare(table, rows) -> tuple:
 def plot_comparison(compared, path, title: str) -> None:
     """Predicted against published speedup by batch, one colour per curve, to ``path`` (format from
     its suffix)."""
-    import io
-
-    from specsim._io import atomic_write_bytes
-
-    try:
+    try:  # lazy: matplotlib is optional and slow to import
         import matplotlib
 
         matplotlib.use("Agg")

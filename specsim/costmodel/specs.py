@@ -1,5 +1,8 @@
 """Hardware, model and drafter specs for the analytic cost model: built-ins and TOML files.
 
+Why one module of this size: the three spec kinds share one field-rule table, one TOML reader and
+one digest, and most of the length is the built-in specs themselves, each with its source.
+
 Every built-in number comes from a public datasheet or a published model config (the ``source``
 of each spec says which). Dense (non-sparse) matrix rates are used throughout: decode GEMMs do
 not use 2:4 structured sparsity. Users add or override specs with a TOML file::
