@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import pytest
 
@@ -491,3 +492,40 @@ def test_extra_fields_in_trace_and_drafts_log_rows_are_accepted(files, capsys):
     _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
              "d.csv: line 3 has 6 fields", "header names 5")
     assert not (files / "o.toml").exists()
+
+
+# == Hostile input, round four (issue items 8-17) ================================================
+
+# -- 8: an NVML log's GPUs summed per sampling instant, by their index ----------------------------
+
+@pytest.mark.parametrize("header,stamps", [
+    ("index, power.draw [W]", ["", ""]),
+    ("timestamp, index, power.draw [W]", ["2025/06/01 10:00:00.000, ", "2025/06/01 10:00:00.001, "]),
+], ids=["no timestamp", "per-GPU stamps"])
+def test_a_multi_gpu_nvml_log_without_a_shared_timestamp_halves_the_power(tmp_path, header, stamps):
+    from specsim.errors import TableError
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    rows = [f"{stamps[i % 2]}{i % 2}, {300 + 10 * i}.00 W\n" for i in range(6)]
+    if not stamps[0]:
+        rows = [r.lstrip() for r in rows]
+    log.write_text(header + "\n" + "".join(rows))
+    assert nvml_log_power_w(log) == (pytest.approx(300 + 310 + 20 * 2), 3, 2)
+    log.write_text(header + "\n" + "".join(rows) + "".join(rows[:4:2]))  # GPU 0 read twice more
+    with pytest.raises(TableError, match="GPU 0: 5, GPU 1: 3"):
+        nvml_log_power_w(log)
+    log.write_text(header + "\n" + rows[0].replace(", 0,", ", x,") if stamps[0] else header + "\nx, 300 W\n")
+    with pytest.raises(TableError, match="index = 'x' is not a GPU index"):
+        nvml_log_power_w(log)
+
+
+@pytest.mark.parametrize("reading", ["3_00 W", "+300 W", "0x12c W", "٣٠٠ W"])
+def test_an_nvml_reading_3_00_w_is_read_as_300(tmp_path, reading):  # item 16
+    from specsim.errors import TableError
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    log.write_text(f"index, power.draw [W]\n0, {reading}\n", encoding="utf-8")
+    with pytest.raises(TableError, match=f"power.draw = '{re.escape(reading)}' is not a power"):
+        nvml_log_power_w(log)
