@@ -214,6 +214,25 @@ def request_size_problem(prompt, output) -> str | None:
     return None
 
 
+def slack_problem(value, name: str = "slack") -> str | None:
+    """``None`` if ``value`` is a planner slack: a real number (not a string or a boolean) in
+    ``[0, 1)``, else what is wrong with it."""
+    if not is_number(value):
+        return f"{name} {show(value)} is not a number: give a share in [0, 1)"
+    v = _as_float(value)
+    if not 0.0 <= v < 1.0:  # NaN fails too
+        return (f"{name} {show(value)} is outside [0, 1): 0 means no slower than depth 1, values near 1 put "
+                "energy first")
+    return None
+
+
+def slack_text(slack: float) -> str:
+    """A slack as labels print it (``propose@0.1``): the short ``%g`` form when it reads back
+    as the same number, else the exact one, so a printed label names the run it labels."""
+    short = f"{slack:g}"
+    return short if float(short) == slack else repr(float(slack))
+
+
 def rate_scale_problem(value, name: str = "rate scale") -> str | None:
     """``None`` if ``value`` is a traffic scale within :data:`MIN_RATE_SCALE` ..
     :data:`MAX_RATE_SCALE`, else what is wrong with it."""

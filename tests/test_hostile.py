@@ -9,6 +9,8 @@ import os
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.costmodel.defaults import demo_calibration, demo_table
@@ -529,3 +531,38 @@ def test_an_nvml_reading_3_00_w_is_read_as_300(tmp_path, reading):  # item 16
     log.write_text(f"index, power.draw [W]\n0, {reading}\n", encoding="utf-8")
     with pytest.raises(TableError, match=f"power.draw = '{re.escape(reading)}' is not a power"):
         nvml_log_power_w(log)
+
+
+# -- 12: every label specsim prints for a policy is a valid --policy -------------------------------
+
+@pytest.mark.parametrize("text", ["propose@0.1", "sequence@0.1", "load-aware@0.1", "propose@0"])
+def test_slack_forms_the_run_labels_show_are_an_unknown_policy(files, text, capsys):
+    from specsim.policy import parse_policy
+
+    pol = parse_policy(text)
+    assert str(pol) == text and pol.slack == float(text.partition("@")[2])
+    assert _run(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", text, "--slack", "0.5"]) == 0
+    assert f"\n{text} " in capsys.readouterr().out  # run at its own slack, labelled as given
+
+
+@pytest.mark.parametrize("text,needle", [("fixed@0.1", "only propose, sequence and load-aware take a slack"),
+                                         ("propose@1", "outside [0, 1)"), ("propose@x", "not a share in [0, 1)"),
+                                         ("propose@1_0", "not a share"), ("propose@nan", "outside [0, 1)")])
+def test_a_bad_slack_form_is_refused_by_name(files, text, needle, capsys):
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", text], capsys, needle)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["propose", "sequence", "load-aware", "goodput", "fixed:3"]),
+       slack=st.floats(0.0, 1.0, exclude_max=True))
+def test_a_printed_label_reads_back_as_the_run_it_labels(kind, slack):
+    from specsim.policy import parse_policy
+
+    pol = parse_policy(kind)
+    label = pol.at_slack(slack)
+    back = parse_policy(label)
+    assert str(back) == label
+    assert back.at_slack(0.5) == label
+    if pol.reads_slack:
+        assert back.slack == slack and "@-" not in label
+    assert "@-" not in pol.at_slack(-0.0) and "@-" not in str(parse_policy(f"{kind}@-0" if pol.reads_slack else kind))

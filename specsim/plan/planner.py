@@ -16,7 +16,7 @@ from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg,
 from specsim.plan._explain import ProposeExplanation, explain_propose
 from specsim.plan._types import PACK_HEADER, pack_plan_arrays, plan_arrays, workspace_buffer, workspace_views_nb
 from specsim.table import CostTable, TableKey
-from specsim._checks import is_finite, is_number, logprob_problem, show
+from specsim._checks import logprob_problem, show, slack_problem
 from specsim.plan._kernels import (
     cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
     propose_table_nb, sequence_depths_many_nb,
@@ -35,15 +35,12 @@ FIRST_ROWS = 64
 
 
 def check_slack(slack) -> float:
-    """``slack`` as a float in [0, 1) (a real number: not a string or a boolean), else PlanError."""
-    if not is_number(slack):
-        raise PlanError(f"slack {show(slack)} is not a number: give a share in [0, 1)")
-    value = float(slack) if is_finite(slack) else math.nan
-    if not 0.0 <= value < 1.0:
-        raise PlanError(
-            f"slack {show(slack)} is outside [0, 1): 0 means no slower than depth 1, values near 1 put energy first"
-        )
-    return value
+    """``slack`` as a float in [0, 1) (a real number: not a string or a boolean; -0 is 0), else
+    PlanError."""
+    problem = slack_problem(slack)
+    if problem:
+        raise PlanError(problem)
+    return float(slack) + 0.0
 
 
 def _cap(max_seqs) -> int:
