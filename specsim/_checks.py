@@ -129,10 +129,10 @@ def is_number(value) -> bool:
 
 def is_finite(value) -> bool:
     """A real number (not a boolean) that is neither infinite nor NaN."""
-    return is_number(value) and math.isfinite(_as_float(value))
+    return is_number(value) and math.isfinite(number_float(value))
 
 
-def _as_float(value) -> float:
+def number_float(value) -> float:
     """``float(value)`` of a real number; an integer past the floats is infinite."""
     try:
         return float(value)
@@ -157,7 +157,7 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
     u = f" {unit}" if unit else ""
     if not is_number(value):
         return f"{name} = {show(value)} must be a number{u}"
-    v = _as_float(value)
+    v = number_float(value)
     if not math.isfinite(v):
         return f"{name} = {show(value)} must be finite"
     if v < low or (low_open and v == low) or v > high:
@@ -219,7 +219,7 @@ def slack_problem(value, name: str = "slack") -> str | None:
     ``[0, 1)``, else what is wrong with it."""
     if not is_number(value):
         return f"{name} {show(value)} is not a number: give a share in [0, 1)"
-    v = _as_float(value)
+    v = number_float(value)
     if not 0.0 <= v < 1.0:  # NaN fails too
         return (f"{name} {show(value)} is outside [0, 1): 0 means no slower than depth 1, values near 1 put "
                 "energy first")

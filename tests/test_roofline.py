@@ -329,3 +329,40 @@ def test_cli_model_config_and_overheads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "vocab_size" in err and str(bad) in err and "Traceback" not in err
     assert not (tmp_path / "x.toml").exists()
+
+
+# -- hostile input round four, item 13: forward_breakdown checks its arguments --------------------
+
+@pytest.mark.parametrize("kw,said", [
+    ({"tokens": -1}, "tokens = -1 must be a finite number in 0.."),
+    ({"tokens": float("nan")}, "tokens = nan must be"),
+    ({"seqs": 1e300}, "seqs = 1e+300 must be a finite number in 0.."),
+    ({"context": [512, float("inf")]}, "context = inf must be"),
+    ({"context": 10 ** 40}, "context = 1e+40 must be"),
+    ({"tokens": True}, "tokens = True must be a number"),
+    ({"seqs": "8"}, "seqs = '8' must be a number"),
+    ({"context": [[1, 2], [3]]}, "context = [[1, 2], [3]] must be a number"),
+    ({"context": np.array([True])}, "must be a number"),
+    ({"tokens": [1, 2], "seqs": [1, 2, 3]}, "tokens, seqs, context of shapes (2,), (3,), () do not broadcast"),
+    ({"tp": 0}, "tp = 0 is outside 1.."),
+    ({"tp": 2.0}, "tp = 2.0 must be a whole number"),
+    ({"tp": True}, "tp = True must be a whole number"),
+    ({"tp": 3}, "tp = 3 does not divide llama-3.1-8b's 32 attention heads"),
+])
+def test_forward_breakdown_checks_nothing(kw, said):
+    args = {"tokens": 8, "seqs": 8, "context": 512, **kw}
+    with pytest.raises(CostModelError, match=re.escape(said)):
+        forward_breakdown("h200", "llama-3.1-8b", **args)
+
+
+def test_forward_breakdown_takes_numbers_and_arrays_of_them():
+    from specsim.costmodel import plain_decode_ms, plain_decode_power_w
+
+    a = forward_breakdown("h200", "llama-3.1-8b", tokens=np.int32(8), seqs=[8, 8], context=np.array([512.0, 0]))
+    assert np.all(np.isfinite(a.total_ms)) and a.total_ms.shape == (2,)
+    with pytest.raises(CostModelError, match="batch = -2 must be"):
+        plain_decode_ms("h200", "llama-3.1-8b", batch=[1, -2], context_tokens=512)
+    with pytest.raises(CostModelError, match="context_tokens = nan must be"):
+        plain_decode_power_w("h200", "llama-3.1-8b", batch=1, context_tokens=float("nan"))
+    with pytest.raises(CostModelError, match="tp = 0"):
+        plain_decode_power_w("h200", "llama-3.1-8b", batch=1, context_tokens=1, tp=0)
