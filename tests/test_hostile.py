@@ -566,3 +566,40 @@ def test_a_printed_label_reads_back_as_the_run_it_labels(kind, slack):
     if pol.reads_slack:
         assert back.slack == slack and "@-" not in label
     assert "@-" not in pol.at_slack(-0.0) and "@-" not in str(parse_policy(f"{kind}@-0" if pol.reads_slack else kind))
+
+
+# -- 15: foreign exceptions from the Python API, by the project's own errors ------------------------
+
+def _foreign_calls(tmp):
+    from specsim.calibration import DrafterKey
+    from specsim.calibration.spread import fit_spread
+    from specsim.errors import CalibrationError, KeyMismatchError, TableError
+    from specsim.measure.engine_tables import import_table
+    from specsim.plan.planner import SpecCostState
+
+    (tmp / "t.toml").write_text(demo_table().to_text())
+    (tmp / "c.toml").write_text(demo_calibration().render())
+    (tmp / "it.jsonl").write_text('{"iter": 0}\n')
+    table_key, drafter_key = demo_table().key, demo_calibration().drafter
+    assert isinstance(drafter_key, DrafterKey)
+    return {
+        "fit_spread('x')": (lambda: fit_spread("x"), CalibrationError, "fit_spread takes a RequestData"),
+        "fit_spread(None)": (lambda: fit_spread(None), CalibrationError, "got None"),
+        "import_table(key='key')": (lambda: import_table([tmp / "it.jsonl"], "trtllm-iterations", "key",
+                                                         power_w=300.0), TableError, "key must be a TableKey"),
+        "SpecCostState.load keys swapped": (
+            lambda: SpecCostState.load(tmp / "t.toml", tmp / "c.toml", drafter_key, table_key, 0.0),
+            KeyMismatchError, "serve_key must be a TableKey, got DrafterKey(" ),
+        "SpecCostState.load drafter_key=None": (
+            lambda: SpecCostState.load(tmp / "t.toml", tmp / "c.toml", table_key, None, 0.0),
+            KeyMismatchError, "drafter_key must be a DrafterKey, got None"),
+    }
+
+
+@pytest.mark.parametrize("call", ["fit_spread('x')", "fit_spread(None)", "import_table(key='key')",
+                                  "SpecCostState.load keys swapped", "SpecCostState.load drafter_key=None"])
+def test_api_calls_that_raise_attributeerror(tmp_path, call):
+    run, error, said = _foreign_calls(tmp_path)[call]
+    with pytest.raises(error) as e:
+        run()
+    assert said in str(e.value)

@@ -350,6 +350,8 @@ def fit_spread(data: RequestData) -> SpreadFit:
     CalibrationError
         Fewer than ``MIN_SPREAD_REQUESTS`` requests with data.
     """
+    if not isinstance(data, RequestData):
+        raise CalibrationError(f"fit_spread takes a RequestData (positions_data or totals_data), got {show(data)}")
     count = data.requests
     if count < MIN_SPREAD_REQUESTS:
         raise CalibrationError(f"{data.source}: {count} request(s) with acceptance data; a request spread is fitted "

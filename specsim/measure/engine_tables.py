@@ -54,6 +54,7 @@ from specsim.interop._records import Tally, as_count, json_documents, read_text,
 from specsim.interop.sglang import DECODE_LOG_INTERVAL, FIELD_LABELS, decode_batch
 from specsim.interop.trtllm import SPEC_FIELDS, SPEC_STATS
 from specsim.table import Cell, CostTable
+from specsim.table._format import key_problems
 
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
@@ -537,6 +538,9 @@ def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
     joules from an assumed ``power_w`` or from the mean power of an ``nvml_log``."""
     if (power_w is None) == (nvml_log is None):
         raise TableError("give one of --assume-power-w W and --nvml-log FILE: engine telemetry holds no joules")
+    bad_key = key_problems(key)
+    if bad_key:
+        raise TableError(bad_key[0])
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
         raise TableError(f"--min-samples = {min_samples!r} must be a whole number >= 1")
     names = ", ".join(Path(p).name for p in paths)

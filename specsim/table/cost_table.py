@@ -47,7 +47,7 @@ class CostTable:
                  context_costs=None, reference_context=None):
         # The arrays are checked as stored (int64 and float64): the kernels index them without
         # bounds checks.
-        problems = [] if isinstance(key, TableKey) else [f"key must be a TableKey, got {type(key).__name__}"]
+        problems = _format.key_problems(key)
         arrays, more = _format.checked_arrays(widths, costs, contexts, context_costs, reference_context)
         problems += more
         if problems:
