@@ -151,15 +151,16 @@ def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str 
 
 
 def number_problem(value, name: str, low: float = -math.inf, high: float = math.inf, *,
-                   low_open: bool = False, unit: str = "") -> str | None:
+                   low_open: bool = False, unit: str = "", render=repr) -> str | None:
     """``None`` if ``value`` is a finite number in ``[low, high]`` (``(low, high]`` with
-    ``low_open``), else what is wrong with it."""
+    ``low_open``), else what is wrong with it (the value shown by ``render``: a file's own
+    spelling, such as TOML's ``true``)."""
     u = f" {unit}" if unit else ""
     if not is_number(value):
-        return f"{name} = {show(value)} must be a number{u}"
+        return f"{name} = {show(value, render=render)} must be a number{u}"
     v = number_float(value)
     if not math.isfinite(v):
-        return f"{name} = {show(value)} must be finite"
+        return f"{name} = {show(value, render=render)} must be finite"
     if v < low or (low_open and v == low) or v > high:
         lo = "> " if low_open else ">= "
         bounds = []
@@ -167,7 +168,7 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
             bounds.append(f"{lo}{low:g}")
         if high < math.inf:
             bounds.append(f"<= {high:g}")
-        return f"{name} = {show(value)} must be {' and '.join(bounds)}{u}"
+        return f"{name} = {show(value, render=render)} must be {' and '.join(bounds)}{u}"
     return None
 
 
