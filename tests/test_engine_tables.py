@@ -518,3 +518,17 @@ def test_sglang_lines_with_a_field_twice_are_refused(line, field):
     with pytest.raises(TableError) as e:
         sglang_samples("\n".join([decode_line(4, 10.0), line]) + "\n", "x.log")
     assert f"x.log:2: a Decode batch line with {field} more than once" in str(e.value)
+
+
+@pytest.mark.parametrize("snake", [False, True], ids=["camelCase", "snake_case"])
+def test_a_telemetry_iteration_with_no_iterlatencyms_is_dropped_silently(tmp_path, snake):
+    """Hostile input round four, item 16: an iteration (it holds its batching stats) without a
+    latency was left out of the fit without a word; it is refused naming its line and iter."""
+    docs = grid_docs(snake=snake)
+    latency = "iter_latency_ms" if snake else "iterLatencyMS"
+    broken = {k: v for k, v in iteration(77, 4, 0, snake=snake).items() if k != latency}
+    path = trtllm_file(tmp_path, docs + [broken])
+    batch = "inflight_batching_stats" if snake else "inflightBatchingStats"
+    with pytest.raises(TableError, match=rf"iters.jsonl:{len(docs) + 1} \(iter 77\): an iteration with {batch} but "
+                                         r"no iterLatencyMS \(iter_latency_ms\)"):
+        import_trtllm(path)

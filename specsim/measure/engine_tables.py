@@ -184,6 +184,7 @@ def trtllm_samples(text: str, source: str) -> Samples:
     seen = 0
     for doc, line in zip(docs, lines):
         iters = [d for d in walk(doc) if any(k in d for k in _LATENCY)]
+        problems += _without_latency(doc, f"{source}:{line}")
         for i, it in enumerate(iters):
             seen += 1
             where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")
@@ -274,6 +275,19 @@ def trtllm_samples(text: str, source: str) -> Samples:
         raise TableError(f"{source}: no TensorRT-LLM iteration stats (no object with iterLatencyMS or "
                          "iter_latency_ms): enable iteration perf stats and save /metrics")
     return Samples(decode, kept, 1)
+
+
+def _without_latency(doc, where) -> list:
+    """An iteration of ``doc`` (an object with inflightBatchingStats) that holds no latency
+    anywhere inside it: refused, since it was left out of the fit without a word."""
+    out = []
+    for d in walk(doc):
+        name = next((k for k in _BATCH if k in d), None)
+        if name is not None and not any(k in x for x in walk(d) for k in _LATENCY):
+            it = f" (iter {show(d['iter'], 30)})" if "iter" in d else ""
+            out.append(f"{where}{it}: an iteration with {name} but no iterLatencyMS (iter_latency_ms): its time is "
+                       "unknown (complete or delete the line)")
+    return out
 
 
 def _contradiction(drafts, accepted, requests, gen):
