@@ -603,3 +603,35 @@ def test_api_calls_that_raise_attributeerror(tmp_path, call):
     with pytest.raises(error) as e:
         run()
     assert said in str(e.value)
+
+
+# -- 16: silent accepts ----------------------------------------------------------------------------
+
+DUP = "appears twice in one object"
+
+
+def test_duplicate_json_keys_take_the_last_value(files, capsys):
+    # a side file read whole (an engine config)
+    (files / "dup.json").write_text('{"method": "eagle", "num_speculative_tokens": 3, "num_speculative_tokens": 5}')
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", f"vllm:{files / 'dup.json'}"],
+             capsys, "dup.json", "the key 'num_speculative_tokens' " + DUP)
+    # a drafts log in JSON Lines (its fast path reads every line at once)
+    rows = [f'{{"step": {i}, "sequence": 0, "position": 1, "confidence": -0.1, "accepted": 1}}' for i in range(40)]
+    rows[7] = '{"step": 7, "sequence": 0, "position": 1, "confidence": -0.1, "accepted": 1, "accepted": 0}'
+    (files / "d.jsonl").write_text("\n".join(rows) + "\n")
+    _refused(["calib", "fit", "--drafts-log", files / "d.jsonl", *_calib_key(), "-o", files / "o.toml"], capsys,
+             "d.jsonl", "line 8", "the key 'accepted' " + DUP)
+    assert not (files / "o.toml").exists()
+
+
+def test_duplicate_keys_in_telemetry_documents_take_the_last_value(tmp_path):
+    from specsim.errors import SpecsimError
+    from specsim.interop._records import Tally, json_documents
+
+    one = '{\n  "iter": 1,\n  "iterLatencyMS": 5.0,\n  "iterLatencyMS": 50.0\n}\n'
+    with pytest.raises(SpecsimError, match="doc.json: the key 'iterLatencyMS' " + DUP):
+        json_documents(one, "doc.json", Tally())
+    tally = Tally()
+    docs = json_documents('{"iter": 1}\n{"iter": 2, "iter": 3}\n{"iter": 4}\n', "it.jsonl", tally)
+    assert docs == [{"iter": 1}, {"iter": 4}] and tally.garbage == 1
+    assert tally.problems == [f"it.jsonl:2: the key 'iter' {DUP}: give it once (which value is meant is unknown)"]
