@@ -215,6 +215,14 @@ def request_size_problem(prompt, output) -> str | None:
     return None
 
 
+def name_problem(value, name: str) -> str | None:
+    """``None`` if ``value`` is a name: a non-empty line of printable text (no control characters,
+    which would repaint the terminal it is printed on, nor a line break), else what is wrong."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        return f"{name} = {show(value)} must be a non-empty line of printable text (a name or a path)"
+    return None
+
+
 def slack_problem(value, name: str = "slack") -> str | None:
     """``None`` if ``value`` is a planner slack: a real number (not a string or a boolean) in
     ``[0, 1)``, else what is wrong with it."""

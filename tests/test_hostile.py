@@ -635,3 +635,36 @@ def test_duplicate_keys_in_telemetry_documents_take_the_last_value(tmp_path):
     docs = json_documents('{"iter": 1}\n{"iter": 2, "iter": 3}\n{"iter": 4}\n', "it.jsonl", tally)
     assert docs == [{"iter": 1}, {"iter": 4}] and tally.garbage == 1
     assert tally.problems == [f"it.jsonl:2: the key 'iter' {DUP}: give it once (which value is meant is unknown)"]
+
+
+@pytest.mark.parametrize("method", ["", " ", "eagle\x1b[2J", "two words"])
+def test_calib_export_method_empty_is_written(files, method, capsys):
+    _refused(["calib", "export", files / "c.toml", "--to", "vllm-synthetic", "--method", method, "-o",
+              files / "s.json"], capsys, "is not a method name")
+    assert not (files / "s.json").exists()
+    from specsim.errors import CalibrationError
+    from specsim.interop.vllm import synthetic_config
+
+    with pytest.raises(CalibrationError, match="method = '' must be a non-empty line of printable text"):
+        synthetic_config(demo_calibration(), method="")
+    with pytest.raises(CalibrationError, match="draft_model = 'a\\\\nb' must be"):
+        synthetic_config(demo_calibration(), draft_model="a\nb")
+
+
+@pytest.mark.parametrize("flag", ["--box-class", "--recipe"])
+def test_control_characters_in_box_class_are_written_to_the_table(files, flag, capsys):
+    metrale = files / "m.toml"
+    metrale.write_text("")
+    argv = ["table", "import", metrale, "--run", "r", "--box-class", "b", "--recipe", "x", "-o", files / "o.toml"]
+    argv[argv.index(flag) + 1] = HOSTILE_NAME
+    err = _refused(argv, capsys, "is not a name: give one line of printable text")
+    assert "\x1b" not in err and not (files / "o.toml").exists()
+    _refused(["table", "check", files / "t.toml", flag, "h\x07"], capsys, "is not a name")
+
+
+def test_control_characters_in_fleet_group_names_are_printed(files, capsys):
+    (files / "f.toml").write_text(f'[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
+                                  'calibration = "c.toml"\n')
+    err = _refused(["fleet", "--trace", files / "tiny.csv", "--fleet", files / "f.toml", "--policy", "fixed:1"], capsys,
+                   "name = 'a\\x1b[31mb' must be a non-empty line of printable text")
+    assert "\x1b" not in err

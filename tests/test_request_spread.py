@@ -392,3 +392,17 @@ def test_a_spread_of_minus_0_prints_minus_0(tmp_path, capsys):
     (tmp_path / "c.toml").write_text(text)
     assert main(["calib", "show", str(tmp_path / "c.toml")]) == 0
     assert "request spread: logit_sd 0 +- 0 from 40 requests" in capsys.readouterr().out
+
+
+def test_a_drafts_log_chain_whose_rows_name_two_requests_is_accepted(tmp_path, capsys):
+    """Item 16: a chain's rows split between two requests were each counted for their own
+    request (drafts reached by no request of their own); refused naming the chain."""
+    with pytest.raises(CalibrationError, match=r"the chain of step 0, sequence 0 names requests 7 and 9 \(1 such row"):
+        drafts_data([7, 9, 7], [0, 0, 1], [0, 0, 0], [1, 2, 1], [1, 1, 0], source="d.csv")
+    rows = ["request,step,sequence,position,confidence,accepted"]
+    rows += [f"{s % 40},{s},0,{j},-0.1,{int(j < 2)}" for s in range(80) for j in (1, 2)]
+    rows[5] = "99,2,0,1,-0.1,1"
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    code, _, err = run(capsys, "calib", "fit", "--drafts-log", tmp_path / "d.csv", *DRAFTER, "-o", tmp_path / "c.toml",
+                       "--request-spread", "require")
+    assert code == 2 and "step 2, sequence 0 names requests 99 and 2" in err and not (tmp_path / "c.toml").exists()

@@ -240,6 +240,12 @@ def drafts_data(request, step, sequence, position, accepted, source: str = "<dra
     st, sq, pos, acc, req = step[order], sequence[order], position[order], accepted[order] != 0, request[order]
     start = np.ones(st.shape[0], bool)
     start[1:] = (st[1:] != st[:-1]) | (sq[1:] != sq[:-1])
+    mixed = ~start[1:] & (req[1:] != req[:-1])
+    if mixed.any():
+        i = int(mixed.argmax()) + 1
+        raise CalibrationError(f"{source}: the chain of step {st[i]}, sequence {sq[i]} names requests {req[i - 1]} and "
+                               f"{req[i]} ({int(mixed.sum()):,} such row(s)): a chain is one request's drafts, so every "
+                               "row of it names the same request")
     chain = np.cumsum(start) - 1
     # Rejections strictly before each row within its chain: a draft is reached when there are none.
     rej = np.cumsum(~acc) - (~acc)
