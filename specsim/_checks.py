@@ -156,6 +156,8 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
     ``low_open``), else what is wrong with it (the value shown by ``render``: a file's own
     spelling, such as TOML's ``true``)."""
     u = f" {unit}" if unit else ""
+    if isinstance(value, float) and value == 0.0:
+        value = 0.0  # a -0 is shown as 0
     if not is_number(value):
         return f"{name} = {show(value, render=render)} must be a number{u}"
     v = number_float(value)

@@ -668,3 +668,23 @@ def test_control_characters_in_fleet_group_names_are_printed(files, capsys):
     err = _refused(["fleet", "--trace", files / "tiny.csv", "--fleet", files / "f.toml", "--policy", "fixed:1"], capsys,
                    "name = 'a\\x1b[31mb' must be a non-empty line of printable text")
     assert "\x1b" not in err
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--rate-scale", "-0"], "rate scale = 0.0 must be >= 1e-06"),
+    (["--policy", "propose@-0"], None),
+    (["--policy", "propose", "--slack", "-0"], None),
+])
+def test_messages_print_minus_0(files, argv, said, capsys):
+    base = ["simulate", "--trace", files / "tiny.csv", *_tc(files)] + ([] if "--policy" in argv else
+                                                                      ["--policy", "fixed:1"])
+    if said:
+        err = _refused(base + argv, capsys, said)
+    else:
+        assert _run(base + argv) == 0
+        err = capsys.readouterr().out
+        assert "propose@0 " in err
+    assert "-0" not in err.replace("e-0", ""), err
+    from specsim._checks import number_problem
+
+    assert number_problem(-0.0, "x", low=1.0) == "x = 0.0 must be >= 1"

@@ -90,7 +90,7 @@ def method_name(text: str) -> str:
 def real(text: str) -> float:
     """A number for argparse ``type=`` (``float``, in ASCII digits); the command checks its range."""
     try:
-        return float(_ascii(text))
+        return float(_ascii(text)) + 0.0  # -0 is 0 (messages printed "-0")
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
 
@@ -117,7 +117,7 @@ def nonneg_float(text: str) -> float:
     problem = number_problem(value, "the value", 0.0)
     if problem:
         raise argparse.ArgumentTypeError(f"{show(text)} must be a finite number >= 0")
-    return value
+    return value + 0.0  # -0 is 0
 
 
 def digest_map(items) -> dict:
@@ -165,7 +165,7 @@ def _fraction(text: str, outside: str) -> float:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(outside.format(value=value))
-    return value
+    return value + 0.0  # -0 is 0
 
 
 def slack(text: str) -> float:
