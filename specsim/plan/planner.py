@@ -570,10 +570,10 @@ class SpecCostState:
         """Load both files and refuse, listing every mismatch, unless the table's key checks
         clean against ``serve_key``, the calibration's drafter equals ``drafter_key`` and
         ``0 <= slack < 1``."""
-        for name, value, cls in (("serve_key", serve_key, TableKey), ("drafter_key", drafter_key, DrafterKey)):
-            if not isinstance(value, cls):
+        for name, value, kind in (("serve_key", serve_key, TableKey), ("drafter_key", drafter_key, DrafterKey)):
+            if not isinstance(value, kind):
                 swapped = " (serve_key and drafter_key swapped?)" if isinstance(value, (TableKey, DrafterKey)) else ""
-                raise KeyMismatchError(f"{name} must be a {cls.__name__}, got {show(value)}{swapped}")
+                raise KeyMismatchError(f"{name} must be a {kind.__name__}, got {show(value)}{swapped}")
         table = CostTable.load(table_path)
         cal = AcceptanceCalibration.load(calibration_path)
         problems = [f"table {table_path}: {m}" for m in table.key.check(serve_key)]
