@@ -257,10 +257,11 @@ def _slack(text, raw) -> float:
         value = float(t) if t.isascii() and "_" not in t else None
     except ValueError:
         value = None
+    if value is None:
+        raise PolicyError(f"policy {show(raw)}: slack {show(t)} is not a share in [0, 1), e.g. propose@0.1")
     problem = slack_problem(value, f"policy {show(raw)}: slack")
-    if value is None or problem:
-        raise PolicyError(f"policy {show(raw)}: slack {show(t)} is not a share in [0, 1), e.g. propose@0.1"
-                          if value is None else problem)
+    if problem:
+        raise PolicyError(problem)
     return value + 0.0
 
 
