@@ -547,7 +547,8 @@ def test_slack_forms_the_run_labels_show_are_an_unknown_policy(files, text, caps
 
 @pytest.mark.parametrize("text,needle", [("fixed@0.1", "only propose, sequence and load-aware take a slack"),
                                          ("propose@1", "outside [0, 1)"), ("propose@x", "not a share in [0, 1)"),
-                                         ("propose@1_0", "not a share"), ("propose@nan", "outside [0, 1)")])
+                                         ("propose@1_0", "not a share"), ("propose@nan", "outside [0, 1)"),
+                                         ("propose@0.1:x", "propose@SLACK takes no argument")])
 def test_a_bad_slack_form_is_refused_by_name(files, text, needle, capsys):
     _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", text], capsys, needle)
 

@@ -203,8 +203,10 @@ def parse_policy(text) -> Policy:
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
     if at:
-        if not Policy(kind).reads_slack or sep:
+        if not Policy(kind).reads_slack:
             raise PolicyError(f"policy {raw!r}: only propose, sequence and load-aware take a slack (@0.1)")
+        if sep:
+            raise PolicyError(f"policy {raw!r}: {kind}@SLACK takes no argument (caps are separate options)")
         return Policy(kind, slack=_slack(slack, raw))
     if Policy(kind).needs_planner:
         if sep:
