@@ -28,7 +28,9 @@ def adaptive_configs(draw):
     left to their defaults or drawn."""
     doc = {}
     if draw(st.booleans()):
-        for key in draw(st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True)):
+        # (slot 0 beside slot 1 is refused: no batch reaches it)
+        keys = st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True).filter(lambda ks: not {0, 1} <= set(ks))
+        for key in draw(keys):
             doc[str(key)] = {"candidate_steps": draw(candidates)}
     else:  # the default candidates (1, 3, 7) are deeper than the table prices
         doc["candidate_steps"] = draw(candidates)
