@@ -141,10 +141,10 @@ def is_number(value) -> bool:
 
 def is_finite(value) -> bool:
     """A real number (not a boolean) that is neither infinite nor NaN."""
-    return is_number(value) and math.isfinite(_as_float(value))
+    return is_number(value) and math.isfinite(number_float(value))
 
 
-def _as_float(value) -> float:
+def number_float(value) -> float:
     """``float(value)`` of a real number; an integer past the floats is infinite."""
     try:
         return float(value)
@@ -163,15 +163,18 @@ def int_problem(value, name: str, low: int = 0, high: int = COUNT_MAX, why: str 
 
 
 def number_problem(value, name: str, low: float = -math.inf, high: float = math.inf, *,
-                   low_open: bool = False, unit: str = "") -> str | None:
+                   low_open: bool = False, unit: str = "", render=repr) -> str | None:
     """``None`` if ``value`` is a finite number in ``[low, high]`` (``(low, high]`` with
-    ``low_open``), else what is wrong with it."""
+    ``low_open``), else what is wrong with it (the value shown by ``render``: a file's own
+    spelling, such as TOML's ``true``)."""
     u = f" {unit}" if unit else ""
+    if isinstance(value, float) and value == 0.0:
+        value = 0.0  # a -0 is shown as 0
     if not is_number(value):
-        return f"{name} = {show(value)} must be a number{u}"
-    v = _as_float(value)
+        return f"{name} = {show(value, render=render)} must be a number{u}"
+    v = number_float(value)
     if not math.isfinite(v):
-        return f"{name} = {show(value)} must be finite"
+        return f"{name} = {show(value, render=render)} must be finite"
     if v < low or (low_open and v == low) or v > high:
         lo = "> " if low_open else ">= "
         bounds = []
@@ -179,7 +182,7 @@ def number_problem(value, name: str, low: float = -math.inf, high: float = math.
             bounds.append(f"{lo}{low:g}")
         if high < math.inf:
             bounds.append(f"<= {high:g}")
-        return f"{name} = {show(value)} must be {' and '.join(bounds)}{u}"
+        return f"{name} = {show(value, render=render)} must be {' and '.join(bounds)}{u}"
     return None
 
 
@@ -233,6 +236,33 @@ def request_size_problem(prompt, output) -> str | None:
             return (f"request {i}: {name} = {int(tokens[i]):,} is beyond the {MAX_TOKENS_PER_REQUEST:,} tokens one "
                     f"request may ask for ({int(big.sum()):,} request(s) are; docs/limits.md)")
     return None
+
+
+def name_problem(value, name: str) -> str | None:
+    """``None`` if ``value`` is a name: a non-empty line of printable text (no control characters,
+    which would repaint the terminal it is printed on, nor a line break), else what is wrong."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        return f"{name} = {show(value)} must be a non-empty line of printable text (a name or a path)"
+    return None
+
+
+def slack_problem(value, name: str = "slack") -> str | None:
+    """``None`` if ``value`` is a planner slack: a real number (not a string or a boolean) in
+    ``[0, 1)``, else what is wrong with it."""
+    if not is_number(value):
+        return f"{name} {show(value)} is not a number: give a share in [0, 1)"
+    v = number_float(value)
+    if not 0.0 <= v < 1.0:  # NaN fails too
+        return (f"{name} {show(value)} is outside [0, 1): 0 means no slower than depth 1, values near 1 put "
+                "energy first")
+    return None
+
+
+def slack_text(slack: float) -> str:
+    """A slack as labels print it (``propose@0.1``): the short ``%g`` form when it reads back
+    as the same number, else the exact one, so a printed label names the run it labels."""
+    short = f"{slack:g}"
+    return short if float(short) == slack else repr(float(slack))
 
 
 def rate_scale_problem(value, name: str = "rate scale") -> str | None:

@@ -16,8 +16,9 @@ Rules that keep this safe:
   processes never write different entries of one kernel's cache index at once.
 * It is a helper, not a dependency: it starts only where a second CPU is, in a session of its
   own (Ctrl-C in a terminal reaches the command alone), with no output, and ends when its list is
-  done, when the command exits (the command ends it) or when the command is gone (it checks
-  before each kernel). It runs from the package's own folder, so no file of the user's
+  done, when the command exits (the command ends it) or when the command is gone: a thread of
+  the helper checks every :data:`WATCH_S` seconds, so a command killed (SIGTERM, SIGKILL) before
+  its exit handlers run does not leave it compiling on. It runs from the package's own folder, so no file of the user's
   working folder is imported. If it fails or is slow, the command compiles what it needs itself.
 """
 
@@ -67,6 +68,9 @@ PLAN = (
     ("plan._kernels", "goodput_table_nb", ("i8[]", "f8[,,]", "f8[]", "i8", "i8[]", "f8[,]"), _ALL),
     ("plan._kernels", "propose_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "i8[]", "f8[,]"), _ALL),
 )
+
+# How often the helper looks for its command, in seconds (a kernel's compile takes seconds).
+WATCH_S = 0.1
 
 _running = []  # the helper this process started, if any
 _lock = threading.Lock()
@@ -155,6 +159,7 @@ def main(argv) -> int:
     parent = int(argv[2]) if argv[2].isdigit() else -1
     if os.getppid() != parent:
         return 0
+    threading.Thread(target=_watch, args=(parent,), daemon=True, name="specsim-compile-ahead-watch").start()
     named = _types()
     for module, name, args, _ in kernels(argv[0]):
         if os.getppid() != parent:
@@ -162,6 +167,16 @@ def main(argv) -> int:
         kernel = getattr(importlib.import_module(f"specsim.{module}"), name)
         kernel.compile(tuple(named[a] for a in args))
     return 0
+
+
+def _watch(parent: int) -> None:
+    """End this helper at once when the command (process ``parent``) is gone: it became another
+    process's child. Numba's compile releases the GIL in LLVM, so this thread runs between."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -439,6 +439,23 @@ class _JSONRefused(ValueError):
     pass
 
 
+class DuplicateKeyError(_JSONRefused):
+    """A JSON object that names one key twice (Python's reader keeps the last value, others the
+    first: which one a file means is unknown)."""
+
+
+def json_object(pairs):
+    """The ``object_pairs_hook`` of every JSON reader: the object as a dict, or
+    :class:`DuplicateKeyError` when a key appears twice in it."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKeyError(f"the key {show(dup)} appears twice in one object: give it once (which value is "
+                                "meant is unknown)")
+    return obj
+
+
 def _json_int(literal: str) -> int:
     # Checked as text first: Python refuses to convert integers past 4,300 digits at all.
     if len(literal.lstrip("-")) > 19 or not -(1 << 63) <= int(literal) < (1 << 63):
@@ -473,7 +490,8 @@ def loads_json(text, what: str, source, error_cls, max_depth: int | None = None)
         raise error_cls(f"{source}: {what} nests lists or objects {depth} deep; at most {max_depth} "
                         "(docs/limits.md)")
     try:
-        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant,
+                          object_pairs_hook=json_object)
     except _JSONRefused as e:
         raise error_cls(f"{source}: {what}: {e}") from None
     except json.JSONDecodeError as e:

@@ -376,3 +376,62 @@ def test_the_helper_imports_nothing_from_the_working_folder(tmp_path, monkeypatc
     finally:
         _compile_ahead.stop()
     assert not marker.exists(), marker.read_text()
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (ended, not yet reaped by its new parent)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_sigterm_to_a_command_leaves_its_compile_ahead_helper_running(tmp_path):
+    """Hostile input round four, item 17: a command killed by SIGTERM runs no exit handler, so
+    it cannot end its helper; the helper must notice it is gone during a kernel's compile (cold,
+    one takes seconds), not only between kernels, and end with it. The helper here runs with
+    every compile stalled (a stand-in for a long one), so only the helper's own watch can end it."""
+    import signal
+    import time
+
+    from specsim import _compile_ahead
+
+    helper_main = tmp_path / "stalled_helper.py"
+    helper_main.write_text(
+        "import runpy, sys, time\n"
+        "from numba.core.dispatcher import Dispatcher\n"
+        f"Dispatcher.compile = lambda self, sig: (open({str(tmp_path / 'compiling')!r}, 'w').close(), "
+        "time.sleep(300))  # a compile that does not end soon\n"
+        "sys.argv = ['specsim._compile_ahead'] + sys.argv[1:]\n"
+        "runpy.run_module('specsim._compile_ahead', run_name='__main__')\n")
+    command = tmp_path / "command.py"
+    command.write_text(
+        "import os, subprocess, sys, time\n"
+        f"h = subprocess.Popen([sys.executable, {str(helper_main)!r}, 'plain', {_compile_ahead._PACKAGE!r}, "
+        "str(os.getpid())], start_new_session=True, stdin=subprocess.DEVNULL)\n"
+        "print(h.pid, flush=True)\n"
+        "time.sleep(300)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    parent = subprocess.Popen([sys.executable, str(command)], stdout=subprocess.PIPE, text=True, env=env)
+    helper = None
+    try:
+        helper = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60.0  # until it is inside its first (stalled) compile
+        while time.monotonic() < deadline and not _ended(helper) and not (tmp_path / "compiling").exists():
+            time.sleep(0.05)
+        assert not _ended(helper) and (tmp_path / "compiling").exists(), "the helper never reached a compile"
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20.0  # a stalled compile never returns: only the watch ends it
+        while not _ended(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _ended(helper), "the compile-ahead helper outlived its command"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=30)
+        parent.stdout.close()
+        if helper is not None and not _ended(helper):
+            os.kill(helper, signal.SIGKILL)

@@ -5,6 +5,7 @@ config's refusals (file and field named)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -27,7 +28,9 @@ def adaptive_configs(draw):
     left to their defaults or drawn."""
     doc = {}
     if draw(st.booleans()):
-        for key in draw(st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True)):
+        # (slot 0 beside slot 1 is refused: no batch reaches it)
+        keys = st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True).filter(lambda ks: not {0, 1} <= set(ks))
+        for key in draw(keys):
             doc[str(key)] = {"candidate_steps": draw(candidates)}
     else:  # the default candidates (1, 3, 7) are deeper than the table prices
         doc["candidate_steps"] = draw(candidates)
@@ -148,9 +151,27 @@ def test_defaults_and_slots_read_as_sglang_reads_them():
     assert cfg.slots == ((1, (1, 3, 7)),) and cfg.deepest == 7
     assert (cfg.ema_alpha, cfg.update_interval, cfg.warmup_batches, cfg.down_hysteresis, cfg.up_hysteresis) == \
         (0.2, 5, 10, 0.0, -0.25)
-    cfg = parse_adaptive(json.dumps({"0": {"candidate_steps": [2]}, "1": {"candidate_steps": [3, 1, 3]},
-                                     "8": {"candidate_steps": [1]}}), "a.json")
+    cfg = parse_adaptive(json.dumps({"1": {"candidate_steps": [3, 1, 3]}, "8": {"candidate_steps": [1]}}), "a.json")
     assert cfg.slots == ((1, (1, 3)), (8, (1,)))
+    cfg = parse_adaptive(json.dumps({"0": {"candidate_steps": [2]}, "8": {"candidate_steps": [1]}}), "a.json")
+    assert cfg.slots == ((1, (2,)), (8, (1,)))  # slot 0 serves the batches below 8
+
+
+@pytest.mark.parametrize("slots,said", [
+    ({"0": [2], "1": [3], "8": [1]}, "batch-size slot '0' is never used: no batch is smaller than 1 and slot '1'"),
+    ({"1": [2], "01": [3]}, "batch-size slots '1', '01' name the same batch size"),
+    ({"²": [2]}, "batch-size slot '²' is not a plain decimal batch size"),
+])
+def test_an_sglang_adaptive_slot_0_is_accepted_silently(slots, said):
+    """Hostile input round four, item 16: a slot no batch reaches was dropped without a word;
+    both SGLang readers (the controller's and the schedule's) refuse it."""
+    from specsim.interop.sglang import parse_config
+
+    text = json.dumps({k: {"candidate_steps": v} for k, v in slots.items()})
+    with pytest.raises(PolicyError, match=re.escape(said)):
+        parse_adaptive(text, "a.json")
+    with pytest.raises(PolicyError, match=re.escape(said)):
+        parse_config(text, "a.json")
 
 
 def test_cli_runs_the_controller_and_guards_its_file(tmp_path, capsys):

@@ -358,7 +358,7 @@ def test_nvml_readings_and_mean_are_bounded(tmp_path):
     with pytest.raises(TableError) as e:
         import_trtllm(path, power_w=None, nvml_log=log)
     said = str(e.value)
-    assert f"{log}:3: power.draw = '1e308 W' is not a power (watts in 0..1e+06)" in said
+    assert f"{log}:3: power.draw = '1e308 W' is not a power (watts in 0..1e+06" in said
     assert f"{log}:4: power.draw = '1000001 W'" in said and "cells[" not in said
     log.write_text("timestamp, index, power.draw [W]\n2025/06/01 10:00:00.000, 0, 0.00 W\n")
     with pytest.raises(TableError, match=r"mean board power 0 W is outside 0.001..1e\+06 W"):
@@ -648,3 +648,17 @@ def test_cli_says_how_well_the_import_fits(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "fit: samples lie a median" in text and "per draft pass" in text
     assert "step_model_per_draft_pass_ms" in out.read_text()
+
+
+@pytest.mark.parametrize("snake", [False, True], ids=["camelCase", "snake_case"])
+def test_a_telemetry_iteration_with_no_iterlatencyms_is_dropped_silently(tmp_path, snake):
+    """Hostile input round four, item 16: an iteration (it holds its batching stats) without a
+    latency was left out of the fit without a word; it is refused naming its line and iter."""
+    docs = grid_docs(snake=snake)
+    latency = "iter_latency_ms" if snake else "iterLatencyMS"
+    broken = {k: v for k, v in iteration(77, 4, 0, snake=snake).items() if k != latency}
+    path = trtllm_file(tmp_path, docs + [broken])
+    batch = "inflight_batching_stats" if snake else "inflightBatchingStats"
+    with pytest.raises(TableError, match=rf"iters.jsonl:{len(docs) + 1} \(iter 77\): an iteration with {batch} but "
+                                         r"no iterLatencyMS \(iter_latency_ms\)"):
+        import_trtllm(path)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.cli import main
 from specsim.costmodel.defaults import demo_calibration, demo_table
@@ -491,3 +494,198 @@ def test_extra_fields_in_trace_and_drafts_log_rows_are_accepted(files, capsys):
     _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
              "d.csv: line 3 has 6 fields", "header names 5")
     assert not (files / "o.toml").exists()
+
+
+# == Hostile input, round four (issue items 8-17) ================================================
+
+# -- 8: an NVML log's GPUs summed per sampling instant, by their index ----------------------------
+
+@pytest.mark.parametrize("header,stamps", [
+    ("index, power.draw [W]", ["", ""]),
+    ("timestamp, index, power.draw [W]", ["2025/06/01 10:00:00.000, ", "2025/06/01 10:00:00.001, "]),
+], ids=["no timestamp", "per-GPU stamps"])
+def test_a_multi_gpu_nvml_log_without_a_shared_timestamp_halves_the_power(tmp_path, header, stamps):
+    from specsim.errors import TableError
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    rows = [f"{stamps[i % 2]}{i % 2}, {300 + 10 * i}.00 W\n" for i in range(6)]
+    if not stamps[0]:
+        rows = [r.lstrip() for r in rows]
+    log.write_text(header + "\n" + "".join(rows))
+    assert nvml_log_power_w(log) == (pytest.approx(300 + 310 + 20 * 2), 3, 2)
+    log.write_text(header + "\n" + "".join(rows) + "".join(rows[:4:2]))  # GPU 0 read twice more
+    with pytest.raises(TableError, match="GPU 0: 5, GPU 1: 3"):
+        nvml_log_power_w(log)
+    log.write_text(header + "\n" + rows[0].replace(", 0,", ", x,") if stamps[0] else header + "\nx, 300 W\n")
+    with pytest.raises(TableError, match="index = 'x' is not a GPU index"):
+        nvml_log_power_w(log)
+
+
+@pytest.mark.parametrize("reading", ["3_00 W", "+300 W", "0x12c W", "٣٠٠ W"])
+def test_an_nvml_reading_3_00_w_is_read_as_300(tmp_path, reading):  # item 16
+    from specsim.errors import TableError
+    from specsim.measure.engine_tables import nvml_log_power_w
+
+    log = tmp_path / "power.csv"
+    log.write_text(f"index, power.draw [W]\n0, {reading}\n", encoding="utf-8")
+    with pytest.raises(TableError, match=f"power.draw = '{re.escape(reading)}' is not a power"):
+        nvml_log_power_w(log)
+
+
+# -- 12: every label specsim prints for a policy is a valid --policy -------------------------------
+
+@pytest.mark.parametrize("text", ["propose@0.1", "sequence@0.1", "load-aware@0.1", "propose@0"])
+def test_slack_forms_the_run_labels_show_are_an_unknown_policy(files, text, capsys):
+    from specsim.policy import parse_policy
+
+    pol = parse_policy(text)
+    assert str(pol) == text and pol.slack == float(text.partition("@")[2])
+    assert _run(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", text, "--slack", "0.5"]) == 0
+    assert f"\n{text} " in capsys.readouterr().out  # run at its own slack, labelled as given
+
+
+@pytest.mark.parametrize("text,needle", [("fixed@0.1", "only propose, sequence and load-aware take a slack"),
+                                         ("propose@1", "outside [0, 1)"), ("propose@x", "not a share in [0, 1)"),
+                                         ("propose@1_0", "not a share"), ("propose@nan", "outside [0, 1)"),
+                                         ("propose@0.1:x", "propose@SLACK takes no argument")])
+def test_a_bad_slack_form_is_refused_by_name(files, text, needle, capsys):
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", text], capsys, needle)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["propose", "sequence", "load-aware", "goodput", "fixed:3"]),
+       slack=st.floats(0.0, 1.0, exclude_max=True))
+def test_a_printed_label_reads_back_as_the_run_it_labels(kind, slack):
+    from specsim.policy import parse_policy
+
+    pol = parse_policy(kind)
+    label = pol.at_slack(slack)
+    back = parse_policy(label)
+    assert str(back) == label
+    assert back.at_slack(0.5) == label
+    if pol.reads_slack:
+        assert back.slack == slack and "@-" not in label
+    assert "@-" not in pol.at_slack(-0.0) and "@-" not in str(parse_policy(f"{kind}@-0" if pol.reads_slack else kind))
+
+
+# -- 15: foreign exceptions from the Python API, by the project's own errors ------------------------
+
+def _foreign_calls(tmp):
+    from specsim.calibration import DrafterKey
+    from specsim.calibration.spread import fit_spread
+    from specsim.errors import CalibrationError, KeyMismatchError, TableError
+    from specsim.measure.engine_tables import import_table
+    from specsim.plan.planner import SpecCostState
+
+    (tmp / "t.toml").write_text(demo_table().to_text())
+    (tmp / "c.toml").write_text(demo_calibration().render())
+    (tmp / "it.jsonl").write_text('{"iter": 0}\n')
+    table_key, drafter_key = demo_table().key, demo_calibration().drafter
+    assert isinstance(drafter_key, DrafterKey)
+    return {
+        "fit_spread('x')": (lambda: fit_spread("x"), CalibrationError, "fit_spread takes a RequestData"),
+        "fit_spread(None)": (lambda: fit_spread(None), CalibrationError, "got None"),
+        "import_table(key='key')": (lambda: import_table([tmp / "it.jsonl"], "trtllm-iterations", "key",
+                                                         power_w=300.0), TableError, "key must be a TableKey"),
+        "SpecCostState.load keys swapped": (
+            lambda: SpecCostState.load(tmp / "t.toml", tmp / "c.toml", drafter_key, table_key, 0.0),
+            KeyMismatchError, "serve_key must be a TableKey, got DrafterKey(" ),
+        "SpecCostState.load drafter_key=None": (
+            lambda: SpecCostState.load(tmp / "t.toml", tmp / "c.toml", table_key, None, 0.0),
+            KeyMismatchError, "drafter_key must be a DrafterKey, got None"),
+    }
+
+
+@pytest.mark.parametrize("call", ["fit_spread('x')", "fit_spread(None)", "import_table(key='key')",
+                                  "SpecCostState.load keys swapped", "SpecCostState.load drafter_key=None"])
+def test_api_calls_that_raise_attributeerror(tmp_path, call):
+    run, error, said = _foreign_calls(tmp_path)[call]
+    with pytest.raises(error) as e:
+        run()
+    assert said in str(e.value)
+
+
+# -- 16: silent accepts ----------------------------------------------------------------------------
+
+DUP = "appears twice in one object"
+
+
+def test_duplicate_json_keys_take_the_last_value(files, capsys):
+    # a side file read whole (an engine config)
+    (files / "dup.json").write_text('{"method": "eagle", "num_speculative_tokens": 3, "num_speculative_tokens": 5}')
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy", f"vllm:{files / 'dup.json'}"],
+             capsys, "dup.json", "the key 'num_speculative_tokens' " + DUP)
+    # a drafts log in JSON Lines (its fast path reads every line at once)
+    rows = [f'{{"step": {i}, "sequence": 0, "position": 1, "confidence": -0.1, "accepted": 1}}' for i in range(40)]
+    rows[7] = '{"step": 7, "sequence": 0, "position": 1, "confidence": -0.1, "accepted": 1, "accepted": 0}'
+    (files / "d.jsonl").write_text("\n".join(rows) + "\n")
+    _refused(["calib", "fit", "--drafts-log", files / "d.jsonl", *_calib_key(), "-o", files / "o.toml"], capsys,
+             "d.jsonl", "line 8", "the key 'accepted' " + DUP)
+    assert not (files / "o.toml").exists()
+
+
+def test_duplicate_keys_in_telemetry_documents_take_the_last_value(tmp_path):
+    from specsim.errors import SpecsimError
+    from specsim.interop._records import Tally, json_documents
+
+    one = '{\n  "iter": 1,\n  "iterLatencyMS": 5.0,\n  "iterLatencyMS": 50.0\n}\n'
+    with pytest.raises(SpecsimError, match="doc.json: the key 'iterLatencyMS' " + DUP):
+        json_documents(one, "doc.json", Tally())
+    tally = Tally()
+    docs = json_documents('{"iter": 1}\n{"iter": 2, "iter": 3}\n{"iter": 4}\n', "it.jsonl", tally)
+    assert docs == [{"iter": 1}, {"iter": 4}] and tally.garbage == 1
+    assert tally.problems == [f"it.jsonl:2: the key 'iter' {DUP}: give it once (which value is meant is unknown)"]
+
+
+@pytest.mark.parametrize("method", ["", " ", "eagle\x1b[2J", "two words"])
+def test_calib_export_method_empty_is_written(files, method, capsys):
+    _refused(["calib", "export", files / "c.toml", "--to", "vllm-synthetic", "--method", method, "-o",
+              files / "s.json"], capsys, "is not a method name")
+    assert not (files / "s.json").exists()
+    from specsim.errors import CalibrationError
+    from specsim.interop.vllm import synthetic_config
+
+    with pytest.raises(CalibrationError, match="method = '' must be a non-empty line of printable text"):
+        synthetic_config(demo_calibration(), method="")
+    with pytest.raises(CalibrationError, match="draft_model = 'a\\\\nb' must be"):
+        synthetic_config(demo_calibration(), draft_model="a\nb")
+
+
+@pytest.mark.parametrize("flag", ["--box-class", "--recipe"])
+def test_control_characters_in_box_class_are_written_to_the_table(files, flag, capsys):
+    metrale = files / "m.toml"
+    metrale.write_text("")
+    argv = ["table", "import", metrale, "--run", "r", "--box-class", "b", "--recipe", "x", "-o", files / "o.toml"]
+    argv[argv.index(flag) + 1] = HOSTILE_NAME
+    err = _refused(argv, capsys, "is not a name: give one line of printable text")
+    assert "\x1b" not in err and not (files / "o.toml").exists()
+    _refused(["table", "check", files / "t.toml", flag, "h\x07"], capsys, "is not a name")
+
+
+def test_control_characters_in_fleet_group_names_are_printed(files, capsys):
+    (files / "f.toml").write_text(f'[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
+                                  'calibration = "c.toml"\n')
+    err = _refused(["fleet", "--trace", files / "tiny.csv", "--fleet", files / "f.toml", "--policy", "fixed:1"], capsys,
+                   "name = 'a\\x1b[31mb' must be a non-empty line of printable text")
+    assert "\x1b" not in err
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--rate-scale", "-0"], "rate scale = 0.0 must be >= 1e-06"),
+    (["--policy", "propose@-0"], None),
+    (["--policy", "propose", "--slack", "-0"], None),
+])
+def test_messages_print_minus_0(files, argv, said, capsys):
+    base = ["simulate", "--trace", files / "tiny.csv", *_tc(files)] + ([] if "--policy" in argv else
+                                                                      ["--policy", "fixed:1"])
+    if said:
+        err = _refused(base + argv, capsys, said)
+    else:
+        assert _run(base + argv) == 0
+        err = capsys.readouterr().out
+        assert "propose@0 " in err
+    assert "-0" not in err.replace("e-0", ""), err
+    from specsim._checks import number_problem
+
+    assert number_problem(-0.0, "x", low=1.0) == "x = 0.0 must be >= 1"

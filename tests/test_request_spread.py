@@ -355,3 +355,54 @@ def test_spread_probability_edges(centre, shift, want):
     from specsim.sim._draw_kernels import spread_p_nb
 
     assert spread_p_nb(centre, shift) == want
+
+
+# -- hostile input round four, item 16: silent accepts in a calibration's spread -------------------
+
+@pytest.mark.parametrize("where", ["meta", "acceptance", "drafter"])
+def test_a_bare_request_spread_key_is_ignored_without_a_word(where):
+    text = small_calibration().render().replace(f"[{where}]", f"[{where}]\nrequest_spread = 0.8", 1)
+    if f"[{where}]" not in text:
+        text += f"\n[{where}]\nrequest_spread = 0.8\n"
+    with pytest.raises(CalibrationError, match=rf"\[{where}\] request_spread = 0.8 would be ignored"):
+        AcceptanceCalibration.parse(text, "c.toml")
+
+
+@pytest.mark.parametrize("line,said", [("requests = 0", "requests = 0 must be a whole number >= 30"),
+                                       ("requests = 29", "requests = 29 must be"),
+                                       ("logit_sd = true", "logit_sd = true must be a number"),
+                                       ("requests = false", "requests = false must be")])
+def test_a_spread_of_requests_0_is_accepted_and_messages_print_python_values(line, said):
+    name = line.split(" = ")[0]
+    good = {"logit_sd": "0.5", "standard_error": "0.1", "requests": "40"}
+    body = "".join(f"{k} = {v}\n" for k, v in good.items() if k != name) + line + "\n"
+    text = small_calibration().render() + f"\n[request_spread]\n{body}source = \"x\"\n"
+    with pytest.raises(CalibrationError) as e:
+        AcceptanceCalibration.parse(text, "c.toml")
+    assert said in str(e.value) and "True" not in str(e.value) and "False" not in str(e.value)
+
+
+def test_a_spread_of_minus_0_prints_minus_0(tmp_path, capsys):
+    from specsim.cli import main
+
+    text = small_calibration().render() + '\n[request_spread]\nlogit_sd = -0.0\nstandard_error = -0.0\n' \
+                                          'requests = 40\nsource = "x"\n'
+    cal = AcceptanceCalibration.parse(text, "c.toml")
+    assert math.copysign(1.0, cal.spread.logit_sd) == 1.0 and "logit_sd = 0.0\n" in cal.render()
+    (tmp_path / "c.toml").write_text(text)
+    assert main(["calib", "show", str(tmp_path / "c.toml")]) == 0
+    assert "request spread: logit_sd 0 +- 0 from 40 requests" in capsys.readouterr().out
+
+
+def test_a_drafts_log_chain_whose_rows_name_two_requests_is_accepted(tmp_path, capsys):
+    """Item 16: a chain's rows split between two requests were each counted for their own
+    request (drafts reached by no request of their own); refused naming the chain."""
+    with pytest.raises(CalibrationError, match=r"the chain of step 0, sequence 0 names requests 7 and 9 \(1 such row"):
+        drafts_data([7, 9, 7], [0, 0, 1], [0, 0, 0], [1, 2, 1], [1, 1, 0], source="d.csv")
+    rows = ["request,step,sequence,position,confidence,accepted"]
+    rows += [f"{s % 40},{s},0,{j},-0.1,{int(j < 2)}" for s in range(80) for j in (1, 2)]
+    rows[5] = "99,2,0,1,-0.1,1"
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    code, _, err = run(capsys, "calib", "fit", "--drafts-log", tmp_path / "d.csv", *DRAFTER, "-o", tmp_path / "c.toml",
+                       "--request-spread", "require")
+    assert code == 2 and "step 2, sequence 0 names requests 99 and 2" in err and not (tmp_path / "c.toml").exists()

@@ -2,6 +2,7 @@
 a model/GPU pair held out), the figures docs/tables.md states, and models from config.json."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -203,7 +204,8 @@ def test_plain_mlp_and_fp16_configs(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"num_key_value_heads": None}, "missing field(s) num_key_value_heads"),
+    ({"vocab_size": None}, "missing field(s) vocab_size"),
+    ({"num_hidden_layers": None}, "missing field(s) num_hidden_layers (or n_layer, n_layers)"),
     ({"num_attention_heads": 30}, "num_attention_heads = 30 does not divide hidden_size = 4096"),
     ({"hidden_size": 0}, "hidden_size = 0 must be a whole number >= 1"),
     ({"torch_dtype": "int3"}, "torch_dtype = 'int3'"),
@@ -216,6 +218,98 @@ def test_bad_configs_are_refused_naming_file_and_field(tmp_path, change, message
     with pytest.raises(CostModelError) as e:
         load_hf_config(path)
     assert str(path) in str(e.value) and message in str(e.value)
+
+
+# Hostile input round four, item 11: the plain-MLP families read under their own field names, KV
+# heads defaulting to the attention heads, and a mixture of experts refused wherever it is named.
+HF_FAMILIES = {
+    "gpt2": ({"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12, "n_layer": 12,
+              "n_inner": None, "vocab_size": 50257, "n_positions": 1024, "torch_dtype": "float32"},
+             dict(hidden=768, heads=12, kv_heads=12, layers=12, intermediate=3072, head_dim=64)),
+    "opt": ({"model_type": "opt", "activation_function": "relu", "hidden_size": 768, "ffn_dim": 3072,
+             "num_attention_heads": 12, "num_hidden_layers": 12, "word_embed_proj_dim": 768, "vocab_size": 50272,
+             "torch_dtype": "float16"}, dict(hidden=768, heads=12, kv_heads=12, intermediate=3072)),
+    "falcon-7b": ({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+                   "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024,
+                   "torch_dtype": "bfloat16"}, dict(kv_heads=1, intermediate=4 * 4544, head_dim=64)),
+    "falcon-40b": ({"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+                    "new_decoder_architecture": True, "num_kv_heads": 8, "vocab_size": 65024,
+                    "torch_dtype": "bfloat16"}, dict(kv_heads=8, intermediate=4 * 8192)),
+    "gpt_neox": ({"model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 2048, "intermediate_size": 8192,
+                  "num_attention_heads": 8, "num_hidden_layers": 16, "vocab_size": 50304, "torch_dtype": "float16"},
+                 dict(kv_heads=8, intermediate=8192)),
+    "bloom": ({"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 250880,
+               "torch_dtype": "bfloat16"}, dict(hidden=1024, heads=16, kv_heads=16, layers=24, intermediate=4096)),
+    "mpt": ({"model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32, "expansion_ratio": 4,
+             "vocab_size": 50432, "attn_config": {"attn_type": "multihead_attention"}, "torch_dtype": "bfloat16"},
+            dict(hidden=4096, heads=32, kv_heads=32, layers=32, intermediate=16384)),
+    "gptj": ({"model_type": "gptj", "activation_function": "gelu_new", "n_embd": 4096, "n_head": 16, "n_layer": 28,
+              "n_inner": None, "rotary_dim": 64, "vocab_size": 50400, "torch_dtype": "float16"},
+             dict(hidden=4096, kv_heads=16, intermediate=16384, head_dim=256)),
+    "gpt_bigcode": ({"model_type": "gpt_bigcode", "n_embd": 6144, "n_head": 48, "n_layer": 40, "n_inner": 24576,
+                     "multi_query": True, "vocab_size": 49152, "torch_dtype": "float32"},
+                    dict(kv_heads=1, intermediate=24576)),
+    "phi-2": ({"model_type": "phi", "hidden_act": "gelu_new", "hidden_size": 2560, "intermediate_size": 10240,
+               "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": None, "vocab_size": 51200,
+               "torch_dtype": "float16"}, dict(kv_heads=32, intermediate=10240)),
+}
+
+
+@pytest.mark.parametrize("family", list(HF_FAMILIES))
+def test_plain_mlp_families_the_code_lists_can_never_pass(tmp_path, family):
+    doc, want = HF_FAMILIES[family]
+    m = load_hf_config(_config(tmp_path, doc, family))
+    assert m.mlp_matrices == 2 and m.name == family
+    for field, value in want.items():
+        assert getattr(m, field) == value, field
+    assert forward_breakdown("h200", m, tokens=8, seqs=8, context=512).total_ms > 0
+
+
+def test_a_config_without_num_key_value_heads_is_refused(tmp_path):
+    for kv in (None, "absent"):
+        doc = {k: v for k, v in {**LLAMA_31_8B, "num_key_value_heads": kv}.items() if v != "absent"}
+        assert load_hf_config(_config(tmp_path, doc)).kv_heads == 32
+    no_dtype = {k: v for k, v in HF_FAMILIES["gpt2"][0].items() if k != "torch_dtype"}
+    with pytest.raises(CostModelError, match="torch_dtype = None is not one of .* \\(or pass --dtype\\)"):
+        load_hf_config(_config(tmp_path, no_dtype, "gpt2"))
+    assert load_hf_config(_config(tmp_path, no_dtype, "gpt2"), dtype="fp16").hidden == 768
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"ffn_config": {"ffn_type": "mptmlp", "moe_num_experts": 16, "moe_top_k": 4}},
+     "ffn_config.moe_num_experts, ffn_config.moe_top_k: a mixture-of-experts config"),
+    ({"num_experts_per_tok": 2}, "num_experts_per_tok: a mixture-of-experts config"),
+    ({"text_config": {"num_local_experts": 8}}, "text_config.num_local_experts: a mixture-of-experts"),
+])
+def test_moe_shapes_nested_in_a_config_are_priced_dense(tmp_path, change, message):
+    with pytest.raises(CostModelError, match=re.escape(message)):
+        load_hf_config(_config(tmp_path, {**LLAMA_31_8B, **change}))
+    assert load_hf_config(_config(tmp_path, {**LLAMA_31_8B, "num_experts_per_tok": None, "num_experts": 0})).hidden
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"model_type": "opt", "word_embed_proj_dim": 512}, "word_embed_proj_dim = 512 differs from hidden_size = 4096"),
+    ({"model_type": "falcon", "multi_query": "yes"}, "multi_query = 'yes' must be true or false"),
+    ({"model_type": "mpt", "ffn_config": {"ffn_type": "mptgeglu"}}, "ffn_config.ffn_type = 'mptgeglu'"),
+])
+def test_family_settings_that_a_config_json_cannot_price_are_refused(tmp_path, change, message):
+    with pytest.raises(CostModelError, match=re.escape(message)):
+        load_hf_config(_config(tmp_path, {**LLAMA_31_8B, **change}))
+
+
+@pytest.mark.parametrize("field,value", [("model_type", ["llama"]), ("hidden_act", {"a": 1}),
+                                         ("model_type", {"name": "llama"}), ("activation_function", [1])])
+def test_a_list_or_object_where_a_name_belongs_is_unhashable_typeerror(tmp_path, field, value, capsys):
+    """Item 10: refused by name, through the command line too (it was a TypeError traceback)."""
+    doc = {**LLAMA_31_8B, field: value}
+    if field == "activation_function":
+        doc.pop("hidden_act")
+    path = _config(tmp_path, doc)
+    out = tmp_path / "t.toml"
+    assert main(["table", "model", "--gpu", "h200", "--drafter", "eagle-1l", "--model-config", str(path),
+                 "--widths", "1", "--max-k", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{field} = {value!r} must be a name" in err and "Traceback" not in err and not out.exists()
 
 
 def test_cli_model_config_and_overheads(tmp_path, capsys):
@@ -235,3 +329,40 @@ def test_cli_model_config_and_overheads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "vocab_size" in err and str(bad) in err and "Traceback" not in err
     assert not (tmp_path / "x.toml").exists()
+
+
+# -- hostile input round four, item 13: forward_breakdown checks its arguments --------------------
+
+@pytest.mark.parametrize("kw,said", [
+    ({"tokens": -1}, "tokens = -1 must be a finite number in 0.."),
+    ({"tokens": float("nan")}, "tokens = nan must be"),
+    ({"seqs": 1e300}, "seqs = 1e+300 must be a finite number in 0.."),
+    ({"context": [512, float("inf")]}, "context = inf must be"),
+    ({"context": 10 ** 40}, "context = 1e+40 must be"),
+    ({"tokens": True}, "tokens = True must be a number"),
+    ({"seqs": "8"}, "seqs = '8' must be a number"),
+    ({"context": [[1, 2], [3]]}, "context = [[1, 2], [3]] must be a number"),
+    ({"context": np.array([True])}, "must be a number"),
+    ({"tokens": [1, 2], "seqs": [1, 2, 3]}, "tokens, seqs, context of shapes (2,), (3,), () do not broadcast"),
+    ({"tp": 0}, "tp = 0 is outside 1.."),
+    ({"tp": 2.0}, "tp = 2.0 must be a whole number"),
+    ({"tp": True}, "tp = True must be a whole number"),
+    ({"tp": 3}, "tp = 3 does not divide llama-3.1-8b's 32 attention heads"),
+])
+def test_forward_breakdown_checks_nothing(kw, said):
+    args = {"tokens": 8, "seqs": 8, "context": 512, **kw}
+    with pytest.raises(CostModelError, match=re.escape(said)):
+        forward_breakdown("h200", "llama-3.1-8b", **args)
+
+
+def test_forward_breakdown_takes_numbers_and_arrays_of_them():
+    from specsim.costmodel import plain_decode_ms, plain_decode_power_w
+
+    a = forward_breakdown("h200", "llama-3.1-8b", tokens=np.int32(8), seqs=[8, 8], context=np.array([512.0, 0]))
+    assert np.all(np.isfinite(a.total_ms)) and a.total_ms.shape == (2,)
+    with pytest.raises(CostModelError, match="batch = -2 must be"):
+        plain_decode_ms("h200", "llama-3.1-8b", batch=[1, -2], context_tokens=512)
+    with pytest.raises(CostModelError, match="context_tokens = nan must be"):
+        plain_decode_power_w("h200", "llama-3.1-8b", batch=1, context_tokens=float("nan"))
+    with pytest.raises(CostModelError, match="tp = 0"):
+        plain_decode_power_w("h200", "llama-3.1-8b", batch=1, context_tokens=1, tp=0)

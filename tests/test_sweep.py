@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import json
 import math
+import re
 
 import pytest
 
@@ -482,5 +483,33 @@ def test_a_row_whose_inputs_were_edited_is_refused(inputs, shared_data):
         csv.writer(f, lineterminator="\n").writerows([header, *rows])
     before = out.read_bytes()
     with pytest.raises(GridError, match=r"line 3: inputs_digest = .* is not the digest of its inputs"):
+        run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("column,value,said", [
+    ("policy", "fixed:2", "policy = 'fixed:2' where its point has 'fixed:1'"),
+    ("label", "fixed:2", "label = 'fixed:2' is not a label of its point's policy 'fixed:1'"),
+    ("label", "propose@0", "label = 'propose@0'"),
+    ("trace", "other", "trace = 'other' where its point has 'conv'"),
+])
+def test_a_row_whose_descriptive_columns_were_edited_is_refused(inputs, shared_data, column, value, said):
+    """Hostile input round four, item 9: a kept row whose policy, label or any axis column no
+    longer describes the point its point_id names (the inputs' digest cannot see them, and the
+    verdict reads them) is a damaged row: the file is refused, untouched, naming the point."""
+    import csv
+
+    grid_path = write_grid(inputs, shared_data / CONV, 'policy = ["fixed:1", "fixed:3"]', limit=60)
+    out = inputs / "r.csv"
+    run_sweep(load_grid(grid_path), out, serial=True, progress=False)
+    run_sweep(load_grid(grid_path), out, serial=True, progress=False)  # the rows as written are reused
+    header, *rows = list(csv.reader(out.read_text().splitlines()))
+    assert rows[0][header.index("policy")] == "fixed:1"
+    rows[0][header.index(column)] = value
+    with out.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([header, *rows])
+    before = out.read_bytes()
+    with pytest.raises(GridError, match=f"the row of point {rows[0][0]}: {re.escape(said)}.*"
+                                        r"\(a row whose columns do not match its point\).*delete the row"):
         run_sweep(load_grid(grid_path), out, serial=True, progress=False)
     assert out.read_bytes() == before

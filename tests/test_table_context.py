@@ -2,6 +2,7 @@
 reading, writing, refusals, and the commands that handle it."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -368,3 +369,47 @@ def test_axis_refusals_show_values_as_the_file_writes_them(old, new, shown):
     with pytest.raises(TableError) as e:
         CostTable.parse(_text(a=(old, new)), "t.toml")
     assert shown in str(e.value) and "True" not in str(e.value) and "False" not in str(e.value)
+
+
+# -- hostile input round four, item 14: one rule for a context ------------------------------------
+
+@pytest.mark.parametrize("c", [[1000], np.array([1000.0]), (1000,), np.array(1000.0)[None]])
+def test_a_context_in_a_list_or_array_is_accepted_where_the_planner_refuses_it(c):
+    from specsim.calibration import DrafterKey, calibration_from_rates
+    from specsim.plan import Planner
+    from specsim.errors import PlanError
+
+    t = with_axis()
+    with pytest.raises(TableError, match="context must be a finite number of tokens > 0"):
+        t.cell(1, 0, context=c)
+    cal = calibration_from_rates(DrafterKey("x", 9, "bf16", True), [0.8, 0.7], "conditional")
+    with pytest.raises(PlanError, match="context must be a finite number of tokens > 0"):
+        Planner(t, cal).propose(1, context=c)
+    assert t.cell(1, 0, context=np.float64(1000.0)) == t.cell(1, 0, context=1000)
+
+
+def test_lookup_flattens_a_2d_context_array():
+    t = with_axis()
+    with pytest.raises(TableError, match=r"lookup contexts must be a 1-d array, one context per query, got shape "
+                                         r"\(2, 1\)"):
+        t.lookup([1, 4], [0, 1], contexts=np.array([[512.0], [1024.0]]))
+    with pytest.raises(TableError, match=r"got shape \(\)"):
+        t.lookup([1], [0], contexts=512.0)
+    ok = t.lookup([1, 4], [0, 1], contexts=np.array([512.0, 1024.0]))
+    assert ok[0].tolist() == list(t.cell(1, 0, context=512)[2:])
+
+
+# -- item 15: foreign exceptions from from_contexts ------------------------------------------------
+
+@pytest.mark.parametrize("tables,reference,said", [
+    ({512: "x"}, None, "the table at context 512 is 'x', not a CostTable"),
+    ({512: None}, None, "the table at context 512 is None, not a CostTable"),
+    ({512: 1, "a": 2}, None, "context 'a' is not an integer >= 1"),
+    ([512], None, "a dict of context -> CostTable, got list"),
+    ({512: "t"}, [512], "reference context [512] is not one of [512]"),
+])
+def test_from_contexts_with_a_string_table_attributeerror(tables, reference, said):
+    tables = {c: (plain([1], 0, 1.0) if v == "t" else v) for c, v in tables.items()} \
+        if isinstance(tables, dict) else tables
+    with pytest.raises(TableError, match=re.escape(said)):
+        CostTable.from_contexts(tables, reference=reference)

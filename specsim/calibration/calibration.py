@@ -103,6 +103,11 @@ class AcceptanceCalibration:
         drafter = _read_drafter(doc.get("drafter", _toml.MISSING), problems)
         arrays = _read_acceptance(doc.get("acceptance", _toml.MISSING), problems)
         spread = None
+        for section in ("drafter", "acceptance", "meta"):
+            if isinstance(doc.get(section), dict) and "request_spread" in doc[section]:
+                problems.append(f"[{section}] request_spread = {_toml.show(doc[section]['request_spread'])} would be "
+                                "ignored: the spread is a [request_spread] table of its own (logit_sd, standard_error, "
+                                "requests, source; docs/calibration.md#per-request-spread)")
         if "request_spread" in doc:
             raw = doc["request_spread"]
             found = spread_problems(raw)

@@ -35,7 +35,7 @@ from specsim.calibration.spread import drafts_data
 from specsim.calibration.tree_fit import TREE_COLUMNS, bin_tree
 from specsim.errors import CalibrationError
 from specsim._checks import MAX_DEPTH, logprob_problem, show
-from specsim._io import decode_text, loads_json, read_input
+from specsim._io import decode_text, json_object, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
 STEP_COLUMNS = ("drafts", "accepted")
@@ -319,7 +319,7 @@ def _read_jsonl(text, path, columns, optional=()):
     # One parse of all lines as an array is the fast path; per-line parsing finds a bad line
     # (or a line holding two values) with its number.
     try:
-        objs = json.loads("[" + ",".join(line for _, line in numbered) + "]")
+        objs = json.loads("[" + ",".join(line for _, line in numbered) + "]", object_pairs_hook=json_object)
     except (ValueError, RecursionError):
         objs = None
     if objs is None or len(objs) != len(numbered):

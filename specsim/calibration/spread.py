@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim import _toml
 from specsim._checks import MAX_REQUEST_SPREAD, MIN_SPREAD_REQUESTS, is_int, number_problem, show
 from specsim.calibration._types import RequestSpread
 from specsim.errors import CalibrationError
@@ -239,6 +240,12 @@ def drafts_data(request, step, sequence, position, accepted, source: str = "<dra
     st, sq, pos, acc, req = step[order], sequence[order], position[order], accepted[order] != 0, request[order]
     start = np.ones(st.shape[0], bool)
     start[1:] = (st[1:] != st[:-1]) | (sq[1:] != sq[:-1])
+    mixed = ~start[1:] & (req[1:] != req[:-1])
+    if mixed.any():
+        i = int(mixed.argmax()) + 1
+        raise CalibrationError(f"{source}: the chain of step {st[i]}, sequence {sq[i]} names requests {req[i - 1]} and "
+                               f"{req[i]} ({int(mixed.sum()):,} such row(s)): a chain is one request's drafts, so every "
+                               "row of it names the same request")
     chain = np.cumsum(start) - 1
     # Rejections strictly before each row within its chain: a draft is reached when there are none.
     rej = np.cumsum(~acc) - (~acc)
@@ -350,6 +357,8 @@ def fit_spread(data: RequestData) -> SpreadFit:
     CalibrationError
         Fewer than ``MIN_SPREAD_REQUESTS`` requests with data.
     """
+    if not isinstance(data, RequestData):
+        raise CalibrationError(f"fit_spread takes a RequestData (positions_data or totals_data), got {show(data)}")
     count = data.requests
     if count < MIN_SPREAD_REQUESTS:
         raise CalibrationError(f"{data.source}: {count} request(s) with acceptance data; a request spread is fitted "
@@ -449,7 +458,8 @@ def resolve_spread(mode: str, data, why: str = ""):
 # -- checks ------------------------------------------------------------------------------------------
 
 def spread_problems(raw) -> list:
-    """What is wrong with a ``[request_spread]`` table (empty when nothing is)."""
+    """What is wrong with a ``[request_spread]`` table (empty when nothing is); values are shown
+    as the file writes them (``true``, not ``True``)."""
     if not isinstance(raw, dict):
         return [f"`request_spread` is a {type(raw).__name__}, not a table (logit_sd, standard_error, requests, "
                 "source)"]
@@ -464,15 +474,24 @@ def spread_problems(raw) -> list:
                         f"{', '.join(known)}")
     for name, high in (("logit_sd", MAX_REQUEST_SPREAD), ("standard_error", math.inf)):
         if name in raw:
-            p = number_problem(raw[name], f"[request_spread] {name}", 0.0, high)
+            p = number_problem(raw[name], f"[request_spread] {name}", 0.0, high, render=_as_written)
             if p:
                 problems.append(p)
-    if "requests" in raw and not (is_int(raw["requests"]) and raw["requests"] >= 0):
-        problems.append(f"[request_spread] requests = {show(raw['requests'])} must be a whole number >= 0 "
-                        "(the requests it was fitted on)")
+    if "requests" in raw and not (is_int(raw["requests"]) and raw["requests"] >= MIN_SPREAD_REQUESTS):
+        problems.append(f"[request_spread] requests = {show(raw['requests'], render=_as_written)} must be a whole "
+                        f"number >= {MIN_SPREAD_REQUESTS} (the requests it was fitted on; a spread is fitted from "
+                        f"{MIN_SPREAD_REQUESTS} or more)")
     if "source" in raw and not isinstance(raw["source"], str):
-        problems.append(f"[request_spread] source = {show(raw['source'])} must be a string")
+        problems.append(f"[request_spread] source = {show(raw['source'], render=_as_written)} must be a string")
     return problems
+
+
+def _as_written(value) -> str:
+    """A value as a calibration file writes it (TOML), or its repr when TOML has no such value."""
+    try:
+        return _toml.scalar(value)
+    except (TypeError, ValueError, OverflowError):
+        return repr(value)
 
 
 def check_spread(value, source: str = "<calibration>"):
@@ -485,4 +504,6 @@ def check_spread(value, source: str = "<calibration>"):
                                     requests=value.requests, source=value.source))
     if problems:
         raise CalibrationError(f"{source}: the request spread is refused", problems)
-    return RequestSpread(float(value.logit_sd), float(value.standard_error), int(value.requests), value.source)
+    # + 0.0: a -0 read from a file is 0 (it printed "logit_sd -0").
+    return RequestSpread(float(value.logit_sd) + 0.0, float(value.standard_error) + 0.0, int(value.requests),
+                         value.source)

@@ -7,7 +7,9 @@ import json
 import math
 import sys
 
-from specsim._checks import COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, check_finite_results, number_problem, show
+from specsim._checks import (
+    COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, check_finite_results, name_problem, number_problem, show,
+)
 from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError, TableError
 from specsim.interop import policy_file
@@ -67,10 +69,28 @@ def _ascii(text: str) -> str:
     return text
 
 
+def key_name(text: str) -> str:
+    """A name for argparse ``type=`` (a box class, a recipe): one non-empty line of printable
+    text, so no control character reaches a table's key or the terminal."""
+    if name_problem(text, "name"):
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a name: give one line of printable text, without "
+                                         "control characters")
+    return text
+
+
+def method_name(text: str) -> str:
+    """An engine's name for a speculative method (eagle, Eagle3, mtp, ...) for argparse
+    ``type=``: one short word, as it is written into the engine's config and repeated in notes."""
+    if not text or len(text) > 64 or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a method name (one word of at most 64 characters, "
+                                         "such as eagle, Eagle3 or mtp)")
+    return text
+
+
 def real(text: str) -> float:
     """A number for argparse ``type=`` (``float``, in ASCII digits); the command checks its range."""
     try:
-        return float(_ascii(text))
+        return float(_ascii(text)) + 0.0  # -0 is 0 (messages printed "-0")
     except ValueError:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
 
@@ -97,7 +117,7 @@ def nonneg_float(text: str) -> float:
     problem = number_problem(value, "the value", 0.0)
     if problem:
         raise argparse.ArgumentTypeError(f"{show(text)} must be a finite number >= 0")
-    return value
+    return value + 0.0  # -0 is 0
 
 
 def digest_map(items) -> dict:
@@ -145,7 +165,7 @@ def _fraction(text: str, outside: str) -> float:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number") from None
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(outside.format(value=value))
-    return value
+    return value + 0.0  # -0 is 0
 
 
 def slack(text: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.cli._common import context_list, count, format_grid, int_list
+from specsim.cli._common import context_list, count, format_grid, int_list, key_name
 from specsim._checks import MAX_POWER_W, MAX_SECONDS, MIN_POWER_W
 from specsim._io import Outputs
 from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path, merge_files
@@ -63,7 +63,7 @@ def register(sub, groups):
     p.add_argument("--cooldown-s", type=_seconds, default=0.0, metavar="S", help="pause between cells (default 0)")
     p.add_argument("--idle-s", type=_seconds, metavar="S",
                    help="length of the idle-power reading before the sweep (default: --min-window-s)")
-    p.add_argument("--box-class", metavar="B", help="box class for the key (default: from the device name)")
+    p.add_argument("--box-class", metavar="B", type=key_name, help="box class for the key (default: from the device name)")
     p.add_argument("--resume", action="store_true", help="continue the unfinished sweep kept beside OUT")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("-o", "--out", required=True, metavar="OUT.toml", help="the table to write")

@@ -6,7 +6,7 @@ import argparse
 
 from specsim.cli import calib_live
 from specsim.cli._common import (
-    count, float_list, format_grid, print_json, real, require_matplotlib as require_plot_format,
+    count, float_list, format_grid, method_name, print_json, real, require_matplotlib as require_plot_format,
 )
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.errors import CalibrationError
@@ -46,7 +46,7 @@ def register(sub, groups):
     p.add_argument("--to", required=True, choices=("vllm-synthetic",), help="the setting to write")
     p.add_argument("--depth", type=count, metavar="K",
                    help="num_speculative_tokens (default: the calibration's fitted positions)")
-    p.add_argument("--method", default="eagle3", metavar="NAME", help="the speculative method (default eagle3)")
+    p.add_argument("--method", default="eagle3", metavar="NAME", type=method_name, help="the speculative method (default eagle3)")
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights (vLLM `model`)")
     p.add_argument("-o", "--out", metavar="FILE", help="write the JSON here (default: print it)")
     p.set_defaults(func=cmd_export)

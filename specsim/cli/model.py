@@ -87,7 +87,7 @@ def _model(args):
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
         for kind, found in load_specs(path).items():
             specs[kind].update(found)
-    model = args.model if args.model_config is None else load_hf_config(args.model_config)
+    model = args.model if args.model_config is None else load_hf_config(args.model_config, dtype=args.dtype)
 
     def at(context_tokens):
         return model_table(

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import add_policy_inputs, count, digest_map, real, slack
+from specsim.cli._common import add_policy_inputs, count, digest_map, key_name, real, slack
 from specsim.errors import PolicyError, printable, SpecsimWarning, TableError, TraceError
 from specsim._checks import check_finite_results
 from specsim._io import Outputs
@@ -61,8 +61,8 @@ def register(sub, groups):
     t.add_argument("--min-samples", type=count, metavar="N", default=None,
                    help="with --from: fewest samples a measured cell rests on (default 5)")
     t.add_argument("-o", "--output", required=True, metavar="OUT", help="cost table TOML to write")
-    t.add_argument("--box-class", required=True, help="key: the hardware class the run was measured on")
-    t.add_argument("--recipe", required=True, help="key: model + drafter + precision recipe id")
+    t.add_argument("--box-class", required=True, type=key_name, help="key: the hardware class the run was measured on")
+    t.add_argument("--recipe", required=True, type=key_name, help="key: model + drafter + precision recipe id")
     t.add_argument("--digest", action="append", default=[], metavar="MODE=DIGEST",
                    help="key: plan digest of one mode (repeat per mode)")
     t.set_defaults(func=cmd_import)
@@ -117,9 +117,6 @@ def _replay(args, out):
 
 
 def cmd_import(args):
-    for flag, value in (("--box-class", args.box_class), ("--recipe", args.recipe)):
-        if not value.strip():
-            raise TableError(f"{flag} is empty: the table's key needs it (a table is used only under its own key)")
     digests = digest_map(args.digest)
     if args.from_format is not None:
         return _import_telemetry(args, digests)

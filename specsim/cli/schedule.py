@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, slack
+from specsim.cli._common import count, method_name, slack
 from specsim.errors import ScheduleError
 from specsim._checks import MAX_WIDTH, show
 from specsim._io import Outputs
@@ -19,17 +19,6 @@ from specsim.table import CostTable
 
 # How export takes the planner's two files, for the hint when they are swapped.
 PLANNER_USAGE = "specsim schedule export --planner TABLE CAL"
-
-
-def _method_name(text: str) -> str:
-    """An engine's name for a speculative method (eagle, Eagle3, mtp, ...): one short word, as
-    it is written into the engine's config and repeated in the notes."""
-    import argparse
-
-    if not text or len(text) > 64 or not text.isprintable() or any(c.isspace() for c in text):
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a method name (one word of at most 64 characters, "
-                                         "such as eagle, Eagle3 or mtp)")
-    return text
 
 
 def register(sub, groups):
@@ -53,7 +42,7 @@ def register(sub, groups):
                    help="with --planner: widest width to plan (default the table's widest); "
                         "wider widths keep its depth")
     p.add_argument("--to", required=True, choices=tuple(ENGINES), help="the engine to write for")
-    p.add_argument("--method", metavar="NAME", type=_method_name,
+    p.add_argument("--method", metavar="NAME", type=method_name,
                    help="speculative method as the engine names it (default: vLLM eagle3, TensorRT-LLM Eagle3, "
                         "SGLang EAGLE3: most current drafters are EAGLE-3)")
     p.add_argument("--draft-model", metavar="PATH", help="the drafter's weights, written where the engine takes them")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import context, count, digest_map, format_grid, print_json, width
+from specsim.cli._common import context, count, digest_map, format_grid, key_name, print_json, width
 from specsim.errors import KeyMismatchError, TableError
 from specsim.table import CostTable, TableKey
 from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
@@ -18,8 +18,8 @@ def register(sub, groups):
     p.add_argument("file", help="cost table TOML")
     p.add_argument("--against", metavar="TABLE", help="a second table whose key is the serve's key")
     p.add_argument("--schema", type=int, help="serve key: schema (default 1)")
-    p.add_argument("--box-class", help="serve key: box class")
-    p.add_argument("--recipe", help="serve key: recipe id")
+    p.add_argument("--box-class", type=key_name, help="serve key: box class")
+    p.add_argument("--recipe", type=key_name, help="serve key: recipe id")
     p.add_argument("--digest", action="append", default=[], metavar="MODE=DIGEST",
                    help="serve key: plan digest of one mode (repeat per mode)")
     p.set_defaults(func=cmd_check)

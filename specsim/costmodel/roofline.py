@@ -50,7 +50,9 @@ from specsim.costmodel.engines import engine_profile
 from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpec, digest,
                                      drafter_spec, gpu_spec, model_spec)
 from specsim.errors import CostModelError
-from specsim._checks import COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, show
+from specsim._checks import (
+    COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, is_number, number_float, show,
+)
 from specsim.table import Cell, CostTable, SCHEMA, TableKey
 from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 
@@ -492,6 +494,7 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
     """
     specs = specs or {}
     g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
+    tokens, seqs, context, tp = _pass_args(m, tokens=tokens, seqs=seqs, context=context, tp=tp)
     ov = _overheads(overheads)
     ach = achieved or achieved_for(g)
     net = _target_net(m)
@@ -503,6 +506,42 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         padding = _device_s(_pass(net, g, ach, ov, int(tp), eng.padded(tokens), seqs, context)) - _device_s(p)
     return ForwardBreakdown(*(_as_result(x) for x in (p.linear_s * 1e3, p.attention_s * 1e3, p.comm_s * 1e3,
                                                       p.head_s * 1e3, host, padding * 1e3)))
+
+
+def _pass_args(m, *, tp, **amounts):
+    """A pass's amounts (``tokens``, ``seqs``, ``context``: numbers or arrays of them, each
+    finite in ``0..COUNT_MAX``, broadcasting together) as float64 arrays, then ``tp`` (a whole
+    number >= 1 dividing the model's attention heads); else CostModelError naming the argument."""
+    out = []
+    for name, value in amounts.items():
+        arr = None
+        if not isinstance(value, (str, bytes, bool, np.bool_)):
+            try:
+                raw = np.asarray(value)
+            except (TypeError, ValueError):
+                raw = None
+            if raw is not None and raw.dtype.kind in "iuf":
+                arr = raw.astype(np.float64)
+            elif raw is not None and raw.dtype.kind == "O" and raw.size and all(is_number(x) for x in raw.flat):
+                arr = np.array([number_float(x) for x in raw.flat]).reshape(raw.shape)
+        if arr is None:
+            raise CostModelError(f"{name} = {show(value)} must be a number or an array of numbers")
+        bad = ~((arr >= 0.0) & (arr <= COUNT_MAX))  # NaN fails too
+        if bad.any():
+            v = arr[bad].flat[0]
+            raise CostModelError(f"{name} = {v:g} must be a finite number in 0..{COUNT_MAX:,}")
+        out.append(arr)
+    try:
+        np.broadcast_shapes(*(a.shape for a in out))
+    except ValueError:
+        raise CostModelError(f"{', '.join(amounts)} of shapes {', '.join(str(a.shape) for a in out)} do not "
+                             "broadcast together") from None
+    problem = int_problem(tp, "tp", 1)
+    if problem:
+        raise CostModelError(problem)
+    if m.heads % tp:
+        raise CostModelError(f"tp = {tp} does not divide {m.name}'s {m.heads} attention heads")
+    return (*out, int(tp))
 
 
 def _overheads(overheads) -> Overheads:
@@ -628,7 +667,7 @@ def plain_decode_ms(gpu, model, *, tp: int = 1, context_tokens, batch, overheads
     -------
     ndarray(float64)
     """
-    batch = np.asarray(batch, dtype=np.float64)
+    batch, context_tokens, tp = _pass_args(model_spec(model), batch=batch, context_tokens=context_tokens, tp=tp)
     return np.asarray(forward_breakdown(gpu, model, tokens=batch, seqs=batch, context=context_tokens, tp=tp,
                                         overheads=overheads, achieved=achieved).total_ms)
 
@@ -637,9 +676,8 @@ def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, over
     """Modelled mean board power per GPU of plain decode steps, broadcast like :func:`plain_decode_ms`."""
     ov = _overheads(overheads)
     gpu, model = gpu_spec(gpu), model_spec(model)
-    batch = np.asarray(batch, dtype=np.float64)
-    p = _pass(_target_net(model), gpu, achieved or achieved_for(gpu), ov, tp, batch, batch,
-              np.asarray(context_tokens, dtype=np.float64))
+    batch, context_tokens, tp = _pass_args(model, batch=batch, context_tokens=context_tokens, tp=tp)
+    p = _pass(_target_net(model), gpu, achieved or achieved_for(gpu), ov, tp, batch, batch, context_tokens)
     total_s = _device_s(p) + (ov.step_ms + ov.seq_ms * batch) * 1e-3
     return _energy_j(gpu, tp, p.active_s, total_s) / (total_s * tp)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
+from specsim._checks import show
 from specsim._io import loads_json, read_input
 from specsim.errors import CostModelError
 
@@ -361,9 +362,21 @@ def digest(*specs, **values) -> str:
 
 
 # -- models from a Hugging Face config.json -------------------------------------------------
-# The fields a dense decoder's config.json must hold for the roofline to price it.
-HF_CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "vocab_size")
+# The fields a decoder's config.json must hold for the roofline to price it, each under the
+# names the families spell it (the first one a config holds is read): gpt2, gptj and gpt_bigcode
+# write n_embd, n_head, n_layer and n_inner; opt ffn_dim; falcon ffn_hidden_size; bloom n_embed
+# and n_head; mpt d_model, n_heads and n_layers.
+HF_FIELD_NAMES = {
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "vocab_size": ("vocab_size",),
+}
+HF_CONFIG_FIELDS = tuple(HF_FIELD_NAMES)
+# Families whose MLP width is 4 x hidden when the config leaves it out (or null); mpt's is its
+# expansion_ratio (default 4) x d_model.
+HF_FOUR_X_TYPES = frozenset({"gpt2", "gptj", "gpt_bigcode", "falcon", "bloom"})
 # model_type -> gated (SwiGLU/GeGLU: gate, up and down matrices) or plain MLP (up and down).
 HF_GATED_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
                             "phi3", "granite", "olmo", "olmo2", "internlm2", "cohere", "exaone", "yi", "deepseek"})
@@ -373,18 +386,24 @@ HF_PLAIN_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon"
 HF_GATED_ACTS = frozenset({"silu", "swish", "swiglu"})
 HF_PLAIN_ACTS = frozenset({"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "quick_gelu"})
 HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
-# Keys that mark a mixture-of-experts config (priced only from a TOML spec, which names the shape).
+# Keys that mark a mixture-of-experts config, at the top or nested (DBRX's
+# ffn_config.moe_num_experts), besides any key naming experts (num_experts_per_tok): priced only
+# from a TOML spec, which names the shape.
 HF_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 
 
-def load_hf_config(path, name=None) -> ModelSpec:
+def load_hf_config(path, name=None, dtype=None) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (a dense decoder).
 
-    Read: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``,
-    ``num_key_value_heads``, ``vocab_size`` (all required), ``head_dim`` (default hidden size /
-    heads), gated or plain MLP (from ``model_type``, else ``hidden_act``), and the weights' format
-    (``torch_dtype`` or ``dtype``; a ``quantization_config`` with ``quant_method = "fp8"`` makes it
-    fp8). The name is ``name``, else the file's folder, lower-cased.
+    Read: the hidden size, MLP width, layer count, attention heads and vocabulary under any of
+    the names :data:`HF_FIELD_NAMES` lists (all required, but the MLP width of the families that
+    default it: 4 x hidden for :data:`HF_FOUR_X_TYPES`, ``expansion_ratio`` x ``d_model`` for mpt),
+    the KV heads (``num_key_value_heads``, missing or null: the attention heads; falcon, mpt and
+    gpt_bigcode by their own multi-query settings), ``head_dim`` (default hidden size / heads),
+    gated or plain MLP (from ``model_type``, else ``hidden_act``), and the weights' format
+    (``torch_dtype`` or ``dtype``, not needed when ``dtype`` is given; a ``quantization_config``
+    with ``quant_method = "fp8"`` makes it fp8). A mixture-of-experts config, wherever it names
+    its experts, is refused. The name is ``name``, else the file's folder, lower-cased.
 
     Raises
     ------
@@ -394,56 +413,149 @@ def load_hf_config(path, name=None) -> ModelSpec:
     path = Path(path)
     doc = loads_json(read_input(path, "the model config", CostModelError), "the model config", path, CostModelError)
     default = (path.parent.name if path.name == "config.json" else path.stem).lower()
-    return parse_hf_config(doc, str(path), name or default)
+    return parse_hf_config(doc, str(path), name or default, dtype)
 
 
-def parse_hf_config(doc, source: str, name: str) -> ModelSpec:
+def _moe_keys(doc, where="", depth=0) -> list:
+    """The keys of ``doc`` (dotted, nested objects included) that set up experts."""
+    found = []
+    for key, value in doc.items():
+        k = str(key).lower()
+        if isinstance(value, dict) and depth < 4:
+            found += _moe_keys(value, f"{where}{key}.", depth + 1)
+        elif (k in HF_MOE_KEYS or "expert" in k or k.startswith("moe_")) and value not in (None, False, 0, "", [], {}):
+            found.append(f"{where}{key}")
+    return found
+
+
+def _hf_kv_heads(doc, model_type, heads, problems):
+    """The KV heads of a config: 1 for a multi-query falcon (old architecture) or gpt_bigcode,
+    mpt's attn_config, else ``num_key_value_heads`` (``num_kv_heads``), the attention heads when
+    missing or null."""
+    def flag(name, default, where=doc):
+        value = where.get(name, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            problems.append(f"{name} = {show(value)} must be true or false")
+            return default
+        return value
+
+    if model_type == "gpt_bigcode":
+        return 1 if flag("multi_query", True) else heads
+    if model_type == "falcon" and not flag("new_decoder_architecture", False):
+        return 1 if flag("multi_query", True) else heads
+    names = ("num_key_value_heads", "num_kv_heads")
+    if model_type == "mpt":
+        attn = doc.get("attn_config") or {}
+        if not isinstance(attn, dict):
+            problems.append(f"attn_config = {show(attn)} must be an object")
+            return heads
+        kind = attn.get("attn_type", "multihead_attention")
+        if kind == "multiquery_attention":
+            return 1
+        if kind != "grouped_query_attention":
+            return heads
+        doc, names = attn, ("kv_n_heads",)
+    name = next((n for n in names if doc.get(n) is not None), None)
+    if name is None:
+        return heads
+    value = doc[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(f"{name} = {show(value)} must be a whole number >= 1")
+        return None
+    return value
+
+
+def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSpec:
     """The :class:`ModelSpec` of a parsed ``config.json`` (see :func:`load_hf_config`)."""
     if not isinstance(doc, dict):
         raise CostModelError(f"{source}: a model config is a JSON object, not {type(doc).__name__}")
     problems = []
-    missing = [f for f in HF_CONFIG_FIELDS if f not in doc]
+    texts = {}
+    for f in ("model_type", "hidden_act", "activation_function"):
+        v = doc.get(f)
+        if v is not None and not isinstance(v, str):
+            problems.append(f"{f} = {show(v)} must be a name (text such as \"llama\" or \"silu\")")
+        else:
+            texts[f] = v
+    model_type = texts.get("model_type")
+    act_field = "hidden_act" if "hidden_act" in doc else "activation_function"
+    act = texts.get(act_field)
+    values, missing = {}, []
+    for f, names in HF_FIELD_NAMES.items():
+        spelt = next((n for n in names if doc.get(n) is not None), None)
+        if spelt is None:
+            missing.append(f)
+            continue
+        v = doc[spelt]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            problems.append(f"{spelt} = {show(v)} must be a whole number >= 1")
+        else:
+            values[f] = v
+    hidden = values.get("hidden_size")
+    if "intermediate_size" in missing and hidden and model_type in HF_FOUR_X_TYPES:
+        missing.remove("intermediate_size")
+        values["intermediate_size"] = 4 * hidden
+    elif "intermediate_size" in missing and hidden and model_type == "mpt":
+        missing.remove("intermediate_size")
+        ratio = doc.get("expansion_ratio", 4)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1024 \
+                or float(ratio * hidden) != int(ratio * hidden):
+            problems.append(f"expansion_ratio = {show(ratio)} must be a number > 0 that makes a whole MLP width")
+        else:
+            values["intermediate_size"] = int(ratio * hidden)
     if missing:
-        problems.append(f"missing field(s) {', '.join(missing)}: a decoder's config.json names them all")
-    values = {}
-    for f in HF_CONFIG_FIELDS + (("head_dim",) if doc.get("head_dim") is not None else ()):
-        if f in doc:
-            v = doc[f]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                problems.append(f"{f} = {v!r} must be a whole number >= 1")
-            else:
-                values[f] = v
-    moe = [k for k in HF_MOE_KEYS if doc.get(k)]
+        spellings = "; ".join(f"{f} (or {', '.join(HF_FIELD_NAMES[f][1:])})" if len(HF_FIELD_NAMES[f]) > 1 else f
+                              for f in missing)
+        problems.append(f"missing field(s) {spellings}: a decoder's config.json names them all")
+    if doc.get("head_dim") is not None:
+        v = doc["head_dim"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            problems.append(f"head_dim = {show(v)} must be a whole number >= 1")
+        else:
+            values["head_dim"] = v
+    moe = _moe_keys(doc)
     if moe:
-        problems.append(f"{', '.join(moe)}: a mixture-of-experts config; describe its shape in a TOML "
+        problems.append(f"{', '.join(moe[:5])}: a mixture-of-experts config; describe its shape in a TOML "
                         "[[model]] spec (experts, experts_per_token, expert_intermediate) and pass --model-spec")
-    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    if model_type == "opt" and doc.get("word_embed_proj_dim") not in (None, hidden):
+        problems.append(f"word_embed_proj_dim = {show(doc['word_embed_proj_dim'])} differs from hidden_size = "
+                        f"{hidden}: the embedding and LM head run at another width (and two projections), which a "
+                        "config.json model cannot say; describe it in a TOML [[model]] spec and pass --model-spec")
+    if model_type == "mpt" and isinstance(doc.get("ffn_config"), dict) \
+            and doc["ffn_config"].get("ffn_type", "mptmlp") != "mptmlp":
+        problems.append(f"ffn_config.ffn_type = {show(doc['ffn_config'].get('ffn_type'))}: only mpt's plain "
+                        "\"mptmlp\" is read; describe another in a TOML [[model]] spec and pass --model-spec")
+    heads = values.get("num_attention_heads")
     if hidden and heads and hidden % heads:
         problems.append(f"num_attention_heads = {heads} does not divide hidden_size = {hidden}")
-    kv = values.get("num_key_value_heads")
+    kv = _hf_kv_heads(doc, model_type, heads, problems) if heads else None
     if heads and kv and heads % kv:
         problems.append(f"num_key_value_heads = {kv} does not divide num_attention_heads = {heads}")
-    model_type, act = doc.get("model_type"), doc.get("hidden_act", doc.get("activation_function"))
     if model_type in HF_GATED_TYPES or (model_type not in HF_PLAIN_TYPES and act in HF_GATED_ACTS):
         matrices = 3
     elif model_type in HF_PLAIN_TYPES or act in HF_PLAIN_ACTS:
         matrices = 2
     else:
         matrices = None
-        problems.append(f"model_type = {model_type!r} and hidden_act = {act!r} do not say whether the MLP is gated: "
-                        f"a gated one has hidden_act in {', '.join(sorted(HF_GATED_ACTS))}, a plain one in "
-                        f"{', '.join(sorted(HF_PLAIN_ACTS))}")
+        if "model_type" in texts and act_field in texts:  # (a name that is not text is refused above)
+            problems.append(f"model_type = {model_type!r} and hidden_act = {act!r} do not say whether the MLP is "
+                            f"gated: a gated one has hidden_act in {', '.join(sorted(HF_GATED_ACTS))}, a plain one in "
+                            f"{', '.join(sorted(HF_PLAIN_ACTS))}")
     raw_dtype = doc.get("torch_dtype", doc.get("dtype"))
     dtype = HF_DTYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
+    if dtype is None and raw_dtype is None and dtype_override is not None:
+        dtype = "bf16"  # the format --dtype overrides
     if dtype is None:
-        problems.append(f"torch_dtype = {raw_dtype!r} is not one of {', '.join(HF_DTYPES)}")
+        problems.append(f"torch_dtype = {show(raw_dtype)} is not one of {', '.join(HF_DTYPES)} (or pass --dtype)")
     quant = doc.get("quantization_config")
     if isinstance(quant, dict) and quant:
         method = quant.get("quant_method")
         if method == "fp8":
             dtype = "fp8"
         else:
-            problems.append(f"quantization_config.quant_method = {method!r}: only \"fp8\" is read; pass --dtype "
+            problems.append(f"quantization_config.quant_method = {show(method)}: only \"fp8\" is read; pass --dtype "
                             "for another format")
     if problems:
         raise CostModelError(f"{source}: the model config is refused", problems)

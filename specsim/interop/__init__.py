@@ -19,7 +19,7 @@ from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
 from specsim.policy.policy import Policy, parse_policy
 from specsim.policy.schedule import canonical
-from specsim._checks import MAX_WIDTH, int_problem, show
+from specsim._checks import MAX_WIDTH, int_problem, name_problem, show
 from specsim._io import decode_text, read_input
 
 ENGINES = {"vllm": vllm, "trtllm": trtllm, "sglang": sglang}
@@ -135,8 +135,9 @@ def export_schedule(engine: str, ranges, *, method=None, max_num_seqs=None, draf
     if problem:
         raise ScheduleError(problem)
     for name, value in (("method", method), ("draft_model", draft_model)):
-        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
-            raise ScheduleError(f"{name} = {show(value)} must be a non-empty line of text (a name or a path)")
+        problem = value is not None and name_problem(value, name)
+        if problem:
+            raise ScheduleError(problem)
     module = ENGINES[engine]
     cfg = module.export_config(canonical(ranges), method or module.DEFAULT_METHOD, max_num_seqs, draft_model)
     if method is None:

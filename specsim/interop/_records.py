@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from specsim._io import decode_text, read_input
+from specsim._io import DuplicateKeyError, decode_text, json_object, read_input
 from specsim.errors import CalibrationError
 from specsim._checks import COUNT_MAX, MAX_DEPTH
 
@@ -174,6 +174,13 @@ def json_documents(text: str, source: str, tally: Tally, lines=None):
         if lines is not None:
             lines.append(text[:len(text) - len(text.lstrip())].count("\n") + 1)
         return docs
+    except DuplicateKeyError as e:
+        try:
+            json.loads(stripped)
+        except (ValueError, RecursionError):
+            pass  # not one document: each line is read (and refused) on its own below
+        else:
+            raise CalibrationError(f"{source}: {e}") from None
     except ValueError:
         pass
     docs = []
@@ -189,6 +196,8 @@ def json_documents(text: str, source: str, tally: Tally, lines=None):
             docs.append(_loads(line, f"{source}:{i}"))
             if lines is not None:
                 lines.append(i)
+        except DuplicateKeyError as e:
+            tally.bad(f"{source}:{i}", str(e))
         except ValueError:
             tally.bad(f"{source}:{i}", "not a JSON value")
     return docs
@@ -196,7 +205,7 @@ def json_documents(text: str, source: str, tally: Tally, lines=None):
 
 def _loads(text, source):
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=json_object)
     except RecursionError:
         raise CalibrationError(f"{source}: the JSON nests too deep to read") from None
 

@@ -317,6 +317,7 @@ def parse_config(text, source):
         slots.append((digits_int(key), steps[0]))
     if not slots:
         raise PolicyError(f"{source}: no batch-size slot (a key like \"1\" with its candidate steps)")
+    _check_reached([k for k in doc if digits_int(k) is not None], source)
     slots.sort()
     out = []
     for i, (lo, k) in enumerate(slots):
@@ -324,10 +325,26 @@ def parse_config(text, source):
         first = 1 if i == 0 else max(lo, 1)
         end = slots[i + 1][0] - 1 if i + 1 < len(slots) else None
         if end is not None and end < first:
-            continue  # a slot no batch size reaches (key 0 beside key 1)
+            continue  # a slot no batch size reaches
         out.append((first, end, k))
     return tuple(out)
 
+
+
+def _check_reached(keys, source) -> None:
+    """Refuse batch-size slot ``keys`` (their text) that no batch reaches, whose candidates would
+    be dropped without a word: two keys naming one size (``"1"`` and ``"01"``), or ``"0"``
+    beside ``"1"`` (a batch holds at least one request)."""
+    by_size = {}
+    for key in keys:
+        by_size.setdefault(digits_int(key), []).append(key)
+    twice = next((names for names in by_size.values() if len(names) > 1), None)
+    if twice:
+        raise PolicyError(f"{source}: batch-size slots {', '.join(map(show, twice))} name the same batch size: give "
+                          "it once")
+    if 0 in by_size and 1 in by_size:
+        raise PolicyError(f"{source}: batch-size slot {show(by_size[0][0])} is never used: no batch is smaller than 1 "
+                          f"and slot {show(by_size[1][0])} covers batch size 1; delete slot {show(by_size[0][0])}")
 
 
 def cuda_graph_sizes(text, where="--cuda-graph-bs"):
@@ -401,7 +418,9 @@ def parse_adaptive(text, source) -> AdaptiveConfig:
     settings = dict(ADAPTIVE_DEFAULTS)
     slots = []
     for key, value in doc.items():
-        if key.isdigit() and key.isascii():
+        if key.strip().isdigit() and digits_int(key) is None:  # another script's digits, or 20 and more
+            raise PolicyError(f"{source}: batch-size slot {show(key)} is not a plain decimal batch size")
+        if digits_int(key) is not None:
             if not isinstance(value, dict):
                 raise PolicyError(f"{source}: slot {key!r} is {value!r}; SGLang's loader needs "
                                   f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
@@ -409,7 +428,7 @@ def parse_adaptive(text, source) -> AdaptiveConfig:
             if extra or "candidate_steps" not in value:
                 raise PolicyError(f"{source}: slot {key!r} needs exactly one key, candidate_steps"
                                   + (f" (got {', '.join(map(repr, extra))})" if extra else ""))
-            slots.append((int(key), _candidates(value["candidate_steps"], source, f"slot {key!r}: ")))
+            slots.append((digits_int(key), _candidates(value["candidate_steps"], source, f"slot {key!r}: ")))
             continue
         if key not in ADAPTIVE_DEFAULTS:
             raise PolicyError(f"{source}: unknown key {key!r}: an adaptive config holds {known} and batch-size "
@@ -426,6 +445,7 @@ def parse_adaptive(text, source) -> AdaptiveConfig:
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h):
             raise PolicyError(f"{source}: {name} must be a finite number, got {h!r}")
     top = _candidates(settings["candidate_steps"], source, "")
+    _check_reached([k for k in doc if digits_int(k) is not None], source)
     if not slots:
         slots = [(1, top)]
     slots.sort()
@@ -433,7 +453,7 @@ def parse_adaptive(text, source) -> AdaptiveConfig:
     for i, (lo, cands) in enumerate(slots):
         first = 1 if i == 0 else max(lo, 1)
         if i + 1 < len(slots) and slots[i + 1][0] <= first:
-            continue  # a slot no batch size reaches (key 0 beside key 1)
+            continue  # a slot no batch size reaches (refused above)
         out.append((first, cands))
     return AdaptiveConfig(tuple(out), float(a), settings["update_interval"], settings["warmup_batches"],
                           float(settings["down_hysteresis"]), float(settings["up_hysteresis"]))

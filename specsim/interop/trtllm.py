@@ -182,6 +182,27 @@ def _iteration_objects(doc):
             stack.extend(reversed(v))
 
 
+def _without_latency(doc, where) -> list:
+    """An iteration of ``doc`` (an object with inflightBatchingStats, not inside an iteration)
+    that holds no ``iterLatencyMS`` of its own: refused, since it would be left out of the fit
+    without a word (a nested ``specDecodingStats`` latency is the draft's, not the iteration's)."""
+    out, stack = [], [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if any(k in v for k in LATENCY):
+                continue
+            name = next((k for k in BATCH if k in v), None)
+            if name is not None:
+                it = f" (iter {show(v['iter'], 30)})" if "iter" in v else ""
+                out.append(f"{where}{it}: an iteration with {name} but no iterLatencyMS (iter_latency_ms): its "
+                           "time is unknown (complete or delete the line)")
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+    return out
+
+
 def _contradiction(drafts, accepted, requests, gen):
     if requests > gen:
         return f"numRequestsWithDraftTokens = {requests} exceeds numGenRequests = {gen}"
@@ -246,6 +267,7 @@ def iteration_stats(text: str, source: str):
     out, seen = [], 0
     for doc, line in zip(docs, lines):
         iters = list(_iteration_objects(doc))
+        problems += _without_latency(doc, f"{source}:{line}")
         for i, it in enumerate(iters):
             seen += 1
             where = f"{source}:{line}" + (f" iteration {i + 1}" if len(iters) > 1 else "")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import MAX_DEPTH, digits_int, int_problem
+from specsim._checks import MAX_DEPTH, digits_int, int_problem, name_problem
 from specsim.errors import CalibrationError, PolicyError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
@@ -571,7 +571,8 @@ def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     dict
     """
     k = len(cal.priors) if depth is None else depth
-    problem = int_problem(k, "the depth", 1, MAX_DEPTH)
+    problem = int_problem(k, "the depth", 1, MAX_DEPTH) or name_problem(method, "method") \
+        or (draft_model is not None and name_problem(draft_model, "draft_model"))
     if problem:
         raise CalibrationError(problem)
     rates, run = [], 1.0

@@ -56,6 +56,7 @@ from specsim.interop._records import read_text
 from specsim.interop.sglang import DECODE_LOG_INTERVAL, FIELD_LABELS, decode_batch
 from specsim.interop.trtllm import iteration_stats
 from specsim.table import Cell, CostTable
+from specsim.table._format import key_problems
 
 MIN_CELL_SAMPLES = 5
 """Fewest samples (TensorRT-LLM iterations, SGLang ``Decode batch`` lines) a measured cell rests
@@ -118,7 +119,8 @@ def trtllm_samples(text: str, source: str) -> Samples:
 
 
 # -- SGLang ------------------------------------------------------------------------------------
-# A throughput as SGLang writes it (`{:.2f}`), exponent allowed: no sign, no `_`, no other digits.
+# A plain decimal number as SGLang writes a throughput (`{:.2f}`) and nvidia-smi a power (`300.00`), exponent
+# allowed: no sign, no `_`, no other digits (``float`` reads `3_00` as 300).
 _DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 def _logged(text):
     """A field's text as logged, for a message (quoted and cut when empty or long)."""
@@ -369,12 +371,19 @@ def fit_table(samples: Samples, key, *, power_w: float, min_samples: int = MIN_C
 
 def nvml_log_power_w(path) -> tuple:
     """Mean board power of an ``nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv``
-    log: the GPUs' powers summed per timestamp, averaged over the timestamps.
+    log: the GPUs' powers summed per sampling instant, averaged over the instants.
+
+    With an ``index`` column each GPU's readings are averaged and the means summed (the mean of
+    the per-instant sums when every instant holds one reading per GPU, whatever the timestamps
+    say: nvidia-smi may stamp each GPU's row apart); a log whose GPUs hold reading counts more
+    than one apart (a GPU missing from instants) is refused. Without it, rows with the same
+    timestamp text are one instant's GPUs, and without a timestamp each row is one instant.
+    A reading is a plain decimal number of watts (``300.00 W``; ``3_00`` is refused).
 
     Returns
     -------
     (float, int, int)
-        Watts, timestamps, GPUs.
+        Watts, sampling instants, GPUs.
     """
     text = decode_text(read_input(path, "the NVML power log", TableError), "the NVML power log", path, TableError)
     header, rows = csv_rows(text, "the NVML power log", path, TableError)
@@ -385,32 +394,47 @@ def nvml_log_power_w(path) -> tuple:
     col = names.index("power.draw")
     when = names.index("timestamp") if "timestamp" in names else None
     gpu = names.index("index") if "index" in names else None
-    totals, gpus, problems = {}, set(), []
+    readings, problems = {}, []  # key (GPU index, or timestamp without one) -> watts
     for line, row in rows:
         if not row or not "".join(row).strip():
             continue
         raw = row[col].strip() if col < len(row) else ""
-        try:
-            watts = float(raw.removesuffix("W").strip())
-        except ValueError:
-            watts = float("nan")
+        number = raw.removesuffix("W").strip()
+        watts = float(number) if _DECIMAL.fullmatch(number) else math.nan
         if not 0.0 <= watts <= MAX_POWER_W:  # NaN fails too
             problems.append(f"{path}:{line}: power.draw = {show(raw, 30)} is not a power (watts in "
-                            f"0..{MAX_POWER_W:g})")
+                            f"0..{MAX_POWER_W:g}, a plain decimal number such as 300.00 W)")
             continue
-        stamp = row[when].strip() if when is not None and when < len(row) else line
-        gpus.add(row[gpu].strip() if gpu is not None and gpu < len(row) else "0")
-        totals[stamp] = totals.get(stamp, 0.0) + watts
+        if gpu is not None:
+            index = row[gpu].strip() if gpu < len(row) else ""
+            if digits_int(index) is None:
+                problems.append(f"{path}:{line}: index = {show(index, 30)} is not a GPU index (a whole number)")
+                continue
+            readings.setdefault(digits_int(index), []).append(watts)
+        else:
+            stamp = row[when].strip() if when is not None and when < len(row) else line
+            readings.setdefault(stamp, []).append(watts)
     if problems:
         _refuse(f"{path}: the NVML power log is refused", problems)
-    if not totals:
+    if not readings:
         raise TableError(f"{path}: the NVML power log holds no sample")
-    mean = math.fsum(totals.values()) / len(totals)
+    if gpu is None:
+        gpus = max(len(v) for v in readings.values())
+        mean, instants = math.fsum(math.fsum(v) for v in readings.values()) / len(readings), len(readings)
+    else:
+        counts = {i: len(v) for i, v in readings.items()}
+        if max(counts.values()) - min(counts.values()) > 1:
+            raise TableError(f"{path}: the NVML power log's GPUs hold different numbers of readings ("
+                             + ", ".join(f"GPU {i}: {c:,}" for i, c in sorted(counts.items()))
+                             + "), so no instant's total power is known: log every GPU at every instant "
+                               "(nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv -lms 100)")
+        gpus, instants = len(readings), max(counts.values())
+        mean = math.fsum(math.fsum(v) / len(v) for v in readings.values())
     if not MIN_POWER_W <= mean <= MAX_POWER_W:
         raise TableError(f"{path}: the NVML power log's mean board power {mean:g} W is outside "
                          f"{MIN_POWER_W:g}..{MAX_POWER_W:g} W (the bounds of --assume-power-w): is it the log of a "
                          "busy GPU, in watts?")
-    return mean, len(totals), len(gpus)
+    return mean, instants, gpus
 
 
 def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
@@ -419,6 +443,9 @@ def import_table(paths, fmt: str, key, *, power_w=None, nvml_log=None,
     joules from an assumed ``power_w`` or from the mean power of an ``nvml_log``."""
     if (power_w is None) == (nvml_log is None):
         raise TableError("give one of --assume-power-w W and --nvml-log FILE: engine telemetry holds no joules")
+    bad_key = key_problems(key)
+    if bad_key:
+        raise TableError(bad_key[0])
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
         raise TableError(f"--min-samples = {min_samples!r} must be a whole number >= 1")
     names = ", ".join(Path(p).name for p in paths)

@@ -23,7 +23,7 @@ from specsim.plan._trees import NO_TREE_TABLE, choose_tree, tree_shapes
 from specsim.plan._types import (PACK_HEADER, TreePlan, pack_plan_arrays, plan_arrays, workspace_buffer,
                                  workspace_views_nb)
 from specsim.table import CostTable, TableKey
-from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, is_finite, is_number, logprob_problem, show
+from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, logprob_problem, show, slack_problem
 from specsim.plan._kernels import (
     cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
     propose_table_nb, sequence_depths_many_nb,
@@ -43,15 +43,12 @@ FIRST_ROWS = 64
 
 
 def check_slack(slack) -> float:
-    """``slack`` as a float in [0, 1) (a real number: not a string or a boolean), else PlanError."""
-    if not is_number(slack):
-        raise PlanError(f"slack {show(slack)} is not a number: give a share in [0, 1)")
-    value = float(slack) if is_finite(slack) else math.nan
-    if not 0.0 <= value < 1.0:
-        raise PlanError(
-            f"slack {show(slack)} is outside [0, 1): 0 means no slower than depth 1, values near 1 put energy first"
-        )
-    return value
+    """``slack`` as a float in [0, 1) (a real number: not a string or a boolean; -0 is 0), else
+    PlanError."""
+    problem = slack_problem(slack)
+    if problem:
+        raise PlanError(problem)
+    return float(slack) + 0.0
 
 
 def _cap(max_seqs) -> int:
@@ -664,6 +661,10 @@ class SpecCostState:
         """Load both files and refuse, listing every mismatch, unless the table's key checks
         clean against ``serve_key``, the calibration's drafter equals ``drafter_key`` and
         ``0 <= slack < 1``."""
+        for name, value, kind in (("serve_key", serve_key, TableKey), ("drafter_key", drafter_key, DrafterKey)):
+            if not isinstance(value, kind):
+                swapped = " (serve_key and drafter_key swapped?)" if isinstance(value, (TableKey, DrafterKey)) else ""
+                raise KeyMismatchError(f"{name} must be a {kind.__name__}, got {show(value)}{swapped}")
         table = CostTable.load(table_path)
         cal = AcceptanceCalibration.load(calibration_path)
         problems = [f"table {table_path}: {m}" for m in table.key.check(serve_key)]

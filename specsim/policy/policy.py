@@ -15,6 +15,9 @@ Forms:
     ``propose``, then per-sequence depths from the drafts' confidences, after drafting.
 ``goodput``
     Most expected tokens per ms, energy ignored (vLLM's dynamic speculation, SmartSpec).
+``propose@SLACK``, ``sequence@SLACK``, ``load-aware@SLACK``
+    The planner policy at that slack (``propose@0.1``), whatever the run's slack option says:
+    the label reports print for a planner policy's run (:meth:`Policy.at_slack`), read back.
 ``load-aware``
     ``propose`` while requests wait; while none wait, ``propose`` with each step's energy
     counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
@@ -40,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
-from specsim._checks import MAX_WIDTH, show
+from specsim._checks import MAX_WIDTH, show, slack_problem, slack_text
 
 KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
 
@@ -68,6 +71,9 @@ class Policy:
         ``sglang-adaptive`` only: the controller's config
         (:class:`specsim.interop.sglang.AdaptiveConfig`); ``graphs`` its CUDA-graph capture
         sizes (``()``: none) and ``source`` the file it was read from.
+    slack : float or None
+        A planner policy read from ``KIND@SLACK``: the slack its runs use (None: the run's
+        slack option).
     """
 
     kind: str
@@ -77,6 +83,7 @@ class Policy:
     adaptive: object = None
     graphs: tuple = ()
     source: str = ""
+    slack: float = None
 
     @property
     def params(self) -> tuple:
@@ -133,6 +140,14 @@ class Policy:
         """The canonical text form (``str(policy)``), as reports name it."""
         return str(self)
 
+    def at_slack(self, slack) -> str:
+        """The label of this policy's run at ``slack``: ``propose@0.1`` for a policy that reads
+        the slack (its own slack, when it names one, wins), its text for any other; the one rule
+        that prints it, and :func:`parse_policy` reads it back."""
+        if not self.reads_slack:
+            return str(self)
+        return str(replace(self, slack=float(slack) + 0.0 if self.slack is None else self.slack))
+
     def clamped(self, k_cap: int) -> "Policy":
         """The same policy with every named depth lowered to ``k_cap`` (what a server capped at
         ``k_cap`` drafts runs); planner policies are returned unchanged."""
@@ -161,6 +176,8 @@ class Policy:
         if self.kind == "sglang-adaptive":
             graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
             return f"sglang-adaptive{graphs}:{self.source}"
+        if self.slack is not None:
+            return f"{self.kind}@{slack_text(self.slack)}"
         return self.kind
 
 
@@ -177,12 +194,20 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware"
+    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware (propose@0.1: at slack 0.1)"
     if kind == "sglang-adaptive" or kind.startswith("sglang-adaptive["):
         raise PolicyError(f"policy {raw!r} names a file: read it with specsim.interop.read_policy (as every command "
                           "does)")
+    kind, at, slack = kind.partition("@")
+    kind = kind.strip()
     if kind not in KINDS:
         raise PolicyError(f"unknown policy {raw!r}: use one of {forms}")
+    if at:
+        if not Policy(kind).reads_slack:
+            raise PolicyError(f"policy {raw!r}: only propose, sequence and load-aware take a slack (@0.1)")
+        if sep:
+            raise PolicyError(f"policy {raw!r}: {kind}@SLACK takes no argument (caps are separate options)")
+        return Policy(kind, slack=_slack(slack, raw))
     if Policy(kind).needs_planner:
         if sep:
             raise PolicyError(f"policy {kind} takes no argument, got {raw!r} (slack and caps are separate options)")
@@ -227,6 +252,21 @@ def parse_policy(text) -> Policy:
     return Policy("schedule", ranges=tuple(ranges))
 
 
+def _slack(text, raw) -> float:
+    """The slack of ``KIND@SLACK``: a plain decimal number in [0, 1)."""
+    t = text.strip()
+    try:
+        value = float(t) if t.isascii() and "_" not in t else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise PolicyError(f"policy {show(raw)}: slack {show(t)} is not a share in [0, 1), e.g. propose@0.1")
+    problem = slack_problem(value, f"policy {show(raw)}: slack")
+    if problem:
+        raise PolicyError(problem)
+    return value + 0.0
+
+
 def _int(text, raw, what) -> int:
     t = str(text).strip()
     if not t.isdigit() or not t.isascii():
@@ -238,11 +278,15 @@ def _int(text, raw, what) -> int:
 
 def policy_runs(policies, slacks):
     """``(Policy, slack)`` pairs to simulate: the planner policies (``propose``, ``sequence``)
-    once per slack, the others once (they do not read it). ``policies`` are texts or
-    :class:`Policy` values (``ENGINE:FILE`` ones read already)."""
+    once per slack, the others once (they do not read it), one naming its own slack
+    (``propose@0.1``) once at it. ``policies`` are texts or :class:`Policy` values
+    (``ENGINE:FILE`` ones read already)."""
     out = []
     for text in policies:
         pol = parse_policy(text)
+        if pol.slack is not None:
+            out.append((pol, pol.slack))
+            continue
         for s in (slacks if pol.reads_slack else slacks[:1]):
             out.append((pol, s))
     return out

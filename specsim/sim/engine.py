@@ -29,7 +29,7 @@ Draft outcomes: :mod:`specsim.sim.outcomes`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -418,6 +418,8 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
             raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
                                   f"got {type(value).__name__}")
     pol = read_policy(policy)
+    if pol.slack is not None:  # propose@0.1: the policy's own slack wins
+        opts = replace(opts, slack=pol.slack)
     arrival, prompt, output = _request_arrays(requests)
     resolved = opts.resolved(table)
     seqs = resolved["max_num_seqs"]
@@ -571,7 +573,6 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """
     import os
     import threading
-    from dataclasses import replace
 
     use_sequence_engine(pol for pol, _ in runs)  # one compiled engine for every run
     lock = threading.Lock()

@@ -56,8 +56,7 @@ def policy_slack(result):
 
 def label(result) -> str:
     """``policy`` or ``policy@slack`` for the planner policies that read the slack."""
-    s = policy_slack(result)
-    return result.policy if s is None else f"{result.policy}@{s:g}"
+    return result.policy_spec.at_slack(result.options["slack"])
 
 
 def queue_growth(arrival_s, queue_s) -> dict:

@@ -578,9 +578,9 @@ def _runs(policies, slack, read_policy):
     out = []
     for text in [PLAIN] + [p for p in policies]:
         pol = read_policy(text)
-        label = f"{pol}@{slack:g}" if pol.reads_slack else str(pol)
+        label = pol.at_slack(slack)
         if label not in [r[0] for r in out]:
-            out.append((label, pol, slack))
+            out.append((label, pol, slack if pol.slack is None else pol.slack))
     return out
 
 

@@ -397,6 +397,9 @@ def rule_problems(cells, where=lambda i: f"cells[{i}]"):
 
 
 def key_problems(key):
+    """What is wrong with a table's ``key``: not a :class:`TableKey`, or of another schema."""
+    if not isinstance(key, TableKey):
+        return [f"key must be a TableKey (box class, recipe and plan digests), got {show(key)}"]
     if key.schema != SCHEMA:
         return [f"[key] schema = {key.schema}; this version reads schema {SCHEMA}"]
     return []

@@ -47,7 +47,7 @@ class CostTable:
                  context_costs=None, reference_context=None):
         # The arrays are checked as stored (int64 and float64): the kernels index them without
         # bounds checks.
-        problems = [] if isinstance(key, TableKey) else [f"key must be a TableKey, got {type(key).__name__}"]
+        problems = _format.key_problems(key)
         arrays, more = _format.checked_arrays(widths, costs, contexts, context_costs, reference_context)
         problems += more
         if problems:
@@ -117,16 +117,23 @@ class CostTable:
         import hashlib
         import json
 
+        if not isinstance(tables, dict):
+            raise TableError(f"{source}: the tables to combine are a dict of context -> CostTable, got "
+                             f"{type(tables).__name__}")
         if not tables:
             raise TableError(f"{source}: no table to combine; give one per context")
-        contexts = sorted(tables)
-        bad = [c for c in contexts if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1]
+        bad = [c for c in tables if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1]
         if bad:
-            raise TableError(f"{source}: context {bad[0]!r} is not an integer >= 1 (mean KV tokens per "
+            raise TableError(f"{source}: context {show(bad[0])} is not an integer >= 1 (mean KV tokens per "
                              "decoding sequence)")
+        contexts = sorted(tables)
+        odd = [c for c in contexts if not isinstance(tables[c], CostTable)]
+        if odd:
+            raise TableError(f"{source}: the table at context {odd[0]} is {show(tables[odd[0]])}, not a CostTable "
+                             "(CostTable.load(path))")
         reference = contexts[0] if reference is None else reference
-        if reference not in tables:
-            raise TableError(f"{source}: reference context {reference!r} is not one of {contexts}")
+        if isinstance(reference, bool) or not isinstance(reference, (int, np.integer)) or reference not in tables:
+            raise TableError(f"{source}: reference context {show(reference)} is not one of {contexts}")
         ref = tables[reference]
         problems = []
         for c in contexts:
@@ -259,7 +266,8 @@ class CostTable:
         n, k = _check_index(n, "n"), _check_index(k, "k")
         if k > self.max_k:
             return None
-        if context is not None:
+        if context is not None:  # one number, checked as the planner checks it (not [1000])
+            context = check_context(context)
             return Cell(n, k, *map(float, self.lookup([min(n, _INT64_MAX)], [k], contexts=[context])[0]))
         from specsim.table._kernels import cell_into_nb  # lazy: Numba loads with the first kernel call
 
@@ -300,8 +308,10 @@ class CostTable:
             raise TableError(f"lookup out must be a writable C-contiguous float64 array of shape ({ns.shape[0]}, 4), "
                              f"got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         if contexts is not None:
-            cs = np.ascontiguousarray([check_context(c) for c in np.asarray(contexts, dtype=object).ravel()],
-                                      dtype=np.float64)
+            given = np.asarray(contexts, dtype=object)
+            if given.ndim != 1:
+                raise TableError(f"lookup contexts must be a 1-d array, one context per query, got shape {given.shape}")
+            cs = np.ascontiguousarray([check_context(c) for c in given], dtype=np.float64)
             if cs.shape != ns.shape:
                 raise TableError(f"lookup contexts must have one per query ({ns.shape[0]}), got {cs.shape[0]}")
             if self.contexts.size:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import NO_CAP
+from specsim._checks import NO_CAP, name_problem
 from specsim.errors import SimulationError, SpecsimError
 from specsim.sim.fleet._kernels import ROUTER_CODES, Group
 from specsim import _toml
@@ -201,8 +201,9 @@ def _parse_group(g, i, where, folder, base_options, problems):
         if name not in GROUP_FIELDS:
             problems.append(f"{where}: unknown field `{name}`; a group has {', '.join(GROUP_FIELDS)}")
     name = g.get("name", f"group{i + 1}")
-    if not isinstance(name, str) or not name:
-        problems.append(f"{where}: name must be a non-empty string")
+    problem = name_problem(name, "name")
+    if problem:
+        problems.append(f"{where}: {problem}")
     count = g.get("count")
     if count is None:
         problems.append(f"{where}: count is missing (replicas in the group, >= 1)")

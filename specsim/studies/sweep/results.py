@@ -132,11 +132,16 @@ def read_results(path) -> list:
     (:func:`results_rows`) is refused naming it."""
     rows, damaged = results_rows(path)
     if damaged:
-        d = damaged[0]
-        more = f" ({len(damaged) - 1} more damaged row(s))" if len(damaged) > 1 else ""
-        raise GridError(f"{path}: {d.where}: {d.detail} (a row {d.kind}){more}; delete the row (its point is "
-                        "computed again), repair it, or choose another -o")
+        raise damaged_error(path, damaged)
     return rows
+
+
+def damaged_error(path, damaged) -> GridError:
+    """The refusal of a results file with ``damaged`` rows (a list of :class:`DamagedRow`)."""
+    d = damaged[0]
+    more = f" ({len(damaged) - 1} more damaged row(s))" if len(damaged) > 1 else ""
+    return GridError(f"{path}: {d.where}: {d.detail} (a row {d.kind}){more}; delete the row (its point is "
+                     "computed again), repair it, or choose another -o")
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,7 @@ TOO_WIDE = "with more fields than the header"
 BAD_VALUE = "with a value out of range"
 BAD_INPUTS = "with inputs that do not match their digest"
 BAD_ID = "without a point id"
+EDITED = "whose columns do not match its point"
 
 # What :func:`specsim.studies.sweep.grid.point_id` makes: the first 16 hex digits of a SHA-256.
 POINT_ID = re.compile(r"[0-9a-f]{16}")
@@ -264,6 +270,27 @@ def row_problem(row: dict):
     if inputs_digest(inputs) != digest:
         return BAD_INPUTS, f"inputs_digest = {show(digest)} is not the digest of its inputs"
     return None
+
+
+def point_row_problem(row: dict, point: dict, labels) -> str | None:
+    """``None`` when a kept row describes the grid point its ``point_id`` names, else what
+    differs: every axis column must hold the point's value (as the file stores it), and the
+    ``label`` one of ``labels`` (what a run of the point's policy may be labelled). The inputs'
+    digest cannot see these columns, and the verdict reads them."""
+    for name, value in point.items():
+        got = row.get(name)
+        if not (got == value or got == _stored(name, value)):
+            return f"{name} = {show(got)} where its point has {show(value)}"
+    label = row.get("label")
+    if label is not None and label not in labels:
+        return f"label = {show(label)} is not a label of its point's policy {show(point.get('policy'))}"
+    return None
+
+
+def _stored(name: str, value):
+    """``value`` as a CSV results file reads it back in column ``name``."""
+    text = "" if value is None else str(_to_text(value))
+    return text if name in TEXT_COLUMNS else _from_text(text)
 
 
 def cell_problem(name: str, value) -> str | None:

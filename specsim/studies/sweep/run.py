@@ -14,9 +14,10 @@ from specsim._checks import request_size_problem
 from specsim._executor import Executor, check_scheduler, check_workers, choose
 from specsim.errors import GridError, SpecsimError
 from specsim.studies.sweep.grid import INPUT_AXES, Grid, point_id, point_options
+from specsim.interop import read_policy
 from specsim.studies.sweep.results import (
-    _changed_parts, check_results_path, file_digest, inputs_digest, point_inputs, read_results, requests_digest,
-    write_results,
+    EDITED, DamagedRow, _changed_parts, check_results_path, damaged_error, file_digest, inputs_digest, point_inputs,
+    point_row_problem, read_results, requests_digest, write_results,
 )
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
@@ -81,6 +82,16 @@ def run_point(point: dict, requests, table, calibration, options: dict, slo, seq
 
 def _no_progress(finished: int) -> None:
     pass
+
+
+def _labels(grid: Grid, point: dict) -> set:
+    """Every label a run of ``point``'s policy may carry: the policy at the point's slack, or a
+    ``fixed``/``schedule`` one capped at any depth (a table's ``max_k`` or ``k_max`` lowers it)."""
+    pol = read_policy(point["policy"])
+    labels = {pol.at_slack(point_options(grid, point).get("slack", ServerOptions.slack))}
+    if pol.kind in ("fixed", "schedule"):
+        labels.update(str(pol.clamped(k)) for k in range(pol.max_depth + 1))
+    return labels
 
 
 def result_row(point: dict, summary: dict) -> dict:
@@ -156,17 +167,22 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
     inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
     kept = {r["point_id"]: r for r in read}
-    todo, stale, n_stale = [], {}, 0
+    todo, stale, n_stale, edited = [], {}, 0, []
     for p in grid.points:
         pid = point_id(p)
         row = kept.get(pid)
         if row is not None and row.get("inputs_digest") == inputs_digest(inputs[pid]):
+            problem = point_row_problem(row, p, _labels(grid, p))
+            if problem:
+                edited.append(DamagedRow(f"the row of point {pid}", EDITED, problem))
             continue
         todo.append(p)
         if row is not None:
             n_stale += 1
             for part in _changed_parts(row, inputs[pid]):
                 stale[part] = stale.get(part, 0) + 1
+    if edited:
+        raise damaged_error(out, edited)
     skipped = len(grid.points) - len(todo)
     note = resume_note(len(grid.points), skipped, n_stale, stale, out)
     if note:
