@@ -1,0 +1,273 @@
+"""``specsim tree``: the best draft tree, the best chain and plain decoding at each batch width,
+the choice between them, where they cross over, and the engine settings that give the choice
+(docs/planner.md#draft-trees). ``specsim plan --tree`` prints the same at one width."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specsim.cli._common import context, count, format_grid, int_list, real, slack
+from specsim.errors import PlanError
+from specsim._checks import MAX_MODEL_WIDTHS, MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_WIDTH, check_finite_results
+from specsim._io import Outputs
+from specsim.calibration import AcceptanceCalibration
+from specsim.plan import Planner
+from specsim.table import CostTable
+from specsim.tree import tree_candidates
+from specsim.tree.settings import ENGINES, engine_settings
+
+USAGE = "specsim tree TABLE CALIBRATION"
+DEFAULT_MAX_NODES = 64
+DEFAULT_MAX_DEPTH = 8
+KINDS = ("plain", "chain", "tree")
+
+
+def register(sub, groups):
+    p = sub.add_parser(
+        "tree",
+        help="the best draft tree, the best chain and plain decoding per batch width, and the choice "
+             "(docs/planner.md#draft-trees)",
+        description="Per batch width: the best draft tree, the best chain and plain decoding side by side (expected "
+                    "tokens, step ms and J, tokens/s per sequence, tokens/J), the one the planner picks (the most "
+                    "tokens/J among those at least (1 - slack) times as fast as depth 1), the widths where trees "
+                    "and chains stop paying, and the vLLM, SGLang and TensorRT-LLM settings that draft the choice. "
+                    "The calibration needs a [tree] table (docs/calibration.md#draft-trees).",
+    )
+    p.add_argument("table", help="cost table TOML")
+    p.add_argument("calibration", help="acceptance calibration TOML with a [tree] table")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--n", type=count, help="one batch width")
+    which.add_argument("--widths", type=int_list, metavar="N,N,...",
+                       help="batch widths, e.g. 1,2,4,8,16,32,64,128,256 (default: the table's widths)")
+    add_tree_options(p)
+    p.add_argument("--slack", type=slack, default=0.0, help="throughput slack in [0, 1) (default 0)")
+    p.add_argument("--context", type=context, default=None, metavar="C",
+                   help="mean KV tokens per sequence, for a table with a context axis")
+    p.add_argument("--json", metavar="OUT", help="write every width's figures, the choices and the settings as JSON")
+    p.set_defaults(func=cmd_tree)
+
+
+def add_tree_options(p) -> None:
+    """The tree options ``specsim tree`` and ``specsim plan --tree`` share."""
+    p.add_argument("--max-nodes", type=count, default=None, metavar="M",
+                   help=f"most draft nodes a tree may hold, 2..{MAX_TREE_NODES} (default {DEFAULT_MAX_NODES}, "
+                        "at most the table's deepest verify)")
+    p.add_argument("--max-depth", type=count, default=None, metavar="D",
+                   help=f"deepest tree or chain, 1..{MAX_TREE_DEPTH} (default {DEFAULT_MAX_DEPTH})")
+    p.add_argument("--tree-attention-factor", type=real, default=None, metavar="F",
+                   help="a branching tree's verify cost over a chain's of as many nodes (default: the model's, "
+                        "docs/planner.md#draft-trees)")
+
+
+def check_tree_options(args) -> tuple:
+    """``(max_nodes, max_depth)`` from the options, refused by name outside their limits."""
+    max_nodes = DEFAULT_MAX_NODES if args.max_nodes is None else args.max_nodes
+    max_depth = DEFAULT_MAX_DEPTH if args.max_depth is None else args.max_depth
+    if not 1 <= max_nodes <= MAX_TREE_NODES:
+        raise PlanError(f"--max-nodes {max_nodes:,} is outside 1..{MAX_TREE_NODES} (docs/limits.md)")
+    if not 1 <= max_depth <= MAX_TREE_DEPTH:
+        raise PlanError(f"--max-depth {max_depth:,} is outside 1..{MAX_TREE_DEPTH} (docs/limits.md)")
+    return max_nodes, max_depth
+
+
+def checked_widths(values, option: str) -> list:
+    """Batch widths for the tree table: 1..MAX_WIDTH each, at most MAX_MODEL_WIDTHS of them,
+    each once, ascending."""
+    if len(values) > MAX_MODEL_WIDTHS:
+        raise PlanError(f"{option}: {len(values):,} widths; at most {MAX_MODEL_WIDTHS:,} (docs/limits.md)")
+    bad = next((v for v in values if not 1 <= v <= MAX_WIDTH), None)
+    if bad is not None:
+        raise PlanError(f"{option}: width {bad:,} is outside 1..{MAX_WIDTH:,} sequences (docs/limits.md)")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise PlanError(f"{option}: {','.join(map(str, values))} is not strictly ascending: list each width once, "
+                        "smallest first")
+    return list(values)
+
+
+def load_tree_inputs(table_path, cal_path, usage: str, option: str):
+    """The table and the calibration; one without a [tree] table is refused (chains only)."""
+    table = CostTable.load(table_path, usage=usage)
+    cal = AcceptanceCalibration.load(cal_path, usage=usage)
+    if cal.rank_acceptance is None:
+        raise PlanError(f"{cal_path}: this calibration has no [tree] table: chains only. {option} needs the "
+                        "draft's acceptance by depth and rank: calib fit --rank-rates R1,R2,... or --drafts-log "
+                        "with rank columns (docs/calibration.md#draft-trees); specsim plan without --tree plans "
+                        "the chain")
+    return table, cal
+
+
+def cmd_tree(args):
+    max_nodes, max_depth = check_tree_options(args)
+    with Outputs({"TABLE": args.table, "CALIBRATION": args.calibration}) as out:
+        out.declare(args.json, "--json")
+        table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "specsim tree")
+        if args.n is not None:
+            widths = checked_widths([args.n], "--n")
+        else:
+            widths = checked_widths(table.widths.tolist() if args.widths is None else args.widths, "--widths")
+        planner = tree_planner(table, cal, args.slack, args.tree_attention_factor)
+        rows = [width_row(planner, cal, n, args.context, max_nodes, max_depth) for n in widths]
+        report = Report(rows, crossovers(rows), why_no_tree(rows))
+        print(report_text(report, show_settings=len(rows) == 1))
+        if args.json:
+            doc = {"table": str(args.table), "calibration": str(args.calibration), "slack": args.slack,
+                   "context": args.context, "max_nodes": max_nodes, "max_depth": max_depth,
+                   "tree_attention_factor": planner.tree_attention_factor, **report.to_dict()}
+            check_finite_results(doc, "the inputs", PlanError)
+            out.text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    for path in out.written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def tree_planner(table, cal, slack_value, factor) -> Planner:
+    kwargs = {} if factor is None else {"tree_attention_factor": factor}
+    return Planner(table, cal, slack=slack_value, memo=False, **kwargs)
+
+
+# -- the figures ---------------------------------------------------------------------------------
+
+def _figures(kind, tree, expected_tokens, step_ms, step_j, fast_enough) -> dict:
+    return {"kind": kind, "nodes": int(tree.nodes), "depth": int(tree.depth), "expected_tokens": float(expected_tokens),
+            "step_ms": float(step_ms), "step_j": float(step_j),
+            "tokens_per_s": float(expected_tokens / step_ms * 1000.0), "tokens_per_j": float(expected_tokens / step_j),
+            "fast_enough": bool(fast_enough)}
+
+
+def width_row(planner, cal, n, ctx, max_nodes, max_depth) -> dict:
+    """One width: the figures of plain decoding, the best chain and the best branching tree (per
+    sequence), the planner's choice with its note, and the engine settings of the choice."""
+    plan = planner.propose_tree(n, context=ctx, max_nodes=max_nodes, max_depth=max_depth)
+    best = tree_candidates(planner, n, context=ctx, max_nodes=max_nodes, max_depth=max_depth)
+    figures = {kind: (None if c is None else _figures(kind, c.tree, c.expected_tokens, c.step_ms, c.step_j,
+                                                      c.fast_enough)) for kind, c in best.items()}
+    settings = engine_settings(plan.tree, cal.rank_acceptance)
+    return {"n": int(n), "choice": plan.kind, "nodes": int(plan.nodes), "depth": int(plan.depth),
+            "expected_tokens": float(plan.expected_tokens), "step_ms": float(plan.step_ms),
+            "step_j": float(plan.step_j), "tokens_per_j": float(plan.tokens_per_j), "note": plan.note,
+            "floor_tokens_per_s": float(best["floor_tokens_per_s"]),
+            **{kind: figures[kind] for kind in KINDS},
+            "settings": {s.engine: s for s in settings}}
+
+
+def crossovers(rows) -> dict:
+    """Where, along ascending widths, trees and chains stop paying: ``{"tree": (last width
+    chosen, next width) or None, "chain": ...}``, from the last width each kind is chosen at.
+    A kind chosen at the widest width never stops (``(last, None)``); one never chosen is
+    ``None``."""
+    out = {}
+    for kind in ("tree", "chain"):
+        at = [i for i, r in enumerate(rows) if r["choice"] == kind]
+        if not at:
+            out[kind] = None
+        else:
+            last = at[-1]
+            out[kind] = (rows[last]["n"], rows[last + 1]["n"] if last + 1 < len(rows) else None)
+    return out
+
+
+def why_no_tree(rows) -> str:
+    """One sentence saying why no tree pays on these widths, or ``""`` when one does."""
+    if any(r["choice"] == "tree" for r in rows) or not rows:
+        return ""
+    r = rows[0]
+    tree, chosen = r["tree"], r[r["choice"]]
+    if tree is None:
+        return (f"No tree pays: {r['note'] or 'no branching tree fits the table and the limits'}.")
+    if not tree["fast_enough"]:
+        return (f"No tree pays: already at n = {r['n']} the best tree ({tree['nodes']} nodes, depth {tree['depth']}) "
+                f"runs {tree['tokens_per_s']:.1f} tokens/s per sequence, below the floor of "
+                f"{r['floor_tokens_per_s'] / r['n']:.1f}: its extra verify rows and draft passes cost more time "
+                f"than its {tree['expected_tokens']:.2f} expected tokens save.")
+    return (f"No tree pays: already at n = {r['n']} the best tree ({tree['nodes']} nodes, depth {tree['depth']}) "
+            f"gives {tree['expected_tokens']:.2f} tokens per step for {tree['step_j']:.3f} J "
+            f"({tree['tokens_per_j']:.2f} tokens/J), the {r['choice']} {chosen['expected_tokens']:.2f} for "
+            f"{chosen['step_j']:.3f} J ({chosen['tokens_per_j']:.2f} tokens/J): the tree's extra tokens cost "
+            f"more energy than they save.")
+
+
+class Report:
+    """The rows, the crossovers and the no-tree sentence of one run."""
+
+    def __init__(self, rows, cross, why):
+        self.rows, self.cross, self.why = rows, cross, why
+
+    def to_dict(self) -> dict:
+        rows = [{k: ({e: s.to_dict() for e, s in v.items()} if k == "settings" else v) for k, v in r.items()}
+                for r in self.rows]
+        cross = {kind: (None if c is None else {"last_width": c[0], "next_width": c[1]}) for kind, c in self.cross.items()}
+        return {"widths": rows, "crossovers": cross, "why_no_tree": self.why or None}
+
+
+def _shape(f) -> str:
+    if f["kind"] == "plain":
+        return "-"
+    if f["kind"] == "chain":
+        return f"k={f['nodes']}"
+    return f"{f['nodes']} nodes, depth {f['depth']}"
+
+
+def _is_choice(r, f) -> bool:
+    return f["kind"] == r["choice"] and f["nodes"] == r["nodes"] and f["depth"] == r["depth"]
+
+
+def report_text(report, show_settings: bool) -> str:
+    lines = []
+    grid = []
+    for r in report.rows:
+        for kind in KINDS:
+            f = r[kind]
+            if f is None:
+                grid.append([r["n"], kind, "none", "", "", "", "", "", "", ""])
+                continue
+            grid.append([r["n"], kind, _shape(f), f"{f['expected_tokens']:.3f}", f"{f['step_ms']:.3f}",
+                         f"{f['step_j']:.4f}", f"{f['tokens_per_s']:.1f}", f"{f['tokens_per_j']:.3f}",
+                         "yes" if f["fast_enough"] else "no", "<-" if _is_choice(r, f) else ""])
+    lines.append(format_grid(["n", "kind", "shape", "E[tokens]", "step ms", "step J", "tok/s/seq", "tok/J",
+                              "fast enough", "choice"], grid))
+    notes = sorted({r["note"] for r in report.rows if r["note"]})
+    lines += [f"note: {note}" for note in notes]
+    if len(report.rows) > 1:
+        lines.append("choice by width: " + _runs(report.rows))
+        for kind, word in (("tree", "trees"), ("chain", "chains")):
+            c = report.cross[kind]
+            if c is None:
+                lines.append(f"{word} pay at none of these widths")
+            elif c[1] is None:
+                lines.append(f"{word} pay up to the widest width here, n = {c[0]}")
+            else:
+                lines.append(f"{word} stop paying between n = {c[0]} and n = {c[1]}")
+    if report.why:
+        lines.append(report.why)
+    if show_settings:
+        lines += settings_lines(report.rows[0])
+    else:
+        for r in report.rows:
+            if r["choice"] == "tree":
+                lines.append(f"settings at n = {r['n']}: " + "; ".join(
+                    f"{e} {r['settings'][e].line()}" + ("" if r["settings"][e].exact else " (closest)")
+                    for e in ENGINES))
+    return "\n".join(lines)
+
+
+def _runs(rows) -> str:
+    runs = []
+    for r in rows:
+        if runs and runs[-1][0] == r["choice"]:
+            runs[-1][2] = r["n"]
+        else:
+            runs.append([r["choice"], r["n"], r["n"]])
+    return ", ".join(f"{kind} at {a}" + ("" if a == b else f"-{b}") for kind, a, b in runs)
+
+
+def settings_lines(r) -> list:
+    """The engine settings that draft the choice at one width, each saying whether the engine's
+    tree is the chosen one or what differs."""
+    lines = [f"settings for the {r['choice']} at n = {r['n']}:"]
+    for e in ENGINES:
+        s = r["settings"][e]
+        lines.append(f"  {e}: {s.line()}" + ("" if s.exact else f" (closest: {s.differs})"))
+        if s.note:
+            lines.append(f"    ({s.note})")
+    return lines

@@ -1,0 +1,258 @@
+"""``specsim tree`` and ``specsim plan --tree`` (docs/planner.md#draft-trees), and the engine
+settings of a planned tree (specsim/tree/settings.py): every engine's tree for its settings is the
+planned tree, or the closest one says what differs."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.plan import Planner
+from specsim.tree import Tree, best_tree, tree_from_sglang, tree_from_trtllm
+from specsim.tree.settings import (
+    engine_settings, rank_paths, sglang_settings, trtllm_settings, vllm_settings, vllm_token_tree,
+)
+
+pytestmark = pytest.mark.kernels
+
+# The demo's per-position priors as the rank-1 column, and a falling tail of ranks 2..5: the
+# example calibration of docs/planner.md#draft-trees.
+RANKS = np.array([[p, 0.10, 0.04, 0.02, 0.01] for p in (0.79, 0.74, 0.72, 0.73, 0.74)])
+WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@pytest.fixture(scope="module")
+def table():
+    return demo_table()
+
+
+@pytest.fixture(scope="module")
+def cal():
+    return demo_calibration().with_rank_acceptance(RANKS)
+
+
+@pytest.fixture
+def files(tmp_path, table, cal):
+    (tmp_path / "t.toml").write_text(table.to_text())
+    (tmp_path / "c.toml").write_text(cal.render())
+    (tmp_path / "chain.toml").write_text(demo_calibration().render())
+    return tmp_path
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err and "error:" in err, (code, out, err)
+    return err
+
+
+# -- the engine settings ---------------------------------------------------------------------------
+
+def test_vllm_token_tree_lists_every_node_breadth_first():
+    # Depth-first input order; vLLM sorts paths by (length, path) and so do we.
+    tree = Tree((-1, 0, -1, 0), (1, 1, 2, 2))
+    assert rank_paths(tree) == [(0,), (0, 0), (1,), (0, 1)]
+    text = vllm_token_tree(tree)
+    assert ast.literal_eval(text) == [(0,), (1,), (0, 0), (0, 1)]
+    s = vllm_settings(tree)
+    assert s.exact and dict(s.fields) == {"num_speculative_tokens": 4, "speculative_token_tree": text} and s.note
+
+
+def test_plain_and_chains_are_exact_everywhere():
+    plain = engine_settings(Tree.chain(0), RANKS)
+    assert all(s.exact and s.fields == () and s.line() == "no speculative decoding" for s in plain)
+    chain = Tree.chain(3, 2.5)
+    vllm, sglang, trtllm = engine_settings(chain, RANKS)
+    assert dict(vllm.fields) == {"num_speculative_tokens": 3} and not vllm.note
+    assert dict(sglang.fields) == {"eagle_topk": 1, "num_steps": 3, "num_draft_tokens": 4}
+    assert dict(trtllm.fields) == {"use_dynamic_tree": False, "max_draft_len": 3}
+    assert all(s.exact and s.expected_tokens == 2.5 for s in (vllm, sglang, trtllm))
+
+
+@pytest.mark.parametrize("topk,steps,draft_tokens", [(2, 2, 4), (2, 3, 6), (3, 2, 6), (4, 3, 9), (2, 5, 9)])
+def test_an_sglang_tree_gets_flags_that_rebuild_it(topk, steps, draft_tokens):
+    tree = tree_from_sglang(topk, steps, draft_tokens, RANKS)
+    if tree.is_chain:
+        pytest.skip("these flags draft a chain here")
+    s = sglang_settings(tree, RANKS)
+    assert s.exact and not s.differs
+    f = dict(s.fields)
+    assert f["num_draft_tokens"] == draft_tokens
+    again = tree_from_sglang(f["eagle_topk"], f["num_steps"], f["num_draft_tokens"], RANKS)
+    assert set(rank_paths(again)) == set(rank_paths(tree))
+
+
+@pytest.mark.parametrize("topk,depth,total", [(2, 2, 3), (2, 3, 5), (3, 3, 8), (4, 2, 6)])
+def test_a_trtllm_tree_gets_fields_that_rebuild_it(topk, depth, total):
+    tree = tree_from_trtllm(topk, depth, total, RANKS)
+    if tree.is_chain:
+        pytest.skip("these fields draft a chain here")
+    s = trtllm_settings(tree, RANKS)
+    assert s.exact
+    f = dict(s.fields)
+    assert f["use_dynamic_tree"] is True and f["max_total_draft_tokens"] == total
+    again = tree_from_trtllm(f["dynamic_tree_max_topK"], f["max_draft_len"], total, RANKS)
+    assert set(rank_paths(again)) == set(rank_paths(tree))
+
+
+def test_best_trees_get_settings_each_engine_builds_or_the_closest():
+    for nodes in range(2, 17):
+        tree = best_tree(RANKS, nodes, 5)
+        for s in engine_settings(tree, RANKS):
+            if s.exact:
+                assert s.expected_tokens == tree.expected_tokens and not s.differs
+            else:
+                # The closest verifies as many nodes and never beats the best tree.
+                assert s.expected_tokens <= tree.expected_tokens + 1e-12 and "differs" in s.differs
+
+
+def test_a_tree_no_engine_flag_builds_says_what_differs():
+    # Ranks 1 and 3 under the root without rank 2: no top-k expansion drafts it.
+    tree = Tree((-1, -1, 0), (1, 3, 1), 1.0 + 0.79 + 0.04 + 0.79 * 0.74)
+    s = sglang_settings(tree, RANKS)
+    assert not s.exact and "(2,)" in s.differs and "(1,)" in s.differs
+    t = trtllm_settings(tree, RANKS)
+    assert not t.exact and "of 3 nodes" in t.differs
+    assert vllm_settings(tree).exact
+
+
+# -- specsim tree -----------------------------------------------------------------------------------
+
+def test_tree_table_shows_trees_paying_small_and_not_at_256(files, capsys, table, cal):
+    widths = ",".join(map(str, WIDTHS))
+    code, out, err = run(capsys, "tree", files / "t.toml", files / "c.toml", "--widths", widths,
+                         "--json", files / "o.json")
+    assert code == 0, err
+    doc = json.loads((files / "o.json").read_text())
+    rows = doc["widths"]
+    assert [r["n"] for r in rows] == list(WIDTHS)
+    assert rows[0]["choice"] == "tree" and rows[-1]["choice"] != "tree"
+    planner = Planner(table, cal, memo=False)
+    for r in rows:
+        plan = planner.propose_tree(r["n"], max_nodes=64, max_depth=8)
+        assert (r["choice"], r["nodes"], r["depth"]) == (plan.kind, plan.nodes, plan.depth)
+        assert r["expected_tokens"] == plan.expected_tokens and r["tokens_per_j"] == plan.tokens_per_j
+        chosen = r[r["choice"]]
+        assert chosen["nodes"] == plan.nodes and chosen["fast_enough"]
+        # The choice has the most tokens/J among the kinds fast enough.
+        best = max(r[k]["tokens_per_j"] for k in ("plain", "chain", "tree") if r[k] and r[k]["fast_enough"])
+        assert chosen["tokens_per_j"] == best
+    cross = doc["crossovers"]["tree"]
+    last = max(i for i, r in enumerate(rows) if r["choice"] == "tree")
+    assert cross == {"last_width": WIDTHS[last], "next_width": WIDTHS[last + 1]}
+    assert f"trees stop paying between n = {WIDTHS[last]} and n = {WIDTHS[last + 1]}" in out
+    assert doc["why_no_tree"] is None and f"wrote {files / 'o.json'}" in err
+    # Each width prints plain, the best chain and the best tree, and settings where a tree wins.
+    assert out.count("<-") == len(WIDTHS)
+    assert "settings at n = 1: vllm speculative_config: num_speculative_tokens=" in out
+
+
+def test_one_width_prints_each_engines_settings(files, capsys):
+    code, out, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "1")
+    assert code == 0
+    assert "settings for the tree at n = 1:" in out
+    for engine in ("vllm: speculative_config: num_speculative_tokens=", "sglang: --speculative-eagle-topk ",
+                   "trtllm: use_dynamic_tree: true, dynamic_tree_max_topK: "):
+        assert engine in out
+    code, again, _ = run(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "1", "--tree")
+    assert code == 0 and again == out
+
+
+def test_plan_tree_json_is_the_width_row(files, capsys):
+    code, out, _ = run(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "256", "--tree", "--json")
+    assert code == 0
+    row = json.loads(out)
+    assert row["n"] == 256 and row["choice"] in ("chain", "plain") and set(row["settings"]) == {"vllm", "sglang",
+                                                                                               "trtllm"}
+    code, _, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "256", "--json", files / "o.json")
+    assert json.loads((files / "o.json").read_text())["widths"][0] == row
+
+
+def test_a_table_where_no_tree_pays_says_why(files, capsys, table):
+    # Ranks past the first almost never match: a tree's extra nodes buy nothing.
+    thin = demo_calibration().with_rank_acceptance(RANKS * [1, 0.001, 0.001, 0.001, 0.001])
+    (files / "thin.toml").write_text(thin.render())
+    code, out, _ = run(capsys, "tree", files / "t.toml", files / "thin.toml", "--widths", "1,8,64",
+                       "--json", files / "o.json")
+    assert code == 0
+    doc = json.loads((files / "o.json").read_text())
+    assert all(r["choice"] != "tree" for r in doc["widths"])
+    assert doc["why_no_tree"].startswith("No tree pays: already at n = 1 the best tree")
+    assert doc["why_no_tree"] in out and "trees pay at none of these widths" in out
+
+
+def test_the_default_widths_are_the_tables(files, capsys, table):
+    code, out, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--json", files / "o.json")
+    assert code == 0
+    assert [r["n"] for r in json.loads((files / "o.json").read_text())["widths"]] == table.widths.tolist()
+
+
+# -- refusals ---------------------------------------------------------------------------------------
+
+def test_a_calibration_without_a_tree_table_says_chains_only(files, capsys):
+    for argv in (["tree", files / "t.toml", files / "chain.toml"],
+                 ["plan", files / "t.toml", files / "chain.toml", "--n", "4", "--tree"]):
+        err = refused(capsys, *argv)
+        assert "chain.toml" in err and "no [tree] table: chains only" in err
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--max-nodes", "0"], "--max-nodes 0 is outside 1..256"),
+    (["--max-nodes", "257"], "--max-nodes 257 is outside 1..256"),
+    (["--max-depth", "0"], "--max-depth 0 is outside 1..64"),
+    (["--max-depth", "65"], "--max-depth 65 is outside 1..64"),
+    (["--widths", "0,4"], "width 0 is outside 1..1,048,576"),
+    (["--widths", f"1,{2**20 + 1}"], "width 1,048,577 is outside"),
+    (["--widths", "4,2"], "not strictly ascending"),
+    (["--widths", "2,2"], "not strictly ascending"),
+    (["--n", "0"], "--n: width 0 is outside"),
+    (["--n", "4", "--widths", "4"], "not allowed with argument"),
+    (["--slack", "1"], "outside [0, 1)"),
+    (["--context", "0"], "context"),
+    (["--max-nodes", "-1"], "--max-nodes"),
+])
+def test_bad_options_are_refused_by_name(files, capsys, extra, needle):
+    err = refused(capsys, "tree", files / "t.toml", files / "c.toml", *extra)
+    assert needle in err
+
+
+def test_the_json_output_cannot_replace_an_input(files, capsys):
+    before = (files / "c.toml").read_bytes()
+    err = refused(capsys, "tree", files / "t.toml", files / "c.toml", "--json", files / "c.toml")
+    assert "--json" in err and "CALIBRATION" in err and (files / "c.toml").read_bytes() == before
+
+
+def test_a_refused_run_writes_no_json(files, capsys):
+    refused(capsys, "tree", files / "t.toml", files / "chain.toml", "--json", files / "o.json")
+    assert not (files / "o.json").exists()
+
+
+def test_a_row_of_rank_acceptance_above_one_is_refused_at_its_row(files, capsys):
+    text = (files / "c.toml").read_text()
+    head, tail = text.split("rank_acceptance = ", 1)
+    (files / "bad.toml").write_text(head + "rank_acceptance = [[0.9, 0.2]]\n" + tail.split("\n", 1)[1])
+    err = refused(capsys, "tree", files / "t.toml", files / "bad.toml")
+    assert "bad.toml" in err and "depth 1" in err
+
+
+def test_tree_options_need_plan_tree(files, capsys):
+    err = refused(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "4", "--max-nodes", "8")
+    assert "--max-nodes applies to draft trees: give --tree too" in err
+    err = refused(capsys, "plan", files / "t.toml", files / "c.toml", "--tree")
+    assert "--tree needs --n N" in err
+    err = refused(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "4", "--tree", "--max-seqs", "8")
+    assert "--max-seqs does not apply to --tree" in err
