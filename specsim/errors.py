@@ -97,6 +97,11 @@ class PlanError(SpecsimError):
     """Planner inputs out of range (slack, widths, shapes)."""
 
 
+class TreeError(PlanError):
+    """A draft tree, or an engine's tree settings, that cannot be built, counted or priced
+    (docs/planner.md#draft-trees)."""
+
+
 class TraceError(SpecsimError):
     """A request or acceptance trace that cannot be read."""
 

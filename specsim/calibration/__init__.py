@@ -6,7 +6,7 @@ Beside them: :mod:`.telemetry` turns serving engines' telemetry (read by
 outcomes against a calibration (docs/telemetry.md).
 """
 
-from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
+from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool, TreeCounts
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
 from specsim.calibration.fit import (
     DEFAULT_EDGES,
@@ -30,6 +30,7 @@ __all__ = [
     "FitCounts",
     "Pool",
     "PositionPrior",
+    "TreeCounts",
     "calibration_from_rates",
     "conditional_priors",
     "counts_from_steps",

@@ -106,3 +106,24 @@ class RequestSpread:
     standard_error: float
     requests: int
     source: str
+
+
+@dataclass(frozen=True)
+class TreeCounts:
+    """The counts behind a calibration's rank acceptance (docs/calibration.md#draft-trees).
+
+    Attributes
+    ----------
+    reached : tuple of int, length D
+        ``reached[d - 1]``: verify steps whose accepted path reached depth ``d - 1`` and that drafted
+        candidates for depth ``d`` under it.
+    matched : tuple of tuple of int, shape (D, R)
+        ``matched[d - 1][r - 1]``: those steps where the target's token at depth ``d`` was the
+        rank-``r`` candidate.
+    source : str
+        Where the counts came from.
+    """
+
+    reached: tuple
+    matched: tuple
+    source: str = ""

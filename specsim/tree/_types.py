@@ -1,0 +1,150 @@
+"""Draft trees as values: :class:`Tree` (one tree, frozen) and :class:`TreeOrder` (the greedy
+order every best tree is a prefix of), and the sizes of the best-tree kernel's workspace."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim._jit import jit
+from specsim.errors import TreeError
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A draft tree: nodes listed parents first, each a path of draft ranks from the root (the
+    last accepted token).
+
+    Attributes
+    ----------
+    parents : tuple of int
+        Each node's parent: the index of an earlier node, or -1 for the root.
+    ranks : tuple of int
+        Each node's draft rank under its parent, 1-based (1 = the draft's top candidate).
+    expected_tokens : float
+        Tokens one verify step of this tree emits per sequence: 1 + the sum over nodes of the
+        product of ``rank_acceptance[depth - 1, rank - 1]`` along the node's path; NaN for a
+        tree built without a rank-acceptance table.
+    depth : int
+        The deepest node's depth (0 for the empty tree: plain decoding).
+    nodes : int
+        How many draft nodes (the verify step reads ``nodes + 1`` rows per sequence).
+    level_sizes : tuple of int
+        Nodes at depths 1..depth.
+    is_chain : bool
+        Every node rank 1, one per level (the empty tree too): a chain of ``nodes`` drafts.
+    """
+
+    parents: tuple
+    ranks: tuple
+    expected_tokens: float = math.nan
+    depth: int = field(init=False)
+    nodes: int = field(init=False)
+    level_sizes: tuple = field(init=False)
+    is_chain: bool = field(init=False)
+
+    def __post_init__(self):
+        parents = tuple(int(p) for p in self.parents)
+        ranks = tuple(int(r) for r in self.ranks)
+        if len(parents) != len(ranks):
+            raise TreeError(f"a tree needs one rank per node: {len(parents)} parents, {len(ranks)} ranks")
+        depths = []
+        for i, (p, r) in enumerate(zip(parents, ranks)):
+            if not -1 <= p < i:
+                raise TreeError(f"node {i}: parent {p} is not an earlier node or -1 (the root): list parents "
+                                "before their children")
+            if r < 1:
+                raise TreeError(f"node {i}: rank {r} is not a draft rank (ranks are 1-based)")
+            depths.append(1 if p < 0 else depths[p] + 1)
+        depth = max(depths, default=0)
+        sizes = [0] * depth
+        for d in depths:
+            sizes[d - 1] += 1
+        object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "ranks", ranks)
+        object.__setattr__(self, "expected_tokens", float(self.expected_tokens))
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "nodes", len(parents))
+        object.__setattr__(self, "level_sizes", tuple(sizes))
+        object.__setattr__(self, "is_chain", all(r == 1 for r in ranks) and all(s == 1 for s in sizes))
+
+    @classmethod
+    def chain(cls, k: int, expected_tokens: float = math.nan) -> "Tree":
+        """The chain of ``k`` drafts (``k = 0``: the empty tree, plain decoding)."""
+        return cls(tuple(range(-1, k - 1)), (1,) * k, expected_tokens)
+
+    def node_depths(self) -> tuple:
+        """Each node's depth (1 = a child of the root)."""
+        out = []
+        for p in self.parents:
+            out.append(1 if p < 0 else out[p] + 1)
+        return tuple(out)
+
+    def level_parents(self) -> tuple:
+        """For levels 1..depth, how many nodes one level up have children there (the root for
+        level 1): the rows per sequence of each drafting pass."""
+        if not self.nodes:
+            return ()
+        depths = self.node_depths()
+        with_children = set(self.parents)
+        counts = [0] * self.depth
+        counts[0] = 1
+        for i, d in enumerate(depths):
+            if i in with_children:
+                counts[d] += 1  # node i at depth d feeds level d + 1 (index d)
+        return tuple(counts)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {"parents": list(self.parents), "ranks": list(self.ranks),
+                "expected_tokens": None if math.isnan(self.expected_tokens) else self.expected_tokens,
+                "depth": self.depth, "nodes": self.nodes, "level_sizes": list(self.level_sizes),
+                "is_chain": self.is_chain}
+
+
+@dataclass(frozen=True)
+class TreeOrder:
+    """The greedy order of a rank-acceptance table's paths (``greedy_order``): every best tree of
+    ``N`` nodes is its first ``N`` nodes, so a planner computes it once for all ``N``.
+
+    Attributes
+    ----------
+    parents, ranks : ndarray(int64, ndim=1), shape (M,)
+        Node ``i``'s parent (an earlier index, or -1) and 1-based rank, in the order.
+    products : ndarray(float64, ndim=1), shape (M,)
+        Node ``i``'s path product, non-increasing along the order.
+    max_depth : int
+        The depth bound the order was built under (already limited to the table's depths).
+    """
+
+    parents: np.ndarray
+    ranks: np.ndarray
+    products: np.ndarray
+    max_depth: int
+
+    def __len__(self) -> int:
+        return int(self.parents.shape[0])
+
+    def tree(self, nodes: int) -> Tree:
+        """The best tree of ``nodes`` nodes (at most ``len(self)``): the first ``nodes`` of the
+        order, its expected tokens ``1 + sum(products[:nodes])`` summed in order."""
+        n = min(int(nodes), len(self))
+        total = 0.0
+        for p in self.products[:n].tolist():
+            total += p
+        return Tree(tuple(self.parents[:n].tolist()), tuple(self.ranks[:n].tolist()), 1.0 + total)
+
+
+@jit(forceinline=True)
+def order_workspace_sizes(nodes, depth, ranks):
+    """``(int64 entries, float64 entries)`` of the best-tree kernel's workspace for ``nodes``
+    nodes over a table of ``depth`` rows and ``ranks`` columns: the only place it is sized.
+
+    int64: each node's depth (``nodes``); each node's child order and the root's
+    (``(nodes + 1) * ranks``); the heap's parent, depth, position and rank (``nodes + 1`` each:
+    a pop pushes at most two entries, so the heap never holds more than ``nodes + 1``); two rank
+    paths for ties (``depth`` each). float64: the heap's products (``nodes + 1``)."""
+    heap = nodes + 1
+    return nodes + heap * ranks + 4 * heap + 2 * depth, heap
