@@ -124,9 +124,10 @@ def test_a_tree_no_engine_flag_builds_says_what_differs():
     # Ranks 1 and 3 under the root without rank 2: no top-k expansion drafts it.
     tree = Tree((-1, -1, 0), (1, 3, 1), 1.0 + 0.79 + 0.04 + 0.79 * 0.74)
     s = sglang_settings(tree, RANKS)
-    assert not s.exact and "(2,)" in s.differs and "(1,)" in s.differs
+    assert not s.exact and s.differs.startswith("its tree differs in 1 of 3 nodes: without (2,), with ")
+    assert dict(s.fields)["num_draft_tokens"] == 4 and s.expected_tokens != tree.expected_tokens
     t = trtllm_settings(tree, RANKS)
-    assert not t.exact and "of 3 nodes" in t.differs
+    assert not t.exact and "without (2,)" in t.differs and dict(t.fields)["max_total_draft_tokens"] == 3
     assert vllm_settings(tree).exact
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from specsim.cli._common import context, count, format_grid, print_json, slack, width
 from specsim.cli.tree import (
-    Report, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text, tree_planner,
-    width_row,
+    Report, TreeStudy, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text,
 )
 from specsim.errors import PlanError
 from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, logprob_problem, show
@@ -162,8 +161,8 @@ def _plan_tree(args):
     max_nodes, max_depth = check_tree_options(args)
     table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "plan --tree")
     n = checked_widths([args.n], "--n")[0]
-    planner = tree_planner(table, cal, args.slack, args.tree_attention_factor)
-    report = Report([width_row(planner, cal, n, args.context, max_nodes, max_depth)], {}, "")
+    study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, args.tree_attention_factor)
+    report = Report([study.row(n)], {}, "")
     if args.json:
         print_json(report.to_dict()["widths"][0])
         return 0

@@ -14,7 +14,8 @@ from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
 from specsim.plan import Planner
 from specsim.table import CostTable
-from specsim.tree import tree_candidates
+from specsim.tree import TREE_ATTENTION_FACTOR, greedy_order, tree_step_cost
+from specsim.tree.pricing import check_tree_attention_factor
 from specsim.tree.settings import ENGINES, engine_settings
 
 USAGE = "specsim tree TABLE CALIBRATION"
@@ -106,14 +107,13 @@ def cmd_tree(args):
             widths = checked_widths([args.n], "--n")
         else:
             widths = checked_widths(table.widths.tolist() if args.widths is None else args.widths, "--widths")
-        planner = tree_planner(table, cal, args.slack, args.tree_attention_factor)
-        rows = [width_row(planner, cal, n, args.context, max_nodes, max_depth) for n in widths]
+        study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, args.tree_attention_factor)
+        rows = [study.row(n) for n in widths]
         report = Report(rows, crossovers(rows), why_no_tree(rows))
         print(report_text(report, show_settings=len(rows) == 1))
         if args.json:
-            doc = {"table": str(args.table), "calibration": str(args.calibration), "slack": args.slack,
-                   "context": args.context, "max_nodes": max_nodes, "max_depth": max_depth,
-                   "tree_attention_factor": planner.tree_attention_factor, **report.to_dict()}
+            doc = {"table": str(args.table), "calibration": str(args.calibration), **study.inputs(),
+                   **report.to_dict()}
             check_finite_results(doc, "the inputs", PlanError)
             out.text(args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     for path in out.written:
@@ -121,34 +121,80 @@ def cmd_tree(args):
     return 0
 
 
-def tree_planner(table, cal, slack_value, factor) -> Planner:
-    kwargs = {} if factor is None else {"tree_attention_factor": factor}
-    return Planner(table, cal, slack=slack_value, memo=False, **kwargs)
-
-
 # -- the figures ---------------------------------------------------------------------------------
 
-def _figures(kind, tree, expected_tokens, step_ms, step_j, fast_enough) -> dict:
-    return {"kind": kind, "nodes": int(tree.nodes), "depth": int(tree.depth), "expected_tokens": float(expected_tokens),
-            "step_ms": float(step_ms), "step_j": float(step_j),
-            "tokens_per_s": float(expected_tokens / step_ms * 1000.0), "tokens_per_j": float(expected_tokens / step_j),
-            "fast_enough": bool(fast_enough)}
+class TreeStudy:
+    """Plain decoding, the best chain and the best branching tree of one table and calibration at
+    any width, beside the planner's choice (``Planner.propose_tree``) and its engine settings.
+
+    Every figure comes from the homes the planner reads: the chains' from ``Planner.explain``
+    (the chain planner's arithmetic), a tree's price from :func:`specsim.tree.tree_step_cost`, the
+    best trees from one :func:`specsim.tree.greedy_order`.
+    """
+
+    def __init__(self, table, cal, slack_value, ctx, max_nodes, max_depth, factor):
+        self.factor = TREE_ATTENTION_FACTOR if factor is None else check_tree_attention_factor(factor)
+        self.table, self.cal, self.context = table, cal, ctx
+        self.slack, self.max_nodes, self.max_depth = slack_value, max_nodes, max_depth
+        self.planner = Planner(table, cal, slack=slack_value, memo=False, tree_attention_factor=self.factor)
+        # Branching trees of 2..max_nodes nodes, at most the table's deepest verify.
+        self.top = min(max_nodes, table.max_k)
+        self.order = greedy_order(cal.rank_acceptance, self.top, max_depth) if self.top >= 2 else None
+        self._settings = {}
+
+    def inputs(self) -> dict:
+        return {"slack": self.slack, "context": self.context, "max_nodes": self.max_nodes,
+                "max_depth": self.max_depth, "tree_attention_factor": self.factor}
+
+    def row(self, n) -> dict:
+        """One width: the figures per sequence of plain decoding, the best chain and the best
+        branching tree, the planner's choice with its note, and the engine settings of the choice."""
+        ex = self.planner.explain(n, self.context)
+        floor = ex.floor_tokens_per_s / n  # per sequence
+        plain = _figures("plain", 0, 0, ex.depths[0].tokens / n, ex.depths[0].step_ms, ex.depths[0].step_j, floor)
+        chains = [_figures("chain", d.k, d.k, d.tokens / n, d.step_ms, d.step_j, floor)
+                  for d in ex.depths[1:min(self.table.max_k, self.max_depth) + 1]]
+        plan = self.planner.propose_tree(n, context=self.context, max_nodes=self.max_nodes, max_depth=self.max_depth)
+        settings = self._settings.get(plan.tree)
+        if settings is None:
+            settings = self._settings[plan.tree] = {s.engine: s for s in engine_settings(plan.tree,
+                                                                                         self.cal.rank_acceptance)}
+        return {"n": int(n), "choice": plan.kind, "nodes": int(plan.nodes), "depth": int(plan.depth),
+                "expected_tokens": float(plan.expected_tokens), "step_ms": float(plan.step_ms),
+                "step_j": float(plan.step_j), "tokens_per_j": float(plan.tokens_per_j), "note": plan.note,
+                "floor_tokens_per_s": float(floor), "plain": plain, "chain": _best(chains), "tree": self._tree(n, floor),
+                "settings": settings}
+
+    def _tree(self, n, floor):
+        """The best branching tree at width ``n``: the most tokens/J among those fast enough,
+        else (none is) the fastest; None where no branching tree fits."""
+        trees = []
+        for nodes in range(2, min(self.top, len(self.order) if self.order is not None else 0) + 1):
+            tree = self.order.tree(nodes)
+            if tree.is_chain:
+                continue
+            cost = tree_step_cost(self.table, tree, n, context=self.context, tree_attention_factor=self.factor)
+            trees.append(_figures("tree", tree.nodes, tree.depth, tree.expected_tokens, cost.step_ms, cost.step_j,
+                                  floor))
+        return _best(trees)
 
 
-def width_row(planner, cal, n, ctx, max_nodes, max_depth) -> dict:
-    """One width: the figures of plain decoding, the best chain and the best branching tree (per
-    sequence), the planner's choice with its note, and the engine settings of the choice."""
-    plan = planner.propose_tree(n, context=ctx, max_nodes=max_nodes, max_depth=max_depth)
-    best = tree_candidates(planner, n, context=ctx, max_nodes=max_nodes, max_depth=max_depth)
-    figures = {kind: (None if c is None else _figures(kind, c.tree, c.expected_tokens, c.step_ms, c.step_j,
-                                                      c.fast_enough)) for kind, c in best.items()}
-    settings = engine_settings(plan.tree, cal.rank_acceptance)
-    return {"n": int(n), "choice": plan.kind, "nodes": int(plan.nodes), "depth": int(plan.depth),
-            "expected_tokens": float(plan.expected_tokens), "step_ms": float(plan.step_ms),
-            "step_j": float(plan.step_j), "tokens_per_j": float(plan.tokens_per_j), "note": plan.note,
-            "floor_tokens_per_s": float(best["floor_tokens_per_s"]),
-            **{kind: figures[kind] for kind in KINDS},
-            "settings": {s.engine: s for s in settings}}
+def _figures(kind, nodes, depth, expected_tokens, step_ms, step_j, floor) -> dict:
+    """Per sequence: expected tokens per step, the step's ms and J, tokens/s and tokens/J, and
+    whether it reaches ``floor`` tokens/s."""
+    per_s = expected_tokens / step_ms * 1000.0
+    return {"kind": kind, "nodes": int(nodes), "depth": int(depth), "expected_tokens": float(expected_tokens),
+            "step_ms": float(step_ms), "step_j": float(step_j), "tokens_per_s": float(per_s),
+            "tokens_per_j": float(expected_tokens / step_j), "fast_enough": bool(per_s >= floor)}
+
+
+def _best(candidates):
+    """The most tokens/J among the fast enough (the first of equals), else the fastest; None
+    for no candidate."""
+    fast = [c for c in candidates if c["fast_enough"]]
+    if fast:
+        return max(fast, key=lambda c: c["tokens_per_j"])
+    return max(candidates, key=lambda c: c["tokens_per_s"], default=None)
 
 
 def crossovers(rows) -> dict:
