@@ -225,6 +225,8 @@ def test_a_calibration_without_a_tree_table_says_chains_only(files, capsys):
     (["--slack", "1"], "outside [0, 1)"),
     (["--context", "0"], "context"),
     (["--max-nodes", "-1"], "--max-nodes"),
+    (["--tree-attention-factor", "0.5"], "--tree-attention-factor = 0.5 must be >= 1 and <= 10"),
+    (["--tree-attention-factor", "nan"], "--tree-attention-factor = nan must be finite"),
 ])
 def test_bad_options_are_refused_by_name(files, capsys, extra, needle):
     err = refused(capsys, "tree", files / "t.toml", files / "c.toml", *extra)

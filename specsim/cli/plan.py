@@ -158,10 +158,10 @@ def _plan_tree(args):
                         f"width): leave {'it' if one else 'them'} out")
     if args.n is None:
         raise PlanError("--tree needs --n N (the batch width)")
-    max_nodes, max_depth = check_tree_options(args)
-    table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "plan --tree")
+    max_nodes, max_depth, factor = check_tree_options(args)
     n = checked_widths([args.n], "--n")[0]
-    study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, args.tree_attention_factor)
+    table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "plan --tree")
+    study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
     report = Report([study.row(n)], {}, "")
     if args.json:
         print_json(report.to_dict()["widths"][0])

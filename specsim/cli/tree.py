@@ -62,14 +62,21 @@ def add_tree_options(p) -> None:
 
 
 def check_tree_options(args) -> tuple:
-    """``(max_nodes, max_depth)`` from the options, refused by name outside their limits."""
+    """``(max_nodes, max_depth, tree_attention_factor)`` from the options, refused by name outside
+    their limits before any file is read."""
     max_nodes = DEFAULT_MAX_NODES if args.max_nodes is None else args.max_nodes
     max_depth = DEFAULT_MAX_DEPTH if args.max_depth is None else args.max_depth
     if not 1 <= max_nodes <= MAX_TREE_NODES:
         raise PlanError(f"--max-nodes {max_nodes:,} is outside 1..{MAX_TREE_NODES} (docs/limits.md)")
     if not 1 <= max_depth <= MAX_TREE_DEPTH:
         raise PlanError(f"--max-depth {max_depth:,} is outside 1..{MAX_TREE_DEPTH} (docs/limits.md)")
-    return max_nodes, max_depth
+    factor = TREE_ATTENTION_FACTOR
+    if args.tree_attention_factor is not None:
+        try:
+            factor = check_tree_attention_factor(args.tree_attention_factor)
+        except PlanError as e:
+            raise PlanError(str(e).replace("tree_attention_factor", "--tree-attention-factor", 1)) from None
+    return max_nodes, max_depth, factor
 
 
 def checked_widths(values, option: str) -> list:
@@ -99,7 +106,7 @@ def load_tree_inputs(table_path, cal_path, usage: str, option: str):
 
 
 def cmd_tree(args):
-    max_nodes, max_depth = check_tree_options(args)
+    max_nodes, max_depth, factor = check_tree_options(args)
     with Outputs({"TABLE": args.table, "CALIBRATION": args.calibration}) as out:
         out.declare(args.json, "--json")
         table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "specsim tree")
@@ -107,7 +114,7 @@ def cmd_tree(args):
             widths = checked_widths([args.n], "--n")
         else:
             widths = checked_widths(table.widths.tolist() if args.widths is None else args.widths, "--widths")
-        study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, args.tree_attention_factor)
+        study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
         rows = [study.row(n) for n in widths]
         report = Report(rows, crossovers(rows), why_no_tree(rows))
         print(report_text(report, show_settings=len(rows) == 1))
@@ -133,7 +140,7 @@ class TreeStudy:
     """
 
     def __init__(self, table, cal, slack_value, ctx, max_nodes, max_depth, factor):
-        self.factor = TREE_ATTENTION_FACTOR if factor is None else check_tree_attention_factor(factor)
+        self.factor = factor
         self.table, self.cal, self.context = table, cal, ctx
         self.slack, self.max_nodes, self.max_depth = slack_value, max_nodes, max_depth
         self.planner = Planner(table, cal, slack=slack_value, memo=False, tree_attention_factor=self.factor)
@@ -151,9 +158,11 @@ class TreeStudy:
         branching tree, the planner's choice with its note, and the engine settings of the choice."""
         ex = self.planner.explain(n, self.context)
         floor = ex.floor_tokens_per_s / n  # per sequence
-        plain = _figures("plain", 0, 0, ex.depths[0].tokens / n, ex.depths[0].step_ms, ex.depths[0].step_j, floor)
-        chains = [_figures("chain", d.k, d.k, d.tokens / n, d.step_ms, d.step_j, floor)
-                  for d in ex.depths[1:min(self.table.max_k, self.max_depth) + 1]]
+        # The chains' "fast enough" is explain's: the very comparison the chain planner makes.
+        plain, *chains = [
+            _figures("chain" if d.k else "plain", d.k, d.k, n, d.tokens / n, d.step_ms, d.step_j, d.feasible)
+            for d in ex.depths[:min(self.table.max_k, self.max_depth) + 1]
+        ]
         plan = self.planner.propose_tree(n, context=self.context, max_nodes=self.max_nodes, max_depth=self.max_depth)
         settings = self._settings.get(plan.tree)
         if settings is None:
@@ -162,8 +171,8 @@ class TreeStudy:
         return {"n": int(n), "choice": plan.kind, "nodes": int(plan.nodes), "depth": int(plan.depth),
                 "expected_tokens": float(plan.expected_tokens), "step_ms": float(plan.step_ms),
                 "step_j": float(plan.step_j), "tokens_per_j": float(plan.tokens_per_j), "note": plan.note,
-                "floor_tokens_per_s": float(floor), "plain": plain, "chain": _best(chains), "tree": self._tree(n, floor),
-                "settings": settings}
+                "floor_tokens_per_s": float(floor), "plain": plain, "chain": _best(chains),
+                "tree": self._tree(n, floor), "settings": settings}
 
     def _tree(self, n, floor):
         """The best branching tree at width ``n``: the most tokens/J among those fast enough,
@@ -174,18 +183,19 @@ class TreeStudy:
             if tree.is_chain:
                 continue
             cost = tree_step_cost(self.table, tree, n, context=self.context, tree_attention_factor=self.factor)
-            trees.append(_figures("tree", tree.nodes, tree.depth, tree.expected_tokens, cost.step_ms, cost.step_j,
-                                  floor))
+            trees.append(_figures("tree", tree.nodes, tree.depth, n, tree.expected_tokens, cost.step_ms,
+                                  cost.step_j, tree.expected_tokens / cost.step_ms * 1000.0 >= floor))
         return _best(trees)
 
 
-def _figures(kind, nodes, depth, expected_tokens, step_ms, step_j, floor) -> dict:
-    """Per sequence: expected tokens per step, the step's ms and J, tokens/s and tokens/J, and
-    whether it reaches ``floor`` tokens/s."""
+def _figures(kind, nodes, depth, n, expected_tokens, step_ms, step_j, fast_enough) -> dict:
+    """One candidate at width ``n``: expected tokens per sequence per step, the whole step's ms
+    and J, tokens/s per sequence, the step's tokens/J (all ``n`` sequences' tokens), and whether
+    it is fast enough (reaches the floor)."""
     per_s = expected_tokens / step_ms * 1000.0
     return {"kind": kind, "nodes": int(nodes), "depth": int(depth), "expected_tokens": float(expected_tokens),
             "step_ms": float(step_ms), "step_j": float(step_j), "tokens_per_s": float(per_s),
-            "tokens_per_j": float(expected_tokens / step_j), "fast_enough": bool(per_s >= floor)}
+            "tokens_per_j": float(n * expected_tokens / step_j), "fast_enough": bool(fast_enough)}
 
 
 def _best(candidates):
