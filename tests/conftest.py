@@ -27,7 +27,7 @@ def shared_data():
 # `kernels` marker, and CI runs them a second time with bounds checks on (docs/simulation.md,
 # "Memory safety").
 KERNEL_MODULES = {"test_engine", "test_scheduling", "test_engine_extremes", "test_plan", "test_table",
-                  "test_calibration", "test_fit", "test_request_spread"}
+                  "test_calibration", "test_fit", "test_request_spread", "test_tree"}
 
 
 @pytest.hookimpl(tryfirst=True)

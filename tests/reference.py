@@ -809,3 +809,104 @@ def ref_context_cell(contexts, grids, n, k, c):
 
     cells = [(w, kk) + at_context((w, kk)) for (w, kk) in by_key[0]]
     return ref_cell(cells, n, k)
+
+
+# --- draft trees (docs/planner.md#draft-trees) ------------------------------------------------------------------
+
+def ref_tree_key(path, product):
+    """The best-tree order's sort key: larger product first, then the rank path from the root
+    (the first differing rank lower first, a path before its extensions: tuple order)."""
+    return (-product, tuple(path))
+
+
+def ref_greedy_order(a, nodes, max_depth):
+    """The best-tree order by a plain greedy over lists: the frontier is every child of a taken
+    node (and of the root) not yet taken; take its first by :func:`ref_tree_key`, ``nodes``
+    times. Returns ``(parents, ranks, products)`` as lists; a path's product is
+    ``a[0][r1 - 1] * a[1][r2 - 1] * ...``, multiplied from the root."""
+    a = [list(map(float, row)) for row in a]
+    depth_limit = min(len(a), max_depth)
+    ranks_n = len(a[0])
+    taken = []  # (path, product)
+    index = {}
+    frontier = {(r,): a[0][r - 1] for r in range(1, ranks_n + 1)}
+    while len(taken) < nodes and frontier:
+        path = min(frontier, key=lambda p: ref_tree_key(p, frontier[p]))
+        product = frontier.pop(path)
+        index[path] = len(taken)
+        taken.append((path, product))
+        if len(path) < depth_limit:
+            for r in range(1, ranks_n + 1):
+                frontier[path + (r,)] = product * a[len(path)][r - 1]
+    parents = [index[p[:-1]] if len(p) > 1 else -1 for p, _ in taken]
+    return parents, [p[-1] for p, _ in taken], [v for _, v in taken]
+
+
+def ref_all_paths_order(a, nodes, max_depth):
+    """The same order by sorting every path of depth <= min(D, max_depth) (small tables only):
+    a second, independent route to the best tree. Returns the first ``nodes`` as
+    ``[(path, product)]``."""
+    a = [list(map(float, row)) for row in a]
+    depth_limit = min(len(a), max_depth)
+    paths = []
+    level = [((), 1.0)]
+    for d in range(depth_limit):
+        level = [(p + (r,), (a[0][r - 1] if d == 0 else v * a[d][r - 1])) for p, v in level
+                 for r in range(1, len(a[0]) + 1)]
+        paths += level
+    return sorted(paths, key=lambda e: ref_tree_key(*e))[:nodes]
+
+
+def ref_expected_tokens(a, parents, ranks):
+    """1 + the sum over nodes of each node's path product, summed in node order."""
+    products = []
+    depths = []
+    for p, r in zip(parents, ranks):
+        d = 1 if p < 0 else depths[p] + 1
+        depths.append(d)
+        products.append(float(a[0][r - 1]) if p < 0 else products[p] * float(a[d - 1][r - 1]))
+    total = 0.0
+    for v in products:
+        total += v
+    return 1.0 + total
+
+
+def ref_level_passes(parents):
+    """Per level 1..D, the nodes one level up that have children (the root for level 1)."""
+    depths = []
+    for p in parents:
+        depths.append(1 if p < 0 else depths[p] + 1)
+    if not depths:
+        return []
+    out = [0] * max(depths)
+    out[0] = 1
+    for i, d in enumerate(depths):
+        if i in parents:
+            out[d] += 1
+    return out
+
+
+def ref_tree_price(widths, costs, n, parents, ranks, factor):
+    """``[verify_ms, verify_j, draft_ms, draft_j]`` of one step of the tree at width ``n``
+    (docs/planner.md#pricing) over plain lists (``plan_ref_cell``'s table)."""
+    nodes = len(parents)
+    passes = ref_level_passes(parents)
+    depth = len(passes)
+    cell = plan_ref_cell(widths, costs, n, nodes)
+    if all(r == 1 for r in ranks) and all(c == 1 for c in ref_level_sizes(parents)):
+        return list(cell)
+    draft_ms = draft_j = 0.0
+    base = min(n, widths[-1])
+    for rows in sorted(set(passes)):
+        share = passes.count(rows) / depth
+        c = plan_ref_cell(widths, costs, base * rows, depth)
+        draft_ms += c[2] * share
+        draft_j += c[3] * share
+    return [cell[0] * factor, cell[1] * factor, draft_ms, draft_j]
+
+
+def ref_level_sizes(parents):
+    depths = []
+    for p in parents:
+        depths.append(1 if p < 0 else depths[p] + 1)
+    return [depths.count(d) for d in range(1, max(depths, default=0) + 1)]

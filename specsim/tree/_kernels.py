@@ -17,7 +17,7 @@ from specsim.tree._types import order_workspace_sizes
 from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
 
 
-@jit(forceinline=True)
+@jit(inline="always")
 def _path_into_nb(parent, rank, parents, ranks, depths, path):
     """The rank path (root first) of a candidate with ``rank`` under node ``parent`` (-1 = the
     root), written into ``path``; returns its length."""
@@ -32,9 +32,9 @@ def _path_into_nb(parent, rank, parents, ranks, depths, path):
     return d
 
 
-@jit(forceinline=True)
+@jit(inline="always")
 def _before_nb(i, j, hp, hpar, hrank, parents, ranks, depths, pa, pb):
-    """Heap entry ``i`` comes before entry ``j`` in the best-tree order: the larger path product
+    """Candidate ``i`` comes before candidate ``j`` in the best-tree order: the larger path product
     first; equal products by rank path from the root (the first differing rank, lower first;
     a path before its extensions)."""
     if hp[i] != hp[j]:
@@ -48,24 +48,12 @@ def _before_nb(i, j, hp, hpar, hrank, parents, ranks, depths, pa, pb):
     return la < lb
 
 
-@jit(forceinline=True)
-def _swap_nb(i, j, hp, hpar, hdep, hpos, hrank):
-    hp[i], hp[j] = hp[j], hp[i]
-    hpar[i], hpar[j] = hpar[j], hpar[i]
-    hdep[i], hdep[j] = hdep[j], hdep[i]
-    hpos[i], hpos[j] = hpos[j], hpos[i]
-    hrank[i], hrank[j] = hrank[j], hrank[i]
-
-
-@jit(forceinline=True)
-def _child_order_nb(a, d, prod, row):
-    """``row`` := the ranks (0-based) of a node's children at depth ``d + 1`` (row ``d`` of
-    ``a``), in best-tree order for a parent of path product ``prod``: products ``prod * a``
-    descending, equal products by rank ascending (insertion sort)."""
-    r_n = a.shape[1]
-    for r in range(r_n):
-        row[r] = r
-    for i in range(1, r_n):
+@jit(inline="always")
+def _sort_row_nb(a, d, prod, row):
+    """Insertion sort of ``row`` (0-based ranks of row ``d`` of ``a``) into best-tree order for a
+    parent of path product ``prod``: products ``prod * a[d, r]`` descending, equal products by
+    rank ascending. Linear on a row already in that order up to ties."""
+    for i in range(1, row.shape[0]):
         r = row[i]
         v = prod * a[d, r]
         j = i - 1
@@ -78,104 +66,146 @@ def _child_order_nb(a, d, prod, row):
         row[j + 1] = r
 
 
+@jit(inline="always")
+def _child_order_nb(a, d, prod, by_depth, row):
+    """``row`` := the ranks (0-based) of a node's children at depth ``d + 1``, in best-tree order
+    for a parent of path product ``prod``. ``by_depth`` is that row's order by acceptance
+    (``prod = 1``); multiplying by ``prod`` keeps it, except where products round equal, which
+    the sort's pass over it puts back in rank order."""
+    for i in range(row.shape[0]):
+        row[i] = by_depth[i]
+    if prod != 1.0:
+        _sort_row_nb(a, d, prod, row)
+
+
+@jit(inline="always")
+def _sift_down_nb(heap, size, e, ep, epar, erank, parents, ranks, depths, pa, pb):
+    """Place candidate ``e`` at the top of ``heap[:size]`` and sift it down (entries move up
+    into the hole; ``e`` is written once)."""
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before_nb(heap[c + 1], heap[c], ep, epar, erank, parents, ranks, depths, pa, pb):
+            c += 1
+        if not _before_nb(heap[c], e, ep, epar, erank, parents, ranks, depths, pa, pb):
+            break
+        heap[i] = heap[c]
+        i = c
+    heap[i] = e
+
+
+@jit(inline="always")
+def _sift_up_nb(heap, size, e, ep, epar, erank, parents, ranks, depths, pa, pb):
+    """Add candidate ``e`` at ``heap[size]`` and sift it up."""
+    i = size
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _before_nb(e, heap[up], ep, epar, erank, parents, ranks, depths, pa, pb):
+            break
+        heap[i] = heap[up]
+        i = up
+    heap[i] = e
+
+
 @jit
 def greedy_order_nb(a, nodes, max_depth, parents, ranks, products):
     """The first ``nodes`` paths of depth <= ``max_depth`` (and <= ``a``'s rows) in best-tree
     order, written into ``parents``, ``ranks`` (1-based) and ``products`` (each of length >=
     ``nodes``); returns how many were written (fewer where fewer paths exist).
 
-    A binary heap holds, for each node taken (and the root), its best child not yet taken; a
-    node taken pushes its next sibling and its first child, so the heap never passes
-    ``nodes + 1`` entries and the work is O(nodes (R + log nodes)).
+    A binary heap of candidates holds, for the root and each node taken, its best child not yet
+    taken; taking a node makes two candidates, its next sibling and its first child: the first
+    replaces it at the top of the heap, the second is pushed. The heap never holds more than
+    ``nodes + 1`` candidates and the work is O(nodes (R + log nodes)).
     """
     depth_limit = a.shape[0] if a.shape[0] < max_depth else max_depth
     r_n = a.shape[1]
     if nodes <= 0 or depth_limit <= 0 or r_n <= 0:
         return 0
-    heap = nodes + 1
     n_int, n_float = order_workspace_sizes(nodes, depth_limit, r_n)
     iw = np.empty(n_int, dtype=np.int64)
-    hp = np.empty(n_float)
+    ep = np.empty(n_float)  # each candidate's path product
+    cands = n_float
     depths = iw[:nodes]
-    child = iw[nodes:nodes + heap * r_n]  # slot s: child order of node s - 1 (slot 0: the root)
-    o = nodes + heap * r_n
-    hpar = iw[o:o + heap]
-    hdep = iw[o + heap:o + 2 * heap]
-    hpos = iw[o + 2 * heap:o + 3 * heap]
-    hrank = iw[o + 3 * heap:o + 4 * heap]  # the candidate's 1-based rank, for ties
-    pa = iw[o + 4 * heap:o + 4 * heap + depth_limit]
-    pb = iw[o + 4 * heap + depth_limit:o + 4 * heap + 2 * depth_limit]
+    o = nodes
+    child = iw[o:o + (nodes + 1) * r_n]  # slot s: the child order of node s - 1 (slot 0: the root)
+    o += (nodes + 1) * r_n
+    heap = iw[o:o + nodes + 1]
+    o += nodes + 1
+    epar = iw[o:o + cands]
+    edep = iw[o + cands:o + 2 * cands]
+    epos = iw[o + 2 * cands:o + 3 * cands]
+    erank = iw[o + 3 * cands:o + 4 * cands]  # 1-based, for ties
+    o += 4 * cands
+    pa = iw[o:o + depth_limit]
+    pb = iw[o + depth_limit:o + 2 * depth_limit]
+    o += 2 * depth_limit
+    by_depth = iw[o:o + depth_limit * r_n]  # row d: the ranks of depth d + 1 by acceptance
+    for d in range(depth_limit):
+        row = by_depth[d * r_n:(d + 1) * r_n]
+        for r in range(r_n):
+            row[r] = r
+        _sort_row_nb(a, d, 1.0, row)
 
-    _child_order_nb(a, 0, 1.0, child[0:r_n])
+    _child_order_nb(a, 0, 1.0, by_depth[0:r_n], child[0:r_n])
+    ep[0] = a[0, child[0]]
+    epar[0] = -1
+    edep[0] = 1
+    epos[0] = 0
+    erank[0] = child[0] + 1
+    heap[0] = 0
     size = 1
-    hp[0] = a[0, child[0]]
-    hpar[0] = -1
-    hdep[0] = 1
-    hpos[0] = 0
-    hrank[0] = child[0] + 1
+    made = 1
     count = 0
     while count < nodes and size > 0:
-        prod = hp[0]
-        par = hpar[0]
-        d = hdep[0]
-        pos = hpos[0]
-        rank = hrank[0]
-        # pop: move the last entry to the top and sift it down
-        size -= 1
-        if size > 0:
-            _swap_nb(0, size, hp, hpar, hdep, hpos, hrank)
-            i = 0
-            while True:
-                left = 2 * i + 1
-                if left >= size:
-                    break
-                best = left
-                right = left + 1
-                if right < size and _before_nb(right, left, hp, hpar, hrank, parents, ranks, depths, pa, pb):
-                    best = right
-                if _before_nb(best, i, hp, hpar, hrank, parents, ranks, depths, pa, pb):
-                    _swap_nb(best, i, hp, hpar, hdep, hpos, hrank)
-                    i = best
-                else:
-                    break
+        top = heap[0]
+        prod = ep[top]
+        par = epar[top]
+        d = edep[top]
+        pos = epos[top]
         node = count
         parents[node] = par
-        ranks[node] = rank
+        ranks[node] = erank[top]
         products[node] = prod
         depths[node] = d
         count += 1
-        # push the next sibling, then the first child
-        for push in range(2):
-            if push == 0:
-                if pos + 1 >= r_n:
-                    continue
-                slot = (par + 1) * r_n
-                r0 = child[slot + pos + 1]
-                base = 1.0 if par < 0 else products[par]
-                v = a[0, r0] if par < 0 else base * a[d - 1, r0]
-                e_par, e_dep, e_pos = par, d, pos + 1
+        # the new candidates: the next sibling, then the first child
+        first = -1
+        if pos + 1 < r_n:
+            r0 = child[(par + 1) * r_n + pos + 1]
+            ep[made] = a[0, r0] if par < 0 else products[par] * a[d - 1, r0]
+            epar[made] = par
+            edep[made] = d
+            epos[made] = pos + 1
+            erank[made] = r0 + 1
+            first = made
+            made += 1
+        second = -1
+        if d < depth_limit and count < nodes:
+            slot = (node + 1) * r_n
+            _child_order_nb(a, d, prod, by_depth[d * r_n:(d + 1) * r_n], child[slot:slot + r_n])
+            r0 = child[slot]
+            ep[made] = prod * a[d, r0]
+            epar[made] = node
+            edep[made] = d + 1
+            epos[made] = 0
+            erank[made] = r0 + 1
+            if first < 0:
+                first = made
             else:
-                if d >= depth_limit or count >= nodes:
-                    continue
-                slot = (node + 1) * r_n
-                _child_order_nb(a, d, prod, child[slot:slot + r_n])
-                r0 = child[slot]
-                v = prod * a[d, r0]
-                e_par, e_dep, e_pos = node, d + 1, 0
-            i = size
-            hp[i] = v
-            hpar[i] = e_par
-            hdep[i] = e_dep
-            hpos[i] = e_pos
-            hrank[i] = r0 + 1
+                second = made
+            made += 1
+        if first < 0:  # nothing new: the last candidate takes the top
+            size -= 1
+            if size > 0:
+                _sift_down_nb(heap, size, heap[size], ep, epar, erank, parents, ranks, depths, pa, pb)
+        else:
+            _sift_down_nb(heap, size, first, ep, epar, erank, parents, ranks, depths, pa, pb)
+        if second >= 0:
+            _sift_up_nb(heap, size, second, ep, epar, erank, parents, ranks, depths, pa, pb)
             size += 1
-            while i > 0:
-                up = (i - 1) >> 1
-                if _before_nb(i, up, hp, hpar, hrank, parents, ranks, depths, pa, pb):
-                    _swap_nb(i, up, hp, hpar, hdep, hpos, hrank)
-                    i = up
-                else:
-                    break
     return count
 
 

@@ -142,9 +142,11 @@ def order_workspace_sizes(nodes, depth, ranks):
     """``(int64 entries, float64 entries)`` of the best-tree kernel's workspace for ``nodes``
     nodes over a table of ``depth`` rows and ``ranks`` columns: the only place it is sized.
 
-    int64: each node's depth (``nodes``); each node's child order and the root's
-    (``(nodes + 1) * ranks``); the heap's parent, depth, position and rank (``nodes + 1`` each:
-    a pop pushes at most two entries, so the heap never holds more than ``nodes + 1``); two rank
-    paths for ties (``depth`` each). float64: the heap's products (``nodes + 1``)."""
-    heap = nodes + 1
-    return nodes + heap * ranks + 4 * heap + 2 * depth, heap
+    Candidates: the first child of the root, then at most two per node taken (``2 nodes + 1``).
+    int64: each node's depth (``nodes``); the child order of the root and of each node
+    (``(nodes + 1) ranks``); the heap of candidate ids (``nodes + 1``: each node taken adds at
+    most one to it); each candidate's parent, depth, position and rank; two rank paths for ties
+    (``depth`` each); each depth's ranks by acceptance (``depth ranks``). float64: each
+    candidate's path product."""
+    cands = 2 * nodes + 1
+    return nodes + (nodes + 1) * ranks + (nodes + 1) + 4 * cands + 2 * depth + depth * ranks, cands
