@@ -131,6 +131,26 @@ def test_a_tree_no_engine_flag_builds_says_what_differs():
     assert vllm_settings(tree).exact
 
 
+def test_a_tree_past_what_an_engine_drafts_is_said_so():
+    narrow = np.array([[0.6, 0.3]] * 5)
+    tree = best_tree(narrow, 40, 5)
+    vllm, sglang, trtllm = engine_settings(tree, narrow)
+    assert vllm.exact
+    assert not sglang.exact and sglang.fields == () and "at most 18 nodes" in sglang.differs
+    assert not trtllm.exact and "at most 10 nodes from a rank table of 5 depths x 2 ranks, not 40" in trtllm.differs
+    assert sglang.to_dict()["expected_tokens"] is None and sglang.line() == "no setting drafts this tree"
+
+
+def test_a_tree_tensorrt_llm_drafts_only_deeper_gets_the_shallowest_deeper_setting():
+    # 64 nodes over 3 levels: top-16 x 3 levels drafts 48 at most, so 4 levels.
+    rng = np.random.default_rng(0)
+    wide = rng.dirichlet(np.ones(17), size=8)[:, :16] * 0.98
+    tree = best_tree(wide, 64, 8)
+    s = trtllm_settings(tree, wide)
+    f = dict(s.fields)
+    assert f["max_total_draft_tokens"] == 64 and f["max_draft_len"] == max(tree.depth, 4)
+
+
 # -- specsim tree -----------------------------------------------------------------------------------
 
 def test_tree_table_shows_trees_paying_small_and_not_at_256(files, capsys, table, cal):

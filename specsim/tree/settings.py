@@ -4,9 +4,9 @@ vLLM takes any tree as a list of rank paths (``speculative_token_tree``), so its
 the tree itself. SGLang (``--speculative-eagle-topk``, ``--speculative-num-steps``,
 ``--speculative-num-draft-tokens``) and TensorRT-LLM's dynamic trees (``dynamic_tree_max_topK``,
 ``max_draft_len``, ``max_total_draft_tokens``) build their tree from three numbers: the settings
-below are the ones whose tree (:func:`~specsim.tree.tree_from_sglang`,
-:func:`~specsim.tree.tree_from_trtllm`) equals the planned one, or, where none does, the ones
-whose tree verifies as many nodes with the most expected tokens, saying what differs.
+below draft as many levels and verify as many nodes as the planned tree, with the top-k whose tree
+(:func:`~specsim.tree.tree_from_sglang`, :func:`~specsim.tree.tree_from_trtllm`) is the planned
+one, or, where none is, the top-k whose tree has the most expected tokens, saying what differs.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class EngineSetting(NamedTuple):
         The engine's tree with these settings is the planned tree (as a set of rank paths).
     expected_tokens : float
         Expected tokens per sequence per step of the engine's tree (the planned tree's when
-        ``exact``).
+        ``exact``); NaN where no setting of the engine drafts as many nodes.
     differs : str
         What differs from the planned tree when not ``exact``; ``""`` otherwise.
     note : str
@@ -53,7 +53,7 @@ class EngineSetting(NamedTuple):
     def line(self) -> str:
         """The settings as one line, as the engine's users write them."""
         if not self.fields:
-            return "no speculative decoding"
+            return "no speculative decoding" if self.exact else "no setting drafts this tree"
         if self.engine == "sglang":
             return " ".join(f"--speculative-{name.replace('_', '-')} {value}" for name, value in self.fields)
         if self.engine == "vllm":
@@ -61,8 +61,10 @@ class EngineSetting(NamedTuple):
         return ", ".join(f"{name}: {_py(value)}" for name, value in self.fields)
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict (``expected_tokens`` null where no setting drafts the tree)."""
         return {"fields": {name: value for name, value in self.fields}, "exact": self.exact,
-                "expected_tokens": self.expected_tokens, "differs": self.differs, "note": self.note}
+                "expected_tokens": None if self.expected_tokens != self.expected_tokens else self.expected_tokens,
+                "differs": self.differs, "note": self.note}
 
 
 def _py(value) -> str:
@@ -102,8 +104,9 @@ def vllm_settings(tree) -> EngineSetting:
 
 
 def sglang_settings(tree, rank_acceptance) -> EngineSetting:
-    """SGLang's EAGLE flags for ``tree``: ``(eagle_topk, num_steps, num_draft_tokens)`` whose tree
-    is ``tree``, else the closest with ``num_draft_tokens = nodes + 1`` (see :func:`_closest`).
+    """SGLang's EAGLE flags for ``tree``: ``num_draft_tokens`` its nodes + 1 (the root),
+    ``num_steps`` its depth and the ``eagle_topk`` whose tree is ``tree``, else the closest (see
+    :func:`_search`).
 
     rank_acceptance : ndarray(float64, ndim=2), shape (D, R)
         The calibration's rank acceptance, which SGLang's path scores stand for.
@@ -114,12 +117,16 @@ def sglang_settings(tree, rank_acceptance) -> EngineSetting:
         return EngineSetting("sglang", _sglang_fields(1, tree.nodes, tree.nodes + 1), True, tree.expected_tokens)
 
     def build(topk, steps):
-        # SGLang's pool holds topk + (steps - 1) * topk^2 candidates; with top-k 1 it drafts a chain.
-        if topk < 2 or tree.nodes > topk + (steps - 1) * topk * topk:
+        # SGLang's pool holds topk + (steps - 1) * topk^2 candidates.
+        if tree.nodes > topk + (steps - 1) * topk * topk:
             return None
         return tree_from_sglang(topk, steps, tree.nodes + 1, rank_acceptance)
 
-    topk, steps, built = _closest(tree, rank_acceptance, build)
+    found = _search(tree, rank_acceptance, build)
+    if found is None:
+        d, r = rank_acceptance.shape
+        return _undrafted("sglang", tree, rank_acceptance, r + (d - 1) * r * r)
+    topk, steps, built = found
     return _setting("sglang", _sglang_fields(topk, steps, tree.nodes + 1), tree, built)
 
 
@@ -129,8 +136,9 @@ def _sglang_fields(topk, steps, draft_tokens) -> tuple:
 
 def trtllm_settings(tree, rank_acceptance) -> EngineSetting:
     """TensorRT-LLM's dynamic-tree fields for ``tree`` (Eagle3 decoding config): a chain is linear
-    drafting (``use_dynamic_tree: false``); a branching tree the ``(dynamic_tree_max_topK,
-    max_draft_len)`` whose tree with ``max_total_draft_tokens = nodes`` is ``tree``, or the closest."""
+    drafting (``use_dynamic_tree: false``); a branching tree ``max_total_draft_tokens`` its nodes,
+    ``max_draft_len`` its depth and the ``dynamic_tree_max_topK`` whose tree is ``tree``, else the
+    closest (see :func:`_search`)."""
     if tree.nodes == 0:
         return EngineSetting("trtllm", (), True, 1.0)
     if tree.is_chain:
@@ -139,11 +147,14 @@ def trtllm_settings(tree, rank_acceptance) -> EngineSetting:
 
     def build(topk, depth):
         # TensorRT-LLM's rule: max_draft_len <= max_total_draft_tokens <= topK x max_draft_len.
-        if topk < 2 or not depth <= tree.nodes <= topk * depth:
+        if tree.nodes > topk * depth:
             return None
         return tree_from_trtllm(topk, depth, tree.nodes, rank_acceptance)
 
-    topk, depth, built = _closest(tree, rank_acceptance, build)
+    found = _search(tree, rank_acceptance, build)
+    if found is None:
+        return _undrafted("trtllm", tree, rank_acceptance, rank_acceptance.shape[0] * rank_acceptance.shape[1])
+    topk, depth, built = found
     fields = (("use_dynamic_tree", True), ("dynamic_tree_max_topK", topk), ("max_draft_len", depth),
               ("max_total_draft_tokens", tree.nodes))
     return _setting("trtllm", fields, tree, built)
@@ -154,16 +165,23 @@ def engine_settings(tree, rank_acceptance) -> tuple:
     return (vllm_settings(tree), sglang_settings(tree, rank_acceptance), trtllm_settings(tree, rank_acceptance))
 
 
-def _closest(tree, rank_acceptance, build) -> tuple:
-    """``(topk, depth, engine tree)`` over topk 2..R and depth 1..min(nodes, D): the first whose
-    tree is ``tree``, else the one with the most expected tokens (ties: smaller topk, then
-    shallower). ``build(topk, depth)`` is the engine's tree, or ``None`` where the engine refuses
-    the pair."""
-    depths, ranks = rank_acceptance.shape
+def _search(tree, rank_acceptance, build):
+    """``(topk, depth, engine tree)`` or None: at the tree's own depth (else the shallowest
+    deeper one the table has where the engine drafts as many nodes at all), over top-k 2..R, the
+    smallest top-k whose tree is ``tree``, else the one with the most expected tokens (the smaller
+    top-k of equals). ``build(topk, depth)`` is the engine's tree, or None where the engine's rule
+    refuses the pair for this many nodes.
+
+    The tree's own depth is enough when the engine drafts that many nodes there: an engine's
+    candidate pool only grows with more levels or a larger top-k, and a pool holding every node of
+    ``tree`` (the best nodes of all paths) verifies exactly ``tree``; a deeper setting would draft
+    passes the planned tree's price leaves out.
+    """
     want = set(rank_paths(tree))
-    best = None
-    for topk in range(2, ranks + 1):
-        for depth in range(1, min(tree.nodes, depths) + 1):
+    depths, ranks = rank_acceptance.shape
+    for depth in range(tree.depth, depths + 1):
+        best = None
+        for topk in range(2, ranks + 1):
             try:
                 built = build(topk, depth)
             except PlanError:
@@ -174,9 +192,16 @@ def _closest(tree, rank_acceptance, build) -> tuple:
                 return topk, depth, built
             if best is None or built.expected_tokens > best[2].expected_tokens:
                 best = (topk, depth, built)
-    if best is None:
-        raise PlanError(f"no engine setting drafts {tree.nodes} nodes from a rank table of {ranks} ranks")
-    return best
+        if best is not None:
+            return best
+    return None
+
+
+def _undrafted(engine, tree, rank_acceptance, most) -> EngineSetting:
+    d, r = rank_acceptance.shape
+    return EngineSetting(engine, (), False, float("nan"),
+                         f"it drafts at most {most} nodes from a rank table of {d} depths x {r} ranks, not "
+                         f"{tree.nodes}: plan fewer nodes (--max-nodes) or fit more ranks or depths")
 
 
 def _setting(engine, fields, tree, built) -> EngineSetting:
