@@ -910,3 +910,49 @@ def ref_level_sizes(parents):
     for p in parents:
         depths.append(1 if p < 0 else depths[p] + 1)
     return [depths.count(d) for d in range(1, max(depths, default=0) + 1)]
+
+
+def ref_propose_tree(widths, costs, priors, a, n, slack, max_seqs, max_nodes, max_depth, factor):
+    """Planner.propose_tree as docs/planner.md#draft-trees words it: ``(kind, parents, ranks)``
+    of the candidate kept; ``a`` None for a calibration without a [tree] table."""
+    max_k = len(costs[0]) - 1
+    if n > max_seqs:
+        return "plain", [], []
+
+    def chain_tokens(k):
+        total, run = 0.0, 1.0
+        for j in range(1, k + 1):
+            run *= plan_ref_prior(priors, j)
+            total += run
+        return n * (1 + total)
+
+    def chain_step(k):
+        c = plan_ref_cell(widths, costs, n, k)
+        return c[0] + c[2], c[1] + c[3]
+
+    r = min(1, max_k)
+    floor = (1 - slack) * (chain_tokens(r) / chain_step(r)[0])
+    best = None  # (tokens per J, kind, parents, ranks)
+    for k in range(min(max_k, max_depth) + 1):
+        ms, j = chain_step(k)
+        if chain_tokens(k) / ms < floor:
+            continue
+        eff = chain_tokens(k) / j
+        if best is None or eff > best[0]:
+            best = (eff, "plain" if k == 0 else "chain", list(range(-1, k - 1)), [1] * k)
+    if best is None:
+        best = (0.0, "chain" if r else "plain", list(range(-1, r - 1)), [1] * r)
+    if a is not None:
+        for nodes in range(2, min(max_nodes, max_k) + 1):
+            parents, ranks, _ = ref_greedy_order(a, nodes, max_depth)
+            if len(parents) < nodes:
+                break
+            if all(x == 1 for x in ranks) and all(c == 1 for c in ref_level_sizes(parents)):
+                continue
+            vms, vj, dms, dj = ref_tree_price(widths, costs, n, parents, ranks, factor)
+            tokens = n * ref_expected_tokens(a, parents, ranks)
+            if tokens / (vms + dms) < floor:
+                continue
+            if tokens / (vj + dj) > best[0]:
+                best = (tokens / (vj + dj), "tree", parents, ranks)
+    return best[1], best[2], best[3]

@@ -60,6 +60,7 @@ def test_toml_example_reads(block, tmp_path):
     elif k == "calibration":
         cal = AcceptanceCalibration.parse(block)
         assert cal.p_given_lp(-0.5) == 0.6 and cal.prior(9) == 0.5
+        assert cal.rank_acceptance.shape == (2, 3) and cal.tree_counts.reached == (5000, 3100)
     elif k == "counts":
         counts = parse_counts(block)
         assert counts.reached == 642 and counts.steps == {(3, 3): 160, (3, 0): 40}
@@ -85,13 +86,19 @@ def test_toml_example_reads(block, tmp_path):
 def test_drafts_log_example_bins(tmp_path):
     from specsim.calibration.logs import load_drafts_log
 
-    (block,) = examples("csv")
+    chain, tree = examples("csv")
     path = tmp_path / "drafts.csv"
-    path.write_text(block)
+    path.write_text(chain)
     counts, _ = load_drafts_log(path)
     # chain (0, 0): accepted, accepted, rejected; chain (0, 1): accepted
     assert counts.steps == {(3, 2): 1, (1, 1): 1}
     assert (sum(counts.accepted), sum(counts.rejected)) == (3, 1)
+    path.write_text(tree)
+    counts, _, trees = load_drafts_log(path, tree=True)
+    # the target took the rank-2 candidate at depth 1, then its rank-1 child; the rank-1 path
+    # (the chain part) was rejected at its first draft
+    assert trees.reached == (1, 1) and trees.matched == ((0, 1), (1, 0))
+    assert counts.steps == {(2, 0): 1} and counts.unreached == 1
 
 
 def test_planner_inputs_example_is_json():

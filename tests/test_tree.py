@@ -12,12 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsim import Planner
 from specsim.errors import PlanError, TreeError
+from specsim.plan._trees import NO_TREE_TABLE
 from specsim.tree import (Tree, best_tree, expected_tokens, greedy_order, tree_from_sglang, tree_from_trtllm,
                           tree_from_vllm, tree_step_cost)
-from tests.reference import (plan_ref_cell, ref_all_paths_order, ref_expected_tokens, ref_greedy_order,
+from tests.reference import (ref_all_paths_order, ref_expected_tokens, ref_greedy_order, ref_propose_tree,
                              ref_tree_price)
-from tests.test_plan import table, tables
+from tests.test_plan import calibrations, table, tables
 
 
 def assert_order_matches(a, nodes, max_depth):
@@ -458,9 +460,179 @@ def test_tree_price_refusals(tree, kwargs, match):
 
 def test_tree_price_refuses_a_bad_width_and_table():
     t = table({1: [(1.0, 2.0, 0.0, 0.0), (2.0, 3.0, 1.0, 1.0)]})
-    with pytest.raises(PlanError, match="n must be a non-negative integer"):
+    with pytest.raises(TreeError, match=r"n = -1 is outside 0..9,223,372,036,854,775,807"):
         tree_step_cost(t, Tree.chain(1), -1)
     with pytest.raises(TreeError, match="table must be a CostTable"):
         tree_step_cost("t.toml", Tree.chain(1), 1)
     with pytest.raises(TreeError, match="tree must be a Tree"):
         tree_step_cost(t, [(-1,), (1,)], 1)
+
+
+# --- Planner.propose_tree ----------------------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), calibrations(), st.integers(0, 80), st.one_of(st.just(0.0), st.floats(0.0, 0.99)),
+       st.integers(0, 80))
+def test_a_chain_only_calibration_answers_as_propose(t, c, n, slack, max_seqs):
+    planner = Planner(t, c, slack=slack, max_seqs=max_seqs)
+    plan = planner.propose_tree(n, max_depth=8)
+    depth = planner.propose(n)
+    assert plan.depth == plan.nodes == depth and plan.tree.is_chain
+    assert plan.kind == ("plain" if depth == 0 else "chain")
+    assert plan.note.startswith(NO_TREE_TABLE)
+    if n <= max_seqs:
+        figures = planner.explain(n).depths[depth]
+        assert (plan.step_ms, plan.step_j, plan.tokens_per_j) == (figures.step_ms, figures.step_j,
+                                                                  figures.tokens_per_j)
+        assert plan.expected_tokens * n == figures.tokens
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), calibrations(), rank_tables(), st.integers(0, 80), st.one_of(st.just(0.0), st.floats(0.0, 0.99)),
+       st.integers(0, 80), st.integers(1, 8), st.integers(1, 8), st.sampled_from([1.0, 1.1, 2.0]))
+def test_propose_tree_matches_the_reference(t, c, a, n, slack, max_seqs, max_nodes, max_depth, factor):
+    planner = Planner(t, c.with_rank_acceptance(a), slack=slack, max_seqs=max_seqs, tree_attention_factor=factor)
+    plan = planner.propose_tree(n, max_nodes=max_nodes, max_depth=max_depth)
+    kind, parents, ranks = ref_propose_tree(t.widths.tolist(), t.costs.tolist(), c.priors.tolist(), a, n, slack,
+                                            max_seqs, max_nodes, max_depth, factor)
+    assert (plan.kind, list(plan.tree.parents), list(plan.tree.ranks)) == (kind, parents, ranks)
+    if kind == "tree":
+        cost = tree_step_cost(t, plan.tree, n, tree_attention_factor=factor)
+        assert (plan.step_ms, plan.step_j) == (cost.step_ms, cost.step_j)
+        assert plan.expected_tokens == ref_expected_tokens(a, parents, ranks)
+
+
+def modelled_h200():
+    """An H200 / Llama-3.1-8B / EAGLE table as the demo builds it, verified up to 32 drafts, and
+    the demo's calibration with a rank table whose rank-1 column is the demo's priors and whose
+    ranks 2-4 take 0.10, 0.04 and 0.02 of the target's tokens at every depth."""
+    from specsim.costmodel import model_table
+    from specsim.costmodel.defaults import (DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS,
+                                            EAGLE_PRIORS, demo_calibration)
+
+    t = model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, context_tokens=DEMO_CONTEXT_TOKENS, widths=DEMO_WIDTHS,
+                    max_k=32)
+    first = list(EAGLE_PRIORS) + [EAGLE_PRIORS[-1]] * 3
+    return t, demo_calibration().with_rank_acceptance([[p, 0.10, 0.04, 0.02] for p in first])
+
+
+def test_trees_pay_at_small_widths_and_not_at_wide_ones():
+    t, cal = modelled_h200()
+    planner = Planner(t, cal)
+    chains = Planner(t, cal.with_rank_acceptance(None))
+    kinds = {}
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        plan = planner.propose_tree(n)
+        kinds[n] = plan.kind
+        chain = chains.propose_tree(n)
+        if plan.kind == "tree":
+            assert plan.tokens_per_j > chain.tokens_per_j
+            cost = tree_step_cost(t, plan.tree, n)
+            assert (plan.step_ms, plan.step_j) == (cost.step_ms, cost.step_j)
+            assert plan.tokens_per_j == n * plan.tree.expected_tokens / cost.step_j
+        else:
+            assert plan == chain._replace(note=plan.note)
+    assert kinds[1] == kinds[2] == "tree"
+    assert kinds[256] == "chain"
+    widths = list(kinds)
+    last = max(i for i, n in enumerate(widths) if kinds[n] == "tree")
+    assert all(kinds[n] == "tree" for n in widths[:last + 1])  # one crossover: trees stop paying once
+
+
+def test_a_dearer_tree_verify_pays_at_fewer_widths():
+    t, cal = modelled_h200()
+    paying = []
+    for factor in (1.0, 1.1, 1.25, 2.0):
+        planner = Planner(t, cal, tree_attention_factor=factor)
+        paying.append({n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if planner.propose_tree(n).kind == "tree"})
+    assert all(dear <= cheap for cheap, dear in zip(paying, paying[1:]))
+    assert paying[0] != paying[-1]
+
+
+def test_propose_tree_limits_and_notes():
+    t, cal = modelled_h200()
+    planner = Planner(t, cal, max_seqs=100)
+    plan = planner.propose_tree(1, max_nodes=64)
+    assert plan.note == "nodes limited to the table's deepest verify, k = 32"
+    assert planner.propose_tree(1, max_nodes=32).note == ""
+    assert planner.propose_tree(1, max_nodes=4, max_depth=2).nodes <= 4
+    assert planner.propose_tree(1, max_nodes=4, max_depth=2).depth <= 2
+    wide = planner.propose_tree(101)
+    assert (wide.kind, wide.nodes, wide.expected_tokens) == ("plain", 0, 1.0)
+    assert wide.note.endswith("the width is above max_seqs: plain decoding")
+    one_rank = Planner(t, cal.with_rank_acceptance(np.asarray(cal.rank_acceptance)[:, :1]))
+    assert one_rank.propose_tree(1).kind == "chain"  # every best tree of one rank is a chain
+
+
+def test_propose_tree_is_remembered_per_width_and_context_and_follows_a_new_calibration():
+    from specsim import CostTable
+
+    grids = {c: table({1: [(1.0 * c, 2.0, 0.0, 0.0), (2.0 * c, 2.1, 0.2, 0.1), (3.0 * c, 2.2, 0.4, 0.2)],
+                       8: [(4.0 * c, 5.0, 0.0, 0.0), (5.0 * c, 6.0, 1.0, 0.5), (6.0 * c, 7.0, 2.0, 1.0)]})
+             for c in (1, 3)}
+    t = CostTable.from_contexts(grids, reference=1)
+    cal = calibration_for_tests([[0.5, 0.4], [0.5, 0.4]])
+    planner = Planner(t, cal)
+    first = planner.propose_tree(2, context=2.0)
+    assert planner.propose_tree(2, context=2.0) is first
+    assert planner.propose_tree(2, context=2) == first
+    ref = Planner(t.at_context(2.0), cal).propose_tree(2)
+    assert first == ref
+    planner.update_calibration(cal.with_rank_acceptance(None))
+    after = planner.propose_tree(2, context=2.0)
+    assert after.note == NO_TREE_TABLE and after.kind != "tree"
+
+
+def calibration_for_tests(rows):
+    from specsim import AcceptanceCalibration
+    from tests.test_plan import DRAFTER
+
+    return AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.6, 0.5], rank_acceptance=rows)
+
+
+def test_propose_tree_from_many_threads_equals_a_serial_run():
+    from concurrent.futures import ThreadPoolExecutor
+
+    t, cal = modelled_h200()
+    asks = [(n, c, m, d) for n in (1, 3, 8, 40, 256) for c in (None, 700.0, 1024) for m in (4, 64)
+            for d in (2, 8)]
+    serial = [Planner(t, cal).propose_tree(n, context=c, max_nodes=m, max_depth=d) for n, c, m, d in asks]
+    shared = Planner(t, cal)
+
+    def run(shift):
+        order = asks[shift:] + asks[:shift]
+        got = [shared.propose_tree(n, context=c, max_nodes=m, max_depth=d) for n, c, m, d in order]
+        return got[len(asks) - shift:] + got[:len(asks) - shift]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, range(0, 8 * 5, 5)))
+    for got in results:
+        assert got == serial
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n": -1}, r"n must be a non-negative integer, got -1"),
+    ({"n": "3"}, r"n must be a non-negative integer, got '3'"),
+    ({"n": True}, r"n must be a non-negative integer, got True"),
+    ({"n": 2, "max_nodes": 0}, r"max_nodes = 0 is outside 1..256"),
+    ({"n": 2, "max_nodes": 257}, r"max_nodes = 257 is outside 1..256"),
+    ({"n": 2, "max_nodes": 2.0}, r"max_nodes = 2.0 must be a whole number"),
+    ({"n": 2, "max_depth": 0}, r"max_depth = 0 is outside 1..64"),
+    ({"n": 2, "max_depth": 65}, r"max_depth = 65 is outside 1..64"),
+    ({"n": 2, "context": -5.0}, r"context"),
+    ({"n": 2, "context": float("nan")}, r"context"),
+    ({"n": 2, "context": "1024"}, r"context"),
+])
+def test_propose_tree_refuses_bad_input_by_name(kwargs, match):
+    planner = Planner(table({1: [(1.0, 2.0, 0.0, 0.0), (2.0, 3.0, 1.0, 1.0)]}),
+                      calibration_for_tests([[0.5, 0.4]]))
+    n = kwargs.pop("n")
+    with pytest.raises(PlanError, match=match):
+        planner.propose_tree(n, **kwargs)
+    with pytest.raises(PlanError, match=match):  # the same refusal the second time (nothing remembered)
+        planner.propose_tree(n, **kwargs)
+
+
+def test_planner_refuses_a_bad_tree_attention_factor():
+    with pytest.raises(TreeError, match=r"tree_attention_factor = 0.5 must be >= 1 and <= 10"):
+        Planner(table({1: [(1.0, 2.0, 0.0, 0.0)]}), calibration_for_tests([[0.5]]), tree_attention_factor=0.5)

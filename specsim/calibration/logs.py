@@ -32,13 +32,15 @@ import numpy as np
 from specsim.calibration._types import FitCounts
 from specsim.calibration.fit import DEFAULT_EDGES, counts_from_steps, make_counts
 from specsim.calibration.spread import drafts_data
+from specsim.calibration.tree_fit import TREE_COLUMNS, bin_tree
 from specsim.errors import CalibrationError
 from specsim._checks import MAX_DEPTH, logprob_problem, show
 from specsim._io import decode_text, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
 STEP_COLUMNS = ("drafts", "accepted")
-# Columns a per-draft log may carry besides DRAFT_COLUMNS.
+# Columns a per-draft log may carry besides DRAFT_COLUMNS: a request id, and a tree's ranks and
+# parents (specsim.calibration.tree_fit).
 DRAFT_OPTIONAL = ("request",)
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
@@ -144,23 +146,63 @@ def bin_steps(drafts, accepted, source: str = "<steps>") -> dict:
     return {(int(d), int(a)): int(out[d, a]) for d, a in zip(*np.nonzero(out))}
 
 
-def load_drafts_log(path, edges=DEFAULT_EDGES, holdout: float = 0.0, requests: bool = False):
+def load_drafts_log(path, edges=DEFAULT_EDGES, holdout: float = 0.0, requests: bool = False, tree: bool = False):
     """Read and bin a per-draft log file; see :func:`bin_drafts`.
 
     With ``requests``, a third value: the log's per-request counts
     (:class:`~specsim.calibration.spread.RequestData`, from the steps that are fitted, not the
     held-out ones) when it has a ``request`` column, else None.
+
+    With ``tree``, a last value: the log's :class:`~specsim.calibration.TreeCounts` (from the
+    fitted steps) when it has a ``rank`` column, else None (docs/calibration.md#draft-trees). A
+    log with ranks holds trees: its chain part (buckets and priors) is binned from each tree's
+    rank-1 path, so a chain logged with ranks fits exactly as without them.
     """
-    cols = read_log(path, DRAFT_COLUMNS, DRAFT_OPTIONAL if requests else ())
+    cols = read_log(path, DRAFT_COLUMNS, (DRAFT_OPTIONAL if requests else ()) + (TREE_COLUMNS if tree else ()))
+    tree_counts = None
+    if "parent" in cols and "rank" not in cols:
+        raise CalibrationError(f"{path}: the log has a parent column but no rank column: a tree's nodes need both "
+                               "(a chain needs neither)")
+    if "rank" in cols:
+        tree_counts, on_chain = _bin_tree(path, cols, holdout)
+        cols = {c: v[on_chain] for c, v in cols.items()}
     counts, held = bin_drafts(*(cols[c] for c in DRAFT_COLUMNS), edges=edges, holdout=holdout, source=str(path))
-    if not requests:
-        return counts, held
+    out = (counts, held)
+    if requests:
+        out += (_request_data(path, cols, holdout),)
+    return out + (tree_counts,) if tree else out
+
+
+def _bin_tree(path, cols, holdout):
+    n = cols["step"].shape[0]
+    step = _int_column(cols["step"], "step", str(path))
+    others = {c: _int_column(cols[c], c, str(path), n) for c in ("sequence", "position", "rank")}
+    parent = _int_column(cols["parent"], "parent", str(path), n) if "parent" in cols else None
+    fitted = step < _holdout_from(step, holdout, str(path))
+    return bin_tree(step, others["sequence"], others["position"], others["rank"],
+                    _accepted_column(cols["accepted"], str(path), n), parent, fitted, str(path),
+                    where=lambda row: f"line {_row_line(path, row)}")
+
+
+def _row_line(path, row) -> int:
+    """The file line of 0-based data row ``row`` of a log (read again: only a refusal asks)."""
+    path = Path(path)
+    text = decode_text(read_input(path, "the log", CalibrationError), "the log", path, CalibrationError)
+    lines = text.splitlines()
+    if path.suffix.lower() in _JSON_SUFFIXES:
+        data = [i for i, line in enumerate(lines, 1) if line.strip()]
+    else:  # as np.loadtxt reads: the header, then every line with something before a '#'
+        data = [i for i, line in enumerate(lines[1:], 2) if line.split("#", 1)[0].strip()]
+    return data[row] if row < len(data) else row + 2
+
+
+def _request_data(path, cols, holdout):
     data = None
     if "request" in cols:
         fitted = cols["step"] < _holdout_from(cols["step"], holdout, str(path))
         data = drafts_data(*(cols[c][fitted] for c in ("request", "step", "sequence", "position", "accepted")),
                            source=str(path))
-    return counts, held, data
+    return data
 
 
 def load_steps_log(path) -> FitCounts:

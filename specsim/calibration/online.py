@@ -205,14 +205,18 @@ class OnlineCalibration:
 
     def calibration(self) -> AcceptanceCalibration:
         """A calibration refitted from the running counts, exactly as ``fit_calibration`` fits
-        (pools and position priors under ``MIN_OUTCOMES``; decayed counts are weights).
+        (pools and position priors under ``MIN_OUTCOMES``; decayed counts are weights). Chain
+        outcomes say nothing of draft trees, so the starting calibration's rank acceptance and
+        its counts carry over unchanged (docs/calibration.md#draft-trees).
 
         Raises
         ------
         CalibrationError
             When no pool or no position prior has ``MIN_OUTCOMES`` outcomes yet.
         """
-        return fit_counts(self.reference.drafter, self.counts()).calibration
+        ref = self.reference
+        cal = fit_counts(ref.drafter, self.counts()).calibration
+        return cal if ref.rank_acceptance is None else cal.with_rank_acceptance(ref.rank_acceptance, ref.tree_counts)
 
     def drift(self):
         """Which pools and positions moved away from the starting calibration: a

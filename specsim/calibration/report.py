@@ -2,7 +2,8 @@
 
 Per pool: the buckets it spans, reached drafts, rate, binomial standard error and 95% Wilson
 interval. Per position: the prior and its count. The Brier score of the calibration on the data it
-was fitted on and, when asked, on held-out data. As a dict (JSON-ready), as text, or as a
+was fitted on and, when asked, on held-out data. Per depth and rank of a draft-tree calibration:
+the rate and, with counts, its 95% Wilson interval. As a dict (JSON-ready), as text, or as a
 reliability diagram (PNG; needs matplotlib).
 """
 
@@ -88,6 +89,8 @@ def build_report(calibration, fit=None, holdout=None) -> dict:
         "prior_by_position": calibration.priors.tolist(),
         "fitted": fit is not None,
     }
+    if calibration.rank_acceptance is not None:
+        report["tree"] = tree_view(calibration)
     if fit is None:
         return report
     c = fit.counts
@@ -140,7 +143,7 @@ def format_report(report: dict) -> str:
         lines.append(f"one bucket: P(accept) {report['p_accept'][0]:.4f} (the rate per reached draft)")
         lines.append(format_grid(["position", "prior (cond.)"],
                                  [[j, f"{p:.4f}"] for j, p in enumerate(report["prior_by_position"], 1)]))
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _tree_lines(report)) + "\n"
     t = report["totals"]
     lines.append(
         f"fitted from {report['source']}: {t['reached_drafts']} reached drafts ({t['accepted_drafts']} accepted) "
@@ -186,7 +189,53 @@ def format_report(report: dict) -> str:
             [[k, f"{p['rate']:.4f}", h["reached"], _num(h["observed"]),
               "-" if h["wilson95"] is None else f"[{h['wilson95'][0]:.4f}, {h['wilson95'][1]:.4f}]"]
              for k, (p, h) in enumerate(zip(report["pools"], held["pools"]))]))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _tree_lines(report)) + "\n"
+
+
+def _tree_lines(report):
+    """The report's depth x rank view (docs/calibration.md#draft-trees), when the calibration has one."""
+    if report.get("tree") is None:
+        return []
+    return ["", format_tree_view(report["tree"])]
+
+
+def tree_view(cal) -> dict | None:
+    """The depth x rank view of a calibration's rank acceptance, JSON-ready: per cell the rate and,
+    with counts, matched, reached and the 95% Wilson interval; None without a rank acceptance."""
+    a = cal.rank_acceptance
+    if a is None:
+        return None
+    tc = cal.tree_counts
+    cells = []
+    for d in range(a.shape[0]):
+        for r in range(a.shape[1]):
+            cell = {"depth": d + 1, "rank": r + 1, "rate": float(a[d, r])}
+            if tc is not None:
+                m, n = tc.matched[d][r], tc.reached[d]
+                cell.update(matched=m, reached=n, wilson95=list(wilson(m, n)))
+            cells.append(cell)
+    return {"depths": a.shape[0], "ranks": a.shape[1], "source": tc.source if tc is not None else None,
+            "reached": list(tc.reached) if tc is not None else None, "cells": cells}
+
+
+def format_tree_view(view: dict) -> str:
+    """The depth x rank view as text: one row per depth, one column per rank (rate, and with
+    counts its 95% Wilson interval)."""
+    counted = view["reached"] is not None
+    head = (f"draft trees: P(the target's token at depth d is the rank-r candidate), {view['depths']} depths x "
+            f"{view['ranks']} ranks" + (f", from {view['source']}" if view["source"] else "")
+            + ("" if counted else " (no counts, so no intervals)"))
+    rows = []
+    for d in range(view["depths"]):
+        cells = view["cells"][d * view["ranks"]:(d + 1) * view["ranks"]]
+        row = [d + 1] + ([view["reached"][d]] if counted else [])
+        for c in cells:
+            row.append(f"{c['rate']:.4f}" + (f" [{c['wilson95'][0]:.4f}, {c['wilson95'][1]:.4f}]" if counted else ""))
+        row.append(f"{sum(c['rate'] for c in cells):.4f}")
+        rows.append(row)
+    heads = ["depth"] + (["reached"] if counted else []) + [f"rank {r}" + (" (95% Wilson)" if counted else "")
+                                                            for r in range(1, view["ranks"] + 1)] + ["any rank"]
+    return head + "\n" + format_grid(heads, rows)
 
 
 def plot_reliability(report: dict, path) -> None:

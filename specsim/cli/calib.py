@@ -11,7 +11,7 @@ from specsim.cli._common import (
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.errors import CalibrationError
 from specsim import _toml
-from specsim._checks import is_int
+from specsim._checks import MAX_TREE_DEPTH, is_int
 from specsim._io import Outputs, read_input
 from specsim.calibration import AcceptanceCalibration
 from specsim.calibration.calibration import rising_positions
@@ -20,8 +20,9 @@ from specsim.calibration.fit import (
     load_counts, render_counts, steps_from_windows,
 )
 from specsim.calibration.logs import load_drafts_log, load_steps_log
-from specsim.calibration.report import build_report, format_report, plot_reliability
+from specsim.calibration.report import build_report, format_report, format_tree_view, plot_reliability, tree_view
 from specsim.calibration.spread import resolve_spread
+from specsim.calibration.tree_fit import rank_acceptance_from_counts, rank_rates_table
 from specsim.interop.vllm import synthetic_config
 
 
@@ -64,6 +65,7 @@ def cmd_show(args):
             "p_accept": cal.p_accept.tolist(),
             "prior_by_position": cal.priors.tolist(),
             **({"request_spread": spread_dict(cal.spread)} if cal.spread is not None else {}),
+            **({"tree": tree_view(cal)} if cal.rank_acceptance is not None else {}),
         })
         return 0
     print(f"drafter sha256 {d.weights_sha256}  vocab {d.vocab}  {d.quantization}  context {str(d.context).lower()}")
@@ -83,6 +85,8 @@ def cmd_show(args):
     if sp is not None:
         print(f"request spread: logit_sd {sp.logit_sd:g} +- {sp.standard_error:g} from {sp.requests} requests "
               f"({sp.source})")
+    if cal.rank_acceptance is not None:
+        print(format_tree_view(tree_view(cal)))
     return 0
 
 
@@ -118,13 +122,17 @@ inputs (exactly one):
   --counts FILE       fitting counts, TOML or JSON (see below)
   --drafts-log FILE   one row per draft: step, sequence, position, confidence, accepted
                       (CSV with a header, or JSON Lines for .jsonl/.ndjson/.json); rows after a
-                      chain's first rejection are not reached and are counted apart
+                      chain's first rejection are not reached and are counted apart; with
+                      `rank` (and `parent`) columns, one row per node of a draft tree: also
+                      writes the [tree] table a[d][r] (docs/calibration.md#draft-trees)
   --steps-log FILE    one row per verify step: drafts, accepted (the accepted run); gives a
                       one-bucket calibration (confidence ignored)
   --rates R1,R2,..    per-position acceptance rates (--rates-form marginal, vLLM style, or
                       conditional); gives a one-bucket calibration, no counts
   --windows FILE      TOML with `windows` rows of step counts [accepted k, .., accepted 1,
                       rejected], at top level or in [[run]] tables (all summed, or --run NAME)
+  --rank-rates A1,..  with any of them, or alone with --tree-depths D: a draft tree's rank
+                      acceptance, the same at every depth (docs/calibration.md#draft-trees)
 
 {counts}
 """
@@ -135,12 +143,19 @@ def register_fit(csub):
         "fit", help="fit a calibration from counts, logs, rates or step histograms (docs/calibration.md#fitting)",
         epilog=FIT_EPILOG.format(counts=COUNTS_FORMAT), formatter_class=_RawEpilog,
     )
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--counts", metavar="FILE", help="fitting counts (TOML or JSON)")
     src.add_argument("--drafts-log", metavar="FILE", help="per-draft log (CSV or JSON Lines)")
     src.add_argument("--steps-log", metavar="FILE", help="per-step log (CSV or JSON Lines)")
     src.add_argument("--rates", type=float_list, metavar="R1,R2,..", help="per-position acceptance rates")
     src.add_argument("--windows", metavar="FILE", help="TOML with accept-run histograms (`windows`)")
+    p.add_argument("--rank-rates", type=float_list, metavar="A1,A2,..",
+                   help="draft trees: P(the target's token is the rank-r candidate), rank 1 first, the same at "
+                        "every depth (Sequoia's acceptance vector); writes the [tree] table. With another input, "
+                        "or alone (then the chain priors are A1 at every depth)")
+    p.add_argument("--tree-depths", type=count, metavar="D",
+                   help="--rank-rates: depths of the [tree] table, 1..64 (default: the calibration's position "
+                        "priors, at most 64; needed when --rank-rates is the only input)")
     p.add_argument("--rates-form", choices=("marginal", "conditional"), default="marginal",
                    help="--rates are marginal P(j accepted) (default, as vLLM reports) or conditional")
     p.add_argument("--run", metavar="NAME", help="--windows: use only the [[run]] with this name")
@@ -171,6 +186,18 @@ def cmd_fit(args):
 
 def _fit(args, out):
     drafter = drafter_key(args)
+    sources = (args.counts, args.drafts_log, args.steps_log, args.rates, args.windows)
+    alone = all(v is None for v in sources)
+    if alone and args.rank_rates is None:
+        raise CalibrationError("one of the arguments --counts --drafts-log --steps-log --rates --windows is required "
+                               "(or --rank-rates with --tree-depths)")
+    if args.tree_depths is not None and args.rank_rates is None:
+        raise CalibrationError("--tree-depths applies to --rank-rates only (a log with ranks has its own depths)")
+    if args.tree_depths is not None and not 1 <= args.tree_depths <= MAX_TREE_DEPTH:
+        raise CalibrationError(f"--tree-depths {args.tree_depths:,}: give 1..{MAX_TREE_DEPTH} (docs/limits.md)")
+    if alone and args.tree_depths is None:
+        raise CalibrationError("--rank-rates as the only input needs --tree-depths D: how deep the trees go (the "
+                               "chain priors are then the rank-1 rate at each of the D depths)")
     if args.holdout and not args.drafts_log:
         raise CalibrationError("--holdout needs --drafts-log: only a per-draft log can be split by step")
     if args.edges is not None and not args.drafts_log:
@@ -181,23 +208,35 @@ def _fit(args, out):
         # before anything is written; the shared check also refuses a format matplotlib lacks
 
         require_plot_format("--plot", args.plot)
-    fit = holdout = per_request = None
-    if args.rates is not None:
+    fit = holdout = per_request = tree = None
+    if alone:
+        cal = calibration_from_rates(drafter, [args.rank_rates[0]] * args.tree_depths,
+                                     "conditional")
+    elif args.rates is not None:
         cal = calibration_from_rates(drafter, args.rates, args.rates_form)
         _warn_rising_marginals(args.rates, args.rates_form)
     else:
         if args.counts:
             counts = load_counts(args.counts)
         elif args.drafts_log:
-            counts, holdout, per_request = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES, args.holdout,
-                                                           requests=True)
+            counts, holdout, per_request, tree = load_drafts_log(args.drafts_log, args.edges or DEFAULT_EDGES,
+                                                                 args.holdout, requests=True, tree=True)
         elif args.steps_log:
             counts = load_steps_log(args.steps_log)
         else:
             counts = counts_from_steps(_read_windows(args.windows, args.run), source=args.windows)
         fit = fit_counts(drafter, check_count_sizes(counts))
         cal = fit.calibration
-    source = args.counts or args.drafts_log or args.steps_log or args.windows or "--rates"
+        if tree is not None:
+            cal = cal.with_rank_acceptance(rank_acceptance_from_counts(tree), tree)
+    if args.rank_rates is not None:
+        if tree is not None:
+            raise CalibrationError(f"{args.drafts_log} has ranks, so its [tree] table is fitted from them: drop "
+                                   "--rank-rates (or the log's rank column)")
+        depths = args.tree_depths if args.tree_depths is not None else min(len(cal.priors), MAX_TREE_DEPTH)
+        cal = cal.with_rank_acceptance(rank_rates_table(args.rank_rates, depths))
+    source = (args.counts or args.drafts_log or args.steps_log or args.windows
+              or ("--rates" if args.rates is not None else "--rank-rates"))
     note = ""
     if args.request_spread != "off":
         if per_request is None:
@@ -224,8 +263,10 @@ def _fit(args, out):
         print(format_report(report), end="")
     else:
         what = (f"{len(fit.pools)} pools over {len(cal.edges)} buckets from {fit.counts.reached} reached drafts"
-                if fit else f"one bucket from {args.rates_form} rates")
-        print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors")
+                if fit else "one bucket from the rank-1 rate" if alone else f"one bucket from {args.rates_form} rates")
+        a = cal.rank_acceptance
+        trees = "" if a is None else f", a [tree] table of {a.shape[0]} depths x {a.shape[1]} ranks"
+        print(f"wrote {args.output}: {what}, {len(cal.priors)} position priors{trees}")
     calib_live.note_spread(note)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specsim.cli._common import count, nonneg_float, require_matplotlib, width
+from specsim.cli._common import count, nonneg_float, print_json, require_matplotlib, width
 from specsim.errors import CalibrationError, printable
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration, online
@@ -14,6 +14,7 @@ from specsim.calibration.drift import DriftSettings, plot_drift
 from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
 from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
 from specsim._checks import MIN_SPREAD_REQUESTS
+from specsim.calibration.tree_check import check_tree_telemetry, format_tree_check
 from specsim.calibration.telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.interop import FORMATS, engine_schedule, read_telemetry
@@ -31,6 +32,14 @@ every position matching the mean; --depth K when the source does not tell the dr
 Lines that drafted nothing are skipped and counted; lines that look like the format but cannot be
 read are ignored and counted (--strict refuses them). [meta] records the source, the assumption
 and the counts. See docs/telemetry.md.
+
+Telemetry from a draft-tree run (--tree ENGINE:SETTINGS, the tree the serve ran) holds means over
+nodes, not per-rank data: it never fits a calibration. It checks one (--calibration CAL, with a
+[tree] table): the tree's mean acceptance length as CAL's a[d][r] predicts it against the measured
+one, with its 95% interval; nothing is written (-o is refused), exit 0 either way. SETTINGS:
+  sglang:TOPK,STEPS,DRAFT_TOKENS       --speculative-eagle-topk, -num-steps, -num-draft-tokens
+  vllm:'[(0,), (1,), (0, 0)]'          speculative_config.speculative_token_tree
+  trtllm:MAX_TOPK,MAX_DRAFT_LEN[,MAX_TOTAL_DRAFT_TOKENS]   the dynamic tree's fields
 """
 
 
@@ -56,7 +65,12 @@ def register(csub):
                    help="sglang-log: the serve's --decode-log-interval (decode steps per line; default 40)")
 
     drafter_flags(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
+    p.add_argument("-o", "--output", metavar="OUT.toml", help="calibration file to write (needed unless --tree)")
+    p.add_argument("--tree", metavar="ENGINE:SETTINGS",
+                   help="the files come from a draft-tree run with these settings (see below): check --calibration's "
+                        "a[d][r] against them instead of fitting")
+    p.add_argument("--calibration", metavar="CAL", help="--tree: the calibration (with a [tree] table) to check")
+    p.add_argument("--json", action="store_true", help="--tree: print the check as JSON")
     p.add_argument("--windows-out", metavar="W.toml",
                    help="also write the accept-run windows and traces (an acceptance file replay and simulate read)")
     spread_flag(p, "a per-request format (vllm-request, sglang-request, trtllm-request)")
@@ -80,6 +94,14 @@ def note_spread(note):
 
 
 def cmd_import(args):
+    if args.tree is not None:
+        return _check_tree(args)
+    for flag, given in (("--calibration", args.calibration), ("--json", args.json)):
+        if given:
+            raise CalibrationError(f"{flag} applies to --tree only (checking a calibration against a tree run)")
+    if args.output is None:
+        raise CalibrationError("the following arguments are required: -o/--output (or --tree ENGINE:SETTINGS with "
+                               "--calibration CAL, to check a calibration against a tree run)")
     with Outputs([("FILE", f) for f in args.files]) as out:
         out.declare(args.output, "-o")
         out.declare(args.windows_out, "--windows-out")
@@ -111,6 +133,34 @@ def cmd_import(args):
     note_spread(note)
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
+    return 0
+
+
+def _check_tree(args):
+    """``calib import --tree``: telemetry from a draft-tree run checks a calibration's a[d][r] and
+    fits nothing (docs/telemetry.md#telemetry-from-draft-trees)."""
+    fitting = [flag for flag, v in (("-o", args.output), ("--windows-out", args.windows_out),
+                                    ("--assume", args.assume), ("--schedule", args.schedule),
+                                    ("--min-depth", args.min_depth), ("--depth", args.depth)) if v is not None]
+    if args.request_spread != "off":
+        fitting.append("--request-spread")
+    if fitting:
+        raise CalibrationError(f"--tree: telemetry from a tree run holds means over nodes, not per-rank data, so "
+                               f"nothing is fitted from it: drop {', '.join(fitting)} (the tree settings give the "
+                               "depth)")
+    if args.calibration is None:
+        raise CalibrationError("--tree needs --calibration CAL: the calibration whose a[d][r] the run checks")
+    drafter = drafter_key(args)
+    cal = AcceptanceCalibration.load(args.calibration)
+    if cal.drafter != drafter:
+        raise CalibrationError(f"{args.calibration} was fitted on another drafter than the one given: a calibration "
+                               "is checked only against its own drafter's runs")
+    fmt, records, _ = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
+    check = check_tree_telemetry(cal, args.tree, records, ", ".join(str(f) for f in args.files))
+    if args.json:
+        print_json({"format": fmt, **check.as_dict()})
+    else:
+        print(format_tree_check(check))
     return 0
 
 

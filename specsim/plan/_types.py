@@ -162,3 +162,37 @@ def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
         arrays.priors.view(np.int64),
     ]
     return np.ascontiguousarray(np.concatenate(parts))
+
+
+class TreePlan(NamedTuple):
+    """``Planner.propose_tree(n)``: what to draft at one width (docs/planner.md#draft-trees).
+
+    Attributes
+    ----------
+    kind : str
+        ``"plain"`` (no drafts), ``"chain"`` or ``"tree"`` (a branching tree).
+    nodes, depth : int
+        The tree's draft nodes and depth (a chain's: its depth both).
+    tree : specsim.tree.Tree
+        The tree: the empty tree for plain decoding, the chain for a chain.
+    expected_tokens : float
+        Tokens per sequence per step: a chain's from the calibration's position priors (as
+        ``propose`` counts them), a tree's from its rank-acceptance table.
+    step_ms, step_j : float
+        One step at this width (verify and drafting).
+    tokens_per_j : float
+        ``n * expected_tokens / step_j``.
+    note : str
+        What limited the candidates (no ``[tree]`` table, nodes past the table's depth, a width
+        above ``max_seqs``), ``""`` when nothing did.
+    """
+
+    kind: str
+    nodes: int
+    depth: int
+    tree: object
+    expected_tokens: float
+    step_ms: float
+    step_j: float
+    tokens_per_j: float
+    note: str

@@ -11,18 +11,21 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.errors import KeyMismatchError, PlanError, TableError
+from specsim.errors import KeyMismatchError, PlanError, TableError, TreeError
 from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
-from specsim.plan._types import PACK_HEADER, pack_plan_arrays, plan_arrays, workspace_buffer, workspace_views_nb
+from specsim.plan._trees import NO_TREE_TABLE, choose_tree, tree_shapes
+from specsim.plan._types import (PACK_HEADER, TreePlan, pack_plan_arrays, plan_arrays, workspace_buffer,
+                                 workspace_views_nb)
 from specsim.table import CostTable, TableKey
-from specsim._checks import is_finite, is_number, logprob_problem, show
+from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, is_finite, is_number, logprob_problem, show
 from specsim.plan._kernels import (
     cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
     propose_table_nb, sequence_depths_many_nb,
 )
 from specsim.table._kernels import context_slice_nb
 from specsim.table.cost_table import check_context
+from specsim.tree.pricing import TREE_ATTENTION_FACTOR, check_tree_attention_factor
 
 # Widths up to this many get their propose() answer precomputed at construction.
 MEMO_LIMIT = 4096
@@ -131,6 +134,9 @@ def _checked_context(context) -> float:
 
 # Most contexts one Planner keeps planning inputs for; past it the cache starts again.
 CONTEXT_CACHE = 256
+# Most propose_tree answers one Planner keeps (by width, context and bounds); past it the memo
+# starts again.
+TREE_MEMO = 1 << 16
 # The last-context slot before any context is asked for: None is never a context.
 _NO_CONTEXT = (None, None, None)
 
@@ -147,6 +153,10 @@ class _Calibrated(NamedTuple):
     # propose answers by width for the context slot: every precomputed width here, the widths
     # asked for so far at a context (a dict, so a negative or unanswered width is a KeyError).
     memo_map: dict
+    # propose_tree: its answers by (n, context, max_nodes, max_depth) and the best-tree shapes
+    # by max_depth, one pair per calibration (a context's inputs share their calibration's).
+    tree_plans: dict
+    tree_shapes: dict
 
 
 _KERNEL_LOCK = threading.Lock()
@@ -191,15 +201,20 @@ class Planner:
         Speculation cap: above this width every step is a plain decode. Default: no cap.
     memo : bool
         Precompute ``propose`` for small widths (default True; one-shot uses skip it).
+    tree_attention_factor : float
+        In [1, 10]: what :meth:`propose_tree` multiplies a branching tree's verify cost by
+        (default ``specsim.tree.TREE_ATTENTION_FACTOR``, docs/planner.md#pricing).
     """
 
-    def __init__(self, table: CostTable, cal: AcceptanceCalibration, slack: float = 0.0, max_seqs=None, memo=True):
+    def __init__(self, table: CostTable, cal: AcceptanceCalibration, slack: float = 0.0, max_seqs=None, memo=True,
+                 *, tree_attention_factor: float = TREE_ATTENTION_FACTOR):
         if not isinstance(table, CostTable):
             raise PlanError(f"table must be a CostTable, got {type(table).__name__}")
         if not isinstance(cal, AcceptanceCalibration):
             raise PlanError(f"cal must be an AcceptanceCalibration, got {type(cal).__name__}")
         self.table = table
         self.slack = check_slack(slack)
+        self.tree_attention_factor = check_tree_attention_factor(tree_attention_factor)
         self.max_seqs = _cap(max_seqs)
         self.max_k = table.max_k
         self._memo_size = min(self.max_seqs, MEMO_LIMIT) + 1 if memo else 0
@@ -224,7 +239,8 @@ class Planner:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
         memo_list = memo.tolist()
-        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)))
+        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)),
+                           {}, {})
 
     def _inputs_at(self, current: _Calibrated, c: float) -> _Calibrated:
         """The planning inputs at context ``c``: ``current``'s (the reference grid's, the same
@@ -237,7 +253,7 @@ class Planner:
         costs = packed[start:start + t.costs.size].view(np.float64).reshape(t.costs.shape)
         context_slice_nb(t.contexts, t.context_costs, c, costs)  # written in place, in the packed copy
         return _Calibrated(current.calibration, current.arrays._replace(costs=costs), packed, current.cum_priors,
-                           np.empty(0, dtype=np.int64), [], {})
+                           np.empty(0, dtype=np.int64), [], {}, current.tree_plans, current.tree_shapes)
 
     def _install(self, state: _Calibrated):
         # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
@@ -393,6 +409,73 @@ class Planner:
         if n < self._memo_size:
             memo[n] = depth
         return depth
+
+    def propose_tree(self, n: int, *, context=None, max_nodes: int = 64, max_depth: int = 8) -> TreePlan:
+        """What to draft at width ``n``: plain decoding, a chain or a branching draft tree
+        (docs/planner.md#draft-trees), by the propose rule, at ``context`` on a table with a
+        context axis.
+
+        Candidates, in order: plain (k = 0); chains k = 1..min(max_k, max_depth), counted from
+        the calibration's position priors and priced as :meth:`propose` prices them; then the
+        calibration's branching best trees of 2..min(max_nodes, max_k) nodes and depth at most
+        ``max_depth`` (its ``rank_acceptance``), priced by ``specsim.tree.tree_step_cost``.
+        The kept candidate has the most tokens per joule among those at least ``(1 - slack)``
+        times as fast as the depth-1 chain; a later one replaces it only with strictly more.
+        Without a rank-acceptance table the answer is the chain ``propose`` picks (with
+        ``max_depth >= max_k``). Answers are remembered per (n, context, max_nodes, max_depth).
+        Safe from any number of threads.
+
+        Parameters
+        ----------
+        n : int
+            Batch width, >= 0; above ``max_seqs``, plain decoding.
+        context : float, optional
+            Mean KV tokens per decoding sequence.
+        max_nodes : int
+            1..256: the most draft nodes of a tree.
+        max_depth : int
+            1..64: the deepest chain or tree.
+
+        Raises
+        ------
+        PlanError
+            Naming the argument (a ``TreeError`` for ``max_nodes`` and ``max_depth``).
+        """
+        if (type(n) is int and type(max_nodes) is int and type(max_depth) is int
+                and (context is None or type(context) is float or type(context) is int)):
+            plan = self._state.tree_plans.get((n, context, max_nodes, max_depth))
+            if plan is not None:
+                return plan
+        return self._propose_tree(n, context, max_nodes, max_depth)
+
+    def _propose_tree(self, n, context, max_nodes, max_depth) -> TreePlan:
+        n = count_arg(n, "n")
+        for value, name, high, why in ((max_nodes, "max_nodes", MAX_TREE_NODES, "the most nodes a tree may hold"),
+                                       (max_depth, "max_depth", MAX_TREE_DEPTH, "the deepest a tree may go")):
+            problem = int_problem(value, name, 1, high, why)
+            if problem:
+                raise TreeError(problem)
+        st = self._at(context)  # checks the context
+        key = (n, context if context is None else _checked_context(context), int(max_nodes), int(max_depth))
+        a = st.calibration.rank_acceptance
+        shapes = st.tree_shapes.get(key[3])
+        if shapes is None:
+            shapes = tree_shapes(a, self.max_k, key[3])
+            st.tree_shapes[key[3]] = shapes
+        notes = []
+        if a is None:
+            notes.append(NO_TREE_TABLE)
+        elif key[2] > self.max_k:
+            notes.append(f"nodes limited to the table's deepest verify, k = {self.max_k}")
+        plan = choose_tree(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack, self.max_seqs, key[2],
+                           key[3], shapes, self.tree_attention_factor, notes)
+        memo = st.tree_plans
+        if len(memo) >= TREE_MEMO:
+            memo.clear()
+        memo[key] = plan
+        if type(context) is float or type(context) is int or context is None:
+            memo[(n, context, key[2], key[3])] = plan  # as asked, for the fast path
+        return plan
 
     def propose_many(self, ns, out=None, context=None):
         """Depths for an array of widths in one call.

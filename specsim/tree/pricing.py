@@ -20,14 +20,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim._checks import number_problem
+from specsim._checks import check_int, number_problem
 from specsim.errors import TableError, TreeError
-from specsim.plan._checks import count_arg
-from specsim.plan._types import table_arrays
 from specsim.table import CostTable
 from specsim.table.cost_table import check_context
 from specsim.tree._types import Tree
 
+# Widths a price takes: any the planner takes.
+INT64_MAX = (1 << 63) - 1
 # vLLM PR #20401 measured its tree-attention kernel 7-12% slower than its chain kernel at equal
 # query length (context 1024, 4 queries: 33.4 us against 29.9 us). The upper side, applied to
 # the whole verify step (attention is only part of it), so the factor overstates the cost of a
@@ -100,14 +100,16 @@ def tree_step_cost(table: CostTable, tree: Tree, n: int, *, context=None,
     TreeError
         A tree of more nodes, or deeper, than the table's deepest verify; a bad argument.
     """
-    from specsim.tree._kernels import tree_price_nb  # lazy: Numba loads with the first price
+    # lazy: Numba loads with the first price; the planner imports this module
+    from specsim.plan._types import table_arrays
     from specsim.table._kernels import context_slice_nb
+    from specsim.tree._kernels import tree_price_nb
 
     if not isinstance(table, CostTable):
         raise TreeError(f"table must be a CostTable, got {type(table).__name__}")
     if not isinstance(tree, Tree):
         raise TreeError(f"tree must be a Tree, got {type(tree).__name__}")
-    n = count_arg(n, "n")
+    n = check_int(n, "n", TreeError, 0, INT64_MAX)
     factor = check_tree_attention_factor(tree_attention_factor)
     problem = depth_problem(tree.nodes, tree.depth, table.max_k)
     if problem:
