@@ -179,13 +179,16 @@ def test_tree_table_shows_trees_paying_small_and_not_at_256(files, capsys, table
     assert doc["why_no_tree"] is None and f"wrote {files / 'o.json'}" in err
     # Each width prints plain, the best chain and the best tree, and settings where a tree wins.
     assert out.count("<-") == len(WIDTHS)
-    assert "settings at n = 1: vllm speculative_config: num_speculative_tokens=" in out
+    first = rows[0]
+    assert f"settings for the tree of {first['nodes']} nodes, depth {first['depth']} (n = 1" in out
+    assert out.count("  vllm: speculative_config: num_speculative_tokens=") == len(
+        {(r["choice"], tuple(r["parents"]), tuple(r["ranks"])) for r in rows})
 
 
 def test_one_width_prints_each_engines_settings(files, capsys):
     code, out, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "1")
     assert code == 0
-    assert "settings for the tree at n = 1:" in out
+    assert "settings for the tree of " in out and " (n = 1):" in out
     for engine in ("vllm: speculative_config: num_speculative_tokens=", "sglang: --speculative-eagle-topk ",
                    "trtllm: use_dynamic_tree: true, dynamic_tree_max_topK: "):
         assert engine in out
@@ -212,7 +215,7 @@ def test_a_table_where_no_tree_pays_says_why(files, capsys, table):
     assert code == 0
     doc = json.loads((files / "o.json").read_text())
     assert all(r["choice"] != "tree" for r in doc["widths"])
-    assert doc["why_no_tree"].startswith("No tree pays: already at n = 1 the best tree")
+    assert doc["why_no_tree"].startswith("No tree pays on this table: at n = 1 the best tree (")
     assert doc["why_no_tree"] in out and "trees pay at none of these widths" in out
 
 

@@ -166,5 +166,5 @@ def _plan_tree(args):
     if args.json:
         print_json(report.to_dict()["widths"][0])
         return 0
-    print(report_text(report, show_settings=True))
+    print(report_text(report))
     return 0

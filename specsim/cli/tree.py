@@ -117,7 +117,7 @@ def cmd_tree(args):
         study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
         rows = [study.row(n) for n in widths]
         report = Report(rows, crossovers(rows), why_no_tree(rows))
-        print(report_text(report, show_settings=len(rows) == 1))
+        print(report_text(report))
         if args.json:
             doc = {"table": str(args.table), "calibration": str(args.calibration), **study.inputs(),
                    **report.to_dict()}
@@ -168,7 +168,9 @@ class TreeStudy:
         if settings is None:
             settings = self._settings[plan.tree] = {s.engine: s for s in engine_settings(plan.tree,
                                                                                          self.cal.rank_acceptance)}
+        tree = plan.tree.to_dict()
         return {"n": int(n), "choice": plan.kind, "nodes": int(plan.nodes), "depth": int(plan.depth),
+                "parents": tree["parents"], "ranks": tree["ranks"],
                 "expected_tokens": float(plan.expected_tokens), "step_ms": float(plan.step_ms),
                 "step_j": float(plan.step_j), "tokens_per_j": float(plan.tokens_per_j), "note": plan.note,
                 "floor_tokens_per_s": float(floor), "plain": plain, "chain": _best(chains),
@@ -224,23 +226,24 @@ def crossovers(rows) -> dict:
 
 
 def why_no_tree(rows) -> str:
-    """One sentence saying why no tree pays on these widths, or ``""`` when one does."""
-    if any(r["choice"] == "tree" for r in rows) or not rows:
+    """One sentence saying why no tree pays on these widths (from the narrowest, where a tree's
+    extra rows cost least), or ``""`` when one does."""
+    if not rows or any(r["choice"] == "tree" for r in rows):
         return ""
     r = rows[0]
     tree, chosen = r["tree"], r[r["choice"]]
     if tree is None:
-        return (f"No tree pays: {r['note'] or 'no branching tree fits the table and the limits'}.")
+        return f"No tree pays on this table: {r['note'] or 'no branching tree fits its deepest verify'}."
+    shape = f"the best tree ({tree['nodes']} nodes, depth {tree['depth']})"
+    against = "plain decoding" if chosen["kind"] == "plain" else f"the chain k = {chosen['nodes']}"
     if not tree["fast_enough"]:
-        return (f"No tree pays: already at n = {r['n']} the best tree ({tree['nodes']} nodes, depth {tree['depth']}) "
-                f"runs {tree['tokens_per_s']:.1f} tokens/s per sequence, below the floor of "
-                f"{r['floor_tokens_per_s'] / r['n']:.1f}: its extra verify rows and draft passes cost more time "
-                f"than its {tree['expected_tokens']:.2f} expected tokens save.")
-    return (f"No tree pays: already at n = {r['n']} the best tree ({tree['nodes']} nodes, depth {tree['depth']}) "
-            f"gives {tree['expected_tokens']:.2f} tokens per step for {tree['step_j']:.3f} J "
-            f"({tree['tokens_per_j']:.2f} tokens/J), the {r['choice']} {chosen['expected_tokens']:.2f} for "
-            f"{chosen['step_j']:.3f} J ({chosen['tokens_per_j']:.2f} tokens/J): the tree's extra tokens cost "
-            f"more energy than they save.")
+        return (f"No tree pays on this table: at n = {r['n']} {shape} is too slow, {tree['tokens_per_s']:.1f} "
+                f"tokens/s per sequence against a floor of {r['floor_tokens_per_s']:.1f}, and at no wider width "
+                "here does a tree do better.")
+    return (f"No tree pays on this table: at n = {r['n']} {shape} adds "
+            f"{tree['expected_tokens'] - chosen['expected_tokens']:+.3f} tokens per sequence per step over {against} "
+            f"for {tree['step_j'] - chosen['step_j']:+.4f} J per step ({tree['tokens_per_j']:.3f} against "
+            f"{chosen['tokens_per_j']:.3f} tokens/J), and at no wider width here does a tree do better.")
 
 
 class Report:
@@ -268,7 +271,7 @@ def _is_choice(r, f) -> bool:
     return f["kind"] == r["choice"] and f["nodes"] == r["nodes"] and f["depth"] == r["depth"]
 
 
-def report_text(report, show_settings: bool) -> str:
+def report_text(report) -> str:
     lines = []
     grid = []
     for r in report.rows:
@@ -296,14 +299,12 @@ def report_text(report, show_settings: bool) -> str:
                 lines.append(f"{word} stop paying between n = {c[0]} and n = {c[1]}")
     if report.why:
         lines.append(report.why)
-    if show_settings:
-        lines += settings_lines(report.rows[0])
-    else:
-        for r in report.rows:
-            if r["choice"] == "tree":
-                lines.append(f"settings at n = {r['n']}: " + "; ".join(
-                    f"{e} {r['settings'][e].line()}" + ("" if r["settings"][e].exact else " (closest)")
-                    for e in ENGINES))
+    # One block per distinct choice, with the widths it is chosen at.
+    chosen = {}
+    for r in report.rows:
+        chosen.setdefault((r["choice"], tuple(r["parents"]), tuple(r["ranks"])), []).append(r)
+    for rows in chosen.values():
+        lines += settings_lines(rows)
     return "\n".join(lines)
 
 
@@ -317,13 +318,17 @@ def _runs(rows) -> str:
     return ", ".join(f"{kind} at {a}" + ("" if a == b else f"-{b}") for kind, a, b in runs)
 
 
-def settings_lines(r) -> list:
-    """The engine settings that draft the choice at one width, each saying whether the engine's
-    tree is the chosen one or what differs."""
-    lines = [f"settings for the {r['choice']} at n = {r['n']}:"]
+def settings_lines(rows) -> list:
+    """The engine settings that draft one choice (``rows``: the widths it is chosen at), each
+    saying whether the engine's tree is the chosen one or what differs."""
+    r = rows[0]
+    what = {"plain": "plain decoding", "chain": f"the chain k = {r['nodes']}",
+            "tree": f"the tree of {r['nodes']} nodes, depth {r['depth']}"}[r["choice"]]
+    widths = ", ".join(str(x["n"]) for x in rows)
+    lines = [f"settings for {what} (n = {widths}):"]
     for e in ENGINES:
         s = r["settings"][e]
         lines.append(f"  {e}: {s.line()}" + ("" if s.exact else f" (closest: {s.differs})"))
         if s.note:
-            lines.append(f"    ({s.note})")
+            lines.append(f"    note: {s.note}")
     return lines

@@ -20,8 +20,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 
 # vLLM releases differ in how they verify a branching tree: one audited release verified it as a
 # flattened chain (about one accepted token per step). Said with every branching vLLM setting.
-VLLM_BRANCHING_NOTE = ("check that your vLLM release verifies branching trees as trees (one verified them "
-                       "as a flattened chain)")
+VLLM_BRANCHING_NOTE = ("check that your vLLM release verifies branching trees as trees: one release verified "
+                       "them as a flattened chain")
 
 
 class EngineSetting(NamedTuple):
