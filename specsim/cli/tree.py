@@ -14,7 +14,8 @@ from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
 from specsim.plan import Planner
 from specsim.table import CostTable
-from specsim.tree import TREE_ATTENTION_FACTOR, greedy_order, tree_step_cost
+from specsim.plan._trees import tree_shapes
+from specsim.tree import TREE_ATTENTION_FACTOR, tree_step_cost
 from specsim.tree.pricing import check_tree_attention_factor
 from specsim.tree.settings import ENGINES, engine_settings
 
@@ -135,8 +136,8 @@ class TreeStudy:
     any width, beside the planner's choice (``Planner.propose_tree``) and its engine settings.
 
     Every figure comes from the homes the planner reads: the chains' from ``Planner.explain``
-    (the chain planner's arithmetic), a tree's price from :func:`specsim.tree.tree_step_cost`, the
-    best trees from one :func:`specsim.tree.greedy_order`.
+    (the chain planner's arithmetic), the branching candidates from the planner's ``tree_shapes``,
+    a tree's price from :func:`specsim.tree.tree_step_cost`.
     """
 
     def __init__(self, table, cal, slack_value, ctx, max_nodes, max_depth, factor):
@@ -144,9 +145,9 @@ class TreeStudy:
         self.table, self.cal, self.context = table, cal, ctx
         self.slack, self.max_nodes, self.max_depth = slack_value, max_nodes, max_depth
         self.planner = Planner(table, cal, slack=slack_value, memo=False, tree_attention_factor=self.factor)
-        # Branching trees of 2..max_nodes nodes, at most the table's deepest verify.
-        self.top = min(max_nodes, table.max_k)
-        self.order = greedy_order(cal.rank_acceptance, self.top, max_depth) if self.top >= 2 else None
+        # The planner's candidates: the branching best trees of 2..min(max_nodes, max_k) nodes.
+        self.trees = [s.tree for s in tree_shapes(cal.rank_acceptance, table.max_k, max_depth)
+                      if s.tree.nodes <= max_nodes]
         self._settings = {}
 
     def inputs(self) -> dict:
@@ -180,10 +181,7 @@ class TreeStudy:
         """The best branching tree at width ``n``: the most tokens/J among those fast enough,
         else (none is) the fastest; None where no branching tree fits."""
         trees = []
-        for nodes in range(2, min(self.top, len(self.order) if self.order is not None else 0) + 1):
-            tree = self.order.tree(nodes)
-            if tree.is_chain:
-                continue
+        for tree in self.trees:
             cost = tree_step_cost(self.table, tree, n, context=self.context, tree_attention_factor=self.factor)
             trees.append(_figures("tree", tree.nodes, tree.depth, n, tree.expected_tokens, cost.step_ms,
                                   cost.step_j, tree.expected_tokens / cost.step_ms * 1000.0 >= floor))
