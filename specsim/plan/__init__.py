@@ -1,6 +1,7 @@
 """Draft-depth planning: how many drafts to propose and to verify (docs/planner.md)."""
 
 from specsim.plan._explain import DepthFigures, ProposeExplanation
+from specsim.plan._types import TreePlan
 from specsim.plan.planner import (
     Planner,
     SpecCostState,
@@ -11,5 +12,5 @@ from specsim.plan.planner import (
     sequence_depths,
 )
 
-__all__ = ["DepthFigures", "Planner", "ProposeExplanation", "SpecCostState", "check_slack", "goodput_depth",
-           "propose_depth", "ragged_confidences", "sequence_depths"]
+__all__ = ["DepthFigures", "Planner", "ProposeExplanation", "SpecCostState", "TreePlan", "check_slack",
+           "goodput_depth", "propose_depth", "ragged_confidences", "sequence_depths"]

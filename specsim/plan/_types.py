@@ -11,6 +11,7 @@ import numpy as np
 from specsim._jit import jit
 from specsim.plan._sort import SORT_BUCKETS
 from specsim.calibration.calibration import bucket_cells
+from specsim.table.cost_table import table_arrays
 
 
 class PlanWorkspace(NamedTuple):
@@ -104,17 +105,6 @@ class PlanArrays(NamedTuple):
     cells: np.ndarray
     p_accept: np.ndarray
     priors: np.ndarray
-
-
-def table_arrays(table) -> tuple:
-    """``(widths int64[W], costs float64[W, K + 1, 4])`` of a table as writable copies.
-
-    A table's own arrays are read-only, and a read-only array is another Numba type than the
-    writable grids and workspaces the engine hands the same kernels: every caller that gives a
-    table's arrays to the planner's or the engine's kernels takes these, so each kernel is
-    compiled once per process, not once per kind of caller.
-    """
-    return np.array(table.widths, dtype=np.int64), np.array(table.costs, dtype=np.float64)
 
 
 def plan_arrays(table, cal) -> PlanArrays:

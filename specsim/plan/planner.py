@@ -1,5 +1,10 @@
 """The depth planner's public face: one-shot functions, the scheduler-loop ``Planner``, and the
-serve-side load of a table and calibration (docs/planner.md)."""
+serve-side load of a table and calibration (docs/planner.md).
+
+Why one module of this size: ``Planner`` is one class whose every method reads the same
+calibration swap and context cache (``_install``, ``_slot``); its arithmetic lives in the kernels
+and in ``_trees.py``, its checks in ``_checks.py``, and what is left is the class itself.
+"""
 
 from __future__ import annotations
 

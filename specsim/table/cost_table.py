@@ -336,6 +336,17 @@ class CostTable:
 _INT64_MAX = (1 << 63) - 1
 
 
+def table_arrays(table) -> tuple:
+    """``(widths int64[W], costs float64[W, K + 1, 4])`` of a table as writable copies.
+
+    A table's own arrays are read-only, and a read-only array is another Numba type than the
+    writable grids and workspaces the engine hands the same kernels: every caller that gives a
+    table's arrays to the planner's or the engine's kernels takes these, so each kernel is
+    compiled once per process, not once per kind of caller.
+    """
+    return np.array(table.widths, dtype=np.int64), np.array(table.costs, dtype=np.float64)
+
+
 def check_context(value) -> float:
     """A context (mean KV tokens per decoding sequence) as a float: a real number (not a string,
     bytes or a boolean), finite and > 0."""

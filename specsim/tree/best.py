@@ -17,6 +17,7 @@ import numpy as np
 from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, is_int, show
 from specsim.calibration.calibration import rank_acceptance_problems
 from specsim.errors import TreeError
+from specsim.tree._kernels import greedy_order_nb, path_products_nb
 from specsim.tree._types import Tree, TreeOrder
 
 
@@ -60,8 +61,6 @@ def greedy_order(rank_acceptance, nodes: int = MAX_TREE_NODES, max_depth: int = 
     TreeOrder
         Fewer than ``nodes`` entries only where fewer paths exist (``R = 1``: one per depth).
     """
-    from specsim.tree._kernels import greedy_order_nb  # lazy: Numba loads with the first tree
-
     a = checked_rank_acceptance(rank_acceptance)
     nodes = _count(nodes, "nodes", 1, MAX_TREE_NODES, "the most nodes a tree may hold")
     max_depth = _count(max_depth, "max_depth", 1, MAX_TREE_DEPTH, "the deepest a tree may go")
@@ -165,8 +164,6 @@ def expected_tokens(rank_acceptance, parents, ranks) -> float:
         Naming the bad node: a parent not listed before it, a rank outside 1..R, a node deeper
         than the table's D rows, a rank repeated under one parent, more than 256 nodes.
     """
-    from specsim.tree._kernels import path_products_nb  # lazy: Numba loads with the first tree
-
     a, p, r = checked_tree(rank_acceptance, parents, ranks)
     return float(path_products_nb(a, p, r, np.empty(p.shape[0])))
 

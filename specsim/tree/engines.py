@@ -16,7 +16,7 @@ import ast
 from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREE_RANKS, int_problem, is_int, show
 from specsim.errors import TreeError
 from specsim.tree._types import Tree
-from specsim.tree.best import checked_rank_acceptance
+from specsim.tree.best import checked_rank_acceptance, expected_tokens
 
 # The longest speculative_token_tree string read: 256 nodes of 64 ranks each, written out.
 MAX_TREE_TEXT = 1 << 20
@@ -65,8 +65,6 @@ def _tree_of_paths(paths, a=None) -> Tree:
         ranks.append(path[-1])
     if a is None:
         return Tree(tuple(parents), tuple(ranks))
-    from specsim.tree.best import expected_tokens
-
     return Tree(tuple(parents), tuple(ranks), expected_tokens(a, parents, ranks))
 
 

@@ -23,7 +23,9 @@ import numpy as np
 from specsim._checks import check_int, number_problem
 from specsim.errors import TableError, TreeError
 from specsim.table import CostTable
-from specsim.table.cost_table import check_context
+from specsim.table._kernels import context_slice_nb
+from specsim.table.cost_table import check_context, table_arrays
+from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import Tree
 
 # Widths a price takes: any the planner takes.
@@ -100,11 +102,6 @@ def tree_step_cost(table: CostTable, tree: Tree, n: int, *, context=None,
     TreeError
         A tree of more nodes, or deeper, than the table's deepest verify; a bad argument.
     """
-    # lazy: Numba loads with the first price; the planner imports this module
-    from specsim.plan._types import table_arrays
-    from specsim.table._kernels import context_slice_nb
-    from specsim.tree._kernels import tree_price_nb
-
     if not isinstance(table, CostTable):
         raise TreeError(f"table must be a CostTable, got {type(table).__name__}")
     if not isinstance(tree, Tree):
