@@ -15,8 +15,8 @@ Every file is seeded, so the output is the same on every machine:
 - ``table.toml``: ``specsim table model`` for an H200 running Llama-3.1-8B with an EAGLE drafter;
 - ``cal.toml``: ``specsim calib fit`` on ``drafts.csv``;
 - ``tree-cal.toml``: the demo's calibration (EAGLE on Llama-3.1-8B, published rates) with a
-  ``[tree]`` table: its per-position priors as the rank-1 column and an illustrative falling tail
-  for ranks 2..5 (docs/planner.md#draft-trees).
+  ``[tree]`` table of 8 depths: its per-position priors as the rank-1 column (the last repeated)
+  and an illustrative falling tail for ranks 2..4 (docs/planner.md#draft-trees).
 
 ``runs.toml`` and ``acceptance.toml`` are copies of measured data, not generated here.
 """
@@ -76,17 +76,22 @@ def trace() -> str:
     return "\n".join(lines) + "\n"
 
 
-# Ranks 2..5 of every depth's rank acceptance in tree-cal.toml: the chance that the target's token is
-# the draft's second (third, ...) candidate. Illustrative, of the falling shape Sequoia's acceptance
-# vectors have (arXiv:2402.12374); fit your drafter's with calib fit --drafts-log.
-TREE_TAIL = (0.10, 0.04, 0.02, 0.01)
+# Ranks 2..4 of every depth's rank acceptance in tree-cal.toml: the chance that the target's token is
+# the draft's second (third, fourth) candidate. Illustrative, of the falling shape Sequoia's
+# acceptance vectors have (arXiv:2402.12374); fit your drafter's with calib fit --drafts-log.
+TREE_TAIL = (0.10, 0.04, 0.02)
+# Depths of tree-cal.toml's [tree] table: the planner's default deepest tree (the demo's priors
+# cover 5 positions; deeper rows repeat the last, as the priors do past their end).
+TREE_DEPTHS = 8
 
 
 def tree_calibration() -> str:
     from specsim.costmodel.defaults import demo_calibration
 
     cal = demo_calibration()
-    return cal.with_rank_acceptance([[p, *TREE_TAIL] for p in cal.priors.tolist()]).render()
+    priors = cal.priors.tolist()
+    first = priors + priors[-1:] * (TREE_DEPTHS - len(priors))
+    return cal.with_rank_acceptance([[p, *TREE_TAIL] for p in first]).render()
 
 
 def specsim(*args) -> None:

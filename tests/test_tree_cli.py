@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from specsim.tree.settings import (
 )
 
 pytestmark = pytest.mark.kernels
+ROOT = Path(__file__).resolve().parents[1]
 
 # The demo's per-position priors as the rank-1 column, and a falling tail of ranks 2..5: the
 # example calibration of docs/planner.md#draft-trees.
@@ -282,3 +284,32 @@ def test_tree_options_need_plan_tree(files, capsys):
     assert "--tree needs --n N" in err
     err = refused(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "4", "--tree", "--max-seqs", "8")
     assert "--max-seqs does not apply to --tree" in err
+
+
+# -- the docs' run -----------------------------------------------------------------------------------
+
+def test_the_example_tree_calibration_is_current():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_examples", ROOT / "examples" / "make_examples.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    assert (ROOT / "examples" / "tree-cal.toml").read_text() == make.tree_calibration()
+
+
+def test_the_docs_tree_run_is_current(tmp_path, capsys, monkeypatch):
+    """docs/planner.md's `specsim tree` block is what its two commands print now."""
+    text = (ROOT / "docs" / "planner.md").read_text(encoding="utf-8")
+    block = text[text.index("$ specsim table model --gpu h200"):]
+    block = block[:block.index("```")]
+    first, second = block.split("\n$ specsim tree ", 1)
+    model_argv = first.replace("\\\n", " ").split()[2:]
+    tree_line, *printed = second.splitlines()
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "tree-cal.toml").write_bytes((ROOT / "examples" / "tree-cal.toml").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(model_argv) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "tree", *tree_line.split())
+    assert code == 0
+    assert [line.rstrip() for line in out.splitlines()] == printed

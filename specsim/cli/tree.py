@@ -53,13 +53,13 @@ def register(sub, groups):
 def add_tree_options(p) -> None:
     """The tree options ``specsim tree`` and ``specsim plan --tree`` share."""
     p.add_argument("--max-nodes", type=count, default=None, metavar="M",
-                   help=f"most draft nodes a tree may hold, 2..{MAX_TREE_NODES} (default {DEFAULT_MAX_NODES}, "
+                   help=f"most draft nodes a tree may hold, 1..{MAX_TREE_NODES} (default {DEFAULT_MAX_NODES}; "
                         "at most the table's deepest verify)")
     p.add_argument("--max-depth", type=count, default=None, metavar="D",
                    help=f"deepest tree or chain, 1..{MAX_TREE_DEPTH} (default {DEFAULT_MAX_DEPTH})")
     p.add_argument("--tree-attention-factor", type=real, default=None, metavar="F",
-                   help="a branching tree's verify cost over a chain's of as many nodes (default: the model's, "
-                        "docs/planner.md#draft-trees)")
+                   help=f"a branching tree's verify cost over a chain's of as many nodes, 1..10 (default "
+                        f"{TREE_ATTENTION_FACTOR:g}; docs/planner.md#pricing)")
 
 
 def check_tree_options(args) -> tuple:
