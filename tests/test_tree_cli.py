@@ -269,12 +269,20 @@ def test_a_refused_run_writes_no_json(files, capsys):
     assert not (files / "o.json").exists()
 
 
-def test_a_row_of_rank_acceptance_above_one_is_refused_at_its_row(files, capsys):
-    text = (files / "c.toml").read_text()
-    head, tail = text.split("rank_acceptance = ", 1)
-    (files / "bad.toml").write_text(head + "rank_acceptance = [[0.9, 0.2]]\n" + tail.split("\n", 1)[1])
-    err = refused(capsys, "tree", files / "t.toml", files / "bad.toml")
-    assert "bad.toml" in err and "depth 1" in err
+@pytest.mark.parametrize("rows,needle", [
+    ("[[0.9, 0.2]]", "depth 1 sums to 1.1"),
+    ("[[0.5, -0.1]]", "depth 1 rank 2 = -0.1 is not a probability"),
+    ("[[nan, 0.1]]", "depth 1 rank 1 = nan"),
+    ("[[" + ", ".join(["0.01"] * 17) + "]]", "17 ranks (columns): give 1..16"),
+    ("[" + ", ".join(["[0.5]"] * 65) + "]", "65 depths (rows): give 1..64"),
+])
+def test_a_bad_rank_acceptance_is_refused_at_its_cell(files, capsys, rows, needle):
+    head, tail = (files / "c.toml").read_text().split("rank_acceptance = ", 1)
+    (files / "bad.toml").write_text(head + f"rank_acceptance = {rows}\n" + tail.split("\n", 1)[1])
+    for argv in (["tree", files / "t.toml", files / "bad.toml"],
+                 ["plan", files / "t.toml", files / "bad.toml", "--n", "1", "--tree"]):
+        err = refused(capsys, *argv)
+        assert "bad.toml" in err and "[tree] rank_acceptance" in err and needle in err
 
 
 def test_tree_options_need_plan_tree(files, capsys):
