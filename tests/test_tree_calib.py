@@ -3,6 +3,7 @@ and where a[d][r] comes from."""
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -518,7 +519,7 @@ def test_import_under_a_vllm_tree_reads_per_position_counts(tmp_path, capsys):
 @pytest.mark.parametrize("extra, expected", [
     (["-o", "x.toml"], "nothing is fitted from it: drop -o"),
     (["--assume", "constant-rate"], "drop --assume"),
-    ([], "--tree needs --calibration CAL"),
+    ([], "--tree: give --calibration CAL"),
     (["--calibration", "{plain}"], "has no [tree] table, so it predicts nothing"),
     (["--calibration", "{other}"], "fitted on another drafter"),
 ])
@@ -572,3 +573,123 @@ def test_mean_only_tree_telemetry_gives_an_interval_over_records():
     # tokens without steps: every step of a tree run drafts the whole tree
     rec = Record("mean", "l", accepted_tokens=300, drafted_tokens=1000)
     assert measured_length([rec], 5, "x")[0] == pytest.approx(1 + 300 / 200)
+
+
+@st.composite
+def tree_logs(draw):
+    """Random trees (parents before children, each rank once per parent), each with at most one
+    accepted child per node, listed with their rows interleaved across trees."""
+    trees = []
+    for _ in range(draw(st.integers(0, 6))):
+        parents, ranks, depths = [], [], []
+        for i in range(draw(st.integers(1, 12))):
+            p = draw(st.integers(-1, i - 1))
+            used = {r for q, r in zip(parents, ranks) if q == p}
+            free = [r for r in range(1, 6) if r not in used]
+            if not free:
+                break
+            parents.append(p)
+            ranks.append(draw(st.sampled_from(free)))
+            depths.append(1 if p < 0 else depths[p] + 1)
+        accepted = [0] * len(parents)
+        for p in set(parents):
+            kids = [i for i, q in enumerate(parents) if q == p]
+            pick = draw(st.integers(-1, len(kids) - 1))
+            if pick >= 0:
+                accepted[kids[pick]] = 1
+        trees.append((parents, ranks, depths, accepted))
+    rows = [(t, i) for t, tree in enumerate(trees) for i in range(len(tree[0]))]
+    # Interleave the trees' rows, keeping each tree's own order.
+    keys = [draw(st.floats(0, 1)) for _ in trees]
+    rows.sort(key=lambda ti: (keys[ti[0]] + ti[1]) if draw(st.booleans()) else ti[1])
+    seen = {}
+    order = []
+    for t, _ in rows:  # each tree's rows in its own order, whatever the interleaving
+        order.append((t, seen.setdefault(t, 0)))
+        seen[t] += 1
+    return trees, order
+
+
+def node_counts(trees):
+    """reached(d) and matched(d, r), node by node: a node is reached when its ancestors were all
+    accepted; a tree reaches depth d when it holds a reached node there."""
+    reached, matched = {}, {}
+    for parents, ranks, depths, accepted in trees:
+        ok = []
+        for i, p in enumerate(parents):
+            ok.append(p < 0 or (ok[p] and accepted[p]))
+        for d in {depths[i] for i in range(len(parents)) if ok[i]}:
+            reached[d] = reached.get(d, 0) + 1
+        for i in range(len(parents)):
+            if ok[i] and accepted[i]:
+                matched[(depths[i], ranks[i])] = matched.get((depths[i], ranks[i]), 0) + 1
+    return reached, matched
+
+
+@SETTINGS
+@given(log=tree_logs())
+def test_tree_counts_equal_a_node_by_node_count(log):
+    trees, order = log
+    cols = {c: np.array([trees[t][k][i] for t, i in order], dtype=np.int64)
+            for c, k in (("parent", 0), ("rank", 1), ("position", 2), ("accepted", 3))}
+    step = np.array([t for t, _ in order], dtype=np.int64)
+    counts, on_chain = bin_tree(step, np.zeros_like(step), cols["position"], cols["rank"],
+                                cols["accepted"].astype(np.int8), cols["parent"])
+    reached, matched = node_counts(trees)
+    if counts is None:
+        assert not reached
+        return
+    assert list(counts.reached) == [reached[d] for d in range(1, len(reached) + 1)]
+    for d, row in enumerate(counts.matched, 1):
+        assert list(row) == [matched.get((d, r), 0) for r in range(1, len(row) + 1)]
+    assert not any(r > len(counts.matched[0]) for _, r in matched)
+    for (t, i), chain in zip(order, on_chain):
+        parents, ranks = trees[t][0], trees[t][1]
+        path = [i]
+        while parents[path[-1]] >= 0:
+            path.append(parents[path[-1]])
+        assert chain == all(ranks[j] == 1 for j in path)
+
+
+def test_a_json_lines_tree_log_reads_as_the_csv(tmp_path):
+    cols, _ = tree_log(TRUTH, 120, seed=4)
+    csv, jsonl = tmp_path / "t.csv", tmp_path / "t.jsonl"
+    write_log(csv, cols)
+    with open(jsonl, "w") as f:
+        for i in range(cols["step"].shape[0]):
+            row = {c: (float(v[i]) if c == "confidence" else int(v[i])) for c, v in cols.items()}
+            row["confidence"] = float(f"{row['confidence']:.6f}")
+            f.write(json.dumps(row) + "\n")
+    (a, _, ta), (b, _, tb) = load_drafts_log(csv, tree=True), load_drafts_log(jsonl, tree=True)
+    assert replace(a, source="") == replace(b, source="") and a.reached > 0
+    assert replace(ta, source="") == replace(tb, source="") and ta.reached[0] == 120
+
+
+def test_server_info_that_states_a_tree_checks_instead_of_fitting(tmp_path, capsys):
+    from specsim.tree import tree_from_sglang
+
+    info = {"internal_states": [{"avg_spec_accept_length": 2.4}],
+            "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2, "speculative_num_steps": 3,
+            "speculative_num_draft_tokens": 6}
+    path = tmp_path / "info.json"
+    path.write_text(json.dumps(info))
+    cal = tree_cal_file(tmp_path, TRUTH)
+    assert main(["calib", "import", str(path), "--calibration", str(cal), *IMPORT_KEY, "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)
+    assert check["setting"] == "sglang:2,3,6" and check["verdict"] == "no interval"
+    assert check["predicted"] == pytest.approx(tree_from_sglang(2, 3, 6, TRUTH).expected_tokens)
+    assert check["measured"] == pytest.approx(2.4)
+    out = tmp_path / "c.toml"
+    assert main(["calib", "import", str(path), *IMPORT_KEY, "-o", str(out), "--assume", "constant-rate"]) == 2
+    err = capsys.readouterr().err
+    assert "the telemetry states a draft-tree run (sglang:2,3,6)" in err and "drop -o, --assume" in err
+    assert not out.exists()
+    assert main(["calib", "import", str(path), *IMPORT_KEY]) == 2
+    assert "states a draft-tree run (sglang:2,3,6): give --calibration CAL" in capsys.readouterr().err
+    del info["speculative_num_draft_tokens"]
+    path.write_text(json.dumps(info))
+    assert main(["calib", "import", str(path), "--calibration", str(cal), *IMPORT_KEY]) == 2
+    assert "(sglang:2,3,?) but not all of its settings" in capsys.readouterr().err
+    info["speculative_eagle_topk"] = 1  # a chain: imported as before
+    path.write_text(json.dumps(info))
+    assert main(["calib", "import", str(path), *IMPORT_KEY, "-o", str(out), "--assume", "constant-rate"]) == 0

@@ -39,8 +39,8 @@ from specsim._io import decode_text, loads_json, read_input
 
 DRAFT_COLUMNS = ("step", "sequence", "position", "confidence", "accepted")
 STEP_COLUMNS = ("drafts", "accepted")
-# Columns a per-draft log may carry besides DRAFT_COLUMNS: a request id, and a tree's ranks and
-# parents (specsim.calibration.tree_fit).
+# Columns a per-draft log may carry besides DRAFT_COLUMNS: a request id here; a tree's ranks and
+# parents are tree_fit.TREE_COLUMNS.
 DRAFT_OPTIONAL = ("request",)
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 

@@ -36,7 +36,8 @@ and the counts. See docs/telemetry.md.
 Telemetry from a draft-tree run (--tree ENGINE:SETTINGS, the tree the serve ran) holds means over
 nodes, not per-rank data: it never fits a calibration. It checks one (--calibration CAL, with a
 [tree] table): the tree's mean acceptance length as CAL's a[d][r] predicts it against the measured
-one, with its 95% interval; nothing is written (-o is refused), exit 0 either way. SETTINGS:
+one, with its 95% interval; nothing is written (-o is refused), exit 0 either way. SGLang's
+/server_info states its tree (speculative_eagle_topk above 1): then --tree is not needed. SETTINGS:
   sglang:TOPK,STEPS,DRAFT_TOKENS       --speculative-eagle-topk, -num-steps, -num-draft-tokens
   vllm:'[(0,), (1,), (0, 0)]'          speculative_config.speculative_token_tree
   trtllm:MAX_TOPK,MAX_DRAFT_LEN[,MAX_TOTAL_DRAFT_TOKENS]   the dynamic tree's fields
@@ -69,7 +70,8 @@ def register(csub):
     p.add_argument("--tree", metavar="ENGINE:SETTINGS",
                    help="the files come from a draft-tree run with these settings (see below): check --calibration's "
                         "a[d][r] against them instead of fitting")
-    p.add_argument("--calibration", metavar="CAL", help="--tree: the calibration (with a [tree] table) to check")
+    p.add_argument("--calibration", metavar="CAL",
+                   help="--tree, or telemetry that states its tree: the calibration (with a [tree] table) to check")
     p.add_argument("--json", action="store_true", help="--tree: print the check as JSON")
     p.add_argument("--windows-out", metavar="W.toml",
                    help="also write the accept-run windows and traces (an acceptance file replay and simulate read)")
@@ -95,11 +97,12 @@ def note_spread(note):
 
 def cmd_import(args):
     if args.tree is not None:
-        return _check_tree(args)
-    for flag, given in (("--calibration", args.calibration), ("--json", args.json)):
-        if given:
-            raise CalibrationError(f"{flag} applies to --tree only (checking a calibration against a tree run)")
+        return _check_tree(args, args.tree)
     if args.output is None:
+        read = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
+        stated = _stated_tree(args, read[2])
+        if stated is not None:
+            return _check_tree(args, stated, read)
         raise CalibrationError("the following arguments are required: -o/--output (or --tree ENGINE:SETTINGS with "
                                "--calibration CAL, to check a calibration against a tree run)")
     with Outputs([("FILE", f) for f in args.files]) as out:
@@ -108,6 +111,12 @@ def cmd_import(args):
         drafter = drafter_key(args)
         min_depth = args.min_depth if args.schedule is None else shallowest_depth(args.schedule)
         fmt, records, tally = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
+        stated = _stated_tree(args, tally)
+        if stated is not None:
+            return _check_tree(args, stated, (fmt, records, tally))  # refuses: -o is given
+        for flag, given in (("--calibration", args.calibration), ("--json", args.json)):
+            if given:
+                raise CalibrationError(f"{flag} applies to --tree only (checking a calibration against a tree run)")
         names = [Path(f).name for f in args.files]
         ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
@@ -136,27 +145,41 @@ def cmd_import(args):
     return 0
 
 
-def _check_tree(args):
-    """``calib import --tree``: telemetry from a draft-tree run checks a calibration's a[d][r] and
-    fits nothing (docs/telemetry.md#telemetry-from-draft-trees)."""
+def _stated_tree(args, tally):
+    """The tree settings the telemetry states (SGLang's /server_info: its server arguments), or
+    None; refused when it states a tree but not all of its settings."""
+    stated = tally.notes.get("tree")
+    if stated is not None and ("?" in stated or stated == "mixed"):
+        raise CalibrationError(f"{', '.join(map(str, args.files))} state a draft-tree run ({stated}) but not all of "
+                               "its settings: give them with --tree ENGINE:SETTINGS and --calibration CAL (a tree "
+                               "run's telemetry checks a calibration, it never fits one)")
+    return stated
+
+
+def _check_tree(args, setting, read=None):
+    """``calib import --tree``, or telemetry that states its tree: a draft-tree run checks a
+    calibration's a[d][r] and fits nothing (docs/telemetry.md#telemetry-from-draft-trees).
+    ``read``: the telemetry already read."""
+    stated = "" if setting == args.tree else f"the telemetry states a draft-tree run ({setting}): "
     fitting = [flag for flag, v in (("-o", args.output), ("--windows-out", args.windows_out),
                                     ("--assume", args.assume), ("--schedule", args.schedule),
                                     ("--min-depth", args.min_depth), ("--depth", args.depth)) if v is not None]
     if args.request_spread != "off":
         fitting.append("--request-spread")
     if fitting:
-        raise CalibrationError(f"--tree: telemetry from a tree run holds means over nodes, not per-rank data, so "
-                               f"nothing is fitted from it: drop {', '.join(fitting)} (the tree settings give the "
-                               "depth)")
+        raise CalibrationError(f"{stated or '--tree: '}telemetry from a tree run holds means over nodes, not per-rank "
+                               f"data, so nothing is fitted from it: drop {', '.join(fitting)} (the tree settings give "
+                               "the depth)")
     if args.calibration is None:
-        raise CalibrationError("--tree needs --calibration CAL: the calibration whose a[d][r] the run checks")
+        raise CalibrationError(f"{stated or '--tree: '}give --calibration CAL, the calibration whose a[d][r] the run "
+                               "checks (a tree run's telemetry never fits one)")
     drafter = drafter_key(args)
     cal = AcceptanceCalibration.load(args.calibration)
     if cal.drafter != drafter:
         raise CalibrationError(f"{args.calibration} was fitted on another drafter than the one given: a calibration "
                                "is checked only against its own drafter's runs")
-    fmt, records, _ = read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
-    check = check_tree_telemetry(cal, args.tree, records, ", ".join(str(f) for f in args.files))
+    fmt, records, _ = read or read_telemetry(args.files, args.fmt, args.strict, args.decode_log_interval)
+    check = check_tree_telemetry(cal, setting, records, ", ".join(str(f) for f in args.files))
     if args.json:
         print_json({"format": fmt, **check.as_dict()})
     else:

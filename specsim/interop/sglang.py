@@ -210,6 +210,9 @@ def parse_server_info(text: str, source: str):
             if as_count(d.get("speculative_num_steps")) is not None:
                 depth = as_count(d.get("speculative_num_steps"))
                 break
+        tree = stated_tree(doc)
+        if tree is not None:
+            tally.notes["tree"] = tree
         for i, state in enumerate(doc["internal_states"]):
             where = f"{source} internal_states[{i}]"
             length = as_number(state.get("avg_spec_accept_length")) if isinstance(state, dict) else None
@@ -222,6 +225,22 @@ def parse_server_info(text: str, source: str):
             records.append(Record("mean", where, mean_accepted=length - 1.0, n_steps=None, depth=depth))
     tally.records = len(records)
     return records, tally
+
+
+def stated_tree(doc):
+    """The draft tree a ``/server_info`` document's server arguments state, as ``calib import
+    --tree`` takes it (``"sglang:TOPK,STEPS,DRAFT_TOKENS"``, ``?`` for a setting not stated), or
+    None for a chain (``speculative_eagle_topk`` 1 or not stated)."""
+    found = {}
+    for d in walk(doc):
+        for name in ("speculative_eagle_topk", "speculative_num_steps", "speculative_num_draft_tokens"):
+            if name not in found and as_count(d.get(name)) is not None:
+                found[name] = as_count(d.get(name))
+    topk = found.get("speculative_eagle_topk")
+    if topk is None or topk <= 1:
+        return None
+    return "sglang:" + ",".join(str(found.get(n, "?")) for n in ("speculative_eagle_topk", "speculative_num_steps",
+                                                                  "speculative_num_draft_tokens"))
 
 
 TELEMETRY = (

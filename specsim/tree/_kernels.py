@@ -110,10 +110,10 @@ def _sift_up_nb(heap, size, e, ep, epar, erank, parents, ranks, depths, pa, pb):
 
 
 @jit
-def greedy_order_nb(a, nodes, max_depth, parents, ranks, products):
+def greedy_order_nb(a, nodes, max_depth, parents, ranks, products, depths_out):
     """The first ``nodes`` paths of depth <= ``max_depth`` (and <= ``a``'s rows) in best-tree
-    order, written into ``parents``, ``ranks`` (1-based) and ``products`` (each of length >=
-    ``nodes``); returns how many were written (fewer where fewer paths exist).
+    order, written into ``parents``, ``ranks`` (1-based), ``products`` and ``depths`` (each of
+    length >= ``nodes``); returns how many were written (fewer where fewer paths exist).
 
     A binary heap of candidates holds, for the root and each node taken, its best child not yet
     taken; taking a node makes two candidates, its next sibling and its first child: the first
@@ -128,7 +128,7 @@ def greedy_order_nb(a, nodes, max_depth, parents, ranks, products):
     iw = np.empty(n_int, dtype=np.int64)
     ep = np.empty(n_float)  # each candidate's path product
     cands = n_float
-    depths = iw[:nodes]
+    depths = iw[:nodes]  # copied to depths_out at the end (read from an argument array, the kernel ran 3x slower)
     o = nodes
     child = iw[o:o + (nodes + 1) * r_n]  # slot s: the child order of node s - 1 (slot 0: the root)
     o += (nodes + 1) * r_n
@@ -206,6 +206,8 @@ def greedy_order_nb(a, nodes, max_depth, parents, ranks, products):
         if second >= 0:
             _sift_up_nb(heap, size, second, ep, epar, erank, parents, ranks, depths, pa, pb)
             size += 1
+    for i in range(count):
+        depths_out[i] = depths[i]
     return count
 
 

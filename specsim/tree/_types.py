@@ -46,18 +46,30 @@ class Tree:
     is_chain: bool = field(init=False)
 
     def __post_init__(self):
-        parents = tuple(int(p) for p in self.parents)
-        ranks = tuple(int(r) for r in self.ranks)
+        parents = self.parents if type(self.parents) is tuple else tuple(self.parents)
+        ranks = self.ranks if type(self.ranks) is tuple else tuple(self.ranks)
+        if not all(type(v) is int for v in parents):
+            parents = tuple(int(p) for p in parents)
+        if not all(type(v) is int for v in ranks):
+            ranks = tuple(int(r) for r in ranks)
         if len(parents) != len(ranks):
             raise TreeError(f"a tree needs one rank per node: {len(parents)} parents, {len(ranks)} ranks")
+        if ranks and min(ranks) < 1:
+            i = next(i for i, r in enumerate(ranks) if r < 1)
+            raise TreeError(f"node {i}: rank {ranks[i]} is not a draft rank (ranks are 1-based)")
         depths = []
-        for i, (p, r) in enumerate(zip(parents, ranks)):
-            if not -1 <= p < i:
+        add = depths.append
+        for i, p in enumerate(parents):
+            if p < 0:
+                if p != -1:
+                    raise TreeError(f"node {i}: parent {p} is not an earlier node or -1 (the root): list parents "
+                                    "before their children")
+                add(1)
+            elif p < i:
+                add(depths[p] + 1)
+            else:
                 raise TreeError(f"node {i}: parent {p} is not an earlier node or -1 (the root): list parents "
                                 "before their children")
-            if r < 1:
-                raise TreeError(f"node {i}: rank {r} is not a draft rank (ranks are 1-based)")
-            depths.append(1 if p < 0 else depths[p] + 1)
         depth = max(depths, default=0)
         sizes = [0] * depth
         for d in depths:
@@ -68,7 +80,18 @@ class Tree:
         object.__setattr__(self, "depth", depth)
         object.__setattr__(self, "nodes", len(parents))
         object.__setattr__(self, "level_sizes", tuple(sizes))
-        object.__setattr__(self, "is_chain", all(r == 1 for r in ranks) and all(s == 1 for s in sizes))
+        object.__setattr__(self, "is_chain", depth == len(parents) and (not ranks or max(ranks) == 1))
+
+    @classmethod
+    def _trusted(cls, parents, ranks, expected_tokens, depth, level_sizes, is_chain) -> "Tree":
+        """A tree whose structure a kernel built (parents first, ranks >= 1), with its figures:
+        no check, no recount."""
+        tree = object.__new__(cls)
+        for name, value in (("parents", parents), ("ranks", ranks), ("expected_tokens", float(expected_tokens)),
+                            ("depth", depth), ("nodes", len(parents)), ("level_sizes", level_sizes),
+                            ("is_chain", is_chain)):
+            object.__setattr__(tree, name, value)
+        return tree
 
     @classmethod
     def chain(cls, k: int, expected_tokens: float = math.nan) -> "Tree":
@@ -115,6 +138,8 @@ class TreeOrder:
         Node ``i``'s parent (an earlier index, or -1) and 1-based rank, in the order.
     products : ndarray(float64, ndim=1), shape (M,)
         Node ``i``'s path product, non-increasing along the order.
+    depths : ndarray(int64, ndim=1), shape (M,)
+        Node ``i``'s depth.
     max_depth : int
         The depth bound the order was built under (already limited to the table's depths).
     """
@@ -122,6 +147,7 @@ class TreeOrder:
     parents: np.ndarray
     ranks: np.ndarray
     products: np.ndarray
+    depths: np.ndarray
     max_depth: int
 
     def __len__(self) -> int:
@@ -131,10 +157,16 @@ class TreeOrder:
         """The best tree of ``nodes`` nodes (at most ``len(self)``): the first ``nodes`` of the
         order, its expected tokens ``1 + sum(products[:nodes])`` summed in order."""
         n = min(int(nodes), len(self))
-        total = 0.0
-        for p in self.products[:n].tolist():
-            total += p
-        return Tree(tuple(self.parents[:n].tolist()), tuple(self.ranks[:n].tolist()), 1.0 + total)
+        if n == 0:
+            return Tree((), (), 1.0)
+        depths = self.depths[:n]
+        ranks = self.ranks[:n]
+        depth = int(depths.max())
+        sizes = np.bincount(depths, minlength=depth + 1)[1:]
+        # np.cumsum adds left to right, as expected_tokens sums (np.sum pairs)
+        total = float(np.cumsum(self.products[:n])[-1])
+        return Tree._trusted(tuple(self.parents[:n].tolist()), tuple(ranks.tolist()), 1.0 + total, depth,
+                             tuple(sizes.tolist()), bool(depth == n and ranks.max() == 1))
 
 
 @jit(forceinline=True)

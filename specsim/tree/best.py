@@ -67,8 +67,9 @@ def greedy_order(rank_acceptance, nodes: int = MAX_TREE_NODES, max_depth: int = 
     parents = np.empty(nodes, dtype=np.int64)
     ranks = np.empty(nodes, dtype=np.int64)
     products = np.empty(nodes)
-    m = greedy_order_nb(a, nodes, max_depth, parents, ranks, products)
-    return TreeOrder(parents[:m], ranks[:m], products[:m], min(max_depth, a.shape[0]))
+    depths = np.empty(nodes, dtype=np.int64)
+    m = greedy_order_nb(a, nodes, max_depth, parents, ranks, products, depths)
+    return TreeOrder(parents[:m], ranks[:m], products[:m], depths[:m], min(max_depth, a.shape[0]))
 
 
 def best_tree(rank_acceptance, nodes: int, max_depth: int) -> Tree:
