@@ -321,3 +321,37 @@ def test_the_docs_tree_run_is_current(tmp_path, capsys, monkeypatch):
     code, out, _ = run(capsys, "tree", *tree_line.split())
     assert code == 0
     assert [line.rstrip() for line in out.splitlines()] == printed
+
+
+def test_a_context_prices_every_candidate_at_that_context(files, capsys, table, cal):
+    from specsim.table import CostTable
+
+    grids = {512: table, 8192: CostTable(table.key, table.widths, table.costs * 3.0)}
+    ctx = CostTable.from_contexts(grids, reference=512)
+    (files / "ctx.toml").write_text(ctx.to_text())
+    docs = {}
+    for c in ("600", "6000"):
+        code, _, err = run(capsys, "tree", files / "ctx.toml", files / "c.toml", "--widths", "1,16,256", "--context", c,
+                           "--json", files / f"{c}.json")
+        assert code == 0, err
+        docs[c] = json.loads((files / f"{c}.json").read_text())
+        planner = Planner(ctx, cal, memo=False)
+        for r in docs[c]["widths"]:
+            plan = planner.propose_tree(r["n"], context=float(c), max_nodes=64, max_depth=8)
+            assert (r["choice"], r["nodes"], r["step_ms"], r["step_j"]) == (plan.kind, plan.nodes, plan.step_ms,
+                                                                            plan.step_j)
+            assert r["plain"]["step_ms"] == planner.explain(r["n"], float(c)).depths[0].step_ms
+    assert docs["6000"]["context"] == 6000.0
+    assert docs["600"]["widths"][0]["step_ms"] < docs["6000"]["widths"][0]["step_ms"]
+
+
+def test_plan_takes_a_context_without_tree_too(files, capsys, table, cal):
+    from specsim.table import CostTable
+
+    ctx = CostTable.from_contexts({512: table, 8192: CostTable(table.key, table.widths, table.costs * 3.0)},
+                                  reference=512)
+    (files / "ctx.toml").write_text(ctx.to_text())
+    code, out, _ = run(capsys, "plan", files / "ctx.toml", files / "c.toml", "--n", "16", "--context", "6000", "--json")
+    assert code == 0
+    want = Planner(ctx, cal, memo=False).explain(16, 6000.0).to_dict()
+    assert json.loads(out)["depths"] == want["depths"] and json.loads(out)["depth"] == want["depth"]
