@@ -108,13 +108,16 @@ def load_tree_inputs(table_path, cal_path, usage: str, option: str):
 
 def cmd_tree(args):
     max_nodes, max_depth, factor = check_tree_options(args)
+    widths = None
+    if args.n is not None:
+        widths = checked_widths([args.n], "--n")
+    elif args.widths is not None:
+        widths = checked_widths(args.widths, "--widths")
     with Outputs({"TABLE": args.table, "CALIBRATION": args.calibration}) as out:
         out.declare(args.json, "--json")
         table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "specsim tree")
-        if args.n is not None:
-            widths = checked_widths([args.n], "--n")
-        else:
-            widths = checked_widths(table.widths.tolist() if args.widths is None else args.widths, "--widths")
+        if widths is None:
+            widths = table.widths.tolist()  # a table's widths are 1..2^20, ascending (its own rules)
         study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
         rows = [study.row(n) for n in widths]
         report = Report(rows, crossovers(rows), why_no_tree(rows))
