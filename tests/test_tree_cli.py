@@ -183,7 +183,7 @@ def test_tree_table_shows_trees_paying_small_and_not_at_256(files, capsys, table
     assert out.count("<-") == len(WIDTHS)
     first = rows[0]
     assert f"settings for the tree of {first['nodes']} nodes, depth {first['depth']} (n = 1" in out
-    assert out.count("  vllm: speculative_config: num_speculative_tokens=") == len(
+    assert out.count("  vllm: --speculative-config '{\"num_speculative_tokens\": ") == len(
         {(r["choice"], tuple(r["parents"]), tuple(r["ranks"])) for r in rows})
 
 
@@ -191,7 +191,7 @@ def test_one_width_prints_each_engines_settings(files, capsys):
     code, out, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "1")
     assert code == 0
     assert "settings for the tree of " in out and " (n = 1):" in out
-    for engine in ("vllm: speculative_config: num_speculative_tokens=", "sglang: --speculative-eagle-topk ",
+    for engine in ("vllm: --speculative-config '{\"num_speculative_tokens\": ", "sglang: --speculative-eagle-topk ",
                    "trtllm: use_dynamic_tree: true, dynamic_tree_max_topK: "):
         assert engine in out
     code, again, _ = run(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "1", "--tree")

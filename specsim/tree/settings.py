@@ -11,10 +11,11 @@ one, or, where none is, the top-k whose tree has the most expected tokens, sayin
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 from specsim.errors import PlanError
-from specsim.tree import tree_from_sglang, tree_from_trtllm
+from specsim.tree.engines import tree_from_sglang, tree_from_trtllm
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -57,8 +58,10 @@ class EngineSetting(NamedTuple):
         if self.engine == "sglang":
             return " ".join(f"--speculative-{name.replace('_', '-')} {value}" for name, value in self.fields)
         if self.engine == "vllm":
-            return "speculative_config: " + ", ".join(f"{name}={_py(value)}" for name, value in self.fields)
-        return ", ".join(f"{name}: {_py(value)}" for name, value in self.fields)
+            # The JSON --speculative-config takes (beside the method and the draft model).
+            return f"--speculative-config '{json.dumps(dict(self.fields))}'"
+        # The Eagle3 decoding config's fields as its YAML spells them.
+        return ", ".join(f"{name}: {_yaml(value)}" for name, value in self.fields)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (``expected_tokens`` null where no setting drafts the tree)."""
@@ -67,12 +70,8 @@ class EngineSetting(NamedTuple):
                 "differs": self.differs, "note": self.note}
 
 
-def _py(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str) and not value.startswith("["):
-        return repr(value)
-    return str(value)
+def _yaml(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def rank_paths(tree) -> list:
