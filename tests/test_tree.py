@@ -65,6 +65,22 @@ def test_wide_and_deep_256_nodes_16_ranks():
     assert_order_matches(a, 256, 3)
 
 
+def test_deep_tables_reach_depth_64():
+    a = [[0.9, 0.1]] * 64
+    tree = assert_order_matches(a, 256, 64)
+    assert tree.nodes == 256 and tree.depth < 64  # branches near the root beat the deepest rank-1 paths
+    chain = assert_order_matches([[1.0]] * 64, 256, 64)
+    assert (chain.nodes, chain.depth, chain.is_chain) == (64, 64, True)
+
+
+def test_the_package_exports_the_tree_names():
+    import specsim
+    from specsim.plan import TreePlan
+
+    assert (specsim.Tree, specsim.best_tree, specsim.expected_tokens) == (Tree, best_tree, expected_tokens)
+    assert (specsim.TreePlan, specsim.TreeError) == (TreePlan, TreeError)
+
+
 def test_rows_summing_to_exactly_one_and_ties_go_to_lower_ranks_then_shallower():
     a = [[0.25, 0.25, 0.25, 0.25]] * 3
     tree = assert_order_matches(a, 6, 3)
@@ -220,11 +236,16 @@ def test_expected_tokens_of_any_tree_match_the_reference(a, data):
     ([-1, 0], [1], r"one rank per node: 2 parents, 1 ranks"),
     ([-1, 0.5], [1, 1], r"parent of node 1 = 0.5 must be a whole number"),
     ([-1], [True], r"rank of node 0 = True must be a whole number"),
-    ("abc", [1], r"parent must be a list"),
+    ("abc", [1], r"parents must be a list of whole numbers"),
+    (np.array([-1, 0]), np.array([1, 2]), None),
 ])
 def test_expected_tokens_refuses_a_bad_tree_naming_the_node(parents, ranks, match):
+    a = [[0.5, 0.2, 0.1], [0.5, 0.2, 0.1]]
+    if match is None:  # NumPy integers are whole numbers
+        assert expected_tokens(a, parents, ranks) == 1.0 + 0.5 + 0.5 * 0.2
+        return
     with pytest.raises(TreeError, match=match):
-        expected_tokens([[0.5, 0.2, 0.1], [0.5, 0.2, 0.1]], parents, ranks)
+        expected_tokens(a, parents, ranks)
 
 
 def test_more_than_256_nodes_are_refused():
@@ -271,6 +292,17 @@ def test_tree_levels_and_chains():
     assert not Tree((-1, 0), (1, 2)).is_chain  # one per level, but rank 2
     with pytest.raises(TreeError, match="node 1: parent 1"):
         Tree((-1, 1), (1, 1))
+    with pytest.raises(TreeError, match="parent of node 1 = 0.5 must be a whole number"):
+        Tree((-1, 0.5), (1, 1))  # never rounded to a parent
+    with pytest.raises(TreeError, match="rank of node 0 = False must be a whole number"):
+        Tree((-1,), (False,))
+    with pytest.raises(TreeError, match="node 0: rank 0 is not a draft rank"):
+        Tree((-1,), (0,))
+    with pytest.raises(TreeError, match="expected_tokens = '2' must be a number"):
+        Tree((-1,), (1,), "2")
+    with pytest.raises(TreeError, match="nodes = -1 must be a whole number >= 0"):
+        greedy_order([[0.5]], 1, 1).tree(-1)
+    assert greedy_order([[0.5]], 1, 1).tree(0) == Tree((), (), 1.0)
 
 
 # --- the engines' trees --------------------------------------------------------------------------------
@@ -326,6 +358,7 @@ def test_sglang_topk_one_is_the_chain_of_steps():
                 r"2 steps drafts \(6\): give at most 7"),
     ((4, 6, 8), r"steps \(--speculative-num-steps\) = 6 is deeper than the rank-acceptance table's 5 depths"),
     ((4, "5", 8), r"steps \(--speculative-num-steps\) = '5' must be a whole number"),
+    ((1, 5, "8"), r"draft_tokens \(--speculative-num-draft-tokens\) = '8' must be a whole number"),
 ])
 def test_sglang_refuses_bad_settings_by_flag(args, match):
     with pytest.raises(TreeError, match=match):
@@ -575,7 +608,8 @@ def test_propose_tree_is_remembered_per_width_and_context_and_follows_a_new_cali
     planner = Planner(t, cal)
     first = planner.propose_tree(2, context=2.0)
     assert planner.propose_tree(2, context=2.0) is first
-    assert planner.propose_tree(2, context=2) == first
+    assert planner.propose_tree(2, context=2) is first
+    assert planner.propose_tree(np.int64(2), context=np.float64(2.0)) is first
     ref = Planner(t.at_context(2.0), cal).propose_tree(2)
     assert first == ref
     planner.update_calibration(cal.with_rank_acceptance(None))

@@ -462,6 +462,9 @@ class Planner:
                 raise TreeError(problem)
         st = self._at(context)  # checks the context
         key = (n, context if context is None else _checked_context(context), int(max_nodes), int(max_depth))
+        plan = st.tree_plans.get(key)
+        if plan is not None:  # asked before in another spelling (a NumPy width or context)
+            return plan
         a = st.calibration.rank_acceptance
         shapes = st.tree_shapes.get(key[3])
         if shapes is None:

@@ -13,8 +13,8 @@ import numpy as np
 
 from specsim._jit import jit
 from specsim.table._kernels import cell_into_nb
-from specsim.tree._types import order_workspace_sizes
 from specsim.table._types import DRAFT_J as DJ, DRAFT_MS as DMS, VERIFY_J as VJ, VERIFY_MS as VMS
+from specsim.tree._types import order_workspace_sizes
 
 
 @jit(inline="always")
@@ -112,8 +112,8 @@ def _sift_up_nb(heap, size, e, ep, epar, erank, parents, ranks, depths, pa, pb):
 @jit
 def greedy_order_nb(a, nodes, max_depth, parents, ranks, products, depths_out):
     """The first ``nodes`` paths of depth <= ``max_depth`` (and <= ``a``'s rows) in best-tree
-    order, written into ``parents``, ``ranks`` (1-based), ``products`` and ``depths`` (each of
-    length >= ``nodes``); returns how many were written (fewer where fewer paths exist).
+    order, written into ``parents``, ``ranks`` (1-based), ``products`` and ``depths_out`` (each
+    of length >= ``nodes``); returns how many were written (fewer where fewer paths exist).
 
     A binary heap of candidates holds, for the root and each node taken, its best child not yet
     taken; taking a node makes two candidates, its next sibling and its first child: the first

@@ -8,8 +8,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specsim._checks import is_int, is_number, show
 from specsim._jit import jit
 from specsim.errors import TreeError
+
+
+def _whole_numbers(values, name) -> tuple:
+    """``values`` (a sequence of whole numbers, one per node) as a tuple of ints, or TreeError
+    naming the node."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TreeError(f"{name}s must be a list of whole numbers, one per node, got {show(values)}")
+    items = tuple(values.tolist() if isinstance(values, np.ndarray) else values)
+    if all(type(v) is int for v in items):
+        return items
+    for i, v in enumerate(items):
+        if not is_int(v):
+            raise TreeError(f"{name} of node {i} = {show(v)} must be a whole number")
+    return tuple(int(v) for v in items)
 
 
 @dataclass(frozen=True)
@@ -46,12 +61,10 @@ class Tree:
     is_chain: bool = field(init=False)
 
     def __post_init__(self):
-        parents = self.parents if type(self.parents) is tuple else tuple(self.parents)
-        ranks = self.ranks if type(self.ranks) is tuple else tuple(self.ranks)
-        if not all(type(v) is int for v in parents):
-            parents = tuple(int(p) for p in parents)
-        if not all(type(v) is int for v in ranks):
-            ranks = tuple(int(r) for r in ranks)
+        parents = _whole_numbers(self.parents, "parent")
+        ranks = _whole_numbers(self.ranks, "rank")
+        if not (is_number(self.expected_tokens) or self.expected_tokens is None):
+            raise TreeError(f"expected_tokens = {show(self.expected_tokens)} must be a number (NaN: not known)")
         if len(parents) != len(ranks):
             raise TreeError(f"a tree needs one rank per node: {len(parents)} parents, {len(ranks)} ranks")
         if ranks and min(ranks) < 1:
@@ -76,7 +89,8 @@ class Tree:
             sizes[d - 1] += 1
         object.__setattr__(self, "parents", parents)
         object.__setattr__(self, "ranks", ranks)
-        object.__setattr__(self, "expected_tokens", float(self.expected_tokens))
+        object.__setattr__(self, "expected_tokens",
+                           math.nan if self.expected_tokens is None else float(self.expected_tokens))
         object.__setattr__(self, "depth", depth)
         object.__setattr__(self, "nodes", len(parents))
         object.__setattr__(self, "level_sizes", tuple(sizes))
@@ -156,6 +170,8 @@ class TreeOrder:
     def tree(self, nodes: int) -> Tree:
         """The best tree of ``nodes`` nodes (at most ``len(self)``): the first ``nodes`` of the
         order, its expected tokens ``1 + sum(products[:nodes])`` summed in order."""
+        if not is_int(nodes) or nodes < 0:
+            raise TreeError(f"nodes = {show(nodes)} must be a whole number >= 0")
         n = min(int(nodes), len(self))
         if n == 0:
             return Tree((), (), 1.0)

@@ -14,27 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, is_int, show
-from specsim.calibration.calibration import rank_acceptance_problems
-from specsim.errors import TreeError
+from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem
+from specsim.calibration import calibration
+from specsim.errors import CalibrationError, TreeError
 from specsim.tree._kernels import greedy_order_nb, path_products_nb
-from specsim.tree._types import Tree, TreeOrder
+from specsim.tree._types import Tree, TreeOrder, _whole_numbers
 
 
 def checked_rank_acceptance(value) -> np.ndarray:
-    """``value`` (array_like, shape (D, R)) as a C-contiguous float64 array, or TreeError naming
-    every bad cell (the calibration's rules: each cell a probability, each row summing to at
-    most 1, 1..64 depths, 1..16 ranks)."""
-    if value is None or isinstance(value, (str, bytes, bool)):
-        raise TreeError(f"rank_acceptance must be a table of numbers (depths x ranks), got {show(value)}")
+    """``value`` (array_like, shape (D, R)) as the calibration checks it (a read-only
+    C-contiguous float64 array: each cell a probability, each row summing to at most 1, 1..64
+    depths, 1..16 ranks), its refusal as a TreeError naming every bad cell."""
     try:
-        a = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TreeError(f"rank_acceptance must be a table of numbers (depths x ranks) ({e})") from None
-    problems = rank_acceptance_problems(a)
-    if problems:
-        raise TreeError("the rank acceptance is refused", problems)
-    return np.ascontiguousarray(a)
+        return calibration.checked_rank_acceptance(value, "rank_acceptance")
+    except CalibrationError as e:
+        raise TreeError(e.headline, e.problems) from None
 
 
 def _count(value, name, low, high, why=""):
@@ -99,16 +93,6 @@ def best_tree(rank_acceptance, nodes: int, max_depth: int) -> Tree:
     return greedy_order(rank_acceptance, nodes, max_depth).tree(nodes)
 
 
-def _index_list(value, name) -> list:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise TreeError(f"{name} must be a list of whole numbers, one per node, got {show(value)}")
-    items = list(value.tolist() if isinstance(value, np.ndarray) else value)
-    for i, v in enumerate(items):
-        if not is_int(v):
-            raise TreeError(f"{name} of node {i} = {show(v)} must be a whole number")
-    return [int(v) for v in items]
-
-
 def tree_problem(parents, ranks, depths: int, max_ranks: int) -> str | None:
     """The first rule the tree ``(parents, ranks)`` breaks over a table of ``depths`` rows and
     ``max_ranks`` columns, naming the node (0-based, in the order given), or None."""
@@ -139,8 +123,8 @@ def tree_problem(parents, ranks, depths: int, max_ranks: int) -> str | None:
 def checked_tree(rank_acceptance, parents, ranks):
     """``(a, parents int64[N], ranks int64[N])`` checked, or TreeError naming the bad node."""
     a = checked_rank_acceptance(rank_acceptance)
-    parents = _index_list(parents, "parent")
-    ranks = _index_list(ranks, "rank")
+    parents = _whole_numbers(parents, "parent")
+    ranks = _whole_numbers(ranks, "rank")
     problem = tree_problem(parents, ranks, a.shape[0], a.shape[1])
     if problem:
         raise TreeError(problem)

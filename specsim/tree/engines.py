@@ -94,7 +94,8 @@ def tree_from_sglang(topk: int, steps: int, draft_tokens: int, rank_acceptance=N
     steps : int
         1..64.
     draft_tokens : int
-        2..257, at most ``topk + (steps - 1) * topk**2 + 1`` (ignored with ``topk = 1``).
+        2..257, at most ``topk + (steps - 1) * topk**2 + 1`` (replaced by ``steps + 1`` with
+        ``topk = 1``).
     rank_acceptance : array_like of float, shape (D, R), optional
         Needed when ``topk > 1``; ``topk <= R`` and ``steps <= D``. With it, the tree carries
         its expected tokens.
@@ -107,13 +108,13 @@ def tree_from_sglang(topk: int, steps: int, draft_tokens: int, rank_acceptance=N
     """
     topk = _field(topk, "topk", SGLANG_FIELDS["topk"], 1, MAX_TREE_RANKS, "the most ranks a tree may use")
     steps = _field(steps, "steps", SGLANG_FIELDS["steps"], 1, MAX_TREE_DEPTH, "the deepest a tree may go")
+    draft_tokens = _field(draft_tokens, "draft_tokens", SGLANG_FIELDS["draft_tokens"], 2, MAX_TREE_NODES + 1,
+                          "the root and the most nodes a tree may hold")
     if topk == 1:
         a = None if rank_acceptance is None else checked_rank_acceptance(rank_acceptance)
         if a is not None:
             _table_fits(a, 1, steps, f"topk ({SGLANG_FIELDS['topk']})", f"steps ({SGLANG_FIELDS['steps']})")
         return _tree_of_paths([(1,) * d for d in range(1, steps + 1)], a)
-    draft_tokens = _field(draft_tokens, "draft_tokens", SGLANG_FIELDS["draft_tokens"], 2, MAX_TREE_NODES + 1,
-                          "the root and the most nodes a tree may hold")
     pool = topk + (steps - 1) * topk * topk
     if draft_tokens - 1 > pool:
         raise TreeError(f"draft_tokens ({SGLANG_FIELDS['draft_tokens']}) = {draft_tokens} asks for "
