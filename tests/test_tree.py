@@ -617,6 +617,23 @@ def test_propose_tree_is_remembered_per_width_and_context_and_follows_a_new_cali
     assert after.note == NO_TREE_TABLE and after.kind != "tree"
 
 
+def test_a_chain_only_calibration_answers_as_propose_at_every_context():
+    from specsim import CostTable
+
+    grids = {c: table({w: [(1.0 + 0.1 * w * c, 0.5 + 0.05 * w * k + 0.01 * c, 0.3 * k, 0.1 * k * (1 + w / 8))
+                           for k in range(5)] for w in (1, 4, 16)}) for c in (256, 1024, 4096)}
+    t = CostTable.from_contexts(grids, reference=1024)
+    cal = calibration_for_tests([[0.5, 0.4]]).with_rank_acceptance(None)
+    planner = Planner(t, cal, slack=0.3)
+    depths = set()
+    for c in (None, 100, 256, 700.5, 1024, 3000.0, 9000):
+        for n in range(0, 20):
+            plan = planner.propose_tree(n, context=c)
+            assert plan.depth == planner.propose(n, context=c), (n, c)
+            depths.add(plan.depth)
+    assert len(depths) > 1  # the widths and contexts reach more than one answer
+
+
 def calibration_for_tests(rows):
     from specsim import AcceptanceCalibration
     from tests.test_plan import DRAFTER
