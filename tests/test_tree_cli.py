@@ -206,6 +206,9 @@ def test_plan_tree_json_is_the_width_row(files, capsys):
                                                                                                "trtllm"}
     code, _, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "256", "--json", files / "o.json")
     assert json.loads((files / "o.json").read_text())["widths"][0] == row
+    code, text, _ = run(capsys, "plan", files / "t.toml", files / "c.toml", "--n", "256", "--tree")
+    code, again, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--n", "256")
+    assert text == again and "No tree pays on this table: at n = 256" in text
 
 
 def test_a_table_where_no_tree_pays_says_why(files, capsys, table):
@@ -355,3 +358,18 @@ def test_plan_takes_a_context_without_tree_too(files, capsys, table, cal):
     assert code == 0
     want = Planner(ctx, cal, memo=False).explain(16, 6000.0).to_dict()
     assert json.loads(out)["depths"] == want["depths"] and json.loads(out)["depth"] == want["depth"]
+
+
+def test_no_branching_candidate_says_why(files, capsys, tmp_path):
+    from specsim.costmodel import model_table
+
+    shallow = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=(1, 8), max_k=1)
+    (files / "k1.toml").write_text(shallow.to_text())
+    code, out, _ = run(capsys, "tree", files / "k1.toml", files / "c.toml")
+    assert code == 0 and "its deepest verify is k = 1, and a branching tree needs 2 nodes or more" in out
+    code, out, _ = run(capsys, "tree", files / "t.toml", files / "c.toml", "--max-nodes", "1", "--widths", "1,8")
+    assert code == 0 and "--max-nodes 1 leaves no branching tree" in out
+    one_rank = demo_calibration().with_rank_acceptance(RANKS[:, :1])
+    (files / "one.toml").write_text(one_rank.render())
+    code, out, _ = run(capsys, "tree", files / "t.toml", files / "one.toml", "--n", "1")
+    assert code == 0 and "every best tree of the calibration's [tree] table is a chain" in out

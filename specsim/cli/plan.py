@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specsim.cli._common import context, count, format_grid, print_json, slack, width
 from specsim.cli.tree import (
-    Report, TreeStudy, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text,
+    TreeStudy, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text,
 )
 from specsim.errors import PlanError
 from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, logprob_problem, show
@@ -162,7 +162,7 @@ def _plan_tree(args):
     n = checked_widths([args.n], "--n")[0]
     table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "plan --tree")
     study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
-    report = Report([study.row(n)], {}, "")
+    report = study.report([n])
     if args.json:
         print_json(report.to_dict()["widths"][0])
         return 0

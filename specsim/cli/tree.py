@@ -119,8 +119,7 @@ def cmd_tree(args):
         if widths is None:
             widths = table.widths.tolist()  # a table's widths are 1..2^20, ascending (its own rules)
         study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
-        rows = [study.row(n) for n in widths]
-        report = Report(rows, crossovers(rows), why_no_tree(rows))
+        report = study.report(widths)
         print(report_text(report))
         if args.json:
             doc = {"table": str(args.table), "calibration": str(args.calibration), **study.inputs(),
@@ -152,6 +151,23 @@ class TreeStudy:
         self.trees = [s.tree for s in tree_shapes(cal.rank_acceptance, table.max_k, max_depth)
                       if s.tree.nodes <= max_nodes]
         self._settings = {}
+
+    def report(self, widths) -> "Report":
+        """Every width's row, the crossovers and the no-tree sentence."""
+        rows = [self.row(n) for n in widths]
+        return Report(rows, crossovers(rows), why_no_tree(rows, self.no_tree_reason()))
+
+    def no_tree_reason(self) -> str:
+        """Why there is no branching candidate at all, or ``""``."""
+        if self.trees:
+            return ""
+        if self.table.max_k < 2:
+            return (f"its deepest verify is k = {self.table.max_k}, and a branching tree needs 2 nodes or more "
+                    "(model or measure deeper)")
+        if self.max_nodes < 2:
+            return f"--max-nodes {self.max_nodes} leaves no branching tree (one needs 2 nodes or more)"
+        return ("every best tree of the calibration's [tree] table is a chain (one rank, or ranks past the first "
+                "that never match)")
 
     def inputs(self) -> dict:
         return {"slack": self.slack, "context": self.context, "max_nodes": self.max_nodes,
@@ -226,25 +242,26 @@ def crossovers(rows) -> dict:
     return out
 
 
-def why_no_tree(rows) -> str:
+def why_no_tree(rows, no_candidate: str = "") -> str:
     """One sentence saying why no tree pays on these widths (from the narrowest, where a tree's
-    extra rows cost least), or ``""`` when one does."""
+    extra rows cost least; ``no_candidate``: why there is no branching tree at all), or ``""``
+    when one does."""
     if not rows or any(r["choice"] == "tree" for r in rows):
         return ""
     r = rows[0]
     tree, chosen = r["tree"], r[r["choice"]]
     if tree is None:
-        return f"No tree pays on this table: {r['note'] or 'no branching tree fits its deepest verify'}."
+        return f"No tree pays on this table: {no_candidate}."
     shape = f"the best tree ({tree['nodes']} nodes, depth {tree['depth']})"
+    wider = ", and at no wider width here does a tree do better" if len(rows) > 1 else ""
     against = "plain decoding" if chosen["kind"] == "plain" else f"the chain k = {chosen['nodes']}"
     if not tree["fast_enough"]:
         return (f"No tree pays on this table: at n = {r['n']} {shape} is too slow, {tree['tokens_per_s']:.1f} "
-                f"tokens/s per sequence against a floor of {r['floor_tokens_per_s']:.1f}, and at no wider width "
-                "here does a tree do better.")
+                f"tokens/s per sequence against a floor of {r['floor_tokens_per_s']:.1f}{wider}.")
     return (f"No tree pays on this table: at n = {r['n']} {shape} adds "
             f"{tree['expected_tokens'] - chosen['expected_tokens']:+.3f} tokens per sequence per step over {against} "
             f"for {tree['step_j'] - chosen['step_j']:+.4f} J per step ({tree['tokens_per_j']:.3f} against "
-            f"{chosen['tokens_per_j']:.3f} tokens/J), and at no wider width here does a tree do better.")
+            f"{chosen['tokens_per_j']:.3f} tokens/J){wider}.")
 
 
 class Report:
