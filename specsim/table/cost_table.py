@@ -341,8 +341,8 @@ def table_arrays(table) -> tuple:
 
     A table's own arrays are read-only, and a read-only array is another Numba type than the
     writable grids and workspaces the engine hands the same kernels: every caller that gives a
-    table's arrays to the planner's or the engine's kernels takes these, so each kernel is
-    compiled once per process, not once per kind of caller.
+    table's arrays to the planner's, the engine's or the tree-pricing kernels takes these, so each
+    kernel is compiled once per process, not once per kind of caller.
     """
     return np.array(table.widths, dtype=np.int64), np.array(table.costs, dtype=np.float64)
 
