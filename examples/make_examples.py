@@ -13,7 +13,10 @@ Every file is seeded, so the output is the same on every machine:
 - ``trace.csv``: 300 requests in specsim's own CSV layout, from the synthetic generator with the
   shapes of the public Azure conversation trace;
 - ``table.toml``: ``specsim table model`` for an H200 running Llama-3.1-8B with an EAGLE drafter;
-- ``cal.toml``: ``specsim calib fit`` on ``drafts.csv``.
+- ``cal.toml``: ``specsim calib fit`` on ``drafts.csv``;
+- ``tree-cal.toml``: the demo's calibration (EAGLE on Llama-3.1-8B, published rates) with a
+  ``[tree]`` table of 8 depths: its per-position priors as the rank-1 column (the last repeated)
+  and an illustrative falling tail for ranks 2..4 (docs/planner.md#draft-trees).
 
 ``runs.toml`` and ``acceptance.toml`` are copies of measured data, not generated here.
 """
@@ -73,6 +76,24 @@ def trace() -> str:
     return "\n".join(lines) + "\n"
 
 
+# Ranks 2..4 of every depth's rank acceptance in tree-cal.toml: the chance that the target's token is
+# the draft's second (third, fourth) candidate. Illustrative, of the falling shape Sequoia's
+# acceptance vectors have (arXiv:2402.12374); fit your drafter's with calib fit --drafts-log.
+TREE_TAIL = (0.10, 0.04, 0.02)
+# Depths of tree-cal.toml's [tree] table: the planner's default deepest tree (the demo's priors
+# cover 5 positions; deeper rows repeat the last, as the priors do past their end).
+TREE_DEPTHS = 8
+
+
+def tree_calibration() -> str:
+    from specsim.costmodel.defaults import demo_calibration
+
+    cal = demo_calibration()
+    priors = cal.priors.tolist()
+    first = priors + priors[-1:] * (TREE_DEPTHS - len(priors))
+    return cal.with_rank_acceptance([[p, *TREE_TAIL] for p in first]).render()
+
+
 def specsim(*args) -> None:
     subprocess.run([sys.executable, "-m", "specsim", *args], check=True, cwd=HERE)
 
@@ -87,6 +108,7 @@ def main() -> int:
     sha = hashlib.sha256((HERE / "drafter.safetensors").read_bytes()).hexdigest()
     specsim("calib", "fit", "--drafts-log", "drafts.csv", "--drafter-sha256", sha, "--vocab", str(VOCAB),
             "--quantization", "bf16", "--context", "true", "-o", "cal.toml")
+    (HERE / "tree-cal.toml").write_text(tree_calibration())
     return 0
 
 

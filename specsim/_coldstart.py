@@ -34,6 +34,7 @@ KERNELS = {
     "tune": (_ENGINE, 20),
     "sweep": (_ENGINE, 20),
     "plan": ((("plan/_kernels.py", "propose_table_nb"),), 5),
+    "tree": ((("tree/_kernels.py", "greedy_order_nb"), ("tree/_kernels.py", "tree_price_nb")), 8),
     ("trace", "show"): ((_PARSER,), 3),
     ("table", "query"): ((("table/_kernels.py", "cell_into_nb"),), 3),
 }

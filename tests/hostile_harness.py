@@ -50,6 +50,7 @@ def base_files(d: Path) -> None:
 
     (d / "t.toml").write_text(demo_table().to_text())
     (d / "c.toml").write_text(demo_calibration().render())
+    (d / "ct.toml").write_text(demo_calibration().with_rank_acceptance([[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]]).render())
     (d / "tiny.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
                                 + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n" for i in range(40)))
     (d / "v.json").write_text('{"method": "eagle", "num_speculative_tokens": 3, '
@@ -112,6 +113,8 @@ SLOTS = {
     "calib drift --from-log": ["calib", "drift", "c.toml", "--from-log", "{f}"],
     "replay": ["replay", "{f}", "--trace", "a", "--policy", "fixed:1", "--width", "1", "--budget", "10"],
     "plan --confidences": ["plan", "t.toml", "c.toml", "--confidences", "{f}"],
+    "tree TABLE": ["tree", "{f}", "ct.toml", "--n", "4"],
+    "tree CALIBRATION": ["tree", "t.toml", "{f}", "--n", "4"],
     "tune --compare vllm:": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
                              "--serial", "--quiet", "--compare", "vllm:{f}", "-o", "out.toml"],
     "table model --gpu-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
@@ -157,6 +160,13 @@ OPTIONS = {
                                      "--widths-max", "{v}"],
     "tune --seeds": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--serial",
                      "--seeds", "{v}", "-o", "out.toml"],
+    "tree --n": ["tree", "t.toml", "ct.toml", "--n", "{v}"],
+    "tree --widths": ["tree", "t.toml", "ct.toml", "--widths", "{v}"],
+    "tree --max-nodes": ["tree", "t.toml", "ct.toml", "--n", "4", "--max-nodes", "{v}"],
+    "tree --max-depth": ["tree", "t.toml", "ct.toml", "--n", "4", "--max-depth", "{v}"],
+    "tree --tree-attention-factor": ["tree", "t.toml", "ct.toml", "--n", "4", "--tree-attention-factor", "{v}"],
+    "tree --context": ["tree", "t.toml", "ct.toml", "--n", "4", "--context", "{v}"],
+    "plan --tree --max-nodes": ["plan", "t.toml", "ct.toml", "--n", "4", "--tree", "--max-nodes", "{v}"],
     "calib fit --rates": ["calib", "fit", "--rates", "{v}", "--drafter-sha256", "ab" * 32, "--vocab", "9",
                           "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
     "calib fit --rank-rates": ["calib", "fit", "--rates", "0.8", "--rank-rates", "0.6,{v}", "--drafter-sha256",
@@ -211,6 +221,7 @@ OUTPUT_EQUALS_INPUT = {
                                "--quantization", "bf16", "--context", "true", "-o", "{o}"],
     "capacity --json = sglang": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
                                  "--slo-tpot-s", "1", "--serial", "--policy", "sglang:s.json", "--json", "{o}"],
+    "tree --json = CALIBRATION": ["tree", "t.toml", "ct.toml", "--n", "4", "--json", "{o}"],
     "replay --json = FILE": ["replay", "acc.toml", "--trace", "a", "--policy", "fixed:1", "--width", "1",
                              "--budget", "10", "--json", "{o}"],
 }
@@ -219,7 +230,7 @@ TARGET_OF = {"simulate --json = --table": "t.toml", "simulate --json = --prefill
              "fleet --json = --fleet": "fleet.toml", "table import -o = FILE": "iters.jsonl",
              "schedule export -o = SCHEDULE": "sched.toml", "tune -o = --compare": "v.json",
              "calib import -o = FILE": "vllm.log", "capacity --json = sglang": "s.json",
-             "replay --json = FILE": "acc.toml"}
+             "replay --json = FILE": "acc.toml", "tree --json = CALIBRATION": "ct.toml"}
 
 
 def cases():

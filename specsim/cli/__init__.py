@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "specsim.cli.table",
     "specsim.cli.calib",
     "specsim.cli.plan",
+    "specsim.cli.tree",
     "specsim.cli.model",
     "specsim.cli.bench",
     "specsim.cli.trace",

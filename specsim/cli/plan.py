@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 
-from specsim.cli._common import count, format_grid, print_json, slack, width
+from specsim.cli._common import context, count, format_grid, print_json, slack, width
+from specsim.cli.tree import (
+    TreeStudy, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text,
+)
 from specsim.errors import PlanError
 from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, logprob_problem, show
 from specsim._io import read_json
@@ -36,6 +39,12 @@ def register(sub, groups):
                    help="JSON list: drafts each sequence has (default: the length of its confidence list)")
     p.add_argument("--k-max", type=count, default=None, help="deepest verify depth (default: the table's)")
     p.add_argument("--row-budget", type=count, default=None, help="most draft rows in the batch (default: no limit)")
+    p.add_argument("--tree", action="store_true",
+                   help="choose among plain decoding, chains and draft trees at width N, with the engine settings "
+                        "of the choice (the calibration needs a [tree] table; docs/planner.md#draft-trees)")
+    add_tree_options(p)
+    p.add_argument("--context", type=context, default=None, metavar="C",
+                   help="mean KV tokens per sequence, for a table with a context axis")
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
     p.set_defaults(func=cmd_plan)
 
@@ -69,6 +78,13 @@ def _confidences(path):
 
 
 def cmd_plan(args):
+    tree_only = [f for f, v in (("--max-nodes", args.max_nodes), ("--max-depth", args.max_depth),
+                                ("--tree-attention-factor", args.tree_attention_factor)) if v is not None]
+    if tree_only and not args.tree:
+        raise PlanError(f"{', '.join(tree_only)} {'applies' if len(tree_only) == 1 else 'apply'} to draft trees: "
+                        "give --tree too")
+    if args.tree:
+        return _plan_tree(args)
     table = CostTable.load(args.table, usage=USAGE)
     cal = AcceptanceCalibration.load(args.calibration, usage=USAGE)
     for name in ("n", "max_seqs", "k_max", "row_budget"):
@@ -113,7 +129,7 @@ def cmd_plan(args):
     if args.n is None:
         raise PlanError("give --n N (the batch width) or --confidences FILE")
     planner = Planner(table, cal, slack=args.slack, max_seqs=args.max_seqs, memo=False)
-    ex = planner.explain(args.n)
+    ex = planner.explain(args.n, args.context)
     if args.json:
         doc = ex.to_dict()
         print_json({"n": ex.n, "depth": ex.depth, "slack": ex.slack, "max_seqs": args.max_seqs, "capped": ex.capped,
@@ -127,4 +143,28 @@ def cmd_plan(args):
     else:
         print(f"depth {ex.depth}: the most tokens/J among depths with tok/s >= {ex.floor_tokens_per_s:.1f} "
               f"({1 - args.slack:g} x depth {ex.reference_depth}'s)")
+    return 0
+
+
+def _plan_tree(args):
+    """``plan --tree``: plain, the best chain and the best tree at one width, the choice and its
+    engine settings (``specsim tree --n N``)."""
+    extra = [f for f, v in (("--confidences", args.confidences), ("--known-drafts", args.known_drafts),
+                            ("--k-max", args.k_max), ("--row-budget", args.row_budget),
+                            ("--max-seqs", args.max_seqs)) if v is not None]
+    if extra:
+        one = len(extra) == 1
+        raise PlanError(f"{', '.join(extra)} {'does' if one else 'do'} not apply to --tree (a tree is planned per "
+                        f"width): leave {'it' if one else 'them'} out")
+    if args.n is None:
+        raise PlanError("--tree needs --n N (the batch width)")
+    max_nodes, max_depth, factor = check_tree_options(args)
+    n = checked_widths([args.n], "--n")[0]
+    table, cal = load_tree_inputs(args.table, args.calibration, USAGE, "plan --tree")
+    study = TreeStudy(table, cal, args.slack, args.context, max_nodes, max_depth, factor)
+    report = study.report([n])
+    if args.json:
+        print_json(report.to_dict()["widths"][0])
+        return 0
+    print(report_text(report))
     return 0
