@@ -76,10 +76,6 @@ class OutputError(SpecsimError):
     """An output file that cannot be written: a folder, an unwritable place, or one of the inputs."""
 
 
-class InputError(SpecsimError):
-    """A side file (JSON, CSV) that cannot be read as what it should be."""
-
-
 class TableError(SpecsimError):
     """A cost table that is malformed or breaks a validation rule (docs/tables.md#validation)."""
 

@@ -13,7 +13,6 @@ import numpy as np
 from specsim.errors import PlanError
 
 INT64_MAX = (1 << 63) - 1
-F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 
 
