@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
+from specsim.sim.metrics import overload
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
@@ -154,6 +155,11 @@ class TuneResult:
         by more than the noise over the (seed, window) pairs: ``round``, ``policy``, ``gain`` (mean
         per pair, in the objective's unit, positive = better), ``noise`` (t95 x its standard
         error), ``pairs`` and ``zigzag`` (whether it made the depth change direction across widths).
+    overloaded : dict or None
+        Set only when the search ran with ``allow_overload`` and the tuned schedule overloaded
+        the server on the training window (see :meth:`_Search.load`): ``policy``, ``seeds``
+        (overloaded of all), ``served_fraction``, ``offered_rate`` and ``served_rate``
+        (requests/s).
     """
 
     ranges: tuple
@@ -170,6 +176,7 @@ class TuneResult:
     inputs: dict = field(default_factory=dict)
     noise_windows: int = 0
     rejected_moves: tuple = ()
+    overloaded: dict = None
 
     @property
     def within_noise_moves(self) -> int:
@@ -271,6 +278,9 @@ class TuneResult:
             result["noise_windows"] = self.noise_windows
             result["within_noise_moves"] = self.within_noise_moves
             result["within_noise_zigzags"] = sum(bool(m["zigzag"]) for m in self.rejected_moves)
+        if self.overloaded:
+            result["overloaded"] = True
+            result["served_rate"] = self.overloaded["served_rate"]
         compared = {s.policy: s.mean for s in self.holdout[1:]}
         return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
                                sections={"inputs": self.inputs, "result": result, "holdout": compared})
@@ -290,7 +300,9 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     Returns
     -------
     dict
-        j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
+        j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width, width_quantiles,
+        overloaded (queueing grew through the run: :func:`specsim.sim.metrics.overload`) and
+        served_fraction (the share of the offered rate it kept up with; None when not measured).
     """
     # The held-out round always runs sequence: every run of the search takes the engine with
     # the per-sequence planner, one compiled engine in each process.
@@ -301,6 +313,7 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     tpot_p99 = percentile(res.tpot_s, 99)
     att = slo.met(res)["attainment"] if slo.has_targets else None
     tokens_per_s, j_per_token = run_rates(tokens, makespan, res.energy_j)
+    over = overload(res)
     return {
         "j_per_token": j_per_token,
         "tokens_per_s": float("inf") if tokens_per_s is None else tokens_per_s,
@@ -310,6 +323,8 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
         # Where the batch widths fall: the search tries range splits there.
         "width_quantiles": (np.quantile(res.step_width, WIDTH_QUANTILES).round().astype(int).tolist()
                             if res.step_width.shape[0] else []),
+        "overloaded": bool(over["flag"]),
+        "served_fraction": over["served_fraction"],
     }
 
 
@@ -517,7 +532,7 @@ def _executor(executor, scheduler, workers):
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
-         progress=False, names=None, noise_windows="auto") -> TuneResult:
+         progress=False, names=None, noise_windows="auto", allow_overload=False) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -564,6 +579,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         Print a progress line on stderr.
     names : dict, optional
         ``trace``, ``table``, ``calibration`` file names to record in the schedule file.
+    allow_overload : bool
+        Recommend even when the tuned schedule overloads the server on the training window
+        (queueing grows through it, as ``specsim simulate`` reports); by default that is refused
+        with the rate the server keeps up with, since a schedule tuned on a backlog optimises
+        the backlog. Allowed, the result records it (:attr:`TuneResult.overloaded`).
 
     Returns
     -------
@@ -608,6 +628,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
         search.check_met()
+        overloaded = search.load(incumbent, offered_rate(train_part), allow_overload)
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -622,9 +643,19 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_num_seqs=resolved["max_num_seqs"], widest=widest, k_cap=resolved["k_max"],
                      reached=reached, min_gain=min_gain, slo=slo, target=target)
+    inputs["train_rate"], inputs["holdout_rate"] = offered_rate(train_part), offered_rate(held_part)
     if windows:
         inputs["noise_windows"] = len(windows)
-    return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
+    return replace(search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started),
+                   overloaded=overloaded)
+
+
+def offered_rate(requests):
+    """Requests per second offered over a part of the trace (its requests over its span of
+    arrivals); None when the span is 0."""
+    t = requests["arrival_s"]
+    span = float(t[-1] - t[0]) if t.shape[0] else 0.0
+    return t.shape[0] / span if span > 0 else None
 
 
 # How many time windows ``noise_windows="auto"`` cuts the training part into: enough pairs with two
@@ -695,6 +726,28 @@ class _Search:
                 f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
                 f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
                 "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
+
+    def load(self, pol, rate, allow) -> dict:
+        """Whether ``pol`` overloaded the server on the training window (queueing grew through the
+        run on most seeds): refused with the rate the server kept up with unless ``allow``; returns
+        what was found (None when it kept up)."""
+        rs = [self.cache[("train", pol, s)] for s in self.train_seeds]
+        over = sum(r["overloaded"] for r in rs)
+        if 2 * over <= len(rs):
+            return None
+        frac = float(np.mean([r["served_fraction"] for r in rs if r["served_fraction"] is not None]))
+        served = None if rate is None else rate * frac
+        found = {"policy": pol, "seeds": f"{over} of {len(rs)}", "served_fraction": frac, "offered_rate": rate,
+                 "served_rate": served}
+        if allow:
+            return found
+        offered = "" if rate is None else f" {rate:.3g} requests/s, about {served:.3g} requests/s"
+        raise ScheduleError(
+            f"the server is overloaded: under the best schedule found ({pol}) queueing delay grew through the "
+            f"training window on {over} of {len(rs)} seeds, so it kept up with about {100 * frac:.0f}% of the offered"
+            f"{offered}; a schedule tuned on a backlog optimises the backlog, not the policy: tune at a rate the "
+            "server can serve (a smaller --rate-scale), add replicas (specsim capacity), or pass --allow-overload "
+            "to tune anyway")
 
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]
