@@ -607,3 +607,38 @@ def test_tune_on_a_server_that_keeps_up_says_nothing_of_overload_and_compares_th
     none = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=ServerOptions(max_num_seqs=8),
                 executor="serial", max_rounds=1)
     assert "load: the comparison reruns the training part's" in report(none)
+
+
+def test_a_recommendation_at_the_table_deepest_depth_says_measure_deeper_and_names_extrapolation():
+    from dataclasses import replace
+
+    from specsim.cli.tune import report
+    from specsim.plan import TABLE_ENDS
+    from specsim.studies.tune import Score, TuneResult
+
+    def score(policy, mean):
+        return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
+                     tpot_p99_s=0.05)
+
+    base = TuneResult(ranges=((1, 4, 3), (5, None, 1)), objective="energy", train=score("schedule:1-4=3,5-=1", 1.0),
+                      holdout=(score("schedule:1-4=3,5-=1", 0.99), score("fixed:2", 1.0)), best_fixed="fixed:2",
+                      gain=0.01, gain_noise=0.001, starts={}, evaluations=1, seconds=1.0, executor="serial",
+                      inputs={"table_max_k": 3, "fitted_positions": 2, "holdout": 0.25})
+    assert base.deepest == 3 and base.reach()["table_ends"] and base.reach()["extrapolated"]
+    text = report(base)
+    assert TABLE_ENDS in text and "deepest depth (3) is extrapolated" in text
+    result = load_schedule_text(base.to_toml()).sections["result"]
+    assert result["table_ends"] is True and result["extrapolated"] is True
+    # Served the best fixed depth (2): inside the table and the fitted positions, so neither note.
+    fixed = replace(base, gain=-0.01)
+    assert fixed.deepest == 2 and fixed.reach_lines() == [] and TABLE_ENDS not in report(fixed)
+    result = load_schedule_text(fixed.to_toml()).sections["result"]
+    assert result["table_ends"] is False and result["extrapolated"] is False
+
+
+def test_tune_records_the_table_deepest_depth_and_the_fitted_positions(small):
+    trace, table, cal = small
+    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, executor="serial",
+               options=ServerOptions(max_num_seqs=8), max_rounds=1)
+    assert res.inputs["table_max_k"] == table.max_k and res.inputs["fitted_positions"] == cal.priors.shape[0]
+    assert res.reach()["table_ends"] == (res.deepest == table.max_k)

@@ -150,6 +150,7 @@ def report(result, read=None) -> str:
     lines.append(f"{result.compared_on.removeprefix('the ')}, {len(train.values)} unseen seeds (+- = half the range over seeds):")
     lines.append(result.table())
     lines.append(result.verdict())
+    lines.extend(result.reach_lines())
     return "\n".join(lines)
 
 

@@ -60,6 +60,7 @@ from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUES
 from specsim._executor import ExecutorError, choose
 from specsim._text import format_grid
 from specsim.interop import export_schedule, read_policy
+from specsim.plan import depth_reach, reach_lines
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
@@ -220,6 +221,24 @@ class TuneResult:
         return "J/token" if self.objective == "energy" else "tok/s"
 
     @property
+    def deepest(self) -> int:
+        """The deepest depth the recommended schedule serves."""
+        return max(depth for _, _, depth in self.recommended)
+
+    def reach(self) -> dict:
+        """:func:`specsim.plan.depth_reach` of :attr:`deepest`: whether it is the table's deepest
+        depth (the table ends there: measure deeper) and whether it is past the calibration's
+        fitted positions (extrapolated)."""
+        return depth_reach(self.deepest, self.inputs.get("table_max_k", -1), self.inputs.get("fitted_positions", 0))
+
+    def reach_lines(self) -> list:
+        """:meth:`reach` in words (none when neither applies)."""
+        if "table_max_k" not in self.inputs:
+            return []
+        return reach_lines(self.deepest, self.inputs["table_max_k"], self.inputs["fitted_positions"],
+                           "the recommended schedule's deepest depth")
+
+    @property
     def compared_on(self) -> str:
         """Where the final comparison ran: the held-out window, or with holdout 0 the whole trace
         again (its unseen seeds are then all that is new)."""
@@ -278,6 +297,9 @@ class TuneResult:
             result["noise_windows"] = self.noise_windows
             result["within_noise_moves"] = self.within_noise_moves
             result["within_noise_zigzags"] = sum(bool(m["zigzag"]) for m in self.rejected_moves)
+        if "table_max_k" in self.inputs:
+            reach = self.reach()
+            result["table_ends"], result["extrapolated"] = reach["table_ends"], reach["extrapolated"]
         if self.overloaded:
             result["overloaded"] = True
             result["served_rate"] = self.overloaded["served_rate"]
@@ -856,7 +878,8 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_num_seqs, 
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
         "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_num_seqs": int(max_num_seqs),
-        "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
+        "widths_max": int(widest), "k_max": int(k_cap), "table_max_k": int(table.max_k),
+        "fitted_positions": int(cal.priors.shape[0]), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
         "idle_w": opts.idle_w, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, "attainment": target,
