@@ -10,7 +10,7 @@ from specsim.cli._common import count, nonneg_float, require_matplotlib, width
 from specsim.errors import CalibrationError, printable
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration, online
-from specsim.calibration.drift import DriftSettings, plot_drift
+from specsim.calibration.drift import DISPERSION_KEY, MAX_DISPERSION, DriftSettings, plot_drift, with_dispersion
 from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
 from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
 from specsim._checks import MIN_SPREAD_REQUESTS
@@ -30,7 +30,9 @@ acceptance alone does not, and is refused unless --assume constant-rate (one con
 every position matching the mean; --depth K when the source does not tell the drafts per step).
 Lines that drafted nothing are skipped and counted; lines that look like the format but cannot be
 read are ignored and counted (--strict refuses them). [meta] records the source, the assumption
-and the counts. See docs/telemetry.md.
+and the counts, and, from five records with per-position outcomes on, how much more than binomial
+chance each position's rate varied between them (interval_dispersion, which `calib drift`
+allows for). See docs/telemetry.md.
 """
 
 
@@ -89,6 +91,8 @@ def cmd_import(args):
         names = [Path(f).name for f in args.files]
         ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
+        if ident.steps is not None:
+            cal = with_dispersion(cal, record_batches(fmt, records, args.depth, min_depth))
         spread, note = None, ""
         if args.request_spread != "off":
             data, why = records_data(fmt, records, args.depth, ", ".join(names))
@@ -108,6 +112,9 @@ def cmd_import(args):
     print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "
           f"skipped, {m['garbage_ignored']} unreadable ignored, {m['counter_resets']} counter resets), "
           f"{m['steps']} steps; assumption {m['assumption']}; priors [{priors}]")
+    if DISPERSION_KEY in cal.meta:
+        print(f"between-record over-dispersion by position (variance over binomial chance, upper 90% bound; "
+              f"calib drift allows for it): [{', '.join(f'{v:.2f}' for v in cal.meta[DISPERSION_KEY])}]")
     note_spread(note)
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
@@ -134,8 +141,11 @@ inputs (exactly one), replayed in serve order against CAL:
                                    line, scrape interval or request); mean-only sources are refused
 
 Each pool of buckets and each fitted position of CAL runs a two-sided CUSUM; an alarm names the
-stream, the direction, the calibrated and observed rates and the step the change began. Exit 0
-either way; the verdict is printed (and written with --json). See docs/telemetry.md.
+stream, which way its acceptance moved and by how much (calibrated and observed rates, from the
+step the change began to the alarm). A position's evidence is divided by the over-dispersion CAL
+records for it ([meta] interval_dispersion, written by `calib import`: real traffic varies more
+than binomial chance between intervals), or by --dispersion. Exit 0 either way; the verdict is
+printed (and written with --json). See docs/telemetry.md.
 """
 
 
@@ -162,6 +172,9 @@ def register_drift(csub):
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
     p.add_argument("--threshold", type=nonneg_float, default=10.0, metavar="NATS",
                    help="alarm threshold (default 10; false-alarm rates: docs/telemetry.md)")
+    p.add_argument("--dispersion", type=nonneg_float, metavar="PHI",
+                   help=f"over-dispersion factor for every stream, 1..{MAX_DISPERSION:g} (variance over the "
+                        "binomial's; 1 = the plain binomial test; default: what CAL records per position)")
     p.add_argument("--plot", metavar="PNG", help="write the monitored statistics over time (needs matplotlib)")
     p.add_argument("--json", metavar="OUT", help="write the verdict as JSON")
     p.set_defaults(func=cmd_drift)
@@ -182,7 +195,7 @@ def cmd_drift(args):
             raise CalibrationError("--width must be at least 1 chain per step")
         if args.plot:
             require_matplotlib("--plot", args.plot)
-        settings = DriftSettings(shift=args.shift, threshold=args.threshold)
+        settings = DriftSettings(shift=args.shift, threshold=args.threshold, dispersion=args.dispersion)
         cal = AcceptanceCalibration.load(args.calibration)
         rep, hist, what = _replay_drift(args, cal, settings)
         print(f"{what} against {args.calibration}")
