@@ -197,6 +197,10 @@ def cmd_drift(args):
             require_matplotlib("--plot", args.plot)
         settings = DriftSettings(shift=args.shift, threshold=args.threshold, dispersion=args.dispersion)
         cal = AcceptanceCalibration.load(args.calibration)
+        if cal.drafter.synthetic:
+            raise CalibrationError(f"{args.calibration} is a what-if calibration (a synthetic drafter key, from rates "
+                                   "asked about): a drift test compares a served drafter's outcomes with the "
+                                   "calibration fitted on that drafter")
         rep, hist, what = _replay_drift(args, cal, settings)
         print(f"{what} against {args.calibration}")
         print(rep.format(), end="")
