@@ -34,6 +34,30 @@ class ScheduleFile:
         return policy_text(self.ranges)
 
 
+def per_batch_verdict(result: dict, cost: float) -> tuple:
+    """Whether a tuned per-batch schedule is worth serving on an engine where the per-batch form
+    costs ``cost`` (a share of the objective; :func:`specsim.interop.per_batch_cost`), from a
+    schedule file's ``[result]`` (``gain``, ``gain_noise``, ``best_fixed``,
+    ``best_fixed_holdout_mean``): its held-out gain over the best fixed depth must clear both the
+    noise and the cost, ``gain - gain_noise > cost x |best fixed|``. Returns ``(worth, why)``;
+    ``why`` says, in words, how the gain compares (empty when it clears with no cost to pay)."""
+    gain, base = result.get("gain"), result.get("best_fixed_holdout_mean")
+    if not isinstance(gain, (int, float)) or not isinstance(base, (int, float)) or not base:
+        return True, ""
+    noise = result.get("gain_noise")
+    noise = float(noise) if isinstance(noise, (int, float)) and noise == noise else 0.0
+    rel, rel_noise = 100.0 * gain / abs(base), 100.0 * noise / abs(base)
+    worth = gain - noise > cost * abs(base)
+    if worth and not cost:
+        return True, ""
+    said = (f"the tuned schedule gains {rel:+.2f}% +- {rel_noise:.2f}% over {result.get('best_fixed')} on the "
+            f"held-out window")
+    if worth:
+        return True, f"{said}, more than the {100 * cost:g}% the per-batch form costs and the noise"
+    return False, (f"{said}, not more than the {100 * cost:g}% the per-batch form costs plus the noise: "
+                   f"the plain static setting ({result.get('best_fixed')}) serves better")
+
+
 def requests_digest(requests) -> str:
     """``sha256:`` of a request array's arrival, prompt and output columns (little-endian), so a
     trace read from two files of the same content has one digest."""

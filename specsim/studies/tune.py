@@ -59,7 +59,7 @@ from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose
 from specsim._text import format_grid
-from specsim.interop import export_schedule, read_policy
+from specsim.interop import export_schedule, per_batch_cost, read_policy
 from specsim.plan import depth_reach, reach_lines
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
@@ -67,7 +67,7 @@ from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
 from specsim.sim.verdict import paired_noise
 from specsim.studies.windows import window_bounds
-from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
+from specsim.studies.schedule_file import per_batch_verdict, render_schedule, requests_digest, text_digest
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -281,8 +281,8 @@ class TuneResult:
         header = ["policy", self.unit(), "+-", "tok/s" if energy else "J/tok", "TPOT p99 ms"]
         return format_grid(header + (["SLO"] if slo else []) + ["row"], rows)
 
-    def to_toml(self) -> str:
-        """The schedule file (docs/schedules.md#the-schedule-file)."""
+    def result_section(self) -> dict:
+        """The schedule file's ``[result]``."""
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         result = {
             "train_mean": self.train.mean, "train_spread": self.train.spread,
@@ -303,14 +303,35 @@ class TuneResult:
         if self.overloaded:
             result["overloaded"] = True
             result["served_rate"] = self.overloaded["served_rate"]
+        return result
+
+    def to_toml(self) -> str:
+        """The schedule file (docs/schedules.md#the-schedule-file)."""
         compared = {s.policy: s.mean for s in self.holdout[1:]}
         return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
-                               sections={"inputs": self.inputs, "result": result, "holdout": compared})
+                               sections={"inputs": self.inputs, "result": self.result_section(), "holdout": compared})
 
-    def export(self, engine: str, **kw):
-        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
+    def recommended_for(self, engine: str, cost=None) -> tuple:
+        """``(ranges, why)``: what to serve on ``engine``. The tuned per-batch schedule only when
+        its held-out gain clears the noise and what the per-batch form costs that engine
+        (``cost``, a share; default :func:`specsim.interop.per_batch_cost`); otherwise the best
+        fixed depth, its plain static setting. ``why`` says how the gain compared ('' when
+        nothing needed saying)."""
+        ranges = self.recommended
+        if len(ranges) == 1:
+            return ranges, ""
+        worth, why = per_batch_verdict(self.result_section(), per_batch_cost(engine) if cost is None else cost)
+        if worth:
+            return ranges, why
+        return ((1, None, parse_policy(self.best_fixed).fixed_depth),), why
+
+    def export(self, engine: str, cost=None, **kw):
+        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`), as
+        :meth:`recommended_for` decides; the notes say when the per-batch form was not worth it."""
         kw.setdefault("max_num_seqs", self.inputs.get("max_num_seqs"))
-        return export_schedule(engine, self.recommended, **kw)
+        ranges, why = self.recommended_for(engine, cost)
+        cfg = export_schedule(engine, ranges, **kw)
+        return replace(cfg, notes=cfg.notes + ((why,) if why else ())) if why else cfg
 
 
 # -- evaluation -------------------------------------------------------------------------------------
