@@ -596,3 +596,28 @@ def test_tune_result_recommends_per_engine():
     assert json.loads(cfg.text) == {"method": "eagle3", "num_speculative_tokens": 2} and why in cfg.notes
     assert base.recommended_for("trtllm") == (((1, 4, 3), (5, None, 1)), "")
     assert base.recommended_for("vllm", cost=0.0)[0] == ((1, 4, 3), (5, None, 1))
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("gain", True, "not the numbers tune writes"), ("gain", "x", "not the numbers tune writes"),
+    ("gain", float("nan"), "not the numbers tune writes"), ("best_fixed_holdout_mean", 0.0, "not the numbers"),
+    ("gain_noise", True, "not the numbers tune writes"), ("best_fixed", "garbage", "is not a fixed:K policy"),
+    ("best_fixed", 3, "is not a fixed:K policy"),
+])
+def test_an_edited_result_is_exported_unweighed_and_says_so(tmp_path, capsys, key, value, says):
+    s = _tuned_file(tmp_path / "s.toml", 0.0003, 0.0001)
+    doc = load_schedule(s)
+    result = dict(doc.sections["result"]) | {key: value}
+    s.write_text(render_schedule(doc.ranges, objective="energy", max_num_seqs=256, sections={"result": result}))
+    assert main(["schedule", "export", str(s), "--to", "vllm"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "specsim: schedule:1-16=4,17-=1 for vllm" and says in err
+
+
+def test_a_best_fixed_depth_past_the_tuned_k_max_is_refused(tmp_path, capsys):
+    s = _tuned_file(tmp_path / "s.toml", 0.0003, 0.0001)
+    doc = load_schedule(s)
+    s.write_text(render_schedule(doc.ranges, objective="energy", max_num_seqs=256,
+                                 sections={"inputs": {"k_max": 8}, "result": doc.sections["result"] | {"best_fixed": "fixed:99"}}))
+    assert main(["schedule", "export", str(s), "--to", "vllm"]) == 2
+    assert "deeper than the k_max = 8" in capsys.readouterr().err

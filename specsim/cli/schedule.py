@@ -106,14 +106,19 @@ def _worth_serving(doc, ranges, args):
     result = doc.sections.get("result", {})
     if len(ranges) == 1 or not isinstance(result, dict) or result.get("served") != "tuned":
         return ranges, ""
+    cost = per_batch_cost(args.to) if args.per_batch_cost is None else args.per_batch_cost
     best = result.get("best_fixed")
     try:
         depth = parse_policy(best).fixed_depth if isinstance(best, str) else None
     except PolicyError:
         depth = None
     if depth is None:
-        return ranges, ""
-    cost = per_batch_cost(args.to) if args.per_batch_cost is None else args.per_batch_cost
+        return ranges, (f"[result] best_fixed = {show(best)} is not a fixed:K policy, so the per-batch schedule is "
+                        f"exported without weighing its gain against the {100 * cost:g}% it costs")
+    k_max = doc.sections.get("inputs", {}).get("k_max") if isinstance(doc.sections.get("inputs"), dict) else None
+    if isinstance(k_max, int) and not isinstance(k_max, bool) and depth > k_max:
+        raise _error(f"{args.schedule}: [result] best_fixed = {best!r} is deeper than the k_max = {k_max} it was "
+                     "tuned with: the file was edited; tune again or fix best_fixed")
     worth, why = per_batch_verdict(result, cost)
     return (ranges if worth else ((1, None, depth),)), why
 

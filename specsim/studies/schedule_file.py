@@ -5,6 +5,7 @@ by ``specsim schedule export``, ``--policy`` and the drift monitor."""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,11 +42,16 @@ def per_batch_verdict(result: dict, cost: float) -> tuple:
     ``best_fixed_holdout_mean``): its held-out gain over the best fixed depth must clear both the
     noise and the cost, ``gain - gain_noise > cost x |best fixed|``. Returns ``(worth, why)``;
     ``why`` says, in words, how the gain compares (empty when it clears with no cost to pay)."""
-    gain, base = result.get("gain"), result.get("best_fixed_holdout_mean")
-    if not isinstance(gain, (int, float)) or not isinstance(base, (int, float)) or not base:
-        return True, ""
-    noise = result.get("gain_noise")
-    noise = float(noise) if isinstance(noise, (int, float)) and noise == noise else 0.0
+    gain, base, noise = result.get("gain"), result.get("best_fixed_holdout_mean"), result.get("gain_noise", 0.0)
+
+    def real(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not (real(gain) and real(base) and base and (noise is None or real(noise))):
+        return True, (f"[result] gain {show(gain)}, gain_noise {show(noise)}, best_fixed_holdout_mean {show(base)}: "
+                      "not the numbers tune writes, so the per-batch schedule is exported without weighing its gain "
+                      f"against the {100 * cost:g}% it costs")
+    noise = 0.0 if noise is None else float(noise)
     rel, rel_noise = 100.0 * gain / abs(base), 100.0 * noise / abs(base)
     worth = gain - noise > cost * abs(base)
     if worth and not cost:
