@@ -39,7 +39,7 @@ from specsim.sim.engine import simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
 from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
-from specsim.sim.verdict import mark_same_runs
+from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs, paired_noise
 from specsim.studies.tune import tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 
@@ -247,8 +247,6 @@ def answer(summaries, rerun, seed: int, verdicts: dict) -> dict:
     name). Returns ``line`` and, per figure, ``figures[label]``: ``best``, ``plain``, ``value``,
     ``plain_value`` (in the unit shown), ``real`` (the gain over plain decoding clears the noise)
     and ``tie`` (the speculative policies' lead does not); None without a plain-decoding row."""
-    from specsim.sim.verdict import FIGURES, NOISE_SEEDS, paired_noise
-
     plain = next((i for i, s in enumerate(summaries) if s["policy"] == "fixed:0" and s.get("same_as") is None), None)
     if plain is None:
         return None

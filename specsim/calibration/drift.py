@@ -26,7 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.errors import CalibrationError
-from specsim._checks import number_problem, show
+from specsim import _toml
+from specsim._checks import number_problem
 from specsim._io import atomic_write_bytes
 
 # The largest change in log-odds a drift monitor may be tuned to (see DriftSettings).
@@ -259,10 +260,10 @@ def dispersion_problems(meta: dict, positions: int) -> list:
         return []
     where = f"[meta] {DISPERSION_KEY}"
     if not isinstance(raw, list) or not raw:
-        return [f"{where} = {show(raw)}: give a list of over-dispersion factors, one per position (numbers in "
+        return [f"{where} = {_toml.show(raw)}: give a list of over-dispersion factors, one per position (numbers in "
                 f"1..{MAX_DISPERSION:g}: variance over the binomial's, 1 = none), or remove it"]
-    problems = [f"{where}: {p}" for j, v in enumerate(raw, 1)
-                if (p := number_problem(v, f"position {j}", 1.0, MAX_DISPERSION))]
+    problems = [f"{where}: position {j} = {_toml.show(v)} must be a number in 1..{MAX_DISPERSION:g}"
+                for j, v in enumerate(raw, 1) if number_problem(v, "x", 1.0, MAX_DISPERSION)]
     if len(raw) > positions:
         problems.append(f"{where}: {len(raw)} factors for {positions} fitted position(s)")
     return problems

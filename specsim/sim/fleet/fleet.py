@@ -154,10 +154,10 @@ def table_gpus(table, where: str = "") -> int:
     """GPUs one replica serving ``table`` occupies: its ``[meta]`` ``tp`` (the tensor-parallel
     size a modelled table records, and a measured one may), 1 when it names none."""
     tp = table.meta.get("tp", 1)
-    p = int_problem(tp, "[meta] tp", 1, MAX_REPLICAS, "GPUs per replica")
-    if p:
-        raise FleetError(f"{where + ': ' if where else ''}table {table.source}: {p}; fix the table or give the GPUs "
-                         "per replica (gpus_per_replica in a fleet file, --gpus-per-replica on the command line)")
+    if int_problem(tp, "tp", 1, MAX_REPLICAS):
+        raise FleetError(f"{where + ': ' if where else ''}table {table.source}: [meta] tp = {_toml.show(tp)} is not "
+                         f"a GPU count (a whole number in 1..{MAX_REPLICAS:,}); fix the table or give the GPUs per "
+                         "replica (gpus_per_replica in a fleet file, --gpus-per-replica on the command line)")
     return int(tp)
 
 
@@ -227,8 +227,8 @@ def _parse_group(g, i, where, folder, base_options, problems):
                         "(leave a group out rather than give it zero)")
     gpus = g.get("gpus_per_replica")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_REPLICAS):
-        problems.append(f"{where}: gpus_per_replica = {gpus!r} must be a whole number >= 1 (default: the table's "
-                        "[meta] tp)")
+        problems.append(f"{where}: gpus_per_replica = {_toml.show(gpus)} must be a whole number in 1..{MAX_REPLICAS:,} "
+                        "(default: the table's [meta] tp)")
     paths = {}
     for key in ("table", "calibration"):
         value = g.get(key)
