@@ -146,7 +146,7 @@ def _tuned(tuned, args):
         print(f"  {line}")
     print(f"  in {args.out}/schedule.toml; specsim schedule export turns it into a TensorRT-LLM or SGLang config")
     if vllm is not None:
-        ranges, why = result.recommended_for("vllm")
+        _, why = result.recommended_for("vllm")
         if why:
             print(f"vLLM: {why}")
         print(f"vLLM: --speculative-config '{vllm.text.strip()}'")
