@@ -280,6 +280,7 @@ def test_false_alarms_on_overdispersed_traffic_stay_at_the_stated_rate(logit_sd)
     assert binomial / runs > 0.5  # what the plain binomial test did on such traffic
 
 
+@pytest.mark.kernels
 def test_a_real_drop_on_overdispersed_traffic_is_still_caught_and_its_message_says_which_way():
     from specsim.calibration.online import interval_batches, monitor_steps
 
@@ -297,6 +298,7 @@ def test_a_real_drop_on_overdispersed_traffic_is_still_caught_and_its_message_sa
     assert doc["alarms"][0]["relative_change"] == pytest.approx(first.change / first.stream.rate)
 
 
+@pytest.mark.kernels
 @settings(max_examples=40, deadline=None)
 @given(shifted_batches(), st.floats(0.1, 1.0), st.floats(0.5, 8.0))
 def test_an_alarm_says_the_rate_moved_its_way_over_the_outcomes_up_to_it(batches, shift, threshold):
@@ -310,6 +312,7 @@ def test_an_alarm_says_the_rate_moved_its_way_over_the_outcomes_up_to_it(batches
         assert a.outcomes > 0
 
 
+@pytest.mark.kernels
 @settings(max_examples=30, deadline=None)
 @given(shifted_batches(), st.floats(0.1, 1.0), st.floats(0.5, 8.0), st.floats(1.0, 10.0))
 def test_cusum_kernel_with_dispersion_matches_the_reference(batches, shift, threshold, phi):
