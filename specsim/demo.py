@@ -39,7 +39,7 @@ from specsim.sim.engine import simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
 from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
-from specsim.sim.verdict import mark_same_runs
+from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs, paired_noise
 from specsim.studies.tune import tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 
@@ -82,32 +82,56 @@ def demo_server(table=None) -> dict:
     return {name: resolved[name] for name in names}
 
 
+def demo_inputs(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float = DEMO_RATE_SCALE) -> dict:
+    """What the demo serves: ``table``, ``calibration``, ``trace`` (a TraceRead), ``server`` (the
+    table's serving figures) and ``rate_scale``."""
+    table = demo_table()
+    return {"table": table, "calibration": demo_calibration(), "trace": demo_trace(requests, seed, rate_scale),
+            "server": demo_server(table), "rate_scale": rate_scale}
+
+
+# The files a tuned demo adds beside OUTPUT_FILES.
+TUNED_FILES = ("schedule.toml", "vllm-speculative-config.json")
+
+
+def demo_outputs(out, tuned: bool = True) -> Outputs:
+    """The demo's outputs in folder ``out``, every one declared (checked) before any work: pass
+    it to :func:`tune_demo` and :func:`run_demo`, which write them all together at the end."""
+    outputs = Outputs()
+    for name in OUTPUT_FILES + (TUNED_FILES if tuned else ()):
+        outputs.declare(Path(out) / name, "--out")
+    return outputs
+
+
 def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, progress=None,
-             rate_scale: float = DEMO_RATE_SCALE):
+             rate_scale: float = DEMO_RATE_SCALE, extra_policies=(), inputs=None, outputs=None):
     """Simulate the demo and return ``(summaries, results, inputs)``; with ``out``, write the
     table, calibration, trace, results and (with matplotlib) a plot there, and list the files
-    written in ``inputs["written"]``."""
-    outputs = None
-    if out is not None:
-        # Every file is checked before the work and all are replaced together after it.
+    written in ``inputs["written"]`` (and what the plot drew in ``inputs["plot"]``).
 
-        outputs = Outputs()
-        for name in OUTPUT_FILES:
-            outputs.declare(Path(out) / name, "--out")
-    table, cal = demo_table(), demo_calibration()
-    read = demo_trace(requests, seed, rate_scale)
-    server = demo_server(table)
+    ``extra_policies``: more policies to serve beside :data:`DEMO_POLICIES` and SGLang's
+    controller (the demo adds the tuned schedule and the best fixed depth it names), each once.
+    ``inputs``: :func:`demo_inputs`' dict, when already made. ``outputs``: :func:`demo_outputs`'
+    for ``out``, when made before other work (its staged files are written with these).
+    """
+    if out is not None and outputs is None:
+        # Every file is checked before the work and all are replaced together after it.
+        outputs = demo_outputs(out, tuned=False)
+    inputs = dict(inputs) if inputs is not None else demo_inputs(requests, seed, rate_scale)
+    table, cal, read = inputs["table"], inputs["calibration"], inputs["trace"]
     base = ServerOptions(seed=seed)
-    plan = policy_runs(list(DEMO_POLICIES) + [demo_adaptive()], [0.0])
+    policies = list(DEMO_POLICIES) + [str(p) for p in extra_policies if str(p) not in DEMO_POLICIES]
+    plan = policy_runs(list(dict.fromkeys(policies)) + [demo_adaptive()], [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S)) for r in results]
     mark_same_runs(results, summaries)
-    inputs = {"table": table, "calibration": cal, "trace": read, "server": server, "rate_scale": rate_scale}
     if outputs is not None:
         with outputs:
-            # The files actually written (no plot.png without matplotlib or with plot=False).
-            inputs["written"] = write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot,
-                                              outputs)
+            write_outputs(Path(out), summaries, results, inputs, requests_csv(results), plot, outputs)
+        # The files actually written (no plot.png without matplotlib or with plot=False), in the
+        # order of OUTPUT_FILES then TUNED_FILES.
+        order = {name: i for i, name in enumerate(OUTPUT_FILES + TUNED_FILES)}
+        inputs["written"] = sorted((Path(p) for p in outputs.written), key=lambda p: order.get(p.name, len(order)))
     return summaries, results, inputs
 
 
@@ -140,6 +164,12 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
     lines = ["arrival_s,prompt_tokens,output_tokens"]
     lines += [f"{a!r},{p},{o}" for a, p, o in zip(r["arrival_s"].tolist(), r["prompt_tokens"].tolist(),
                                                   r["output_tokens"].tolist())]
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            plot = False
+    drawn = draw(results, summaries, outputs.path(out / "plot.png")) if plot else None
     files = {
         "table.toml": inputs["table"].to_text(),
         "calibration.toml": inputs["calibration"].render(),
@@ -152,6 +182,8 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
             "server": inputs["server"],
             "rate_scale": inputs["rate_scale"],
             "slo": {"ttft_s": DEMO_SLO_TTFT_S, "tpot_s": DEMO_SLO_TPOT_S},
+            "plot": None if drawn is None else {"series": drawn["series"], "legends": drawn["legends"],
+                                                "titles": drawn["titles"]},
             "note": "modelled table, published-rate calibration, synthetic trace: a demonstration, not a measurement",
         }, indent=2, allow_nan=False) + "\n",
     }
@@ -159,13 +191,8 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
     for name, text in files.items():
         outputs.text(out / name, text)
         written.append(out / name)
-    if plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            plot = False
-    if plot:
-        draw(results, summaries, outputs.path(out / "plot.png"))
+    if drawn is not None:
+        inputs["plot"] = drawn
         written.append(out / "plot.png")
     return written
 
@@ -176,11 +203,14 @@ DEMO_TUNE_ROUNDS = 3
 DEMO_TUNE_ATTAINMENT = 0.97
 
 
-def tune_demo(inputs, seed: int = 0, out=None):
+def tune_demo(inputs, seed: int = 0, out=None, outputs=None):
     """Tune a width -> depth schedule for the demo's trace: least energy per token with
     :data:`DEMO_TUNE_ATTAINMENT` of the requests within the demo's SLO, by a short search (at most
     :data:`DEMO_TUNE_ROUNDS` rounds of moves, threads in this process). With ``out``, write
-    ``schedule.toml`` and (when vLLM can take it) ``vllm-speculative-config.json`` there.
+    ``schedule.toml`` and (when vLLM can take it) ``vllm-speculative-config.json`` there (staged on
+    ``outputs``, :func:`demo_outputs`, when given: written with the rest of the demo). The vLLM
+    config is the tuned per-batch schedule only when its gain clears the noise and what a per-batch
+    list costs vLLM (:meth:`TuneResult.recommended_for`), else the plain static setting.
 
     Returns
     -------
@@ -196,8 +226,64 @@ def tune_demo(inputs, seed: int = 0, out=None):
     except ScheduleError:
         vllm = None  # the tuned schedule never speculates: there is no speculative config to write
     if out is not None:
-        with Outputs() as outputs:
-            outputs.text(outputs.declare(Path(out) / "schedule.toml", "--out"), result.to_toml())
-            if vllm is not None:
-                outputs.text(outputs.declare(Path(out) / "vllm-speculative-config.json", "--out"), vllm.text)
+        staged = outputs if outputs is not None else demo_outputs(out)
+        staged.text(Path(out) / "schedule.toml", result.to_toml())
+        if vllm is not None:
+            staged.text(Path(out) / "vllm-speculative-config.json", vllm.text)
+        if outputs is None:
+            with staged:
+                pass
     return result, vllm
+
+
+# The figures the demo's answer weighs, best first in each: (verdict name, label, unit, scale).
+ANSWER_FIGURES = (("lowest p99 TPOT", "p99 TPOT", "ms", 1000.0), ("lowest energy", "energy", "J/token", 1.0))
+
+
+def answer(summaries, rerun, seed: int, verdicts: dict) -> dict:
+    """The demo's lead line: for each figure of :data:`ANSWER_FIGURES`, the best speculative run
+    against plain decoding (``fixed:0``), paired over the verdicts' draft-outcome seeds, and
+    whether the speculative policies differ beyond the noise (``verdicts``: :func:`verdict` by
+    name). Returns ``line`` and, per figure, ``figures[label]``: ``best``, ``plain``, ``value``,
+    ``plain_value`` (in the unit shown), ``real`` (the gain over plain decoding clears the noise)
+    and ``tie`` (the speculative policies' lead does not); None without a plain-decoding row."""
+    plain = next((i for i, s in enumerate(summaries) if s["policy"] == "fixed:0" and s.get("same_as") is None), None)
+    if plain is None:
+        return None
+    figures = {}
+    for name, shown, unit, scale in ANSWER_FIGURES:
+        get = FIGURES[name][0]
+        pool = [i for i, s in enumerate(summaries) if i != plain and s.get("same_as") is None and get(s) is not None]
+        if not pool or get(summaries[plain]) is None:
+            continue
+        best = min(pool, key=lambda i: get(summaries[i]))
+        diffs = [get(summaries[best]) - get(summaries[plain])]
+        for k in range(1, NOISE_SEEDS + 1):
+            other = (seed + k) % (1 << 64)
+            diffs.append(get(rerun(best, other)) - get(rerun(plain, other)))
+        mean, half = paired_noise(diffs)
+        v = verdicts.get(name)
+        figures[shown] = {"best": summaries[best]["label"], "value": scale * get(summaries[best]),
+                          "plain_value": scale * get(summaries[plain]), "unit": unit,
+                          "real": bool(mean < 0 and -mean > half), "tie": v is None or not v["clear"],
+                          "leader": None if v is None else v["leader"]}
+    real = [(k, f) for k, f in figures.items() if f["real"]]
+    none = [k for k, f in figures.items() if not f["real"]]
+    parts = []
+    for k, f in real:
+        digits = ".1f" if f["unit"] == "ms" else ".4f"
+        change = 100.0 * (f["value"] / f["plain_value"] - 1.0) if f["plain_value"] else float("nan")
+        parts.append(f"{k} {format(f['plain_value'], digits)} -> {format(f['value'], digits)} {f['unit']} "
+                     f"({change:+.0f}%, {f['best']})")
+    line = "answer: against plain decoding, " + (
+        "the real gain is in " + " and ".join(parts) if parts else "no figure gains beyond the draft-outcome noise")
+    if none and real:
+        line += f"; {' and '.join(none)}: no gain beyond the noise"
+    ties = [k for k, f in figures.items() if f["tie"]]
+    leads = [f"{f['leader']} leads in {k}" for k, f in figures.items() if not f["tie"]]
+    if ties:
+        line += (f". Between the speculative policies, {' and '.join(ties)} differences are within the noise: "
+                 "a tie, not a winner")
+    if leads:
+        line += (". " if not ties else "; ") + ", ".join(leads) + " beyond the noise"
+    return {"line": line + ".", "figures": figures}

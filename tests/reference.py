@@ -517,15 +517,16 @@ def ref_online_counts(edges, batches, window=None, half_life=None):
     return acc, rej, steps, nonfinite
 
 
-def ref_cusum(rates, shift, threshold, outcomes):
+def ref_cusum(rates, shift, threshold, outcomes, dispersion=None):
     """Two-sided binomial CUSUM per stream, one step at a time.
 
     ``rates[m]`` is stream m's in-control rate (clamped to [0.001, 0.999]); ``outcomes`` is a
     list of steps, each a list of ``(n, k)`` per stream (outcomes, acceptances). The one-sided
     statistics (log-odds moved down, up by ``shift``) add ``k * log(p1 / p0) + (n - k) *
     log((1 - p1) / (1 - p0))`` and floor at 0 until the first time they exceed ``threshold``
-    (then they are kept as they are). Returns ``(stats, alarms)``: the final ``[down, up]``
-    statistics and ``{(m, direction): (start step, alarm step)}``."""
+    (then they are kept as they are); with ``dispersion``, stream m's ratios are divided by
+    ``dispersion[m]``. Returns ``(stats, alarms)``: the final ``[down, up]`` statistics and
+    ``{(m, direction): (start step, alarm step)}``."""
     stats = [[0.0, 0.0] for _ in rates]
     start = {}
     alarms = {}
@@ -537,7 +538,8 @@ def ref_cusum(rates, shift, threshold, outcomes):
             lo = math.log(p0 / (1 - p0))
             for dr, sign in ((0, -1.0), (1, 1.0)):
                 p1 = 1 / (1 + math.exp(-(lo + sign * shift)))
-                s = stats[m][dr] + k * math.log(p1 / p0) + (n - k) * math.log((1 - p1) / (1 - p0))
+                phi = 1.0 if dispersion is None else dispersion[m]
+                s = stats[m][dr] + (k * math.log(p1 / p0) + (n - k) * math.log((1 - p1) / (1 - p0))) / phi
                 latched = (m, dr) in alarms
                 if s <= 0 and not latched:
                     stats[m][dr] = 0.0

@@ -17,6 +17,7 @@ from specsim.sim import ServerOptions
 from specsim.errors import SimulationError
 from specsim.sim.fleet import Fleet, ReplicaGroup
 from specsim.sim.slo import SLO
+from specsim.table import CostTable
 from specsim.studies.capacity import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
 from tests.test_engine import requests, small_calibration, small_table
 
@@ -242,6 +243,31 @@ def test_cli_writes_json_and_plot(tmp_path):
     assert (tmp_path / "cap.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_counts_the_gpus_of_a_tensor_parallel_table(tmp_path):
+    # A TP2 table: every replica is two GPUs, so the GPUs, $/Mtok and tokens/s per GPU of the
+    # same answer follow (double, double, half) what --gpus-per-replica 1 says.
+    write_inputs(tmp_path)
+    t = small_table()
+    (tmp_path / "t.toml").write_text(CostTable(t.key, t.widths, t.costs, {"tp": 2}).to_text())
+    runs = {}
+    for name, extra in (("tp", ()), ("one", ("--gpus-per-replica", "1"))):
+        run = cli(tmp_path, "--policy", "fixed:2", "--gpu-hour-usd", "3", "--attainment", "0.95", "--quiet",
+                  "--json", f"{name}.json", *extra)
+        assert run.returncode == 0, run.stderr
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())["policies"]
+    for tp, one in zip(runs["tp"], runs["one"]):
+        assert tp["replicas"] == one["replicas"] == K
+        assert tp["gpus"] == 2 * one["gpus"] == 2 * K
+        assert tp["usd_per_mtok"] == pytest.approx(2 * one["usd_per_mtok"])
+        assert tp["tokens_per_s_per_gpu"] == pytest.approx(one["tokens_per_s_per_gpu"] / 2)
+    fleet = subprocess.run([sys.executable, "-m", "specsim", "fleet", "--trace", "trace.csv", "--format", "csv",
+                            "--columns", "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens",
+                            "--table", "t.toml", "--calibration", "c.toml", "--replicas", "3", "--policy", "fixed:1"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert fleet.returncode == 0, fleet.stderr
+    assert "3 replica(s), 6 GPU(s)" in fleet.stdout
+
+
 def test_cli_unreachable_slo_writes_nothing(tmp_path):
     write_inputs(tmp_path)
     (tmp_path / "cap.json").write_text("earlier")
@@ -257,6 +283,7 @@ def test_cli_unreachable_slo_writes_nothing(tmp_path):
     (("--policy", "fixed:1", "--attainment", "0"), "--attainment"),
     (("--policy", "nonsense"), "nonsense"),
     (("--policy", "fixed:1", "--fleet", "f.toml"), "not both"),
+    (("--policy", "fixed:1", "--gpus-per-replica", "0"), "--gpus-per-replica"),
     # Worker counts the machine cannot run, or none at all, and an address that is not one: refused
     # before any work starts (no cluster of 100,000 processes, no distributed ValueError).
     (("--policy", "fixed:1", "--workers", "100000"), "--workers 100,000 is outside 1..64"),

@@ -149,3 +149,81 @@ def test_import_specsim_is_light():
     assert p.returncode == 0, p.stderr
     # nothing heavy on import; and even the public classes load without Numba until a kernel runs
     assert p.stdout.splitlines() == ["[]", "[]"]
+
+
+# -- answers a user can act on (issue 39, item 7) ----------------------------------------------------
+
+def test_table_query_on_a_modelled_table_says_modelled(tmp_path, capsys):
+    from specsim.costmodel.defaults import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL
+    from specsim.costmodel.roofline import model_table
+
+    path = tmp_path / "m.toml"
+    path.write_text(model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, widths=(1, 4), max_k=2).to_text())
+    code, out, _ = run(capsys, "table", "query", path, 4, 1)
+    assert code == 0 and "(modelled)" in out and "measured" not in out
+    code, out, _ = run(capsys, "table", "query", path, 2, 1)
+    assert code == 0 and "interpolated" in out and "measured" not in out
+    code, _, err = run(capsys, "table", "query", path, 4, 3)
+    assert code == 2 and "deepest modelled depth 2" in err
+
+
+def test_table_model_list_names_every_builtin_with_its_source(tmp_path, capsys):
+    from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS
+
+    code, out, _ = run(capsys, "table", "model", "--list")
+    assert code == 0
+    lines = out.splitlines()
+    for builtins in (BUILTIN_GPUS, BUILTIN_MODELS, BUILTIN_DRAFTERS):
+        for name, spec in builtins.items():
+            assert f"  {name}: {spec.source}" in lines
+    assert not list(tmp_path.iterdir())  # nothing written
+    code, _, err = run(capsys, "table", "model", "--gpu", "h200")
+    assert code == 2 and "give --model or --model-config, --drafter, --max-k, -o" in err and "--list" in err
+
+
+def test_help_says_the_window_applies_before_the_rate_scale(capsys):
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "applied before --limit and --rate-scale" in text and "after --window and --limit" in text
+
+
+def test_a_what_if_calibration_has_a_synthetic_key_refused_where_a_real_one_is_needed(tmp_path, capsys):
+    from specsim.calibration import AcceptanceCalibration
+    from specsim.calibration._types import what_if_key
+    from specsim.errors import KeyMismatchError
+    from specsim.plan import SpecCostState
+
+    out = tmp_path / "w.toml"
+    code, _, err = run(capsys, "calib", "fit", "--rates", "0.8,0.6", "--what-if", "-o", out)
+    assert code == 0, err
+    cal = AcceptanceCalibration.load(out)
+    assert cal.drafter == what_if_key() and cal.drafter.synthetic and "what-if" in out.read_text()
+    assert cal.priors.tolist() == pytest.approx([0.8, 0.75])
+    # Not with a real drafter's flags, not from measured data, and a real key stays required without it.
+    code, _, err = run(capsys, "calib", "fit", "--rates", "0.8", "--what-if", "--vocab", "5", "-o", tmp_path / "x.toml")
+    assert code == 2 and "leave out --vocab" in err
+    (tmp_path / "s.csv").write_text("drafts,accepted\n3,1\n")
+    code, _, err = run(capsys, "calib", "fit", "--steps-log", tmp_path / "s.csv", "--what-if", "-o", tmp_path / "x.toml")
+    assert code == 2 and "--what-if goes with --rates" in err
+    code, _, err = run(capsys, "calib", "fit", "--rates", "0.8", "-o", tmp_path / "x.toml")
+    assert code == 2 and "give the drafter's key" in err
+    assert not (tmp_path / "x.toml").exists()
+    # Where a served drafter's key is required: a serve's planner, a drift test.
+    code, _, err = run(capsys, "calib", "drift", out, "--steps-log", tmp_path / "s.csv")
+    assert code == 2 and "what-if calibration" in err
+    from specsim.costmodel.defaults import demo_table
+
+    (tmp_path / "t.toml").write_text(demo_table().to_text())
+    with pytest.raises(KeyMismatchError, match="what-if calibration"):
+        SpecCostState.load(tmp_path / "t.toml", out, demo_table().key, what_if_key(), 0.0)
+
+
+def test_the_readme_policy_list_names_every_policy():
+    from specsim.policy.policy import KINDS
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    paragraph = text[text.index("Policies everywhere are"):].split("\n\n", 1)[0]
+    for kind in KINDS:
+        if kind != "sglang-adaptive":  # an engine's controller, listed with the engine configs
+            assert f"`{kind}" in paragraph, kind

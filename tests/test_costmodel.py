@@ -276,9 +276,11 @@ def test_cli_refusals_exit_two_without_writing(tmp_path, capsys):
                  "--max-k", "2", "-o", str(out)]) == 2
     assert "--tp 2" in capsys.readouterr().err
     assert not out.exists()
-    with pytest.raises(SystemExit) as e:
-        main(["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "-o", str(out)])
-    assert e.value.code == 2
+    # --max-k is required unless --list: refused by the command, in the same one line.
+    assert main(["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "-o",
+                 str(out)]) == 2
+    assert "give --max-k (or --list to see the built-in specs)" in capsys.readouterr().err
+    assert not out.exists()
 
 
 # -- demo defaults ------------------------------------------------------------------------------

@@ -24,7 +24,14 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     cal = AcceptanceCalibration.load(out / "calibration.toml")
     assert "published" in cal.meta["source"]
     results = json.loads((out / "results.json").read_text())
-    assert [p["policy"] for p in results["policies"]] == list(DEMO_POLICIES) + [str(demo_adaptive())]
+    names = [p["policy"] for p in results["policies"]]
+    # The built-in policies, then the tuned schedule and the best fixed depth the closing lines
+    # name (where not among them), then SGLang's controller.
+    from specsim.studies.schedule_file import load_schedule as _load
+
+    result = _load(out / "schedule.toml").sections["result"]
+    assert names[:len(DEMO_POLICIES)] == list(DEMO_POLICIES) and names[-1] == str(demo_adaptive())
+    assert names[len(DEMO_POLICIES):-1] == [p for p in (result["tuned"], result["best_fixed"]) if p not in DEMO_POLICIES]
     assert all(p["requests"] == 400 for p in results["policies"])
 
     # The written trace reads back (format detected) to the generated one.
@@ -117,3 +124,78 @@ def test_demo_names_only_the_files_it_wrote(tmp_path, capsys, monkeypatch):
 def test_demo_refuses_bad_options(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--requests", "0"]) == 2
     assert "--requests" in capsys.readouterr().err
+
+
+def _table_rows(printed):
+    """The comparison table's rows: label -> cells, as printed."""
+    lines = printed.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.strip().startswith("policy ") and "J/tok" in line)
+    header = lines[head].split()
+    rows = {}
+    for line in lines[head + 2:]:
+        if line.startswith("("):
+            break
+        cells = line.split()
+        rows[cells[0]] = dict(zip(["policy", "tok/s", "J/tok", "W", "width", "acc/step", "queue_p99", "TTFT_p50",
+                                   "TTFT_p99", "TPOT_p50", "TPOT_p99"], cells))
+    assert header[0] == "policy" and rows
+    return rows
+
+
+def _row(rows, name):
+    """The row of policy ``name`` (a planner policy's row carries its slack, ``propose@0``)."""
+    for label in (name, f"{name}@0"):
+        if label in rows:
+            return rows[label]
+    raise AssertionError(f"{name} is not a row of the table: {sorted(rows)}")
+
+
+def test_the_demo_answer_and_plot_agree_with_the_table(tmp_path, capsys):
+    """Every policy the closing lines name is a row of the table and a series of the plot; the
+    lead line's figures are the table's; the plot has one legend and labels only what it draws."""
+    import re
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--requests", "400"]) == 0
+    printed = capsys.readouterr().out
+    rows = _table_rows(printed)
+    lines = printed.splitlines()
+
+    # The closing lines: the tuned schedule, the best fixed depth, propose and sequence, all rows.
+    at = next(i for i, line in enumerate(lines) if line.startswith("tuned schedule for this trace"))
+    tuned = lines[at + 1].strip()
+    best_fixed = re.search(r"the best fixed depth within the SLO, (fixed:\d+)", lines[at + 2]).group(1)
+    named = [tuned, best_fixed, "propose", "sequence"]
+    for name in named:
+        _row(rows, name)
+    verdict_line = lines[at + 3]
+    served = re.search(r"serve (fixed:\d+)", verdict_line)
+    if served:
+        _row(rows, served.group(1))
+
+    # The plot draws every row, under one legend; its first panel promises slack labels only
+    # when it draws them (one slack here: none).
+    doc = json.loads((out / "results.json").read_text())
+    series = doc["plot"]["series"]
+    drawn = {name for s in series for name in s.split(" = ")}
+    assert set(rows) <= drawn and doc["plot"]["legends"] == 1
+    assert "slack" not in doc["plot"]["titles"][0]
+    assert [p["label"] for p in doc["policies"]] == list(rows)
+
+    # The lead line: each figure it names is read off the table (plain decoding's row and the
+    # named policy's row), and a tie it calls is a tie in the verdict below it.
+    lead = next(line for line in lines if line.startswith("answer: "))
+    assert lines.index(lead) < next(i for i, line in enumerate(lines) if line.startswith("lowest energy"))
+    plain = _row(rows, "fixed:0")
+    for figure, key, scale, digits in (("p99 TPOT", "TPOT_p99", 1000.0, ".1f"), ("energy", "J/tok", 1.0, ".4f")):
+        m = re.search(rf"{figure} ([\d.]+) -> ([\d.]+) \S+ \([+-]\d+%, ([^)]+)\)", lead)
+        if m is None:
+            assert f"{figure}: no gain beyond the noise" in lead or "no figure gains" in lead
+            continue
+        assert m.group(1) == format(float(plain[key]) * scale, digits)
+        assert m.group(2) == format(float(_row(rows, m.group(3))[key]) * scale, digits)
+    for figure, verdict_name in (("p99 TPOT", "lowest p99 TPOT"), ("energy", "lowest energy")):
+        line = next(x for x in lines if x.startswith(verdict_name + ":"))
+        said_tie = re.search(rf"Between the speculative policies, [^.:]*{figure}[^.:]* differences are within", lead)
+        assert bool(said_tie) == ("tie within noise" in line), (lead, line)

@@ -222,3 +222,144 @@ def test_cli_from_serving_telemetry(tmp_path):
     mean_only.write_text("[x] Decode batch, #running-req: 4, #token: 9, token usage: 0.05, accept len: 2.50\n")
     r = _cli("calib", "drift", cal_path, "--from-log", mean_only)
     assert r.returncode == 2 and "mean acceptance only" in r.stderr
+
+
+# -- traffic that varies more than binomial chance ------------------------------------------------------
+
+def _fit_intervals(batches):
+    """The calibration ``calib import`` fits on interval records: positions from every chain, and
+    the intervals' over-dispersion recorded."""
+    from specsim.calibration.drift import with_dispersion
+
+    steps = {}
+    for b in batches:
+        for key, c in b.items():
+            steps[key] = steps.get(key, 0) + c
+    return with_dispersion(fit_counts(DRAFTER, counts_from_steps(steps, source="intervals")).calibration, batches)
+
+
+def test_dispersion_is_pearsons_factor_at_its_upper_bound_and_1_for_binomial_traffic():
+    from specsim.calibration.drift import estimate_dispersion, position_outcomes
+    from specsim.calibration.online import interval_batches
+
+    batches = interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, 0.3, seed=3)
+    counts = position_outcomes(batches, 3)
+    n, k = counts[:, 0, 0].astype(float), counts[:, 0, 1].astype(float)
+    p = k.sum() / n.sum()
+    plain = (((k - n * p) ** 2) / (n * p * (1 - p))).sum() / 59
+    phi, intervals = estimate_dispersion(batches, 3)
+    assert intervals == 60 and plain > 4 and plain < phi[0] < 1.5 * plain
+    # Binomial intervals (no spread): the plain factor near 1, its upper bound (x1.3 at 59 degrees of
+    # freedom) under 2, floored at 1.
+    flat, _ = estimate_dispersion(interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, 0.0, seed=3), 3)
+    assert all(1.0 <= v < 2.0 for v in flat)
+    # Too few intervals to tell: nothing recorded.
+    assert "interval_dispersion" not in _fit_intervals(batches[:4]).meta
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("logit_sd", [0.1, 0.3])
+def test_false_alarms_on_overdispersed_traffic_stay_at_the_stated_rate(logit_sd):
+    """docs/telemetry.md ("Traffic that varies between intervals") states at most 2% of in-control
+    runs alarm at the default threshold for this setup: three positions, 60 log intervals of 1,000
+    chains whose log-odds move together by logit_sd x N(0, 1) per interval. Measured over 150
+    seeded pairs (a calibration fitted on one log, then that log and a fresh one drawn with the
+    same spread replayed): the binomial monitor alarms on most of them."""
+    from specsim.calibration.online import interval_batches, monitor_steps
+
+    runs, fitting, fresh, binomial = 150, 0, 0, 0
+    for r in range(runs):
+        log = interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, logit_sd, seed=r)
+        cal = _fit_intervals(log)
+        other = interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, logit_sd, seed=100_000 + r)
+        fitting += monitor_steps(cal, log)[0].drifted
+        fresh += monitor_steps(cal, other)[0].drifted
+        binomial += monitor_steps(cal, other, DriftSettings(dispersion=1.0))[0].drifted
+    assert fitting == 0  # never on the log the calibration was fitted from
+    assert fresh / runs <= 0.02
+    assert binomial / runs > 0.5  # what the plain binomial test did on such traffic
+
+
+@pytest.mark.kernels
+def test_a_real_drop_on_overdispersed_traffic_is_still_caught_and_its_message_says_which_way():
+    from specsim.calibration.online import interval_batches, monitor_steps
+
+    cal = _fit_intervals(interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, 0.1, seed=7))
+    before = interval_batches([0.75, 0.6, 0.5], 3, 1000, 30, 0.1, seed=8)
+    after = interval_batches([0.55, 0.6, 0.5], 3, 1000, 30, 0.1, seed=9)
+    rep, _ = monitor_steps(cal, before + after)
+    first = min(rep.alarms, key=lambda a: a.alarm_step)
+    assert first.stream.label == "position 1" and first.direction == "down" and 30 <= first.alarm_step <= 40
+    assert first.observed_rate < first.stream.rate
+    text = rep.format()
+    assert f"position 1: down: acceptance fell from the calibrated {first.stream.rate:.3f} to {first.observed_rate:.3f}" in text
+    assert "over-dispersion of the fitting data allowed for: position 1 x" in text
+    doc = rep.to_dict()
+    assert doc["alarms"][0]["relative_change"] == pytest.approx(first.change / first.stream.rate)
+
+
+@pytest.mark.kernels
+@settings(max_examples=40, deadline=None)
+@given(shifted_batches(), st.floats(0.1, 1.0), st.floats(0.5, 8.0))
+def test_an_alarm_says_the_rate_moved_its_way_over_the_outcomes_up_to_it(batches, shift, threshold):
+    """Never an up alarm where the observed rate is at or below the calibrated one (the outcomes
+    counted are those from the change's start to the alarm, not on to the end of the log)."""
+    online = OnlineCalibration(CAL, max_depth=4, drift=DriftSettings(shift=shift, threshold=threshold))
+    for b in batches:
+        online.update(*b)
+    for a in online.drift().alarms:
+        assert (a.observed_rate > a.stream.rate) if a.direction == "up" else (a.observed_rate < a.stream.rate)
+        assert a.outcomes > 0
+
+
+@pytest.mark.kernels
+@settings(max_examples=30, deadline=None)
+@given(shifted_batches(), st.floats(0.1, 1.0), st.floats(0.5, 8.0), st.floats(1.0, 10.0))
+def test_cusum_kernel_with_dispersion_matches_the_reference(batches, shift, threshold, phi):
+    online = OnlineCalibration(CAL, max_depth=4, drift=DriftSettings(shift=shift, threshold=threshold, dispersion=phi))
+    for b in batches:
+        online.update(*b)
+    rates = [0.3, 0.6, 0.85, 0.7, 0.6, 0.5]
+    stats, _ = ref_cusum(rates, shift, threshold, [step_outcomes(CAL, b) for b in batches], [phi] * 6)
+    np.testing.assert_allclose(online.statistics(), np.array(stats), rtol=1e-9, atol=1e-9)
+
+
+def test_recorded_dispersion_is_checked_when_the_calibration_is_read(tmp_path):
+    from specsim.errors import CalibrationError
+
+    good = AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.8, 0.6], meta={"interval_dispersion": [2.5, 1.0]})
+    path = tmp_path / "c.toml"
+    path.write_text(good.render())
+    assert AcceptanceCalibration.load(path).meta["interval_dispersion"] == [2.5, 1.0]
+    assert OnlineCalibration(AcceptanceCalibration.load(path)).drift().dispersion == (1.0, 2.5, 1.0)
+    for bad, says in (("[0.5, 1.0]", "position 1"), ("[2.0, 1.0, 1.0]", "3 factors for 2"), ('"x"', "give a list"),
+                      ("[nan]", "position 1"), ("[]", "give a list")):
+        path.write_text(good.render().replace("interval_dispersion = [2.5, 1.0]", f"interval_dispersion = {bad}"))
+        with pytest.raises(CalibrationError, match=says) as info:
+            AcceptanceCalibration.load(path)
+        assert str(path) in str(info.value)
+    with pytest.raises(CalibrationError, match="drift dispersion"):
+        DriftSettings(dispersion=0.5)
+
+
+def test_cli_import_records_the_spread_and_drift_allows_for_it(tmp_path):
+    from specsim.calibration.online import interval_batches
+    from tests.test_telemetry import vllm_line
+
+    lines = []
+    for b in interval_batches([0.75, 0.6, 0.5], 3, 1000, 60, 0.3, seed=11):
+        reached = [sum(c for (d, a), c in b.items() if a >= j) for j in (1, 2, 3)]
+        lines.append(vllm_line(reached, sum(b.values()), 3))
+    log = tmp_path / "v.log"
+    log.write_text("\n".join(lines) + "\n")
+    cal_path = tmp_path / "c.toml"
+    r = _cli("calib", "import", log, "--drafter-sha256", "cd" * 32, "--vocab", "1000", "--quantization", "bf16",
+             "--context", "true", "-o", cal_path)
+    assert r.returncode == 0, r.stderr
+    assert "over-dispersion by position" in r.stdout
+    phi = AcceptanceCalibration.load(cal_path).meta["interval_dispersion"]
+    assert len(phi) == 3 and phi[0] > 2
+    r = _cli("calib", "drift", cal_path, "--from-log", log)
+    assert r.returncode == 0 and "no drift" in r.stdout and "allowed for" in r.stdout, r.stdout
+    r = _cli("calib", "drift", cal_path, "--from-log", log, "--dispersion", "1")
+    assert r.returncode == 0 and "DRIFT" in r.stdout  # the plain binomial test on its own fitting log

@@ -305,6 +305,46 @@ def test_bad_fleet_arguments():
         parse_fleet("x = [", ".")
 
 
+def tp_table(tp):
+    """small_table() as a table that records its tensor parallelism in ``[meta]``."""
+    t = small_table()
+    return CostTable(t.key, t.widths, t.costs, {"tp": tp})
+
+
+def test_a_replica_counts_the_gpus_its_table_says():
+    cal = small_calibration()
+    assert Fleet.uniform(tp_table(2), cal, 3).gpus == 6
+    assert Fleet.uniform(small_table(), cal, 3).gpus == 3  # a table naming no tp: one GPU
+    assert Fleet.uniform(tp_table(2), cal, 3, gpus_per_replica=1).gpus == 3  # the caller overrides it
+    assert ReplicaGroup("a", 2, tp_table(4), cal).gpus_per_replica == 4
+    res = simulate_fleet(random_requests(20, 3, rate=5.0), Fleet.uniform(tp_table(2), cal, 2), "fixed:1")
+    s = res.summary()
+    assert s["gpus"] == 4 and s["tokens_per_s_per_gpu"] == pytest.approx(s["tokens_per_s"] / 4)
+    assert [r["gpus"] for r in s["per_replica"]] == [2, 2]
+
+
+@pytest.mark.parametrize("tp", [0, -1, "two", 2.5, True])
+def test_a_table_tp_that_is_not_a_gpu_count_is_refused(tp):
+    with pytest.raises(FleetError, match=r"\[meta\] tp") as info:
+        Fleet.uniform(tp_table(tp), small_calibration(), 1)
+    assert "--gpus-per-replica" in str(info.value)
+    assert Fleet.uniform(tp_table(tp), small_calibration(), 1, gpus_per_replica=2).gpus == 2
+
+
+def test_fleet_file_gpus_default_to_the_table_tp(tmp_path):
+    write_inputs(tmp_path)
+    (tmp_path / "a.toml").write_text(tp_table(2).to_text())
+    (tmp_path / "fleet.toml").write_text(GOOD)
+    fleet = load_fleet(tmp_path / "fleet.toml")
+    assert [g.gpus_per_replica for g in fleet.groups] == [2, 2] and fleet.gpus == 4 * 2 + 2 * 2
+    (tmp_path / "fleet.toml").write_text(GOOD.replace('box_class = "test"', 'box_class = "test"\ngpus_per_replica = 1'))
+    assert load_fleet(tmp_path / "fleet.toml").gpus == 4 * 1 + 2 * 2  # the file's figure overrides the table's
+    (tmp_path / "a.toml").write_text(tp_table(0).to_text())
+    (tmp_path / "fleet.toml").write_text(GOOD)
+    with pytest.raises(FleetError, match=r"\[\[group\]\] 1 \('small'\).*\[meta\] tp = 0"):
+        load_fleet(tmp_path / "fleet.toml")
+
+
 def test_cli_refuses_a_bad_fleet_file_and_writes_nothing(tmp_path):
     write_inputs(tmp_path)
     (tmp_path / "fleet.toml").write_text(GOOD.replace("count = 4", "count = 0"))

@@ -972,3 +972,48 @@ def test_the_last_context_is_forgotten_with_its_calibration():
     assert want != before  # the two calibrations plan differently here, so a stale slot would show
     for again in (context, float("3000"), 3000):
         assert [planner.propose(n, context=again) for n in range(1, 40)] == want
+
+
+# --- the table's end and the calibration's fitted positions -----------------------------------------
+
+# Deeper is always better per joule here: every depth costs nearly the same step, so the best depth is
+# the table's deepest (3).
+DEEP = table({4: [(10.0, 2.0, 0.0, 0.0)] + [(10.0, 2.0, 0.01 * k, 0.001 * k) for k in (1, 2, 3)]})
+
+
+def test_depth_reach_says_where_the_table_ends_and_what_is_extrapolated():
+    from specsim.plan import TABLE_ENDS, depth_reach, reach_lines
+
+    assert depth_reach(3, 3, 1) == {"table_ends": True, "extrapolated": True, "max_k": 3, "fitted_positions": 1}
+    assert depth_reach(2, 3, 2) == {"table_ends": False, "extrapolated": False, "max_k": 3, "fitted_positions": 2}
+    assert depth_reach(0, 0, 1)["table_ends"] is False  # plain decoding: no depth to measure deeper
+    assert reach_lines(2, 3, 2) == []
+    lines = reach_lines(3, 3, 1, "the chosen depth")
+    assert TABLE_ENDS in lines[0] and "the chosen depth (3)" in lines[0]
+    assert "extrapolated" in lines[1] and "position(s) 2..3 reuse position 1's prior" in lines[1]
+
+
+def test_cli_plan_names_the_table_end_and_extrapolated_depths_in_text_and_json(tmp_path, capsys):
+    import json
+
+    from specsim.cli import main
+    from specsim.plan import TABLE_ENDS
+
+    (tmp_path / "t.toml").write_text(CostTable.render(KEY, DEEP.cells))
+    (tmp_path / "c.toml").write_text(cal([0.9]).render())
+    argv = ["plan", str(tmp_path / "t.toml"), str(tmp_path / "c.toml"), "--n", "4"]
+    assert Planner(DEEP, cal([0.9])).propose(4) == DEEP.max_k == 3
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert TABLE_ENDS in text and "is extrapolated: the calibration fits 1 draft position(s)" in text
+    marks = {row.split()[0]: row.split()[7] for row in text.splitlines()[2:6]}
+    assert marks == {"0": "fitted", "1": "fitted", "2": "extrapolated", "3": "extrapolated"}
+    assert main(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["reach"] == {"table_ends": True, "extrapolated": True, "max_k": 3, "fitted_positions": 1}
+    assert [d["extrapolated"] for d in doc["depths"]] == [False, False, True, True]
+    # Three fitted positions and a cheaper shallow depth: neither note.
+    (tmp_path / "c.toml").write_text(cal([0.9, 0.2, 0.1]).render())
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert Planner(DEEP, cal([0.9, 0.2, 0.1])).propose(4) == 3 and TABLE_ENDS in text and "extrapolated:" not in text

@@ -525,3 +525,99 @@ def test_sglang_pads_the_batch_to_its_cuda_graph_sizes(tmp_path):
     assert pol.depth_for_width(5) == 2 and read_policy(f"sglang:{f}").depth_for_width(5) == 4
     with pytest.raises(PolicyError, match="CUDA-graph"):
         read_policy(f"sglang[0,x]:{f}")
+
+
+# -- a per-batch schedule must clear its own costs ----------------------------------------------------
+
+def _tuned_file(path, gain, noise, base=0.25, served="tuned"):
+    """A schedule file as tune writes it: a per-batch schedule that gained ``gain`` J/token (+-
+    ``noise``) over fixed:3 (``base`` J/token) on the held-out window."""
+    result = {"best_fixed": "fixed:3", "best_fixed_holdout_mean": base, "gain": gain, "gain_noise": noise,
+              "unit": "J/token", "tuned": "schedule:1-16=4,17-=1", "served": served}
+    path.write_text(render_schedule(((1, 16, 4), (17, None, 1)), objective="energy", max_num_seqs=256,
+                                    sections={"result": result}))
+    return path
+
+
+@pytest.mark.parametrize("gain, noise, engine, per_batch", [
+    (0.0003, 0.0001, "vllm", False),   # +0.12%: far under vLLM's 14% per-batch cost
+    (0.05, 0.001, "vllm", True),       # +20% +- 0.4%: clears 14% and the noise
+    (0.0365, 0.001, "vllm", True),     # +14.6% - 0.4% = 14.2%: just clears
+    (0.0352, 0.001, "vllm", False),    # +14.1% - 0.4%: does not
+    (0.0003, 0.0001, "trtllm", True),  # no per-batch cost known: the noise alone decides
+    (0.0003, 0.0004, "trtllm", False),
+])
+def test_export_writes_a_per_batch_schedule_only_when_it_clears_the_noise_and_the_engines_cost(
+        tmp_path, capsys, gain, noise, engine, per_batch):
+    from specsim.interop import per_batch_cost
+    from specsim.studies.schedule_file import per_batch_verdict
+
+    s = _tuned_file(tmp_path / "s.toml", gain, noise)
+    worth, why = per_batch_verdict(load_schedule(s).sections["result"], per_batch_cost(engine))
+    assert worth == per_batch
+    assert main(["schedule", "export", str(s), "--to", engine]) == 0
+    out = capsys.readouterr()
+    assert out.err.splitlines()[0] == ("specsim: schedule:1-16=4,17-=1 for " + engine if per_batch
+                                       else f"specsim: schedule:1-=3 for {engine}")
+    if not per_batch:
+        assert "the plain static setting (fixed:3) serves better" in out.err
+        if engine == "vllm":
+            assert json.loads(out.out) == {"method": "eagle3", "num_speculative_tokens": 3}
+    # A serve that pays no per-batch cost (vLLM's V2 runner keeps full CUDA graphs) says so.
+    assert main(["schedule", "export", str(s), "--to", engine, "--per-batch-cost", "0"]) == 0
+    assert (capsys.readouterr().err.splitlines()[0].startswith("specsim: schedule:1-16=4")) == (gain > noise)
+
+
+def test_export_keeps_a_schedule_it_cannot_weigh(tmp_path, capsys):
+    # No [result] (written by hand), or a file that already serves its best fixed depth.
+    s = tmp_path / "s.toml"
+    s.write_text(render_schedule(((1, 16, 4), (17, None, 1)), objective="energy", max_num_seqs=256))
+    assert main(["schedule", "export", str(s), "--to", "vllm"]) == 0
+    assert "num_speculative_tokens_per_batch_size" in capsys.readouterr().out
+    assert main(["schedule", "export", "--planner", str(s), str(s), "--to", "vllm", "--per-batch-cost", "0.1"]) == 2
+    assert "--per-batch-cost applies to a tuned schedule file" in capsys.readouterr().err
+
+
+def test_tune_result_recommends_per_engine():
+    from specsim.studies.tune import Score, TuneResult
+
+    def score(policy, mean):
+        return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
+                     tpot_p99_s=0.05)
+
+    base = TuneResult(ranges=((1, 4, 3), (5, None, 1)), objective="energy", train=score("schedule:1-4=3,5-=1", 1.0),
+                      holdout=(score("schedule:1-4=3,5-=1", 0.9988), score("fixed:2", 1.0)), best_fixed="fixed:2",
+                      gain=0.0012, gain_noise=0.0002, starts={}, evaluations=1, seconds=1.0, executor="serial",
+                      inputs={"max_num_seqs": 64})
+    assert base.serves_tuned  # beats the noise: the file serves it
+    ranges, why = base.recommended_for("vllm")
+    assert ranges == ((1, None, 2),) and "not more than the 14% the per-batch form costs" in why
+    cfg = base.export("vllm")
+    assert json.loads(cfg.text) == {"method": "eagle3", "num_speculative_tokens": 2} and why in cfg.notes
+    assert base.recommended_for("trtllm") == (((1, 4, 3), (5, None, 1)), "")
+    assert base.recommended_for("vllm", cost=0.0)[0] == ((1, 4, 3), (5, None, 1))
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("gain", True, "not the numbers tune writes"), ("gain", "x", "not the numbers tune writes"),
+    ("gain", float("nan"), "not the numbers tune writes"), ("best_fixed_holdout_mean", 0.0, "not the numbers"),
+    ("gain_noise", True, "not the numbers tune writes"), ("best_fixed", "garbage", "is not a fixed:K policy"),
+    ("best_fixed", 3, "is not a fixed:K policy"),
+])
+def test_an_edited_result_is_exported_unweighed_and_says_so(tmp_path, capsys, key, value, says):
+    s = _tuned_file(tmp_path / "s.toml", 0.0003, 0.0001)
+    doc = load_schedule(s)
+    result = dict(doc.sections["result"]) | {key: value}
+    s.write_text(render_schedule(doc.ranges, objective="energy", max_num_seqs=256, sections={"result": result}))
+    assert main(["schedule", "export", str(s), "--to", "vllm"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "specsim: schedule:1-16=4,17-=1 for vllm" and says in err
+
+
+def test_a_best_fixed_depth_past_the_tuned_k_max_is_refused(tmp_path, capsys):
+    s = _tuned_file(tmp_path / "s.toml", 0.0003, 0.0001)
+    doc = load_schedule(s)
+    s.write_text(render_schedule(doc.ranges, objective="energy", max_num_seqs=256,
+                                 sections={"inputs": {"k_max": 8}, "result": doc.sections["result"] | {"best_fixed": "fixed:99"}}))
+    assert main(["schedule", "export", str(s), "--to", "vllm"]) == 2
+    assert "deeper than the k_max = 8" in capsys.readouterr().err

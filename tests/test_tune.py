@@ -77,7 +77,7 @@ def test_tune_finds_the_exhaustive_optimum(c, ms, rate, objective):
     opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015, idle_w=30.0)
     # One seed: "better on the mean" and "better on every seed" are then the same test. The search
     # without the time windows' noise check, which may rightly stop short of the optimum.
-    res = tune(trace, table, cal, objective=objective, widths_max=4, seeds=1, holdout=0, options=opts,
+    res = tune(trace, table, cal, allow_overload=True, objective=objective, widths_max=4, seeds=1, holdout=0, options=opts,
                executor="serial", min_gain=0.0, noise_windows=None)
     value, pol = _exhaustive(trace, table, cal, opts, 4, 2, [0], objective)
     # The optimum is none of the starts: the moves had to find it.
@@ -128,9 +128,9 @@ def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
 def test_slo_targets_rule_out_schedules_that_miss_them(small):
     trace, table, cal = small
     opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015)
-    free = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
+    free = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
     tpot = min(s.tpot_p99_s for _, s in free.starts.values())
-    tight = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
+    tight = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
                  slo=SLO(tpot_s=tpot * 1.0001, attainment=0.95))
     # The start with the lowest p99 TPOT meets the target for >= 99% of requests, so one exists.
     assert tight.train.mean_attainment >= 0.95
@@ -140,7 +140,7 @@ def test_slo_targets_rule_out_schedules_that_miss_them(small):
 
 def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
     trace, table, cal = small
-    res = tune(trace, table, cal, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_num_seqs=8),
+    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_num_seqs=8),
                executor="threads", names={"trace": "t.csv"})
     f = tmp_path / "s.toml"
     f.write_text(res.to_toml())
@@ -162,8 +162,8 @@ def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
 def test_executors_agree(small):
     trace, table, cal = small
     kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=2)
-    serial = tune(trace, table, cal, executor="serial", **kw)
-    threads = tune(trace, table, cal, executor="threads", workers=2, **kw)
+    serial = tune(trace, table, cal, allow_overload=True, executor="serial", **kw)
+    threads = tune(trace, table, cal, allow_overload=True, executor="threads", workers=2, **kw)
     assert serial.policy == threads.policy
     assert serial.holdout == threads.holdout
 
@@ -174,8 +174,8 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     pytest.importorskip("dask.distributed")
     trace, table, cal = small
     kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=1)
-    dask = tune(trace, table, cal, executor="dask", workers=2, **kw)
-    threads = tune(trace, table, cal, executor="threads", **kw)
+    dask = tune(trace, table, cal, allow_overload=True, executor="dask", workers=2, **kw)
+    threads = tune(trace, table, cal, allow_overload=True, executor="threads", **kw)
     assert dask.executor == "dask"
     assert dask.policy == threads.policy and dask.holdout == threads.holdout
 
@@ -205,7 +205,7 @@ def test_tune_refuses_bad_settings(small, kw, match):
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
         if isinstance(kw.get("slo"), dict):
             kw = {**kw, "slo": SLO(**kw["slo"])}
-        tune(trace, table, cal, **({"executor": "serial", "options": ServerOptions(max_num_seqs=8)} | kw))
+        tune(trace, table, cal, allow_overload=True, **({"executor": "serial", "options": ServerOptions(max_num_seqs=8)} | kw))
 
 
 def test_tune_refuses_a_window_with_no_requests(small):
@@ -217,7 +217,7 @@ def test_tune_refuses_a_window_with_no_requests(small):
 def test_a_holdout_near_1_is_shown_as_given_with_one_request_singular(small):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match=r"holdout 0\.9999999 leaves 1 request to train on and 159 held out"):
-        tune(trace, table, cal, holdout=0.9999999, executor="serial")
+        tune(trace, table, cal, allow_overload=True, holdout=0.9999999, executor="serial")
 
 
 def test_cli_tune_refuses_a_seed_count_it_could_not_run_before_reading_anything(tmp_path, capsys):
@@ -235,7 +235,7 @@ def test_tune_without_a_holdout_says_the_comparison_reran_the_whole_trace(small)
     from specsim.cli.tune import report
 
     trace, table, cal = small
-    res = tune(trace, table, cal, widths_max=4, seeds=2, holdout=0, options=ServerOptions(max_num_seqs=8),
+    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0, options=ServerOptions(max_num_seqs=8),
                executor="serial", max_rounds=1)
     assert res.compared_on == "the whole trace (no holdout)"
     text = report(res)
@@ -249,7 +249,7 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
     current = tmp_path / "current.json"
     current.write_text('{"method": "eagle", "num_speculative_tokens": 2}')
     out = tmp_path / "s.toml"
-    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+    argv = ["tune", "--allow-overload", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--compare", f"vllm:{current}", "-o", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -270,7 +270,7 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
 
 def test_progress_line_says_each_round(small, capsys):
     trace, table, cal = small
-    tune(trace, table, cal, widths_max=4, seeds=1, options=ServerOptions(max_num_seqs=8), executor="threads",
+    tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, options=ServerOptions(max_num_seqs=8), executor="threads",
          progress=True)
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tune: ") and "best start" in err[0]
@@ -351,7 +351,7 @@ def test_cli_tune_reports_the_best_depth_by_context_on_a_table_with_an_axis(smal
     c.write_text(cal.render())
     rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{a!r},{p},{o}" for a, p, o in trace.tolist()]
     tr.write_text("\n".join(rows) + "\n")
-    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+    argv = ["tune", "--allow-overload", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "-o", str(tmp_path / "s.toml")]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -369,7 +369,7 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     trace, table, cal = small
     t, c, tr = _write_inputs(tmp_path, trace, table, cal)
     out = tmp_path / "s.toml"
-    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+    argv = ["tune", "--allow-overload", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--widths-max", "4", "--seeds", "1", "--threads", "--quiet", "--slo-tpot-s", "0.0001",
             "--attainment", "0.99", "-o", str(out)]
     assert main(argv) == 2
@@ -377,7 +377,7 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
     assert "Traceback" not in err and not out.exists()
     with pytest.raises(ScheduleError, match="best of the .* tried reached"):
-        tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
+        tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
              executor="threads", slo=SLO(tpot_s=0.0001, attainment=0.99))
 
 
@@ -468,13 +468,13 @@ def test_noise_windows_default_to_four_and_off_is_the_search_without_them(bent):
 
     trace, table, cal = bent
     kw = dict(widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial")
-    default = tune(trace, table, cal, **kw)
-    four = tune(trace, table, cal, noise_windows=AUTO_WINDOWS, **kw)
+    default = tune(trace, table, cal, allow_overload=True, **kw)
+    four = tune(trace, table, cal, allow_overload=True, noise_windows=AUTO_WINDOWS, **kw)
     assert AUTO_WINDOWS == 4 and default.noise_windows == 4
     for name in ("ranges", "train", "holdout", "best_fixed", "gain", "gain_noise", "evaluations", "starts",
                  "rejected_moves"):
         assert getattr(default, name) == getattr(four, name), name
-    off = tune(trace, table, cal, noise_windows=None, **kw)
+    off = tune(trace, table, cal, allow_overload=True, noise_windows=None, **kw)
     assert off.noise_windows == 0 and off.within_noise_moves == 0 and off.rejected_moves == ()
     assert off.evaluations < default.evaluations
     toml = off.to_toml()
@@ -495,7 +495,7 @@ def test_auto_noise_windows_fit_the_training_part(small):
 
 def test_noise_windows_reject_moves_inside_the_noise_and_the_file_says_so(bent):
     trace, table, cal = bent
-    res = tune(trace, table, cal, widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial",
+    res = tune(trace, table, cal, allow_overload=True, widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial",
                noise_windows=4)
     assert res.noise_windows == 4 and res.within_noise_moves == len(res.rejected_moves) >= 1
     for m in res.rejected_moves:
@@ -519,14 +519,14 @@ def test_noise_windows_reject_moves_inside_the_noise_and_the_file_says_so(bent):
 def test_noise_windows_refuse_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match=match):
-        tune(trace, table, cal, executor="serial", options=ServerOptions(max_num_seqs=8), **kw)
+        tune(trace, table, cal, allow_overload=True, executor="serial", options=ServerOptions(max_num_seqs=8), **kw)
 
 
 def test_cli_noise_windows(bent, tmp_path, capsys):
     trace, table, cal = bent
     t, c, tr = _write_inputs(tmp_path, trace, table, cal)
     out = tmp_path / "s.toml"
-    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+    argv = ["tune", "--allow-overload", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
             "--seeds", "2", "--serial", "--quiet", "-o", str(out)]
     assert main(argv + ["--noise-windows", "4"]) == 0
     printed = capsys.readouterr().out
@@ -549,3 +549,96 @@ def test_cli_noise_windows(bent, tmp_path, capsys):
         assert code == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and not out.exists()
+
+
+# -- an overloaded server -------------------------------------------------------------------------------
+
+def test_tune_refuses_to_recommend_for_an_overloaded_server_and_names_the_rate_it_serves(small, tmp_path, capsys):
+    """The small fixture offers 60 requests/s to a server of 8 sequences: queueing grows through
+    the run whatever the depth, as simulate says; tune refuses unless told to go on."""
+    from specsim.cli.tune import report
+    from specsim.sim.metrics import overload
+    from specsim.sim import simulate
+    from specsim.studies.tune import offered_rate
+
+    trace, table, cal = small
+    kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), executor="serial",
+              max_rounds=1)
+    with pytest.raises(ScheduleError, match=r"the server is overloaded.*kept up with about \d+% of the offered "
+                                            r"[\d.]+ requests/s, about [\d.]+ requests/s.*--allow-overload"):
+        tune(trace, table, cal, **kw)
+    res = tune(trace, table, cal, allow_overload=True, **kw)
+    o = res.overloaded
+    assert o["policy"] == res.policy and o["seeds"] == "1 of 1"
+    train = trace[trace["arrival_s"] < trace["arrival_s"][0] + 0.75 * (trace["arrival_s"][-1] - trace["arrival_s"][0])]
+    assert o["offered_rate"] == pytest.approx(offered_rate(train))
+    # The served share is simulate's own overload estimate for that schedule on the training part.
+    sim = simulate(train, table, cal, res.policy, options=ServerOptions(max_num_seqs=8, seed=0))
+    assert o["served_fraction"] == pytest.approx(overload(sim)["served_fraction"])
+    assert o["served_rate"] == pytest.approx(o["offered_rate"] * o["served_fraction"]) and o["served_fraction"] < 0.5
+    assert "overloaded: " in report(res) and "--allow-overload" in report(res)
+    assert "overloaded = true" in res.to_toml()
+
+    t, c, tr = _write_inputs(tmp_path, trace, table, cal)
+    out = tmp_path / "s.toml"
+    argv = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "--max-batch", "8",
+            "--widths-max", "4", "--seeds", "1", "--serial", "--quiet", "--max-rounds", "1", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the server is overloaded" in err and "Traceback" not in err and not out.exists()
+
+
+def test_tune_on_a_server_that_keeps_up_says_nothing_of_overload_and_compares_the_loads(small):
+    from specsim.cli.tune import report
+    from specsim.traces import synthetic_trace
+
+    _, table, cal = small
+    trace = synthetic_trace(160, 2.0, seed=5).requests
+    res = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
+               executor="serial", max_rounds=1)
+    assert res.overloaded is None and "overloaded" not in report(res) and "overloaded" not in res.to_toml()
+    t = trace["arrival_s"]
+    cut = t[0] + 0.75 * (t[-1] - t[0])
+    train, held = t[t < cut], t[t >= cut]
+    train_rate, held_rate = train.size / (train[-1] - train[0]), held.size / (held[-1] - held[0])
+    assert res.inputs["train_rate"] == pytest.approx(train_rate) and res.inputs["holdout_rate"] == pytest.approx(held_rate)
+    line = next(x for x in report(res).splitlines() if x.startswith("load: "))
+    assert f"({held_rate / train_rate:.2f}x" in line and f"{held_rate:.3g} requests/s held out" in line
+    none = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=ServerOptions(max_num_seqs=8),
+                executor="serial", max_rounds=1)
+    assert "load: the comparison reruns the training part's" in report(none)
+
+
+def test_a_recommendation_at_the_table_deepest_depth_says_measure_deeper_and_names_extrapolation():
+    from dataclasses import replace
+
+    from specsim.cli.tune import report
+    from specsim.plan import TABLE_ENDS
+    from specsim.studies.tune import Score, TuneResult
+
+    def score(policy, mean):
+        return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
+                     tpot_p99_s=0.05)
+
+    base = TuneResult(ranges=((1, 4, 3), (5, None, 1)), objective="energy", train=score("schedule:1-4=3,5-=1", 1.0),
+                      holdout=(score("schedule:1-4=3,5-=1", 0.99), score("fixed:2", 1.0)), best_fixed="fixed:2",
+                      gain=0.01, gain_noise=0.001, starts={}, evaluations=1, seconds=1.0, executor="serial",
+                      inputs={"table_max_k": 3, "fitted_positions": 2, "holdout": 0.25})
+    assert base.deepest == 3 and base.reach()["table_ends"] and base.reach()["extrapolated"]
+    text = report(base)
+    assert TABLE_ENDS in text and "deepest depth (3) is extrapolated" in text
+    result = load_schedule_text(base.to_toml()).sections["result"]
+    assert result["table_ends"] is True and result["extrapolated"] is True
+    # Served the best fixed depth (2): inside the table and the fitted positions, so neither note.
+    fixed = replace(base, gain=-0.01)
+    assert fixed.deepest == 2 and fixed.reach_lines() == [] and TABLE_ENDS not in report(fixed)
+    result = load_schedule_text(fixed.to_toml()).sections["result"]
+    assert result["table_ends"] is False and result["extrapolated"] is False
+
+
+def test_tune_records_the_table_deepest_depth_and_the_fitted_positions(small):
+    trace, table, cal = small
+    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, executor="serial",
+               options=ServerOptions(max_num_seqs=8), max_rounds=1)
+    assert res.inputs["table_max_k"] == table.max_k and res.inputs["fitted_positions"] == cal.priors.shape[0]
+    assert res.reach()["table_ends"] == (res.deepest == table.max_k)

@@ -115,3 +115,20 @@ def test_t_quantiles_and_paired_noise():
     assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3 ** 0.5) < 1e-9
     mean, half = paired_noise([0.5])
     assert mean == 0.5 and half != half
+
+
+def test_the_plot_has_one_legend_one_colour_per_run_and_labels_slack_only_when_it_draws_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specsim.sim.report import plot
+
+    reqs = random_requests(60, 2, rate=3.0)
+    runs = [simulate(reqs, small_table(), small_calibration(), "fixed:2", max_num_seqs=4)]
+    runs += [simulate(reqs, small_table(), small_calibration(), "propose", max_num_seqs=4, slack=sl) for sl in (0.0, 0.5)]
+    summaries = [r.summary(SLO(0.5, 0.05)) for r in runs]
+    mark_same_runs(runs, summaries)
+    drawn = plot(runs, summaries, tmp_path / "p.png")
+    assert drawn["legends"] == 1 and len(set(drawn["colours"])) == len(drawn["series"])
+    assert {n for s in drawn["series"] for n in s.split(" = ")} == {s["label"] for s in summaries}
+    assert "labels: slack" in drawn["titles"][0] and sorted(drawn["slack_labels"]) == ["0", "0.5"]
+    single = plot(runs[:1], summaries[:1], tmp_path / "q.png")
+    assert "slack" not in single["titles"][0] and single["slack_labels"] == [] and single["legends"] == 1

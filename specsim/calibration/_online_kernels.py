@@ -88,9 +88,11 @@ def cusum_step_nb(llr, mon_f, mon_i, step, threshold):
                 mon_f[m, dr, N_SINCE] = 0.0
                 mon_f[m, dr, K_SINCE] = 0.0
             mon_f[m, dr, STAT] = s if s > 0.0 else 0.0
+            if latched:
+                continue  # the alarm's outcomes are those up to it
             mon_f[m, dr, N_SINCE] += n
             mon_f[m, dr, K_SINCE] += k
-            if s > threshold and not latched:
+            if s > threshold:
                 mon_i[m, dr, ALARM] = step
 
 

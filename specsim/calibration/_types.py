@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# The weights digest of a what-if calibration's drafter key: rates asked about, no drafter measured.
+WHAT_IF_SHA256 = "what-if:synthetic-rates-no-drafter-weights"
+
+
 @dataclass(frozen=True)
 class DrafterKey:
     """The drafter a calibration was fitted on; a calibration is used only with an equal key."""
@@ -13,6 +17,18 @@ class DrafterKey:
     vocab: int
     quantization: str
     context: bool
+
+    @property
+    def synthetic(self) -> bool:
+        """A what-if key (:func:`what_if_key`): rates asked about, not any drafter's weights."""
+        return self.weights_sha256 == WHAT_IF_SHA256
+
+
+def what_if_key() -> DrafterKey:
+    """The drafter key of a what-if calibration (``calib fit --rates ... --what-if``): clearly
+    synthetic, equal only to another what-if key, refused where a served drafter's key is required
+    (:meth:`specsim.plan.SpecCostState.load`, ``calib drift``)."""
+    return DrafterKey(WHAT_IF_SHA256, 1, "what-if", False)
 
 
 @dataclass(frozen=True)

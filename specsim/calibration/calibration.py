@@ -10,6 +10,7 @@ from specsim import _toml
 from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
 from specsim._io import read_input
 from specsim.calibration._types import DrafterKey
+from specsim.calibration.drift import dispersion_problems
 from specsim.calibration.spread import check_spread, spread_problems
 from specsim.calibration._types import RequestSpread
 from specsim.calibration.tree_table import (  # noqa: F401 - rank_acceptance_problems: this module's public name too
@@ -118,11 +119,13 @@ class AcceptanceCalibration:
         rank_acceptance = tree_counts = None
         if "tree" in doc:
             rank_acceptance, tree_counts = read_tree(doc["tree"], problems)
+        meta = doc.get("meta", {})
+        if isinstance(meta, dict) and arrays is not None:
+            problems += dispersion_problems(meta, len(arrays[2]))
         if problems:
             swapped = _toml.swapped_hint(doc, "acceptance calibration", usage)
             raise CalibrationError(f"{source}: the acceptance calibration cannot be read"
                                    + (f": {swapped}" if swapped else ""), problems)
-        meta = doc.get("meta", {})
         return cls(drafter, *arrays, meta=meta if isinstance(meta, dict) else {}, source=source, spread=spread,
                    rank_acceptance=rank_acceptance, tree_counts=tree_counts)
 

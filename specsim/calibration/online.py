@@ -97,9 +97,11 @@ class OnlineCalibration:
             self.streams = ()
             self._pool_of_bucket = np.zeros(0, dtype=np.int64)
             self._llr = np.zeros((0, 2, 2))
+            self._dispersion = ()
             self._threshold = math.inf
         else:
-            self.streams, self._pool_of_bucket, self._llr = reference_streams(calibration, self.settings)
+            self.streams, self._pool_of_bucket, self._llr, self._dispersion = reference_streams(calibration,
+                                                                                                self.settings)
             self._threshold = float(self.settings.threshold)
         self._cells = bucket_cells(calibration.edges)
         self._buf = buf = online_buffers(calibration.edges.shape[0], self.max_depth, self.window or 0,
@@ -223,7 +225,8 @@ class OnlineCalibration:
         :class:`specsim.calibration.drift.DriftReport`."""
         if self.settings is None:
             raise CalibrationError("this OnlineCalibration has no drift monitor (drift=False)")
-        return report(self.streams, self._buf.mon_f, self._buf.mon_i, self.steps_seen, self.settings)
+        return report(self.streams, self._buf.mon_f, self._buf.mon_i, self.steps_seen, self.settings,
+                      self._dispersion)
 
     def statistics(self):
         """The monitor's CUSUM statistics now, ``(streams, 2)`` [down, up] (a copy)."""
@@ -287,6 +290,31 @@ def chain_runs(priors, depth: int, steps: int, seed: int = 0):
     u = rng.random((steps, depth))
     ok = np.cumprod(u < p, axis=1)
     return ok.sum(axis=1).astype(np.int64)
+
+
+def interval_batches(priors, depth: int, chains: int, intervals: int, logit_sd: float = 0.0, seed: int = 0):
+    """Logging intervals of ``chains`` chains of ``depth`` drafts each, as ``(drafts, accepted
+    run) -> chains`` (what :func:`monitor_steps` replays), whose rates vary from interval to
+    interval as real traffic's do: in interval ``i`` every position's log-odds moves by
+    ``logit_sd * z_i`` (``z_i ~ N(0, 1)``, one draw per interval) from ``priors`` (past the last
+    prior, the last). ``logit_sd = 0`` is the binomial case. For in-control checks of the
+    monitor on over-dispersed traffic.
+
+    Returns
+    -------
+    list of dict
+    """
+    rng = np.random.default_rng(seed)
+    base = np.array([priors[min(j, len(priors) - 1)] for j in range(depth)], dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        lo = np.log(base) - np.log1p(-base)
+    out = []
+    for _ in range(intervals):
+        p = 1.0 / (1.0 + np.exp(-(lo + logit_sd * rng.standard_normal())))
+        ok = np.cumprod(rng.random((chains, depth)) < p, axis=1)
+        runs = np.bincount(ok.sum(axis=1), minlength=depth + 1)
+        out.append({(depth, a): int(c) for a, c in enumerate(runs.tolist()) if c})
+    return out
 
 
 def false_alarm_rate(calibration, depth: int, steps: int, runs: int = 200, settings=None, seed: int = 0,

@@ -163,7 +163,7 @@ def register_fit(csub):
                    help="--drafts-log: bucket edges, written --edges=E1,E2,.. since they start with a minus (default " + ",".join(f"{e:g}" for e in DEFAULT_EDGES) + ")")
     p.add_argument("--holdout", type=real, default=0.0, metavar="FRACTION",
                    help="--drafts-log: hold out this fraction of the latest steps and score the fit on them")
-    drafter_flags(p)
+    drafter_flags(p, what_if=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="calibration file to write")
     p.add_argument("--counts-out", metavar="FILE", help="also write the binned counts (TOML counts file)")
     p.add_argument("--report", action="store_true", help="print the reliability report")
@@ -185,6 +185,9 @@ def cmd_fit(args):
 
 
 def _fit(args, out):
+    if getattr(args, "what_if", False) and args.rates is None:
+        raise CalibrationError("--what-if goes with --rates: a calibration fitted from logs or counts measured a real "
+                               "drafter, so name it (--drafter-sha256, --vocab, --quantization, --context)")
     drafter = drafter_key(args)
     sources = (args.counts, args.drafts_log, args.steps_log, args.rates, args.windows)
     alone = all(v is None for v in sources)

@@ -10,7 +10,7 @@ from specsim.cli._common import count, nonneg_float, print_json, require_matplot
 from specsim.errors import CalibrationError, printable
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration, online
-from specsim.calibration.drift import DriftSettings, plot_drift
+from specsim.calibration.drift import DISPERSION_KEY, MAX_DISPERSION, DriftSettings, plot_drift, with_dispersion
 from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
 from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
 from specsim._checks import MIN_SPREAD_REQUESTS
@@ -31,7 +31,9 @@ acceptance alone does not, and is refused unless --assume constant-rate (one con
 every position matching the mean; --depth K when the source does not tell the drafts per step).
 Lines that drafted nothing are skipped and counted; lines that look like the format but cannot be
 read are ignored and counted (--strict refuses them). [meta] records the source, the assumption
-and the counts. See docs/telemetry.md.
+and the counts, and, from five records with per-position outcomes on, how much more than binomial
+chance each position's rate varied between them (interval_dispersion, which `calib drift`
+allows for). See docs/telemetry.md.
 
 Telemetry from a draft-tree run (--tree ENGINE:SETTINGS, the tree the serve ran) holds means over
 nodes, not per-rank data: it never fits a calibration. It checks one (--calibration CAL, with a
@@ -120,6 +122,8 @@ def cmd_import(args):
         names = [Path(f).name for f in args.files]
         ident = identify(fmt, records, tally, args.assume, args.depth, names, min_depth)
         cal = calibration_from(ident, drafter, ", ".join(names))
+        if ident.steps is not None:
+            cal = with_dispersion(cal, record_batches(fmt, records, args.depth, min_depth))
         spread, note = None, ""
         if args.request_spread != "off":
             data, why = records_data(fmt, records, args.depth, ", ".join(names))
@@ -139,6 +143,9 @@ def cmd_import(args):
     print(f"wrote {args.output}: {fmt}, {m['records_used']} records ({m['zero_draft_skipped']} without drafts "
           f"skipped, {m['garbage_ignored']} unreadable ignored, {m['counter_resets']} counter resets), "
           f"{m['steps']} steps; assumption {m['assumption']}; priors [{priors}]")
+    if DISPERSION_KEY in cal.meta:
+        print(f"between-record over-dispersion by position (variance over binomial chance, upper 90% bound; "
+              f"calib drift allows for it): [{', '.join(f'{v:.2f}' for v in cal.meta[DISPERSION_KEY])}]")
     note_spread(note)
     if windows is not None:
         print(f"wrote {args.windows_out}: windows at depth {', '.join(str(d) for d in sorted(ident.windows))}")
@@ -207,8 +214,11 @@ inputs (exactly one), replayed in serve order against CAL:
                                    line, scrape interval or request); mean-only sources are refused
 
 Each pool of buckets and each fitted position of CAL runs a two-sided CUSUM; an alarm names the
-stream, the direction, the calibrated and observed rates and the step the change began. Exit 0
-either way; the verdict is printed (and written with --json). See docs/telemetry.md.
+stream, which way its acceptance moved and by how much (calibrated and observed rates, from the
+step the change began to the alarm). A position's evidence is divided by the over-dispersion CAL
+records for it ([meta] interval_dispersion, written by `calib import`: real traffic varies more
+than binomial chance between intervals), or by --dispersion. Exit 0 either way; the verdict is
+printed (and written with --json). See docs/telemetry.md.
 """
 
 
@@ -235,6 +245,9 @@ def register_drift(csub):
                    help="the change each CUSUM is tuned for, in log-odds (default 0.4)")
     p.add_argument("--threshold", type=nonneg_float, default=10.0, metavar="NATS",
                    help="alarm threshold (default 10; false-alarm rates: docs/telemetry.md)")
+    p.add_argument("--dispersion", type=nonneg_float, metavar="PHI",
+                   help=f"over-dispersion factor for every stream, 1..{MAX_DISPERSION:g} (variance over the "
+                        "binomial's; 1 = the plain binomial test; default: what CAL records per position)")
     p.add_argument("--plot", metavar="PNG", help="write the monitored statistics over time (needs matplotlib)")
     p.add_argument("--json", metavar="OUT", help="write the verdict as JSON")
     p.set_defaults(func=cmd_drift)
@@ -255,8 +268,12 @@ def cmd_drift(args):
             raise CalibrationError("--width must be at least 1 chain per step")
         if args.plot:
             require_matplotlib("--plot", args.plot)
-        settings = DriftSettings(shift=args.shift, threshold=args.threshold)
+        settings = DriftSettings(shift=args.shift, threshold=args.threshold, dispersion=args.dispersion)
         cal = AcceptanceCalibration.load(args.calibration)
+        if cal.drafter.synthetic:
+            raise CalibrationError(f"{args.calibration} is a what-if calibration (a synthetic drafter key, from rates "
+                                   "asked about): a drift test compares a served drafter's outcomes with the "
+                                   "calibration fitted on that drafter")
         rep, hist, what = _replay_drift(args, cal, settings)
         print(f"{what} against {args.calibration}")
         print(rep.format(), end="")

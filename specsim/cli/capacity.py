@@ -11,13 +11,13 @@ from specsim.cli._server import add_server_options, server_options, warn_placeho
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim import __version__
-from specsim._checks import MIN_WINDOW_REQUESTS
+from specsim._checks import MIN_WINDOW_REQUESTS, int_problem
 from specsim._executor import ExecutorError, check_scheduler, check_workers
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
 from specsim.sim.engine import ServerOptions
-from specsim.sim.fleet import Fleet, ROUTERS, load_fleet
+from specsim.sim.fleet import MAX_REPLICAS, Fleet, FleetError, ROUTERS, load_fleet
 from specsim.studies.capacity import (
     CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, DaskRunner, ThreadRunner,
     capacity, check_resampling, progress_line, serial_runner,
@@ -41,6 +41,7 @@ def register(sub, groups):
     p.add_argument("--table", metavar="T", help="one replica's cost table TOML (with --calibration)")
     p.add_argument("--calibration", metavar="C", help="one replica's acceptance calibration TOML")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups; the search multiplies the whole mix")
+    add_gpus_option(p)
     p.add_argument("--policy", required=True, action="append", metavar="P",
                    help="fixed:K, schedule:..., propose, sequence, goodput, load-aware, ENGINE:FILE or sglang-adaptive:FILE "
                         "(repeat to compare)")
@@ -119,8 +120,21 @@ def _check_executor(args):
         raise CapacityError(str(e)) from None
 
 
+def add_gpus_option(p):
+    """``--gpus-per-replica``, shared by ``fleet`` and ``capacity``."""
+    p.add_argument("--gpus-per-replica", type=count, default=None, metavar="G",
+                   help="GPUs one replica occupies, for GPU counts, tokens/s per GPU and $ per million tokens "
+                        "(default: the table's [meta] tp, 1 when it names none; with --table only)")
+
+
 def _inputs(args, out):
     base = server_options(args) | {"seed": args.seed}
+    if args.gpus_per_replica is not None:
+        if args.fleet is not None:
+            raise FleetError("--gpus-per-replica is for --table: a fleet file gives each group's gpus_per_replica")
+        p = int_problem(args.gpus_per_replica, "--gpus-per-replica", 1, MAX_REPLICAS, "GPUs per replica")
+        if p:
+            raise FleetError(p.replace(" = ", " ", 1))
     if args.fleet is not None:
         fleet = load_fleet(args.fleet, base)
         for g in fleet.groups:
@@ -129,7 +143,7 @@ def _inputs(args, out):
     else:
         table, opts = CostTable.load(args.table), ServerOptions(**base)
         warn_placeholder_prefill(opts, table, "capacity")
-        fleet = Fleet.uniform(table, AcceptanceCalibration.load(args.calibration), 1, opts)
+        fleet = Fleet.uniform(table, AcceptanceCalibration.load(args.calibration), 1, opts, args.gpus_per_replica)
     return fleet, trace_from_args(args, args.trace)
 
 

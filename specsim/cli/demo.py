@@ -7,7 +7,7 @@ from specsim.errors import ScheduleError, SpecsimError
 from specsim._checks import rate_scale_problem
 from specsim.demo import (
     DEMO_RATE_SCALE, DEMO_REQUESTS, DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS,
-    run_demo, tune_demo,
+    answer, demo_inputs, demo_outputs, run_demo, tune_demo,
 )
 from specsim.sim.engine import ServerOptions
 from specsim.sim.metrics import overload_lines
@@ -52,8 +52,14 @@ def cmd_demo(args):
     start = time.monotonic()
     if not args.no_plot:
         _load_matplotlib_meanwhile()
+    outputs = demo_outputs(args.out, tuned=not args.no_tune)  # every output checked before any work
+    inputs = demo_inputs(args.requests, args.seed, args.rate_scale)
+    tuned = None if args.no_tune else _tune(inputs, args, outputs)
+    # The policies the closing lines name are rows of the table and series of the plot.
+    extra = () if tuned is None or isinstance(tuned, str) else (tuned[0].policy, tuned[0].best_fixed)
     summaries, results, inputs = run_demo(args.requests, args.seed, out=args.out, plot=not args.no_plot,
-                                          rate_scale=args.rate_scale)
+                                          rate_scale=args.rate_scale, extra_policies=extra, inputs=inputs,
+                                          outputs=outputs)
     table, read = inputs["table"], inputs["trace"]
     r = read.requests
     print(f"specsim demo: {r.shape[0]} requests ({int(r['output_tokens'].sum())} output tokens over "
@@ -76,8 +82,8 @@ def cmd_demo(args):
     print(f"  specsim simulate --trace {args.out}/trace.csv --table {args.out}/table.toml "
           f"--calibration {args.out}/calibration.toml --policy sequence --seed {args.seed} "
           f"--slo-ttft-s {DEMO_SLO_TTFT_S} --slo-tpot-s {DEMO_SLO_TPOT_S}")
-    if not args.no_tune:
-        _tuned(inputs, args)
+    if tuned is not None:
+        _tuned(tuned, args)
     return 0
 
 
@@ -105,42 +111,59 @@ def _names(names) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _tuned(inputs, args):
-    """The demo's last paragraph: a schedule tuned for its trace, and the vLLM config for it."""
+def _tune(inputs, args, outputs):
+    """Tune a schedule for the demo's trace: ``(result, vllm config, seconds)``, or the reason none
+    was tuned (a string)."""
     import time
 
     start = time.monotonic()
-    print()
     try:
-        result, vllm = tune_demo(inputs, args.seed, out=args.out)
+        result, vllm = tune_demo(inputs, args.seed, out=args.out, outputs=outputs)
     except ScheduleError as e:
-        print(f"no schedule tuned: {e}")
+        return str(e)
+    return result, vllm, time.monotonic() - start
+
+
+def _tuned(tuned, args):
+    """The demo's last paragraph: a schedule tuned for its trace, the policies it is weighed
+    against (each a row of the table above), and what to serve on vLLM."""
+    print()
+    if isinstance(tuned, str):
+        print(f"no schedule tuned: {tuned}")
         return
+    result, vllm, seconds = tuned
     held = {s.policy: s for s in result.holdout}
     others = f"the best fixed depth within the SLO, {result.best_fixed}, {held[result.best_fixed].mean:.4f}; " + \
         ", ".join(f"{p} {held[p].mean:.4f}" for p in ("propose", "sequence"))
     print(f"tuned schedule for this trace, least J/token with {100 * DEMO_TUNE_ATTAINMENT:g}% of requests within "
-          f"the SLO ({result.evaluations} simulations, {time.monotonic() - start:.1f} s; {DEMO_TUNE_ROUNDS} rounds, "
+          f"the SLO ({result.evaluations} simulations, {seconds:.1f} s; {DEMO_TUNE_ROUNDS} rounds, "
           "where specsim tune goes on until no move helps):")
     print(f"  {result.policy}")
     print(f"  {held[result.policy].mean:.4f} J/token on the held-out last quarter of the trace, unseen seeds "
-          f"(vs {others})")
+          f"(vs {others}); the table's rows of these policies are the whole trace")
     print(f"  {result.verdict()}")
-    print(f"  written to {args.out}/schedule.toml; specsim schedule export turns it into a TensorRT-LLM or "
-          "SGLang config")
+    for line in result.reach_lines():
+        print(f"  {line}")
+    print(f"  in {args.out}/schedule.toml; specsim schedule export turns it into a TensorRT-LLM or SGLang config")
     if vllm is not None:
+        _, why = result.recommended_for("vllm")
+        if why:
+            print(f"vLLM: {why}")
         print(f"vLLM: --speculative-config '{vllm.text.strip()}'")
 
 
 def _verdicts(summaries, results, inputs, seed):
     """Say in words what the table shows: which policies were the same run, the cheapest and the
     fastest policy when the lead clears the draft-outcome noise (else a tie), and plain decoding."""
-    for line in same_run_lines(summaries):
-        print(line)
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
                    ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
-    for name in ("lowest energy", "lowest p99 TPOT"):
-        v = verdict(name, summaries, rerun, seed)
+    verdicts = {name: verdict(name, summaries, rerun, seed) for name in ("lowest energy", "lowest p99 TPOT")}
+    lead = answer(summaries, rerun, seed, verdicts)
+    if lead is not None:
+        print(lead["line"])
+    for line in same_run_lines(summaries):
+        print(line)
+    for v in verdicts.values():
         if v is not None:
             print(v["line"])
     plain = next((s for s in summaries if s["policy"] == "fixed:0" and s["j_per_token"] is not None), None)

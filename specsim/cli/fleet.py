@@ -13,7 +13,7 @@ from specsim import __version__
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.cli._server import add_server_options
-from specsim.cli.capacity import _inputs
+from specsim.cli.capacity import _inputs, add_gpus_option
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, FleetError, ROUTERS, simulate_fleet
 from specsim.sim.metrics import overload_lines, requests_csv as engine_csv
 from specsim.sim.report import comparison_table
@@ -35,6 +35,7 @@ def register(sub, groups):
     p.add_argument("--calibration", metavar="C", help="acceptance calibration TOML of every replica")
     p.add_argument("--replicas", type=count, default=None, metavar="R", help="identical replicas (default 1)")
     p.add_argument("--fleet", metavar="FILE", help="fleet TOML: replica groups with their own tables")
+    add_gpus_option(p)
     p.add_argument("--router", choices=ROUTERS, default=None,
                    help=f"how requests are spread (default: the fleet file's, else {DEFAULT_FLEET_ROUTER})")
     p.add_argument("--policy", required=True, action="append", metavar="P",

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 
 from specsim.cli._common import context_list, count, int_list, require_matplotlib
-from specsim.errors import CostModelError
+from specsim.errors import CostModelError, printable
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.published import compare, plot_comparison, read_published
-from specsim.costmodel.specs import load_hf_config
+from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, load_hf_config
 from specsim.table import CostTable
 
 
@@ -21,12 +21,16 @@ def register(sub, groups):
         "model", help="model a cost table from GPU, model and drafter specs (no hardware needed)",
         description="Write a cost table from an analytic roofline over public specs. The table's [meta] "
                     "says energy_source = \"model\": it is an estimate, never a measurement.")
-    p.add_argument("--gpu", required=True, help="GPU spec name (built-in or from --gpu-spec)")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", help="model spec name (built-in or from --model-spec)")
+    p.add_argument("--list", action="store_true",
+                   help="list the built-in GPUs, models and drafters with their sources (and those of any --*-spec "
+                        "files), then exit")
+    p.add_argument("--gpu", help="GPU spec name (built-in or from --gpu-spec); required unless --list")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", help="model spec name (built-in or from --model-spec); this or --model-config "
+                                       "is required unless --list")
     which.add_argument("--model-config", metavar="PATH",
                        help="a Hugging Face config.json of a dense decoder (instead of --model)")
-    p.add_argument("--drafter", required=True, help="drafter spec name (built-in or from --drafter-spec)")
+    p.add_argument("--drafter", help="drafter spec name (built-in or from --drafter-spec); required unless --list")
     p.add_argument("--tp", type=count, default=1, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--context-tokens", type=count, default=None,
                    help="KV-cache tokens per sequence the costs assume (default 2048); with --contexts, the "
@@ -35,7 +39,7 @@ def register(sub, groups):
                    help="model the grid at each of these contexts (ascending, e.g. 512,2048,8192): a table with a "
                         "context axis, interpolated in context between them")
     p.add_argument("--widths", type=int_list, default=None, help="batch widths, e.g. 1,2,4,8 (default 1..256)")
-    p.add_argument("--max-k", type=count, required=True, help="deepest draft depth")
+    p.add_argument("--max-k", type=count, help="deepest draft depth; required unless --list")
     p.add_argument("--dtype", help="override the model's weight format (bf16, fp8, nvfp4, ...)")
     p.add_argument("--overheads", choices=("cuda-graph", "eager"), default="cuda-graph",
                    help="host overheads of the serving engine: cuda-graph (default) or eager (every kernel "
@@ -47,7 +51,7 @@ def register(sub, groups):
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.toml", help="table file to write")
+    p.add_argument("-o", "--output", metavar="OUT.toml", help="table file to write; required unless --list")
     p.set_defaults(func=cmd_model)
 
     p = groups["table"].add_parser(
@@ -67,6 +71,14 @@ def register(sub, groups):
 
 
 def cmd_model(args):
+    if args.list:
+        print(spec_list(_extra_specs(args)))
+        return 0
+    missing = [flag for flag, value in (("--gpu", args.gpu), ("--model or --model-config", args.model or args.model_config),
+                                        ("--drafter", args.drafter), ("--max-k", args.max_k), ("-o", args.output))
+               if value is None]
+    if missing:
+        raise CostModelError(f"give {', '.join(missing)} (or --list to see the built-in specs)")
     inputs = [(f"--{kind}-spec", path) for kind in ("gpu", "model", "drafter")
               for path in getattr(args, f"{kind}_spec")]
     if args.model_config is not None:
@@ -82,11 +94,32 @@ def cmd_model(args):
     return 0
 
 
-def _model(args):
+def _extra_specs(args) -> dict:
+    """The specs of the ``--gpu-spec``, ``--model-spec`` and ``--drafter-spec`` files, by kind."""
     specs = {"gpu": {}, "model": {}, "drafter": {}}
     for path in args.gpu_spec + args.model_spec + args.drafter_spec:
         for kind, found in load_specs(path).items():
             specs[kind].update(found)
+    return specs
+
+
+def spec_list(extra=None) -> str:
+    """The GPUs, models and drafters ``table model`` knows, each with where its numbers come from:
+    the built-ins, then any from spec files (which take a built-in's place under its name)."""
+    lines = []
+    for kind, builtins in (("gpu", BUILTIN_GPUS), ("model", BUILTIN_MODELS), ("drafter", BUILTIN_DRAFTERS)):
+        known = dict(builtins) | dict((extra or {}).get(kind, {}))
+        lines.append(f"{kind}s (--{kind}):")
+        for name in sorted(known):
+            origin = "" if known[name] is builtins.get(name) else " [from a --{kind}-spec file]".format(kind=kind)
+            lines.append(printable(f"  {name}{origin}: {known[name].source or 'no source given'}"))
+        lines.append("")
+    lines.append("Hugging Face configs: --model-config PATH (docs/tables.md)")
+    return "\n".join(lines)
+
+
+def _model(args):
+    specs = _extra_specs(args)
     model = args.model if args.model_config is None else load_hf_config(args.model_config, dtype=args.dtype)
 
     def at(context_tokens):

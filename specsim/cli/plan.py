@@ -11,7 +11,7 @@ from specsim.errors import PlanError
 from specsim._checks import MAX_DEPTH, MAX_WIDTH, int_problem, is_number, logprob_problem, show
 from specsim._io import read_json
 from specsim.calibration import AcceptanceCalibration
-from specsim.plan import Planner, sequence_depths
+from specsim.plan import Planner, depth_reach, reach_lines, sequence_depths
 from specsim.table import CostTable
 
 
@@ -130,19 +130,25 @@ def cmd_plan(args):
         raise PlanError("give --n N (the batch width) or --confidences FILE")
     planner = Planner(table, cal, slack=args.slack, max_seqs=args.max_seqs, memo=False)
     ex = planner.explain(args.n, args.context)
+    fitted = int(cal.priors.shape[0])
     if args.json:
         doc = ex.to_dict()
         print_json({"n": ex.n, "depth": ex.depth, "slack": ex.slack, "max_seqs": args.max_seqs, "capped": ex.capped,
-                    "floor_tokens_per_s": ex.floor_tokens_per_s, "depths": doc["depths"]})
+                    "floor_tokens_per_s": ex.floor_tokens_per_s,
+                    "depths": [d | {"extrapolated": d["k"] > fitted} for d in doc["depths"]],
+                    "reach": depth_reach(ex.depth, table.max_k, fitted)})
         return 0
     rows = [[d.k, f"{d.tokens:.3f}", f"{d.step_ms:.3f}", f"{d.step_j:.4f}", f"{d.tokens_per_s:.1f}",
-             f"{d.tokens_per_j:.3f}", "yes" if d.feasible else "no", "<-" if d.chosen else ""] for d in ex.depths]
-    print(format_grid(["k", "E[tokens]", "step ms", "step J", "tok/s", "tok/J", "fast enough", ""], rows))
+             f"{d.tokens_per_j:.3f}", "yes" if d.feasible else "no", "extrapolated" if d.k > fitted else "fitted",
+             "<-" if d.chosen else ""] for d in ex.depths]
+    print(format_grid(["k", "E[tokens]", "step ms", "step J", "tok/s", "tok/J", "fast enough", "prior", ""], rows))
     if ex.capped:
         print(f"n = {ex.n} is above the speculation cap --max-seqs {args.max_seqs}: plain decode, depth 0")
     else:
         print(f"depth {ex.depth}: the most tokens/J among depths with tok/s >= {ex.floor_tokens_per_s:.1f} "
               f"({1 - args.slack:g} x depth {ex.reference_depth}'s)")
+        for line in reach_lines(ex.depth, table.max_k, fitted, "the chosen depth"):
+            print(line)
     return 0
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
-from specsim.cli._common import count, method_name, slack
-from specsim.errors import ScheduleError
+from specsim.cli._common import count, method_name, share, slack
+from specsim.errors import PolicyError, ScheduleError
 from specsim._checks import MAX_WIDTH, show
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
-from specsim.interop import ENGINES, export_schedule, import_file
+from specsim.interop import ENGINES, export_schedule, import_file, per_batch_cost
 from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
 from specsim.plan import Planner
 from specsim.policy.schedule import policy_text, ranges_from_depths
-from specsim.studies.schedule_file import load_schedule
+from specsim.policy.policy import parse_policy
+from specsim.studies.schedule_file import load_schedule, per_batch_verdict
 from specsim.table import CostTable
 
 
@@ -49,6 +51,11 @@ def register(sub, groups):
     p.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=count, metavar="N",
                    help="the serve's largest batch, where a format needs the last range closed (default: the "
                         "schedule file's max_batch, or the table's widest width with --planner)")
+    p.add_argument("--per-batch-cost", type=share, metavar="FRAC",
+                   help="what a per-batch schedule costs the engine against its static setting, as a share "
+                        "(default: the known cost, vLLM 0.14 on its V1 runner's CUDA graphs, else 0): a tuned "
+                        "schedule file's per-batch schedule is written only when its held-out gain clears this and "
+                        "the noise, else its best fixed depth as the plain static setting")
     p.add_argument("-o", "--out", metavar="FILE", help="write the config here (default: print it)")
     p.set_defaults(func=cmd_export)
 
@@ -82,6 +89,29 @@ def _planner_ranges(args):
     return ranges_from_depths(depths), (args.max_num_seqs if args.max_num_seqs is not None else int(table.widths[-1]))
 
 
+def _worth_serving(doc, ranges, args):
+    """A tuned file's per-batch schedule, or its best fixed depth when the gain tune measured does
+    not clear the noise and what the per-batch form costs the engine (``--per-batch-cost``)."""
+    result = doc.sections.get("result", {})
+    if len(ranges) == 1 or not isinstance(result, dict) or result.get("served") != "tuned":
+        return ranges, ""
+    cost = per_batch_cost(args.to) if args.per_batch_cost is None else args.per_batch_cost
+    best = result.get("best_fixed")
+    try:
+        depth = parse_policy(best).fixed_depth if isinstance(best, str) else None
+    except PolicyError:
+        depth = None
+    if depth is None:
+        return ranges, (f"[result] best_fixed = {show(best)} is not a fixed:K policy, so the per-batch schedule is "
+                        f"exported without weighing its gain against the {100 * cost:g}% it costs")
+    k_max = doc.sections.get("inputs", {}).get("k_max") if isinstance(doc.sections.get("inputs"), dict) else None
+    if isinstance(k_max, int) and not isinstance(k_max, bool) and depth > k_max:
+        raise _error(f"{args.schedule}: [result] best_fixed = {best!r} is deeper than the k_max = {k_max} it was "
+                     "tuned with: the file was edited; tune again or fix best_fixed")
+    worth, why = per_batch_verdict(result, cost)
+    return (ranges if worth else ((1, None, depth),)), why
+
+
 def _error(message):
     return ScheduleError(message)
 
@@ -94,12 +124,18 @@ def cmd_export(args):
     table, cal = args.planner or (None, None)
     with Outputs({"SCHEDULE.toml": args.schedule, "--planner TABLE": table, "--planner CAL": cal}) as out:
         out.declare(args.out, "-o")
+        why = ""
         if args.schedule:
             doc = load_schedule(args.schedule)
             ranges, seqs = doc.ranges, (args.max_num_seqs if args.max_num_seqs is not None else doc.max_num_seqs)
+            ranges, why = _worth_serving(doc, ranges, args)
         else:
+            if args.per_batch_cost is not None:
+                raise _error("--per-batch-cost applies to a tuned schedule file (it weighs the gain tune measured)")
             ranges, seqs = _planner_ranges(args)
         config = export_schedule(args.to, ranges, method=args.method, max_num_seqs=seqs, draft_model=args.draft_model)
+        if why:
+            config = replace(config, notes=config.notes + (why,))
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)

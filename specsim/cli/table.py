@@ -123,23 +123,26 @@ def _grid_rows(table):
 
 def cmd_query(args):
     table = CostTable.load(args.file)
+    # A grid cell of a modelled table (the roofline's: [meta] cost_source = "model") was computed,
+    # not measured.
+    grid = "modelled" if table.meta.get("cost_source") == "model" else "measured"
     if args.n < 1:
         raise TableError(f"N is a batch width: at least 1 sequence, got N={args.n}")
     cell = table.cell(args.n, args.k, context=args.context)
     if cell is None:
-        raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest measured depth {table.max_k}")
+        raise TableError(f"{args.file}: depth K={args.k} is beyond the deepest {grid} depth {table.max_k}")
     if args.json:
         doc = cell._asdict() | {"step_ms": cell.step_ms, "step_j": cell.step_j}
         if table.contexts.size:
             doc["context"] = args.context if args.context is not None else table.reference_context
         print_json(doc, cause=f"the costs in {args.file} (verify and draft too large to add up)")
         return 0
-    measured = int(args.n) in set(table.widths.tolist())
-    how = "measured" if measured else "interpolated" if table.widths[0] < args.n < table.widths[-1] else "nearest width"
+    on_grid = int(args.n) in set(table.widths.tolist())
+    how = grid if on_grid else "interpolated" if table.widths[0] < args.n < table.widths[-1] else "nearest width"
     if table.contexts.size:
         c = table.reference_context if args.context is None else args.context
         cs = table.contexts.tolist()
-        where = ("reference context" if args.context is None else "measured context" if c in cs
+        where = ("reference context" if args.context is None else f"{grid} context" if c in cs
                  else "interpolated in context" if cs[0] < c < cs[-1] else "nearest context")
         how += f"; context {c:g}, {where}"
     elif args.context is not None:

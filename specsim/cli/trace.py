@@ -23,10 +23,12 @@ def add_trace_options(p):
                         "[,prompt=lognormal:MEDIAN:SIGMA|empirical][,output=...][,seed=S]; "
                         "empirical lengths are resampled from the trace FILE when one is given")
     p.add_argument("--rate-scale", type=real, default=1.0, metavar="X",
-                   help="divide arrivals by X (2 = twice the traffic; default 1)")
-    p.add_argument("--limit", type=count, metavar="N", help="keep the first N requests by arrival")
+                   help="divide arrivals by X (2 = twice the traffic; default 1), after --window and --limit")
+    p.add_argument("--limit", type=count, metavar="N",
+                   help="keep the first N requests by arrival (after --window, before --rate-scale)")
     p.add_argument("--window", metavar="START:END",
-                   help="keep arrivals in [START, END) seconds from the trace start (END may be empty)")
+                   help="keep arrivals in [START, END) seconds from the trace start (END may be empty), in the "
+                        "file's own time: applied before --limit and --rate-scale")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip and count rows that cannot be parsed")
 
 

@@ -65,6 +65,9 @@ def register(sub, groups):
                    help="planner slack for the propose start and comparison (default 0)")
     add_server_options(p)
     p.add_argument("--seed", type=count, default=0, metavar="N", help="first draft-outcome seed (default 0)")
+    p.add_argument("--allow-overload", action="store_true",
+                   help="write a schedule even when it overloads the server (queueing grows through the training "
+                        "window); by default tune refuses, naming the rate the server keeps up with")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_tune)
 
@@ -91,7 +94,7 @@ def cmd_tune(args):
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names,
-                      noise_windows=args.noise_windows)
+                      noise_windows=args.noise_windows, allow_overload=args.allow_overload)
         print(report(result, read))
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))
@@ -136,11 +139,32 @@ def report(result, read=None) -> str:
         lines.append(f"moves checked over {result.noise_windows} time windows x {len(train.values)} seeds: "
                      f"{result.within_noise_moves} within-noise move(s) rejected ({zigzags} of them zig-zags)")
     lines.append(f"tuned: {result.policy}")
+    lines.append(load_line(result))
+    if result.overloaded:
+        o = result.overloaded
+        rate = "" if o["served_rate"] is None else f", about {o['served_rate']:.3g} requests/s"
+        lines.append(f"overloaded: {o['policy']} kept up with about {100 * o['served_fraction']:.0f}% of the offered "
+                     f"rate{rate} ({o['seeds']} seeds); written because of --allow-overload: its figures measure a "
+                     "backlog")
     lines.append("")
     lines.append(f"{result.compared_on.removeprefix('the ')}, {len(train.values)} unseen seeds (+- = half the range over seeds):")
     lines.append(result.table())
     lines.append(result.verdict())
+    lines.extend(result.reach_lines())
     return "\n".join(lines)
+
+
+def load_line(result) -> str:
+    """How the held-out window's offered load compares with the training part's."""
+    train, held = result.inputs.get("train_rate"), result.inputs.get("holdout_rate")
+    if result.inputs.get("holdout", 1) == 0:
+        return "load: the comparison reruns the training part's" + ("" if train is None else f" {train:.3g} requests/s")
+    if train is None or held is None:
+        return "load: not measured (a part's arrivals span no time)"
+    ratio = held / train
+    words = "about the same as" if abs(ratio - 1.0) < 0.1 else ("more than" if ratio > 1 else "less than")
+    return (f"load: {held:.3g} requests/s held out against {train:.3g} requests/s in training ({ratio:.2f}x: "
+            f"{words} the load the schedule was tuned on)")
 
 
 def depth_by_context(result, table, cal, opts) -> str:

@@ -110,6 +110,15 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
 
 # -- schedules in the engines' configs ---------------------------------------------------------------
 
+def per_batch_cost(engine: str) -> float:
+    """What serving a per-batch (width-dependent) schedule costs ``engine`` against its plain
+    static setting, as a share of its throughput: its module's ``PER_BATCH_COST`` (vLLM's CUDA
+    graphs), 0 where none is known."""
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
+    return float(getattr(ENGINES[engine], "PER_BATCH_COST", 0.0))
+
+
 def export_schedule(engine: str, ranges, *, method=None, max_num_seqs=None, draft_model=None) -> EngineConfig:
     """Write ``ranges`` in ``engine``'s format (``vllm``, ``trtllm`` or ``sglang``).
 

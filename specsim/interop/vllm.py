@@ -605,6 +605,14 @@ DEFAULT_METHOD = "eagle3"
 """Most current drafters are EAGLE-3 (vLLM's ``eagle`` means EAGLE-1); --method names another."""
 PER_BATCH_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 """The methods whose per-batch depth vLLM honours (others fall back to the static K, warning)."""
+PER_BATCH_COST = 0.14
+"""What a per-batch list costs vLLM, as a share of throughput: on the V1 model runner any
+``num_speculative_tokens_per_batch_size`` list turns FULL CUDA graphs into PIECEWISE
+(``VllmConfig._maybe_override_dynamic_sd_cudagraph_mode`` in ``vllm/config/vllm.py``), about -14%
+single-stream in vLLM issue #49548. vLLM's main branch keeps full graphs on the V2 model runner
+(PR #45953); docs/schedules.md says what was and was not confirmed. A tuned per-batch schedule is
+exported only when its gain clears this and the noise (``schedule export --per-batch-cost``
+overrides it)."""
 
 
 def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:

@@ -95,3 +95,32 @@ def explain_propose(arrays, cum_priors, n, slack, max_seqs, depth) -> ProposeExp
         ))
     return ProposeExplanation(n=n, depth=depth, capped=bool(capped), slack=slack, reference_depth=r,
                               floor_tokens_per_s=float(floor_rate * 1000.0), depths=tuple(rows))
+
+
+# What an answer at the table's deepest depth says: the best may lie deeper than was measured.
+TABLE_ENDS = "the table ends here: measure deeper"
+
+
+def depth_reach(depth: int, max_k: int, fitted: int) -> dict:
+    """Where ``depth`` stands against the table's deepest depth ``max_k`` and the calibration's
+    ``fitted`` positions (its ``prior_by_position`` length), JSON-ready: ``table_ends`` (a
+    speculative depth that is the table's deepest: the best may lie beyond what was measured),
+    ``extrapolated`` (deeper than the fitted positions: positions past them reuse the last
+    fitted prior), ``max_k`` and ``fitted_positions``."""
+    depth, max_k, fitted = int(depth), int(max_k), int(fitted)
+    return {"table_ends": bool(0 < depth == max_k), "extrapolated": bool(depth > fitted), "max_k": max_k,
+            "fitted_positions": fitted}
+
+
+def reach_lines(depth: int, max_k: int, fitted: int, what: str = "the best depth") -> list:
+    """The plain-words notes of :func:`depth_reach` (none when neither applies)."""
+    r = depth_reach(depth, max_k, fitted)
+    lines = []
+    if r["table_ends"]:
+        lines.append(f"{what} ({depth}) is the table's deepest (max_k {max_k}): {TABLE_ENDS}")
+    if r["extrapolated"]:
+        past = f"{fitted + 1}" if depth == fitted + 1 else f"{fitted + 1}..{depth}"
+        lines.append(f"{what} ({depth}) is extrapolated: the calibration fits {fitted} draft position(s) "
+                     f"(prior_by_position), so position(s) {past} reuse position {fitted}'s prior; calibrate on "
+                     "deeper drafts to know")
+    return lines

@@ -668,6 +668,9 @@ class SpecCostState:
         table = CostTable.load(table_path)
         cal = AcceptanceCalibration.load(calibration_path)
         problems = [f"table {table_path}: {m}" for m in table.key.check(serve_key)]
+        if cal.drafter.synthetic:
+            problems.append(f"calibration {calibration_path} is a what-if calibration (a synthetic drafter key, from "
+                            "rates asked about): a serve plans with one fitted on its own drafter's outcomes")
         for field in ("weights_sha256", "vocab", "quantization", "context"):
             mine, theirs = getattr(cal.drafter, field), getattr(drafter_key, field)
             if mine != theirs:

@@ -5,6 +5,7 @@ by ``specsim schedule export``, ``--policy`` and the drift monitor."""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,35 @@ class ScheduleFile:
     @property
     def policy(self) -> str:
         return policy_text(self.ranges)
+
+
+def per_batch_verdict(result: dict, cost: float) -> tuple:
+    """Whether a tuned per-batch schedule is worth serving on an engine where the per-batch form
+    costs ``cost`` (a share of the objective; :func:`specsim.interop.per_batch_cost`), from a
+    schedule file's ``[result]`` (``gain``, ``gain_noise``, ``best_fixed``,
+    ``best_fixed_holdout_mean``): its held-out gain over the best fixed depth must clear both the
+    noise and the cost, ``gain - gain_noise > cost x |best fixed|``. Returns ``(worth, why)``;
+    ``why`` says, in words, how the gain compares (empty when it clears with no cost to pay)."""
+    gain, base, noise = result.get("gain"), result.get("best_fixed_holdout_mean"), result.get("gain_noise", 0.0)
+
+    def real(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not (real(gain) and real(base) and base and (noise is None or real(noise))):
+        return True, (f"[result] gain {show(gain)}, gain_noise {show(noise)}, best_fixed_holdout_mean {show(base)}: "
+                      "not the numbers tune writes, so the per-batch schedule is exported without weighing its gain "
+                      f"against the {100 * cost:g}% it costs")
+    noise = 0.0 if noise is None else float(noise)
+    rel, rel_noise = 100.0 * gain / abs(base), 100.0 * noise / abs(base)
+    worth = gain - noise > cost * abs(base)
+    if worth and not cost:
+        return True, ""
+    said = (f"the tuned schedule gains {rel:+.2f}% +- {rel_noise:.2f}% over {result.get('best_fixed')} on the "
+            f"held-out window")
+    if worth:
+        return True, f"{said}, more than the {100 * cost:g}% the per-batch form costs and the noise"
+    return False, (f"{said}, not more than the {100 * cost:g}% the per-batch form costs plus the noise: "
+                   f"the plain static setting ({result.get('best_fixed')}) serves better")
 
 
 def requests_digest(requests) -> str:

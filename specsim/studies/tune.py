@@ -53,19 +53,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specsim.errors import ScheduleError
+from specsim.sim.metrics import overload
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose
 from specsim._text import format_grid
-from specsim.interop import export_schedule, read_policy
+from specsim.interop import export_schedule, per_batch_cost, read_policy
+from specsim.plan import depth_reach, reach_lines
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
 from specsim.sim.verdict import paired_noise
 from specsim.studies.windows import window_bounds
-from specsim.studies.schedule_file import render_schedule, requests_digest, text_digest
+from specsim.studies.schedule_file import per_batch_verdict, render_schedule, requests_digest, text_digest
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -154,6 +156,11 @@ class TuneResult:
         by more than the noise over the (seed, window) pairs: ``round``, ``policy``, ``gain`` (mean
         per pair, in the objective's unit, positive = better), ``noise`` (t95 x its standard
         error), ``pairs`` and ``zigzag`` (whether it made the depth change direction across widths).
+    overloaded : dict or None
+        Set only when the search ran with ``allow_overload`` and the tuned schedule overloaded
+        the server on the training window (see :meth:`_Search.load`): ``policy``, ``seeds``
+        (overloaded of all), ``served_fraction``, ``offered_rate`` and ``served_rate``
+        (requests/s).
     """
 
     ranges: tuple
@@ -170,6 +177,7 @@ class TuneResult:
     inputs: dict = field(default_factory=dict)
     noise_windows: int = 0
     rejected_moves: tuple = ()
+    overloaded: dict = None
 
     @property
     def within_noise_moves(self) -> int:
@@ -211,6 +219,24 @@ class TuneResult:
 
     def unit(self) -> str:
         return "J/token" if self.objective == "energy" else "tok/s"
+
+    @property
+    def deepest(self) -> int:
+        """The deepest depth the recommended schedule serves."""
+        return max(depth for _, _, depth in self.recommended)
+
+    def reach(self) -> dict:
+        """:func:`specsim.plan.depth_reach` of :attr:`deepest`: whether it is the table's deepest
+        depth (the table ends there: measure deeper) and whether it is past the calibration's
+        fitted positions (extrapolated)."""
+        return depth_reach(self.deepest, self.inputs.get("table_max_k", -1), self.inputs.get("fitted_positions", 0))
+
+    def reach_lines(self) -> list:
+        """:meth:`reach` in words (none when neither applies)."""
+        if "table_max_k" not in self.inputs:
+            return []
+        return reach_lines(self.deepest, self.inputs["table_max_k"], self.inputs["fitted_positions"],
+                           "the recommended schedule's deepest depth")
 
     @property
     def compared_on(self) -> str:
@@ -255,8 +281,8 @@ class TuneResult:
         header = ["policy", self.unit(), "+-", "tok/s" if energy else "J/tok", "TPOT p99 ms"]
         return format_grid(header + (["SLO"] if slo else []) + ["row"], rows)
 
-    def to_toml(self) -> str:
-        """The schedule file (docs/schedules.md#the-schedule-file)."""
+    def result_section(self) -> dict:
+        """The schedule file's ``[result]``."""
         base = next(s for s in self.holdout if s.policy == self.best_fixed)
         result = {
             "train_mean": self.train.mean, "train_spread": self.train.spread,
@@ -271,14 +297,41 @@ class TuneResult:
             result["noise_windows"] = self.noise_windows
             result["within_noise_moves"] = self.within_noise_moves
             result["within_noise_zigzags"] = sum(bool(m["zigzag"]) for m in self.rejected_moves)
+        if "table_max_k" in self.inputs:
+            reach = self.reach()
+            result["table_ends"], result["extrapolated"] = reach["table_ends"], reach["extrapolated"]
+        if self.overloaded:
+            result["overloaded"] = True
+            result["served_rate"] = self.overloaded["served_rate"]
+        return result
+
+    def to_toml(self) -> str:
+        """The schedule file (docs/schedules.md#the-schedule-file)."""
         compared = {s.policy: s.mean for s in self.holdout[1:]}
         return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
-                               sections={"inputs": self.inputs, "result": result, "holdout": compared})
+                               sections={"inputs": self.inputs, "result": self.result_section(), "holdout": compared})
 
-    def export(self, engine: str, **kw):
-        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`)."""
+    def recommended_for(self, engine: str, cost=None) -> tuple:
+        """``(ranges, why)``: what to serve on ``engine``. The tuned per-batch schedule only when
+        its held-out gain clears the noise and what the per-batch form costs that engine
+        (``cost``, a share; default :func:`specsim.interop.per_batch_cost`); otherwise the best
+        fixed depth, its plain static setting. ``why`` says how the gain compared ('' when
+        nothing needed saying)."""
+        ranges = self.recommended
+        if len(ranges) == 1:
+            return ranges, ""
+        worth, why = per_batch_verdict(self.result_section(), per_batch_cost(engine) if cost is None else cost)
+        if worth:
+            return ranges, why
+        return ((1, None, parse_policy(self.best_fixed).fixed_depth),), why
+
+    def export(self, engine: str, cost=None, **kw):
+        """The schedule in an engine's format (:func:`specsim.interop.export_schedule`), as
+        :meth:`recommended_for` decides; the notes say when the per-batch form was not worth it."""
         kw.setdefault("max_num_seqs", self.inputs.get("max_num_seqs"))
-        return export_schedule(engine, self.recommended, **kw)
+        ranges, why = self.recommended_for(engine, cost)
+        cfg = export_schedule(engine, ranges, **kw)
+        return replace(cfg, notes=cfg.notes + ((why,) if why else ())) if why else cfg
 
 
 # -- evaluation -------------------------------------------------------------------------------------
@@ -290,7 +343,9 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     Returns
     -------
     dict
-        j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width.
+        j_per_token, tokens_per_s, attainment (or None), tpot_p99_s, max_width, width_quantiles,
+        overloaded (queueing grew through the run: :func:`specsim.sim.metrics.overload`) and
+        served_fraction (the share of the offered rate it kept up with; None when not measured).
     """
     # The held-out round always runs sequence: every run of the search takes the engine with
     # the per-sequence planner, one compiled engine in each process.
@@ -301,6 +356,7 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
     tpot_p99 = percentile(res.tpot_s, 99)
     att = slo.met(res)["attainment"] if slo.has_targets else None
     tokens_per_s, j_per_token = run_rates(tokens, makespan, res.energy_j)
+    over = overload(res)
     return {
         "j_per_token": j_per_token,
         "tokens_per_s": float("inf") if tokens_per_s is None else tokens_per_s,
@@ -310,6 +366,8 @@ def evaluate(requests, table, calibration, policy, options, seed, slo):
         # Where the batch widths fall: the search tries range splits there.
         "width_quantiles": (np.quantile(res.step_width, WIDTH_QUANTILES).round().astype(int).tolist()
                             if res.step_width.shape[0] else []),
+        "overloaded": bool(over["flag"]),
+        "served_fraction": over["served_fraction"],
     }
 
 
@@ -517,7 +575,7 @@ def _executor(executor, scheduler, workers):
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
-         progress=False, names=None, noise_windows="auto") -> TuneResult:
+         progress=False, names=None, noise_windows="auto", allow_overload=False) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -564,6 +622,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         Print a progress line on stderr.
     names : dict, optional
         ``trace``, ``table``, ``calibration`` file names to record in the schedule file.
+    allow_overload : bool
+        Recommend even when the tuned schedule overloads the server on the training window
+        (queueing grows through it, as ``specsim simulate`` reports); by default that is refused
+        with the rate the server keeps up with, since a schedule tuned on a backlog optimises
+        the backlog. Allowed, the result records it (:attr:`TuneResult.overloaded`).
 
     Returns
     -------
@@ -608,6 +671,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         starts = search.starts(table, calibration, opts, resolved, widest)
         incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
         search.check_met()
+        overloaded = search.load(incumbent, offered_rate(train_part), allow_overload)
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
         final += [p for p in compare if p not in final]
@@ -622,9 +686,19 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
                      max_num_seqs=resolved["max_num_seqs"], widest=widest, k_cap=resolved["k_max"],
                      reached=reached, min_gain=min_gain, slo=slo, target=target)
+    inputs["train_rate"], inputs["holdout_rate"] = offered_rate(train_part), offered_rate(held_part)
     if windows:
         inputs["noise_windows"] = len(windows)
-    return search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started)
+    return replace(search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started),
+                   overloaded=overloaded)
+
+
+def offered_rate(requests):
+    """Requests per second offered over a part of the trace (its requests over its span of
+    arrivals); None when the span is 0."""
+    t = requests["arrival_s"]
+    span = float(t[-1] - t[0]) if t.shape[0] else 0.0
+    return t.shape[0] / span if span > 0 else None
 
 
 # How many time windows ``noise_windows="auto"`` cuts the training part into: enough pairs with two
@@ -695,6 +769,28 @@ class _Search:
                 f"no candidate meets the SLO for {self.target:.2%} of requests: the best of the {len(means)} tried "
                 f"reached {means[best]:.2%} ({best}, mean over {len(self.train_seeds)} seeds on the training window); "
                 "relax the SLO or the attainment target, or give the server more room (a wider batch, more KV)")
+
+    def load(self, pol, rate, allow) -> dict:
+        """Whether ``pol`` overloaded the server on the training window (queueing grew through the
+        run on most seeds): refused with the rate the server kept up with unless ``allow``; returns
+        what was found (None when it kept up)."""
+        rs = [self.cache[("train", pol, s)] for s in self.train_seeds]
+        over = sum(r["overloaded"] for r in rs)
+        if 2 * over <= len(rs):
+            return None
+        frac = float(np.mean([r["served_fraction"] for r in rs if r["served_fraction"] is not None]))
+        served = None if rate is None else rate * frac
+        found = {"policy": pol, "seeds": f"{over} of {len(rs)}", "served_fraction": frac, "offered_rate": rate,
+                 "served_rate": served}
+        if allow:
+            return found
+        offered = "" if rate is None else f" {rate:.3g} requests/s, about {served:.3g} requests/s"
+        raise ScheduleError(
+            f"the server is overloaded: under the best schedule found ({pol}) queueing delay grew through the "
+            f"training window on {over} of {len(rs)} seeds, so it kept up with about {100 * frac:.0f}% of the offered"
+            f"{offered}; a schedule tuned on a backlog optimises the backlog, not the policy: tune at a rate the "
+            "server can serve (a smaller --rate-scale), add replicas (specsim capacity), or pass --allow-overload "
+            "to tune anyway")
 
     def key(self, pol, seed_list, part="train"):
         rs = [self.cache[(part, pol, s)] for s in seed_list]
@@ -803,7 +899,8 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_num_seqs, 
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
         "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_num_seqs": int(max_num_seqs),
-        "widths_max": int(widest), "k_max": int(k_cap), "widest_reached": int(reached), "slack": opts.slack,
+        "widths_max": int(widest), "k_max": int(k_cap), "table_max_k": int(table.max_k),
+        "fitted_positions": int(cal.priors.shape[0]), "widest_reached": int(reached), "slack": opts.slack,
         "max_seqs": opts.max_seqs, "row_budget": opts.row_budget, "min_gain": float(min_gain),
         "prefill_ms_per_token": opts.prefill_ms_per_token, "prefill_j_per_token": opts.prefill_j_per_token,
         "idle_w": opts.idle_w, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, "attainment": target,

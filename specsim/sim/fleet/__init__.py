@@ -6,9 +6,9 @@ steps every replica with the single-server step, :mod:`~specsim.sim.fleet.result
 
 from specsim.sim.fleet.fleet import (
     DEFAULT_FLEET_ROUTER, FLEET_LOG_ENTRIES, MAX_REPLICAS, ROUTERS, Fleet, FleetError, ReplicaGroup, check_router,
-    load_fleet, parse_fleet, simulate_fleet,
+    load_fleet, parse_fleet, simulate_fleet, table_gpus,
 )
 from specsim.sim.fleet.result import FleetResult
 
 __all__ = ["DEFAULT_FLEET_ROUTER", "FLEET_LOG_ENTRIES", "MAX_REPLICAS", "ROUTERS", "Fleet", "FleetError", "FleetResult",
-           "ReplicaGroup", "check_router", "load_fleet", "parse_fleet", "simulate_fleet"]
+           "ReplicaGroup", "check_router", "load_fleet", "parse_fleet", "simulate_fleet", "table_gpus"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import NO_CAP, name_problem
+from specsim._checks import NO_CAP, int_problem, name_problem
 from specsim.errors import SimulationError, SpecsimError
 from specsim.sim.fleet._kernels import ROUTER_CODES, Group
 from specsim import _toml
@@ -57,8 +57,10 @@ class ReplicaGroup:
     calibration : AcceptanceCalibration
     options : ServerOptions
         The group's server options; a run's slack replaces the slack in them.
-    gpus_per_replica : int
-        GPUs one replica occupies (tensor parallelism); GPU-hours count them. Default 1.
+    gpus_per_replica : int or None
+        GPUs one replica occupies; GPU-hours count them. None (the default): the table's
+        tensor parallelism (its ``[meta]`` ``tp``; 1 when the table names none), see
+        :func:`table_gpus`.
     paths : dict or None
         ``{"table": path, "calibration": path}`` when read from a fleet file.
     """
@@ -68,7 +70,7 @@ class ReplicaGroup:
     table: object
     calibration: object
     options: object = None
-    gpus_per_replica: int = 1
+    gpus_per_replica: int = None
     paths: dict = None
 
     def __post_init__(self):
@@ -81,6 +83,8 @@ class ReplicaGroup:
             if not isinstance(getattr(self, name), cls):
                 raise FleetError(f"group {self.name!r}: {name} must be a {cls.__name__}, got "
                                  f"{type(getattr(self, name)).__name__}")
+        if self.gpus_per_replica is None:
+            object.__setattr__(self, "gpus_per_replica", table_gpus(self.table, f"group {self.name!r}"))
         for name in ("count", "gpus_per_replica"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_REPLICAS:
@@ -115,8 +119,9 @@ class Fleet:
             check_router(self.router)
 
     @classmethod
-    def uniform(cls, table, calibration, replicas: int, options=None, gpus_per_replica: int = 1) -> "Fleet":
-        """``replicas`` identical replicas of one table, calibration and option set."""
+    def uniform(cls, table, calibration, replicas: int, options=None, gpus_per_replica: int = None) -> "Fleet":
+        """``replicas`` identical replicas of one table, calibration and option set; each occupies
+        ``gpus_per_replica`` GPUs (None: the table's tensor parallelism, :func:`table_gpus`)."""
         return cls((ReplicaGroup("replica", replicas, table, calibration, options, gpus_per_replica),),
                    source=f"{replicas} x replica")
 
@@ -143,6 +148,17 @@ class Fleet:
         """JSON-ready description of the groups."""
         return [{"name": g.name, "count": g.count, "gpus_per_replica": g.gpus_per_replica,
                  "box_class": g.table.key.box_class, "recipe": g.table.key.recipe} for g in self.groups]
+
+
+def table_gpus(table, where: str = "") -> int:
+    """GPUs one replica serving ``table`` occupies: its ``[meta]`` ``tp`` (the tensor-parallel
+    size a modelled table records, and a measured one may), 1 when it names none."""
+    tp = table.meta.get("tp", 1)
+    if int_problem(tp, "tp", 1, MAX_REPLICAS):
+        raise FleetError(f"{where + ': ' if where else ''}table {table.source}: [meta] tp = {_toml.show(tp)} is not "
+                         f"a GPU count (a whole number in 1..{MAX_REPLICAS:,}); fix the table or give the GPUs per "
+                         "replica (gpus_per_replica in a fleet file, --gpus-per-replica on the command line)")
+    return int(tp)
 
 
 def check_router(router) -> str:
@@ -210,9 +226,10 @@ def _parse_group(g, i, where, folder, base_options, problems):
     elif isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
         problems.append(f"{where}: count = {count!r}: a group needs 1..{MAX_REPLICAS} replicas "
                         "(leave a group out rather than give it zero)")
-    gpus = g.get("gpus_per_replica", 1)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_REPLICAS:
-        problems.append(f"{where}: gpus_per_replica = {gpus!r} must be a whole number >= 1")
+    gpus = g.get("gpus_per_replica")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_REPLICAS):
+        problems.append(f"{where}: gpus_per_replica = {_toml.show(gpus)} must be a whole number in 1..{MAX_REPLICAS:,} "
+                        "(default: the table's [meta] tp)")
     paths = {}
     for key in ("table", "calibration"):
         value = g.get(key)
@@ -250,6 +267,11 @@ def _parse_group(g, i, where, folder, base_options, problems):
         if want is not None and want != getattr(table.key, key):
             problems.append(f"{where}: {key} = {want!r}, but table {paths['table']} was measured under "
                             f"{key} {getattr(table.key, key)!r}")
+    if gpus is None:
+        try:
+            gpus = table_gpus(table)
+        except FleetError as e:
+            problems.append(f"{where}: {e}")
     if len(problems) > start:
         return None
     return ReplicaGroup(name, count, table, cal, opts, gpus, {k: str(v) for k, v in paths.items()})
@@ -426,4 +448,4 @@ def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult"
 
 
 __all__ = ["DEFAULT_FLEET_ROUTER", "ROUTERS", "Fleet", "FleetError", "ReplicaGroup", "check_router", "load_fleet", "parse_fleet",
-           "simulate_fleet"]
+           "simulate_fleet", "table_gpus"]
