@@ -155,6 +155,7 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
     its workspace)."""
     o = srv.rec[0]
+    _find_decoding(req, st, ws)  # ws.slot[:n]: the decoding sequences, in running order
     kd = np.int64(0)  # not the literal 0 (see _price_nb)
     for j in range(n):
         r = st.running[ws.slot[j]]
@@ -276,7 +277,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
     Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
-    waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
+    waits in the queue: ``load-aware``'s other plan, the same array for every other policy), which
+    :func:`schedule_running_nb` reads from the returned depth (no pass over the sequences); the
     sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
     With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``) plan on
@@ -285,8 +287,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
     Returns
     -------
     int
-        The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
-        ``ws.known[:n]`` (drafted per sequence) are written.
+        The drafted depth ``kd`` (the deepest any sequence drafted); for the sequence policy
+        ``ws.vdepth[:n]`` and ``ws.known[:n]`` (drafted per sequence) are written.
     """
     waiting = st.rec[0].q_len > 0
     k = srv.depth_memo[n] if waiting else srv.idle_memo[n]
@@ -304,9 +306,6 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
         # plans per sequence), so the per-sequence planner compiles only where it runs.
         if srv.rec[0].per_sequence != 0:
             return _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key)
-    for j in range(n):
-        ws.vdepth[j] = k
-        ws.known[j] = k
     return k
 
 
@@ -314,7 +313,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
 
 @step_part
 def _find_decoding(req, st, ws):
-    """Mark the running requests that decode (prefill done, a token emitted); returns how many."""
+    """Mark the running requests that decode (prefill done, a token emitted) in ``ws.slot``, for
+    the per-sequence planner; returns how many (always ``ctx_seqs``, kept as they change)."""
     s = st.rec[0]
     n = 0
     for i in range(s.n_running):
@@ -337,6 +337,8 @@ def _allocate(req, st, o, i, tokens):
     s = st.rec[0]
     r = st.running[i]
     extra = _grow(req, st, o, r, tokens)
+    if extra == 0:
+        return True  # the common case: what it holds suffices (and the cache never holds more than it has)
     while extra > o.kv_blocks - s.kv_used:
         victim_slot = s.n_running - 1
         _preempt_last(req, st)
@@ -348,13 +350,17 @@ def _allocate(req, st, o, i, tokens):
 
 
 @step_part
-def schedule_running_nb(req, srv, st, ws, budget):
+def schedule_running_nb(req, srv, st, ws, budget, k):
     """Schedule the running requests in admission order within the token ``budget``.
 
-    A decoding sequence takes ``1 + drafts`` tokens, its drafts cut to what the budget has left;
-    a partly prefilled request takes the next chunk of its prefill. Each holds KV blocks for what
-    it has computed plus this step's tokens (drafts as lookahead); when the cache is full the most
-    recently admitted running request is preempted.
+    A decoding sequence (prefill done, a token emitted) takes ``1 + drafts`` tokens: ``k`` drafts
+    under a uniform policy, its planned ``ws.vdepth`` under the sequence policy, cut to what the
+    budget has left; a partly prefilled request takes the next chunk of its prefill. Each holds
+    KV blocks for what it has computed plus this step's tokens (drafts as lookahead); when the
+    cache is full the most recently admitted running request is preempted. Writes, per running
+    slot, ``ws.take`` (``UNSCHEDULED`` past the budget) and ``ws.dec_of``, and per decoding
+    sequence its verified depth ``ws.vdepth``: the one pass over the running requests before the
+    step's outcome.
 
     Returns
     -------
@@ -363,15 +369,18 @@ def schedule_running_nb(req, srv, st, ws, budget):
     """
     s = st.rec[0]
     o = srv.rec[0]
+    uniform = o.per_sequence == 0
     preempted = False
     i = np.int64(0)  # not the literal 0 (see _price_nb)
+    j = np.int64(0)
+    cut = np.int64(0)  # drafts the budget cut, added to the state once (a local stays in a register)
     while i < s.n_running and budget > 0:
         r = st.running[i]
-        j = ws.dec_of[i]
-        if j != NOT_DECODING:
-            want = 1 + ws.vdepth[j]
+        decoding = req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]
+        want = np.int64(0)
+        if decoding:
+            want = 1 + (k if uniform else ws.vdepth[j])
             take = want if want < budget else budget
-            ws.vdepth[j] = take - 1
             tokens = req.prompt[r] + req.emitted[r] + take - 1
         else:
             left = req.target[r] - req.prefilled[r]
@@ -382,11 +391,19 @@ def schedule_running_nb(req, srv, st, ws, budget):
             preempted = True
             break
         preempted = preempted or s.n_running < n_before
-        if j != NOT_DECODING:
-            s.drafts_cut += want - take
+        if decoding:
+            ws.dec_of[i] = j
+            ws.vdepth[j] = take - 1
+            cut += want - take
+            j += 1
+        else:
+            ws.dec_of[i] = NOT_DECODING
         ws.take[i] = take
         budget -= take
         i += 1
+    for rest in range(i, s.n_running):  # past the budget: they wait
+        ws.take[rest] = UNSCHEDULED
+    s.drafts_cut += cut
     return budget, preempted
 
 
@@ -584,7 +601,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
     recompute). Returns ``(decode tokens, accepted drafts, requests finished)``."""
     s = st.rec[0]
-    tokens = 0
+    tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
     for i in range(s.n_running):
@@ -597,9 +614,8 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             v = ws.vdepth[j]
             st.depth_hist[v] += 1
             req.decode_iters[r] += 1
-            acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
+            acc = accepted_nb(req, cal, srv, ws, j, r, v, key) if v > 0 else 0
             req.emitted[r] += 1 + acc
-            s.ctx_tokens += 1 + acc
             tokens += 1 + acc
             accepted += acc
         else:
@@ -619,6 +635,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             _leave_context(req, s, r)
             _finish(req, srv, st, r, t)
             done += 1
+    s.ctx_tokens += tokens
     return tokens, accepted, done
 
 
@@ -680,7 +697,7 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
     s = st.rec[0]
     o = srv.rec[0]
-    n = _find_decoding(req, st, ws)
+    n = s.ctx_seqs  # the decoding requests: kept as they change (apply, preemption), not counted
     budget = o.max_num_batched_tokens
     # Each verb has one call site: the helpers are inlined, and every copy costs compile time.
     separate = o.chunked == 0
@@ -689,9 +706,11 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
         before = s.n_running
         admit_nb(req, srv, st, ws, budget, separate)  # whole prefills; a variable, not a literal: one compile
         if s.n_running > before:
+            for i in range(before):  # the running wait for the admitted's prefill
+                ws.take[i] = UNSCHEDULED
             return 0, 0
     k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key)
-    budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
+    budget, preempted = schedule_running_nb(req, srv, st, ws, budget, k)
     if not separate and not preempted:
         admit_nb(req, srv, st, ws, budget, separate)  # chunked: separate is False here
     return n, k
@@ -705,6 +724,7 @@ def _price_nb(tab, srv, st, ws, n, k):
     the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
     prefill part, which then pays only its tokens' marginal cost."""
     s = st.rec[0]
+    uniform = srv.rec[0].per_sequence == 0
     # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
     # pass of its inference, so a literal start compiles the callee once more for it.
     n_sched = np.int64(0)
@@ -722,7 +742,7 @@ def _price_nb(tab, srv, st, ws, n, k):
         else:
             n_sched += 1
             rows += ws.vdepth[j]
-            drafted += ws.known[j]
+            drafted += k if uniform else ws.known[j]
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
     dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0
