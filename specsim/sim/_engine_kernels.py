@@ -156,7 +156,7 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     its workspace)."""
     o = srv.rec[0]
     _find_decoding(req, st, ws)  # ws.slot[:n]: the decoding sequences, in running order
-    kd = np.int64(0)  # not the literal 0 (see _price_nb)
+    kd = np.int64(0)  # not the literal 0 (see schedule_running_nb)
     for j in range(n):
         r = st.running[ws.slot[j]]
         need = req.output[r] - req.emitted[r] - 1
@@ -371,9 +371,17 @@ def schedule_running_nb(req, srv, st, ws, budget, k):
     o = srv.rec[0]
     uniform = o.per_sequence == 0
     preempted = False
-    i = np.int64(0)  # not the literal 0 (see _price_nb)
+    # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
+    # pass of its inference, so a literal start compiles the callee once more for it.
+    i = np.int64(0)
     j = np.int64(0)
-    cut = np.int64(0)  # drafts the budget cut, added to the state once (a local stays in a register)
+    # Counted in locals and added once (a local stays in a register): drafts the budget cut, and
+    # the step's tally of decoding sequences, rows, drafts and prefill chunks.
+    cut = np.int64(0)
+    rows = np.int64(0)
+    drafted = np.int64(0)
+    prefills = np.int64(0)
+    ptok = np.int64(0)
     while i < s.n_running and budget > 0:
         r = st.running[i]
         decoding = req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]
@@ -395,15 +403,25 @@ def schedule_running_nb(req, srv, st, ws, budget, k):
             ws.dec_of[i] = j
             ws.vdepth[j] = take - 1
             cut += want - take
+            rows += take - 1
+            drafted += k if uniform else ws.known[j]
             j += 1
         else:
             ws.dec_of[i] = NOT_DECODING
+            prefills += 1
+            ptok += take
         ws.take[i] = take
         budget -= take
         i += 1
     for rest in range(i, s.n_running):  # past the budget: they wait
         ws.take[rest] = UNSCHEDULED
     s.drafts_cut += cut
+    tally = ws.tally[0]
+    tally.decoding += j
+    tally.rows += rows
+    tally.drafted += drafted
+    tally.prefills += prefills
+    tally.prefill_tokens += ptok
     return budget, preempted
 
 
@@ -447,6 +465,9 @@ def admit_nb(req, srv, st, ws, budget, whole):
         s.n_running = i + 1
         budget -= take
         first = False
+        tally = ws.tally[0]
+        tally.prefills += 1
+        tally.prefill_tokens += take
     return budget
 
 
@@ -698,6 +719,12 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
     s = st.rec[0]
     o = srv.rec[0]
     n = s.ctx_seqs  # the decoding requests: kept as they change (apply, preemption), not counted
+    tally = ws.tally[0]
+    tally.decoding = 0
+    tally.rows = 0
+    tally.drafted = 0
+    tally.prefills = 0
+    tally.prefill_tokens = 0
     budget = o.max_num_batched_tokens
     # Each verb has one call site: the helpers are inlined, and every copy costs compile time.
     separate = o.chunked == 0
@@ -724,25 +751,12 @@ def _price_nb(tab, srv, st, ws, n, k):
     the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
     prefill part, which then pays only its tokens' marginal cost."""
     s = st.rec[0]
-    uniform = srv.rec[0].per_sequence == 0
-    # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
-    # pass of its inference, so a literal start compiles the callee once more for it.
-    n_sched = np.int64(0)
-    rows = np.int64(0)
-    drafted = 0
-    ptok = np.int64(0)
-    prefill = False
-    for i in range(s.n_running):
-        if ws.take[i] == UNSCHEDULED:
-            continue
-        j = ws.dec_of[i]
-        if j == NOT_DECODING:
-            ptok += ws.take[i]
-            prefill = True
-        else:
-            n_sched += 1
-            rows += ws.vdepth[j]
-            drafted += k if uniform else ws.known[j]
+    tally = ws.tally[0]  # counted as the step was scheduled
+    n_sched = tally.decoding
+    rows = tally.rows
+    drafted = tally.drafted
+    ptok = tally.prefill_tokens
+    prefill = tally.prefills > 0
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
     dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0
