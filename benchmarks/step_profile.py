@@ -62,6 +62,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, spent):
         c2 = _cycles()
         spent[0] += c2 - c0
         n = s.ctx_seqs
+        ek._clear_tally(ws)
         budget = o.max_num_batched_tokens
         separate = o.chunked == 0
         k = np.int64(0)

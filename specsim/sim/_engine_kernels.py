@@ -350,6 +350,30 @@ def _allocate(req, st, o, i, tokens):
 
 
 @step_part
+def _schedule_decodes(req, srv, st, ws, budget, k):
+    """:func:`schedule_running_nb` when every running request decodes ``k`` drafts and the budget
+    holds them all: each takes ``1 + k`` tokens, so only its KV blocks are left to settle."""
+    s = st.rec[0]
+    o = srv.rec[0]
+    preempted = False
+    i = np.int64(0)
+    while i < s.n_running:
+        r = st.running[i]
+        n_before = s.n_running
+        if not _allocate(req, st, o, i, req.prompt[r] + req.emitted[r] + k):
+            preempted = True
+            break
+        preempted = preempted or s.n_running < n_before
+        i += 1
+    tally = ws.tally[0]
+    tally.all_decode = k
+    tally.decoding = i
+    tally.rows = i * k
+    tally.drafted = i * k
+    return budget - i * (1 + k), preempted
+
+
+@step_part
 def schedule_running_nb(req, srv, st, ws, budget, k):
     """Schedule the running requests in admission order within the token ``budget``.
 
@@ -370,6 +394,8 @@ def schedule_running_nb(req, srv, st, ws, budget, k):
     s = st.rec[0]
     o = srv.rec[0]
     uniform = o.per_sequence == 0
+    if uniform and s.n_running == s.ctx_seqs and s.n_running * (1 + k) <= budget:
+        return _schedule_decodes(req, srv, st, ws, budget, k)
     preempted = False
     # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
     # pass of its inference, so a literal start compiles the callee once more for it.
@@ -622,19 +648,29 @@ def apply_nb(req, cal, srv, st, ws, t, key):
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
     recompute). Returns ``(decode tokens, accepted drafts, requests finished)``."""
     s = st.rec[0]
+    tally = ws.tally[0]
+    # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
+    k_all = tally.all_decode
+    n_all = tally.decoding if k_all >= 0 else 0
+    gated = srv.rec[0].acceptance_window > 0  # decode_iters is the speculation gate's alone
     tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
     for i in range(s.n_running):
-        take = ws.take[i]
-        if take == UNSCHEDULED:
-            continue
+        if i < n_all:
+            take = 1 + k_all
+            j = i
+        else:
+            take = ws.take[i]
+            if take == UNSCHEDULED:
+                continue
+            j = ws.dec_of[i]
         r = st.running[i]
-        j = ws.dec_of[i]
         if j != NOT_DECODING:
-            v = ws.vdepth[j]
+            v = k_all if i < n_all else ws.vdepth[j]
             st.depth_hist[v] += 1
-            req.decode_iters[r] += 1
+            if gated:
+                req.decode_iters[r] += 1
             acc = accepted_nb(req, cal, srv, ws, j, r, v, key) if v > 0 else 0
             req.emitted[r] += 1 + acc
             tokens += 1 + acc
@@ -713,18 +749,25 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
 # -- one step, one replica -------------------------------------------------------------------------------
 
 @step_part
+def _clear_tally(ws):
+    """A new step's tally: nothing scheduled yet."""
+    tally = ws.tally[0]
+    tally.all_decode = -1
+    tally.decoding = 0
+    tally.rows = 0
+    tally.drafted = 0
+    tally.prefills = 0
+    tally.prefill_tokens = 0
+
+
+@step_part
 def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
     """Decide the step: which running requests run with how many tokens, which waiting ones are
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
     s = st.rec[0]
     o = srv.rec[0]
     n = s.ctx_seqs  # the decoding requests: kept as they change (apply, preemption), not counted
-    tally = ws.tally[0]
-    tally.decoding = 0
-    tally.rows = 0
-    tally.drafted = 0
-    tally.prefills = 0
-    tally.prefill_tokens = 0
+    _clear_tally(ws)
     budget = o.max_num_batched_tokens
     # Each verb has one call site: the helpers are inlined, and every copy costs compile time.
     separate = o.chunked == 0

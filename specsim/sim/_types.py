@@ -160,7 +160,7 @@ class Requests(NamedTuple):
     ``emitted`` tokens so far, ``prefilled``/``target`` prefill progress (a preempted request's
     target becomes prompt + emitted), ``blocks`` KV blocks held, ``first_s``/``finish_s``/
     ``sched_s`` (first admission) times, NaN until they happen, ``decode_iters`` decode steps the
-    request took part in (the speculation gate's denominator).
+    request took part in (the speculation gate's denominator; counted only in a run with a gate).
     """
 
     arrival_s: np.ndarray
@@ -255,8 +255,12 @@ class StepLog(NamedTuple):
 
 
 # What one step scheduled, counted as it is scheduled (so pricing needs no pass over the slots):
-# decoding sequences and their verified rows and drafted depths, prefill chunks and their tokens.
+# decoding sequences and their verified rows and drafted depths, prefill chunks and their tokens;
+# ``all_decode``: the depth k when the running slots 0..decoding-1 all decode k drafts uncut
+# (a uniform policy's step of decodes alone that the budget cannot cut: apply then reads no
+# per-slot scratch for them), else -1.
 TALLY_DT = np.dtype([
+    ("all_decode", "i8"),
     ("decoding", "i8"),
     ("rows", "i8"),
     ("drafted", "i8"),
