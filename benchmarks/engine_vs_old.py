@@ -16,6 +16,7 @@ the scheduling rules off (separate prefill steps, no token budget: the old engin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -71,6 +72,18 @@ def measure(old_root, trace, inputs, rounds=5, policies=POLICIES):
         new.close()
 
 
+@contextlib.contextmanager
+def inputs_from(old_root):
+    """A folder with the table and calibration the old checkout's own ``specsim demo --requests
+    300`` writes (removed on exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = Path(tmp) / "demo"
+        # From the old checkout: `-m` puts the working folder first on the import path.
+        subprocess.run([sys.executable, "-m", "specsim", "demo", "--requests", "300", "--out", str(inputs)],
+                       check=True, capture_output=True, cwd=old_root, env=dict(os.environ, PYTHONPATH=str(old_root)))
+        yield inputs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.engine_vs_old", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,13 +92,11 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", help="a folder with the old demo's table.toml and calibration.toml")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs = Path(args.inputs) if args.inputs else Path(tmp) / "demo"
-        if not args.inputs:
-            # From the old checkout: `-m` puts the working folder first on the import path.
-            subprocess.run([sys.executable, "-m", "specsim", "demo", "--requests", "300", "--out", str(inputs)],
-                           check=True, capture_output=True, cwd=args.old, env=dict(os.environ, PYTHONPATH=str(args.old)))
-        best = measure(args.old, args.trace, inputs, args.rounds)
+    if args.inputs:
+        best = measure(args.old, args.trace, Path(args.inputs), args.rounds)
+    else:
+        with inputs_from(args.old) as inputs:
+            best = measure(args.old, args.trace, inputs, args.rounds)
     print(f"{'policy':10s} {'old ms':>8s} {'off ms':>8s} {'off/old':>8s} {'on ms':>8s} {'on/old':>7s}")
     for p in POLICIES + ("total",):
         v = {m: (sum(best[(q, m)] for q in POLICIES) if p == "total" else best[(p, m)]) for m in ("old", "off", "on")}
