@@ -157,3 +157,30 @@ def test_t_quantiles_and_paired_noise():
     assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3 ** 0.5) < 1e-9
     mean, half = paired_noise([0.5])
     assert mean == 0.5 and half != half
+
+
+@pytest.mark.kernels
+def test_reruns_report_their_finished_requests_to_a_progress_bar():
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 4, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2")]
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
+    rerun.prefetch([(0, 1), (1, 1), (0, 2), (0, 1)])
+    assert len(bars) == 1 and bars[0].total == 3 * len(reqs) == bars[0].done and bars[0].closed
+    rerun.prefetch([(0, 2)])  # made already: no bar
+    assert len(bars) == 1

@@ -116,7 +116,10 @@ def _simulate(args, out):
     print(comparison_table(summaries))
     for line in overload_lines(summaries):
         print(line)
-    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance)
+    # The verdicts' reruns on a long trace take as long as the policies did: they report too.
+    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance,
+                   progress=lambda total: Progress(total, "verdicts", enabled=not args.quiet and n_req >= 200_000,
+                                                   unit="requests"))
     verdicts = [v for v in verdicts_of(("lowest energy", "lowest p99 TPOT"), summaries, rerun, args.seed)
                 if v is not None]
     for v in verdicts:

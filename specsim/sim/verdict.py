@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from dataclasses import replace
 
@@ -160,11 +161,13 @@ class Reruns:
     """``rerun(index, seed) -> summary`` for :func:`verdict`, cached: ``results[index]``'s policy
     and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``, its
     SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None).
-    :meth:`prefetch` makes many at once in threads (the engine releases the GIL)."""
+    :meth:`prefetch` makes many at once in threads (the engine releases the GIL), reporting finished
+    requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
-    def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None):
+    def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
         self._args = (requests, table, calibration, results, options, slo, acceptance)
         self._cache = {}
+        self._progress = progress
 
     def _run(self, index, seed, progress=None):
         requests, table, calibration, results, options, slo, acceptance = self._args
@@ -185,28 +188,42 @@ class Reruns:
         per CPU, at most ``MAX_WORKERS``). Ctrl-C (or an error) stops them all at their next
         chunk of steps and is raised again."""
         todo = [p for p in dict.fromkeys(pairs) if p not in self._cache]
-        workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
-        if workers < 2:
-            for index, seed in todo:
-                self(index, seed)
+        if not todo:
             return
-        ex = Executor("threads", workers)
+        workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
+        ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
+        bar = None
+        if self._progress is not None:
+            n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
+            bar = self._progress(len(todo) * n_req)
+        lock = threading.Lock()
 
         def one(index, seed):
-            def tick(_finished):
+            seen = [0]
+
+            def tick(finished):
                 if ex.stop.is_set():
                     raise _Abandoned
+                if bar is not None:
+                    with lock:
+                        bar.update(finished - seen[0])
+                seen[0] = finished
+
             return self._run(index, seed, tick)
 
-        with ex:
-            for pair, summary in zip(todo, ex.map(one, todo)):
-                self._cache[pair] = summary
+        try:
+            with ex:
+                for pair, summary in zip(todo, ex.map(one, todo)):
+                    self._cache[pair] = summary
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 class _Abandoned(Exception):
     """Raised in a rerun's progress callback to end it when the caller stopped."""
 
 
-def reruns(requests, table, calibration, results, options, slo=None, acceptance=None) -> Reruns:
+def reruns(requests, table, calibration, results, options, slo=None, acceptance=None, progress=None) -> Reruns:
     """The :class:`Reruns` of ``results`` (see there)."""
-    return Reruns(requests, table, calibration, results, options, slo, acceptance)
+    return Reruns(requests, table, calibration, results, options, slo, acceptance, progress)
