@@ -97,7 +97,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, spent):
         s.kv_block_s += s.kv_used * (ms / 1000.0)
         c6 = _cycles()
         spent[4] += c6 - c5
-        tokens, accepted, done = ek.apply_nb(req, cal, srv, st, ws, t, key)
+        tokens, accepted, done, first_done = ek.apply_nb(req, cal, srv, st, ws, t, key)
         s.emitted += tokens
         s.accepted += accepted
         c7 = _cycles()
@@ -107,7 +107,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, spent):
         if n_sched > 0:
             ek.log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
         if done > 0:
-            ek._release_finished(req, st)
+            ek._release_finished(req, st, first_done)
         s.t_s = t
         spent[6] += _cycles() - c7
         spent[7] += 1

@@ -646,7 +646,8 @@ def _finish(req, srv, st, r, t):
 def apply_nb(req, cal, srv, st, ws, t, key):
     """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
-    recompute). Returns ``(decode tokens, accepted drafts, requests finished)``."""
+    recompute). Returns ``(decode tokens, accepted drafts, requests finished, the first running
+    slot that finished)`` (that slot -1 when none did)."""
     s = st.rec[0]
     tally = ws.tally[0]
     # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
@@ -656,6 +657,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
     tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
+    first_done = np.int64(-1)
     for i in range(s.n_running):
         if i < n_all:
             take = 1 + k_all
@@ -691,17 +693,20 @@ def apply_nb(req, cal, srv, st, ws, t, key):
         if req.emitted[r] == req.output[r]:
             _leave_context(req, s, r)
             _finish(req, srv, st, r, t)
+            if done == 0:
+                first_done = i
             done += 1
     s.ctx_tokens += tokens
-    return tokens, accepted, done
+    return tokens, accepted, done, first_done
 
 
 @step_part
-def _release_finished(req, st):
-    """Drop finished requests from the running slots (keeping admission order), freeing their blocks."""
+def _release_finished(req, st, first):
+    """Drop finished requests from the running slots (keeping admission order), freeing their
+    blocks; ``first``: the first slot that finished (the slots before it stay where they are)."""
     s = st.rec[0]
-    w = 0
-    for i in range(s.n_running):
+    w = first
+    for i in range(first, s.n_running):
         r = st.running[i]
         if req.emitted[r] < req.output[r]:
             st.running[w] = r
@@ -866,7 +871,7 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan):
     ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
     t = s.t_s + ms / 1000.0
     s.kv_block_s += s.kv_used * (ms / 1000.0)
-    tokens, accepted, done = apply_nb(req, cal, srv, st, ws, t, key)
+    tokens, accepted, done, first_done = apply_nb(req, cal, srv, st, ws, t, key)
     s.emitted += tokens
     s.accepted += accepted
     if srv.rec[0].adaptive != 0 and n_sched > 0 and k > 0:
@@ -874,7 +879,7 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan):
     if n_sched > 0:
         log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
     if done > 0:
-        _release_finished(req, st)
+        _release_finished(req, st, first_done)
     s.t_s = t
     return True
 
