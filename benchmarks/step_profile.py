@@ -90,14 +90,14 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, spent):
                 ek.admit_nb(req, srv, st, ws, budget, separate)
             spent[3] += _cycles() - c4
         c5 = _cycles()
-        if s.kv_used > s.kv_peak:
-            s.kv_peak = s.kv_used
         ms, n_sched, rows, ptok = ek._price_nb(tab, srv, st, ws, n, k)
         t = s.t_s + ms / 1000.0
-        s.kv_block_s += s.kv_used * (ms / 1000.0)
         c6 = _cycles()
         spent[4] += c6 - c5
         tokens, accepted, done, first_done = ek.apply_nb(req, cal, srv, st, ws, t, key)
+        if s.kv_used > s.kv_peak:
+            s.kv_peak = s.kv_used
+        s.kv_block_s += s.kv_used * (ms / 1000.0)
         s.emitted += tokens
         s.accepted += accepted
         c7 = _cycles()
@@ -124,7 +124,9 @@ def profile(requests, table, calibration, policy, **options):
     spent = np.zeros(len(VERBS) + 1, np.uint64)
     _profiled_run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, p.plan, spent)
     want = simulate(requests, table, calibration, policy, **options)
-    if not np.array_equal(p.req.finish_s, want.finish_s):
+    rec = p.st.rec[0]
+    if not (np.array_equal(p.req.finish_s, want.finish_s) and rec["kv_peak"] == want.kv["peak_blocks"]
+            and rec["kv_block_s"] == want.kv["block_s"]):
         raise SystemExit("the profiled run differs from simulate's: the profile copy of step_nb is out of date")
     total = float(spent[:-1].sum())
     return spent[:-1] / total, int(spent[-1]), total, int(p.st.rec[0]["seq_steps"])

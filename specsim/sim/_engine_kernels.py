@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim._checks import NO_CAP
 from specsim._jit import jit
 from specsim.plan._kernels import (
     DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, row_cost_nb, sequence_depths_nb,
@@ -352,11 +353,18 @@ def _allocate(req, st, o, i, tokens):
 @step_part
 def _schedule_decodes(req, srv, st, ws, budget, k):
     """:func:`schedule_running_nb` when every running request decodes ``k`` drafts and the budget
-    holds them all: each takes ``1 + k`` tokens, so only its KV blocks are left to settle."""
+    holds them all: each takes ``1 + k`` tokens, so only its KV blocks are left to settle. With
+    an unlimited cache nobody can be preempted and nothing reads a step's blocks before its
+    outcome, so :func:`apply_nb` settles them as it goes (``tally.kv_later``) and there is no
+    pass here."""
     s = st.rec[0]
     o = srv.rec[0]
+    tally = ws.tally[0]
     preempted = False
     i = np.int64(0)
+    if o.kv_blocks == NO_CAP:
+        i = s.n_running
+        tally.kv_later = 1
     while i < s.n_running:
         r = st.running[i]
         n_before = s.n_running
@@ -365,7 +373,6 @@ def _schedule_decodes(req, srv, st, ws, budget, k):
             break
         preempted = preempted or s.n_running < n_before
         i += 1
-    tally = ws.tally[0]
     tally.all_decode = k
     tally.decoding = i
     tally.rows = i * k
@@ -653,21 +660,27 @@ def apply_nb(req, cal, srv, st, ws, t, key):
     # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
     k_all = tally.all_decode
     n_all = tally.decoding if k_all >= 0 else 0
+    kv_later = tally.kv_later != 0
+    o = srv.rec[0]
     gated = srv.rec[0].acceptance_window > 0  # decode_iters is the speculation gate's alone
     tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
     first_done = np.int64(-1)
     for i in range(s.n_running):
+        r = st.running[i]
         if i < n_all:
             take = 1 + k_all
             j = i
+            if kv_later:  # the blocks _schedule_decodes left to this pass: what it would have given
+                extra = _grow(req, st, o, r, req.prompt[r] + req.emitted[r] + k_all)
+                req.blocks[r] += extra
+                s.kv_used += extra
         else:
             take = ws.take[i]
             if take == UNSCHEDULED:
                 continue
             j = ws.dec_of[i]
-        r = st.running[i]
         if j != NOT_DECODING:
             v = k_all if i < n_all else ws.vdepth[j]
             st.depth_hist[v] += 1
@@ -758,6 +771,7 @@ def _clear_tally(ws):
     """A new step's tally: nothing scheduled yet."""
     tally = ws.tally[0]
     tally.all_decode = -1
+    tally.kv_later = 0
     tally.decoding = 0
     tally.rows = 0
     tally.drafted = 0
@@ -866,12 +880,13 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan):
         return False
     key = seed_key_nb(srv.rec[0].seed)
     n, k = _schedule_nb(req, tab, cal, srv, st, ws, plan, key)
-    if s.kv_used > s.kv_peak:
-        s.kv_peak = s.kv_used
     ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
     t = s.t_s + ms / 1000.0
-    s.kv_block_s += s.kv_used * (ms / 1000.0)
     tokens, accepted, done, first_done = apply_nb(req, cal, srv, st, ws, t, key)
+    # The blocks the step held (settled by scheduling, or by apply: it frees none).
+    if s.kv_used > s.kv_peak:
+        s.kv_peak = s.kv_used
+    s.kv_block_s += s.kv_used * (ms / 1000.0)
     s.emitted += tokens
     s.accepted += accepted
     if srv.rec[0].adaptive != 0 and n_sched > 0 and k > 0:

@@ -258,9 +258,11 @@ class StepLog(NamedTuple):
 # decoding sequences and their verified rows and drafted depths, prefill chunks and their tokens;
 # ``all_decode``: the depth k when the running slots 0..decoding-1 all decode k drafts uncut
 # (a uniform policy's step of decodes alone that the budget cannot cut: apply then reads no
-# per-slot scratch for them), else -1.
+# per-slot scratch for them), else -1; ``kv_later``: 1 when apply settles those slots' KV blocks
+# (an unlimited cache).
 TALLY_DT = np.dtype([
     ("all_decode", "i8"),
+    ("kv_later", "i8"),
     ("decoding", "i8"),
     ("rows", "i8"),
     ("drafted", "i8"),
