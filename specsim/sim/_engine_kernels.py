@@ -674,16 +674,20 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             j = i
             if kv_later:  # the blocks _schedule_decodes left to this pass: what it would have given
                 extra = _grow(req, st, o, r, req.prompt[r] + req.emitted[r] + k_all)
-                req.blocks[r] += extra
-                s.kv_used += extra
+                if extra > 0:
+                    req.blocks[r] += extra
+                    s.kv_used += extra
         else:
             take = ws.take[i]
             if take == UNSCHEDULED:
                 continue
             j = ws.dec_of[i]
         if j != NOT_DECODING:
-            v = k_all if i < n_all else ws.vdepth[j]
-            st.depth_hist[v] += 1
+            if i < n_all:
+                v = k_all  # counted in depth_hist once, after the pass
+            else:
+                v = ws.vdepth[j]
+                st.depth_hist[v] += 1
             if gated:
                 req.decode_iters[r] += 1
             acc = accepted_nb(req, cal, srv, ws, j, r, v, key) if v > 0 else 0
@@ -709,6 +713,8 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             if done == 0:
                 first_done = i
             done += 1
+    if n_all > 0:
+        st.depth_hist[k_all] += n_all
     s.ctx_tokens += tokens
     return tokens, accepted, done, first_done
 
