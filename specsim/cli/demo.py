@@ -13,7 +13,7 @@ from specsim.sim.engine import ServerOptions
 from specsim.sim.metrics import overload_lines
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
-from specsim.sim.verdict import reruns, same_run_lines, verdict
+from specsim.sim.verdict import reruns, same_run_lines, verdicts
 
 
 def register(sub, groups):
@@ -157,13 +157,14 @@ def _verdicts(summaries, results, inputs, seed):
     fastest policy when the lead clears the draft-outcome noise (else a tie), and plain decoding."""
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
                    ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
-    verdicts = {name: verdict(name, summaries, rerun, seed) for name in ("lowest energy", "lowest p99 TPOT")}
-    lead = answer(summaries, rerun, seed, verdicts)
+    names = ("lowest energy", "lowest p99 TPOT")
+    found = dict(zip(names, verdicts(names, summaries, rerun, seed)))
+    lead = answer(summaries, rerun, seed, found)
     if lead is not None:
         print(lead["line"])
     for line in same_run_lines(summaries):
         print(line)
-    for v in verdicts.values():
+    for v in found.values():
         if v is not None:
             print(v["line"])
     plain = next((s for s in summaries if s["policy"] == "fixed:0" and s["j_per_token"] is not None), None)
