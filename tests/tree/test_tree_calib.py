@@ -18,7 +18,7 @@ from specsim.calibration.report import wilson
 from specsim.calibration.tree_fit import bin_tree, rank_acceptance_from_counts
 from specsim.cli import main
 
-# The fit bins a log's chain part with the calibration's kernels (tests/conftest.py: KERNEL_MODULES).
+# The fit bins a log's chain part with the calibration's kernels (tests/conftest.py: KERNEL_FOLDERS).
 pytestmark = pytest.mark.kernels
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRAFTER = DrafterKey("ab" * 32, 32000, "bf16", True)
