@@ -23,9 +23,8 @@ from specsim.sim import ServerOptions, simulate
 from specsim.sim.engine import prepare
 from specsim.sim.fleet import Fleet, simulate_fleet
 from tests import reference_engine as ref
-from tests.sim.test_engine import (
-    assert_matches_reference, random_requests, run_reference, small_calibration, small_table, with_spread,
-)
+from tests.fixtures import random_requests, small_calibration, small_table, with_spread
+from tests.sim.test_engine import assert_matches_reference, run_reference
 
 DRAFTER = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
 RATES = (0.8, 0.7, 0.6, 0.55)

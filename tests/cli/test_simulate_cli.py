@@ -11,7 +11,7 @@ import pytest
 from specsim.cli import main
 from specsim.sim import simulate, synthetic_trace
 from specsim.sim.slo import SLO
-from tests.sim.test_engine import small_calibration, small_table
+from tests.fixtures import small_calibration, small_table
 
 SYNTH = "requests=150,rate=4,seed=2,output=lognormal:20:0.8,prompt=lognormal:200:0.5"
 

@@ -14,15 +14,10 @@ import specsim
 from specsim import AcceptanceCalibration, Cell, CostTable, DrafterKey, Planner, TableKey
 from specsim.errors import KeyMismatchError, PlanError
 from specsim.plan import goodput_depth, propose_depth, sequence_depths
+from tests.fixtures import PLAN_DRAFTER as DRAFTER
+from tests.fixtures import PLAN_TABLE_KEY as KEY
+from tests.fixtures import calibrations, table, tables
 from tests.reference import ref_goodput_depth, ref_propose_depth, ref_sequence_depths
-
-KEY = TableKey(1, "box", "recipe", {"verify": "v", "draft": "d"})
-DRAFTER = DrafterKey("sha", 32000, "bf16", True)
-
-
-def table(rows):
-    """``rows``: {n: [(verify_ms, verify_j, draft_ms, draft_j) per k]}."""
-    return CostTable.from_cells(KEY, [Cell(n, k, *c) for n, per_k in rows.items() for k, c in enumerate(per_k)])
 
 
 def cal(priors, edges=(0.0,), p_accept=(0.5,)):
@@ -162,36 +157,12 @@ def test_slack_limits_slow_extra_rows():
 
 # --- Hypothesis against the reference ----------------------------------------------------------
 
-ROUND = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0])
-PROB = st.one_of(ROUND, st.floats(0.0, 1.0))
 # Log-probabilities: at most 0, and up to LOGPROB_SLACK above it as rounding (the planner refuses
 # larger ones; tests/whole/test_messages.py checks that refusal).
 LP = st.one_of(
     st.sampled_from([-np.inf, -8.0, -1.0, -0.5, -0.1, -0.05, 0.0, 2.0 ** -10, float("nan")]),
     st.floats(-10.0, 2.0 ** -10, allow_nan=False, width=32),
 )
-
-
-@st.composite
-def tables(draw):
-    widths = sorted(draw(st.sets(st.integers(1, 64), min_size=1, max_size=4)))
-    max_k = draw(st.integers(0, 6))
-    cost = st.one_of(st.sampled_from([1.0, 2.0, 4.0, 10.0]), st.floats(0.01, 100.0))
-    cells = []
-    for n in widths:
-        for k in range(max_k + 1):
-            d_ms, d_j = (0.0, 0.0) if k == 0 else (draw(cost), draw(cost))
-            cells.append(Cell(n, k, draw(cost), draw(cost), d_ms, d_j))
-    return CostTable.from_cells(KEY, cells)
-
-
-@st.composite
-def calibrations(draw):
-    inner = sorted(draw(st.sets(st.sampled_from([-8.0, -4.0, -2.0, -1.0, -0.5, -0.1, -0.05]), max_size=5)))
-    edges = inner + [0.0]
-    p_accept = draw(st.lists(PROB, min_size=len(edges), max_size=len(edges)))
-    priors = draw(st.lists(PROB, min_size=1, max_size=5))
-    return AcceptanceCalibration(DRAFTER, edges, p_accept, priors)
 
 
 @settings(max_examples=150, deadline=None)

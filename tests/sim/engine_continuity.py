@@ -57,7 +57,7 @@ def demo_case():
 
 def conv_case(shared_data):
     from specsim.traces import read_trace
-    from tests.sim.test_engine import gb10
+    from tests.fixtures import gb10
 
     table, cal = gb10(shared_data)
     read = read_trace(shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv")

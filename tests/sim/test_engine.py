@@ -13,52 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.calibration import AcceptanceCalibration, DrafterKey
-from specsim.calibration._types import RequestSpread
+from specsim.calibration import AcceptanceCalibration
 from specsim.calibration.spread import centres
 from specsim.errors import PolicyError, SimulationError, TraceWarning
-from specsim.sim import REQUEST_DT, ServerOptions, simulate
+from specsim.sim import ServerOptions, simulate
 from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.sim.slo import SLO
-from specsim.table import Cell, CostTable, TableKey
 from tests import reference_engine as ref
+from tests.fixtures import SIM_DRAFTER as KEY
+from tests.fixtures import gb10, random_requests, requests, small_calibration, small_table, with_spread
+from tests.fixtures import flat_deep_table  # noqa: F401  (its old home: a subprocess below imports it from here)
 
 POLICIES = ("fixed:0", "fixed:1", "fixed:3", "propose", "goodput", "sequence", "load-aware", "schedule:1-2=3,3-4=1,5-=0")
-KEY = DrafterKey(weights_sha256="test", vocab=100, quantization="bf16", context=True)
-
-
-def small_table():
-    """Widths 1, 2, 4, depths 0..3; verify cost rises with depth and width, drafting is cheap."""
-    cells = []
-    for n in (1, 2, 4):
-        for k in range(4):
-            cells.append(Cell(n, k, 10.0 + 0.5 * n + 1.5 * k * n ** 0.5, 2.0 + 0.3 * n + 0.4 * k * n,
-                              0.8 * k, 0.1 * k))
-    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
-
-
-def small_calibration():
-    return AcceptanceCalibration(KEY, [-2.0, -0.5, -0.1, 0.0], [0.1, 0.45, 0.8, 0.95], [0.75, 0.6, 0.55])
-
-
-def with_spread(cal, sd):
-    """``cal`` with a per-request spread of ``sd`` (None: without one)."""
-    return cal if sd is None else cal.with_spread(RequestSpread(sd, 0.1, 100, "test"))
-
-
-def requests(rows):
-    out = np.zeros(len(rows), dtype=REQUEST_DT)
-    for i, (a, p, o) in enumerate(rows):
-        out[i] = (a, p, o)
-    return out
-
-
-def random_requests(n, seed, rate=2.0, max_out=40):
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    arrivals -= arrivals[0]
-    return requests([(float(a), int(rng.integers(1, 300)), int(rng.integers(1, max_out))) for a in arrivals])
 
 
 def ref_policy(text):
@@ -475,22 +442,6 @@ def test_simulate_is_exported():
 
 # -- real data ---------------------------------------------------------------------------------------
 
-def gb10(shared_data):
-    """The real GB10 table (run 1) through the importer, and a calibration built from its windows:
-    priors from the accept-run histograms; buckets with p_accept ~ exp(log-prob midpoint)."""
-    import tomllib
-
-    from specsim.costmodel.defaults import DEMO_EDGES, demo_p_accept
-    from specsim.sim.replay import load_acceptance_file, run_table
-
-    path = shared_data / "metrale" / "qwen38_27b_mtp_gb10.toml"
-    table = run_table(load_acceptance_file(path).run("qwen38_27b_mtp_r1"), TableKey(1, "gb10", "qwen", {}))
-    windows = np.array(tomllib.loads(path.read_text())["run"][0]["windows"]).sum(axis=0)
-    a3, a2, a1, a0 = windows.tolist()
-    priors = [(a1 + a2 + a3) / (a0 + a1 + a2 + a3), (a2 + a3) / (a1 + a2 + a3), a3 / (a2 + a3)]
-    return table, AcceptanceCalibration(KEY, DEMO_EDGES, demo_p_accept(), priors)
-
-
 def test_real_gb10_table_on_azure_conv(shared_data):
     from specsim.traces import read_trace
 
@@ -563,14 +514,6 @@ def test_real_glm_acceptance_trace_on_azure_code(shared_data):
     want = np.minimum(trace.accepted, depth).mean()
     got = res.counters["accepted_drafts"] / res.counters["sequence_steps"]
     assert abs(got - want) < 0.15 * max(want, 0.1)
-
-
-def flat_deep_table(widths=(1, 256), max_k=8):
-    """Verify cost nearly flat in rows, so deep drafts pay even at width 256: the planner sorts
-    thousands of gains per step."""
-    cells = [Cell(n, k, 20.0 + 0.001 * n * k, 5.0 + 0.0001 * n * k, 0.05 * k, 0.01 * k)
-             for n in widths for k in range(max_k + 1)]
-    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
 
 
 def test_sequence_policy_at_width_256_depth_8_does_not_corrupt_memory():

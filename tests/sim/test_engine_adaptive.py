@@ -17,7 +17,8 @@ from specsim.interop.sglang import parse_adaptive
 from specsim.sim import simulate
 from specsim.interop import read_policy
 from specsim.policy.policy import Policy
-from tests.sim.test_engine import assert_matches_reference, random_requests, run_reference, small_calibration, small_table
+from tests.fixtures import random_requests, small_calibration, small_table
+from tests.sim.test_engine import assert_matches_reference, run_reference
 
 candidates = st.lists(st.integers(0, 3), min_size=1, max_size=4)
 
@@ -87,7 +88,7 @@ def test_controller_steps_down_when_drafts_are_rejected(tmp_path):
     """A drafter whose drafts are nearly always rejected: after the warm-up the slot leaves its
     start (the deepest candidate) for the shallowest, and mostly stays there."""
     from specsim.calibration import AcceptanceCalibration
-    from tests.sim.test_engine import KEY
+    from tests.fixtures import SIM_DRAFTER as KEY
 
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"candidate_steps": [1, 3], "warmup_batches": 4, "update_interval": 2}))

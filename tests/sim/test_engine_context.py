@@ -9,10 +9,8 @@ import pytest
 
 from specsim.sim import simulate
 from specsim.table import Cell, CostTable, TableKey
-from tests.sim.test_engine import (
-    POLICIES, assert_matches_reference, assert_serving_invariants, random_requests, requests, run_reference,
-    small_calibration, small_table,
-)
+from tests.fixtures import random_requests, requests, small_calibration, small_table
+from tests.sim.test_engine import POLICIES, assert_matches_reference, assert_serving_invariants, run_reference
 
 
 def context_table(contexts=(20, 150, 400), reference=150):

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from specsim.calibration import AcceptanceCalibration
 from specsim.sim import simulate
 from specsim.table import Cell, CostTable, TableKey
-from tests.sim.test_engine import KEY, assert_serving_invariants, requests
+from tests.fixtures import SIM_DRAFTER as KEY
+from tests.fixtures import requests
+from tests.sim.test_engine import assert_serving_invariants
 
 WIDTHS = (1, 2, 3, 7, 16, 64, 255, 256, 257, 512, 1024)
 

@@ -20,7 +20,7 @@ from specsim.sim.fleet import ROUTERS, Fleet, FleetError, ReplicaGroup, load_fle
 from specsim.sim.slo import SLO
 from specsim.table import Cell, CostTable, TableKey
 from tests import reference as ref
-from tests.sim.test_engine import random_requests, requests, small_calibration, small_table, with_spread
+from tests.fixtures import random_requests, requests, small_calibration, small_table, with_spread
 
 pytestmark = pytest.mark.kernels  # drives the fleet kernel: CI reruns it with bounds checks
 

@@ -14,7 +14,7 @@ from specsim.sim.metrics import OVERLOAD_GROWTH, OVERLOAD_MIN_REQUESTS, overload
 from specsim.sim.slo import SLO
 from specsim.studies.capacity import capacity
 from specsim.traces import LogNormalLengths
-from tests.sim.test_engine import small_calibration, small_table
+from tests.fixtures import small_calibration, small_table
 
 
 def test_growth_is_the_backlog_slope():

@@ -10,10 +10,9 @@ import pytest
 from specsim.errors import SimulationError
 from specsim.sim import simulate
 from specsim.table import Cell, CostTable, TableKey
-from tests.sim.test_engine import (
-    POLICIES, acceptance_trace, assert_matches_reference, assert_serving_invariants, random_requests, requests,
-    run_reference, small_calibration, small_table,
-)
+from tests.fixtures import random_requests, requests, small_calibration, small_table
+from tests.sim.test_engine import (POLICIES, acceptance_trace, assert_matches_reference, assert_serving_invariants,
+                                   run_reference)
 
 MS = 10.0  # every whole decode step of the flat table costs 10 ms and 1 J, whatever its width and depth
 

@@ -13,7 +13,7 @@ from specsim.sim import simulate
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
 from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, same_run, verdict
-from tests.sim.test_engine import random_requests, small_calibration, small_table
+from tests.fixtures import random_requests, small_calibration, small_table
 
 
 def test_same_depth_at_every_width_is_the_same_run():

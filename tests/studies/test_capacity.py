@@ -18,7 +18,7 @@ from specsim.errors import SimulationError
 from specsim.sim.fleet import Fleet, ReplicaGroup
 from specsim.sim.slo import SLO
 from specsim.studies.capacity import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
-from tests.sim.test_engine import requests, small_calibration, small_table
+from tests.fixtures import requests, small_calibration, small_table
 from tests.fixtures import ROOT
 
 K = 5  # replicas that are exactly enough for the burst traffic below

@@ -1,7 +1,6 @@
 """Cost tables (docs/tables.md): kernels against tests/reference.py, validation, rendering, keys."""
 
 import math
-import struct
 import sys
 
 import numpy as np
@@ -9,31 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsim._checks import MAX_STEP_COST
 from specsim import Cell, CostTable, KeyMismatch, TableError, TableKey
 from specsim.table import _kernels
 from tests import reference as ref
+from tests.fixtures import grid, positive, same
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEY = TableKey(1, "h200", "llama-3.1-8b/eagle-1l-bf16", {"verify": "sha256:aa", "draft": "sha256:bb"})
-
-
-def bits(x):
-    return struct.unpack("<Q", struct.pack("<d", x))[0]
-
-
-def same(a, b):
-    """Bit-identical sequences of floats (so -0.0 and NaN payloads count)."""
-    return [bits(float(x)) for x in a] == [bits(float(y)) for y in b]
-
-
-def grid(widths, max_k, cost=lambda n, k, f: 1.0 + n + 10 * k + 0.1 * f):
-    return [Cell(n, k, cost(n, k, 0), cost(n, k, 1), 0.0 if k == 0 else cost(n, k, 2), 0.0 if k == 0 else cost(n, k, 3))
-            for n in widths for k in range(max_k + 1)]
-
-
-# Every cost a table accepts: the smallest positive float up to the per-step limit (docs/limits.md).
-positive = st.floats(min_value=5e-324, max_value=MAX_STEP_COST, allow_nan=False, allow_infinity=False)
 
 
 @st.composite

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specsim import Cell, CostTable, TableError, TableKey
 from specsim.measure import merge_tables
 from tests import reference as ref
-from tests.table.test_table import grid, positive, same
+from tests.fixtures import grid, positive, same
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEY = TableKey(1, "h200", "llama-3.1-8b/eagle-1l-bf16", {"verify": "sha256:aa", "draft": "sha256:bb"})

@@ -19,7 +19,7 @@ from specsim.tree import (Tree, best_tree, expected_tokens, greedy_order, tree_f
                           tree_from_vllm, tree_step_cost)
 from tests.reference import (ref_all_paths_order, ref_expected_tokens, ref_greedy_order, ref_propose_tree,
                              ref_tree_price)
-from tests.plan.test_plan import calibrations, table, tables
+from tests.fixtures import calibrations, table, tables
 
 
 def assert_order_matches(a, nodes, max_depth):
@@ -636,7 +636,7 @@ def test_a_chain_only_calibration_answers_as_propose_at_every_context():
 
 def calibration_for_tests(rows):
     from specsim import AcceptanceCalibration
-    from tests.plan.test_plan import DRAFTER
+    from tests.fixtures import PLAN_DRAFTER as DRAFTER
 
     return AcceptanceCalibration(DRAFTER, [0.0], [0.5], [0.6, 0.5], rank_acceptance=rows)
 

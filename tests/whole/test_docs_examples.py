@@ -8,6 +8,7 @@ import re
 import shutil
 
 import pytest
+
 from tests.fixtures import ROOT
 
 FORMATS = ROOT / "docs" / "formats.md"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures import ROOT
 
 SIMULATION_DOC = ROOT / "docs" / "simulation.md"

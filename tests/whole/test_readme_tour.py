@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from tests.fixtures import ROOT
 
 README = ROOT / "README.md"

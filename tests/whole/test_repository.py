@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures import ROOT
 
 
