@@ -13,6 +13,7 @@ from specsim._checks import MAX_STEP_COST
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration._types import RequestSpread
 from specsim.costmodel.defaults import DEMO_EDGES, demo_p_accept
+from specsim.policy.schedule import canonical
 from specsim.sim import REQUEST_DT
 from specsim.sim.replay import load_acceptance_file, run_table
 from specsim.table import Cell, CostTable, TableKey
@@ -134,3 +135,18 @@ def grid(widths, max_k, cost=lambda n, k, f: 1.0 + n + 10 * k + 0.1 * f):
 
 # Every cost a table accepts: the smallest positive float up to the per-step limit (docs/limits.md).
 positive = st.floats(min_value=5e-324, max_value=MAX_STEP_COST, allow_nan=False, allow_infinity=False)
+
+
+# -- width -> depth schedules (tests/policy, tests/interop) -----------------------------------------
+
+@st.composite
+def schedules(draw, max_k=8, deepest_first=False):
+    """Canonical schedules: contiguous ranges from width 1, the last open, depths 0..max_k."""
+    n = draw(st.integers(1, 6))
+    cuts = sorted(draw(st.sets(st.integers(2, 300), min_size=n - 1, max_size=n - 1)))
+    depths = draw(st.lists(st.integers(0, max_k), min_size=n, max_size=n))
+    if deepest_first:
+        depths[0] = max(depths)
+    starts = [1] + cuts
+    ranges = [(lo, (starts[i + 1] - 1 if i + 1 < n else None), k) for i, (lo, k) in enumerate(zip(starts, depths))]
+    return canonical(ranges)

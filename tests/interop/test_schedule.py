@@ -14,56 +14,14 @@ from specsim.interop import ENGINES, import_text, read_policy
 from specsim.interop import export_schedule as export
 from specsim.interop.trtllm import _yaml_subset, read_yaml
 from specsim.policy.policy import parse_policy
-from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
+from specsim.policy.schedule import canonical, depth_at
 from specsim.studies.schedule_file import load_schedule, render_schedule
-from tests.fixtures import ROOT
-
-
-@st.composite
-def schedules(draw, max_k=8, deepest_first=False):
-    """Canonical schedules: contiguous ranges from width 1, the last open, depths 0..max_k."""
-    n = draw(st.integers(1, 6))
-    cuts = sorted(draw(st.sets(st.integers(2, 300), min_size=n - 1, max_size=n - 1)))
-    depths = draw(st.lists(st.integers(0, max_k), min_size=n, max_size=n))
-    if deepest_first:
-        depths[0] = max(depths)
-    starts = [1] + cuts
-    ranges = [(lo, (starts[i + 1] - 1 if i + 1 < n else None), k) for i, (lo, k) in enumerate(zip(starts, depths))]
-    return canonical(ranges)
+from tests.fixtures import ROOT, schedules
 
 
 def _roundtrip(engine, ranges, **kw):
     cfg = export(engine, ranges, **kw)
     return import_text(engine, cfg.text, "exported")
-
-
-# -- canonical form -----------------------------------------------------------------------------------
-
-def test_canonical_fills_gaps_merges_and_opens_the_last_range():
-    assert canonical([(5, 8, 2), (1, 2, 3)]) == ((1, 2, 3), (3, 4, 0), (5, 8, 2), (9, None, 0))
-    assert canonical([(1, 4, 2), (5, None, 2)]) == ((1, None, 2),)
-    assert canonical([(1, 1, 0)]) == ((1, None, 0),)
-
-
-@given(schedules())
-def test_canonical_keeps_every_width_depth(ranges):
-    shuffled = list(reversed(ranges))
-    c = canonical(shuffled)
-    assert all(depth_at(c, w) == depth_at(ranges, w) for w in range(1, 320))
-    assert c[0][0] == 1 and c[-1][1] is None
-    assert all(a[2] != b[2] for a, b in zip(c, c[1:]))
-
-
-def test_check_refuses_overlap_and_bad_values():
-    for bad in ([(1, 4, 2), (4, 8, 1)], [(0, 4, 1)], [(3, 2, 1)], [(1, None, -1)], [(1, None, 1), (5, 6, 1)],
-                [(1, 2.5, 1)], []):
-        with pytest.raises(ScheduleError):
-            canonical(bad)
-
-
-def test_ranges_from_depths_collapse():
-    assert ranges_from_depths([4, 4, 3, 3, 3, 0]) == ((1, 2, 4), (3, 5, 3), (6, None, 0))
-    assert ranges_from_depths([2]) == ((1, None, 2),)
 
 
 # -- round trips ----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Acceptance-trace replay (docs/replay.md), policy strings, and ``table import``."""
+"""Acceptance-trace replay (docs/replay.md) and ``table import``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
-from specsim.sim import AcceptanceTrace, load_acceptance_file, parse_acceptance_file, parse_policy, replay
-from specsim.policy.policy import Policy
+from specsim.sim import AcceptanceTrace, load_acceptance_file, parse_acceptance_file, replay
 from specsim.table import CostTable
 from tests import reference as ref
 
@@ -219,34 +218,6 @@ def qwen_table(shared_data, run):
 
     cells = load_acceptance_file(shared_data / QWEN).run(run)
     return run_table(cells, TableKey(1, "gb10", "qwen3.8-27b/mtp-nvfp4", {}))
-
-
-# -- policies -------------------------------------------------------------------------------------
-
-def test_parse_policies():
-    assert parse_policy("fixed:3") == Policy("fixed", depth=3)
-    assert parse_policy(" Propose ") == Policy("propose")
-    s = parse_policy("schedule:17-64=2,1-16=3,65-=0")
-    assert s.ranges == ((1, 16, 3), (17, 64, 2), (65, None, 0))
-    assert str(s) == "schedule:1-16=3,17-64=2,65-=0" and parse_policy(str(s)) == s
-    assert [s.depth_for_width(n) for n in (1, 16, 17, 64, 65, 10_000)] == [3, 3, 2, 2, 0, 0]
-    gap = parse_policy("schedule:2-4=3,8=5")
-    assert [gap.depth_for_width(n) for n in (1, 2, 4, 5, 8, 9)] == [0, 3, 3, 0, 5, 0]  # uncovered -> 0
-    assert parse_policy("sequence").needs_planner and not parse_policy("fixed:0").needs_planner
-    with pytest.raises(PolicyError, match="planner"):
-        parse_policy("propose").depth_for_width(3)
-
-
-@pytest.mark.parametrize("text, why", [
-    ("", "unknown policy"), ("fixed", "needs an argument"), ("fixed:", "needs an argument"),
-    ("fixed:-1", "not a non-negative integer"), ("fixed:two", "not a non-negative integer"),
-    ("propose:0.2", "takes no argument"), ("schedule:1-16", "WIDTHS=DEPTH"), ("schedule:0-4=1", "start at 1"),
-    ("schedule:5-4=1", "ends before"), ("schedule:1-8=2,8-=1", "overlap"), ("schedule:1-=2,100=1", "overlap"),
-    ("schedule:,", "no WIDTHS=DEPTH"), ("schedule:1-4=x", "depth"), ("beam:3", "unknown policy"),
-])
-def test_bad_policies(text, why):
-    with pytest.raises(PolicyError, match=why):
-        parse_policy(text)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
