@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specsim._checks import MAX_STEP_COST
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration._types import RequestSpread
-from specsim.costmodel.defaults import DEMO_EDGES, demo_p_accept
+from specsim.costmodel.defaults import DEMO_EDGES, demo_calibration, demo_p_accept, demo_table
 from specsim.policy.schedule import canonical
 from specsim.sim import REQUEST_DT
 from specsim.sim.replay import load_acceptance_file, run_table
@@ -60,6 +60,21 @@ def random_requests(n, seed, rate=2.0, max_out=40):
     return requests([(float(a), int(rng.integers(1, 300)), int(rng.integers(1, max_out))) for a in arrivals])
 
 
+def write_small_inputs(folder):
+    """``small_table()`` and ``small_calibration()`` as ``t.toml`` and ``c.toml`` in ``folder``."""
+    table = small_table()
+    (folder / "t.toml").write_text(CostTable.render(table.key, table.cells))
+    (folder / "c.toml").write_text(small_calibration().render())
+    return folder
+
+
+def write_demo_inputs(folder):
+    """The demo's table and calibration as ``t.toml`` and ``c.toml`` in ``folder``."""
+    (folder / "t.toml").write_text(demo_table().to_text())
+    (folder / "c.toml").write_text(demo_calibration().render())
+    return folder
+
+
 def flat_deep_table(widths=(1, 256), max_k=8):
     """Verify cost nearly flat in rows, so deep drafts pay even at width 256: the planner sorts
     thousands of gains per step."""
@@ -77,6 +92,21 @@ def gb10(shared_data):
     a3, a2, a1, a0 = windows.tolist()
     priors = [(a1 + a2 + a3) / (a0 + a1 + a2 + a3), (a2 + a3) / (a1 + a2 + a3), a3 / (a2 + a3)]
     return table, AcceptanceCalibration(SIM_DRAFTER, DEMO_EDGES, demo_p_accept(), priors)
+
+
+# -- a calibration file (tests/calibration, tests/cli) ---------------------------------------------
+
+CALIBRATION_TOML = """[drafter]
+weights_sha256 = "abab"
+vocab = 32000
+quantization = "bf16"
+context = true
+
+[acceptance]
+edges = [-1.0, -0.1, 0.0]
+p_accept = [0.2, 0.6, 0.95]
+prior_by_position = [0.8, 0.6, 0.5]
+"""
 
 
 # -- the planner's tables and calibrations (tests/plan, tests/tree) ---------------------------------

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests import reference as ref
 from specsim import AcceptanceCalibration, CalibrationError, DrafterKey, conditional_priors
 from specsim.calibration import _kernels
+from tests.fixtures import CALIBRATION_TOML
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRAFTER = DrafterKey("ab" * 32, 32000, "bf16", True)
@@ -184,17 +185,7 @@ def test_batch_wrappers_check_shapes():
 
 
 # ------------------------------------------ files and validation (docs/formats.md#acceptance-calibration)
-TEXT = """[drafter]
-weights_sha256 = "abab"
-vocab = 32000
-quantization = "bf16"
-context = true
-
-[acceptance]
-edges = [-1.0, -0.1, 0.0]
-p_accept = [0.2, 0.6, 0.95]
-prior_by_position = [0.8, 0.6, 0.5]
-"""
+TEXT = CALIBRATION_TOML
 
 
 def test_parse_valid():

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specsim.cli import main
-from tests.fixtures import ROOT
+from tests.fixtures import CALIBRATION_TOML, ROOT
 
 
 TABLE = """[key]
@@ -28,17 +28,7 @@ energy_source = "nvml"
     for n in (1, 4) for k in range(3)
 )
 
-CALIB = """[drafter]
-weights_sha256 = "abab"
-vocab = 32000
-quantization = "bf16"
-context = true
-
-[acceptance]
-edges = [-1.0, -0.1, 0.0]
-p_accept = [0.2, 0.6, 0.95]
-prior_by_position = [0.8, 0.6, 0.5]
-"""
+CALIB = CALIBRATION_TOML
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from specsim.sim.metrics import OVERLOAD_GROWTH, OVERLOAD_MIN_REQUESTS, overload
 from specsim.sim.slo import SLO
 from specsim.studies.capacity import capacity
 from specsim.traces import LogNormalLengths
-from tests.fixtures import small_calibration, small_table
+from tests.fixtures import small_calibration, small_table, write_small_inputs
 
 
 def test_growth_is_the_backlog_slope():
@@ -52,12 +52,7 @@ def test_simulation_summary_flags_a_growing_queue():
 
 @pytest.fixture
 def files(tmp_path):
-    from specsim.table import CostTable
-
-    table = small_table()
-    (tmp_path / "t.toml").write_text(CostTable.render(table.key, table.cells))
-    (tmp_path / "c.toml").write_text(small_calibration().render())
-    return tmp_path
+    return write_small_inputs(tmp_path)
 
 
 SYNTH = "requests=300,rate={rate},seed=2,output=lognormal:20:0.8,prompt=lognormal:200:0.5"

@@ -13,7 +13,7 @@ from specsim.sim import simulate
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
 from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, same_run, verdict
-from tests.fixtures import random_requests, small_calibration, small_table
+from tests.fixtures import random_requests, small_calibration, small_table, write_small_inputs
 
 
 def test_same_depth_at_every_width_is_the_same_run():
@@ -62,12 +62,7 @@ def test_same_runs_are_not_compared():
 
 @pytest.fixture
 def files(tmp_path):
-    from specsim.table import CostTable
-
-    table = small_table()
-    (tmp_path / "t.toml").write_text(CostTable.render(table.key, table.cells))
-    (tmp_path / "c.toml").write_text(small_calibration().render())
-    return tmp_path
+    return write_small_inputs(tmp_path)
 
 
 def test_simulate_prints_equal_runs_and_verdicts_and_the_json_carries_them(files, capsys):

@@ -20,8 +20,7 @@ import pytest
 
 from specsim import _compile_ahead
 from specsim._coldstart import compile_estimate
-from specsim.costmodel.defaults import demo_calibration, demo_table
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, write_demo_inputs
 
 # Far less than any of the runs below takes to finish on its own, far more than stopping takes.
 GRACE_S = 60.0
@@ -30,9 +29,7 @@ SENTINEL = "sentinel: must stay as it was\n"
 
 @pytest.fixture
 def files(tmp_path):
-    (tmp_path / "t.toml").write_text(demo_table().to_text())
-    (tmp_path / "c.toml").write_text(demo_calibration().render())
-    return tmp_path
+    return write_demo_inputs(tmp_path)
 
 
 def start(argv, tmp_path, group=False):

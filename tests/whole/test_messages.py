@@ -9,13 +9,12 @@ import pytest
 
 from specsim.cli import build_parser, main
 from specsim.costmodel.defaults import demo_calibration, demo_table
+from tests.fixtures import write_demo_inputs
 
 
 @pytest.fixture
 def files(tmp_path):
-    (tmp_path / "t.toml").write_text(demo_table().to_text())
-    (tmp_path / "c.toml").write_text(demo_calibration().render())
-    return tmp_path
+    return write_demo_inputs(tmp_path)
 
 
 def run(argv):
