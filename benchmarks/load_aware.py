@@ -4,7 +4,7 @@
 The Azure 2023 conversation hour (19,366 requests, in tests/data) at 0.5x, 1x and 2x its rate on
 the demo's table (a modelled H200, Llama-3.1-8B with an EAGLE drafter, its ``[meta]`` idle power)
 and calibration, with the demo's SLO; every policy under three draft-outcome seeds.
-``benchmarks/test_load_aware.py`` times it and records the figures; ``tests/test_docs_figures.py``
+``benchmarks/test_load_aware.py`` times it and records the figures; ``tests/whole/test_docs_figures.py``
 checks that the doc carries the rows it prints.
 
 Run: ``python -m benchmarks.load_aware`` from the repository root.

@@ -65,7 +65,7 @@ def measure(rounds=3, old=None) -> dict:
     from specsim.table import CostTable
     from specsim.traces import read_trace
     from tests.conftest import TEST_DATA
-    from tests.test_engine import gb10, run_reference
+    from tests.sim.test_engine import gb10, run_reference
 
     reqs = read_trace(TEST_DATA.joinpath(*CONV)).requests
     table, cal = gb10(TEST_DATA)

@@ -168,7 +168,7 @@ def test_fleet_against_plain_reference(benchmark):
 
     from specsim.sim.outcomes import occupancy_cdf
     from tests import reference as ref
-    from tests.test_engine import random_requests, small_calibration, small_table
+    from tests.fixtures import random_requests, small_calibration, small_table
 
     reqs = random_requests(300, 1, rate=20.0)
     table, cal = small_table(), small_calibration()

@@ -28,7 +28,8 @@ from benchmarks.conftest import record_ratio
 
 from specsim.sim import simulate, synthetic_trace
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
-from tests.test_engine import gb10, run_reference
+from tests.fixtures import gb10
+from tests.sim.test_engine import run_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")

@@ -23,17 +23,23 @@ def shared_data():
     return TEST_DATA
 
 
-# Modules whose tests drive Numba kernels (engine, planner, table, calibration): they carry the
-# `kernels` marker, and CI runs them a second time with bounds checks on (docs/simulation.md,
-# "Memory safety").
-KERNEL_MODULES = {"test_engine", "test_scheduling", "test_engine_extremes", "test_plan", "test_table",
-                  "test_calibration", "test_fit", "test_request_spread", "test_tree"}
+# Suites whose tests drive Numba kernels carry the `kernels` marker, and CI runs them a second time
+# with bounds checks on (docs/simulation.md, "Memory safety"): every suite in the folders of the
+# packages that own kernels (engine, planner, table, calibration, draft trees, trace parsers). The
+# suites elsewhere reach kernels only through whole commands, which these folders already cover.
+KERNEL_FOLDERS = {"sim", "plan", "table", "calibration", "tree", "traces"}
+
+
+def drives_kernels(module_name: str) -> bool:
+    """Whether the suite ``tests.<folder>.<module>`` carries the ``kernels`` marker."""
+    parts = module_name.split(".")
+    return len(parts) == 3 and parts[1] in KERNEL_FOLDERS
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in KERNEL_MODULES:
+        if item.module is not None and drives_kernels(item.module.__name__):
             item.add_marker(pytest.mark.kernels)
 
 

@@ -115,7 +115,7 @@ class Achieved:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
 
 
-# Fitted by ``python -m tests.roofline_fit`` on the measured per-operator medians of the shipped
+# Fitted by ``python -m tests.costmodel.roofline_fit`` on the measured per-operator medians of the shipped
 # profiles (tests/data/vidur: Llama-2-7B, Llama-2-70B and Llama-3-8B on A100, Llama-2-7B and
 # Llama-2-70B on H100, tensor parallel 1-8, 1-4,096 tokens) and their all-reduce times.
 ACHIEVED = {
@@ -167,7 +167,7 @@ class Overheads:
         Host/launch overhead of one drafter pass. Not calibrated (no public drafter profiles).
     memory_power : float
         Share of the dynamic power (TDP - idle) a kernel draws while streaming memory; saturating
-        the tensor cores draws the rest. Calibrated (``python -m tests.roofline_fit``) so the
+        the tensor cores draws the rest. Calibrated (``python -m tests.costmodel.roofline_fit``) so the
         modelled mean power of the Splitwise A100 decode runs has no bias against their profiled
         average power.
     """

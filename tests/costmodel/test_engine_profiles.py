@@ -1,0 +1,373 @@
+"""Engine profiles in the cost model (docs/tables.md#engine-profiles): what an engine adds to the
+roofline's passes, the tables they give, and the fit on the published vLLM sets."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.costmodel import (ENGINE_PROFILES, EngineProfile, drafter_spec, forward_breakdown, gpu_spec,
+                               model_spec, model_table, step_costs, step_parts)
+from specsim.errors import CostModelError
+from specsim.table import CostTable
+from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
+from tests.fixtures import ROOT
+
+VLLM = ENGINE_PROFILES["vllm"]
+SPECS = (gpu_spec("h100-sxm"), model_spec("llama-3.1-8b"), drafter_spec("eagle3-1l"))
+WIDTHS = (1, 3, 8, 20, 64)
+
+
+def test_padding_raises_rows_to_the_next_captured_size():
+    assert VLLM.padded([1, 3, 5, 8, 9, 512, 513, 2000]).tolist() == [1, 4, 8, 8, 16, 512, 513, 2000]
+    assert EngineProfile("none").padded([3, 7]).tolist() == [3, 7]
+
+
+def test_the_engines_parts_add_to_the_passes_as_documented():
+    g, m, d = SPECS
+    padding_only = EngineProfile("vllm", graph_sizes=VLLM.graph_sizes)
+    base = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine=padding_only)
+    priced = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine="vllm")
+    n = np.array(WIDTHS, float).reshape(-1, 1)
+    k = np.arange(5, dtype=float).reshape(1, -1)
+    spec = k > 0
+    verify = spec * (VLLM.step_ms + VLLM.verify_row_us * 1e-3 * n * (k + 1))
+    draft = VLLM.draft_pass_ms * k + VLLM.sampled_token_us * 1e-3 * n * k
+    np.testing.assert_allclose(priced[:, :, VERIFY_MS] - base[:, :, VERIFY_MS], verify, atol=1e-12)
+    np.testing.assert_allclose(priced[:, :, DRAFT_MS] - base[:, :, DRAFT_MS], draft, atol=1e-12)
+    # Host time draws idle power, and a plain step gains nothing but its padding.
+    np.testing.assert_allclose(priced[:, :, VERIFY_J] - base[:, :, VERIFY_J], verify * 1e-3 * g.idle_w)
+    np.testing.assert_allclose(priced[:, :, DRAFT_J] - base[:, :, DRAFT_J], draft * 1e-3 * g.idle_w)
+    assert (priced[:, 0, DRAFT_MS] == 0.0).all() and (priced[:, 0, DRAFT_J] == 0.0).all()
+    # Padding: width 3 at depth 0 runs the 4-row graph, width 20 at depth 1 (40 rows) runs exactly.
+    plain = step_costs(g, m, d, widths=WIDTHS, max_k=4)
+    assert base[1, 0, VERIFY_MS] > plain[1, 0, VERIFY_MS]
+    assert base[3, 1, VERIFY_MS] == plain[3, 1, VERIFY_MS]
+    # The padded pass computes 4 rows; its KV reads and host work stay those of 3 sequences.
+    four_rows = forward_breakdown(g, m, tokens=4, seqs=3, context=2048)
+    assert base[1, 0, VERIFY_MS] == pytest.approx(four_rows.total_ms)
+
+
+def test_step_parts_add_up_to_the_step_costs():
+    g, m, d = SPECS
+    parts = step_parts(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
+    costs = step_costs(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
+    k = np.arange(4).reshape(1, -1)
+    np.testing.assert_allclose((parts.verify_s + parts.verify_engine_s) * 1e3, costs[:, :, VERIFY_MS])
+    np.testing.assert_allclose((k * parts.draft_pass_s + parts.draft_engine_s) * 1e3, costs[:, :, DRAFT_MS])
+    assert set(parts.engine_ms) == {"step", "verify_rows", "draft_passes", "sampled_tokens"}
+    assert (parts.verify_padding_s >= 0).all() and parts.verify_padding_s[1, 0] > 0
+
+
+def test_forward_breakdown_shows_the_padding():
+    kw = dict(seqs=3, context=1000)
+    bare = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=9, **kw)
+    padded = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=9, engine="vllm", **kw)
+    sixteen = forward_breakdown("h100-sxm", "llama-3.1-8b", tokens=16, **kw)
+    assert bare.padding_ms == 0.0 and padded.padding_ms > 0.0
+    assert padded.linear_ms == bare.linear_ms
+    assert padded.total_ms == pytest.approx(sixteen.total_ms)
+
+
+def test_a_table_without_an_engine_is_priced_and_keyed_as_before():
+    plain = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1, 8, 64], max_k=3)
+    engine = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1, 8, 64], max_k=3, engine="vllm")
+    assert not any(k.startswith(("stack_engine_", "step_parts", "engine_")) for k in plain.meta)
+    assert plain.meta["stack_engine"] == engine.meta["stack_engine"] == "cuda-graph"  # the host overheads' name
+    assert dict(plain.key.plan_digests) != dict(engine.key.plan_digests)
+    assert (engine.costs[:, 1:, VERIFY_MS] > plain.costs[:, 1:, VERIFY_MS]).all()
+    assert engine.meta["stack_engine_profile"] == "vllm" and engine.meta["stack_engine_step_ms"] == VLLM.step_ms
+    assert engine.meta["step_parts_at"] == "width 64, depth 3"
+    parts = ("verify_pass", "graph_padding", "draft_passes", "engine_step", "engine_verify_rows",
+             "engine_draft_passes", "engine_sampled_tokens")
+    widest = engine.cell(64, 3)
+    total = sum(engine.meta[f"step_parts_{p}_ms"] for p in parts)
+    assert total == pytest.approx(widest.verify_ms + widest.draft_ms)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(step_ms=-1.0), "step_ms = -1.0 must be a finite number >= 0"),
+    (dict(verify_row_us=float("nan")), "verify_row_us = nan"),
+    (dict(draft_pass_ms=True), "draft_pass_ms = True"),
+    (dict(graph_sizes=(8, 4)), "graph_sizes = (8, 4) must be ascending"),
+    (dict(graph_sizes=(0, 4)), "graph_sizes"),
+])
+def test_a_bad_profile_is_refused(kwargs, message):
+    with pytest.raises(CostModelError) as e:
+        EngineProfile("mine", **kwargs)
+    assert message in str(e.value)
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    with pytest.raises(CostModelError, match="unknown engine 'tgi': profiles are fitted for vllm"):
+        model_table("h200", "llama-3.1-8b", "eagle-1l", widths=[1], max_k=1, engine="tgi")
+
+
+def test_cli_models_a_table_with_an_engine(tmp_path, capsys):
+    out = tmp_path / "t.toml"
+    argv = ["table", "model", "--gpu", "rtx3090", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--widths",
+            "2,8,56", "--max-k", "2", "--context-tokens", "512", "-o", str(out)]
+    assert main(argv + ["--engine", "vllm"]) == 0
+    t = CostTable.load(out)
+    assert t.meta["stack_engine_profile"] == "vllm" and t.meta["step_parts_engine_verify_rows_ms"] > 0
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--engine", "tgi"])
+    assert e.value.code == 2
+    assert "invalid choice: 'tgi'" in capsys.readouterr().err
+
+
+def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
+    from benchmarks.fit_published import render, run
+
+    report = run()
+    shipped = [VLLM.step_ms, VLLM.draft_pass_ms, VLLM.verify_row_us, VLLM.sampled_token_us]
+    np.testing.assert_allclose(report.figures, shipped, atol=5e-4)
+    docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
+    for s, (held, alone, fitted, n) in report.held_out.items():
+        row = f"| {s} | {n} | {100 * held:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% |"
+        assert row in docs, row
+    for name, value in zip(("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us"), report.figures):
+        assert re.search(rf"\| `{name}` \|.*\| {value:.3f} (ms|µs) \|", docs), name
+    # The published crossover (EAGLE below 1.0x between batch 24 and 32) is predicted in the same step.
+    assert report.crossing == [("R02 EAGLE", (24, 32), (24, 32))]
+    assert "R02 EAGLE | batch 24 -> 32 | batch 24 -> 32" in render(report)
+    # The planner plain-decodes within one measured batch step of the crossover (from 48; 32 -> 48
+    # is one step), and never where the measured speedup stays above 1.0x.
+    eagle = dict(report.plans["R02 EAGLE"])
+    assert [b for b, k in eagle.items() if k == 0] == [48, 56]
+    assert all(k > 0 for _, k in report.plans["R02 EAGLE-3"])
+    for g, choices in report.plans.items():
+        assert f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |" in docs
+    rendered = render(report).splitlines()
+    others = rendered[rendered.index("| set without a profile | compared | published | passes alone | "
+                                     "with the vllm figures |"):]
+    assert len(others) == 5 and all(line in docs for line in others)
+
+
+# -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
+def test_each_kind_of_drafter_is_priced_as_it_drafts():
+    kw = dict(widths=[1, 8, 64], max_k=3, context_tokens=1024)
+    head = model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", **kw)
+    eagle3 = model_table("h100-sxm", "llama-3.1-8b", "eagle3-1l", **kw)
+    separate = model_table("h100-sxm", "llama-3.1-8b", "llama-3.2-1b", **kw)
+    ngram = model_table("h100-sxm", "llama-3.1-8b", "ngram", **kw)
+    # The verify step is the target's whatever drafts.
+    for t in (eagle3, separate, ngram):
+        np.testing.assert_array_equal(t.costs[..., VERIFY_MS], head.costs[..., VERIFY_MS])
+    # EAGLE-3's 32k-token head is cheaper than EAGLE-1's pass through the target's 128k head; a
+    # 16-layer draft model dearer than either; n-gram has no pass, only the host's lookup.
+    assert (eagle3.costs[:, 1:, DRAFT_MS] < head.costs[:, 1:, DRAFT_MS]).all()
+    assert (separate.costs[:, 1:, DRAFT_MS] > head.costs[:, 1:, DRAFT_MS]).all()
+    np.testing.assert_allclose(ngram.costs[:, :, DRAFT_MS], np.arange(4) * 0.1 * np.ones((3, 1)))
+    # A draft model keeps its own KV cache: fewer tokens fit beside it; n-gram keeps none.
+    assert separate.meta["kv_capacity_tokens"] < head.meta["kv_capacity_tokens"] < ngram.meta["kv_capacity_tokens"]
+    assert separate.meta["draft_model"] == "llama-3.2-1b" and "draft_model" not in head.meta
+    # With an engine, n-gram pays for its drafted tokens but for no draft pass.
+    priced = step_parts(*SPECS[:2], drafter_spec("ngram"), widths=[8], max_k=2, engine="vllm")
+    assert (priced.engine_ms["draft_passes"] == 0).all() and priced.engine_ms["sampled_tokens"][0, 2] > 0
+
+
+def test_a_head_drafters_digests_are_those_it_had():
+    from specsim.costmodel.specs import DrafterSpec, digest
+
+    d = drafter_spec("eagle-1l")
+    # The fields a head drafter had before `kind` and `model`, hashed as they were.
+    assert digest(d) == digest(DrafterSpec("eagle-1l", layers=1, fuse_inputs=2, dtype="bf16"))
+    assert digest(d) != digest(drafter_spec("ngram"))
+    import hashlib
+    import json
+    before = [{"kind": "DrafterSpec", "name": "eagle-1l", "layers": 1, "fuse_inputs": 2, "draft_vocab": 0,
+               "moe": False, "dtype": "bf16"}, {}]
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert digest(d) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("fields,message", [
+    ('kind = "tree"', 'kind = \'tree\' is not one of head, model, ngram'),
+    ('kind = "model"', 'names its draft model'),
+    ('model = "llama-3.2-1b"', 'is for a drafter of kind "model"'),
+    ('kind = "head"\nlayers = 0', "layers = 0 must be >= 1"),
+])
+def test_bad_drafter_kinds_are_refused(tmp_path, fields, message):
+    from specsim.costmodel import load_specs
+
+    path = tmp_path / "d.toml"
+    path.write_text(f'[[drafter]]\nname = "mine"\n{fields}\n')
+    with pytest.raises(CostModelError) as e:
+        load_specs(path)
+    assert message in str(e.value)
+
+
+def test_a_draft_model_from_a_spec_file_and_its_vocabulary(tmp_path, capsys):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[model]]\nname = "tiny"\nlayers = 2\nhidden = 512\nheads = 8\nkv_heads = 8\nhead_dim = 64\n'
+                    'intermediate = 1024\nvocab = 128256\n\n'
+                    '[[drafter]]\nname = "tiny-draft"\nkind = "model"\nmodel = "tiny"\n\n'
+                    '[[drafter]]\nname = "qwen-draft"\nkind = "model"\nmodel = "qwen3-32b"\n')
+    out = tmp_path / "t.toml"
+    base = ["table", "model", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--widths", "1,8", "--max-k", "2",
+            "--drafter-spec", str(spec), "--model-spec", str(spec), "-o", str(out)]
+    assert main(base + ["--drafter", "tiny-draft"]) == 0
+    assert CostTable.load(out).meta["draft_model"] == "tiny"
+    capsys.readouterr()
+    assert main(base + ["--drafter", "qwen-draft"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary of 151,936 tokens" in err and err.count("\n") == 1
+
+
+def test_the_context_effect_has_the_published_direction():
+    """A vLLM serve at concurrency 256 with 3 draft tokens: 0.79x at 400 tokens of context, about
+    1.0x at 1,900 and 1.10x at 4,000 (docs/tables.md#the-context-effect)."""
+    g, m, d = gpu_spec("h100-nvl"), model_spec("qwen3-32b"), drafter_spec("eagle3-1l")
+    ratio = {}
+    for context in (400, 1900, 4000):
+        c = step_costs(g, m, d, widths=[256], max_k=3, context_tokens=context, engine="vllm")
+        ratio[context] = c[0, 0, VERIFY_MS] / (c[0, 3, VERIFY_MS] + c[0, 3, DRAFT_MS])
+    tokens = 0.79 / ratio[400]
+    speedup = {c: tokens * r for c, r in ratio.items()}
+    assert speedup[400] < 1.0 < speedup[4000] and speedup[400] < speedup[1900] < speedup[4000]
+    assert speedup[1900] == pytest.approx(1.0, abs=0.05)
+    docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
+    assert f"tokens per step fitted at 400 tokens ({tokens:.2f})" in docs
+    assert f"| 1,900 | about 1.0x | {speedup[1900]:.2f}x |" in docs
+    assert f"| 4,000 | 1.10x | {speedup[4000]:.2f}x |" in docs
+
+
+# -- specsim table compare ------------------------------------------------------------------------
+R02 = ROOT / "tests" / "data" / "published-sd" / "R02_eagle3_paper_vllm_rtx3090.csv"
+R10 = ROOT / "tests" / "data" / "published-sd" / "R10_vllm_eagle1_eagle3_ksweep_bs1.csv"
+
+
+def test_a_table_against_a_published_curve_fits_tokens_at_its_smallest_batch():
+    from specsim.costmodel.published import compare, read_published
+
+    table = model_table("rtx3090", "llama-3.1-8b", "eagle-1l", widths=[2, 4, 8, 16, 24, 32, 48, 56], max_k=2,
+                        context_tokens=512, engine="vllm")
+    rows, skipped = read_published(R02)
+    assert len(rows) == 16 and skipped == []
+    compared, skipped = compare(table, [r for r in rows if r.method == "EAGLE"])
+    assert skipped == [] and [c.batch for c in compared] == [2, 4, 8, 16, 24, 32, 48, 56]
+    first = compared[0]
+    assert first.fitted and first.predicted == pytest.approx(first.published)
+    for c in compared:
+        plain, spec = table.cell(c.batch, 0), table.cell(c.batch, 2)
+        shape = (plain.verify_ms / (spec.verify_ms + spec.draft_ms)) / \
+            (table.cell(2, 0).verify_ms / (table.cell(2, 2).verify_ms + table.cell(2, 2).draft_ms))
+        assert c.predicted == pytest.approx(1.3 * shape)
+
+
+def test_tpot_rows_with_an_acceptance_length_compare_point_by_point():
+    from specsim.costmodel.published import compare, read_published
+
+    table = model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", widths=[1], max_k=4, context_tokens=512)
+    rows, skipped = read_published(R10)
+    # The throughput rows (metric "output throughput ...") are not a speedup or a TPOT.
+    assert len(skipped) == 4 and all("is not a speedup or a TPOT" in why for _, why in skipped)
+    compared, beyond = compare(table, rows)
+    assert {line for line, _ in beyond} and all("beyond the table's max_k = 4" in w for _, w in beyond)
+    r = next(r for r in rows if r.method.startswith("EAGLE-1") and r.depth == 3)
+    c = next(c for c in compared if c.method == r.method and c.depth == 3)
+    assert r.speedup == pytest.approx(7.07 / 4.29) and not c.fitted
+    cell0, cell3 = table.cell(1, 0), table.cell(1, 3)
+    assert c.predicted == pytest.approx(2.29 * cell0.verify_ms / (cell3.verify_ms + cell3.draft_ms))
+
+
+def test_cli_compare_prints_errors_and_plots(tmp_path, capsys):
+    table = tmp_path / "t.toml"
+    assert main(["table", "model", "--gpu", "rtx3090", "--model", "llama-3.1-8b", "--drafter", "eagle-1l",
+                 "--widths", "2,4,8,16,24,32,48,56", "--max-k", "2", "--context-tokens", "512", "--engine", "vllm",
+                 "-o", str(table)]) == 0
+    capsys.readouterr()
+    plot = tmp_path / "cmp.png"
+    assert main(["table", "compare", str(table), "--published", str(R02), "--method", "EAGLE-3",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "EAGLE-3, k=2: median |error|" in out and "EAGLE, k=2" not in out and "fitted" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a,b\n1,2\n", "has no method, spec_tokens, batch_or_concurrency, metric, value column"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,QPS=1,speedup,1.5\n", "no row of the published set"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,4,throughput,150\n", "is not a speedup or a TPOT"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,4,speedup,1e308\n", "is not a number in 1e-09..1e+09"),
+    ("method,spec_tokens,batch_or_concurrency,metric,value\nX,0,4,speedup,1.2\n", "a whole number >= 1"),
+    ("\x00binary", "NUL byte"),
+])
+def test_cli_compare_refuses_a_set_it_cannot_read(tmp_path, capsys, text, message):
+    table = tmp_path / "t.toml"
+    table.write_text(model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", widths=[1, 4], max_k=2).to_text())
+    path = tmp_path / "set.csv"
+    path.write_text(text)
+    assert main(["table", "compare", str(table), "--published", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+# -- MLA and MoE: DeepSeek-V3 ----------------------------------------------------------------------
+def test_deepseek_v3_has_its_published_size_and_latent_cache():
+    m = model_spec("deepseek-v3")
+    assert m.params_total / 1e9 == pytest.approx(671, rel=0.01)
+    assert m.params_active / 1e9 == pytest.approx(37, rel=0.02)
+    assert m.kv_bytes_per_token == 61 * (512 + 64) * 2
+
+
+def test_mla_reads_one_latent_per_sequence_on_every_rank():
+    from specsim.costmodel.roofline import _attention, _Clock, _target_net, achieved_for
+
+    g, m = gpu_spec("mi300x"), model_spec("deepseek-v3")
+    clock = _Clock(g, achieved_for(g), ())
+    for tp in (1, 8):
+        _, mem_s, flop_s = _attention(clock, _target_net(m), tp, 4.0, 2.0, 1000.0)
+        latent_bytes = 2.0 * 1000.0 * 61 * 576 * 2  # two sequences' latents, every layer
+        assert mem_s == pytest.approx(latent_bytes / (g.bandwidth_gbs * 1e9 * achieved_for(g).memory_efficiency))
+        flops = 61 * 2.0 * 4.0 * 1000.0 * (128 / tp) * (2 * 512 + 64)
+        assert flop_s == pytest.approx(flops / (g.matrix_tflops("bf16") * 1e12 * achieved_for(g).matrix_efficiency))
+
+
+def test_an_mtp_table_for_deepseek_v3_on_eight_mi300x():
+    t = model_table("mi300x", "deepseek-v3", "mtp-1l", tp=8, widths=[1, 8, 64], max_k=3, context_tokens=1536)
+    assert t.meta["gpu_source"].startswith("AMD Instinct MI300X") and "MLA" in t.meta["model_source"]
+    assert (np.diff(t.costs[:, :, VERIFY_MS], axis=0) > 0).all() and (t.costs[:, 1:, DRAFT_MS] > 0).all()
+    # The latent is replicated: every GPU holds every token's latent (the target's 61 layers and the
+    # MTP module's one), beside its eighth of the weights.
+    from specsim.costmodel.roofline import _drafter_net, _target_net, _weight_bytes
+
+    m, d = model_spec("deepseek-v3"), drafter_spec("mtp-1l")
+    weights = (_weight_bytes(_target_net(m)) + _weight_bytes(_drafter_net(m, d))) / 8
+    assert t.meta["kv_capacity_tokens"] == int((192e9 * 0.9 - weights) // (62 * 576 * 2))
+
+
+@pytest.mark.parametrize("fields,message", [
+    ("kv_heads = 8\nkv_lora_rank = 512\nrope_head_dim = 64\nv_head_dim = 128", "give kv_heads = 1"),
+    ("kv_heads = 1\nkv_lora_rank = 512\nrope_head_dim = 192\nv_head_dim = 128", "must be below head_dim"),
+    ("kv_heads = 1\nkv_lora_rank = 512\nrope_head_dim = 64", "v_head_dim must be >= 1"),
+    ("kv_heads = 8\nq_lora_rank = 1536", "give kv_lora_rank too"),
+])
+def test_bad_mla_fields_are_refused(tmp_path, fields, message):
+    from specsim.costmodel import load_specs
+
+    path = tmp_path / "m.toml"
+    path.write_text('[[model]]\nname = "m"\nlayers = 2\nhidden = 1024\nheads = 8\nhead_dim = 192\n'
+                    f'intermediate = 4096\nvocab = 1000\n{fields}\n')
+    with pytest.raises(CostModelError) as e:
+        load_specs(path)
+    assert message in str(e.value)
+
+
+def test_a_dense_models_digest_is_the_one_it_had():
+    import hashlib
+    import json
+
+    from specsim.costmodel.specs import digest
+
+    m = model_spec("llama-3.1-8b")
+    before = {"kind": "ModelSpec", "name": m.name, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+              "head_dim": 128, "intermediate": 14336, "vocab": 128256, "mlp_matrices": 3, "kv_layers": 0,
+              "experts": 0, "experts_per_token": 0, "expert_intermediate": 0, "shared_intermediate": 0,
+              "dense_layers": 0, "dtype": "bf16", "head_dtype": "", "kv_dtype": "bf16"}
+    text = json.dumps([before, {}], sort_keys=True, separators=(",", ":"))
+    assert digest(m) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,198 @@
+"""Ties and noise: policies that made the same run are named equal, and "lowest energy" or
+"lowest p99 TPOT" is said only when the lead clears the draft-outcome noise."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.sim import simulate
+from specsim.sim.slo import SLO
+from specsim.sim.report import comparison_table
+from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, noise_seeds, reruns, same_run, verdict, verdicts
+from tests.fixtures import random_requests, small_calibration, small_table, write_small_inputs
+
+
+def test_same_depth_at_every_width_is_the_same_run():
+    reqs = random_requests(60, 2, rate=3.0)
+    table, cal = small_table(), small_calibration()
+    runs = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:2", "schedule:1-=2", "fixed:1",
+                                                                 "schedule:1-4=2,5-=0")]
+    assert same_run(runs[0], runs[1]) and not same_run(runs[0], runs[2])
+    summaries = [r.summary() for r in runs]
+    mark_same_runs(runs, summaries)
+    # Widths above 4 never occur under max_batch = 4: the last schedule met only widths where it is fixed:2.
+    assert [s["same_as"] for s in summaries] == [None, "fixed:2", None, "fixed:2"]
+    text = comparison_table(summaries)
+    assert "schedule:1-=2 = fixed:2" in text and "A = B" in text
+
+
+def _summaries(values):
+    return [{"label": name, "same_as": None, "j_per_token": v, "tpot_s": {"p99": v}} for name, v in values]
+
+
+@pytest.mark.parametrize("noise,offset,clear", [(0.01, 0.001, False), (0.0001, 0.01, True), (0.0, 1e-6, True),
+                                                (0.01, 0.0, False)])
+def test_a_lead_is_a_verdict_only_beyond_the_paired_noise(noise, offset, clear):
+    """Seeded noise shared by both policies cancels in the pairing; noise of their difference
+    decides. The known difference is ``offset``."""
+    rng = np.random.default_rng(7)
+    shifts = {0: 0.0} | {s: float(rng.normal(0, noise)) for s in range(1, NOISE_SEEDS + 1)}
+    common = {s: float(rng.normal(0, 1.0)) for s in shifts}
+
+    def rerun(index, seed):
+        v = 1.0 + common[seed] + (0.0 if index == 0 else offset + shifts[seed])
+        return {"j_per_token": v, "tpot_s": {"p99": v}}
+
+    summaries = _summaries([("a", 1.0 + common[0]), ("b", 1.0 + common[0] + offset + shifts[0])])
+    v = verdict("lowest energy", summaries, rerun, 0)
+    assert v["clear"] is clear and v["seeds"] == NOISE_SEEDS + 1
+    assert v["line"].startswith("lowest energy: a at" if clear else "lowest energy: tie within noise between a")
+
+
+def test_same_runs_are_not_compared():
+    summaries = _summaries([("a", 1.0), ("b", 1.0), ("c", 2.0)])
+    summaries[1]["same_as"] = "a"
+    assert verdict("lowest energy", summaries, lambda i, s: summaries[i], 0)["runner_up"] == "c"
+    assert verdict("lowest energy", summaries[:2], lambda i, s: summaries[i], 0) is None
+
+
+def test_verdicts_ask_for_every_rerun_at_once_before_any_is_read():
+    """The reruns of both verdicts are asked for together (each once, shared leaders too), so a
+    prefetching rerun makes them in parallel; the verdicts equal those made one at a time."""
+    summaries = _summaries([("a", 1.0), ("b", 1.5), ("c", 2.0)])
+    summaries[2]["tpot_s"] = {"p99": 0.5}  # p99 TPOT's leaders are c and a; energy's a and b
+    asked, read = [], []
+
+    class Rerun:
+        def prefetch(self, pairs):
+            assert not read, "a rerun was read before the prefetch"
+            asked.extend(pairs)
+
+        def __call__(self, index, seed):
+            read.append((index, seed))
+            return summaries[index]
+
+    names = ("lowest energy", "lowest p99 TPOT")
+    got = verdicts(names, summaries, Rerun(), 5)
+    seeds = noise_seeds(5)
+    assert sorted(asked) == sorted({(i, s) for i in (0, 1, 2) for s in seeds}) and len(asked) == len(set(asked))
+    assert got == [verdict(name, summaries, lambda i, s: summaries[i], 5) for name in names]
+    assert verdicts(names, summaries[:1], lambda i, s: summaries[i], 5) == [None, None]
+
+
+@pytest.mark.kernels
+def test_parallel_reruns_equal_reruns_made_one_at_a_time():
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 3, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2", "propose")]
+    summaries = [r.summary() for r in results]
+    mark_same_runs(results, summaries)
+    names = ("lowest energy", "lowest p99 TPOT")
+    opts = ServerOptions(max_num_seqs=4)
+    parallel = reruns(reqs, table, cal, results, opts)
+    one_by_one = reruns(reqs, table, cal, results, opts)
+    got = verdicts(names, summaries, parallel, 0)
+    want = [verdict(name, summaries, lambda i, s: one_by_one(i, s), 0) for name in names]
+    assert got == want and any(v is not None for v in got)
+
+
+@pytest.fixture
+def files(tmp_path):
+    return write_small_inputs(tmp_path)
+
+
+def test_simulate_prints_equal_runs_and_verdicts_and_the_json_carries_them(files, capsys):
+    out = files / "s.json"
+    assert main(["simulate", "--synthetic", "requests=120,rate=3,seed=4", "--table", str(files / "t.toml"),
+                 "--calibration", str(files / "c.toml"), "--max-batch", "4", "--policy", "fixed:2",
+                 "--policy", "schedule:1-=2", "--policy", "fixed:0", "--policy", "propose", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "schedule:1-=2 = fixed:2" in text
+    assert sum(line.startswith(("lowest energy:", "lowest p99 TPOT:")) for line in text.splitlines()) == 2
+    doc = json.loads(out.read_text())
+    assert [p["same_as"] for p in doc["policies"]] == [None, "fixed:2", None, None]
+    names = [v["name"] for v in doc["verdicts"]]
+    assert names == ["lowest energy", "lowest p99 TPOT"]
+    for v in doc["verdicts"]:
+        assert v["runner_up"] != "schedule:1-=2" and v["leader"] != "schedule:1-=2"
+        assert (v["winner"] is not None) == v["clear"] == (v["difference"] < 0 and -v["difference"] > v["half_width"])
+
+
+def test_identical_series_are_drawn_once_under_both_names(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specsim.sim.report import _distinct_series, plot
+
+    reqs = random_requests(60, 2, rate=3.0)
+    runs = [simulate(reqs, small_table(), small_calibration(), p, max_num_seqs=4)
+            for p in ("fixed:2", "fixed:0", "schedule:1-=2")]
+    summaries = [r.summary(SLO(0.5, 0.05)) for r in runs]
+    mark_same_runs(runs, summaries)
+    shown = _distinct_series(runs, summaries)
+    assert [name for _, name in shown] == ["fixed:2 = schedule:1-=2", "fixed:0"]
+    assert shown[0][0] is runs[0]
+    plot(runs, summaries, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_t_quantiles_and_paired_noise():
+    from specsim.sim.verdict import paired_noise, t95
+
+    # Tabulated, then the expansion: Student t's 97.5% point at 3, 30, 40, 120 and 10^6 degrees.
+    for dof, exact in ((3, 3.182), (30, 2.042), (40, 2.0211), (120, 1.9799), (10 ** 6, 1.96)):
+        assert abs(t95(dof) - exact) < 1e-3
+    with pytest.raises(ValueError):
+        t95(0)
+    mean, half = paired_noise([1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3 ** 0.5) < 1e-9
+    mean, half = paired_noise([0.5])
+    assert mean == 0.5 and half != half
+
+
+def test_the_plot_has_one_legend_one_colour_per_run_and_labels_slack_only_when_it_draws_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specsim.sim.report import plot
+
+    reqs = random_requests(60, 2, rate=3.0)
+    runs = [simulate(reqs, small_table(), small_calibration(), "fixed:2", max_num_seqs=4)]
+    runs += [simulate(reqs, small_table(), small_calibration(), "propose", max_num_seqs=4, slack=sl) for sl in (0.0, 0.5)]
+    summaries = [r.summary(SLO(0.5, 0.05)) for r in runs]
+    mark_same_runs(runs, summaries)
+    drawn = plot(runs, summaries, tmp_path / "p.png")
+    assert drawn["legends"] == 1 and len(set(drawn["colours"])) == len(drawn["series"])
+    assert {n for s in drawn["series"] for n in s.split(" = ")} == {s["label"] for s in summaries}
+    assert "labels: slack" in drawn["titles"][0] and sorted(drawn["slack_labels"]) == ["0", "0.5"]
+    single = plot(runs[:1], summaries[:1], tmp_path / "q.png")
+    assert "slack" not in single["titles"][0] and single["slack_labels"] == [] and single["legends"] == 1
+
+
+@pytest.mark.kernels
+def test_reruns_report_their_finished_requests_to_a_progress_bar():
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 4, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2")]
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
+    rerun.prefetch([(0, 1), (1, 1), (0, 2), (0, 1)])
+    assert len(bars) == 1 and bars[0].total == 3 * len(reqs) == bars[0].done and bars[0].closed
+    rerun.prefetch([(0, 2)])  # made already: no bar
+    assert len(bars) == 1

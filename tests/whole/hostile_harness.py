@@ -1,0 +1,387 @@
+"""A reusable hostile-input run over specsim's readers, writers and options.
+
+Run it from the repository root (``python -m tests.whole.hostile_harness``; ``--json FILE`` keeps every
+case's outcome, ``-k TEXT`` runs the cases whose name holds TEXT). Each case runs the command
+line in this process, in a fresh folder, under a watchdog, and is put in one class:
+
+- ``crash``: an exception escaped the command line (a traceback), or an exit code other than
+  0, 2 or 130;
+- ``damaged``: a file that was there before changed although the command failed, or an input
+  changed at all;
+- ``hang``: the watchdog fired (``WATCHDOG_S`` seconds);
+- ``wrong``: the case holds impossible data or names an input as an output, and the command
+  exited 0;
+- ``ok``: refused with exit code 2 and a ``specsim: error:`` line, or accepted where that is
+  right.
+
+The cases cross every file slot of the newer commands (context-aware and telemetry-fitted
+tables, engine configs and the controller policies, prefill curves, fleets, schedules) with
+damaged contents (binary, UTF-16, empty, a 2 MB line, deep JSON, NaN, a FIFO, a device, a
+folder), numeric options with values of the wrong type or size, policies with hostile
+arguments, and outputs that are one of the inputs (also through a symlink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.fixtures import ROOT
+
+WATCHDOG_S = 30
+
+
+class Watchdog(BaseException):
+    """Raised by SIGALRM: not an OSError, so no command catches it as a file error."""
+
+
+# -- the folder every case starts from ------------------------------------------------------------
+
+def base_files(d: Path) -> None:
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from tests.measure.test_engine_tables import grid_docs
+
+    (d / "t.toml").write_text(demo_table().to_text())
+    (d / "c.toml").write_text(demo_calibration().render())
+    (d / "ct.toml").write_text(demo_calibration().with_rank_acceptance([[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]]).render())
+    (d / "tiny.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n" for i in range(40)))
+    (d / "v.json").write_text('{"method": "eagle", "num_speculative_tokens": 3, '
+                              '"num_speculative_tokens_per_batch_size": [[1, 64, 3]]}\n')
+    (d / "s.json").write_text('{"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [1]}}\n')
+    (d / "tr.yaml").write_text("speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 3\n"
+                               "  draft_len_schedule: {4: 3, 16: 1}\n")
+    (d / "curve.csv").write_text("tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n")
+    (d / "sched.toml").write_text("schema = 1\nobjective = \"energy\"\n[[range]]\nfirst = 1\nlast = 8\ndepth = 3\n"
+                                  "[[range]]\nfirst = 9\ndepth = 1\n")
+    (d / "fleet.toml").write_text(f'[[group]]\nname = "a"\ncount = 2\ntable = "t.toml"\ncalibration = "c.toml"\n')
+    (d / "iters.jsonl").write_text("\n".join(json.dumps(x) for x in grid_docs()) + "\n")
+    (d / "conf.json").write_text("[[-0.1, -0.5], [-0.2]]\n")
+    (d / "acc.toml").write_text('step_ms = [1.0, 1.5]\n[[trace]]\nname = "a"\nk_logged = 1\n'
+                                'steps = ["0110101101"]\n')
+
+
+# -- damaged contents for any file slot -----------------------------------------------------------
+
+CONTENTS = {
+    "binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" * 10,
+    "utf16": "tokens,ms,j\n1,2,3\n".encode("utf-16"),
+    "empty": b"",
+    "2MB line": b"x" * 2_000_000,
+    "deep json": b"[" * 50_000 + b"]" * 50_000,
+    "nan json": b'{"a": NaN, "1": {"candidate_steps": [NaN]}}',
+    "huge ints": b'{"1": {"candidate_steps": [' + b"9" * 5000 + b"]}}",
+    "not utf8": b"tokens,ms,j\n1,\xff\xfe,3\n",
+    "control chars": "name = \"a\x1b[31mred\x07\"\n".encode(),
+    "toml garbage": b"[[[[ = = \n",
+}
+SPECIAL = ("fifo", "/dev/zero", "folder", "missing", "symlink loop")
+
+SLOTS = {
+    "table show": ["table", "show", "{f}"],
+    "table query ctx": ["table", "query", "{f}", "4", "2", "--context", "1000"],
+    "calib show": ["calib", "show", "{f}"],
+    "simulate --trace": ["simulate", "--trace", "{f}", "--table", "t.toml", "--calibration", "c.toml",
+                         "--policy", "fixed:1", "--quiet"],
+    "simulate --table": ["simulate", "--trace", "tiny.csv", "--table", "{f}", "--calibration", "c.toml",
+                         "--policy", "fixed:1", "--quiet"],
+    "simulate --prefill-curve": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                 "--policy", "fixed:1", "--prefill-curve", "{f}", "--quiet"],
+    "simulate vllm:": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                       "--policy", "vllm:{f}", "--quiet"],
+    "simulate sglang[1,4]:": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                              "--policy", "sglang[1,4]:{f}", "--quiet"],
+    "simulate trtllm:": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                         "--policy", "trtllm:{f}", "--quiet"],
+    "fleet --fleet": ["fleet", "--trace", "tiny.csv", "--fleet", "{f}", "--policy", "fixed:1"],
+    "schedule import vllm": ["schedule", "import", "--from", "vllm", "{f}"],
+    "schedule import sglang": ["schedule", "import", "--from", "sglang", "{f}"],
+    "schedule export": ["schedule", "export", "{f}", "--to", "vllm"],
+    "table import trtllm": ["table", "import", "--from", "trtllm-iterations", "{f}", "--assume-power-w", "300",
+                            "--box-class", "b", "--recipe", "r", "-o", "out.toml"],
+    "table import sglang": ["table", "import", "--from", "sglang-log", "{f}", "--assume-power-w", "300",
+                            "--box-class", "b", "--recipe", "r", "-o", "out.toml"],
+    "calib import": ["calib", "import", "{f}", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+                     "bf16", "--context", "true", "-o", "out.toml"],
+    "calib drift --from-log": ["calib", "drift", "c.toml", "--from-log", "{f}"],
+    "replay": ["replay", "{f}", "--trace", "a", "--policy", "fixed:1", "--width", "1", "--budget", "10"],
+    "plan --confidences": ["plan", "t.toml", "c.toml", "--confidences", "{f}"],
+    "tree TABLE": ["tree", "{f}", "ct.toml", "--n", "4"],
+    "tree CALIBRATION": ["tree", "t.toml", "{f}", "--n", "4"],
+    "tune --compare vllm:": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                             "--serial", "--quiet", "--compare", "vllm:{f}", "-o", "out.toml"],
+    "table model --gpu-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                               "eagle-1l", "--max-k", "2", "--widths", "1,2", "--gpu-spec", "{f}", "-o", "out.toml"],
+}
+
+# -- numeric and text options ---------------------------------------------------------------------
+
+BAD_VALUES = ["-1", "1e308", "nan", "inf", "9" * 30, "x", "", "1.5e-308", "\x01", "0x10", "٣", "²",
+              str(2**63), "-0"]
+OPTIONS = {
+    "table query --context": ["table", "query", "ctx.toml", "4", "2", "--context", "{v}"],
+    "table query n": ["table", "query", "ctx.toml", "{v}", "2"],
+    "table model --contexts": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                               "eagle-1l", "--max-k", "2", "--widths", "1,2", "--contexts", "{v}", "-o", "out.toml"],
+    "table model --context-tokens": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                     "eagle-1l", "--max-k", "2", "--widths", "1,2", "--context-tokens", "{v}",
+                                     "-o", "out.toml"],
+    "table import --assume-power-w": ["table", "import", "--from", "trtllm-iterations", "iters.jsonl",
+                                      "--assume-power-w", "{v}", "--box-class", "b", "--recipe", "r", "-o", "out.toml"],
+    "table import --min-samples": ["table", "import", "--from", "trtllm-iterations", "iters.jsonl",
+                                   "--assume-power-w", "300", "--min-samples", "{v}", "--box-class", "b",
+                                   "--recipe", "r", "-o", "out.toml"],
+    "simulate --kv-capacity-tokens": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                      "c.toml", "--policy", "fixed:1", "--kv-capacity-tokens", "{v}", "--quiet"],
+    "simulate --kv-block-size": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                 "--policy", "fixed:1", "--kv-block-size", "{v}", "--quiet"],
+    "simulate --prefill-ms-per-step": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                       "c.toml", "--policy", "fixed:1", "--prefill-ms-per-step", "{v}", "--quiet"],
+    "simulate --max-num-batched-tokens": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                          "c.toml", "--policy", "fixed:1", "--max-num-batched-tokens", "{v}",
+                                          "--quiet"],
+    "simulate --idle-w": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                          "--policy", "fixed:1", "--idle-w", "{v}", "--quiet"],
+    "simulate --rate-scale": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                              "--policy", "fixed:1", "--rate-scale", "{v}", "--quiet"],
+    "simulate --slack": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                         "--policy", "load-aware", "--slack", "{v}", "--quiet"],
+    "fleet --replicas": ["fleet", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                         "--replicas", "{v}", "--policy", "fixed:1"],
+    "schedule export --max-batch": ["schedule", "export", "sched.toml", "--to", "trtllm", "--max-batch", "{v}"],
+    "schedule export --widths-max": ["schedule", "export", "--planner", "t.toml", "c.toml", "--to", "vllm",
+                                     "--widths-max", "{v}"],
+    "tune --seeds": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--serial",
+                     "--seeds", "{v}", "-o", "out.toml"],
+    "tree --n": ["tree", "t.toml", "ct.toml", "--n", "{v}"],
+    "tree --widths": ["tree", "t.toml", "ct.toml", "--widths", "{v}"],
+    "tree --max-nodes": ["tree", "t.toml", "ct.toml", "--n", "4", "--max-nodes", "{v}"],
+    "tree --max-depth": ["tree", "t.toml", "ct.toml", "--n", "4", "--max-depth", "{v}"],
+    "tree --tree-attention-factor": ["tree", "t.toml", "ct.toml", "--n", "4", "--tree-attention-factor", "{v}"],
+    "tree --context": ["tree", "t.toml", "ct.toml", "--n", "4", "--context", "{v}"],
+    "plan --tree --max-nodes": ["plan", "t.toml", "ct.toml", "--n", "4", "--tree", "--max-nodes", "{v}"],
+    "calib fit --rates": ["calib", "fit", "--rates", "{v}", "--drafter-sha256", "ab" * 32, "--vocab", "9",
+                          "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
+    "calib fit --rank-rates": ["calib", "fit", "--rates", "0.8", "--rank-rates", "0.6,{v}", "--drafter-sha256",
+                               "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true", "-o",
+                               "out.toml"],
+    "calib fit --tree-depths": ["calib", "fit", "--rank-rates", "0.6,0.1", "--tree-depths", "{v}",
+                                "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context",
+                                "true", "-o", "out.toml"],
+    "schedule export --method": ["schedule", "export", "sched.toml", "--to", "vllm", "--method", "{v}"],
+    "calib fit --drafter-sha256": ["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", "{v}", "--vocab", "9",
+                                   "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
+}
+# Values a command may rightly accept: -0 is 0, and a tiny positive number is a valid cost,
+# power, slack or scale wherever 0 is.
+MAY_ACCEPT = {"-0", "1.5e-308"}
+# Options that take text (a name): only an empty or unprintable value is impossible. A SHA-256 is
+# 64 hex digits and nothing else.
+TEXT_OPTIONS = {"schedule export --method", "calib fit --drafter-sha256"}
+
+
+def _must_refuse(opt: str, v: str) -> bool:
+    if opt.endswith("sha256"):
+        return len(v) != 64 or any(c not in "0123456789abcdefABCDEF" for c in v)
+    if opt in TEXT_OPTIONS:
+        return v == "" or not v.isprintable()
+    return v not in MAY_ACCEPT
+
+POLICIES = ["load-aware:3", "sglang[0]:s.json", "sglang[99999999999999]:s.json", "sglang[1,x]:s.json",
+            "sglang[]:s.json", "sglang[1,2,4]:", "vllm:", "trtllm:   ", "fixed:99999", "fixed:-1", "fixed:²",
+            "schedule:1-=2000", "schedule:0-4=1", "schedule:1-4=1,3-8=2", "schedule:" + "1-2=1," * 5000,
+            "propose:1", "goodput:x", "LOAD-AWARE", "load_aware", "sequence\x00", "vllm:v.json:extra",
+            "schedule:1-" + "9" * 40 + "=1"]
+
+OUTPUT_EQUALS_INPUT = {
+    "simulate --json = --table": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                  "--policy", "fixed:1", "--json", "{o}"],
+    "simulate --json = --prefill-curve": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                          "c.toml", "--policy", "fixed:1", "--prefill-curve", "curve.csv",
+                                          "--json", "{o}"],
+    "simulate --json = sglang[..]:": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                      "c.toml", "--policy", "sglang[1,4]:s.json", "--json", "{o}"],
+    "simulate --requests-csv = trtllm:": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration",
+                                          "c.toml", "--policy", "trtllm:tr.yaml", "--requests-csv", "{o}"],
+    "fleet --json = --fleet": ["fleet", "--trace", "tiny.csv", "--fleet", "fleet.toml", "--policy", "fixed:1",
+                               "--json", "{o}"],
+    "table import -o = FILE": ["table", "import", "--from", "trtllm-iterations", "iters.jsonl", "--assume-power-w",
+                               "300", "--box-class", "b", "--recipe", "r", "-o", "{o}"],
+    "schedule export -o = SCHEDULE": ["schedule", "export", "sched.toml", "--to", "vllm", "-o", "{o}"],
+    "tune -o = --compare": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                            "--serial", "--compare", "vllm:v.json", "-o", "{o}"],
+    "calib import -o = FILE": ["calib", "import", "vllm.log", "--drafter-sha256", "ab" * 32, "--vocab", "9",
+                               "--quantization", "bf16", "--context", "true", "-o", "{o}"],
+    "capacity --json = sglang": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                 "--slo-tpot-s", "1", "--serial", "--policy", "sglang:s.json", "--json", "{o}"],
+    "tree --json = CALIBRATION": ["tree", "t.toml", "ct.toml", "--n", "4", "--json", "{o}"],
+    "replay --json = FILE": ["replay", "acc.toml", "--trace", "a", "--policy", "fixed:1", "--width", "1",
+                             "--budget", "10", "--json", "{o}"],
+}
+TARGET_OF = {"simulate --json = --table": "t.toml", "simulate --json = --prefill-curve": "curve.csv",
+             "simulate --json = sglang[..]:": "s.json", "simulate --requests-csv = trtllm:": "tr.yaml",
+             "fleet --json = --fleet": "fleet.toml", "table import -o = FILE": "iters.jsonl",
+             "schedule export -o = SCHEDULE": "sched.toml", "tune -o = --compare": "v.json",
+             "calib import -o = FILE": "vllm.log", "capacity --json = sglang": "s.json",
+             "replay --json = FILE": "acc.toml", "tree --json = CALIBRATION": "ct.toml"}
+
+
+def cases():
+    """Every case: ``(name, argv template, how to prepare the folder, must_refuse)``."""
+    out = []
+    for slot, argv in SLOTS.items():
+        for kind, data in CONTENTS.items():
+            out.append((f"file {slot} <- {kind}", argv, ("bytes", data), True))
+        for kind in SPECIAL:
+            out.append((f"file {slot} <- {kind}", argv, (kind, None), True))
+    for opt, argv in OPTIONS.items():
+        for v in BAD_VALUES:
+            out.append((f"option {opt} = {v[:20]!r}", [a.replace("{v}", v) for a in argv], ("none", None),
+                        _must_refuse(opt, v)))
+    for pol in POLICIES:
+        argv = ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--policy", pol,
+                "--quiet"]
+        out.append((f"policy {pol[:40]!r}", argv, ("none", None), pol.lower() != "load-aware"))
+    for name, argv in OUTPUT_EQUALS_INPUT.items():
+        target = TARGET_OF[name]
+        out.append((f"output {name}", [a.replace("{o}", target) for a in argv], ("none", None), True))
+        out.append((f"output {name} (symlink)", [a.replace("{o}", "link.out") for a in argv], ("link", target), True))
+    return out
+
+
+# -- running one case -----------------------------------------------------------------------------
+
+def _snapshot(d: Path) -> dict:
+    out = {}
+    for p in d.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(d))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _prepare(d: Path, how) -> str:
+    kind, data = how
+    f = d / "in.dat"
+    if kind == "bytes":
+        f.write_bytes(data)
+    elif kind == "fifo":
+        os.mkfifo(f)
+    elif kind == "/dev/zero":
+        return "/dev/zero"
+    elif kind == "folder":
+        f.mkdir()
+    elif kind == "missing":
+        pass
+    elif kind == "symlink loop":
+        os.symlink("in.dat", f)
+    elif kind == "link":
+        os.symlink(data, d / "link.out")
+    return "in.dat"
+
+
+def run_case(template: Path, name, argv, how, must_refuse):
+    import shutil
+
+    from specsim.cli import main
+
+    with tempfile.TemporaryDirectory(prefix="hostile.") as tmp:
+        d = Path(tmp)
+        for p in template.iterdir():
+            shutil.copy(p, d / p.name)
+        f = _prepare(d, how)
+        argv = [a.replace("{f}", f) for a in argv]
+        before = _snapshot(d)
+        inputs = {k for k in before if k != "out.toml"}
+        old_cwd = os.getcwd()
+        err, outbuf = io.StringIO(), io.StringIO()
+
+        def fire(*_):
+            raise Watchdog()
+
+        old = signal.signal(signal.SIGALRM, fire)
+        signal.alarm(WATCHDOG_S)
+        start = time.monotonic()
+        verdict, detail = "ok", ""
+        try:
+            os.chdir(d)
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(outbuf):
+                try:
+                    code = main(argv)
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 2
+        except Watchdog:
+            verdict, code = "hang", None
+        except BaseException as e:  # noqa: BLE001 - what escapes is the finding
+            verdict, code, detail = "crash", None, f"{type(e).__name__}: {str(e)[:200]}"
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+            os.chdir(old_cwd)
+        seconds = time.monotonic() - start
+        text = err.getvalue()
+        if verdict == "ok":
+            if "Traceback" in text or code not in (0, 2, 130):
+                verdict, detail = "crash", f"exit {code}: {text[-300:]}"
+            else:
+                after = _snapshot(d)
+                changed = [k for k in before if after.get(k) != before[k]]
+                damaged = [k for k in changed if k in inputs or code != 0]
+                if damaged:
+                    verdict, detail = "damaged", f"changed: {', '.join(damaged)}"
+                elif must_refuse and code == 0:
+                    verdict, detail = "wrong", "accepted impossible input (exit 0)"
+        if verdict == "ok" and code == 2 and "specsim: error" not in text and "error:" not in text:
+            verdict, detail = "crash", f"exit 2 without a message: {text[-200:]}"
+        return {"case": name, "class": verdict, "exit": code, "seconds": round(seconds, 2), "detail": detail,
+                "stderr": text[-400:]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", default="", help="run only cases whose name holds this text")
+    ap.add_argument("--json", help="write every outcome to this file")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hostile-base.") as base:
+        template = Path(base)
+        base_files(template)
+        root = ROOT
+        import shutil
+
+        shutil.copy(root / "examples" / "vllm.log", template / "vllm.log")
+        from specsim.cli import main as cli
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cwd = os.getcwd()
+            os.chdir(template)
+            try:
+                cli(["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l",
+                     "--max-k", "3", "--widths", "1,4,16", "--contexts", "512,4096", "-o", "ctx.toml"])
+            finally:
+                os.chdir(cwd)
+        chosen = [c for c in cases() if args.k in c[0]]
+        results = []
+        for i, (name, tmpl, how, must_refuse) in enumerate(chosen, 1):
+            r = run_case(template, name, tmpl, how, must_refuse)
+            results.append(r)
+            if r["class"] != "ok":
+                print(f"[{i}/{len(chosen)}] {r['class']:8s} {name}: {r['detail'][:160]}", file=sys.stderr)
+    counts = {}
+    for r in results:
+        counts[r["class"]] = counts.get(r["class"], 0) + 1
+    print(json.dumps({"cases": len(results), "counts": counts}))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
