@@ -15,10 +15,13 @@ line in this process, in a fresh folder, under a watchdog, and is put in one cla
   right.
 
 The cases cross every file slot of the newer commands (context-aware and telemetry-fitted
-tables, engine configs and the controller policies, prefill curves, fleets, schedules) with
-damaged contents (binary, UTF-16, empty, a 2 MB line, deep JSON, NaN, a FIFO, a device, a
-folder), numeric options with values of the wrong type or size, policies with hostile
-arguments, and outputs that are one of the inputs (also through a symlink).
+tables, engine configs and the controller policies, prefill curves, fleets, schedules, draft
+trees and their calibrations, modelled tables from a config.json, published comparisons, NVML
+logs) with damaged contents (binary, UTF-16, empty, a 2 MB line, deep JSON, NaN, a FIFO, a
+device, a folder); give the newer formats (a published set, a config.json, a draft-tree drafts
+log, a [tree] table) one wrong value or row each; pass numeric options values of the wrong type
+or size and policies (slack forms included) hostile arguments; and name outputs that are one of
+the inputs (also through a symlink).
 """
 
 from __future__ import annotations
@@ -323,6 +326,8 @@ def cases():
         for v in BAD_VALUES:
             out.append((f"option {opt} = {v[:20]!r}", [a.replace("{v}", v) for a in argv], ("none", None),
                         _must_refuse(opt, v)))
+    for slot, what, data in format_contents():
+        out.append((f"format {slot}: {what}", FORMAT_SLOTS[slot], ("bytes", data), True))
     for pol in POLICIES:
         argv = ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--policy", pol,
                 "--quiet"]
@@ -331,6 +336,71 @@ def cases():
         target = TARGET_OF[name]
         out.append((f"output {name}", [a.replace("{o}", target) for a in argv], ("none", None), True))
         out.append((f"output {name} (symlink)", [a.replace("{o}", "link.out") for a in argv], ("link", target), True))
+    return out
+
+
+# -- this round's formats, each with contents that are wrong in its own terms -------------------
+
+KEY_ARGS = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+FORMAT_SLOTS = {
+    "published": ["table", "compare", "t.toml", "--published", "{f}"],
+    "config.json": ["table", "model", "--gpu", "h200", "--model-config", "{f}", "--drafter", "eagle-1l", "--max-k",
+                    "2", "--widths", "1,2", "-o", "out.toml"],
+    "tree drafts log": ["calib", "fit", "--drafts-log", "{f}", *KEY_ARGS, "-o", "out.toml"],
+    "[tree] table": ["tree", "t.toml", "{f}", "--n", "4"],
+}
+
+
+def format_contents() -> list:
+    """``(slot, what, bytes)``: one wrong thing each (a value out of its range or of the wrong
+    type, a row the format cannot hold), every other part of the file right."""
+    from specsim.costmodel.defaults import demo_calibration
+
+    out = []
+    row = "R9,vLLM,H200,1,m,EAGLE,{k},chain,{b},TPOT,{v},ms,6,{al},x\n"
+    head = PUBLISHED.splitlines(keepends=True)[0]
+    for what, k, b, v, al in [("value nan", 3, 1, "nan", 2.5), ("value inf", 3, 1, "inf", 2.5),
+                              ("value 4_0", 3, 1, "4_0", 2.5), ("value in other digits", 3, 1, "\u0663", 2.5),
+                              ("value 1e308", 3, 1, "1e308", 2.5), ("acceptance length 0.5", 3, 1, 4, 0.5),
+                              ("acceptance length past k + 1", 3, 1, 4, 5), ("acceptance length -2", 3, 1, 4, -2),
+                              ("depth 0", 0, 1, 4, 1.5), ("batch past the widths", 3, 10**8, 4, 2.5),
+                              ("depth past the table", 99, 1, 4, 2.5)]:
+        out.append(("published", what, (head + row.format(k=k, b=b, v=v, al=al)).encode()))
+    fields = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size")
+    for field in fields:
+        for bad in (0, -1, 10**400, 1.5, True, "4096", [8], float("nan")):
+            doc = dict(HF_CONFIG, **{field: bad})
+            out.append(("config.json", f"{field} = {bad!r:.12}", json.dumps(doc).encode()))
+    for what, extra in [("heads not dividing hidden", {"num_attention_heads": 7, "num_key_value_heads": 7}),
+                        ("kv heads not dividing heads", {"num_key_value_heads": 3}),
+                        ("model_type a list", {"model_type": ["llama"]}), ("torch_dtype int8", {"torch_dtype": "int8"}),
+                        ("latent attention", {"kv_lora_rank": 512, "q_lora_rank": 1536}),
+                        ("experts", {"num_local_experts": 8, "num_experts_per_tok": 2})]:
+        out.append(("config.json", what, json.dumps(dict(HF_CONFIG, **extra)).encode()))
+    out.append(("config.json", "a key given twice", (json.dumps(HF_CONFIG)[:-1] + ', "hidden_size": 8192}').encode()))
+    for col, values in (("rank", ["0", "17", "1.5", "nan", "x", "", "\u0663", "9" * 25]),
+                        ("parent", ["-2", "5", "2", "1.5", "x", "\u0663", "9" * 25])):
+        for v in values:
+            r = {"rank": "1", "parent": "0"} | {col: v}
+            out.append(("tree drafts log", f"{col} = {v[:12]!r}",
+                        (TREE_LOG + f"999,0,2,-0.2,1,{r['rank']},{r['parent']}\n").encode()))
+    for what, rows in [("a rank twice under one parent", "999,0,1,-0.1,1,1,-1\n999,0,1,-0.2,0,1,-1\n"),
+                       ("two accepted siblings", "999,0,1,-0.1,1,1,-1\n999,0,1,-0.2,1,2,-1\n"),
+                       ("a position off its parent's depth", "999,0,1,-0.1,1,1,-1\n999,0,3,-0.2,1,1,0\n"),
+                       ("its own parent", "999,0,1,-0.1,1,1,0\n"),
+                       ("65 deep", "".join(f"999,0,{d},-0.1,1,1,{d - 2}\n" for d in range(1, 66)))]:
+        out.append(("tree drafts log", what, (TREE_LOG + rows).encode()))
+    base = demo_calibration().render() + "\n[tree]\n"
+    for body in ["rank_acceptance = [[true]]", "rank_acceptance = [[nan]]", "rank_acceptance = [[1e400]]",
+                 "rank_acceptance = [[0.5, 0.6]]", 'rank_acceptance = [["0.5"]]', "rank_acceptance = [[]]",
+                 "rank_acceptance = [[0.5], [0.5, 0.1]]", "rank_acceptance = [[[0.5]]]",
+                 "rank_acceptance = [" + ",".join(["[0.5]"] * 65) + "]",
+                 "rank_acceptance = [[" + ",".join(["0.01"] * 17) + "]]",
+                 'rank_acceptance = [[0.5]]\nreached = [10]\nmatched = [[6]]\nsource = "x"',
+                 'rank_acceptance = [[0.5]]\nreached = [10]\nmatched = [[5.0]]\nsource = "x"',
+                 'rank_acceptance = [[0.5]]\nreached = [0]\nmatched = [[0]]\nsource = "x"',
+                 "rank_acceptance = [[0.5]]\nreached = [10]", "rank_acceptance = [[0.5]]\nrank_acceptance = [[0.4]]"]:
+        out.append(("[tree] table", body.replace("\n", "; ")[:50], (base + body + "\n").encode()))
     return out
 
 

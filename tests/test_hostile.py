@@ -834,3 +834,16 @@ def test_cost_model_api_attributeerror_typeerror_or_widths_cut_to_integers(call)
     with pytest.raises(CostModelError) as e:
         run()
     assert said in str(e.value)
+
+
+@pytest.mark.parametrize("body,line,said", [
+    ("0,0,1,-0.1,1,1,-1\n0,0,1,-0.9,0,2,-1\n0,0,2,-0.2,1,1.5,0\n", 4, "'1.5' to int64 (column 6)"),
+    ("0,0,1,-0.1,1,1,-1\n\n# a note\n0,0,1,-0.9,0,x,-1\n", 5, "'x' to int64 (column 6)"),
+    ("0,0,1,-0.1,1,1,-1\n0,0,1,-0.9,maybe,2,-1\n", 3, "'maybe' to int64 (column 5)"),
+], ids=["third row", "after a blank and a comment line", "accepted column"])
+def test_a_drafts_log_value_that_is_not_a_number_is_placed_at_a_numpy_row_counted_from_0(files, body, line, said,
+                                                                                          capsys):
+    (files / "d.csv").write_text("step,sequence,position,confidence,accepted,rank,parent\n" + body)
+    err = _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
+                   f"d.csv: line {line}: could not convert string {said}")
+    assert "at row" not in err and not (files / "o.toml").exists()
