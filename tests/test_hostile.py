@@ -847,3 +847,13 @@ def test_a_drafts_log_value_that_is_not_a_number_is_placed_at_a_numpy_row_counte
     err = _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
                    f"d.csv: line {line}: could not convert string {said}")
     assert "at row" not in err and not (files / "o.toml").exists()
+
+
+@pytest.mark.parametrize("topk", ["0", "-2", "true", "1e400", "100000000000000000000000", "[2]"])
+def test_a_server_info_topk_that_is_no_count_is_fitted_as_a_chain(files, topk, capsys):
+    (files / "info.json").write_text('{"internal_states": [{"avg_spec_accept_length": 2.4}], "speculative_algorithm": '
+                                     f'"EAGLE", "speculative_eagle_topk": {topk}, "speculative_num_steps": 3, '
+                                     '"speculative_num_draft_tokens": 6}')
+    _refused(["calib", "import", files / "info.json", *_calib_key(), "--assume", "constant-rate", "-o",
+              files / "o.toml"], capsys, "(sglang:?,3,6) but not all of its settings", "not a whole number >= 1")
+    assert not (files / "o.toml").exists()
