@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -284,8 +285,6 @@ def _read_csv(text, path, columns, optional=()):
 def _at_line(error, text) -> str:
     """NumPy's ``... at row R, column C.`` as ``line L: ... (column C)``: its rows count the data
     rows from 0, blank and ``#`` lines skipped, where every other message names the file's line."""
-    import re
-
     message = str(error)
     m = re.search(r" at row (\d+), column (\d+)\.?$", message)
     if not m:
