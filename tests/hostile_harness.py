@@ -67,7 +67,7 @@ def base_files(d: Path) -> None:
     (d / "curve.csv").write_text("tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n")
     (d / "sched.toml").write_text("schema = 1\nobjective = \"energy\"\n[[range]]\nfirst = 1\nlast = 8\ndepth = 3\n"
                                   "[[range]]\nfirst = 9\ndepth = 1\n")
-    (d / "fleet.toml").write_text(f'[[group]]\nname = "a"\ncount = 2\ntable = "t.toml"\ncalibration = "c.toml"\n')
+    (d / "fleet.toml").write_text('[[group]]\nname = "a"\ncount = 2\ntable = "t.toml"\ncalibration = "c.toml"\n')
     (d / "iters.jsonl").write_text("\n".join(json.dumps(x) for x in grid_docs()) + "\n")
     (d / "conf.json").write_text("[[-0.1, -0.5], [-0.2]]\n")
     (d / "pub.csv").write_text(PUBLISHED)

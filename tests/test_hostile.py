@@ -664,7 +664,7 @@ def test_control_characters_in_box_class_are_written_to_the_table(files, flag, c
 
 
 def test_control_characters_in_fleet_group_names_are_printed(files, capsys):
-    (files / "f.toml").write_text(f'[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
+    (files / "f.toml").write_text('[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
                                   'calibration = "c.toml"\n')
     err = _refused(["fleet", "--trace", files / "tiny.csv", "--fleet", files / "f.toml", "--policy", "fixed:1"], capsys,
                    "name = 'a\\x1b[31mb' must be a non-empty line of printable text")
