@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 
 from specsim.errors import SimulationError
 
@@ -127,6 +128,19 @@ def digits_int(text):
     if not t or len(t) > 19 or not t.isascii() or not t.isdigit():
         return None
     return int(t)
+
+
+# A plain decimal number as logs and published tables write one (SGLang's `{:.2f}` throughput,
+# nvidia-smi's `300.00` W, a paper's `1.75`), exponent allowed: no sign, no `_`, no other scripts'
+# digits (``float`` reads `3_00` as 300 and `٣` as 3).
+_DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def plain_decimal(text) -> float:
+    """``float(text)`` when ``text`` (spaces around allowed) is a plain decimal number >= 0 (see
+    :data:`_DECIMAL`), else NaN."""
+    t = text.strip() if isinstance(text, str) else ""
+    return float(t) if _DECIMAL.fullmatch(t) else math.nan
 
 
 def is_int(value) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -271,14 +272,30 @@ def _read_csv(text, path, columns, optional=()):
         data = _loadtxt(text, usecols, fields, converters=None)
     except ValueError as first:
         if "accepted" not in columns:
-            raise CalibrationError(f"{path}: {first}") from first
+            raise CalibrationError(f"{path}: {_at_line(first, text)}") from first
         # Slower second pass that also takes true/false in the accepted column.
         conv = {columns.index("accepted"): _bool_text}
         try:
             data = _loadtxt(text, usecols, fields, converters=conv)
         except ValueError as e:
-            raise CalibrationError(f"{path}: {e} (rows count from the first after the header)") from e
+            raise CalibrationError(f"{path}: {_at_line(e, text)}") from e
     return {c: np.ascontiguousarray(data[c]) for c in columns}
+
+
+def _at_line(error, text) -> str:
+    """NumPy's ``... at row R, column C.`` as ``line L: ... (column C)``: its rows count the data
+    rows from 0, blank and ``#`` lines skipped, where every other message names the file's line."""
+    message = str(error)
+    m = re.search(r" at row (\d+), column (\d+)\.?$", message)
+    if not m:
+        return message
+    row = int(m.group(1))
+    for lineno, line in enumerate(text.split("\n")[1:], 2):
+        if line.split("#", 1)[0].strip():
+            if row == 0:
+                return f"line {lineno}: {message[:m.start()]} (column {m.group(2)})"
+            row -= 1
+    return message
 
 
 def _refuse_extra_fields(text, path, n_header):

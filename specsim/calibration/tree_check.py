@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from specsim._checks import digits_int, show
 from specsim.calibration.report import Z95
 from specsim.errors import CalibrationError
 from specsim.tree import expected_tokens, tree_from_sglang, tree_from_trtllm, tree_from_vllm
@@ -78,17 +79,16 @@ def tree_of_setting(text: str, rank_acceptance):
     engine, sep, values = str(text).partition(":")
     engine = engine.strip().lower()
     if not sep or engine not in TREE_ENGINES:
-        raise CalibrationError(f"--tree {text!r} names no engine: write one of {', '.join(TREE_SETTING_FORMS)}")
+        raise CalibrationError(f"--tree {show(text)} names no engine: write one of {', '.join(TREE_SETTING_FORMS)}")
     if engine == "vllm":
         return tree_from_vllm(values, rank_acceptance)
-    try:
-        nums = [int(v) for v in values.split(",")]
-    except ValueError:
+    nums = [digits_int(v) for v in values.split(",")]  # ASCII digits only: int() reads other scripts' digits
+    if None in nums:
         nums = None
     want = {"sglang": (3,), "trtllm": (2, 3)}[engine]
     if nums is None or len(nums) not in want:
         form = next(f for f in TREE_SETTING_FORMS if f.startswith(engine))
-        raise CalibrationError(f"--tree {text!r}: write {form} (whole numbers)")
+        raise CalibrationError(f"--tree {show(text)}: write {form} (whole numbers)")
     if engine == "sglang":
         return tree_from_sglang(*nums, rank_acceptance=rank_acceptance)
     return tree_from_trtllm(*nums, rank_acceptance=rank_acceptance)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import COUNT_MAX, MAX_TREE_DEPTH, MAX_TREE_RANKS, is_int, show
+from specsim._checks import COUNT_MAX, MAX_TREE_DEPTH, MAX_TREE_RANKS, is_int, is_number, show
 from specsim.calibration._types import TreeCounts
 from specsim.errors import CalibrationError
 
@@ -40,6 +40,17 @@ def rank_acceptance_problems(a) -> list:
     return problems
 
 
+def _non_number(raw):
+    """The first cell of ``raw`` (an array of any dtype) that is not a real number (int or float,
+    not a boolean), as ``"depth d rank r = value"`` (1-based, where it is a table), or None."""
+    for index in np.ndindex(raw.shape):
+        v = raw[index]
+        if not is_number(v.item() if isinstance(v, np.generic) else v):
+            where = f"depth {index[0] + 1} rank {index[1] + 1} = " if len(index) == 2 else ""
+            return f"{where}{show(v.item() if isinstance(v, np.generic) else v)}"
+    return None
+
+
 def checked_rank_acceptance(value, source: str = "<calibration>"):
     """``value`` as a read-only C-contiguous float64 array of shape (D, R), or CalibrationError
     listing every rule it breaks."""
@@ -47,7 +58,13 @@ def checked_rank_acceptance(value, source: str = "<calibration>"):
         raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks), "
                                f"got {show(value)}")
     try:
-        a = np.array(value, dtype=np.float64, copy=True)
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "fiu":  # a string, a boolean or a complex number is no rate, nor converted to one
+            cell = _non_number(raw)
+            if cell is not None:
+                raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks): "
+                                       f"{cell} is not a number")
+        a = np.array(raw, dtype=np.float64, copy=True)
     except (TypeError, ValueError, OverflowError) as e:
         raise CalibrationError(f"{source}: rank_acceptance must be a table of numbers (depths x ranks) ({e})") from None
     problems = rank_acceptance_problems(a)

@@ -158,7 +158,7 @@ def _stated_tree(args, tally):
     stated = tally.notes.get("tree")
     if stated is not None and ("?" in stated or stated == "mixed"):
         raise CalibrationError(f"{', '.join(map(str, args.files))} state a draft-tree run ({stated}) but not all of "
-                               "its settings: give them with --tree ENGINE:SETTINGS and --calibration CAL (a tree "
+                               "its settings (?: not stated, or not a whole number >= 1): give them with --tree ENGINE:SETTINGS and --calibration CAL (a tree "
                                "run's telemetry checks a calibration, it never fits one)")
     return stated
 

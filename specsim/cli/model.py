@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.cli._common import context_list, count, int_list, require_matplotlib
+from specsim.cli._common import context_list, count, int_list, key_name, require_matplotlib
 from specsim.errors import CostModelError, printable
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
@@ -63,7 +63,7 @@ def register(sub, groups):
     p.add_argument("table", help="cost table TOML (e.g. from table model --engine)")
     p.add_argument("--published", required=True, metavar="SET.csv",
                    help="published measurements (the columns of tests/data/published-sd)")
-    p.add_argument("--method", metavar="TEXT",
+    p.add_argument("--method", metavar="TEXT", type=key_name,  # an empty TEXT would keep every row
                    help="compare only the rows whose method contains TEXT (case-sensitive; a set may measure "
                         "several drafters, each with its own table)")
     p.add_argument("--plot", metavar="OUT", help="draw predicted against published speedup by batch (matplotlib)")

@@ -6,19 +6,20 @@ A published set is a CSV with one measurement a row (the columns of tests/data/p
 ``acceptance_length``; others are kept out). A row is compared when its metric is a speedup
 (``... speedup ...``: ``value`` is the speedup) or a TPOT (``value`` and ``baseline_value`` in
 ms: the speedup is ``baseline / value``), its ``spec_tokens`` and ``batch_or_concurrency`` start
-with a whole number (the depth and the batch) and the table holds that depth. The table's
-speedup at batch ``b`` and depth ``k`` is ``tokens x step(b, 0) / step(b, k)``, with ``tokens``
-the row's acceptance length where given, else fitted at the smallest batch of its curve (a
-method at one depth), so that point is exact and only the shape over batch is tested.
+with a whole number (the depth and the batch) and the table holds that depth and batch. The
+table's speedup at batch ``b`` and depth ``k`` is ``tokens x step(b, 0) / step(b, k)``, with
+``tokens`` the row's acceptance length where given (in 1..k+1), else fitted at the smallest
+batch of its curve (a method at one depth), so that point is exact and only the shape over batch
+is tested.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import re
 from typing import NamedTuple
 
+from specsim._checks import plain_decimal
 from specsim._io import atomic_write_bytes, csv_rows, decode_text, read_input
 from specsim.errors import TableError
 
@@ -58,11 +59,14 @@ past any real one, and far from the floats' end, so that no ratio of two overflo
 
 
 def _number(text: str):
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and 1.0 / MAX_PUBLISHED <= v <= MAX_PUBLISHED else None
+    v = plain_decimal(text)  # NaN for other scripts' digits and `4_0`, which float() reads
+    return v if 1.0 / MAX_PUBLISHED <= v <= MAX_PUBLISHED else None
+
+
+def _looks_numeric(text: str) -> bool:
+    """``text`` is meant as a number (it starts like one), not a note such as ``not reported``."""
+    t = text.strip()
+    return bool(t) and (t[0] in "-+." or t[0].isdigit())
 
 
 def read_published(path) -> tuple:
@@ -89,11 +93,17 @@ def read_published(path) -> tuple:
         value = _number(get(row, "value"))
         depth, batch = _leading_int(get(row, "spec_tokens")), _leading_int(get(row, "batch_or_concurrency"))
         length = _number(get(row, "acceptance_length"))
+        stated = get(row, "acceptance_length")
         if value is None:
             skipped.append((line, f"value {get(row, 'value')[:30]!r} is not a number in {1 / MAX_PUBLISHED:g}.."
                                   f"{MAX_PUBLISHED:g}"))
         elif depth is None or batch is None or depth < 1 or batch < 1:
             skipped.append((line, "spec_tokens or batch_or_concurrency does not start with a whole number >= 1"))
+        elif _looks_numeric(stated) and not (length is not None and 1.0 <= length <= depth + 1):
+            # a step emits its bonus token and at most one token per draft: anything else is no
+            # acceptance length of this depth, and would scale the prediction by it
+            skipped.append((line, f"acceptance_length {stated[:30]!r} is not a number in 1..{depth + 1} (a step "
+                                  f"of {depth} drafts emits 1 to {depth + 1} tokens)"))
         elif "speedup" in metric and "slowdown" not in metric:
             out.append(Published(line, get(row, "method"), depth, batch, value, length))
         elif metric == "tpot":
@@ -113,11 +123,16 @@ def read_published(path) -> tuple:
 
 def compare(table, rows) -> tuple:
     """``(compared, skipped)``: each row against ``table`` (see the module docstring); rows at a
-    depth beyond the table, or alone on a curve without an acceptance length, are skipped."""
+    depth beyond the table or a batch outside its widths, or alone on a curve without an
+    acceptance length, are skipped."""
     curves, skipped = {}, []
     for r in rows:
         if r.depth > table.max_k:
             skipped.append((r.line, f"depth {r.depth} is beyond the table's max_k = {table.max_k}"))
+            continue
+        low, high = int(table.widths[0]), int(table.widths[-1])
+        if not low <= r.batch <= high:  # the table would answer with its edge width's costs
+            skipped.append((r.line, f"batch {r.batch} is outside the table's widths {low}..{high}"))
             continue
         curves.setdefault((r.method, r.depth), []).append(r)
     out = []

@@ -51,7 +51,7 @@ from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpe
                                      drafter_spec, gpu_spec, model_spec)
 from specsim.errors import CostModelError
 from specsim._checks import (
-    COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, is_number, number_float, show,
+    COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, is_int, is_number, number_float, show,
 )
 from specsim.table import Cell, CostTable, SCHEMA, TableKey
 from specsim.table._types import COST_FIELDS, DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
@@ -492,11 +492,11 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms``, ``padding_ms`` and
         ``total_ms``.
     """
-    specs = specs or {}
+    specs = _specs(specs)
     g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
     tokens, seqs, context, tp = _pass_args(m, tokens=tokens, seqs=seqs, context=context, tp=tp)
     ov = _overheads(overheads)
-    ach = achieved or achieved_for(g)
+    ach = _achieved(achieved, g)
     net = _target_net(m)
     p = _pass(net, g, ach, ov, int(tp), tokens, seqs, context)
     host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
@@ -549,7 +549,30 @@ def _overheads(overheads) -> Overheads:
         return HOST_OVERHEADS["cuda-graph"]
     if isinstance(overheads, str):
         return Overheads.named(overheads)
+    if not isinstance(overheads, Overheads):
+        raise CostModelError(f"overheads = {show(overheads)} must be an Overheads or one of the names "
+                             f"{', '.join(HOST_OVERHEADS)}")
     return overheads
+
+
+def _achieved(achieved, gpu: GpuSpec) -> Achieved:
+    """``achieved`` checked (an :class:`Achieved`), or the GPU class's fitted fractions for None."""
+    if achieved is None:
+        return achieved_for(gpu)
+    if not isinstance(achieved, Achieved):
+        raise CostModelError(f"achieved = {show(achieved)} must be an Achieved (or None: the GPU class's fitted "
+                             "fractions)")
+    return achieved
+
+
+def _specs(specs) -> dict:
+    """User specs as :func:`~specsim.costmodel.load_specs` returns them (None: none)."""
+    if specs is None:
+        return {}
+    if not isinstance(specs, dict):
+        raise CostModelError(f"specs = {show(specs)} must be a dict such as load_specs returns ({{'gpu': {{name: "
+                             "GpuSpec}}, ...}})")
+    return specs
 
 
 def _device_s(p: _Pass):
@@ -628,7 +651,7 @@ def step_parts(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAUL
                models=None) -> StepParts:
     """The parts :func:`step_costs` prices, by (width, depth) (same arguments)."""
     ov = _overheads(overheads)
-    ach = achieved or achieved_for(gpu)
+    ach = _achieved(achieved, gpu)
     eng = engine_profile(engine)
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
@@ -677,7 +700,7 @@ def plain_decode_power_w(gpu, model, *, tp: int = 1, context_tokens, batch, over
     ov = _overheads(overheads)
     gpu, model = gpu_spec(gpu), model_spec(model)
     batch, context_tokens, tp = _pass_args(model, batch=batch, context_tokens=context_tokens, tp=tp)
-    p = _pass(_target_net(model), gpu, achieved or achieved_for(gpu), ov, tp, batch, batch, context_tokens)
+    p = _pass(_target_net(model), gpu, _achieved(achieved, gpu), ov, tp, batch, batch, context_tokens)
     total_s = _device_s(p) + (ov.step_ms + ov.seq_ms * batch) * 1e-3
     return _energy_j(gpu, tp, p.active_s, total_s) / (total_s * tp)
 
@@ -721,7 +744,7 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     CostModelError
         Unknown names (listing the known ones), bad arguments, or a model that does not fit.
     """
-    specs = specs or {}
+    specs = _specs(specs)
     g = gpu_spec(gpu, specs.get("gpu"))
     m = model_spec(model, specs.get("model"))
     d = drafter_spec(drafter, specs.get("drafter"))
@@ -729,7 +752,7 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     ach = achieved_for(g)
     eng = engine_profile(engine)
     if dtype is not None:
-        if dtype not in DTYPE_BYTES:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
             raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
         m = dataclasses.replace(m, dtype=dtype)
     widths, tp, context_tokens, max_k = _check_args(widths, tp, context_tokens, max_k, m)
@@ -863,9 +886,13 @@ def _matrix_s_per_row(g: GpuSpec, net: _Net) -> float:
 def _check_args(widths, tp, context_tokens, max_k, m):
     problems = []
     try:
-        widths = [int(w) for w in widths]
-    except (TypeError, ValueError):
+        items = list(widths.tolist() if isinstance(widths, np.ndarray) else widths)
+    except TypeError:
+        items = None
+    if items is None or isinstance(widths, (str, bytes)) or not all(is_int(w) for w in items):
+        # int() would cut 1.5 to 1 and read "3" as 3
         raise CostModelError(f"widths {show(widths)} are not a list of integers") from None
+    widths = [int(w) for w in items]
     if not widths:
         problems.append("widths is empty: give at least one batch width, e.g. 1,2,4,8")
     if len(widths) > MAX_MODEL_WIDTHS:

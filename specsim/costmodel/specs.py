@@ -339,10 +339,15 @@ def _find(kind, name, builtins, extra):
     cls = _KINDS[kind]
     if isinstance(name, cls):
         return check_spec(name)
+    if extra is not None and not isinstance(extra, dict):
+        raise CostModelError(f"the user {kind} specs must be a dict of name -> spec (as load_specs returns), got "
+                             f"{show(extra)}")
     known = dict(builtins)
     known.update(extra or {})
-    if name in known:
+    if isinstance(name, str) and name in known:
         return known[name]
+    if not isinstance(name, str):
+        raise CostModelError(f"{kind} = {show(name)} must be a {kind} spec's name (text) or a {cls.__name__}")
     raise CostModelError(
         f"unknown {kind} {name!r}: known {kind}s are {', '.join(sorted(known))}; "
         f"describe another in a TOML file ([[{kind}]] with a name) and pass it with --{kind}-spec"
@@ -390,6 +395,9 @@ HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "
 # ffn_config.moe_num_experts), besides any key naming experts (num_experts_per_tok): priced only
 # from a TOML spec, which names the shape.
 HF_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+# Keys that mark multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): a config.json read as
+# plain attention would price a KV cache of every head's keys and values instead of one latent.
+HF_MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
 
 
 def load_hf_config(path, name=None, dtype=None) -> ModelSpec:
@@ -403,7 +411,7 @@ def load_hf_config(path, name=None, dtype=None) -> ModelSpec:
     gated or plain MLP (from ``model_type``, else ``hidden_act``), and the weights' format
     (``torch_dtype`` or ``dtype``, not needed when ``dtype`` is given; a ``quantization_config``
     with ``quant_method = "fp8"`` makes it fp8). A mixture-of-experts config, wherever it names
-    its experts, is refused. The name is ``name``, else the file's folder, lower-cased.
+    its experts, and a multi-head latent attention one (:data:`HF_MLA_KEYS`) are refused. The name is ``name``, else the file's folder, lower-cased.
 
     Raises
     ------
@@ -515,6 +523,10 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
             problems.append(f"head_dim = {show(v)} must be a whole number >= 1")
         else:
             values["head_dim"] = v
+    mla = [k for k in HF_MLA_KEYS if doc.get(k) not in (None, False, 0)]
+    if mla:
+        problems.append(f"{', '.join(mla)}: multi-head latent attention (MLA); describe its shape in a TOML "
+                        "[[model]] spec (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim) and pass --model-spec")
     moe = _moe_keys(doc)
     if moe:
         problems.append(f"{', '.join(moe[:5])}: a mixture-of-experts config; describe its shape in a TOML "

@@ -230,14 +230,19 @@ def parse_server_info(text: str, source: str):
 def stated_tree(doc):
     """The draft tree a ``/server_info`` document's server arguments state, as ``calib import
     --tree`` takes it (``"sglang:TOPK,STEPS,DRAFT_TOKENS"``, ``?`` for a setting not stated), or
-    None for a chain (``speculative_eagle_topk`` 1 or not stated)."""
-    found = {}
+    None for a chain (``speculative_eagle_topk`` 1 or not stated). A top-k stated but not a count
+    >= 1 (``0``, ``-2``, ``true``, ``1e400``) is ``?``: no chain is assumed from it."""
+    found, unreadable = {}, set()
     for d in walk(doc):
         for name in ("speculative_eagle_topk", "speculative_num_steps", "speculative_num_draft_tokens"):
-            if name not in found and as_count(d.get(name)) is not None:
-                found[name] = as_count(d.get(name))
+            if name not in found and d.get(name) is not None:
+                value = as_count(d[name])
+                if value is None or value < 1:  # stated, but no setting SGLang takes: not a chain's absence
+                    unreadable.add(name)
+                else:
+                    found[name] = value
     topk = found.get("speculative_eagle_topk")
-    if topk is None or topk <= 1:
+    if (topk is None and "speculative_eagle_topk" not in unreadable) or (topk is not None and topk <= 1):
         return None
     return "sglang:" + ",".join(str(found.get(n, "?")) for n in ("speculative_eagle_topk", "speculative_num_steps",
                                                                   "speculative_num_draft_tokens"))

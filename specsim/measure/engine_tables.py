@@ -41,7 +41,6 @@ a table rests on every line of its files or is not written.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,7 +48,8 @@ import numpy as np
 
 from specsim.errors import CalibrationError, TableError
 from specsim._checks import (
-    MAX_POWER_W, MAX_SAMPLE_MS, MAX_WIDTH, MIN_POWER_W, MIN_SAMPLE_MS, check_number, digits_int, show,
+    MAX_POWER_W, MAX_SAMPLE_MS, MAX_WIDTH, MIN_POWER_W, MIN_SAMPLE_MS, check_number, digits_int, plain_decimal,
+    show,
 )
 from specsim._io import csv_rows, decode_text, read_input
 from specsim.interop._records import read_text
@@ -119,9 +119,6 @@ def trtllm_samples(text: str, source: str) -> Samples:
 
 
 # -- SGLang ------------------------------------------------------------------------------------
-# A plain decimal number as SGLang writes a throughput (`{:.2f}`) and nvidia-smi a power (`300.00`), exponent
-# allowed: no sign, no `_`, no other digits (``float`` reads `3_00` as 300).
-_DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 def _logged(text):
     """A field's text as logged, for a message (quoted and cut when empty or long)."""
     return text if 0 < len(text) <= 30 else show(text, 30)
@@ -162,7 +159,7 @@ def sglang_samples(text: str, source: str, interval=None) -> Samples:
         if raw is None:
             problems.append(f"{where}: a Decode batch line without `gen throughput (token/s)`")
             continue
-        throughput = float(raw) if _DECIMAL.fullmatch(raw) else math.nan
+        throughput = plain_decimal(raw)
         if not math.isfinite(throughput):
             problems.append(f"{where}: gen throughput (token/s) = {_logged(raw)} is not a throughput (a plain "
                             "decimal number >= 0, finite, such as 812.45)")
@@ -400,7 +397,7 @@ def nvml_log_power_w(path) -> tuple:
             continue
         raw = row[col].strip() if col < len(row) else ""
         number = raw.removesuffix("W").strip()
-        watts = float(number) if _DECIMAL.fullmatch(number) else math.nan
+        watts = plain_decimal(number)
         if not 0.0 <= watts <= MAX_POWER_W:  # NaN fails too
             problems.append(f"{path}:{line}: power.draw = {show(raw, 30)} is not a power (watts in "
                             f"0..{MAX_POWER_W:g}, a plain decimal number such as 300.00 W)")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsim._checks import is_int, is_number, show
+from specsim._checks import is_int, is_number, number_float, number_problem, show
 from specsim._jit import jit
 from specsim.errors import TreeError
 
@@ -67,6 +67,12 @@ class Tree:
             raise TreeError(f"expected_tokens = {show(self.expected_tokens)} must be a number (NaN: not known)")
         if len(parents) != len(ranks):
             raise TreeError(f"a tree needs one rank per node: {len(parents)} parents, {len(ranks)} ranks")
+        if self.expected_tokens is not None and not math.isnan(number_float(self.expected_tokens)):
+            # 1 + a sum of one path product (a probability) per node
+            problem = number_problem(self.expected_tokens, "expected_tokens", 1.0, len(parents) + 1.0)
+            if problem:
+                raise TreeError(f"{problem}: a tree of {len(parents)} nodes emits 1 + one probability per node "
+                                "(NaN: not known)")
         if ranks and min(ranks) < 1:
             i = next(i for i, r in enumerate(ranks) if r < 1)
             raise TreeError(f"node {i}: rank {ranks[i]} is not a draft rank (ranks are 1-based)")

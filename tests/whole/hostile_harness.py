@@ -15,10 +15,13 @@ line in this process, in a fresh folder, under a watchdog, and is put in one cla
   right.
 
 The cases cross every file slot of the newer commands (context-aware and telemetry-fitted
-tables, engine configs and the controller policies, prefill curves, fleets, schedules) with
-damaged contents (binary, UTF-16, empty, a 2 MB line, deep JSON, NaN, a FIFO, a device, a
-folder), numeric options with values of the wrong type or size, policies with hostile
-arguments, and outputs that are one of the inputs (also through a symlink).
+tables, engine configs and the controller policies, prefill curves, fleets, schedules, draft
+trees and their calibrations, modelled tables from a config.json, published comparisons, NVML
+logs) with damaged contents (binary, UTF-16, empty, a 2 MB line, deep JSON, NaN, a FIFO, a
+device, a folder); give the newer formats (a published set, a config.json, a draft-tree drafts
+log, a [tree] table) one wrong value or row each; pass numeric options values of the wrong type
+or size and policies (slack forms included) hostile arguments; and name outputs that are one of
+the inputs (also through a symlink).
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ def base_files(d: Path) -> None:
 
     (d / "t.toml").write_text(demo_table().to_text())
     (d / "c.toml").write_text(demo_calibration().render())
-    (d / "ct.toml").write_text(demo_calibration().with_rank_acceptance([[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]]).render())
+    # under the drafter key the cases' --drafter-sha256 and --vocab give (calib import --tree checks it)
+    (d / "ct.toml").write_text(demo_calibration().with_rank_acceptance([[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]]).render()
+                               .replace(f'"{demo_calibration().drafter.weights_sha256}"', f'"{"ab" * 32}"')
+                               .replace(f"vocab = {demo_calibration().drafter.vocab}", "vocab = 9"))
     (d / "tiny.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
                                 + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n" for i in range(40)))
     (d / "v.json").write_text('{"method": "eagle", "num_speculative_tokens": 3, '
@@ -63,11 +69,29 @@ def base_files(d: Path) -> None:
     (d / "curve.csv").write_text("tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n")
     (d / "sched.toml").write_text("schema = 1\nobjective = \"energy\"\n[[range]]\nfirst = 1\nlast = 8\ndepth = 3\n"
                                   "[[range]]\nfirst = 9\ndepth = 1\n")
-    (d / "fleet.toml").write_text(f'[[group]]\nname = "a"\ncount = 2\ntable = "t.toml"\ncalibration = "c.toml"\n')
+    (d / "fleet.toml").write_text('[[group]]\nname = "a"\ncount = 2\ntable = "t.toml"\ncalibration = "c.toml"\n')
     (d / "iters.jsonl").write_text("\n".join(json.dumps(x) for x in grid_docs()) + "\n")
     (d / "conf.json").write_text("[[-0.1, -0.5], [-0.2]]\n")
+    (d / "pub.csv").write_text(PUBLISHED)
+    (d / "tlog.csv").write_text(TREE_LOG)
+    (d / "hf.json").write_text(json.dumps(HF_CONFIG) + "\n")
     (d / "acc.toml").write_text('step_ms = [1.0, 1.5]\n[[trace]]\nname = "a"\nk_logged = 1\n'
                                 'steps = ["0110101101"]\n')
+
+
+# A published set (tests/data/published-sd's columns), a draft-tree drafts log (rank and parent
+# columns) and a Hugging Face config.json of a dense decoder.
+PUBLISHED = ("set,engine,gpu,tp,model,method,spec_tokens,tree,batch_or_concurrency,metric,value,unit,baseline_value,"
+             "acceptance_length,source\n"
+             + "".join(f"R9,vLLM,H200,1,m,EAGLE,3,chain,{b},TPOT,{4 + b / 8:.2f},ms,{6 + b / 8:.2f},2.5,x\n"
+                       for b in (1, 2, 4, 8)))
+TREE_LOG = "step,sequence,position,confidence,accepted,rank,parent\n" + "".join(
+    f"{s},0,1,-0.1,{int(s % 3 != 0)},1,-1\n{s},0,1,-0.9,{int(s % 3 == 0)},2,-1\n{s},0,2,-0.2,{int(s % 2 == 0)},1,0\n"
+    for s in range(150))
+HF_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+             "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu", "torch_dtype": "bfloat16",
+             "tie_word_embeddings": False}
 
 
 # -- damaged contents for any file slot -----------------------------------------------------------
@@ -121,6 +145,28 @@ SLOTS = {
                              "--serial", "--quiet", "--compare", "vllm:{f}", "-o", "out.toml"],
     "table model --gpu-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
                                "eagle-1l", "--max-k", "2", "--widths", "1,2", "--gpu-spec", "{f}", "-o", "out.toml"],
+    # this round's surfaces: draft trees, engine profiles, published comparisons
+    "plan --tree CALIBRATION": ["plan", "t.toml", "{f}", "--n", "4", "--tree"],
+    "calib fit --drafts-log (tree)": ["calib", "fit", "--drafts-log", "{f}", "--drafter-sha256", "ab" * 32,
+                                      "--vocab", "9", "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
+    "calib import --tree FILE": ["calib", "import", "{f}", "--tree", "sglang:2,2,4", "--calibration", "ct.toml",
+                                 "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16",
+                                 "--context", "true"],
+    "calib import --tree --calibration": ["calib", "import", "vllm.log", "--tree", "sglang:2,2,4", "--calibration",
+                                          "{f}", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+                                          "bf16", "--context", "true"],
+    "table compare TABLE": ["table", "compare", "{f}", "--published", "pub.csv"],
+    "table compare --published": ["table", "compare", "t.toml", "--published", "{f}"],
+    "table model --model-config": ["table", "model", "--gpu", "h200", "--model-config", "{f}", "--drafter",
+                                   "eagle-1l", "--max-k", "2", "--widths", "1,2", "-o", "out.toml"],
+    "table model --engine --model-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                          "eagle-1l", "--max-k", "2", "--widths", "1,2", "--engine", "vllm",
+                                          "--model-spec", "{f}", "-o", "out.toml"],
+    "table model --drafter-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                   "eagle-1l", "--max-k", "2", "--widths", "1,2", "--drafter-spec", "{f}",
+                                   "-o", "out.toml"],
+    "table import --nvml-log": ["table", "import", "--from", "trtllm-iterations", "iters.jsonl", "--nvml-log", "{f}",
+                                "--box-class", "b", "--recipe", "r", "-o", "out.toml"],
 }
 
 # -- numeric and text options ---------------------------------------------------------------------
@@ -177,6 +223,27 @@ OPTIONS = {
     "calib fit --tree-depths": ["calib", "fit", "--rank-rates", "0.6,0.1", "--tree-depths", "{v}",
                                 "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context",
                                 "true", "-o", "out.toml"],
+    "plan --tree --max-depth": ["plan", "t.toml", "ct.toml", "--n", "4", "--tree", "--max-depth", "{v}"],
+    "plan --tree --tree-attention-factor": ["plan", "t.toml", "ct.toml", "--n", "4", "--tree",
+                                            "--tree-attention-factor", "{v}"],
+    "plan --tree --n": ["plan", "t.toml", "ct.toml", "--tree", "--n", "{v}"],
+    "plan --tree --context": ["plan", "ctx.toml", "ct.toml", "--n", "4", "--tree", "--context", "{v}"],
+    "calib import --tree sglang:": ["calib", "import", "vllm.log", "--tree", "sglang:2,{v},4", "--calibration",
+                                    "ct.toml", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+                                    "bf16", "--context", "true"],
+    "calib import --tree trtllm:": ["calib", "import", "vllm.log", "--tree", "trtllm:2,2,{v}", "--calibration",
+                                    "ct.toml", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+                                    "bf16", "--context", "true"],
+    "calib import --tree vllm:": ["calib", "import", "vllm.log", "--tree", "vllm:[({v},)]", "--calibration",
+                                  "ct.toml", "--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization",
+                                  "bf16", "--context", "true"],
+    "table model --engine --tp": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                  "eagle-1l", "--max-k", "2", "--widths", "1,2", "--engine", "vllm", "--tp", "{v}",
+                                  "-o", "out.toml"],
+    "table model --engine --max-k": ["table", "model", "--gpu", "mi300x", "--model", "deepseek-v3", "--drafter",
+                                     "eagle-1l", "--max-k", "{v}", "--widths", "1,2", "--engine", "vllm", "--tp", "8",
+                                     "-o", "out.toml"],
+    "table compare --method": ["table", "compare", "t.toml", "--published", "pub.csv", "--method", "{v}"],
     "schedule export --method": ["schedule", "export", "sched.toml", "--to", "vllm", "--method", "{v}"],
     "calib fit --drafter-sha256": ["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", "{v}", "--vocab", "9",
                                    "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
@@ -186,7 +253,7 @@ OPTIONS = {
 MAY_ACCEPT = {"-0", "1.5e-308"}
 # Options that take text (a name): only an empty or unprintable value is impossible. A SHA-256 is
 # 64 hex digits and nothing else.
-TEXT_OPTIONS = {"schedule export --method", "calib fit --drafter-sha256"}
+TEXT_OPTIONS = {"schedule export --method", "calib fit --drafter-sha256", "table compare --method"}
 
 
 def _must_refuse(opt: str, v: str) -> bool:
@@ -200,7 +267,13 @@ POLICIES = ["load-aware:3", "sglang[0]:s.json", "sglang[99999999999999]:s.json",
             "sglang[]:s.json", "sglang[1,2,4]:", "vllm:", "trtllm:   ", "fixed:99999", "fixed:-1", "fixed:²",
             "schedule:1-=2000", "schedule:0-4=1", "schedule:1-4=1,3-8=2", "schedule:" + "1-2=1," * 5000,
             "propose:1", "goodput:x", "LOAD-AWARE", "load_aware", "sequence\x00", "vllm:v.json:extra",
-            "schedule:1-" + "9" * 40 + "=1"]
+            "schedule:1-" + "9" * 40 + "=1", "propose@1e308", "propose@nan", "propose@inf", "propose@-1",
+            "sequence@1e-400", "load-aware@0.1:3", "propose@0.1@0.2", "propose@", "@0.1", "propose@" + "9" * 5000,
+            "propose@\u0663", "goodput@0.1", "fixed:2@0.1", "sequence@0x1", "propose @0.1"]
+
+# Policies a run may rightly accept: a name in capitals, spaces around a part (both read as the
+# plain form and labelled so), and a slack that underflows to 0 (slack 0, labelled so).
+MAY_ACCEPT_POLICIES = {"LOAD-AWARE", "sequence@1e-400", "propose @0.1"}
 
 OUTPUT_EQUALS_INPUT = {
     "simulate --json = --table": ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
@@ -224,6 +297,12 @@ OUTPUT_EQUALS_INPUT = {
     "capacity --json = sglang": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
                                  "--slo-tpot-s", "1", "--serial", "--policy", "sglang:s.json", "--json", "{o}"],
     "tree --json = CALIBRATION": ["tree", "t.toml", "ct.toml", "--n", "4", "--json", "{o}"],
+    "tree --json = TABLE": ["tree", "t.toml", "ct.toml", "--n", "4", "--json", "{o}"],
+    "calib fit -o = --drafts-log": ["calib", "fit", "--drafts-log", "tlog.csv", "--drafter-sha256", "ab" * 32,
+                                    "--vocab", "9", "--quantization", "bf16", "--context", "true", "-o", "{o}"],
+    "table compare --plot = TABLE": ["table", "compare", "t.toml", "--published", "pub.csv", "--plot", "{o}"],
+    "table model -o = --model-config": ["table", "model", "--gpu", "h200", "--model-config", "hf.json", "--drafter",
+                                        "eagle-1l", "--max-k", "2", "--widths", "1,2", "-o", "{o}"],
     "replay --json = FILE": ["replay", "acc.toml", "--trace", "a", "--policy", "fixed:1", "--width", "1",
                              "--budget", "10", "--json", "{o}"],
 }
@@ -232,7 +311,9 @@ TARGET_OF = {"simulate --json = --table": "t.toml", "simulate --json = --prefill
              "fleet --json = --fleet": "fleet.toml", "table import -o = FILE": "iters.jsonl",
              "schedule export -o = SCHEDULE": "sched.toml", "tune -o = --compare": "v.json",
              "calib import -o = FILE": "vllm.log", "capacity --json = sglang": "s.json",
-             "replay --json = FILE": "acc.toml", "tree --json = CALIBRATION": "ct.toml"}
+             "replay --json = FILE": "acc.toml", "tree --json = CALIBRATION": "ct.toml",
+             "tree --json = TABLE": "t.toml", "calib fit -o = --drafts-log": "tlog.csv",
+             "table compare --plot = TABLE": "t.toml", "table model -o = --model-config": "hf.json"}
 
 
 def cases():
@@ -247,14 +328,81 @@ def cases():
         for v in BAD_VALUES:
             out.append((f"option {opt} = {v[:20]!r}", [a.replace("{v}", v) for a in argv], ("none", None),
                         _must_refuse(opt, v)))
+    for slot, what, data in format_contents():
+        out.append((f"format {slot}: {what}", FORMAT_SLOTS[slot], ("bytes", data), True))
     for pol in POLICIES:
         argv = ["simulate", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--policy", pol,
                 "--quiet"]
-        out.append((f"policy {pol[:40]!r}", argv, ("none", None), pol.lower() != "load-aware"))
+        out.append((f"policy {pol[:40]!r}", argv, ("none", None), pol not in MAY_ACCEPT_POLICIES))
     for name, argv in OUTPUT_EQUALS_INPUT.items():
         target = TARGET_OF[name]
         out.append((f"output {name}", [a.replace("{o}", target) for a in argv], ("none", None), True))
         out.append((f"output {name} (symlink)", [a.replace("{o}", "link.out") for a in argv], ("link", target), True))
+    return out
+
+
+# -- this round's formats, each with contents that are wrong in its own terms -------------------
+
+KEY_ARGS = ["--drafter-sha256", "ab" * 32, "--vocab", "9", "--quantization", "bf16", "--context", "true"]
+FORMAT_SLOTS = {
+    "published": ["table", "compare", "t.toml", "--published", "{f}"],
+    "config.json": ["table", "model", "--gpu", "h200", "--model-config", "{f}", "--drafter", "eagle-1l", "--max-k",
+                    "2", "--widths", "1,2", "-o", "out.toml"],
+    "tree drafts log": ["calib", "fit", "--drafts-log", "{f}", *KEY_ARGS, "-o", "out.toml"],
+    "[tree] table": ["tree", "t.toml", "{f}", "--n", "4"],
+}
+
+
+def format_contents() -> list:
+    """``(slot, what, bytes)``: one wrong thing each (a value out of its range or of the wrong
+    type, a row the format cannot hold), every other part of the file right."""
+    from specsim.costmodel.defaults import demo_calibration
+
+    out = []
+    row = "R9,vLLM,H200,1,m,EAGLE,{k},chain,{b},TPOT,{v},ms,6,{al},x\n"
+    head = PUBLISHED.splitlines(keepends=True)[0]
+    for what, k, b, v, al in [("value nan", 3, 1, "nan", 2.5), ("value inf", 3, 1, "inf", 2.5),
+                              ("value 4_0", 3, 1, "4_0", 2.5), ("value in other digits", 3, 1, "\u0663", 2.5),
+                              ("value 1e308", 3, 1, "1e308", 2.5), ("acceptance length 0.5", 3, 1, 4, 0.5),
+                              ("acceptance length past k + 1", 3, 1, 4, 5), ("acceptance length -2", 3, 1, 4, -2),
+                              ("depth 0", 0, 1, 4, 1.5), ("batch past the widths", 3, 10**8, 4, 2.5),
+                              ("depth past the table", 99, 1, 4, 2.5)]:
+        out.append(("published", what, (head + row.format(k=k, b=b, v=v, al=al)).encode()))
+    fields = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size")
+    for field in fields:
+        for bad in (0, -1, 10**400, 1.5, True, "4096", [8], float("nan")):
+            doc = dict(HF_CONFIG, **{field: bad})
+            out.append(("config.json", f"{field} = {bad!r:.12}", json.dumps(doc).encode()))
+    for what, extra in [("heads not dividing hidden", {"num_attention_heads": 7, "num_key_value_heads": 7}),
+                        ("kv heads not dividing heads", {"num_key_value_heads": 3}),
+                        ("model_type a list", {"model_type": ["llama"]}), ("torch_dtype int8", {"torch_dtype": "int8"}),
+                        ("latent attention", {"kv_lora_rank": 512, "q_lora_rank": 1536}),
+                        ("experts", {"num_local_experts": 8, "num_experts_per_tok": 2})]:
+        out.append(("config.json", what, json.dumps(dict(HF_CONFIG, **extra)).encode()))
+    out.append(("config.json", "a key given twice", (json.dumps(HF_CONFIG)[:-1] + ', "hidden_size": 8192}').encode()))
+    for col, values in (("rank", ["0", "17", "1.5", "nan", "x", "", "\u0663", "9" * 25]),
+                        ("parent", ["-2", "5", "2", "1.5", "x", "\u0663", "9" * 25])):
+        for v in values:
+            r = {"rank": "1", "parent": "0"} | {col: v}
+            out.append(("tree drafts log", f"{col} = {v[:12]!r}",
+                        (TREE_LOG + f"999,0,2,-0.2,1,{r['rank']},{r['parent']}\n").encode()))
+    for what, rows in [("a rank twice under one parent", "999,0,1,-0.1,1,1,-1\n999,0,1,-0.2,0,1,-1\n"),
+                       ("two accepted siblings", "999,0,1,-0.1,1,1,-1\n999,0,1,-0.2,1,2,-1\n"),
+                       ("a position off its parent's depth", "999,0,1,-0.1,1,1,-1\n999,0,3,-0.2,1,1,0\n"),
+                       ("its own parent", "999,0,1,-0.1,1,1,0\n"),
+                       ("65 deep", "".join(f"999,0,{d},-0.1,1,1,{d - 2}\n" for d in range(1, 66)))]:
+        out.append(("tree drafts log", what, (TREE_LOG + rows).encode()))
+    base = demo_calibration().render() + "\n[tree]\n"
+    for body in ["rank_acceptance = [[true]]", "rank_acceptance = [[nan]]", "rank_acceptance = [[1e400]]",
+                 "rank_acceptance = [[0.5, 0.6]]", 'rank_acceptance = [["0.5"]]', "rank_acceptance = [[]]",
+                 "rank_acceptance = [[0.5], [0.5, 0.1]]", "rank_acceptance = [[[0.5]]]",
+                 "rank_acceptance = [" + ",".join(["[0.5]"] * 65) + "]",
+                 "rank_acceptance = [[" + ",".join(["0.01"] * 17) + "]]",
+                 'rank_acceptance = [[0.5]]\nreached = [10]\nmatched = [[6]]\nsource = "x"',
+                 'rank_acceptance = [[0.5]]\nreached = [10]\nmatched = [[5.0]]\nsource = "x"',
+                 'rank_acceptance = [[0.5]]\nreached = [0]\nmatched = [[0]]\nsource = "x"',
+                 "rank_acceptance = [[0.5]]\nreached = [10]", "rank_acceptance = [[0.5]]\nrank_acceptance = [[0.4]]"]:
+        out.append(("[tree] table", body.replace("\n", "; ")[:50], (base + body + "\n").encode()))
     return out
 
 

@@ -664,7 +664,7 @@ def test_control_characters_in_box_class_are_written_to_the_table(files, flag, c
 
 
 def test_control_characters_in_fleet_group_names_are_printed(files, capsys):
-    (files / "f.toml").write_text(f'[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
+    (files / "f.toml").write_text('[[group]]\nname = "a\\u001b[31mb"\ncount = 1\ntable = "t.toml"\n'
                                   'calibration = "c.toml"\n')
     err = _refused(["fleet", "--trace", files / "tiny.csv", "--fleet", files / "f.toml", "--policy", "fixed:1"], capsys,
                    "name = 'a\\x1b[31mb' must be a non-empty line of printable text")
@@ -689,3 +689,171 @@ def test_messages_print_minus_0(files, argv, said, capsys):
     from specsim._checks import number_problem
 
     assert number_problem(-0.0, "x", low=1.0) == "x = 0.0 must be >= 1"
+
+
+# == Hostile input, round five: draft trees, engine profiles, published comparisons ==============
+
+def test_a_tree_with_expected_tokens_10_400_is_an_overflowerror_and_1e308_is_kept():
+    from specsim.errors import TreeError
+    from specsim.tree import Tree
+
+    for bad in (10**400, -(10**400), 1e308, math.inf, 0.5, 3):
+        with pytest.raises(TreeError, match="expected_tokens = .* a tree of 1 nodes emits 1 \\+ one probability"):
+            Tree((-1,), (1,), bad)
+    assert Tree((-1,), (1,), 2).expected_tokens == 2.0 and math.isnan(Tree((-1,), (1,)).expected_tokens)
+    assert Tree((), (), 1.0).expected_tokens == 1.0
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("table,cell", [([["0.5"]], "depth 1 rank 1 = '0.5'"), ([[True, False]], "depth 1 rank 1 = True"),
+                                        ([[0.5 + 0.5j]], "depth 1 rank 1 = (0.5+0.5j)"),
+                                        ([[0.5, None]], "depth 1 rank 2 = None")],
+                         ids=["text", "boolean", "complex", "None"])
+def test_a_rank_acceptance_of_text_booleans_or_complex_numbers_is_read_as_rates(table, cell):
+    import numpy as np
+
+    from specsim.errors import TreeError
+    from specsim.tree import best_tree, expected_tokens
+
+    for value in (table, np.array(table)):
+        with pytest.raises(TreeError, match=re.escape(cell) + " is not a number"):
+            best_tree(value, 2, 1)
+        with pytest.raises(TreeError, match="is not a number"):
+            expected_tokens(value, [-1], [1])
+    with pytest.raises(SpecsimError, match=re.escape(cell)):
+        demo_calibration().with_rank_acceptance(table)
+    assert best_tree(np.array([[0.5, 0.25]], dtype=object), 2, 1).expected_tokens == 1.75  # numbers held as objects
+
+
+@pytest.mark.parametrize("setting", ["trtllm:2,2,\u0663", "sglang:2,\u0663,4", "sglang:2,2,1_0", "sglang:2,2,+4"])
+def test_calib_import_tree_reads_digits_of_other_scripts(setting):
+    from specsim.calibration.tree_check import tree_of_setting
+
+    with pytest.raises(SpecsimError, match="whole numbers"):
+        tree_of_setting(setting, [[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]])
+    assert tree_of_setting("sglang: 2, 2 ,4", [[0.79, 0.1, 0.04], [0.74, 0.1, 0.04]]).nodes == 3
+
+
+PUBLISHED_HEADER = ("set,engine,gpu,tp,model,method,spec_tokens,tree,batch_or_concurrency,metric,value,unit,"
+                    "baseline_value,acceptance_length,source\n")
+
+
+def _published(files, *rows):
+    (files / "pub.csv").write_text(PUBLISHED_HEADER + "".join(f"R9,vLLM,H200,1,m,{r}\n" for r in rows),
+                                   encoding="utf-8")
+    return ["table", "compare", files / "t.toml", "--published", files / "pub.csv"]
+
+
+def test_table_compare_method_empty_keeps_every_row(files, capsys):
+    _refused(_published(files, "EAGLE,3,chain,1,TPOT,4,ms,6,2.5,x") + ["--method", ""], capsys, "--method",
+             "is not a name")
+
+
+@pytest.mark.parametrize("value,said", [("\u0663", "'\u0663' is not a number"), ("4_0", "'4_0' is not a number")])
+def test_a_published_value_in_other_digits_or_with_an_underscore_is_read_as_a_number(files, value, said, capsys):
+    _refused(_published(files, f"EAGLE,3,chain,1,TPOT,{value},ms,6,2.5,x"), capsys, "pub.csv", "line 2", said)
+    from specsim.costmodel.published import read_published
+
+    rows, skipped = read_published(_published(files, f"EAGLE,3,chain,1,TPOT,{value},ms,6,2.5,x",
+                                              "EAGLE,3,chain,2,TPOT,4.5,ms,6.5,2.5,x")[-1])
+    assert [r.line for r in rows] == [3] and skipped[0][0] == 2
+
+
+@pytest.mark.parametrize("length", ["0.5", "5", "99", "0", "-2", "1e308", "\u0663"])
+def test_a_published_acceptance_length_a_depth_cannot_emit_scales_the_prediction(files, length, capsys):
+    _refused(_published(files, f"EAGLE,3,chain,1,TPOT,4,ms,6,{length},x"), capsys, "line 2",
+             f"acceptance_length {length!r} is not a number in 1..4")
+    assert _run(_published(files, "EAGLE,3,chain,1,TPOT,4,ms,6,not reported,x",
+                           "EAGLE,3,chain,2,TPOT,4.5,ms,6.5,4,x")) == 0  # a note is no length; k + 1 is one
+    assert "skipped" not in capsys.readouterr().out
+
+
+def test_a_published_batch_past_the_tables_widths_is_priced_at_its_widest(files, capsys):
+    from specsim.table import CostTable
+
+    widest = int(CostTable.load(files / "t.toml").widths[-1])
+    _refused(_published(files, f"EAGLE,3,chain,{widest + 1},TPOT,4,ms,6,2.5,x"), capsys, "line 2",
+             f"batch {widest + 1} is outside the table's widths")
+    assert _run(_published(files, f"EAGLE,3,chain,{widest + 1},TPOT,4,ms,6,2.5,x",
+                           f"EAGLE,3,chain,{widest},TPOT,4,ms,6,2.5,x")) == 0
+    assert f"skipped 1 row: line 2: batch {widest + 1} is outside" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fields", [{"kv_lora_rank": 512, "q_lora_rank": 768, "qk_rope_head_dim": 32,
+                                     "qk_nope_head_dim": 64, "v_head_dim": 64}, {"kv_lora_rank": -1}],
+                         ids=["MiniCPM3-like", "kv_lora_rank -1"])
+def test_a_model_config_with_latent_attention_is_priced_as_plain_attention(files, fields, capsys):
+    import json
+
+    doc = {"model_type": "minicpm3", "hidden_size": 2560, "intermediate_size": 6400, "num_hidden_layers": 62,
+           "num_attention_heads": 40, "num_key_value_heads": 40, "vocab_size": 73448, "hidden_act": "silu",
+           "torch_dtype": "bfloat16", **fields}
+    (files / "config.json").write_text(json.dumps(doc))
+    _refused(["table", "model", "--gpu", "h200", "--model-config", files / "config.json", "--drafter", "eagle-1l",
+              "--max-k", "2", "--widths", "1,2", "-o", files / "m.toml"], capsys, "config.json", "kv_lora_rank",
+             "multi-head latent attention")
+    assert not (files / "m.toml").exists()
+
+
+def _cost_model_calls():
+    import numpy as np
+
+    from specsim.costmodel import forward_breakdown, model_table
+
+    def fb(**kw):
+        args = dict(tokens=8, seqs=8, context=1024) | kw
+        return lambda: forward_breakdown(args.pop("gpu", "h200"), args.pop("model", "llama-3.1-8b"), **args)
+
+    def mt(**kw):
+        args = dict(widths=[1, 2], max_k=2) | kw
+        return lambda: model_table(args.pop("gpu", "h200"), args.pop("model", "llama-3.1-8b"),
+                                   args.pop("drafter", "eagle-1l"), **args)
+
+    return {
+        "forward_breakdown gpu=['h200']": (fb(gpu=["h200"]), "gpu = ['h200'] must be a gpu spec's name"),
+        "forward_breakdown model={}": (fb(model={}), "model = {} must be a model spec's name"),
+        "forward_breakdown overheads=3": (fb(overheads=3), "overheads = 3 must be an Overheads"),
+        "forward_breakdown achieved='x'": (fb(achieved="x"), "achieved = 'x' must be an Achieved"),
+        "forward_breakdown achieved=array": (fb(achieved=np.array([1.0, 2.0])), "must be an Achieved"),
+        "forward_breakdown specs='x'": (fb(specs="x"), "specs = 'x' must be a dict"),
+        "model_table drafter=np.array": (mt(drafter=np.array(["eagle-1l"])), "drafter = array"),
+        "model_table dtype=['bf16']": (mt(dtype=["bf16"]), "dtype ['bf16'] is not one of"),
+        "model_table specs={'gpu': 'x'}": (mt(specs={"gpu": "x"}), "the user gpu specs must be a dict"),
+        "model_table widths=[1.5, 2]": (mt(widths=[1.5, 2]), "widths [1.5, 2] are not a list of integers"),
+        "model_table widths=['1', '2']": (mt(widths=["1", "2"]), "are not a list of integers"),
+        "model_table widths=[True, 2]": (mt(widths=[True, 2]), "are not a list of integers"),
+        "model_table widths=complex": (mt(widths=np.array([1 + 1j])), "are not a list of integers"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_cost_model_calls()))
+def test_cost_model_api_attributeerror_typeerror_or_widths_cut_to_integers(call):
+    from specsim.errors import CostModelError
+
+    run, said = _cost_model_calls()[call]
+    with pytest.raises(CostModelError) as e:
+        run()
+    assert said in str(e.value)
+
+
+@pytest.mark.parametrize("body,line,said", [
+    ("0,0,1,-0.1,1,1,-1\n0,0,1,-0.9,0,2,-1\n0,0,2,-0.2,1,1.5,0\n", 4, "'1.5' to int64 (column 6)"),
+    ("0,0,1,-0.1,1,1,-1\n\n# a note\n0,0,1,-0.9,0,x,-1\n", 5, "'x' to int64 (column 6)"),
+    ("0,0,1,-0.1,1,1,-1\n0,0,1,-0.9,maybe,2,-1\n", 3, "'maybe' to int64 (column 5)"),
+], ids=["third row", "after a blank and a comment line", "accepted column"])
+def test_a_drafts_log_value_that_is_not_a_number_is_placed_at_a_numpy_row_counted_from_0(files, body, line, said,
+                                                                                          capsys):
+    (files / "d.csv").write_text("step,sequence,position,confidence,accepted,rank,parent\n" + body)
+    err = _refused(["calib", "fit", "--drafts-log", files / "d.csv", *_calib_key(), "-o", files / "o.toml"], capsys,
+                   f"d.csv: line {line}: could not convert string {said}")
+    assert "at row" not in err and not (files / "o.toml").exists()
+
+
+@pytest.mark.parametrize("topk", ["0", "-2", "true", "1e400", "100000000000000000000000", "[2]"])
+def test_a_server_info_topk_that_is_no_count_is_fitted_as_a_chain(files, topk, capsys):
+    (files / "info.json").write_text('{"internal_states": [{"avg_spec_accept_length": 2.4}], "speculative_algorithm": '
+                                     f'"EAGLE", "speculative_eagle_topk": {topk}, "speculative_num_steps": 3, '
+                                     '"speculative_num_draft_tokens": 6}')
+    _refused(["calib", "import", files / "info.json", *_calib_key(), "--assume", "constant-rate", "-o",
+              files / "o.toml"], capsys, "(sglang:?,3,6) but not all of its settings", "not a whole number >= 1")
+    assert not (files / "o.toml").exists()
