@@ -317,9 +317,9 @@ def choose(kind="auto", workers=None, scheduler=None, what="specsim", fallback="
         if have_dask():
             return Executor("dask", workers, scheduler)
         if kind == "dask" or scheduler:
-            raise ExecutorError("Dask is not installed (pip install 'specsim[dist]'); use threads or serial")
+            raise ExecutorError("Dask is not installed (pip install 'specsim-llm[dist]'); use threads or serial")
         how = "serially" if fallback == "serial" else "on threads"
         print(f"{what}: dask.distributed is not installed: running {how} in this process "
-              "(pip install 'specsim[dist]' to spread the work over worker processes)", file=sys.stderr)
+              "(pip install 'specsim-llm[dist]' to spread the work over worker processes)", file=sys.stderr)
         kind = fallback
     return Executor(kind, workers, None)

@@ -293,7 +293,7 @@ def require_matplotlib() -> None:
     except ImportError as e:
         raise SpecsimError(
             "a reliability diagram needs matplotlib, which is not installed: "
-            "pip install 'specsim[plot]' (or drop --plot)"
+            "pip install 'specsim-llm[plot]' (or drop --plot)"
         ) from e
 
 

@@ -195,7 +195,7 @@ def require_matplotlib(flag: str = "--plot", path=None) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim[plot]'") from None
+        raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim-llm[plot]'") from None
     if path is not None and "." in str(path).rsplit("/", 1)[-1]:
         from matplotlib.figure import Figure
 

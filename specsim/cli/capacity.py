@@ -165,7 +165,7 @@ def _search(args, fleet, read):
             dask = True
         except ImportError:
             print("specsim capacity: dask.distributed is not installed: probing serially "
-                  "(pip install 'specsim[dist]' to spread probes over workers)", file=sys.stderr)
+                  "(pip install 'specsim-llm[dist]' to spread probes over workers)", file=sys.stderr)
     if dask is None:
         return capacity(read.requests, policies=args.policy, runner=serial_runner, **kw)
     with DaskRunner(args.scheduler, args.workers) as runner:

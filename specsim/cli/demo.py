@@ -77,7 +77,7 @@ def cmd_demo(args):
     why = ""
     if "plot.png" not in written:
         why = ("; no plot: --no-plot" if args.no_plot else
-               "; no plot: matplotlib is not installed (pip install 'specsim[plot]')")
+               "; no plot: matplotlib is not installed (pip install 'specsim-llm[plot]')")
     print(f"{_names(written)} written to {args.out}/ ({time.monotonic() - start:.1f} s{why}). Start from them:")
     print(f"  specsim simulate --trace {args.out}/trace.csv --table {args.out}/table.toml "
           f"--calibration {args.out}/calibration.toml --policy sequence --seed {args.seed} "

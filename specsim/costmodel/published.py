@@ -164,7 +164,7 @@ def plot_comparison(compared, path, title: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise TableError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
+        raise TableError("--plot needs matplotlib: pip install 'specsim-llm[plot]'") from e
     fig, ax = plt.subplots(figsize=(7, 4.5))
     curves = {}
     for c in compared:

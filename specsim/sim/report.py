@@ -117,7 +117,7 @@ def plot(results, summaries, path) -> dict:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import NullFormatter
     except ImportError as e:
-        raise SimulationError("--plot needs matplotlib: pip install 'specsim[plot]'") from e
+        raise SimulationError("--plot needs matplotlib: pip install 'specsim-llm[plot]'") from e
 
     fig, axes = plt.subplots(3, 2, figsize=(12, 13))
     shown = _distinct_series(results, summaries)

@@ -115,7 +115,7 @@ def test_demo_names_only_the_files_it_wrote(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     assert main(["demo", "--out", str(tmp_path / "c"), "--requests", "150", "--no-tune"]) == 0
     line = _written_line(capsys.readouterr().out)
-    assert "plot.png" not in line and "pip install 'specsim[plot]'" in line
+    assert "plot.png" not in line and "pip install 'specsim-llm[plot]'" in line
     assert not (tmp_path / "c" / "plot.png").exists()
     listed = line.split(" written to ")[0].replace(" and ", ", ").split(", ")
     assert sorted(listed) == sorted(p.name for p in (tmp_path / "c").iterdir())

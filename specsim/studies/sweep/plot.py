@@ -33,7 +33,7 @@ def pareto_plot(rows, path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SpecsimError("the plot needs matplotlib: pip install 'specsim[plot]'") from None
+        raise SpecsimError("the plot needs matplotlib: pip install 'specsim-llm[plot]'") from None
 
     for r in rows:
         for name in ("tokens_per_s", "j_per_token", "tpot_s_p99"):
