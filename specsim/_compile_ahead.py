@@ -57,7 +57,7 @@ PLAN = (
     ("plan._sort", "sort_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
     ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8"), _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
-    ("sim._engine_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8"), _ALL),
+    ("sim._engine_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "f8", "u8"), _ALL),
     ("sim._engine_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),

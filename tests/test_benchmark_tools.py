@@ -27,3 +27,13 @@ def test_a_fallen_ratio_fails_and_a_steady_one_passes(tmp_path):
 
 def test_needs_two_runs(tmp_path):
     assert main(["--root", str(tmp_path)]) == 2
+
+
+def test_a_stored_ratio_fails_only_past_its_tolerance():
+    from benchmarks.ratios import STORED, TOLERANCE, check
+
+    stored = {"a": 1.0, "b": 10.0}
+    rows = check({"a": TOLERANCE * 0.99, "b": TOLERANCE * 10.0 * 1.01, "new": 3.0}, stored)
+    assert [(name, failed) for name, _, _, failed in rows] == [("a", False), ("b", True)]
+    doc = json.loads(STORED.read_text())  # the stored ratios name the commit they were measured on
+    assert len(doc["commit"]) == 40 and doc["ratios"]["length_10x"] > 0

@@ -12,7 +12,7 @@ from specsim.cli import main
 from specsim.sim import simulate
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
-from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, same_run, verdict
+from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, noise_seeds, reruns, same_run, verdict, verdicts
 from tests.test_engine import random_requests, small_calibration, small_table
 
 
@@ -58,6 +58,48 @@ def test_same_runs_are_not_compared():
     summaries[1]["same_as"] = "a"
     assert verdict("lowest energy", summaries, lambda i, s: summaries[i], 0)["runner_up"] == "c"
     assert verdict("lowest energy", summaries[:2], lambda i, s: summaries[i], 0) is None
+
+
+def test_verdicts_ask_for_every_rerun_at_once_before_any_is_read():
+    """The reruns of both verdicts are asked for together (each once, shared leaders too), so a
+    prefetching rerun makes them in parallel; the verdicts equal those made one at a time."""
+    summaries = _summaries([("a", 1.0), ("b", 1.5), ("c", 2.0)])
+    summaries[2]["tpot_s"] = {"p99": 0.5}  # p99 TPOT's leaders are c and a; energy's a and b
+    asked, read = [], []
+
+    class Rerun:
+        def prefetch(self, pairs):
+            assert not read, "a rerun was read before the prefetch"
+            asked.extend(pairs)
+
+        def __call__(self, index, seed):
+            read.append((index, seed))
+            return summaries[index]
+
+    names = ("lowest energy", "lowest p99 TPOT")
+    got = verdicts(names, summaries, Rerun(), 5)
+    seeds = noise_seeds(5)
+    assert sorted(asked) == sorted({(i, s) for i in (0, 1, 2) for s in seeds}) and len(asked) == len(set(asked))
+    assert got == [verdict(name, summaries, lambda i, s: summaries[i], 5) for name in names]
+    assert verdicts(names, summaries[:1], lambda i, s: summaries[i], 5) == [None, None]
+
+
+@pytest.mark.kernels
+def test_parallel_reruns_equal_reruns_made_one_at_a_time():
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 3, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2", "propose")]
+    summaries = [r.summary() for r in results]
+    mark_same_runs(results, summaries)
+    names = ("lowest energy", "lowest p99 TPOT")
+    opts = ServerOptions(max_num_seqs=4)
+    parallel = reruns(reqs, table, cal, results, opts)
+    one_by_one = reruns(reqs, table, cal, results, opts)
+    got = verdicts(names, summaries, parallel, 0)
+    want = [verdict(name, summaries, lambda i, s: one_by_one(i, s), 0) for name in names]
+    assert got == want and any(v is not None for v in got)
 
 
 @pytest.fixture
@@ -115,3 +157,30 @@ def test_t_quantiles_and_paired_noise():
     assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3 ** 0.5) < 1e-9
     mean, half = paired_noise([0.5])
     assert mean == 0.5 and half != half
+
+
+@pytest.mark.kernels
+def test_reruns_report_their_finished_requests_to_a_progress_bar():
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 4, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2")]
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
+    rerun.prefetch([(0, 1), (1, 1), (0, 2), (0, 1)])
+    assert len(bars) == 1 and bars[0].total == 3 * len(reqs) == bars[0].done and bars[0].closed
+    rerun.prefetch([(0, 2)])  # made already: no bar
+    assert len(bars) == 1

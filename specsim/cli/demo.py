@@ -13,7 +13,7 @@ from specsim.sim.engine import ServerOptions
 from specsim.sim.metrics import overload_lines
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
-from specsim.sim.verdict import reruns, same_run_lines, verdict
+from specsim.sim.verdict import reruns, same_run_lines, verdicts
 
 
 def register(sub, groups):
@@ -139,8 +139,7 @@ def _verdicts(summaries, results, inputs, seed):
         print(line)
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
                    ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
-    for name in ("lowest energy", "lowest p99 TPOT"):
-        v = verdict(name, summaries, rerun, seed)
+    for v in verdicts(("lowest energy", "lowest p99 TPOT"), summaries, rerun, seed):
         if v is not None:
             print(v["line"])
     plain = next((s for s in summaries if s["policy"] == "fixed:0" and s["j_per_token"] is not None), None)

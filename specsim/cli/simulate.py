@@ -23,7 +23,7 @@ from specsim.sim.engine import ServerOptions, simulate_runs
 from specsim.sim.metrics import overload_lines, requests_csv, summarize
 from specsim.sim.replay import load_acceptance_file
 from specsim.sim.report import comparison_table, plot
-from specsim.sim.verdict import mark_same_runs, reruns, verdict
+from specsim.sim.verdict import mark_same_runs, reruns, verdicts as verdicts_of
 from specsim.table import CostTable
 from specsim.traces import summary as trace_summary
 
@@ -116,8 +116,11 @@ def _simulate(args, out):
     print(comparison_table(summaries))
     for line in overload_lines(summaries):
         print(line)
-    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance)
-    verdicts = [v for v in (verdict(name, summaries, rerun, args.seed) for name in ("lowest energy", "lowest p99 TPOT"))
+    # The verdicts' reruns on a long trace take as long as the policies did: they report too.
+    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance,
+                   progress=lambda total: Progress(total, "verdicts", enabled=not args.quiet and n_req >= 200_000,
+                                                   unit="requests"))
+    verdicts = [v for v in verdicts_of(("lowest energy", "lowest p99 TPOT"), summaries, rerun, args.seed)
                 if v is not None]
     for v in verdicts:
         print(v["line"])

@@ -155,7 +155,8 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
     its workspace)."""
     o = srv.rec[0]
-    kd = np.int64(0)  # not the literal 0 (see _price_nb)
+    _find_decoding(req, st, ws)  # ws.slot[:n]: the decoding sequences, in running order
+    kd = np.int64(0)  # not the literal 0 (see schedule_running_nb)
     for j in range(n):
         r = st.running[ws.slot[j]]
         need = req.output[r] - req.emitted[r] - 1
@@ -276,7 +277,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
     Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
-    waits in the queue: ``load-aware``'s other plan, the same array for every other policy); the
+    waits in the queue: ``load-aware``'s other plan, the same array for every other policy), which
+    :func:`schedule_running_nb` reads from the returned depth (no pass over the sequences); the
     sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
     With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``) plan on
@@ -285,8 +287,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
     Returns
     -------
     int
-        The drafted depth ``kd`` (the deepest any sequence drafted); ``ws.vdepth[:n]`` and
-        ``ws.known[:n]`` (drafted per sequence) are written.
+        The drafted depth ``kd`` (the deepest any sequence drafted); for the sequence policy
+        ``ws.vdepth[:n]`` and ``ws.known[:n]`` (drafted per sequence) are written.
     """
     waiting = st.rec[0].q_len > 0
     k = srv.depth_memo[n] if waiting else srv.idle_memo[n]
@@ -304,9 +306,6 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
         # plans per sequence), so the per-sequence planner compiles only where it runs.
         if srv.rec[0].per_sequence != 0:
             return _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key)
-    for j in range(n):
-        ws.vdepth[j] = k
-        ws.known[j] = k
     return k
 
 
@@ -314,7 +313,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
 
 @step_part
 def _find_decoding(req, st, ws):
-    """Mark the running requests that decode (prefill done, a token emitted); returns how many."""
+    """Mark the running requests that decode (prefill done, a token emitted) in ``ws.slot``, for
+    the per-sequence planner; returns how many (always ``ctx_seqs``, kept as they change)."""
     s = st.rec[0]
     n = 0
     for i in range(s.n_running):
@@ -337,6 +337,8 @@ def _allocate(req, st, o, i, tokens):
     s = st.rec[0]
     r = st.running[i]
     extra = _grow(req, st, o, r, tokens)
+    if extra == 0:
+        return True  # the common case: what it holds suffices (and the cache never holds more than it has)
     while extra > o.kv_blocks - s.kv_used:
         victim_slot = s.n_running - 1
         _preempt_last(req, st)
@@ -348,13 +350,41 @@ def _allocate(req, st, o, i, tokens):
 
 
 @step_part
-def schedule_running_nb(req, srv, st, ws, budget):
+def _schedule_decodes(req, srv, st, ws, budget, k):
+    """:func:`schedule_running_nb` when every running request decodes ``k`` drafts and the budget
+    holds them all: each takes ``1 + k`` tokens, so only its KV blocks are left to settle."""
+    s = st.rec[0]
+    o = srv.rec[0]
+    preempted = False
+    i = np.int64(0)
+    while i < s.n_running:
+        r = st.running[i]
+        n_before = s.n_running
+        if not _allocate(req, st, o, i, req.prompt[r] + req.emitted[r] + k):
+            preempted = True
+            break
+        preempted = preempted or s.n_running < n_before
+        i += 1
+    tally = ws.tally[0]
+    tally.all_decode = k
+    tally.decoding = i
+    tally.rows = i * k
+    tally.drafted = i * k
+    return budget - i * (1 + k), preempted
+
+
+@step_part
+def schedule_running_nb(req, srv, st, ws, budget, k):
     """Schedule the running requests in admission order within the token ``budget``.
 
-    A decoding sequence takes ``1 + drafts`` tokens, its drafts cut to what the budget has left;
-    a partly prefilled request takes the next chunk of its prefill. Each holds KV blocks for what
-    it has computed plus this step's tokens (drafts as lookahead); when the cache is full the most
-    recently admitted running request is preempted.
+    A decoding sequence (prefill done, a token emitted) takes ``1 + drafts`` tokens: ``k`` drafts
+    under a uniform policy, its planned ``ws.vdepth`` under the sequence policy, cut to what the
+    budget has left; a partly prefilled request takes the next chunk of its prefill. Each holds
+    KV blocks for what it has computed plus this step's tokens (drafts as lookahead); when the
+    cache is full the most recently admitted running request is preempted. Writes, per running
+    slot, ``ws.take`` (``UNSCHEDULED`` past the budget) and ``ws.dec_of``, and per decoding
+    sequence its verified depth ``ws.vdepth``: the one pass over the running requests before the
+    step's outcome.
 
     Returns
     -------
@@ -363,15 +393,28 @@ def schedule_running_nb(req, srv, st, ws, budget):
     """
     s = st.rec[0]
     o = srv.rec[0]
+    uniform = o.per_sequence == 0
+    if uniform and s.n_running == s.ctx_seqs and s.n_running * (1 + k) <= budget:
+        return _schedule_decodes(req, srv, st, ws, budget, k)
     preempted = False
-    i = np.int64(0)  # not the literal 0 (see _price_nb)
+    # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
+    # pass of its inference, so a literal start compiles the callee once more for it.
+    i = np.int64(0)
+    j = np.int64(0)
+    # Counted in locals and added once (a local stays in a register): drafts the budget cut, and
+    # the step's tally of decoding sequences, rows, drafts and prefill chunks.
+    cut = np.int64(0)
+    rows = np.int64(0)
+    drafted = np.int64(0)
+    prefills = np.int64(0)
+    ptok = np.int64(0)
     while i < s.n_running and budget > 0:
         r = st.running[i]
-        j = ws.dec_of[i]
-        if j != NOT_DECODING:
-            want = 1 + ws.vdepth[j]
+        decoding = req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]
+        want = np.int64(0)
+        if decoding:
+            want = 1 + (k if uniform else ws.vdepth[j])
             take = want if want < budget else budget
-            ws.vdepth[j] = take - 1
             tokens = req.prompt[r] + req.emitted[r] + take - 1
         else:
             left = req.target[r] - req.prefilled[r]
@@ -382,11 +425,29 @@ def schedule_running_nb(req, srv, st, ws, budget):
             preempted = True
             break
         preempted = preempted or s.n_running < n_before
-        if j != NOT_DECODING:
-            s.drafts_cut += want - take
+        if decoding:
+            ws.dec_of[i] = j
+            ws.vdepth[j] = take - 1
+            cut += want - take
+            rows += take - 1
+            drafted += k if uniform else ws.known[j]
+            j += 1
+        else:
+            ws.dec_of[i] = NOT_DECODING
+            prefills += 1
+            ptok += take
         ws.take[i] = take
         budget -= take
         i += 1
+    for rest in range(i, s.n_running):  # past the budget: they wait
+        ws.take[rest] = UNSCHEDULED
+    s.drafts_cut += cut
+    tally = ws.tally[0]
+    tally.decoding += j
+    tally.rows += rows
+    tally.drafted += drafted
+    tally.prefills += prefills
+    tally.prefill_tokens += ptok
     return budget, preempted
 
 
@@ -430,6 +491,9 @@ def admit_nb(req, srv, st, ws, budget, whole):
         s.n_running = i + 1
         budget -= take
         first = False
+        tally = ws.tally[0]
+        tally.prefills += 1
+        tally.prefill_tokens += take
     return budget
 
 
@@ -584,22 +648,31 @@ def apply_nb(req, cal, srv, st, ws, t, key):
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
     recompute). Returns ``(decode tokens, accepted drafts, requests finished)``."""
     s = st.rec[0]
-    tokens = 0
+    tally = ws.tally[0]
+    # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
+    k_all = tally.all_decode
+    n_all = tally.decoding if k_all >= 0 else 0
+    gated = srv.rec[0].acceptance_window > 0  # decode_iters is the speculation gate's alone
+    tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
     for i in range(s.n_running):
-        take = ws.take[i]
-        if take == UNSCHEDULED:
-            continue
+        if i < n_all:
+            take = 1 + k_all
+            j = i
+        else:
+            take = ws.take[i]
+            if take == UNSCHEDULED:
+                continue
+            j = ws.dec_of[i]
         r = st.running[i]
-        j = ws.dec_of[i]
         if j != NOT_DECODING:
-            v = ws.vdepth[j]
+            v = k_all if i < n_all else ws.vdepth[j]
             st.depth_hist[v] += 1
-            req.decode_iters[r] += 1
-            acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
+            if gated:
+                req.decode_iters[r] += 1
+            acc = accepted_nb(req, cal, srv, ws, j, r, v, key) if v > 0 else 0
             req.emitted[r] += 1 + acc
-            s.ctx_tokens += 1 + acc
             tokens += 1 + acc
             accepted += acc
         else:
@@ -619,6 +692,7 @@ def apply_nb(req, cal, srv, st, ws, t, key):
             _leave_context(req, s, r)
             _finish(req, srv, st, r, t)
             done += 1
+    s.ctx_tokens += tokens
     return tokens, accepted, done
 
 
@@ -675,12 +749,25 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
 # -- one step, one replica -------------------------------------------------------------------------------
 
 @step_part
+def _clear_tally(ws):
+    """A new step's tally: nothing scheduled yet."""
+    tally = ws.tally[0]
+    tally.all_decode = -1
+    tally.decoding = 0
+    tally.rows = 0
+    tally.drafted = 0
+    tally.prefills = 0
+    tally.prefill_tokens = 0
+
+
+@step_part
 def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
     """Decide the step: which running requests run with how many tokens, which waiting ones are
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
     s = st.rec[0]
     o = srv.rec[0]
-    n = _find_decoding(req, st, ws)
+    n = s.ctx_seqs  # the decoding requests: kept as they change (apply, preemption), not counted
+    _clear_tally(ws)
     budget = o.max_num_batched_tokens
     # Each verb has one call site: the helpers are inlined, and every copy costs compile time.
     separate = o.chunked == 0
@@ -689,9 +776,11 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
         before = s.n_running
         admit_nb(req, srv, st, ws, budget, separate)  # whole prefills; a variable, not a literal: one compile
         if s.n_running > before:
+            for i in range(before):  # the running wait for the admitted's prefill
+                ws.take[i] = UNSCHEDULED
             return 0, 0
     k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key)
-    budget, preempted = schedule_running_nb(req, srv, st, ws, budget)
+    budget, preempted = schedule_running_nb(req, srv, st, ws, budget, k)
     if not separate and not preempted:
         admit_nb(req, srv, st, ws, budget, separate)  # chunked: separate is False here
     return n, k
@@ -705,24 +794,12 @@ def _price_nb(tab, srv, st, ws, n, k):
     the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
     prefill part, which then pays only its tokens' marginal cost."""
     s = st.rec[0]
-    # Typed int64 from the start (not the literal 0): Numba types a call inside a loop at each
-    # pass of its inference, so a literal start compiles the callee once more for it.
-    n_sched = np.int64(0)
-    rows = np.int64(0)
-    drafted = 0
-    ptok = np.int64(0)
-    prefill = False
-    for i in range(s.n_running):
-        if ws.take[i] == UNSCHEDULED:
-            continue
-        j = ws.dec_of[i]
-        if j == NOT_DECODING:
-            ptok += ws.take[i]
-            prefill = True
-        else:
-            n_sched += 1
-            rows += ws.vdepth[j]
-            drafted += ws.known[j]
+    tally = ws.tally[0]  # counted as the step was scheduled
+    n_sched = tally.decoding
+    rows = tally.rows
+    drafted = tally.drafted
+    ptok = tally.prefill_tokens
+    prefill = tally.prefills > 0
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
     dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0

@@ -160,7 +160,7 @@ class Requests(NamedTuple):
     ``emitted`` tokens so far, ``prefilled``/``target`` prefill progress (a preempted request's
     target becomes prompt + emitted), ``blocks`` KV blocks held, ``first_s``/``finish_s``/
     ``sched_s`` (first admission) times, NaN until they happen, ``decode_iters`` decode steps the
-    request took part in (the speculation gate's denominator).
+    request took part in (the speculation gate's denominator; counted only in a run with a gate).
     """
 
     arrival_s: np.ndarray
@@ -254,12 +254,28 @@ class StepLog(NamedTuple):
     prefill_tokens: np.ndarray
 
 
+# What one step scheduled, counted as it is scheduled (so pricing needs no pass over the slots):
+# decoding sequences and their verified rows and drafted depths, prefill chunks and their tokens;
+# ``all_decode``: the depth k when the running slots 0..decoding-1 all decode k drafts uncut
+# (a uniform policy's step of decodes alone that the budget cannot cut: apply then reads no
+# per-slot scratch for them), else -1.
+TALLY_DT = np.dtype([
+    ("all_decode", "i8"),
+    ("decoding", "i8"),
+    ("rows", "i8"),
+    ("drafted", "i8"),
+    ("prefills", "i8"),
+    ("prefill_tokens", "i8"),
+], align=True)
+
+
 class Workspace(NamedTuple):
     """Per-step scratch for batches of up to S sequences (K = max(max_k, 1)): per running slot
     ``take`` (tokens scheduled) and ``dec_of`` (index among the decoding sequences, or -1); per
     decoding sequence ``slot``, ``conf float32[S, K]``, ``n_conf``, ``known``, ``vdepth``,
     ``verdict bool[S, K]``; ``grid_width``, ``grid`` and ``scratch``, the costs at the step's
-    width and context the planner reads. The per-sequence planner's workspace is apart
+    width and context the planner reads; ``tally`` (TALLY_DT, shape (1,)), the step's counts.
+    The per-sequence planner's workspace is apart
     (``specsim.plan._types.PlanWorkspace``, or None for an engine that never plans per sequence,
     :func:`specsim.sim.engine.plan_workspace_for`), so every other kernel has one type of this."""
 
@@ -274,3 +290,4 @@ class Workspace(NamedTuple):
     grid_width: np.ndarray  # int64[1]: the width of ``grid``
     grid: np.ndarray  # float64[1, K+1, 4]: the step costs at this step's width and context
     scratch: np.ndarray  # float64[K+1, 4]: the planner's
+    tally: np.ndarray  # TALLY_DT[1]: what the step scheduled

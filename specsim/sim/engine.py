@@ -55,7 +55,7 @@ from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
 from specsim.sim._types import (
     CalArrays, MAX_ADAPTIVE_SLOTS, ReplicaState, Requests, SERVER_DT, STATE_DT, Server, StepLog, TableArrays,
-    Workspace,
+    TALLY_DT, Workspace,
 )
 from specsim.sim.metrics import summarize
 from specsim.sim.replay import AcceptanceTrace
@@ -289,8 +289,8 @@ def new_workspace(max_num_seqs: int, max_k: int):
     s, kw = max_num_seqs, max(max_k, 1)
     return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_),
-                     np.zeros(1, np.int64), np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)))
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), np.zeros(1, np.int64),
+                     np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)), np.zeros(1, TALLY_DT))
 
 
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner

@@ -15,9 +15,14 @@ clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
 from __future__ import annotations
 
 import math
+import os
+import threading
+import warnings
+from dataclasses import replace
 
 import numpy as np
 
+from specsim._executor import MAX_WORKERS, Executor
 from specsim.errors import TraceWarning
 from specsim.sim.engine import simulate
 
@@ -83,6 +88,39 @@ FIGURES = {
 }
 
 
+def _leaders(name: str, summaries):
+    """The indices of the best distinct run and the runner-up on ``name``'s figure, or None when
+    fewer than two distinct runs have it."""
+    get = FIGURES[name][0]
+    pool = [i for i, s in enumerate(summaries) if s.get("same_as") is None and get(s) is not None]
+    if len(pool) < 2:
+        return None
+    pool.sort(key=lambda i: get(summaries[i]))
+    return pool[0], pool[1]
+
+
+def noise_seeds(seed: int) -> list:
+    """The draft-outcome seeds a verdict reruns its two leaders with, after the run's own ``seed``."""
+    return [(seed + k) % (1 << 64) for k in range(1, NOISE_SEEDS + 1)]
+
+
+def verdicts(names, summaries, rerun, seed: int) -> list:
+    """:func:`verdict` for each of ``names`` (None where it has no two distinct runs). The reruns
+    every verdict needs (each of its two leaders under each of :func:`noise_seeds`, once even
+    where two verdicts share a leader) are made first, all at once: in parallel threads when
+    ``rerun`` has a ``prefetch`` (as :func:`reruns`'s has), so they cost the wall time of the
+    slowest few instead of their sum. The verdicts are those made one rerun at a time."""
+    wanted = []
+    for name in names:
+        leaders = _leaders(name, summaries)
+        if leaders is not None:
+            wanted += [(i, other) for other in noise_seeds(seed) for i in leaders]
+    prefetch = getattr(rerun, "prefetch", None)
+    if prefetch is not None:
+        prefetch(list(dict.fromkeys(wanted)))
+    return [verdict(name, summaries, rerun, seed) for name in names]
+
+
 def verdict(name: str, summaries, rerun, seed: int) -> dict:
     """The verdict ``name`` (a key of :data:`FIGURES`) over distinct runs.
 
@@ -92,14 +130,12 @@ def verdict(name: str, summaries, rerun, seed: int) -> dict:
     when fewer than two distinct runs have the figure.
     """
     get, unit, fmt = FIGURES[name]
-    pool = [i for i, s in enumerate(summaries) if s.get("same_as") is None and get(s) is not None]
-    if len(pool) < 2:
+    leaders = _leaders(name, summaries)
+    if leaders is None:
         return None
-    pool.sort(key=lambda i: get(summaries[i]))
-    a, b = pool[0], pool[1]
+    a, b = leaders
     diffs = [get(summaries[a]) - get(summaries[b])]
-    for k in range(1, NOISE_SEEDS + 1):
-        other = (seed + k) % (1 << 64)
+    for other in noise_seeds(seed):
         diffs.append(get(rerun(a, other)) - get(rerun(b, other)))
     d = np.asarray(diffs, dtype=np.float64)
     mean, half = paired_noise(d)
@@ -121,23 +157,73 @@ def same_run_lines(summaries) -> list:
             for s in summaries if s.get("same_as")]
 
 
-def reruns(requests, table, calibration, results, options, slo=None, acceptance=None):
-    """A cached ``rerun(index, seed) -> summary`` for :func:`verdict`: ``results[index]``'s policy
+class Reruns:
+    """``rerun(index, seed) -> summary`` for :func:`verdict`, cached: ``results[index]``'s policy
     and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``, its
-    SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None)."""
-    import warnings
-    from dataclasses import replace
+    SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None).
+    :meth:`prefetch` makes many at once in threads (the engine releases the GIL), reporting finished
+    requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
-    cache = {}
+    def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
+        self._args = (requests, table, calibration, results, options, slo, acceptance)
+        self._cache = {}
+        self._progress = progress
 
-    def rerun(index, seed):
-        if (index, seed) not in cache:
-            r = results[index]
-            opts = replace(options, slack=r.options["slack"], seed=seed)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
-                cache[(index, seed)] = simulate(requests, table, calibration, r.policy_spec, options=opts,
-                                                acceptance=acceptance).summary(slo)
-        return cache[(index, seed)]
+    def _run(self, index, seed, progress=None):
+        requests, table, calibration, results, options, slo, acceptance = self._args
+        r = results[index]
+        opts = replace(options, slack=r.options["slack"], seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
+            return simulate(requests, table, calibration, r.policy_spec, options=opts, acceptance=acceptance,
+                            progress=progress).summary(slo)
 
-    return rerun
+    def __call__(self, index, seed):
+        if (index, seed) not in self._cache:
+            self._cache[(index, seed)] = self._run(index, seed)
+        return self._cache[(index, seed)]
+
+    def prefetch(self, pairs) -> None:
+        """Make the reruns ``(index, seed)`` of ``pairs`` not made yet, in parallel threads (one
+        per CPU, at most ``MAX_WORKERS``). Ctrl-C (or an error) stops them all at their next
+        chunk of steps and is raised again."""
+        todo = [p for p in dict.fromkeys(pairs) if p not in self._cache]
+        if not todo:
+            return
+        workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
+        ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
+        bar = None
+        if self._progress is not None:
+            n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
+            bar = self._progress(len(todo) * n_req)
+        lock = threading.Lock()
+
+        def one(index, seed):
+            seen = [0]
+
+            def tick(finished):
+                if ex.stop.is_set():
+                    raise _Abandoned
+                if bar is not None:
+                    with lock:
+                        bar.update(finished - seen[0])
+                seen[0] = finished
+
+            return self._run(index, seed, tick)
+
+        try:
+            with ex:
+                for pair, summary in zip(todo, ex.map(one, todo)):
+                    self._cache[pair] = summary
+        finally:
+            if bar is not None:
+                bar.close()
+
+
+class _Abandoned(Exception):
+    """Raised in a rerun's progress callback to end it when the caller stopped."""
+
+
+def reruns(requests, table, calibration, results, options, slo=None, acceptance=None, progress=None) -> Reruns:
+    """The :class:`Reruns` of ``results`` (see there)."""
+    return Reruns(requests, table, calibration, results, options, slo, acceptance, progress)

@@ -1,0 +1,161 @@
+"""Speed ratios kept with the commit they were measured on, and a quick check against them.
+
+Every figure is a ratio of two CPU times measured in the same run (``time.process_time``, best
+of ``--rounds``, the two sides interleaved), so it holds on a shared, noisy machine where
+absolute times move by 2x. Each is a cost ratio: lower is better.
+
+- ``engine_over_reference``: ``sequence`` on the first 300 requests of the Azure 2023
+  conversation hour, the engine over the plain-Python reference engine (tests/reference_engine.py);
+- ``rules_on_over_off``: the four policies (fixed:0, fixed:3, propose, sequence) on the hour with
+  the scheduling rules on (token budget, chunked prefill, a 300,000-token KV cache) over off;
+- ``context_over_plain``: the four policies on the hour priced on a table with a context axis over
+  the same table's reference grid as a plain table;
+- ``length_10x``: ``fixed:3`` on 100,000 synthetic requests over 10,000 (linear: 10);
+- with ``--old CHECKOUT`` (a git worktree of an older commit, e.g. 5a34273, the first engine):
+  ``vs_old:POLICY:off|on`` and ``vs_old:total:off|on``, this engine's CPU time per policy over
+  the old one's (benchmarks/engine_vs_old.py).
+
+Usage::
+
+    python -m benchmarks.ratios --check            # quick: exit 1 if a ratio is > 1.5x its stored value
+    python -m benchmarks.ratios --write [--old CHECKOUT]   # measure and store with this commit
+
+The stored values live in benchmarks/ratios.json with the commit and machine they were measured
+on. ``--check`` measures only the ratios that need no other checkout unless ``--old`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = Path(__file__).resolve().parent / "ratios.json"
+CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
+FOUR = ("fixed:0", "fixed:3", "propose", "sequence")
+RULES_OFF = {"chunked_prefill": False, "max_num_batched_tokens": None}
+RULES_ON = {"max_num_batched_tokens": 8192, "kv_capacity_tokens": 300_000}
+COSTS = {"prefill_ms_per_token": 0.5, "prefill_j_per_token": 0.03}
+# A ratio past this many times its stored value fails the check: loose enough for a noisy
+# machine, tight enough to catch the next 3x.
+TOLERANCE = 1.5
+
+
+def _best_pair(a, b, rounds):
+    """Best CPU seconds of ``a()`` and of ``b()`` over ``rounds`` interleaved calls of each."""
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, fn in enumerate((a, b)):
+            t0 = time.process_time()
+            fn()
+            best[i] = min(best[i], time.process_time() - t0)
+    return best
+
+
+def measure(rounds=3, old=None) -> dict:
+    """``{name: ratio}`` (see the module's docstring)."""
+    from benchmarks.context_pricing import context_table
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.sim import simulate, synthetic_trace
+    from specsim.table import CostTable
+    from specsim.traces import read_trace
+    from tests.conftest import TEST_DATA
+    from tests.test_engine import gb10, run_reference
+
+    reqs = read_trace(TEST_DATA.joinpath(*CONV)).requests
+    table, cal = gb10(TEST_DATA)
+    out = {}
+
+    part = reqs[:300]
+    simulate(part[:50], table, cal, "sequence")
+    engine_s, ref_s = _best_pair(lambda: simulate(part, table, cal, "sequence"),
+                                 lambda: run_reference(part, table, cal, "sequence"), 1)
+    out["engine_over_reference"] = engine_s / ref_s
+
+    def four(t, c, extra):
+        return lambda: [simulate(reqs, t, c, p, **COSTS, **extra) for p in FOUR]
+
+    for p in FOUR:
+        for extra in (RULES_ON, RULES_OFF):
+            simulate(reqs[:200], table, cal, p, **COSTS, **extra)
+    on_s, off_s = _best_pair(four(table, cal, RULES_ON), four(table, cal, RULES_OFF), rounds)
+    out["rules_on_over_off"] = on_s / off_s
+
+    ctx, dcal = context_table(), demo_calibration()
+    plain = CostTable(ctx.key, ctx.widths, ctx.costs, ctx.meta)
+    for t in (ctx, plain):
+        for p in FOUR:
+            simulate(reqs[:100], t, dcal, p)
+    ctx_s, plain_s = _best_pair(four(ctx, dcal, {}), four(plain, dcal, {}), rounds)
+    out["context_over_plain"] = ctx_s / plain_s
+
+    dt, dc = demo_table(), demo_calibration()
+    short = synthetic_trace(10_000, 20.0, seed=1).requests
+    long = synthetic_trace(100_000, 20.0, seed=1).requests
+    simulate(short[:100], dt, dc, "fixed:3", max_num_seqs=64)
+    long_s, short_s = _best_pair(lambda: simulate(long, dt, dc, "fixed:3", max_num_seqs=64),
+                                 lambda: simulate(short, dt, dc, "fixed:3", max_num_seqs=64), rounds)
+    out["length_10x"] = long_s / short_s
+
+    if old is not None:
+        from benchmarks.engine_vs_old import POLICIES, inputs_from, measure as vs_old
+
+        with inputs_from(old) as inputs:
+            best = vs_old(old, TEST_DATA.joinpath(*CONV), inputs, rounds=max(rounds, 3))
+        for mode in ("off", "on"):
+            for p in POLICIES:
+                out[f"vs_old:{p}:{mode}"] = best[(p, mode)] / best[(p, "old")]
+            out[f"vs_old:total:{mode}"] = (sum(best[(p, mode)] for p in POLICIES)
+                                           / sum(best[(p, "old")] for p in POLICIES))
+    return out
+
+
+def check(measured: dict, stored: dict, tolerance=TOLERANCE) -> list:
+    """``(name, stored, measured, failed)`` for every ratio measured that has a stored value."""
+    rows = []
+    for name, value in measured.items():
+        if name in stored:
+            rows.append((name, stored[name], value, value > tolerance * stored[name]))
+    return rows
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.ratios", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="measure and compare with the stored ratios")
+    mode.add_argument("--write", action="store_true", help="measure and store the ratios with this commit")
+    ap.add_argument("--old", help="a checkout of the older commit to compare the engine with")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    measured = measure(args.rounds, args.old)
+    if args.write:
+        doc = {"commit": _commit(), "machine": f"{platform.machine()}, {platform.python_implementation()} "
+               f"{platform.python_version()}", "tolerance": TOLERANCE, "ratios": measured}
+        STORED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        for name, value in sorted(measured.items()):
+            print(f"{name:28s} {value:7.3f}")
+        return 0
+    stored = json.loads(STORED.read_text())
+    rows = check(measured, stored["ratios"])
+    print(f"stored at {stored['commit'][:12]}; a ratio fails past {TOLERANCE}x its stored value")
+    for name, old, new, failed in rows:
+        print(f"{name:28s} {old:7.3f} -> {new:7.3f}  ({new / old:.2f}x){'  REGRESSION' if failed else ''}")
+    return 1 if any(r[3] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
