@@ -82,6 +82,9 @@ class Policy:
     nodes, tree_depth : int
         ``tree`` only: the tree's nodes and its depth bound (``tree:N,D``); ``nodes`` 0 for
         ``tree:auto``.
+    shape : Tree or None
+        ``tree`` only: a given tree (:func:`tree_policy`) verified every step instead of the
+        best tree; its ``source`` names it in reports.
     """
 
     kind: str
@@ -94,6 +97,7 @@ class Policy:
     slack: float = None
     nodes: int = 0
     tree_depth: int = 0
+    shape: object = None
 
     @property
     def params(self) -> tuple:
@@ -191,6 +195,8 @@ class Policy:
             graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
             return f"sglang-adaptive{graphs}:{self.source}"
         if self.kind == "tree":
+            if self.shape is not None:
+                return self.source or f"tree:{self.nodes},{self.tree_depth} (given)"
             if not self.nodes:
                 return "tree:auto"
             return f"tree:{self.nodes}" if self.tree_depth == self.nodes else f"tree:{self.nodes},{self.tree_depth}"
@@ -271,6 +277,18 @@ def parse_policy(text) -> Policy:
     if clash:
         raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
+
+
+def tree_policy(tree, source: str = "") -> Policy:
+    """The ``tree`` policy that verifies ``tree`` (a :class:`specsim.tree.Tree`, such as an
+    engine's setting gives, ``specsim.tree.tree_from_sglang``) every step; ``source`` its label."""
+    from specsim.tree import Tree
+
+    if not isinstance(tree, Tree) or tree.nodes == 0:
+        raise PolicyError(f"a tree policy needs a specsim.tree.Tree of at least one node, got {show(tree)}")
+    if tree.nodes > MAX_TREE_NODES:
+        raise PolicyError(f"a tree of {tree.nodes} nodes; at most {MAX_TREE_NODES}")
+    return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree, source=str(source))
 
 
 def _tree_policy(arg, raw) -> Policy:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.calibration.spread import centres
-from specsim.errors import PolicyError
+from specsim.errors import PolicyError, TreeError
 from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan.depth_table import depth_by_width
 from specsim.tree._kernels import tree_price_nb
-from specsim.tree.best import greedy_order
+from specsim.tree._types import TreeOrder
+from specsim.tree.best import checked_tree, greedy_order
 from specsim.tree.pricing import TREE_ATTENTION_FACTOR, level_passes
 from specsim.plan._types import table_arrays
 from specsim.sim._types import TreeArrays
@@ -50,7 +51,14 @@ def tree_refusal(pol, calibration, k_cap: int, budget, replayed: bool) -> None:
 
 
 def _order(pol, a, table_max_k: int):
-    """The greedy order every tree the policy verifies is a prefix of."""
+    """The greedy order every tree the policy verifies is a prefix of (a given tree: itself)."""
+    if pol.shape is not None:
+        try:
+            _, parents, ranks = checked_tree(a, pol.shape.parents, pol.shape.ranks)
+        except TreeError as e:
+            raise PolicyError(f"policy {pol}: {e} (against the calibration's [tree] table)") from None
+        return TreeOrder(parents, ranks, np.zeros(parents.shape[0]), np.array(pol.shape.node_depths(), np.int64),
+                         pol.shape.depth)
     if pol.nodes:
         order = greedy_order(a, pol.nodes, pol.tree_depth)
         if len(order) < pol.nodes:

@@ -1,0 +1,197 @@
+"""Draft trees served by the simulated server (docs/simulation.md#draft-trees): the engine against
+the plain reference engine step for step, the mean accepted tokens per tree step against the
+analytic expectation, each tree step's price against specsim.tree's rule, and the refusals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specsim.calibration._types import RequestSpread
+from specsim.errors import PolicyError
+from specsim.policy.policy import parse_policy, tree_policy
+from specsim.sim import REQUEST_DT, simulate
+from specsim.table import Cell, CostTable, TableKey
+from specsim.tree import Tree, best_tree, expected_tokens, tree_from_sglang, tree_from_vllm, tree_step_cost
+from tests.test_engine import assert_matches_reference, random_requests, run_reference, small_calibration
+
+# Rows: depths 1..5; columns: ranks 1..3 (each row sums below 1).
+RANKS = np.array([[0.55, 0.2, 0.08], [0.5, 0.2, 0.08], [0.5, 0.15, 0.05], [0.45, 0.15, 0.05], [0.45, 0.1, 0.05]])
+
+
+# A rank table whose rank-1 column is the calibration's priors: tree:auto weighs trees against
+# chains on the same acceptance.
+AUTO_RANKS = np.array([[0.75, 0.15, 0.05], [0.6, 0.2, 0.08], [0.55, 0.2, 0.1], [0.55, 0.2, 0.1], [0.5, 0.2, 0.1]])
+
+
+def tree_table(row_ms=1.5, row_j=0.4):
+    """Widths 1, 2, 4, 8, depths 0..7: verify cost rises with rows (``row_ms`` and ``row_j`` a
+    row at width 1), drafting is cheap."""
+    cells = []
+    for n in (1, 2, 4, 8):
+        for k in range(8):
+            cells.append(Cell(n, k, 10.0 + 0.5 * n + row_ms * k * n ** 0.5, 2.0 + 0.3 * n + row_j * k * n,
+                              0.8 * k, 0.1 * k))
+    return CostTable.from_cells(TableKey(1, "test", "test", {}), cells)
+
+
+def tree_calibration(ranks=RANKS, sd=None):
+    cal = small_calibration().with_rank_acceptance(ranks)
+    return cal if sd is None else cal.with_spread(RequestSpread(sd, 0.1, 100, "test"))
+
+
+# -- the reference engine, step for step -----------------------------------------------------------------
+
+CASES = [
+    ("tree:3", {}),
+    ("tree:5,2", {}),
+    ("tree:4,4", {"max_num_batched_tokens": 9, "chunked_prefill": True}),  # budget cuts
+    ("tree:auto", {}),
+    ("tree:auto", {"slack": 0.3, "max_seqs": 5}),
+    ("tree:5", {"kv_capacity_tokens": 500, "kv_block_size": 16}),  # preemptions
+    ("tree:2,1", {"row_budget": 5}),  # wide batches held to fewer nodes
+]
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("policy, opts", CASES)
+def test_trees_match_the_reference_engine(policy, opts):
+    reqs = random_requests(40, 11, rate=6.0)
+    table, cal = tree_table(), tree_calibration()
+    if policy == "tree:auto":  # rows cheap enough that it verifies trees at small widths, chains at wider
+        table, cal = tree_table(0.1, 0.02), tree_calibration(AUTO_RANKS)
+    opts = {"max_num_seqs": 6, "prefill_ms_per_token": 0.01, "log_size": 1 << 14, **opts}
+    res = simulate(reqs, table, cal, policy, **opts)
+    assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))
+    assert res.counters["verified_rows"] > 0
+    if "kv_capacity_tokens" in opts:
+        assert res.counters["preemptions"] > 0
+    if "max_num_batched_tokens" in opts:
+        assert res.counters["drafts_cut"] > 0
+
+
+@pytest.mark.kernels
+def test_trees_under_a_request_spread_match_the_reference_engine():
+    reqs = random_requests(30, 12, rate=6.0)
+    table, cal = tree_table(), tree_calibration(sd=1.2)
+    res = simulate(reqs, table, cal, "tree:5", max_num_seqs=4, log_size=1 << 14)
+    assert_matches_reference(res, run_reference(reqs, table, cal, "tree:5", max_num_seqs=4))
+    plain = simulate(reqs, table, tree_calibration(), "tree:5", max_num_seqs=4)
+    assert res.counters["accepted_drafts"] != plain.counters["accepted_drafts"]  # the spread moves the draws
+
+
+@pytest.mark.kernels
+def test_a_given_tree_matches_the_reference_engine(monkeypatch):
+    from tests import reference_engine as ref
+
+    shape = tree_from_sglang(3, 3, 6, RANKS)  # SGLang's EAGLE tree: top-3, 3 steps, 6 draft tokens
+    reqs = random_requests(30, 13, rate=6.0)
+    table, cal = tree_table(), tree_calibration()
+    res = simulate(reqs, table, cal, tree_policy(shape, "sglang-top3"), max_num_seqs=4, log_size=1 << 14)
+    assert res.policy == "sglang-top3"
+    # the reference verifies the given tree as a tree:N policy's order
+    monkeypatch.setattr(ref.RefEngine, "tree_plan", lambda self, n: (shape.nodes, (list(shape.parents),
+                                                                                   list(shape.ranks))))
+    assert_matches_reference(res, run_reference(reqs, table, cal, f"tree:{shape.nodes}", max_num_seqs=4))
+
+
+# -- the accepted tokens per tree step: the analytic expectation -------------------------------------------
+
+def analytic_mean_and_sd(a, tree):
+    """Mean and standard deviation of the drafts one verify step of ``tree`` accepts: the sum of
+    the path products, and E[acc^2] = sum over nodes of product * (2 depth - 1) (a pair of nodes
+    both on the accepted path is a node and one of its ancestors, or itself twice)."""
+    depths, products = [], []
+    for p, r in zip(tree.parents, tree.ranks):
+        d = 1 if p < 0 else depths[p] + 1
+        depths.append(d)
+        products.append(a[d - 1][r - 1] * (1.0 if p < 0 else products[p]))
+    mean = sum(products)
+    second = sum(v * (2 * d - 1) for v, d in zip(products, depths))
+    return mean, math.sqrt(second - mean * mean)
+
+
+def shapes():
+    chain_ranks = np.array([[0.7, 0.01], [0.65, 0.01], [0.6, 0.01], [0.6, 0.01]])
+    return [
+        ("chain", chain_ranks, Tree.chain(4)),
+        ("best-5", RANKS, best_tree(RANKS, 5, 5)),
+        ("best-5-depth-2", RANKS, best_tree(RANKS, 5, 2)),
+        ("sglang-top3-steps3-tokens6", RANKS, tree_from_sglang(3, 3, 6, RANKS)),
+        ("vllm", RANKS, tree_from_vllm([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])),
+    ]
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("name, ranks, tree", shapes(), ids=[s[0] for s in shapes()])
+def test_mean_accepted_per_tree_step_is_the_expectation(name, ranks, tree):
+    mean, sd = analytic_mean_and_sd(ranks, tree)
+    assert expected_tokens(ranks, tree.parents, tree.ranks) - 1.0 == pytest.approx(mean, rel=1e-12)
+    width, steps = 4, 100_000
+    out = int(steps / width * (1.0 + mean)) + 1
+    reqs = np.zeros(width, dtype=REQUEST_DT)
+    reqs["prompt_tokens"], reqs["output_tokens"] = 16, out
+    res = simulate(reqs, tree_table(), tree_calibration(ranks), tree_policy(tree, name), max_num_seqs=width,
+                   max_num_batched_tokens=None, log_size=16)
+    c = res.counters
+    assert c["sequence_steps"] >= 0.9 * steps
+    got = c["accepted_drafts"] / c["sequence_steps"]
+    assert abs(got - mean) < 3.0 * sd / math.sqrt(c["sequence_steps"])  # within 3 standard errors
+    assert c["verified_rows"] == tree.nodes * c["sequence_steps"] - c["drafts_cut"]
+
+
+# -- each tree step priced by the rule ----------------------------------------------------------------------
+
+CHAIN_RANKS = np.array([[0.7, 0.01], [0.65, 0.01], [0.6, 0.01]])
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("ranks, policy", [(RANKS, "tree:5"), (RANKS, "tree:5,2"), (RANKS, "tree:3,1"),
+                                           (CHAIN_RANKS, "tree:3")])
+def test_each_tree_step_is_priced_by_the_rule(ranks, policy):
+    table = tree_table()
+    pol = parse_policy(policy)
+    tree = best_tree(ranks, pol.nodes, pol.tree_depth)
+    reqs = np.zeros(1, dtype=REQUEST_DT)
+    reqs["prompt_tokens"], reqs["output_tokens"] = 8, 400
+    res = simulate(reqs, table, tree_calibration(ranks), policy, max_num_seqs=1, log_size=1 << 12)
+    cost = tree_step_cost(table, tree, 1)
+    steps = res.counters["decode_steps"]
+    assert res.step_log_stride == 1 and res.step_t_s.shape[0] == steps and steps > 50
+    # a lone request: every step after its prefill is one tree step at width 1
+    assert np.allclose(np.diff(res.step_t_s), cost.step_ms / 1000.0, rtol=1e-9, atol=0)
+    assert res.energy["decode_j"] == pytest.approx(steps * cost.step_j, rel=1e-12)
+    assert (res.step_mean_depth[:-1] == tree.nodes).all()  # N nodes verified per sequence
+    if tree.is_chain:  # a chain-shaped tree costs the chain's cell
+        assert cost == tree_step_cost(table, Tree.chain(tree.nodes), 1)
+        assert res.energy["decode_j"] == pytest.approx(steps * (table.cell(1, 3).verify_j + table.cell(1, 3).draft_j))
+    else:
+        assert cost.verify_ms == pytest.approx(1.1 * tree_step_cost(table, Tree.chain(tree.nodes), 1).verify_ms)
+
+
+# -- refusals ------------------------------------------------------------------------------------------------
+
+def test_tree_policies_are_refused_by_name():
+    reqs = random_requests(5, 15)
+    table = tree_table()
+    with pytest.raises(PolicyError, match="no \\[tree\\] table: chains only"):
+        simulate(reqs, table, small_calibration(), "tree:3")
+    with pytest.raises(PolicyError, match="prices depths up to 7"):
+        simulate(reqs, table, tree_calibration(), "tree:8")
+    with pytest.raises(PolicyError, match="k_max = 2: use tree:2"):
+        simulate(reqs, table, tree_calibration(), "tree:4", k_max=2)
+    with pytest.raises(PolicyError, match="max_num_batched_tokens = 4: use at most tree:3"):
+        simulate(reqs, table, tree_calibration(), "tree:4", max_num_batched_tokens=4, chunked_prefill=True)
+    with pytest.raises(PolicyError, match="hold only 4 nodes of depth <= 4"):
+        simulate(reqs, table, tree_calibration(RANKS[:, :1]), "tree:5,4")
+
+
+def test_tree_policy_texts():
+    assert str(parse_policy("tree:auto")) == "tree:auto" and str(parse_policy(" TREE:4 ")) == "tree:4"
+    assert str(parse_policy("tree:6,3")) == "tree:6,3" and str(parse_policy("tree:3,9")) == "tree:3"
+    for bad, why in (("tree", "needs an argument"), ("tree:0", "1..256"), ("tree:x", "not a non-negative"),
+                     ("tree:3,0", "D must be >= 1"), ("tree:257", "1..256")):
+        with pytest.raises(PolicyError, match=why):
+            parse_policy(bad)
