@@ -11,7 +11,7 @@ import pytest
 
 from specsim.calibration._types import RequestSpread
 from specsim.errors import PolicyError
-from specsim.policy.policy import parse_policy, tree_policy
+from specsim.policy import parse_policy, tree_policy
 from specsim.sim import REQUEST_DT, simulate
 from specsim.table import Cell, CostTable, TableKey
 from specsim.tree import Tree, best_tree, expected_tokens, tree_from_sglang, tree_from_vllm, tree_step_cost

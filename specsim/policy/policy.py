@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
 from specsim._checks import MAX_TREE_NODES, MAX_WIDTH, show, slack_problem, slack_text
+from specsim.tree._types import Tree
 
 KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive", "tree")
 
@@ -238,7 +239,8 @@ def parse_policy(text) -> Policy:
             raise PolicyError(f"policy {kind} takes no argument, got {raw!r} (slack and caps are separate options)")
         return Policy(kind)
     if not sep or not arg.strip():
-        example = {"fixed": "fixed:3", "tree": "tree:8, tree:8,4 or tree:auto"}.get(kind, "schedule:1-16=3,17-64=2,65-=0")
+        examples = {"fixed": "fixed:3", "tree": "tree:8, tree:8,4 or tree:auto"}
+        example = examples.get(kind, "schedule:1-16=3,17-64=2,65-=0")
         raise PolicyError(f"policy {kind} needs an argument, e.g. {example}")
     if kind == "fixed":
         return Policy("fixed", depth=_int(arg, raw, "depth K"))
@@ -282,8 +284,6 @@ def parse_policy(text) -> Policy:
 def tree_policy(tree, source: str = "") -> Policy:
     """The ``tree`` policy that verifies ``tree`` (a :class:`specsim.tree.Tree`, such as an
     engine's setting gives, ``specsim.tree.tree_from_sglang``) every step; ``source`` its label."""
-    from specsim.tree import Tree
-
     if not isinstance(tree, Tree) or tree.nodes == 0:
         raise PolicyError(f"a tree policy needs a specsim.tree.Tree of at least one node, got {show(tree)}")
     if tree.nodes > MAX_TREE_NODES:

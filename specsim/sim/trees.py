@@ -16,13 +16,14 @@ import numpy as np
 from specsim.calibration.spread import centres
 from specsim.errors import PolicyError, TreeError
 from specsim.plan._trees import NO_TREE_TABLE
+from specsim.plan._types import table_arrays
 from specsim.plan.depth_table import depth_by_width
+from specsim.plan.planner import Planner
+from specsim.sim._types import TreeArrays
 from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import TreeOrder
 from specsim.tree.best import checked_tree, greedy_order
 from specsim.tree.pricing import TREE_ATTENTION_FACTOR, level_passes
-from specsim.plan._types import table_arrays
-from specsim.sim._types import TreeArrays
 
 # tree:auto's bounds, Planner.propose_tree's defaults: the most nodes and the deepest tree.
 AUTO_MAX_NODES = 64
@@ -70,8 +71,6 @@ def _order(pol, a, table_max_k: int):
 
 def _auto_memo(table, calibration, opts, seqs: int, k_cap: int, budget):
     """``tree:auto``'s nodes and whether each is a branching tree, at every width 0..seqs."""
-    from specsim.plan.planner import Planner  # the planner's module imports the simulator's options
-
     memo = np.zeros(seqs + 1, dtype=np.int64)
     branching = np.zeros(seqs + 1, dtype=np.bool_)
     max_nodes = min(AUTO_MAX_NODES, max(k_cap, 1), AUTO_MAX_NODES if budget is None else max(budget - 1, 1))
