@@ -195,3 +195,55 @@ def test_tree_policy_texts():
                      ("tree:3,0", "D must be >= 1"), ("tree:257", "1..256")):
         with pytest.raises(PolicyError, match=why):
             parse_policy(bad)
+
+
+# -- context pricing, the command line -------------------------------------------------------------------
+
+def tree_context_table(contexts=(20, 150, 400), reference=150):
+    """tree_table's grid, its verify costs growing with the context (attention reads)."""
+    base = tree_table()
+    tables = {}
+    for c in contexts:
+        cells = [Cell(x.n, x.k, x.verify_ms * (1 + c / 200), x.verify_j * (1 + c / 300), x.draft_ms * (1 + c / 1000),
+                      x.draft_j * (1 + c / 1000)) for x in base.cells]
+        tables[c] = CostTable.from_cells(base.key, cells)
+    return CostTable.from_contexts(tables, reference=reference)
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("policy", ["tree:5", "tree:4,2"])
+def test_trees_priced_at_the_batch_context_match_the_reference_engine(policy):
+    reqs = random_requests(40, 16, rate=6.0)
+    table, cal = tree_context_table(), tree_calibration()
+    opts = {"max_num_seqs": 6, "log_size": 1 << 14}
+    res = simulate(reqs, table, cal, policy, **opts)
+    assert res.kv["mean_decode_context"] > 20
+    assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))
+    flat = simulate(reqs, table, cal, policy, context_pricing=False, **opts)
+    assert flat.energy["decode_j"] != res.energy["decode_j"]
+
+
+def test_simulate_serves_trees_and_refuses_them_without_a_tree_table(tmp_path, capsys):
+    from specsim.cli import main
+    from tests.test_simulate_cli import SYNTH, CostTableText
+
+    table = tmp_path / "table.toml"
+    table.write_text(CostTableText(tree_table()))
+    plain, trees = tmp_path / "plain.toml", tmp_path / "trees.toml"
+    plain.write_text(small_calibration().render())
+    trees.write_text(tree_calibration().render())
+    out = tmp_path / "sim.json"
+    argv = ["simulate", "--synthetic", SYNTH, "--table", str(table), "--policy", "fixed:3", "--policy", "tree:5,3",
+            "--prefill-ms-per-token", "0.01", "--prefill-j-per-token", "0.005", "--json", str(out), "--quiet"]
+    assert main(argv + ["--calibration", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "tree:5,3" in err and "chains only" in err and "Traceback" not in err and err.count("\n") == 1
+    assert not out.exists()
+    assert main(argv + ["--calibration", str(trees)]) == 0
+    import json
+
+    rows = {p["policy"]: p for p in json.loads(out.read_text())["policies"]}
+    assert rows["tree:5,3"]["nodes_per_sequence"] == pytest.approx(5.0, abs=0.2)
+    assert rows["fixed:3"]["nodes_per_sequence"] == pytest.approx(3.0, abs=0.2)
+    assert rows["tree:5,3"]["accepted_per_step"] > 0
+    assert " nodes " in capsys.readouterr().out
