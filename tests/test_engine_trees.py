@@ -247,3 +247,49 @@ def test_simulate_serves_trees_and_refuses_them_without_a_tree_table(tmp_path, c
     assert rows["fixed:3"]["nodes_per_sequence"] == pytest.approx(3.0, abs=0.2)
     assert rows["tree:5,3"]["accepted_per_step"] > 0
     assert " nodes " in capsys.readouterr().out
+
+
+# -- SGLang's EAGLE tree from its server settings ------------------------------------------------------------
+
+SGLANG_JSON = '{"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 3, "speculative_num_steps": 3, ' \
+              '"speculative_num_draft_tokens": 6}'
+SGLANG_LINE = "python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 " \
+              "--speculative-eagle-topk 3 --speculative-num-steps=3 --speculative-num-draft-tokens 6\n"
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("text", [SGLANG_JSON, SGLANG_LINE], ids=["json", "launch-line"])
+def test_an_sglang_file_with_an_eagle_tree_serves_that_tree(tmp_path, text):
+    path = tmp_path / "sglang.txt"
+    path.write_text(text)
+    reqs = random_requests(30, 17, rate=6.0)
+    table, cal = tree_table(), tree_calibration()
+    res = simulate(reqs, table, cal, f"sglang:{path}", max_num_seqs=4)
+    assert res.policy == f"sglang:{path} (EAGLE tree: top-k 3, 3 steps, 6 draft tokens)"
+    given = simulate(reqs, table, cal, tree_policy(tree_from_sglang(3, 3, 6, RANKS)), max_num_seqs=4)
+    assert np.array_equal(res.finish_s, given.finish_s) and res.energy == given.energy
+    assert res.summary()["nodes_per_sequence"] == pytest.approx(5.0, abs=0.2)
+
+
+@pytest.mark.parametrize("text, why", [
+    (SGLANG_JSON.replace('"speculative_eagle_topk": 3', '"speculative_eagle_topk": 0'), "topk 0 drafts no candidate"),
+    (SGLANG_JSON.replace('"speculative_num_draft_tokens": 6', '"speculative_num_draft_tokens": 40'),
+     "asks for 39 nodes, more than top-k 3 over 3 steps drafts \\(21\\)"),
+    (SGLANG_LINE.replace(" --speculative-num-steps=3", ""), "--speculative-num-steps is not stated"),
+    (SGLANG_LINE.replace("topk 3", "topk three"), "'three' is not a whole number"),
+])
+def test_bad_sglang_tree_settings_are_refused_by_file_and_flag(tmp_path, text, why):
+    path = tmp_path / "sglang.json"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=why) as e:
+        simulate(random_requests(5, 18), tree_table(), tree_calibration(), f"sglang:{path}")
+    assert str(path) in str(e.value)
+
+
+def test_an_sglang_tree_asks_for_a_tree_table_and_fits_the_budget(tmp_path):
+    path = tmp_path / "sglang.json"
+    path.write_text(SGLANG_JSON)
+    with pytest.raises(PolicyError, match="chains only"):
+        simulate(random_requests(5, 19), tree_table(), small_calibration(), f"sglang:{path}")
+    with pytest.raises(PolicyError, match="past the rank-acceptance table's|more than the rank-acceptance table's 2"):
+        simulate(random_requests(5, 19), tree_table(), tree_calibration(RANKS[:, :2]), f"sglang:{path}")

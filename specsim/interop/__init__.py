@@ -163,6 +163,25 @@ def engine_file(text):
     return head, path.strip()
 
 
+def engine_tree(text):
+    """The ``tree`` policy of an ``sglang:FILE`` whose server settings state an EAGLE tree
+    (``--speculative-eagle-topk`` > 1, with ``--speculative-num-steps`` and
+    ``--speculative-num-draft-tokens``, as JSON server arguments or a launch line), or None:
+    SGLang verifies that tree every step, built from the calibration's ``[tree]`` table as the
+    engine builds it from its draft scores (``specsim.tree.tree_from_sglang``)."""
+    named = engine_file(text)
+    if named is None or named[0] != "sglang" or not named[1]:
+        return None
+    path = named[1]
+    what = "an SGLang config"
+    settings = sglang.tree_settings(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    if settings is None:
+        return None
+    topk, steps, tokens = settings
+    return Policy("tree", nodes=tokens - 1, tree_depth=steps, settings=("sglang", topk, steps, tokens),
+                  source=f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
+
+
 def engine_schedule(text):
     """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``, and
     ``sglang[1,2,4,8,16]:FILE`` with SGLang's ``--cuda-graph-bs`` capture sizes), or None when
@@ -187,6 +206,9 @@ def read_policy(text) -> Policy:
     adaptive = _ADAPTIVE.fullmatch(str(text).strip().partition(":")[0].strip().lower())
     if adaptive is not None:
         return _adaptive_policy(str(text).strip(), adaptive.group(1))
+    tree = engine_tree(text)
+    if tree is not None:
+        return tree
     ranges = engine_schedule(text)
     if ranges is not None:
         return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
@@ -253,5 +275,5 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "import_file", "import_text",
            "policy_file", "read_policy", "read_telemetry"]

@@ -86,6 +86,10 @@ class Policy:
     shape : Tree or None
         ``tree`` only: a given tree (:func:`tree_policy`) verified every step instead of the
         best tree; its ``source`` names it in reports.
+    settings : tuple
+        ``tree`` only: an engine's tree settings, ``("sglang", topk, steps, draft_tokens)`` from an
+        ``sglang:FILE`` (``specsim.interop.engine_tree``), built from the calibration's ``[tree]``
+        table where the run starts; ``source`` names the file.
     """
 
     kind: str
@@ -99,6 +103,7 @@ class Policy:
     nodes: int = 0
     tree_depth: int = 0
     shape: object = None
+    settings: tuple = ()
 
     @property
     def params(self) -> tuple:
@@ -196,7 +201,7 @@ class Policy:
             graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
             return f"sglang-adaptive{graphs}:{self.source}"
         if self.kind == "tree":
-            if self.shape is not None:
+            if self.shape is not None or self.settings:
                 return self.source or f"tree:{self.nodes},{self.tree_depth} (given)"
             if not self.nodes:
                 return "tree:auto"

@@ -23,6 +23,7 @@ from specsim.sim._types import TreeArrays
 from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import TreeOrder
 from specsim.tree.best import checked_tree, greedy_order
+from specsim.tree.engines import tree_from_sglang
 from specsim.tree.pricing import TREE_ATTENTION_FACTOR, level_passes
 
 # tree:auto's bounds, Planner.propose_tree's defaults: the most nodes and the deepest tree.
@@ -53,13 +54,14 @@ def tree_refusal(pol, calibration, k_cap: int, budget, replayed: bool) -> None:
 
 def _order(pol, a, table_max_k: int):
     """The greedy order every tree the policy verifies is a prefix of (a given tree: itself)."""
-    if pol.shape is not None:
+    if pol.shape is not None or pol.settings:
         try:
-            _, parents, ranks = checked_tree(a, pol.shape.parents, pol.shape.ranks)
+            shape = pol.shape if pol.shape is not None else tree_from_sglang(*pol.settings[1:], a)
+            _, parents, ranks = checked_tree(a, shape.parents, shape.ranks)
         except TreeError as e:
             raise PolicyError(f"policy {pol}: {e} (against the calibration's [tree] table)") from None
-        return TreeOrder(parents, ranks, np.zeros(parents.shape[0]), np.array(pol.shape.node_depths(), np.int64),
-                         pol.shape.depth)
+        return TreeOrder(parents, ranks, np.zeros(parents.shape[0]), np.array(shape.node_depths(), np.int64),
+                         shape.depth)
     if pol.nodes:
         order = greedy_order(a, pol.nodes, pol.tree_depth)
         if len(order) < pol.nodes:
