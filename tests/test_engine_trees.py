@@ -293,3 +293,43 @@ def test_an_sglang_tree_asks_for_a_tree_table_and_fits_the_budget(tmp_path):
         simulate(random_requests(5, 19), tree_table(), small_calibration(), f"sglang:{path}")
     with pytest.raises(PolicyError, match="past the rank-acceptance table's|more than the rank-acceptance table's 2"):
         simulate(random_requests(5, 19), tree_table(), tree_calibration(RANKS[:, :2]), f"sglang:{path}")
+
+
+# -- vLLM's speculative_token_tree, as its release verifies it ----------------------------------------------
+
+@pytest.mark.kernels
+def test_a_vllm_branching_tree_is_verified_as_a_flattened_chain(tmp_path):
+    path = tmp_path / "vllm.json"
+    path.write_text('{"speculative_config": {"method": "eagle3", "num_speculative_tokens": 4, '
+                    '"speculative_token_tree": "[(0,),(1,),(0,0),(1,0)]"}}')
+    reqs = np.zeros(1, dtype=REQUEST_DT)  # one sequence: every step after its prefill at width 1
+    reqs["prompt_tokens"], reqs["output_tokens"] = 16, 50_000
+    table, cal = tree_table(), tree_calibration()
+    res = simulate(reqs, table, cal, f"vllm:{path}", max_num_seqs=4, max_num_batched_tokens=None, log_size=16)
+    assert res.policy.endswith("(speculative_token_tree of 4 nodes, verified as a flattened chain, as vLLM's "
+                               "release does)")
+    c = res.counters
+    # node 0 is all a chain in list order can accept (node 1 is its sibling): a[1][1] per step
+    p = RANKS[0, 0]
+    assert abs(c["accepted_drafts"] / c["sequence_steps"] - p) < 3.0 * math.sqrt(p * (1 - p) / c["sequence_steps"])
+    assert c["verified_rows"] == 4 * c["sequence_steps"]  # the whole tree is drafted and verified
+    tree = tree_from_vllm("[(0,),(1,),(0,0),(1,0)]")
+    assert res.energy["decode_j"] == pytest.approx(c["decode_steps"] * tree_step_cost(table, tree, 1).step_j,
+                                                   rel=1e-9)
+
+
+def test_a_vllm_chain_tree_is_a_chain_and_bad_trees_are_refused(tmp_path):
+    path = tmp_path / "vllm.json"
+    path.write_text('{"num_speculative_tokens": 3, "speculative_token_tree": "[(0,),(0,0),(0,0,0)]"}')
+    reqs = random_requests(20, 20, rate=4.0)
+    res = simulate(reqs, tree_table(), tree_calibration(), f"vllm:{path}", max_num_seqs=4)
+    assert res.policy.endswith("(speculative_token_tree: a chain of 3)")
+    assert res.summary()["nodes_per_sequence"] == pytest.approx(3.0, abs=0.3)
+    for text, why in (('{"num_speculative_tokens": 2, "speculative_token_tree": "[(0,),(1,),(0,0)]"}',
+                       "num_speculative_tokens = 2 but speculative_token_tree has 3 nodes"),
+                      ('{"speculative_token_tree": "[(0,),(1,1)]"}', "has no parent \\(1,\\)"),
+                      ('{"speculative_token_tree": "[(0,),(0,)]"}', "listed twice")):
+        path.write_text(text)
+        with pytest.raises(PolicyError, match=why) as e:
+            simulate(reqs, tree_table(), tree_calibration(), f"vllm:{path}")
+        assert str(path) in str(e.value)

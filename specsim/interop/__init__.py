@@ -168,13 +168,28 @@ def engine_tree(text):
     (``--speculative-eagle-topk`` > 1, with ``--speculative-num-steps`` and
     ``--speculative-num-draft-tokens``, as JSON server arguments or a launch line), or None:
     SGLang verifies that tree every step, built from the calibration's ``[tree]`` table as the
-    engine builds it from its draft scores (``specsim.tree.tree_from_sglang``)."""
+    engine builds it from its draft scores (``specsim.tree.tree_from_sglang``). Likewise a
+    ``vllm:FILE`` with a ``speculative_token_tree``: that tree, drafted and verified, but a
+    branching one accepted as vLLM's release accepts it, as the chain of its nodes in list order."""
     named = engine_file(text)
-    if named is None or named[0] != "sglang" or not named[1]:
+    if named is None or named[0] not in ("sglang", "vllm") or not named[1]:
         return None
-    path = named[1]
-    what = "an SGLang config"
-    settings = sglang.tree_settings(decode_text(read_input(path, what, PolicyError), what, path, PolicyError), path)
+    engine, path = named
+    what = f"a {engine} config"
+    content = decode_text(read_input(path, what, PolicyError), what, path, PolicyError)
+    if engine == "vllm":
+        tree = vllm.token_tree(content, path)
+        if tree is None:
+            return None
+        if tree.is_chain:
+            return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree,
+                          source=f"vllm:{path} (speculative_token_tree: a chain of {tree.nodes})")
+        # vLLM's branching-tree rejection sampler was never merged: its release drafts and verifies
+        # the tree but accepts it as the chain of its nodes in list order (docs/simulation.md#draft-trees).
+        return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree, settings=("vllm-flattened",),
+                      source=f"vllm:{path} (speculative_token_tree of {tree.nodes} nodes, verified as a flattened "
+                             "chain, as vLLM's release does)")
+    settings = sglang.tree_settings(content, path)
     if settings is None:
         return None
     topk, steps, tokens = settings

@@ -114,7 +114,8 @@ def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int,
             tree = trees[v] = order.tree(v)
         kind_at[n] = CHAIN_SHAPED if tree.is_chain else BRANCHING
     child = np.full((len(order) + 1, a.shape[1]), -1, dtype=np.int64)
-    for i, (p, r) in enumerate(zip(order.parents.tolist(), order.ranks.tolist())):
+    reach = _flattened_prefix(order.parents) if pol.settings[:1] == ("vllm-flattened",) else len(order)
+    for i, (p, r) in enumerate(zip(order.parents.tolist()[:reach], order.ranks.tolist())):
         child[p + 1, r - 1] = i
     sp = calibration.spread
     centre = np.zeros((0, 0))
@@ -124,6 +125,15 @@ def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int,
     prices = _prices(table, contexts, seqs, {v: t for v, t in trees.items() if not t.is_chain}, factor)
     return memo, TreeArrays(child, np.ascontiguousarray(a, dtype=np.float64), centre, kind_at, prices,
                             np.array([factor]), np.zeros(1, dtype=np.int64))
+
+
+def _flattened_prefix(parents) -> int:
+    """How many of a tree's first nodes form one path (each the child of the one before): all a
+    verifier that reads the nodes as a chain in list order can accept."""
+    m = 0
+    while m < len(parents) and parents[m] == m - 1:
+        m += 1
+    return m
 
 
 def _prices(table, contexts, seqs: int, trees: dict, factor: float) -> np.ndarray:
