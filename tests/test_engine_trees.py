@@ -333,3 +333,42 @@ def test_a_vllm_chain_tree_is_a_chain_and_bad_trees_are_refused(tmp_path):
         with pytest.raises(PolicyError, match=why) as e:
             simulate(reqs, tree_table(), tree_calibration(), f"vllm:{path}")
         assert str(path) in str(e.value)
+
+
+# -- TensorRT-LLM's dynamic tree, as its expected shape ----------------------------------------------------
+
+TRTLLM_YAML = """speculative_config:
+  decoding_type: Eagle3
+  max_draft_len: 3
+  use_dynamic_tree: true
+  dynamic_tree_max_topK: 2
+  max_total_draft_tokens: 5
+"""
+
+
+@pytest.mark.kernels
+def test_a_trtllm_dynamic_tree_serves_its_expected_shape(tmp_path):
+    from specsim.tree import tree_from_trtllm
+
+    path = tmp_path / "trt.yaml"
+    path.write_text(TRTLLM_YAML)
+    reqs = random_requests(30, 21, rate=6.0)
+    table, cal = tree_table(), tree_calibration()
+    res = simulate(reqs, table, cal, f"trtllm:{path}", max_num_seqs=4)
+    assert res.policy.endswith("(dynamic tree: top-k 2, draft length 3, 5 draft tokens; simulated as its expected "
+                               "shape)")
+    given = simulate(reqs, table, cal, tree_policy(tree_from_trtllm(2, 3, 5, RANKS)), max_num_seqs=4)
+    assert np.array_equal(res.finish_s, given.finish_s) and res.energy == given.energy
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("dynamic_tree_max_topK: 2", "dynamic_tree_max_topK: 0"), "dynamic_tree_max_topK = 0 drafts no candidate"),
+    (("max_total_draft_tokens: 5", "max_total_draft_tokens: 9"), "must be between max_draft_len \\(3\\) and"),
+    (("  dynamic_tree_max_topK: 2\n", ""), "use_dynamic_tree needs dynamic_tree_max_topK"),
+])
+def test_bad_trtllm_dynamic_trees_are_refused_by_file_and_field(tmp_path, edit, why):
+    path = tmp_path / "trt.yaml"
+    path.write_text(TRTLLM_YAML.replace(*edit))
+    with pytest.raises(PolicyError, match=why) as e:
+        simulate(random_requests(5, 22), tree_table(), tree_calibration(), f"trtllm:{path}")
+    assert str(path) in str(e.value)

@@ -170,9 +170,12 @@ def engine_tree(text):
     SGLang verifies that tree every step, built from the calibration's ``[tree]`` table as the
     engine builds it from its draft scores (``specsim.tree.tree_from_sglang``). Likewise a
     ``vllm:FILE`` with a ``speculative_token_tree``: that tree, drafted and verified, but a
-    branching one accepted as vLLM's release accepts it, as the chain of its nodes in list order."""
+    branching one accepted as vLLM's release accepts it, as the chain of its nodes in list order;
+    and a ``trtllm:FILE`` that turns on ``use_dynamic_tree``: the tree TensorRT-LLM's dynamic tree
+    builds on scores that follow the table (``specsim.tree.tree_from_trtllm``), every step (the
+    engine's changes with each step's scores: its expected shape)."""
     named = engine_file(text)
-    if named is None or named[0] not in ("sglang", "vllm") or not named[1]:
+    if named is None or not named[1]:
         return None
     engine, path = named
     what = f"a {engine} config"
@@ -189,6 +192,14 @@ def engine_tree(text):
         return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree, settings=("vllm-flattened",),
                       source=f"vllm:{path} (speculative_token_tree of {tree.nodes} nodes, verified as a flattened "
                              "chain, as vLLM's release does)")
+    if engine == "trtllm":
+        settings = trtllm.dynamic_tree(content, path)
+        if settings is None:
+            return None
+        topk, depth, budget = settings
+        return Policy("tree", nodes=budget, tree_depth=depth, settings=("trtllm", topk, depth, budget),
+                      source=f"trtllm:{path} (dynamic tree: top-k {topk}, draft length {depth}, {budget} draft tokens; "
+                             "simulated as its expected shape)")
     settings = sglang.tree_settings(content, path)
     if settings is None:
         return None

@@ -23,7 +23,7 @@ from specsim.sim._types import TreeArrays
 from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import TreeOrder
 from specsim.tree.best import checked_tree, greedy_order
-from specsim.tree.engines import tree_from_sglang
+from specsim.tree.engines import tree_from_sglang, tree_from_trtllm
 from specsim.tree.pricing import TREE_ATTENTION_FACTOR, level_passes
 
 # tree:auto's bounds, Planner.propose_tree's defaults: the most nodes and the deepest tree.
@@ -56,7 +56,8 @@ def _order(pol, a, table_max_k: int):
     """The greedy order every tree the policy verifies is a prefix of (a given tree: itself)."""
     if pol.shape is not None or pol.settings:
         try:
-            shape = pol.shape if pol.shape is not None else tree_from_sglang(*pol.settings[1:], a)
+            build = tree_from_trtllm if pol.settings[:1] == ("trtllm",) else tree_from_sglang
+            shape = pol.shape if pol.shape is not None else build(*pol.settings[1:], a)
             _, parents, ranks = checked_tree(a, shape.parents, shape.ranks)
         except TreeError as e:
             raise PolicyError(f"policy {pol}: {e} (against the calibration's [tree] table)") from None
