@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.calibration._types import RequestSpread
 from specsim.errors import PolicyError
@@ -372,3 +374,51 @@ def test_bad_trtllm_dynamic_trees_are_refused_by_file_and_field(tmp_path, edit, 
     with pytest.raises(PolicyError, match=why) as e:
         simulate(random_requests(5, 22), tree_table(), tree_calibration(), f"trtllm:{path}")
     assert str(path) in str(e.value)
+
+
+# -- random rank tables and trees against the reference engine -------------------------------------------------
+
+@st.composite
+def rank_tables(draw):
+    """A depth x rank table (1..5 depths, 1..4 ranks) whose rows sum to at most 1."""
+    depths, ranks = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    rows = []
+    for _ in range(depths):
+        weights = draw(st.lists(st.floats(0.0, 1.0), min_size=ranks + 1, max_size=ranks + 1))
+        total = sum(weights) or 1.0
+        rows.append([w / total for w in weights[:ranks]])  # the last weight: no match
+    return np.array(rows)
+
+
+@pytest.mark.kernels
+@settings(max_examples=25, deadline=None)
+@given(ranks=rank_tables(), nodes=st.integers(1, 7), depth=st.integers(1, 7), seed=st.integers(0, 1 << 30),
+       spread=st.sampled_from([None, 0.8]), budget=st.sampled_from([None, 7]))
+def test_random_trees_match_the_reference_engine(ranks, nodes, depth, seed, spread, budget):
+    cal = tree_calibration(ranks, sd=spread)
+    from specsim.tree import greedy_order
+
+    nodes = min(nodes, len(greedy_order(ranks, nodes, depth)))  # the table may hold fewer paths
+    policy = f"tree:{nodes},{min(depth, nodes)}"
+    reqs = random_requests(12, seed % 1000, rate=8.0)
+    opts = {"max_num_seqs": 4, "log_size": 1 << 12}
+    if budget is not None:
+        opts.update(max_num_batched_tokens=max(budget, nodes + 1), chunked_prefill=True)
+    res = simulate(reqs, tree_table(), cal, policy, seed=seed, **opts)
+    assert_matches_reference(res, run_reference(reqs, tree_table(), cal, policy, seed=seed, **opts))
+
+
+WIDE = np.full((2, 16), 0.06)  # 16 ranks: a wide first level
+DEEP = np.array([[0.9, 0.05]] * 7)  # deep: seven depths, the best tree a long chain with a side branch
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("ranks, policy", [(RANKS, "tree:1"), (WIDE, "tree:7,1"), (WIDE, "tree:7,2"),
+                                           (DEEP, "tree:7"), (RANKS[:1, :1], "tree:1")],
+                         ids=["one-node", "wide", "wide-two-levels", "deep", "one-cell-table"])
+def test_edge_trees_match_the_reference_engine(ranks, policy):
+    reqs = random_requests(20, 23, rate=6.0)
+    cal = tree_calibration(ranks)
+    res = simulate(reqs, tree_table(), cal, policy, max_num_seqs=4, log_size=1 << 12)
+    assert_matches_reference(res, run_reference(reqs, tree_table(), cal, policy, max_num_seqs=4))
+    assert res.counters["accepted_drafts"] > 0
