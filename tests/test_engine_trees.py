@@ -422,3 +422,12 @@ def test_edge_trees_match_the_reference_engine(ranks, policy):
     res = simulate(reqs, tree_table(), cal, policy, max_num_seqs=4, log_size=1 << 12)
     assert_matches_reference(res, run_reference(reqs, tree_table(), cal, policy, max_num_seqs=4))
     assert res.counters["accepted_drafts"] > 0
+
+
+def test_fleets_refuse_tree_policies_by_name():
+    from specsim.sim import ServerOptions
+    from specsim.sim.fleet import Fleet, simulate_fleet
+
+    fleet = Fleet.uniform(tree_table(), tree_calibration(), 2, ServerOptions(max_num_seqs=4))
+    with pytest.raises(PolicyError, match="tree:3: fleets serve chains only"):
+        simulate_fleet(random_requests(5, 24), fleet, "tree:3")
