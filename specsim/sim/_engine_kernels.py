@@ -8,9 +8,10 @@ idle gaps. A fleet driver can interleave several replicas in time order by calli
 
 Every kernel takes bundles (:mod:`specsim.sim._types`): ``req`` (the requests), ``tab`` (the
 cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (one replica's
-state), ``log`` (its step log), ``ws`` (per-step scratch) and ``plan`` (the per-sequence
-planner's workspace, or None where no run plans per sequence). All loop state lives in them, so a
-run can stop after any step and resume with the same result. See docs/simulation.md for the
+state), ``log`` (its step log), ``ws`` (per-step scratch), ``plan`` (the per-sequence
+planner's workspace, or None where no run plans per sequence) and ``tree`` (a tree policy's
+trees, or None for every other policy: docs/simulation.md#draft-trees). All loop state lives in
+them, so a run can stop after any step and resume with the same result. See docs/simulation.md for the
 scheduling rules and the price of a step.
 
 Why one module of this size: ``step_nb``'s verbs and their helpers are one step of one server,
