@@ -58,8 +58,8 @@ PLAN = (
     ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8"), _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
     ("sim._engine_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "f8", "u8"), _ALL),
+    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "none", "i8", "i8"), _ALL),
+    ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "none", "f8", "u8"), _ALL),
     ("sim._engine_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
     ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "_release_finished", ("req", "st", "i8"), _ALL),
@@ -137,7 +137,7 @@ def _types() -> dict:
     table = demo_table()
     p = prepare(requests, table, demo_calibration(), "fixed:1", ServerOptions(max_num_seqs=4))
     named = {name: typeof(getattr(p, name)) for name in ("req", "tab", "cal", "srv", "st", "log", "ws")}
-    named.update(i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
+    named.update(none=types.none, i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
                  **{"i8[]": types.int64[::1], "f8[]": types.float64[::1], "f8[A]": types.float64[:],
                     "f8[,]": types.float64[:, ::1], "f8[,,]": types.float64[:, :, ::1]})
     return named

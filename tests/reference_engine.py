@@ -7,7 +7,12 @@ import math
 
 import numpy as np
 
-from tests.reference import plan_ref_cell, ref_goodput_depth, ref_propose_depth, ref_sequence_depths
+from tests.reference import (
+    plan_ref_cell, ref_goodput_depth, ref_greedy_order, ref_level_sizes, ref_propose_depth, ref_propose_tree,
+    ref_sequence_depths, ref_tree_price,
+)
+
+TREE_FACTOR = 1.10  # specsim.tree.TREE_ATTENTION_FACTOR, as docs/planner.md#pricing states it
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -105,8 +110,10 @@ class RefEngine:
     """The engine's rules (docs/simulation.md), one Python statement at a time, over lists.
 
     ``requests``: list of (arrival_s, prompt_tokens, output_tokens), sorted. ``policy``: ("fixed", K),
-    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",), ("sequence",) or
-    ("sglang-adaptive", AdaptiveConfig, CUDA-graph sizes).
+    ("schedule", [(lo, hi or None, k), ...]), ("propose",), ("goodput",), ("sequence",),
+    ("sglang-adaptive", AdaptiveConfig, CUDA-graph sizes) or ("tree", N, D) (N = 0: ``tree:auto``),
+    whose trees come from ``rank_acceptance`` (rows depths, columns ranks; with a spread,
+    ``tree_centre`` holds each cell's centre).
     With ``digits`` (an acceptance trace's entries, clamped to ``k_logged``), draft outcomes come
     from the entry each step state picks, depths are capped at ``k_logged`` and the planner sees
     no confidences. With ``spread_sd`` > 0 and ``centre`` (each bucket's centre), request ``r``
@@ -119,7 +126,8 @@ class RefEngine:
                  idle_w=0.0, seed=0, digits=None, k_logged=None, chunked_prefill=False, max_num_batched_tokens=None,
                  kv_capacity_tokens=None, kv_block_size=16, prefill_ms_per_step=0.0, prefill_j_per_step=0.0,
                  prefill_curve=None, mixed_step_pricing="additive", contexts=None, context_costs=None,
-                 acceptance_window=None, acceptance_length_threshold=None, spread_sd=0.0, centre=None):
+                 acceptance_window=None, acceptance_length_threshold=None, spread_sd=0.0, centre=None,
+                 rank_acceptance=None, tree_centre=None):
         self.requests, self.widths, self.costs, self.edges = requests, widths, costs, edges
         self.p_accept, self.priors, self.occ_cdf, self.policy = p_accept, priors, occ_cdf, policy
         self.slack, self.max_batch, self.seed, self.digits, self.idle_w = slack, max_batch, seed, digits, idle_w
@@ -127,6 +135,11 @@ class RefEngine:
         self.centre = centre if spread_sd and digits is None else None
         self.shift = [spread_sd * ref_request_z(seed, r) for r in range(len(requests))] if self.centre else None
         self.chunked, self.block_size = chunked_prefill, kv_block_size
+        # Trees: the rank acceptance, its centres under the spread, and the step's tree
+        # ``(parents, ranks, branching)`` (None: a chain or plain step).
+        self.a = rank_acceptance
+        self.tree_centre = tree_centre if spread_sd and digits is None else None
+        self.step_tree = None
         self.one_pass = mixed_step_pricing == "one-pass"
         # Context pricing: the grid (``costs`` layout) at each measured context, ascending.
         self.contexts, self.context_costs = contexts, context_costs
@@ -217,6 +230,8 @@ class RefEngine:
             k = next((d for lo, hi, d in self.policy[1] if lo <= n and (hi is None or n <= hi)), 0)
         elif kind == "sglang-adaptive":
             k = self.adaptive_depth(n)
+        elif kind == "tree":
+            k, shape = self.tree_plan(n)
         elif kind == "goodput":
             k = ref_goodput_depth(widths, costs, self.priors, n, self.cap)
         elif kind == "load-aware" and not self.queue:
@@ -231,7 +246,30 @@ class RefEngine:
             k = 0
         if kind != "sequence" and self.row_budget != float("inf"):
             k = min(k, int(self.row_budget) // n)
+        if kind == "tree":
+            self.step_tree = None
+            if shape is not None and k > 0:
+                parents, ranks = shape[0][:k], shape[1][:k]
+                chain = all(r == 1 for r in ranks) and all(c == 1 for c in ref_level_sizes(parents))
+                self.step_tree = (parents, ranks, not chain)
         return k
+
+    def tree_plan(self, n):
+        """``(nodes, (parents, ranks) of the order they are a prefix of, or None for a chain)``:
+        ``tree:N,D``'s best tree, or what propose_tree picks at width ``n`` on the reference grid."""
+        nodes, depth = self.policy[1], self.policy[2]
+        if nodes:
+            parents, ranks, _ = ref_greedy_order(self.a, nodes, depth)
+            return nodes, (parents, ranks)
+        max_nodes = min(64, max(self.k_cap, 1))
+        if self.tokens_per_step != float("inf"):
+            max_nodes = min(max_nodes, max(int(self.tokens_per_step) - 1, 1))
+        kind, parents, _ = ref_propose_tree(self.widths, self.costs, self.priors, self.a, n, self.slack, self.cap,
+                                            max_nodes, 8, TREE_FACTOR)
+        if kind != "tree":
+            return len(parents), None
+        order_p, order_r, _ = ref_greedy_order(self.a, min(self.max_k, 256), 8)
+        return len(parents), (order_p, order_r)
 
     def adaptive_depth(self, n):
         """The current candidate of the slot SGLang serves a batch of ``n`` in: ``n`` padded up to
@@ -350,7 +388,20 @@ class RefEngine:
         return budget, preempted
 
     def decode_price(self, costs, ns, rows, k, uniform):
-        """(ms, J) of the decode part over the grid ``costs``: the cell, or the row cost."""
+        """(ms, J) of the decode part over the grid ``costs``: the cell, or the row cost (a
+        branching tree: its price, or the cut rows' verify times the factor plus its drafting)."""
+        if self.step_tree is not None and self.step_tree[2]:
+            parents, ranks, _ = self.step_tree
+            vms, vj, dms, dj = ref_tree_price(self.widths, costs, ns, parents, ranks, TREE_FACTOR)
+            if uniform:
+                return vms + dms, vj + dj
+            d = rows / ns
+            lo, hi = min(math.floor(d), self.max_k), min(math.ceil(d), self.max_k)
+            f = d - math.floor(d)
+            c_lo = plan_ref_cell(self.widths, costs, ns, lo)
+            c_hi = plan_ref_cell(self.widths, costs, ns, hi)
+            return ((c_lo[0] + (c_hi[0] - c_lo[0]) * f) * TREE_FACTOR + dms,
+                    (c_lo[1] + (c_hi[1] - c_lo[1]) * f) * TREE_FACTOR + dj)
         if uniform:
             c = plan_ref_cell(self.widths, costs, ns, k)
             return c[0] + c[2], c[1] + c[3]
@@ -408,6 +459,13 @@ class RefEngine:
             v, e = verify[r], self.emitted[r]
             self.hist[v] += 1
             acc = 0
+            if self.step_tree is not None and v > 0:
+                acc = self.tree_walk(r, e, v)
+                self.emitted[r] = e + 1 + acc
+                self.decode_iters[r] += 1
+                tokens += 1 + acc
+                self.tot["accepted"] += acc
+                continue
             for j in range(1, min(v, self.output[r] - e - 1) + 1):
                 if self.digits is not None:
                     if j > self.digits[ref_trace_entry(self.seed, r, e, len(self.digits))]:
@@ -429,6 +487,37 @@ class RefEngine:
                     self.tot["resumed"] += 1
                 self.emitted[r] += 1
         return tokens
+
+    def tree_walk(self, r, e, v):
+        """Drafts of request ``r`` (``e`` tokens emitted) accepted from the step's tree cut to its
+        first ``v`` nodes: at each depth the target's rank drawn from the rank-acceptance row
+        (with the chain's stream-1 draw there), the walk going on while the tree has that child."""
+        parents, ranks, _ = self.step_tree
+        node, acc = -1, 0
+        while acc < self.output[r] - e - 1 and acc < len(self.a):
+            u = ref_uniform(self.seed, r, e + acc, acc + 1, 1)
+            if self.tree_centre is None:
+                row = list(self.a[acc])
+            else:
+                row = [1.0 / (1.0 + math.exp(-(c + self.shift[r]))) for c in self.tree_centre[acc]]
+                total = 0.0
+                for p in row:
+                    total += p
+                scale = 1.0 / total if total > 1.0 else 1.0
+                row = [p * scale for p in row]
+            cum, rank = 0.0, None
+            for q, p in enumerate(row):
+                cum += p
+                if u < cum:
+                    rank = q + 1
+                    break
+            if rank is None:
+                break
+            child = next((i for i in range(v) if parents[i] == node and ranks[i] == rank), None)
+            if child is None:
+                break
+            node, acc = child, acc + 1
+        return acc
 
     def step(self):
         decoding = [r for r in self.running if self.emitted[r] > 0 and self.prefilled[r] >= self.target[r]]

@@ -44,7 +44,8 @@ def register(sub, groups):
     p.add_argument("--table", required=True, metavar="T", help="cost table TOML")
     p.add_argument("--calibration", required=True, metavar="C", help="acceptance calibration TOML")
     p.add_argument("--policy", required=True, action="append", metavar="P",
-                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, an engine config "
+                   help="fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware, a draft tree "
+                        "(tree:N, tree:N,D, tree:auto; the calibration's [tree] table), an engine config "
                         "(vllm:FILE, trtllm:FILE, sglang:FILE) or SGLang's controller sglang-adaptive:FILE (repeat to "
                         "compare)")
     p.add_argument("--slack", type=slack, action="append", metavar="S",

@@ -172,6 +172,51 @@ def engine_file(text):
     return head, path.strip()
 
 
+def engine_tree(text):
+    """The ``tree`` policy of an ``sglang:FILE`` whose server settings state an EAGLE tree
+    (``--speculative-eagle-topk`` > 1, with ``--speculative-num-steps`` and
+    ``--speculative-num-draft-tokens``, as JSON server arguments or a launch line), or None:
+    SGLang verifies that tree every step, built from the calibration's ``[tree]`` table as the
+    engine builds it from its draft scores (``specsim.tree.tree_from_sglang``). Likewise a
+    ``vllm:FILE`` with a ``speculative_token_tree``: that tree, drafted and verified, but a
+    branching one accepted as vLLM's release accepts it, as the chain of its nodes in list order;
+    and a ``trtllm:FILE`` that turns on ``use_dynamic_tree``: the tree TensorRT-LLM's dynamic tree
+    builds on scores that follow the table (``specsim.tree.tree_from_trtllm``), every step (the
+    engine's changes with each step's scores: its expected shape)."""
+    named = engine_file(text)
+    if named is None or not named[1]:
+        return None
+    engine, path = named
+    what = f"a {engine} config"
+    content = decode_text(read_input(path, what, PolicyError), what, path, PolicyError)
+    if engine == "vllm":
+        tree = vllm.token_tree(content, path)
+        if tree is None:
+            return None
+        if tree.is_chain:
+            return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree,
+                          source=f"vllm:{path} (speculative_token_tree: a chain of {tree.nodes})")
+        # vLLM's branching-tree rejection sampler was never merged: its release drafts and verifies
+        # the tree but accepts it as the chain of its nodes in list order (docs/simulation.md#draft-trees).
+        return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree, settings=("vllm-flattened",),
+                      source=f"vllm:{path} (speculative_token_tree of {tree.nodes} nodes, verified as a flattened "
+                             "chain, as vLLM's release does)")
+    if engine == "trtllm":
+        settings = trtllm.dynamic_tree(content, path)
+        if settings is None:
+            return None
+        topk, depth, budget = settings
+        return Policy("tree", nodes=budget, tree_depth=depth, settings=("trtllm", topk, depth, budget),
+                      source=f"trtllm:{path} (dynamic tree: top-k {topk}, draft length {depth}, {budget} draft tokens; "
+                             "simulated as its expected shape)")
+    settings = sglang.tree_settings(content, path)
+    if settings is None:
+        return None
+    topk, steps, tokens = settings
+    return Policy("tree", nodes=tokens - 1, tree_depth=steps, settings=("sglang", topk, steps, tokens),
+                  source=f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
+
+
 def engine_schedule(text):
     """The ranges of an ``ENGINE:FILE`` policy (``vllm:``, ``trtllm:``, ``sglang:``, and
     ``sglang[1,2,4,8,16]:FILE`` with SGLang's ``--cuda-graph-bs`` capture sizes), or None when
@@ -196,6 +241,9 @@ def read_policy(text) -> Policy:
     adaptive = _ADAPTIVE.fullmatch(str(text).strip().partition(":")[0].strip().lower())
     if adaptive is not None:
         return _adaptive_policy(str(text).strip(), adaptive.group(1))
+    tree = engine_tree(text)
+    if tree is not None:
+        return tree
     ranges = engine_schedule(text)
     if ranges is not None:
         return Policy("schedule", ranges=ranges, gate=engine_gate(text) or ())
@@ -262,5 +310,5 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
-           "engine_file", "engine_gate", "engine_schedule", "export_schedule", "import_file", "import_text",
+           "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "import_file", "import_text",
            "policy_file", "read_policy", "read_telemetry"]

@@ -11,8 +11,10 @@ import json
 import re
 from typing import NamedTuple
 
-from specsim._checks import MAX_DEPTH, MAX_WIDTH, digits_int, show
-from specsim.errors import PolicyError
+import numpy as np
+
+from specsim._checks import MAX_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, digits_int, show
+from specsim.errors import PolicyError, TreeError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
@@ -20,6 +22,7 @@ from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
 )
 from specsim.policy.schedule import canonical, depth_at, ranges_from_depths
+from specsim.tree.engines import tree_from_sglang
 
 DECODE_LOG_INTERVAL = 40
 """SGLang's default ``decode_log_interval``: decode steps between two ``Decode batch`` lines."""
@@ -289,6 +292,59 @@ def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
     text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
     return EngineConfig("sglang", text, tuple(notes), usage)
 
+
+
+# SGLang's EAGLE tree flags, as server arguments (JSON) and on a launch line.
+TREE_FLAGS = (("speculative_eagle_topk", "--speculative-eagle-topk"),
+              ("speculative_num_steps", "--speculative-num-steps"),
+              ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"))
+
+
+def tree_settings(text, source):
+    """``(topk, steps, draft_tokens)`` of the EAGLE tree an SGLang server's settings state in
+    ``text`` (server arguments as JSON, or a launch line with the flags), or None where the
+    top-k is 1 or not stated (a chain: :func:`parse_config` reads it). The numbers are checked
+    as SGLang's tree takes them (``specsim.tree.tree_from_sglang``: top-k 1..16, steps 1..64,
+    no more draft tokens than top-k and steps make), refused naming the flag."""
+    values = {}
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return None  # the schedule reader says what is wrong with it
+        for d in walk(doc):
+            for name, _ in TREE_FLAGS:
+                if name not in values and name in d:
+                    values[name] = d[name]
+    else:
+        for name, flag in TREE_FLAGS:
+            m = re.search(rf"{re.escape(flag)}(?:=|\s+)(\S+)", text)
+            if m:
+                values[name] = m.group(1)
+    if "speculative_eagle_topk" not in values:
+        return None
+    numbers = []
+    for name, flag in TREE_FLAGS:
+        if name not in values:
+            raise PolicyError(f"{source}: {flag} is not stated beside --speculative-eagle-topk: an EAGLE tree needs "
+                              "all three of --speculative-eagle-topk, --speculative-num-steps and "
+                              "--speculative-num-draft-tokens")
+        v = as_count(values[name])
+        if v is None:
+            raise PolicyError(f"{source}: {flag} {show(values[name])} is not a whole number >= 0")
+        numbers.append(v)
+    topk, steps, tokens = numbers
+    if topk == 0:
+        raise PolicyError(f"{source}: --speculative-eagle-topk 0 drafts no candidate: use 1 (a chain) or more (a "
+                          "tree)")
+    if topk == 1:
+        return None
+    try:  # the flags' checks (a table of the right shape stands in for the calibration's)
+        tree_from_sglang(topk, steps, tokens, np.full((min(max(steps, 1), MAX_TREE_DEPTH),
+                                                      min(max(topk, 1), MAX_TREE_RANKS)), 0.5 / max(topk, 1)))
+    except TreeError as e:
+        raise PolicyError(f"{source}: {e}") from None
+    return topk, steps, tokens
 
 
 def parse_config(text, source):

@@ -11,14 +11,18 @@ import re
 
 from typing import NamedTuple
 
+import numpy as np
+
 from specsim._checks import (
-    COUNT_MAX, MAX_DEPTH, MAX_JSON_DEPTH, MAX_WIDTH, check_gate, digits_int, latency_problem, show,
+    COUNT_MAX, MAX_DEPTH, MAX_JSON_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, check_gate, digits_int,
+    latency_problem, show,
 )
-from specsim.errors import PolicyError, ScheduleError, SimulationError
+from specsim.errors import PolicyError, ScheduleError, SimulationError, TreeError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
 from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, json_documents, walk
 from specsim.interop.vllm import request_records
 from specsim.policy.schedule import policy_text, span
+from specsim.tree.engines import tree_from_trtllm
 from specsim._io import _bracket_depth
 
 # An iteration's fields, in both of TensorRT-LLM's spellings (camelCase from the C++ serializer
@@ -422,6 +426,34 @@ def _yaml_scalar(text) -> str:
         return text
     return json.dumps(text)
 
+
+
+def dynamic_tree(text, source):
+    """``(max_topk, max_draft_len, max_total_draft_tokens)`` of the dynamic tree a TensorRT-LLM
+    config turns on (``use_dynamic_tree: true`` with ``dynamic_tree_max_topK`` and
+    ``max_draft_len``; the budget defaults to their product), checked as
+    ``specsim.tree.tree_from_trtllm`` takes them, or None where it turns none on."""
+    doc = read_yaml(text, source)
+    sc = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
+    if not isinstance(sc, dict) or sc.get("use_dynamic_tree") is not True:
+        return None
+    values = []
+    for name in ("dynamic_tree_max_topK", "max_draft_len", "max_total_draft_tokens"):
+        v = sc.get(name)
+        if v is None and name != "max_total_draft_tokens":
+            raise PolicyError(f"{source}: use_dynamic_tree needs {name} in speculative_config")
+        if v is not None and (not whole(v) or v < 0):
+            raise PolicyError(f"{source}: {name} = {show(v)} is not a whole number >= 0")
+        values.append(v)
+    topk, depth, budget = values
+    if topk == 0:
+        raise PolicyError(f"{source}: dynamic_tree_max_topK = 0 drafts no candidate: give 1 or more")
+    try:  # the fields' checks (a table of the right shape stands in for the calibration's)
+        tree_from_trtllm(topk, depth, budget, np.full((min(max(depth, 1), MAX_TREE_DEPTH),
+                                                      min(max(topk, 1), MAX_TREE_RANKS)), 0.5 / max(topk, 1)))
+    except TreeError as e:
+        raise PolicyError(f"{source}: {e}") from None
+    return topk, depth, topk * depth if budget is None else budget
 
 
 def parse_config(text, source, keys=None):

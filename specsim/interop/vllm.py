@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import MAX_DEPTH, digits_int, int_problem, name_problem
-from specsim.errors import CalibrationError, PolicyError
+from specsim._checks import MAX_DEPTH, digits_int, int_problem, name_problem, show
+from specsim.errors import CalibrationError, PolicyError, TreeError
 from specsim.interop._config import (
     COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
 )
@@ -23,6 +23,7 @@ from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
 )
 from specsim.calibration.calibration import rising_positions
+from specsim.tree.engines import tree_from_vllm
 
 _NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 _V1 = re.compile(r"SpecDecoding metrics:\s*(.*)$")
@@ -648,6 +649,26 @@ def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
         notes.append(f"method {method!r}: add \"model\" (the drafter's weights) for a method that has one")
     return EngineConfig("vllm", line + "\n", tuple(notes), f"vllm serve ... --speculative-config '{line}'")
 
+
+
+def token_tree(text, source):
+    """The ``speculative_token_tree`` a vLLM config sets (``specsim.tree.Tree``, checked as vLLM
+    reads it, and against ``num_speculative_tokens``, which vLLM requires to equal its nodes), or
+    None where it sets none (its ``num_speculative_tokens`` chain: :func:`parse_config`)."""
+    doc = load_json(text, source, "vLLM")
+    if isinstance(doc, dict) and isinstance(doc.get("speculative_config"), dict):
+        doc = doc["speculative_config"]
+    if not isinstance(doc, dict) or doc.get("speculative_token_tree") is None:
+        return None
+    try:
+        tree = tree_from_vllm(doc["speculative_token_tree"])
+    except TreeError as e:
+        raise PolicyError(f"{source}: {e}") from None
+    nst = doc.get("num_speculative_tokens")
+    if nst is not None and (not whole(nst) or nst != tree.nodes):
+        raise PolicyError(f"{source}: num_speculative_tokens = {show(nst)} but speculative_token_tree has {tree.nodes} "
+                          f"nodes: vLLM requires them equal (set num_speculative_tokens to {tree.nodes})")
+    return tree
 
 
 def parse_config(text, source):

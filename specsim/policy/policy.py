@@ -18,6 +18,11 @@ Forms:
 ``propose@SLACK``, ``sequence@SLACK``, ``load-aware@SLACK``
     The planner policy at that slack (``propose@0.1``), whatever the run's slack option says:
     the label reports print for a planner policy's run (:meth:`Policy.at_slack`), read back.
+``tree:N``, ``tree:N,D``
+    The best draft tree of ``N`` nodes (depth at most ``D``; default ``N``) of the
+    calibration's ``[tree]`` table, every step (docs/simulation.md#draft-trees).
+``tree:auto``
+    Each step plain, a chain or a tree, as ``Planner.propose_tree`` chooses at the step's width.
 ``load-aware``
     ``propose`` while requests wait; while none wait, ``propose`` with each step's energy
     counted above idle power (step joules minus ``idle_w`` times step seconds), under the same
@@ -43,9 +48,10 @@ from dataclasses import dataclass, replace
 
 from specsim.errors import PolicyError
 from specsim.policy.schedule import depth_at, overlap, policy_text, span
-from specsim._checks import MAX_WIDTH, show, slack_problem, slack_text
+from specsim._checks import MAX_TREE_NODES, MAX_WIDTH, show, slack_problem, slack_text
+from specsim.tree._types import Tree
 
-KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive")
+KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware", "sglang-adaptive", "tree")
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,16 @@ class Policy:
     slack : float or None
         A planner policy read from ``KIND@SLACK``: the slack its runs use (None: the run's
         slack option).
+    nodes, tree_depth : int
+        ``tree`` only: the tree's nodes and its depth bound (``tree:N,D``); ``nodes`` 0 for
+        ``tree:auto``.
+    shape : Tree or None
+        ``tree`` only: a given tree (:func:`tree_policy`) verified every step instead of the
+        best tree; its ``source`` names it in reports.
+    settings : tuple
+        ``tree`` only: an engine's tree settings, ``("sglang", topk, steps, draft_tokens)`` from an
+        ``sglang:FILE`` (``specsim.interop.engine_tree``), built from the calibration's ``[tree]``
+        table where the run starts; ``source`` names the file.
     """
 
     kind: str
@@ -84,6 +100,10 @@ class Policy:
     graphs: tuple = ()
     source: str = ""
     slack: float = None
+    nodes: int = 0
+    tree_depth: int = 0
+    shape: object = None
+    settings: tuple = ()
 
     @property
     def params(self) -> tuple:
@@ -133,6 +153,8 @@ class Policy:
             return max(k for _, _, k in self.ranges)
         if self.kind == "sglang-adaptive":
             return self.adaptive.deepest
+        if self.kind == "tree" and self.nodes:
+            return self.nodes  # rows per sequence past the root's: a tree of N nodes verifies N + 1
         return None
 
     @property
@@ -163,6 +185,8 @@ class Policy:
             return self.depth
         if self.kind == "schedule":
             return depth_at(self.ranges, width)
+        if self.kind == "tree" and self.nodes:
+            return self.nodes
         if self.kind == "sglang-adaptive":
             raise PolicyError(f"policy {self} moves its depth with the acceptance it measures batch by batch, not "
                               "with the width alone: simulate it (specsim simulate)")
@@ -176,6 +200,12 @@ class Policy:
         if self.kind == "sglang-adaptive":
             graphs = f"[{','.join(map(str, self.graphs))}]" if self.graphs else ""
             return f"sglang-adaptive{graphs}:{self.source}"
+        if self.kind == "tree":
+            if self.shape is not None or self.settings:
+                return self.source or f"tree:{self.nodes},{self.tree_depth} (given)"
+            if not self.nodes:
+                return "tree:auto"
+            return f"tree:{self.nodes}" if self.tree_depth == self.nodes else f"tree:{self.nodes},{self.tree_depth}"
         if self.slack is not None:
             return f"{self.kind}@{slack_text(self.slack)}"
         return self.kind
@@ -194,7 +224,8 @@ def parse_policy(text) -> Policy:
     raw = str(text).strip()
     kind, sep, arg = raw.partition(":")
     kind = kind.strip().lower()
-    forms = "fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware (propose@0.1: at slack 0.1)"
+    forms = ("fixed:K, schedule:1-16=3,17-64=2,65-=0, propose, sequence, goodput, load-aware (propose@0.1: at slack "
+             "0.1), tree:N, tree:N,D, tree:auto")
     if kind == "sglang-adaptive" or kind.startswith("sglang-adaptive["):
         raise PolicyError(f"policy {raw!r} names a file: read it with specsim.interop.read_policy (as every command "
                           "does)")
@@ -213,10 +244,13 @@ def parse_policy(text) -> Policy:
             raise PolicyError(f"policy {kind} takes no argument, got {raw!r} (slack and caps are separate options)")
         return Policy(kind)
     if not sep or not arg.strip():
-        example = "fixed:3" if kind == "fixed" else "schedule:1-16=3,17-64=2,65-=0"
+        examples = {"fixed": "fixed:3", "tree": "tree:8, tree:8,4 or tree:auto"}
+        example = examples.get(kind, "schedule:1-16=3,17-64=2,65-=0")
         raise PolicyError(f"policy {kind} needs an argument, e.g. {example}")
     if kind == "fixed":
         return Policy("fixed", depth=_int(arg, raw, "depth K"))
+    if kind == "tree":
+        return _tree_policy(arg, raw)
     ranges = []
     for part in arg.split(","):
         part = part.strip()
@@ -250,6 +284,31 @@ def parse_policy(text) -> Policy:
     if clash:
         raise PolicyError(f"policy {raw!r}: width ranges {span(clash[0])} and {span(clash[1])} overlap")
     return Policy("schedule", ranges=tuple(ranges))
+
+
+def tree_policy(tree, source: str = "") -> Policy:
+    """The ``tree`` policy that verifies ``tree`` (a :class:`specsim.tree.Tree`, such as an
+    engine's setting gives, ``specsim.tree.tree_from_sglang``) every step; ``source`` its label."""
+    if not isinstance(tree, Tree) or tree.nodes == 0:
+        raise PolicyError(f"a tree policy needs a specsim.tree.Tree of at least one node, got {show(tree)}")
+    if tree.nodes > MAX_TREE_NODES:
+        raise PolicyError(f"a tree of {tree.nodes} nodes; at most {MAX_TREE_NODES}")
+    return Policy("tree", nodes=tree.nodes, tree_depth=tree.depth, shape=tree, source=str(source))
+
+
+def _tree_policy(arg, raw) -> Policy:
+    """``tree:auto``, ``tree:N`` or ``tree:N,D`` (N nodes 1..MAX_TREE_NODES, depth D 1..N)."""
+    if arg.strip().lower() == "auto":
+        return Policy("tree")
+    nodes_text, comma, depth_text = arg.partition(",")
+    nodes = _int(nodes_text, raw, "tree nodes N")
+    if not 1 <= nodes <= MAX_TREE_NODES:
+        raise PolicyError(f"policy {show(raw)}: a tree of {nodes} nodes; use 1..{MAX_TREE_NODES} (tree:N or tree:N,D) "
+                          "or tree:auto")
+    depth = _int(depth_text, raw, "tree depth D") if comma else nodes
+    if not 1 <= depth:
+        raise PolicyError(f"policy {show(raw)}: tree depth D must be >= 1 (tree:N,D)")
+    return Policy("tree", nodes=nodes, tree_depth=min(depth, nodes))
 
 
 def _slack(text, raw) -> float:

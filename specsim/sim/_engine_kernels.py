@@ -8,9 +8,10 @@ idle gaps. A fleet driver can interleave several replicas in time order by calli
 
 Every kernel takes bundles (:mod:`specsim.sim._types`): ``req`` (the requests), ``tab`` (the
 cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (one replica's
-state), ``log`` (its step log), ``ws`` (per-step scratch) and ``plan`` (the per-sequence
-planner's workspace, or None where no run plans per sequence). All loop state lives in them, so a
-run can stop after any step and resume with the same result. See docs/simulation.md for the
+state), ``log`` (its step log), ``ws`` (per-step scratch), ``plan`` (the per-sequence
+planner's workspace, or None where no run plans per sequence) and ``tree`` (a tree policy's
+trees, or None for every other policy: docs/simulation.md#draft-trees). All loop state lives in
+them, so a run can stop after any step and resume with the same result. See docs/simulation.md for the
 scheduling rules and the price of a step.
 
 Why one module of this size: ``step_nb``'s verbs and their helpers are one step of one server,
@@ -274,7 +275,7 @@ def _live_depth(srv, ws, n, waiting):
 
 
 @step_part
-def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
+def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
     Uniform policies verify ``depth_memo[n]`` drafts each (``idle_memo[n]`` while no request
@@ -302,6 +303,10 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key):
         k = c if c < k else k  # depth_memo holds the server's caps
     if st.rec[0].gate_off != 0:
         k = 0  # the speculation gate switched speculation off for the rest of the run
+    if tree is not None:
+        # Dropped like ``plan`` where ``tree`` is None: a tree policy's step verifies the first k
+        # nodes of its order (a tree) where its width plans one.
+        tree.step[0] = tree.kind_at[n] if k > 0 else 0
     if plan is not None:
         # Numba drops this branch while compiling an engine whose ``plan`` is None (no run of it
         # plans per sequence), so the per-sequence planner compiles only where it runs.
@@ -618,6 +623,85 @@ def accepted_nb(req, cal, srv, ws, j, r, v, key):
     return acc
 
 
+@inner
+def tree_accepted_nb(req, cal, tree, r, v, key):
+    """Drafts of request ``r`` accepted when the first ``v`` nodes of the tree order are
+    verified: from the root, at each depth ``d`` the target's rank is drawn from row ``d`` of the
+    rank acceptance (no rank: the rest of the row) with the chain's draw at that position, and
+    the walk moves to that child while the verified tree holds it, never past the tokens the
+    request has left. Under a request spread every cell moves by the request's shift in
+    log-odds (its centre's), the row scaled down to sum 1 where it passes it. A call, not
+    inlined: chain steps carry none of its code."""
+    e = req.emitted[r]
+    need = req.output[r] - e - 1
+    rkey = request_key_nb(key, r)
+    a = tree.accept
+    spread = tree.centre.shape[0] > 0
+    shift = cal.shift[r] if spread else 0.0
+    node = -1
+    acc = 0
+    while acc < need and acc < a.shape[0]:
+        d = acc + 1
+        u = half_uniform_nb(draft_hash_nb(rkey, e + acc, d), STREAM_ACCEPT)
+        scale = 1.0
+        if spread:
+            total = 0.0
+            for q in range(a.shape[1]):
+                total += spread_p_nb(tree.centre[acc, q], shift)
+            if total > 1.0:
+                scale = 1.0 / total
+        cum = 0.0
+        rank = -1
+        for q in range(a.shape[1]):
+            cum += spread_p_nb(tree.centre[acc, q], shift) * scale if spread else a[acc, q]
+            if u < cum:
+                rank = q
+                break
+        if rank < 0:
+            break
+        nxt = tree.child[node + 1, rank]
+        if nxt < 0 or nxt >= v:
+            break
+        node = nxt
+        acc += 1
+    return acc
+
+
+@step_part
+def _tree_cost_at(wcs, tp, tree, n, rows, k, cut):
+    """(ms, J) of a branching tree step from ``tp`` (the tree prices at every width, one
+    context) and ``wcs`` (the chain costs there): the tree's price; a step the budget or a
+    preemption cut verifies its rows as the chain's cut step does, times the tree-attention
+    factor, and drafts the tree at the width scheduled."""
+    if not cut:
+        return tp[n, k, VMS] + tp[n, k, DMS], tp[n, k, VJ] + tp[n, k, DJ]
+    max_k = wcs.shape[1] - 1
+    f = tree.factor[0]
+    ms = row_cost_nb(wcs[n, :, VMS], n, rows, max_k, 0.0) * f + tp[n, k, DMS]
+    joules = row_cost_nb(wcs[n, :, VJ], n, rows, max_k, 0.0) * f + tp[n, k, DJ]
+    return ms, joules
+
+
+@inner
+def tree_cost_nb(tab, st, tree, n, rows, k, cut):
+    """:func:`decode_cost_nb` for a step that verifies a branching tree of ``k`` nodes per
+    sequence (docs/simulation.md#draft-trees): the same context interpolation, over the tree's
+    prices."""
+    if n == 0:
+        return 0.0, 0.0
+    if tab.contexts.shape[0] == 0:
+        return _tree_cost_at(tab.wcs, tree.prices[0], tree, n, rows, k, cut)
+    s = st.rec[0]
+    c = s.ctx_tokens / s.ctx_seqs
+    s.ctx_priced += c
+    lo, hi, t = context_bracket_nb(tab.contexts, c)
+    ms, joules = _tree_cost_at(tab.cwcs[lo], tree.prices[lo], tree, n, rows, k, cut)
+    if lo == hi:
+        return ms, joules
+    ms_hi, j_hi = _tree_cost_at(tab.cwcs[hi], tree.prices[hi], tree, n, rows, k, cut)
+    return ms + (ms_hi - ms) * t, joules + (j_hi - joules) * t
+
+
 @step_part
 def gate_nb(req, srv, st, r):
     """Record finished request ``r`` in the speculation gate (TensorRT-LLM's acceptance window):
@@ -650,7 +734,7 @@ def _finish(req, srv, st, r, t):
 
 
 @step_part
-def apply_nb(req, cal, srv, st, ws, t, key):
+def apply_nb(req, cal, srv, st, ws, tree, t, key):
     """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
     recompute). Returns ``(decode tokens, accepted drafts, requests finished, the first running
@@ -690,7 +774,12 @@ def apply_nb(req, cal, srv, st, ws, t, key):
                 st.depth_hist[v] += 1
             if gated:
                 req.decode_iters[r] += 1
-            acc = accepted_nb(req, cal, srv, ws, j, r, v, key) if v > 0 else 0
+            if v == 0:
+                acc = 0
+            elif tree is not None and tree.step[0] != 0:
+                acc = tree_accepted_nb(req, cal, tree, r, v, key)
+            else:
+                acc = accepted_nb(req, cal, srv, ws, j, r, v, key)
             req.emitted[r] += 1 + acc
             tokens += 1 + acc
             accepted += acc
@@ -786,7 +875,7 @@ def _clear_tally(ws):
 
 
 @step_part
-def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
+def _schedule_nb(req, tab, cal, srv, st, ws, plan, tree, key):
     """Decide the step: which running requests run with how many tokens, which waiting ones are
     admitted. Returns ``(n, k)``: the decoding sequences planned and the drafted depth."""
     s = st.rec[0]
@@ -804,7 +893,7 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
             for i in range(before):  # the running wait for the admitted's prefill
                 ws.take[i] = UNSCHEDULED
             return 0, 0
-    k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, n, key)
+    k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key)
     budget, preempted = schedule_running_nb(req, srv, st, ws, budget, k)
     if not separate and not preempted:
         admit_nb(req, srv, st, ws, budget, separate)  # chunked: separate is False here
@@ -812,7 +901,7 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, key):
 
 
 @step_part
-def _price_nb(tab, srv, st, ws, n, k):
+def _price_nb(tab, srv, st, ws, tree, n, k):
     """Price the scheduled step and count it. Returns ``(ms, decoding sequences, rows, prefill
     tokens)``. A mixed step costs its decode part ``d`` plus its prefill part ``p``, less, when
     priced as one forward pass, the part the two share: ``min(d, p, p_fixed)`` with ``p_fixed``
@@ -826,7 +915,10 @@ def _price_nb(tab, srv, st, ws, n, k):
     ptok = tally.prefill_tokens
     prefill = tally.prefills > 0
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
-    dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
+    if tree is not None and tree.step[0] == 1:
+        dms, dj = tree_cost_nb(tab, st, tree, n_sched, rows, k, cut)
+    else:
+        dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0
     pj = 0.0
     if prefill:
@@ -853,7 +945,7 @@ def _price_nb(tab, srv, st, ws, n, k):
 
 
 @inner
-def step_nb(req, tab, cal, srv, st, log, ws, plan):
+def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
     """Advance one replica by one step.
 
     Schedules running requests first, then admissions (see :func:`schedule_running_nb` and
@@ -874,6 +966,8 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan):
     plan : PlanWorkspace or None
         The per-sequence planner's workspace (shared likewise); None for an engine none of whose
         runs plans per sequence (the ``sequence`` policy), which then compiles without that planner.
+    tree : TreeArrays or None
+        A tree policy's trees; None for every other policy, whose engine then compiles without them.
 
     Returns
     -------
@@ -885,10 +979,10 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan):
     if s.n_running == 0 and s.q_len == 0:
         return False
     key = seed_key_nb(srv.rec[0].seed)
-    n, k = _schedule_nb(req, tab, cal, srv, st, ws, plan, key)
-    ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, n, k)
+    n, k = _schedule_nb(req, tab, cal, srv, st, ws, plan, tree, key)
+    ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, tree, n, k)
     t = s.t_s + ms / 1000.0
-    tokens, accepted, done, first_done = apply_nb(req, cal, srv, st, ws, t, key)
+    tokens, accepted, done, first_done = apply_nb(req, cal, srv, st, ws, tree, t, key)
     # The blocks the step held (settled by scheduling, or by apply: it frees none).
     if s.kv_used > s.kv_peak:
         s.kv_peak = s.kv_used
@@ -917,7 +1011,7 @@ def idle_until_nb(srv, st, t):
 
 
 @kernel
-def run_nb(req, tab, cal, srv, st, log, ws, plan, step_limit):
+def run_nb(req, tab, cal, srv, st, log, ws, plan, tree, step_limit):
     """The single-replica driver: put arrived requests in the queue, step, jump idle gaps.
 
     Returns after ``step_limit`` steps (call again to continue: the result does not depend on
@@ -935,7 +1029,7 @@ def run_nb(req, tab, cal, srv, st, log, ws, plan, step_limit):
         while s.fed < n_req and req.arrival_s[s.fed] <= s.t_s:
             push_back_nb(st, s.fed)
             s.fed += 1
-        if step_nb(req, tab, cal, srv, st, log, ws, plan):
+        if step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
             steps += 1
             continue
         if s.fed >= n_req:

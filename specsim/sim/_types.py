@@ -293,3 +293,29 @@ class Workspace(NamedTuple):
     grid: np.ndarray  # float64[1, K+1, 4]: the step costs at this step's width and context
     scratch: np.ndarray  # float64[K+1, 4]: the planner's
     tally: np.ndarray  # TALLY_DT[1]: what the step scheduled
+
+
+class TreeArrays(NamedTuple):
+    """A tree policy's draft trees as the engine reads them (None for every other policy, which
+    then compiles without them). Every tree a run verifies is a prefix of one greedy order
+    (``specsim.tree.greedy_order``) of M nodes: the first ``v`` nodes of it, ``v`` the step's
+    nodes per sequence (the policy's at the width, or fewer where the token budget cut it).
+
+    ``child int64[M + 1, R]``: node ``p``'s child of rank ``r`` at ``[p + 1, r - 1]`` (row 0: the
+    root's), -1 where none; ``accept float64[D, R]``: the calibration's rank acceptance;
+    ``centre float64[D, R]``: each cell's centre under the calibration's request spread (shape
+    (0, 0) without one); ``kind_at int64[S + 1]``: the step at each width verifies a branching
+    tree (1), a chain-shaped tree (2, priced as the chain) or the calibration's chain (0, the
+    chain's own draws, as ``tree:auto`` plans chains); ``prices float64[C', S + 1, K + 1, 4]``:
+    the branching tree of ``v`` nodes at each width, priced by ``specsim.tree.pricing`` at each
+    measured context (C' = 1: the reference grid, without context pricing), NaN where no step
+    reads it; ``factor float64[1]``: the tree-attention factor; ``step int64[1]``: this step's
+    ``kind_at``, written as the step is planned."""
+
+    child: np.ndarray
+    accept: np.ndarray
+    centre: np.ndarray
+    kind_at: np.ndarray
+    prices: np.ndarray
+    factor: np.ndarray
+    step: np.ndarray

@@ -59,6 +59,7 @@ from specsim.sim._types import (
 )
 from specsim.sim.metrics import summarize
 from specsim.sim.replay import AcceptanceTrace
+from specsim.sim.trees import tree_policy_arrays, tree_refusal
 from specsim.table import CostTable
 from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
 from specsim.traces._types import TraceRead
@@ -259,6 +260,7 @@ class Prepared(NamedTuple):
     plan: object  # PlanWorkspace or None
     policy: Policy
     options: dict
+    tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else None
 
 
 def new_requests(arrival, prompt, output):
@@ -438,7 +440,15 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
                               f"sequence per step; set k_max <= {MAX_DEPTH}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
-    depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+    priced = table.contexts.size and resolved["context_pricing"]
+    contexts = table.contexts if priced else np.zeros(0, np.int64)
+    tree = None
+    if pol.kind == "tree":
+        tree_refusal(pol, calibration, k_cap, resolved["max_num_batched_tokens"], digits.shape[0] > 0)
+        depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, resolved, seqs, k_cap,
+                                              resolved["max_num_batched_tokens"], contexts)
+    else:
+        depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
     idle_memo = depth_memo
     if pol.counts_idle:
         _check_above_idle(table, resolved["idle_w"])
@@ -453,8 +463,6 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
 
     cum = np.empty(table.max_k + 1)
     cum_priors_nb(calibration.priors, table.max_k, cum)
-    priced = table.contexts.size and resolved["context_pricing"]
-    contexts = table.contexts if priced else np.zeros(0, np.int64)
     cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
     for c in range(contexts.shape[0]):
         for n in range(seqs + 1):
@@ -470,7 +478,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum, table),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k),
-        plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved,
+        plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved, tree=tree,
     )
 
 
@@ -553,7 +561,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
     # Always in chunks, with or without a progress callback: the interpreter only acts on a
     # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
-        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, p.plan, PROGRESS_CHUNK)
+        done = run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, p.plan, p.tree, PROGRESS_CHUNK)
         if progress is not None:
             progress(int(p.st.rec[0]["finished"]))
         if done:

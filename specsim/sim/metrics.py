@@ -8,6 +8,8 @@ Definitions
 - ``mean_width``: sequences per decode step. ``depth_histogram``: sequence-steps by the number
   of drafts verified. ``accepted_per_step``: accepted drafts that became tokens, per sequence
   per decode step (so a decode step emits ``1 + accepted_per_step`` tokens per sequence).
+  ``nodes_per_sequence``: draft nodes verified per sequence per decode step (a chain's drafts, a
+  tree's nodes: docs/simulation.md#draft-trees).
 - TTFT = first token - arrival; TPOT = (finish - first token) / (tokens - 1), over requests
   with more than one token; E2E = finish - arrival. Percentiles interpolate linearly.
 - Queueing delay = first admission - arrival (before any prefill), p50/p90/p99.
@@ -145,6 +147,7 @@ def summarize(result, slo=None) -> dict:
         "mean_width": ratio(c["sequence_steps"], c["decode_steps"]),
         "depth_histogram": {str(k): int(v) for k, v in enumerate(result.depth_histogram) if v},
         "accepted_per_step": ratio(c["accepted_drafts"], c["sequence_steps"]),
+        "nodes_per_sequence": ratio(c["verified_rows"], c["sequence_steps"]),
         "acceptance_rate": ratio(c["accepted_drafts"], c["verified_rows"]),
         "ttft_s": percentiles(result.ttft_s),
         "tpot_s": percentiles(result.tpot_s),

@@ -19,7 +19,7 @@ def _f(value, spec):
 
 def comparison_table(summaries) -> str:
     """Policies side by side: throughput, energy, batch, acceptance, latency and SLO."""
-    header = ["policy", "tok/s", "J/tok", "W", "width", "acc/step", "queue p99", "TTFT p50", "TTFT p99", "TPOT p50",
+    header = ["policy", "tok/s", "J/tok", "W", "width", "nodes", "acc/step", "queue p99", "TTFT p50", "TTFT p99", "TPOT p50",
               "TPOT p99", "E2E p99", "preempt", "KV peak", "SLO"]
     rows = []
     for s in summaries:
@@ -27,7 +27,8 @@ def comparison_table(summaries) -> str:
         checked = s["slo"]["ttft_target_s"] is not None or s["slo"]["tpot_target_s"] is not None
         rows.append([
             s["label"] + (f" = {s['same_as']}" if s.get("same_as") else ""), _f(s["tokens_per_s"], ".1f"), _f(s["j_per_token"], ".4f"), _f(s["mean_power_w"], ".1f"),
-            _f(s["mean_width"], ".2f"), _f(s["accepted_per_step"], ".3f"), _f(s["queue_s"]["p99"], ".3f"),
+            _f(s["mean_width"], ".2f"), _f(s.get("nodes_per_sequence"), ".2f"), _f(s["accepted_per_step"], ".3f"),
+            _f(s["queue_s"]["p99"], ".3f"),
             _f(s["ttft_s"]["p50"], ".3f"), _f(s["ttft_s"]["p99"], ".3f"),
             _f(s["tpot_s"]["p50"], ".4f"), _f(s["tpot_s"]["p99"], ".4f"), _f(s["e2e_s"]["p99"], ".2f"),
             str(s["preemptions"]), "-" if s["kv"]["peak"] is None else f"{100 * s['kv']['peak']:.0f}%",
@@ -35,7 +36,8 @@ def comparison_table(summaries) -> str:
         ])
     same = "; A = B: A was the same run as B (the same depth at every width it met)" \
         if any(s.get("same_as") for s in summaries) else ""
-    return (format_grid(header, rows) + "\n(latencies in seconds; acc/step = accepted drafts per sequence per step; "
+    return (format_grid(header, rows) + "\n(latencies in seconds; nodes = draft nodes verified per sequence per step "
+            "(a chain's drafts, a tree's nodes); acc/step = accepted drafts per sequence per step; "
             f"KV peak = most KV blocks held / capacity{same})")
 
 

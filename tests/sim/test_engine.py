@@ -38,6 +38,8 @@ def ref_policy(text):
         return ("schedule", list(p.ranges))
     if p.kind == "sglang-adaptive":
         return ("sglang-adaptive", p.adaptive, p.graphs)
+    if p.kind == "tree":
+        return ("tree", p.nodes, p.tree_depth)
     return (p.kind,)
 
 
@@ -67,6 +69,10 @@ def run_reference(reqs, table, cal, policy, **opts):
     occ = occupancy_cdf(cal, k_cap, opts.pop("occupancy", None)).tolist()
     if cal.spread is not None and cal.spread.logit_sd > 0:
         opts["spread_sd"], opts["centre"] = cal.spread.logit_sd, centres(cal.p_accept, cal.spread.logit_sd).tolist()
+    if cal.rank_acceptance is not None:
+        opts["rank_acceptance"] = cal.rank_acceptance.tolist()
+        if cal.spread is not None and cal.spread.logit_sd > 0:
+            opts["tree_centre"] = centres(cal.rank_acceptance, cal.spread.logit_sd).tolist()
     widths = table.widths.tolist()
     costs = table.costs.tolist()
     rows = [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in reqs]

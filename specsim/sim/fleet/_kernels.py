@@ -216,7 +216,7 @@ def step_replica_nb(grp, st, r):
     if s.n_running == 0:
         idle_until_nb(grp.srv, rs, st.arrival_s[r, st.queue[r, s.q_head]])
     step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws,
-            grp.plan)
+            grp.plan, None)  # fleets serve chains (a tree policy is refused where the fleet is built)
 
 
 @kernel

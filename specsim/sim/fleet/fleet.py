@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim._checks import NO_CAP, int_problem, name_problem
-from specsim.errors import SimulationError, SpecsimError
+from specsim.errors import PolicyError, SimulationError, SpecsimError
 from specsim.sim.fleet._kernels import ROUTER_CODES, Group
 from specsim import _toml
 from specsim._io import read_input
@@ -299,6 +299,9 @@ def _group(group, requests, policy, replicas):
     checks of the policy, the options and the requests' KV needs), and the group's policy and
     resolved options."""
     p = prepare(requests, group.table, group.calibration, policy, group.options)
+    if p.tree is not None:
+        raise PolicyError(f"policy {p.policy}: fleets serve chains only for now; simulate one server with "
+                          "specsim simulate to serve trees")
     return Group(p.tab, p.cal, p.srv, p.ws, p.plan, min(int(group.options.log_size), replica_log_size(replicas))), p
 
 

@@ -174,7 +174,8 @@ COUNT_COLUMNS = frozenset({"requests", "output_tokens", "prompt_tokens", "preemp
 FRACTION_COLUMNS = frozenset({"acceptance_rate", "overload_served_fraction", "kv_mean", "kv_peak",
                               "slo_ttft_attainment", "slo_tpot_attainment", "slo_attainment"})
 NON_NEGATIVE_COLUMNS = frozenset({"makespan_s", "tokens_per_s", "tokens_per_s_per_gpu", "energy_j", "j_per_token",
-                                  "mean_power_w", "mean_width", "accepted_per_step", "overload_first_quarter_s",
+                                  "mean_power_w", "mean_width", "accepted_per_step", "nodes_per_sequence",
+                                  "overload_first_quarter_s",
                                   "overload_last_quarter_s", "kv_mean_blocks", "slo_ttft_target_s",
                                   "slo_tpot_target_s"})
 # Column families by prefix: the step counters, the latency percentiles, the energy breakdown.
