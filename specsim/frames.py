@@ -18,7 +18,7 @@ def pandas():
 
 
 def requests_frame(result, extra=None):
-    """One row per request of a :class:`~specsim.sim.engine.SimResult`, in trace order.
+    """One row per request of a :class:`~specsim.sim.result.SimResult`, in trace order.
 
     Columns: ``policy``, ``request`` (index in the result's requests), ``arrival_s``,
     ``prompt_tokens``, ``output_tokens``, ``scheduled_s`` (first admission), ``first_token_s``,

@@ -2,7 +2,11 @@
 per-request blocks, ``docs/telemetry.md``, "TensorRT-LLM"), and the LLM-API options a schedule
 is served with and read back from (``draft_len_schedule``, a map from batch-size upper bound to
 draft length: ``{4: 4, 8: 2, 32: 1}`` is widths 1-4 -> 4, 5-8 -> 2, 9-32 -> 1 and wider -> 0;
-the smallest key maps to ``max_draft_len``; docs/schedules.md#tensorrt-llm)."""
+the smallest key maps to ``max_draft_len``; docs/schedules.md#tensorrt-llm).
+
+Why one module of this size: the house keeps one module per engine, so everything specsim reads
+from or writes for TensorRT-LLM (its field spellings, iteration stats, per-request blocks and
+options) has one home; each reader is short, and they share the spellings and checks above them."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ are re-exported here so ``from specsim.sim import read_trace`` keeps working.
 """
 
 from specsim.sim._types import ReplayResult
-from specsim.sim.engine import ServerOptions, SimResult, simulate
+from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.result import SimResult
 from specsim.policy.policy import Policy, parse_policy
 from specsim.sim.replay import AcceptanceFile, AcceptanceTrace, load_acceptance_file, parse_acceptance_file, replay
 from specsim.traces import (

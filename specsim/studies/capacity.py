@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 
 from specsim.errors import SimulationError
-from specsim.sim.result import percentile, run_rates
+from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
 from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError

@@ -54,7 +54,7 @@ import numpy as np
 
 from specsim.errors import ScheduleError
 from specsim.sim.metrics import overload
-from specsim.sim.result import percentile, run_rates
+from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from specsim.sim.result import PERCENTILES, percentile, percentiles, run_rates
+from specsim.sim.figures import PERCENTILES, percentile, percentiles, run_rates
 
 
 def test_percentiles_leave_nan_out_and_interpolate_linearly():

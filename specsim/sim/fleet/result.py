@@ -8,9 +8,9 @@ import numpy as np
 
 from specsim.sim.metrics import summarize
 from specsim.sim.slo import slo_attainment
-from specsim.sim.result import percentile, run_rates
+from specsim.sim.figures import percentile, run_rates
 from specsim.frames import requests_frame, rows_frame
-from specsim.sim.engine import SimResult
+from specsim.sim.result import SimResult
 
 
 @dataclass(frozen=True, eq=False)
