@@ -69,7 +69,9 @@ from specsim.traces._types import TraceRead
 # disk by earlier versions (a sweep's results file) are recomputed rather than reused.
 # 2: a calibration's [request_spread] table moves each request's acceptance (earlier versions read
 # the same file and ignored it).
-ENGINE_SEMANTICS = 2
+# 3: a prefill curve whose fixed part is above the table's plain step at its narrowest width is
+# capped there (the decodes of a mixed step rode free before).
+ENGINE_SEMANTICS = 3
 
 # Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.
