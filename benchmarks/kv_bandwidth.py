@@ -1,17 +1,19 @@
 """The KV cache read against the bandwidth paged decode attention reaches (docs/tables.md, "KV reads
 against measured attention kernels").
 
-Run: ``python -m benchmarks.kv_bandwidth [--out FILE.md]`` from the repository root. Prints two
-markdown tables:
+Run: ``python -m benchmarks.kv_bandwidth [--out FILE.md]`` from the repository root. Prints:
 
 - the published measurements of paged decode attention's achieved bandwidth (:data:`SOURCES`),
   each as GB/s and as a fraction of its GPU's datasheet bandwidth, beside the fraction the roofline
   reads the KV cache at today (the fitted weight-stream fraction of the GPU's class);
 - specsim's plain decode step (Llama-3.1-8B, bf16, one H100 SXM, the default ``cuda-graph`` host
   overheads) against the step of inference-sim's "trained-physics" latency model, a model fitted
-  on instrumented vLLM runs (:func:`trained_physics_ms`), at batches 1-128 and 1,000 and 4,000
-  tokens of context: as shipped, and with only the KV read moved to the fraction that model's
-  decode-memory coefficient implies (:data:`TRAINED_KV_FRACTION`).
+  on fifteen instrumented vLLM runs of other models on H100s (Llama-2-7B, Qwen2.5-7B,
+  Mistral-Nemo, Yi-34B, Llama-3.1-70B, Llama-4-Scout; :func:`trained_physics_ms`), at batches
+  1-128 and 1,000 and 4,000 tokens of context: as shipped, with only the KV read moved to the
+  fraction that model's decode-memory coefficient implies (:data:`TRAINED_KV_FRACTION`), and with
+  it at the measured FlashAttention-3 fraction (:func:`kernel_fraction`); then, at the widest
+  batch and shortest context, how the two steps split once their KV reads agree.
 
 Nothing here is fitted: every figure is a transcription of a published number or arithmetic on
 one, and the what-if column changes nothing in the shipped cost model.
