@@ -13,7 +13,9 @@ Run: ``python -m benchmarks.kv_bandwidth [--out FILE.md]`` from the repository r
   1-128 and 1,000 and 4,000 tokens of context: as shipped, with only the KV read moved to the
   fraction that model's decode-memory coefficient implies (:data:`TRAINED_KV_FRACTION`), and with
   it at the measured FlashAttention-3 fraction (:func:`kernel_fraction`); then, at the widest
-  batch and shortest context, how the two steps split once their KV reads agree.
+  batch and shortest context, how the two steps split once their KV reads agree;
+- the context effect (docs/tables.md#the-context-effect: :data:`EFFECT`) as shipped and with the
+  KV read of every pass moved to those fractions (:func:`effect_speedups`).
 
 Nothing here is fitted: every figure is a transcription of a published number or arithmetic on
 one, and the what-if column changes nothing in the shipped cost model.
@@ -146,6 +148,50 @@ def split(batch, context):
     return kv, t - kv, moved, shipped.total_ms - shipped.attention_ms
 
 
+# The context effect (docs/tables.md#the-context-effect): a vLLM serve on one H100 NVL, a 31B
+# dense model at concurrency 256, 3 draft tokens; the tokens per step fitted at the first context.
+EFFECT = ("h100-nvl", "qwen3-32b", "eagle3-1l", 256, 3, "vllm")
+EFFECT_PUBLISHED = {400: "0.79x", 1900: "about 1.0x", 4000: "1.10x"}
+
+
+def _attention_s(net, gpu, ach, rows, seqs, context) -> float:
+    """Seconds of one pass's attention part (the roofline's own operator, at ``ach``)."""
+    from specsim.costmodel import roofline as R
+
+    clock = R._Clock(gpu, ach, ())
+    return float(R._attention(clock, net, 1, float(rows), float(seqs), float(context))[0])
+
+
+def effect_speedups(kv_fraction=None) -> dict:
+    """The context effect's modelled speedup at each published context: as shipped, or with the
+    KV read of every pass (the verify pass and each draft pass) at ``kv_fraction`` of the
+    bandwidth (a number, or a function of the context) and everything else as shipped."""
+    from specsim.costmodel import step_costs
+    from specsim.costmodel import roofline as R
+    from specsim.costmodel.engines import engine_profile
+    from specsim.costmodel.specs import drafter_spec, gpu_spec, model_spec
+    from specsim.table._types import DRAFT_MS, VERIFY_MS
+
+    g, m, d = gpu_spec(EFFECT[0]), model_spec(EFFECT[1]), drafter_spec(EFFECT[2])
+    n, k, eng = EFFECT[3], EFFECT[4], engine_profile(EFFECT[5])
+    ach = R.achieved_for(g)
+    target, draft = R._target_net(m), R._drafter_net(m, d)
+    ratio = {}
+    for c in EFFECT_PUBLISHED:
+        f = kv_fraction(c) if callable(kv_fraction) else kv_fraction
+        moved = ach if f is None else dataclasses.replace(ach, memory_efficiency=f)
+        x = step_costs(g, m, d, widths=[n], max_k=k, context_tokens=c, engine=EFFECT[5])
+        plain, spec = x[0, 0, VERIFY_MS], x[0, k, VERIFY_MS] + x[0, k, DRAFT_MS]
+        extra = {}
+        for name, net, rows in (("plain", target, n), ("verify", target, n * (k + 1)), ("draft", draft, n)):
+            rows = float(eng.padded(rows))
+            extra[name] = (_attention_s(net, g, moved, rows, n, c) - _attention_s(net, g, ach, rows, n, c)) * 1e3
+        ratio[c] = (plain + extra["plain"]) / (spec + extra["verify"] + k * extra["draft"])
+    first = min(ratio)
+    tokens = 0.79 / ratio[first]
+    return {c: tokens * r for c, r in ratio.items()}
+
+
 def render() -> str:
     from specsim.costmodel.roofline import achieved_for
     from specsim.costmodel.specs import gpu_spec
@@ -170,6 +216,12 @@ def render() -> str:
     out += ["", f"At batch {BATCHES[-1]} and {CONTEXTS[0]:,} tokens, KV reads at the same fraction: trained-physics "
             f"{kv:.2f} ms of KV and {rest:.2f} ms of the rest, specsim {att:.2f} ms of attention and {lin:.2f} ms "
             "of the rest."]
+    shipped_fx, trained_fx = effect_speedups(), effect_speedups(TRAINED_KV_FRACTION)
+    kernel_fx = effect_speedups(kernel_fraction)
+    out += ["", f"| context tokens | published | modelled | KV at {TRAINED_KV_FRACTION:.1%} | KV at the kernel's |",
+            "|---|---|---|---|---|"]
+    for c, published in EFFECT_PUBLISHED.items():
+        out.append(f"| {c:,} | {published} | {shipped_fx[c]:.2f}x | {trained_fx[c]:.2f}x | {kernel_fx[c]:.2f}x |")
     return "\n".join(out) + "\n"
 
 

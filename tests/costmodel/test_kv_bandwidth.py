@@ -58,6 +58,20 @@ def test_the_trained_step_grows_with_the_kv_bytes_at_its_coefficient():
     assert step == pytest.approx(64 * m_bytes / (kv.TRAINED_PEAK_TBS * 1e12 * kv.TRAINED_KV_FRACTION) * 1e3)
 
 
+def test_the_context_effect_what_if_is_the_shipped_effect_at_the_shipped_fraction():
+    from specsim.costmodel import gpu_spec
+    from specsim.costmodel.roofline import achieved_for
+
+    shipped = kv.effect_speedups()
+    same = kv.effect_speedups(achieved_for(gpu_spec(kv.EFFECT[0])).memory_efficiency)
+    assert same == pytest.approx(shipped, rel=1e-12)
+    # The first context is where the tokens per step are fitted; a slower KV read raises the rest.
+    slower = kv.effect_speedups(kv.TRAINED_KV_FRACTION)
+    first, *rest = sorted(kv.EFFECT_PUBLISHED)
+    assert slower[first] == pytest.approx(0.79) == pytest.approx(shipped[first])
+    assert all(slower[c] > shipped[c] for c in rest)
+
+
 def test_docs_print_the_current_figures():
     text = DOCS.read_text(encoding="utf-8")
     missing = [line for line in kv.render().splitlines() if line.strip() and line not in text]
