@@ -31,6 +31,7 @@ from pathlib import Path
 
 from specsim.errors import ScheduleError
 from specsim._io import Outputs
+from specsim._stats import paired_noise
 from specsim.costmodel.defaults import demo_calibration, demo_table
 from specsim.interop.sglang import parse_adaptive
 from specsim.policy.policy import Policy, policy_runs
@@ -39,7 +40,7 @@ from specsim.sim.engine import simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
 from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
-from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs, paired_noise
+from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs
 from specsim.studies.tune import tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 

@@ -41,7 +41,7 @@ from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
 from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
-from specsim.calibration.report import wilson
+from specsim._stats import wilson
 from specsim.frames import rows_frame
 from specsim.interop import read_policy
 from specsim.plan.planner import check_slack

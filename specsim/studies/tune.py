@@ -58,6 +58,7 @@ from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
 from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
 from specsim._executor import ExecutorError, choose
+from specsim._stats import paired_noise
 from specsim._text import format_grid
 from specsim.interop import export_schedule, per_batch_cost, read_policy
 from specsim.plan import depth_reach, reach_lines
@@ -65,7 +66,6 @@ from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
-from specsim.sim.verdict import paired_noise
 from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import per_batch_verdict, render_schedule, requests_digest, text_digest
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from specsim._checks import request_size_problem
 from specsim._executor import Executor, check_scheduler, check_workers, choose
+from specsim._stats import paired_noise
 from specsim.errors import GridError, SpecsimError
 from specsim.studies.sweep.grid import INPUT_AXES, Grid, point_id, point_options
 from specsim.interop import read_policy
@@ -24,7 +25,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
 from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
-from specsim.sim.verdict import paired_noise, run_digest
+from specsim.sim.verdict import run_digest
 from specsim.table import CostTable
 from specsim.traces import read_trace
 
