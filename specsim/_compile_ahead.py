@@ -128,7 +128,7 @@ def _types() -> dict:
     import numpy as np
     from numba import typeof, types
 
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, prepare
     from specsim.traces._types import REQUEST_DT
 

@@ -18,7 +18,7 @@ from specsim.cli import main
 from specsim.costmodel import (ACHIEVED, BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, HOST_OVERHEADS, Achieved,
                                Overheads, achieved_for, forward_breakdown, gpu_spec, model_spec, model_table,
                                parse_specs, plain_decode_ms, plain_decode_power_w, step_costs)
-from specsim.costmodel.defaults import (DEMO_MAX_K, DEMO_WIDTHS, EAGLE_PRIORS, demo_calibration, demo_p_accept,
+from specsim.demo_inputs import (DEMO_MAX_K, DEMO_WIDTHS, EAGLE_PRIORS, demo_calibration, demo_p_accept,
                                         demo_table)
 from specsim.errors import CostModelError, SpecsimError
 from specsim.table import CostTable
