@@ -169,10 +169,6 @@ class DriftReport:
     def drifted(self) -> bool:
         return bool(self.alarms)
 
-    def first_alarm_step(self):
-        """The step of the earliest alarm, or None."""
-        return min((a.alarm_step for a in self.alarms), default=None)
-
     def dispersion_note(self) -> str:
         """Which streams' ratios were divided by an over-dispersion factor, or ''."""
         wide = [f"{s.label} x{d:.2f}" for s, d in zip(self.streams, self.dispersion) if d > 1.0]
@@ -316,7 +312,7 @@ def estimate_dispersion(batches, positions: int) -> tuple:
 
 def with_dispersion(calibration, batches):
     """``calibration`` with the fitting data's per-position over-dispersion (``batches``: its
-    intervals, as :func:`specsim.calibration.telemetry.record_batches` gives them) in its
+    intervals, as :func:`specsim.calibration.from_telemetry.record_batches` gives them) in its
     ``[meta]``; unchanged when there are too few intervals to tell."""
     phi, intervals = estimate_dispersion(batches, int(calibration.priors.shape[0]))
     if intervals < MIN_DISPERSION_INTERVALS:

@@ -15,7 +15,7 @@ from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
 from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
 from specsim._checks import MIN_SPREAD_REQUESTS
 from specsim.calibration.tree_check import check_tree_telemetry, format_tree_check
-from specsim.calibration.telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
+from specsim.calibration.from_telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.interop import FORMATS, engine_schedule, read_telemetry
 from specsim.sim.replay import load_acceptance_file

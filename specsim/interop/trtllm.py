@@ -16,8 +16,9 @@ from specsim._checks import (
 )
 from specsim.errors import PolicyError, ScheduleError, SimulationError
 from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
-from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, json_documents, walk
-from specsim.interop.vllm import request_records
+from specsim.interop._records import (
+    Format, Record, Tally, as_count, as_number, block_records, json_documents, request_records, walk,
+)
 from specsim.policy.schedule import policy_text, span
 from specsim._io import _bracket_depth
 

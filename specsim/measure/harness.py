@@ -175,7 +175,7 @@ def measure_cell(workload, backend, meter, n: int, k: int, settings: SweepSettin
 
 
 # -- the sweep ---------------------------------------------------------------------------------
-def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=None,
+def measure_table(workload, backend, meter, widths, max_k: int, out, *, box_class=None,
               settings: SweepSettings = SweepSettings(), resume: bool = False, progress: bool = True,
               meta=None, log=None) -> CostTable:
     """Measure every cell of ``widths`` x ``0..=max_k`` and write the table to ``out``.

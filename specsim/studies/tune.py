@@ -67,7 +67,7 @@ from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
 from specsim.studies.windows import window_bounds
-from specsim.studies.schedule_file import per_batch_verdict, render_schedule, requests_digest, text_digest
+from specsim.studies.schedule_file import per_batch_verdict, render_schedule, text_digest, trace_digest
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -895,7 +895,7 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_num_seqs, 
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
     return {
-        "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
+        "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": trace_digest(requests),
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
         "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_num_seqs": int(max_num_seqs),
