@@ -19,6 +19,7 @@ the binomial one on traffic with that spread.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -348,8 +349,7 @@ def report(streams, mon_f, mon_i, steps, settings, dispersion=()) -> DriftReport
 def plot_drift(rep: DriftReport, history, path, title="") -> None:
     """Write a PNG of every stream's CUSUM statistic (the larger of down and up) over the steps,
     with the alarm threshold and the alarms marked."""
-    import io
-
+    # optional (the plot extra): loaded only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -223,6 +223,7 @@ def plot_reliability(report: dict, path) -> None:
         When matplotlib is not installed, or the report has no counts (rates imported).
     """
     require_matplotlib()
+    # optional (the plot extra): loaded only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

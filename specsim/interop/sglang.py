@@ -8,6 +8,7 @@ CUDA-graph size first; docs/schedules.md#sglang)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import NamedTuple
 
@@ -414,8 +415,6 @@ def _candidates(value, source, where):
 def parse_adaptive(text, source) -> AdaptiveConfig:
     """Read the file ``--speculative-adaptive-config`` names, every setting checked (an unknown key
     is refused rather than skipped: a misspelt setting would silently run at its default)."""
-    import math
-
     doc = load_json(text, source, "SGLang adaptive")
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object (settings and batch-size slots)")

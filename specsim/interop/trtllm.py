@@ -514,7 +514,7 @@ def read_yaml(text: str, source: str):
         raise PolicyError(f"{source}: the options nest lists or maps {depth} deep; at most {MAX_JSON_DEPTH} "
                           "(docs/limits.md)")
     try:
-        import yaml
+        import yaml  # optional: loaded only to read a YAML file
     except ImportError:
         return _yaml_subset(text, source)
     try:

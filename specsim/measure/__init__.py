@@ -4,6 +4,9 @@
 are usable on their own. Nothing here imports CuPy or NVML until a run asks for them.
 """
 
+import dataclasses
+from pathlib import Path
+
 from specsim.errors import MeasureError
 from specsim.measure.backends import CupyBackend, NumpyBackend, box_class_from_name, open_backend
 from specsim.measure.harness import SweepInterrupted, SweepSettings, measure_cell, measure_table, partial_path
@@ -70,16 +73,12 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
 
 def context_path(out, context: int):
     """Where ``bench --contexts`` keeps the sweep at ``context`` until the table is written."""
-    from pathlib import Path
-
     out = Path(out)
     return out.with_name(f"{out.name}.context-{context}.toml")
 
 
 def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings, box_class, resume,
                     progress, log):
-    import dataclasses
-
     if isinstance(workload, CallableWorkload):
         raise MeasureError("contexts need a recipe: a callable workload's steps set their own context")
     contexts = list(contexts)

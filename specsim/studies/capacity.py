@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specsim.errors import SimulationError
 from specsim.sim.result import percentile, run_rates
@@ -603,8 +603,6 @@ def _answer(label, units, probes, target, price, includes=None) -> PolicyCapacit
 
 
 def _with_saving(a: PolicyCapacity, plain: PolicyCapacity) -> PolicyCapacity:
-    from dataclasses import replace
-
     return replace(a, gpu_saving=1.0 - a.gpus / plain.gpus,
                    energy_saving=1.0 - a.j_per_token / plain.j_per_token if plain.j_per_token else None)
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -390,8 +391,6 @@ class _Line:
     """The progress line: redrawn in place on a terminal, one line per round elsewhere."""
 
     def __init__(self, enabled, stream=None):
-        import threading
-
         # Ticks come from the evaluation threads.
         self.lock = threading.Lock()
         self.enabled = enabled

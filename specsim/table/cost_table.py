@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,9 +116,6 @@ class CostTable:
         ``contexts:`` and the SHA-256 of the (context, digest) list, so the key still tells
         different measurements apart.
         """
-        import hashlib
-        import json
-
         if not isinstance(tables, dict):
             raise TableError(f"{source}: the tables to combine are a dict of context -> CostTable, got "
                              f"{type(tables).__name__}")

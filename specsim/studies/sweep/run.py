@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -282,8 +283,6 @@ def best_by_traffic(grid: Grid, rows) -> list:
     so. A candidate that made the same runs as the best (the same ``run_digest`` under every seed)
     is named equal to it rather than ranked.
     """
-    import statistics
-
     names = [a for a, _ in grid.axes]
     traffic = [a for a in names if a in TRAFFIC_AXES and len(dict(grid.axes)[a]) > 1]
     cand_axes = [a for a in names if a not in TRAFFIC_AXES and a != "seed"
