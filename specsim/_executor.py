@@ -14,7 +14,6 @@ and Dask's shutdown messages are silenced; the ``KeyboardInterrupt`` goes on to 
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import re
 import signal
@@ -23,7 +22,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from multiprocessing import resource_tracker
 
-from specsim._checks import MAX_WORKERS, show
+from specsim._checks import MAX_WORKERS, is_int, show
 from specsim._io import no_interrupt
 from specsim.errors import SpecsimError
 
@@ -41,7 +40,7 @@ def check_workers(n, what="--workers"):
     """``n`` (None: the CPU count) as a worker count in ``1..MAX_WORKERS``, or an ExecutorError."""
     if n is None:
         return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+    if not is_int(n):
         raise ExecutorError(f"{what} must be a whole number of workers, got {n!r}")
     n = int(n)
     if not 1 <= n <= MAX_WORKERS:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import show
+from specsim._checks import is_int, is_number, show
 from specsim._io import loads_json, read_input
 from specsim.errors import CostModelError
 
@@ -469,7 +469,7 @@ def _hf_kv_heads(doc, model_type, heads, problems):
     if name is None:
         return heads
     value = doc[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         problems.append(f"{name} = {show(value)} must be a whole number >= 1")
         return None
     return value
@@ -497,7 +497,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
             missing.append(f)
             continue
         v = doc[spelt]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v) or v < 1:
             problems.append(f"{spelt} = {show(v)} must be a whole number >= 1")
         else:
             values[f] = v
@@ -508,7 +508,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
     elif "intermediate_size" in missing and hidden and model_type == "mpt":
         missing.remove("intermediate_size")
         ratio = doc.get("expansion_ratio", 4)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1024 \
+        if not is_number(ratio) or not 0 < ratio <= 1024 \
                 or float(ratio * hidden) != int(ratio * hidden):
             problems.append(f"expansion_ratio = {show(ratio)} must be a number > 0 that makes a whole MLP width")
         else:
@@ -519,7 +519,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
         problems.append(f"missing field(s) {spellings}: a decoder's config.json names them all")
     if doc.get("head_dim") is not None:
         v = doc["head_dim"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v) or v < 1:
             problems.append(f"head_dim = {show(v)} must be a whole number >= 1")
         else:
             values["head_dim"] = v

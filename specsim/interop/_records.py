@@ -22,7 +22,7 @@ from typing import Optional
 
 from specsim._io import DuplicateKeyError, decode_text, json_object, read_input
 from specsim.errors import CalibrationError
-from specsim._checks import COUNT_MAX, MAX_DEPTH
+from specsim._checks import COUNT_MAX, MAX_DEPTH, is_int
 
 
 @dataclass
@@ -147,7 +147,7 @@ class Tally:
             if k in self.notes and self.notes[k] != v and not isinstance(v, (int, float)):
                 if self.notes[k] != "mixed":
                     self.notes[k] = "mixed"
-            elif isinstance(v, int) and not isinstance(v, bool) and k in self.notes:
+            elif is_int(v) and k in self.notes:
                 self.notes[k] += v
             else:
                 self.notes.setdefault(k, v)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import MAX_DEPTH, digits_int, int_problem, name_problem
+from specsim._checks import MAX_DEPTH, digits_int, int_problem, is_int, name_problem
 from specsim.errors import CalibrationError, PolicyError
 from specsim.interop._config import (
-    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json,
 )
 from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, request_records, walk,
@@ -565,7 +565,7 @@ def parse_config(text, source):
     else:
         raise PolicyError(f"{source}: expected the --speculative-config JSON object (or its "
                           "num_speculative_tokens_per_batch_size list)")
-    if nst is not None and (not whole(nst) or nst < (1 if entries is not None else 0)):
+    if nst is not None and (not is_int(nst) or nst < (1 if entries is not None else 0)):
         raise PolicyError(f"{source}: num_speculative_tokens must be a whole number > 0, got {nst!r}")
     if entries is None:
         if nst is None:
@@ -578,7 +578,7 @@ def parse_config(text, source):
         if isinstance(e, list) and len(e) == 5:
             raise PolicyError(f"{source}: entry {e} depends on the context length; specsim's schedules depend on "
                               "the batch width alone (use 3-item [start_bs, end_bs, K] entries)")
-        if not isinstance(e, list) or len(e) != 3 or not all(whole(v) for v in e):
+        if not isinstance(e, list) or len(e) != 3 or not all(is_int(v) for v in e):
             raise PolicyError(f"{source}: entry {e!r} is not [start_bs, end_bs, K] of whole numbers")
         lo, hi, k = e
         if lo <= 0 or hi <= 0 or lo > hi or k < 0:

@@ -57,7 +57,7 @@ from specsim.errors import ScheduleError
 from specsim.sim.metrics import overload
 from specsim.sim.result import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
+from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, is_int, show
 from specsim._executor import ExecutorError, choose
 from specsim._stats import paired_noise
 from specsim._text import format_grid
@@ -554,7 +554,7 @@ def _split(requests, holdout):
 def _check(objective, seeds, holdout, slo, executor):
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or not 1 <= seeds <= MAX_SEEDS:
+    if not is_int(seeds) or not 1 <= seeds <= MAX_SEEDS:
         raise ScheduleError(f"seeds (--seeds) must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}, "
                             f"got {show(seeds)}")
     if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
@@ -652,8 +652,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
                             "use a smaller first seed")
     resolved = opts.resolved(table)
-    if widths_max is not None and (isinstance(widths_max, bool) or not isinstance(widths_max, (int, np.integer))
-                                   or widths_max < 1):
+    if widths_max is not None and (not is_int(widths_max) or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
@@ -715,8 +714,7 @@ def _noise_windows(windows, train) -> dict:
         windows = min(AUTO_WINDOWS, most)
         if windows < 2:
             return {}  # too short a training part to cut: the search without the check
-    if (isinstance(windows, bool) or not isinstance(windows, (int, np.integer))
-            or not 2 <= windows <= MAX_WINDOWS):
+    if not is_int(windows) or not 2 <= windows <= MAX_WINDOWS:
         raise ScheduleError(f"noise_windows (--noise-windows) must be a whole number in 2..{MAX_WINDOWS}, 'auto' or "
                             f"None (off), got {windows!r}")
     if windows > most:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, int_problem, is_number, rate_scale_problem, show
+from specsim._checks import MAX_GRID_POINTS, int_problem, is_int, is_number, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
@@ -185,7 +185,7 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
                     problems.append(f"[axes] policy {v!r}: {e}")
         if name == "replicas":
             for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 16:
+                if not is_int(v) or not 1 <= v <= 1 << 16:
                     problems.append(f"[axes] replicas {v!r} must be a whole number of replicas >= 1")
         if name == "router":
             for v in values:
