@@ -572,6 +572,43 @@ def _executor(executor, scheduler, workers):
         raise ScheduleError(str(e)) from None
 
 
+def _check_search(min_gain, max_rounds, widths_max) -> None:
+    """Refuse a ``min_gain``, ``max_rounds`` or ``widths_max`` the search cannot take."""
+    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
+        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
+
+    problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
+    problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
+    if problem:
+        raise ScheduleError(problem)
+
+
+def _requests_and_options(requests, options, seeds) -> tuple:
+    """``(requests, options)``: the request array (of a trace read, or given) and the server
+    options the search runs (a log sized for it), refused when empty, not options, or when the
+    ``2 * seeds`` draft-outcome seeds from ``options.seed`` on leave 64 bits."""
+    requests = getattr(requests, "requests", requests)
+    if requests.shape[0] == 0:
+        raise ScheduleError("the trace has no requests")
+    opts = options if options is not None else ServerOptions()
+    if not isinstance(opts, ServerOptions):
+        raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
+    opts = replace(opts, log_size=_LOG_SIZE)
+    if opts.seed + 2 * seeds > 1 << 64:
+        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
+                            "use a smaller first seed")
+    return requests, opts
+
+
+def _compare_policies(compare) -> list:
+    """The policies to compare on the held-out part, as text, each read once so a bad one is
+    refused before any work."""
+    compare = [str(p) for p in compare]
+    for p in compare:
+        read_policy(p)  # refuse a bad one before any work
+    return compare
+
+
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
          progress=False, names=None, noise_windows="auto", allow_overload=False) -> TuneResult:
@@ -634,32 +671,15 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     started = time.monotonic()
     slo = as_slo(slo)
     target = _check(objective, seeds, holdout, slo, executor)
-    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
-        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
-
-    problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
-    problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
-    if problem:
-        raise ScheduleError(problem)
-    requests = getattr(requests, "requests", requests)
-    if requests.shape[0] == 0:
-        raise ScheduleError("the trace has no requests")
-    opts = options if options is not None else ServerOptions()
-    if not isinstance(opts, ServerOptions):
-        raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
-    opts = replace(opts, log_size=_LOG_SIZE)
-    if opts.seed + 2 * seeds > 1 << 64:
-        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
-                            "use a smaller first seed")
+    _check_search(min_gain, max_rounds, widths_max)
+    requests, opts = _requests_and_options(requests, options, seeds)
     resolved = opts.resolved(table)
     if widths_max is not None and (not is_int(widths_max) or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
     windows = _noise_windows(noise_windows, train_part)
-    compare = [str(p) for p in compare]
-    for p in compare:
-        read_policy(p)  # refuse a bad one before any work
+    compare = _compare_policies(compare)
     ex = _executor(executor, scheduler, workers)
     kind = ex.kind
     search = None
