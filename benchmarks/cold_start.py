@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-alone", action="store_true", help="skip the cold run without the compile-ahead helper")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
 
     with tempfile.TemporaryDirectory(prefix="specsim-cold-") as tmp:
         work = Path(tmp)

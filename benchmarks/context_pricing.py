@@ -76,7 +76,7 @@ def render(name, count, rows) -> str:
 
 
 def main(argv=None):
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="also write the tables to this markdown file")

@@ -177,7 +177,7 @@ def plan_choices(points, group: str, figures) -> list:
     set measured only depth 2 against plain decoding."""
     from specsim.calibration import AcceptanceCalibration
     from specsim.costmodel import EngineProfile, model_table
-    from specsim.costmodel.defaults import DEMO_EDGES, demo_drafter_key, demo_p_accept
+    from specsim.demo_inputs import DEMO_EDGES, demo_drafter_key, demo_p_accept
     from specsim.costmodel.engines import ENGINE_PROFILES
     from specsim.plan.planner import goodput_depth
 

@@ -26,7 +26,7 @@ except ImportError:  # run from a checkout without installing
 def main(argv=None) -> int:
     from specsim.cli._common import format_grid, int_list
     from specsim.errors import SpecsimError
-    from specsim.measure import CupyBackend, NvmlMeter, ProxyWorkload, SweepSettings, run_sweep
+    from specsim.measure import CupyBackend, NvmlMeter, ProxyWorkload, SweepSettings, measure_table
     from specsim.table import CostTable
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
                              idle_s=args.min_window_s)
     try:
         workload = ProxyWorkload(args.recipe, backend)
-        table = run_sweep(workload, backend, meter, args.widths, args.max_k, out, settings=settings,
+        table = measure_table(workload, backend, meter, args.widths, args.max_k, out, settings=settings,
                           log=lambda line: print(f"  {line}"))
     except SpecsimError as e:
         print(f"gpu_check: failed: {e}", file=sys.stderr)

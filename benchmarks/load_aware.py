@@ -42,7 +42,7 @@ def _figures(reqs, table, cal, policy):
 def figures():
     """Per load: ``(scale, {policy: (J/token, seed sd, attainment)})``, every fixed depth,
     ``propose`` and ``load-aware``."""
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.traces import read_trace
 
     table, cal = demo_table(), demo_calibration()

@@ -60,7 +60,7 @@ def _best_pair(a, b, rounds):
 def measure(rounds=3, old=None) -> dict:
     """``{name: ratio}`` (see the module's docstring)."""
     from benchmarks.context_pricing import context_table
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim import simulate, synthetic_trace
     from specsim.table import CostTable
     from specsim.traces import read_trace

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from specsim.calibration._types import RequestSpread
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.sim import simulate
 from specsim.sim.metrics import summarize
 from specsim.traces import read_trace

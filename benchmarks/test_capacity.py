@@ -36,7 +36,7 @@ SLO_KW = dict(slo=SLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99))
 @pytest.fixture(scope="module")
 def h200():
     from specsim.costmodel import model_table
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
 
     return model_table("h200", "llama-3.1-8b", "eagle3-1l", max_k=4), demo_calibration()
 

@@ -15,7 +15,7 @@ from benchmarks import load_aware
 
 
 def test_load_aware_energy_per_token(benchmark):
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim import simulate
     from specsim.traces import read_trace
 

@@ -129,7 +129,7 @@ def test_four_policies_rules_on_and_off(benchmark, conv, rules):
 
 
 def test_cost_linear_in_trace_length(benchmark):
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
 
     table, cal = demo_table(), demo_calibration()
     short = synthetic_trace(20_000, 20.0, seed=1).requests
@@ -157,7 +157,7 @@ def test_context_pricing_ratio(benchmark, conv):
     priced at each step's batch context, against the same table's reference grid as a plain
     table (today's pricing), CPU time in the same run (target <= 1.3x)."""
     from benchmarks.context_pricing import context_table
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.table import CostTable
 
     reqs, _, _ = conv

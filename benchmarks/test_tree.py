@@ -15,7 +15,7 @@ import pytest
 from benchmarks.conftest import record_ratio, time_per_call
 from specsim import Planner
 from specsim.costmodel import model_table
-from specsim.costmodel.defaults import (DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS,
+from specsim.demo_inputs import (DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS,
                                         EAGLE_PRIORS, demo_calibration)
 from specsim.tree import best_tree, greedy_order
 from specsim.tree._kernels import greedy_order_nb

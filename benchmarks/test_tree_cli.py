@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks.conftest import record_ratio, time_per_call
 from specsim.cli import main
 from specsim.costmodel import model_table
-from specsim.costmodel.defaults import demo_calibration
+from specsim.demo_inputs import demo_calibration
 from tests.reference import ref_propose_tree
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -30,8 +30,8 @@ CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
 
 @pytest.fixture
 def conv(shared_data):  # noqa: F811
-    from specsim.costmodel.defaults import DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS
+    from specsim.demo_inputs import demo_calibration
     from specsim.costmodel.roofline import model_table
     from specsim.demo import demo_server
     from specsim.traces import read_trace

@@ -86,7 +86,7 @@ TREE_DEPTHS = 8
 
 
 def tree_calibration() -> str:
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
 
     cal = demo_calibration()
     priors = cal.priors.tolist()

@@ -25,10 +25,12 @@ Rules that keep this safe:
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import subprocess
 import sys
 import threading
+import time
 
 # The variants: "sequence" (the engine with the per-sequence planner) and "plain" (without it).
 VARIANTS = ("sequence", "plain")
@@ -128,7 +130,7 @@ def _types() -> dict:
     import numpy as np
     from numba import typeof, types
 
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim.engine import ServerOptions, prepare
     from specsim.traces._types import REQUEST_DT
 
@@ -152,8 +154,6 @@ def main(argv) -> int:
     """The helper: compile the kernels of ``argv[0]``'s variant, in order, while the command
     (process ``argv[2]``) is its parent (an orphan's parent is another process); nothing where
     this process imported another copy of specsim than ``argv[1]``, the command's."""
-    import importlib
-
     if len(argv) != 3 or argv[0] not in VARIANTS or os.path.realpath(argv[1]) != os.path.realpath(_PACKAGE):
         return 0
     parent = int(argv[2]) if argv[2].isdigit() else -1
@@ -172,8 +172,6 @@ def main(argv) -> int:
 def _watch(parent: int) -> None:
     """End this helper at once when the command (process ``parent``) is gone: it became another
     process's child. Numba's compile releases the GIL in LLVM, so this thread runs between."""
-    import time
-
     while os.getppid() == parent:
         time.sleep(WATCH_S)
     os._exit(0)

@@ -13,11 +13,16 @@ and Dask's shutdown messages are silenced; the ``KeyboardInterrupt`` goes on to 
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import signal
 import sys
 import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from multiprocessing import resource_tracker
 
-from specsim._checks import MAX_WORKERS, show
+from specsim._checks import MAX_WORKERS, is_int, show
 from specsim._io import no_interrupt
 from specsim.errors import SpecsimError
 
@@ -35,9 +40,7 @@ def check_workers(n, what="--workers"):
     """``n`` (None: the CPU count) as a worker count in ``1..MAX_WORKERS``, or an ExecutorError."""
     if n is None:
         return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
-    import numbers
-
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+    if not is_int(n):
         raise ExecutorError(f"{what} must be a whole number of workers, got {n!r}")
     n = int(n)
     if not 1 <= n <= MAX_WORKERS:
@@ -48,8 +51,6 @@ def check_workers(n, what="--workers"):
 
 def check_scheduler(address) -> None:
     """Refuse a scheduler address that is not ``[SCHEME://]HOST:PORT`` (before any work)."""
-    import re
-
     m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", str(address))
     if m is None or (m.group(1) or "tcp") not in SCHEDULER_SCHEMES or not 0 < int(m.group(3)) < 65536:
         raise ExecutorError(f"--scheduler {show(address)} is not a Dask scheduler address: give "
@@ -100,7 +101,7 @@ class Executor:
     # -- Dask -------------------------------------------------------------------------------------
 
     def _start_dask(self, scheduler):
-        from dask.distributed import Client
+        from dask.distributed import Client  # optional (the dist extra): loaded only when Dask runs the work
 
         if scheduler:
             try:
@@ -153,8 +154,6 @@ class Executor:
             raise
 
     def _map_threads(self, fn, calls, on_result):
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
         pool = ThreadPoolExecutor(max_workers=min(self.workers, len(calls)))
         done_ok = False
         try:
@@ -177,7 +176,7 @@ class Executor:
             pool.shutdown(wait=done_ok, cancel_futures=True)
 
     def _map_dask(self, fn, calls, on_result, keys):
-        from dask.distributed import as_completed
+        from dask.distributed import as_completed  # optional (the dist extra): loaded only when Dask runs the work
 
         kw = [{"key": k} for k in keys] if keys is not None else [{}] * len(calls)
         futures = [self.client.submit(fn, *c, pure=False, **k) for c, k in zip(calls, kw)]
@@ -229,10 +228,7 @@ def _local_cluster(workers):
     thread started before (a BLAS thread of NumPy's) takes it, and once the cluster is up it ends
     the cluster and raises ``KeyboardInterrupt``.
     """
-    import signal
-    from multiprocessing import resource_tracker
-
-    from dask.distributed import LocalCluster
+    from dask.distributed import LocalCluster  # optional (the dist extra): loaded only when Dask runs the work
 
     def start():
         # Turning the dashboard off with None still binds port 8787 (distributed's HTTP server starts anyway);
@@ -277,8 +273,6 @@ def abandon(client, cluster) -> None:
 def _quiet_dask() -> None:
     """Silence Dask's loggers, each of them: distributed configures levels per module
     (``distributed.scheduler`` ...), which a level on the parent would not override."""
-    import logging
-
     roots = ("distributed", "tornado", "asyncio")
     names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in roots]
     for name in set(roots) | set(names):
@@ -289,8 +283,6 @@ def _quiet_dask() -> None:
 
 def _kill_workers(cluster) -> None:
     """End a local cluster's worker processes now (a worker cannot stop inside a kernel)."""
-    import signal
-
     if cluster is None:
         return  # an existing cluster's workers are not ours to stop
     for nanny in list(getattr(cluster, "workers", {}).values()):

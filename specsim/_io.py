@@ -4,8 +4,16 @@ all-or-nothing after it, so a failed or interrupted command never leaves a damag
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import json
 import os
+import re
+import signal
+import stat
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from specsim.errors import OutputError
@@ -47,10 +55,6 @@ def open_input(path, what: str, error_cls):
     and a named pipe (FIFO) nothing writes to, which would block a plain ``open`` for ever. It is
     opened without blocking; a pipe that is being written (``/dev/stdin`` fed by another command)
     is read, up to the size limit, and handed back from memory."""
-    import io
-    import stat
-    import time
-
     if not isinstance(path, (str, os.PathLike)):
         raise error_cls(f"{what}: a file name (str or path) is needed, got {type(path).__name__}")
     if "\x00" in str(path):
@@ -105,8 +109,6 @@ def refuse_device(path, what: str, error_cls) -> None:
     """Refuse ``path`` when it is a device (``/dev/zero``, ``/dev/urandom``, a terminal) or a
     socket: reading one never ends, so a reader would hang or fill the memory. Pipes pass, for
     :func:`open_input` to read without blocking; a missing file passes too, for the reader to name."""
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
@@ -345,9 +347,6 @@ def no_interrupt():
     """Hold a Ctrl-C back for the block (in the main thread) and raise it right after: the block
     runs to its end. The signal may reach any thread of the process, so the handler is swapped
     for one that notes it, rather than the signal blocked in this thread alone."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -479,8 +478,6 @@ def loads_json(text, what: str, source, error_cls, max_depth: int | None = None)
     """Parse one JSON document with the TOML readers' guarantees: integers within 64 bits,
     finite floats, no ``NaN``/``Infinity``, nesting at most ``max_depth`` deep; any refusal
     raises ``error_cls`` naming ``source`` and, for syntax errors, the line and column."""
-    import json
-
     if isinstance(text, bytes):
         text = decode_text(text, what, source, error_cls)
     text = text.removeprefix("\ufeff")
@@ -503,8 +500,6 @@ def loads_json(text, what: str, source, error_cls, max_depth: int | None = None)
 def _bracket_depth(text: str) -> int:
     """The deepest nesting of ``[``/``{`` outside strings (a cheap pass before the parser,
     which would otherwise recurse once per level)."""
-    import re
-
     if "[" not in text and "{" not in text:
         return 0
     # Strings cannot hide brackets from the count: drop them first.
@@ -529,9 +524,6 @@ def csv_rows(text: str, what: str, source, error_cls):
     """``(header, [(line, row), ...])`` of CSV text (already decoded by :func:`decode_text`):
     the header's fields stripped, rows as lists of strings; a field longer than the CSV
     module's limit or a broken quote is refused naming the line."""
-    import csv
-    import io
-
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)

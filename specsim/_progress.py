@@ -46,7 +46,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self._bar = None
         if enabled and wanted(self.stream):
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional: loaded only for the progress bar
 
             tty = bool(getattr(self.stream, "isatty", lambda: False)())
             self._bar = tqdm(total=self.total if self.total > 0 else None, desc=desc, unit=f" {unit}" if unit else "it",

@@ -2,7 +2,7 @@
 
 A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from the roofline in
 :mod:`specsim.costmodel`), a calibration from published EAGLE acceptance rates
-(:mod:`specsim.costmodel.defaults`), and a synthetic request trace shaped like the public Azure
+(:mod:`specsim.demo_inputs`), and a synthetic request trace shaped like the public Azure
 LLM inference conversation trace of November 2023, served under specsim's draft-depth policies,
 SGLang's own adaptive controller on its default settings, and plain decoding as the baseline.
 
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from specsim.errors import ScheduleError
 from specsim._io import Outputs
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim._stats import paired_noise
+from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.interop.sglang import parse_adaptive
 from specsim.policy.policy import Policy, policy_runs
 from specsim.sim.metrics import requests_csv, summarize
@@ -39,7 +40,7 @@ from specsim.sim.engine import simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
 from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
-from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs, paired_noise
+from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs
 from specsim.studies.tune import tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 

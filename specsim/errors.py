@@ -7,6 +7,8 @@ code 2. Anything else escaping is a bug.
 
 from __future__ import annotations
 
+import re
+
 
 class SpecsimError(Exception):
     """Base class: a refusal with a message that says what, where and how to fix it.
@@ -41,8 +43,6 @@ def printable(text, newlines: bool = False) -> str:
     a refusal (:func:`clip`), every table cell and every warning passes through here."""
     global _CONTROL
     if _CONTROL is None:
-        import re
-
         _CONTROL = (re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]"), re.compile("[\x00-\x1f\x7f-\x9f]"))
     return _CONTROL[0 if newlines else 1].sub(lambda m: repr(m.group())[1:-1], str(text))
 

@@ -11,7 +11,7 @@ from specsim.errors import SpecsimError
 def pandas():
     """The pandas module, or a SpecsimError naming the fix."""
     try:
-        import pandas as pd
+        import pandas as pd  # optional: loaded only when a frame is asked for
     except ImportError:
         raise SpecsimError(".to_frame() needs pandas: pip install pandas") from None
     return pd

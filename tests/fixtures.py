@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specsim._checks import MAX_STEP_COST
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration._types import RequestSpread
-from specsim.costmodel.defaults import DEMO_EDGES, demo_calibration, demo_p_accept, demo_table
+from specsim.demo_inputs import DEMO_EDGES, demo_calibration, demo_p_accept, demo_table
 from specsim.policy.schedule import canonical
 from specsim.sim import REQUEST_DT
 from specsim.sim.replay import load_acceptance_file, run_table

@@ -277,7 +277,7 @@ class AcceptanceCalibration:
             out = np.empty(n)
         elif not (_ready(out, _F64, 1) and out.shape[0] == n):
             raise CalibrationError(f"out must be a contiguous float64 array of shape ({n},)")
-        if isinstance(depths, (int, np.integer)) and not isinstance(depths, bool):
+        if is_int(depths):
             if depths < 0:
                 raise CalibrationError(f"draft depth {depths} is negative")
             bad = kernels.expected_accepted_k_nb(self.edges, self.p_accept, self.priors, conf, nc, int(depths), out)
@@ -436,7 +436,7 @@ def _edges_f32(values):
     out = np.empty(len(values), dtype=np.float32)
     with np.errstate(over="ignore"):
         for i, v in enumerate(values):
-            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            if is_int(v):
                 out[i] = np.array(v, dtype=np.int64).astype(np.float32)
             else:
                 out[i] = np.float32(float(v))

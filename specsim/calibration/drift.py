@@ -19,6 +19,7 @@ the binomial one on traffic with that spread.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -169,10 +170,6 @@ class DriftReport:
     def drifted(self) -> bool:
         return bool(self.alarms)
 
-    def first_alarm_step(self):
-        """The step of the earliest alarm, or None."""
-        return min((a.alarm_step for a in self.alarms), default=None)
-
     def dispersion_note(self) -> str:
         """Which streams' ratios were divided by an over-dispersion factor, or ''."""
         wide = [f"{s.label} x{d:.2f}" for s, d in zip(self.streams, self.dispersion) if d > 1.0]
@@ -316,7 +313,7 @@ def estimate_dispersion(batches, positions: int) -> tuple:
 
 def with_dispersion(calibration, batches):
     """``calibration`` with the fitting data's per-position over-dispersion (``batches``: its
-    intervals, as :func:`specsim.calibration.telemetry.record_batches` gives them) in its
+    intervals, as :func:`specsim.calibration.from_telemetry.record_batches` gives them) in its
     ``[meta]``; unchanged when there are too few intervals to tell."""
     phi, intervals = estimate_dispersion(batches, int(calibration.priors.shape[0]))
     if intervals < MIN_DISPERSION_INTERVALS:
@@ -352,8 +349,7 @@ def report(streams, mon_f, mon_i, steps, settings, dispersion=()) -> DriftReport
 def plot_drift(rep: DriftReport, history, path, title="") -> None:
     """Write a PNG of every stream's CUSUM statistic (the larger of down and up) over the steps,
     with the alarm threshold and the alarms marked."""
-    import io
-
+    # optional (the plot extra): loaded only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import COUNT_MAX, MAX_DEPTH, show
+from specsim._checks import COUNT_MAX, MAX_DEPTH, is_number, show
 from specsim._io import loads_json, read_input
 from specsim.calibration._types import DrafterKey, FitCounts, PositionPrior, Pool
 from specsim.calibration.calibration import AcceptanceCalibration, conditional_priors
@@ -101,7 +101,7 @@ def make_counts(edges, accepted, rejected, steps, nonfinite=0, unreached=0, sour
         )
     if edges is not None:
         bad = [i for i, e in enumerate(edges)
-               if isinstance(e, bool) or not isinstance(e, numbers.Real) or math.isnan(float(e))]
+               if not is_number(e) or math.isnan(float(e))]
         problems += [f"edges[{i}] = {edges[i]!r} is not a number" for i in bad]
         edges = None if bad else tuple(float(e) for e in edges)
     accepted = _counts(accepted, "accepted", problems)

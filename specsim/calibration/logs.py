@@ -22,6 +22,8 @@ without sorting.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import re
@@ -301,8 +303,6 @@ def _at_line(error, text) -> str:
 def _refuse_extra_fields(text, path, n_header):
     """Refuse the first row with more fields than the header names, as any other bad row: the
     columns are read by position, so a comma too many would shift what is read silently."""
-    import csv
-
     for lineno, line in enumerate(text.split("\n")[1:], 2):
         if line.count(",") < n_header:
             continue  # too few commas for too many fields, quoted or not
@@ -313,8 +313,6 @@ def _refuse_extra_fields(text, path, n_header):
 
 
 def _loadtxt(text, usecols, fields, converters):
-    import io
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "input contained no data": an empty log
         return np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=usecols, dtype=np.dtype(fields),

@@ -10,36 +10,12 @@ reliability diagram (PNG; needs matplotlib).
 from __future__ import annotations
 
 import io
-import math
 
 from specsim.calibration.fit import MIN_OUTCOMES, position_counts
 from specsim.errors import SpecsimError
 from specsim._io import atomic_write_bytes
+from specsim._stats import stderr, wilson
 from specsim._text import format_grid
-
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
-
-
-def wilson(accepted: int, reached: int, z: float = Z95):
-    """Wilson score interval ``(low, high)`` of a binomial rate; None for no observations."""
-    if reached <= 0:
-        return None
-    p = accepted / reached
-    z2 = z * z
-    centre = (p + z2 / (2 * reached)) / (1 + z2 / reached)
-    half = z / (1 + z2 / reached) * math.sqrt(p * (1 - p) / reached + z2 / (4 * reached * reached))
-    # At 0 or n successes the bound is exactly 0 or 1; rounding would leave a speck.
-    low = 0.0 if accepted == 0 else max(0.0, centre - half)
-    high = 1.0 if accepted == reached else min(1.0, centre + half)
-    return (low, high)
-
-
-def stderr(accepted: int, reached: int):
-    """Binomial standard error ``sqrt(p (1 - p) / n)`` of the rate; None for no observations."""
-    if reached <= 0:
-        return None
-    p = accepted / reached
-    return math.sqrt(p * (1 - p) / reached)
 
 
 def brier(calibration, counts):
@@ -247,6 +223,7 @@ def plot_reliability(report: dict, path) -> None:
         When matplotlib is not installed, or the report has no counts (rates imported).
     """
     require_matplotlib()
+    # optional (the plot extra): loaded only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

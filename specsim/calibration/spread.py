@@ -30,6 +30,7 @@ import numpy as np
 
 from specsim import _toml
 from specsim._checks import MAX_REQUEST_SPREAD, MIN_SPREAD_REQUESTS, is_int, number_problem, show
+from specsim._stats import Z95
 from specsim.calibration._types import RequestSpread
 from specsim.errors import CalibrationError
 
@@ -43,7 +44,6 @@ _Z = np.linspace(-6.0, 6.0, 241)
 _LOG_W = -0.5 * _Z ** 2 - math.log(np.exp(-0.5 * _Z ** 2).sum())
 # Twice the log-likelihood drop at the edge of a 95% interval: the chi-square(1) 0.95 quantile.
 CHI2_95 = 3.841458820694124
-_Z95 = 1.959963984540054
 # The profile's coarse grid over sd (then refined around the maximum and the interval's ends).
 _SD_GRID = np.linspace(0.0, MAX_REQUEST_SPREAD, 41)
 # Request-spread settings of ``--request-spread``.
@@ -376,7 +376,7 @@ def fit_spread(data: RequestData) -> SpreadFit:
     lo = 0.0 if profile(0.0) >= cut else _crossing(profile, 0.0, best_sd, cut, grid, rising=True)
     top = MAX_REQUEST_SPREAD
     hi = top if profile(top) >= cut else _crossing(profile, best_sd, top, cut, grid, rising=False)
-    se = (hi - lo) / (2.0 * _Z95)
+    se = (hi - lo) / (2.0 * Z95)
     source = data.source
     spread = RequestSpread(round(float(best_sd), 4), round(float(se), 4), count, source)
     return SpreadFit(spread, (float(lo), float(hi)), tuple(float(s) for s in _SD_GRID), tuple(grid))

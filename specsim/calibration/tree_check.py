@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from specsim._checks import digits_int, show
-from specsim.calibration.report import Z95
+from specsim._stats import Z95
 from specsim.errors import CalibrationError
 from specsim.tree import expected_tokens, tree_from_sglang, tree_from_trtllm, tree_from_vllm
 

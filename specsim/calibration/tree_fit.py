@@ -21,6 +21,18 @@ from specsim.errors import CalibrationError
 TREE_COLUMNS = ("rank", "parent")
 
 
+def _check_ranks_and_positions(rank, position, refuse) -> None:
+    """Refuse (``refuse(row, why)``) the first row whose rank or position a draft tree cannot have."""
+    bad = np.flatnonzero((rank < 1) | (rank > MAX_TREE_RANKS))
+    if bad.shape[0]:
+        refuse(bad[0], f"rank {int(rank[bad[0]])} is outside 1..{MAX_TREE_RANKS}: a node's rank counts its parent's "
+                       f"candidates from 1 (the most likely), at most {MAX_TREE_RANKS} (docs/limits.md)")
+    bad = np.flatnonzero((position < 1) | (position > MAX_TREE_DEPTH))
+    if bad.shape[0]:
+        refuse(bad[0], f"position {int(position[bad[0]])} is outside 1..{MAX_TREE_DEPTH}, the depths a draft tree "
+                       "may have (docs/limits.md)")
+
+
 def bin_tree(step, sequence, position, rank, accepted, parent=None, fitted=None, source="<drafts>", where=None):
     """Check a per-draft log of tree drafts and count its reached and matched paths.
 
@@ -54,14 +66,7 @@ def bin_tree(step, sequence, position, rank, accepted, parent=None, fitted=None,
     def refuse(row, why):
         raise CalibrationError(f"{source}: {where(int(row))}: {why}")
 
-    bad = np.flatnonzero((rank < 1) | (rank > MAX_TREE_RANKS))
-    if bad.shape[0]:
-        refuse(bad[0], f"rank {int(rank[bad[0]])} is outside 1..{MAX_TREE_RANKS}: a node's rank counts its parent's "
-                       f"candidates from 1 (the most likely), at most {MAX_TREE_RANKS} (docs/limits.md)")
-    bad = np.flatnonzero((position < 1) | (position > MAX_TREE_DEPTH))
-    if bad.shape[0]:
-        refuse(bad[0], f"position {int(position[bad[0]])} is outside 1..{MAX_TREE_DEPTH}, the depths a draft tree "
-                       "may have (docs/limits.md)")
+    _check_ranks_and_positions(rank, position, refuse)
     reached = [0] * (MAX_TREE_DEPTH + 1)
     matched = [[0] * (MAX_TREE_RANKS + 1) for _ in range(MAX_TREE_DEPTH + 1)]
     widest = 0

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import atexit
 import importlib
+import os
+import re
+import signal
 import sys
+import threading
+import time
 
 from specsim import __version__
 from specsim._coldstart import announce
@@ -38,8 +45,6 @@ class Parser(argparse.ArgumentParser):
     argument", since argparse takes ``-4,-2,0`` for an option."""
 
     def error(self, message):
-        import re
-
         m = re.match(r"argument (--[\w-]+)(?:/-\w)?: expected one argument$", message)
         if m:
             opt = m.group(1)
@@ -109,9 +114,6 @@ class _watching_interrupts:
     that a failure before then (the compile that lost its callback's work) is the interrupt's."""
 
     def __enter__(self) -> list:
-        import signal
-        import threading
-
         self.seen = []
         self.pending = []
         self.active = True
@@ -140,16 +142,11 @@ class _watching_interrupts:
         return self.seen
 
     def _again(self) -> None:
-        import _thread
-        import time
-
         time.sleep(0.001)
         if self.active:
             _thread.interrupt_main()
 
     def __exit__(self, *exc) -> bool:
-        import signal
-
         self.active = False
         try:
             for again in self.pending:
@@ -212,8 +209,6 @@ class _Printable:
 
 
 def _quiet_stdout() -> None:
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -231,8 +226,6 @@ def run() -> None:
         code = 130
     # The work is done and its files are in place: a Ctrl-C during the interpreter's shutdown
     # would otherwise kill the process by the signal, with a traceback or no exit code of ours.
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _leave(code)
 
@@ -243,12 +236,7 @@ def _leave(code: int) -> None:
     LLVM); the interpreter's exit would wait for each of them, so the exit handlers run here
     and the process ends without that wait. Every file the command writes is complete or
     removed before this point (docs/limits.md#outputs-and-ctrl-c)."""
-    import threading
-
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-        import atexit
-        import os
-
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:

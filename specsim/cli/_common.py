@@ -197,7 +197,7 @@ def require_matplotlib(flag: str = "--plot", path=None) -> None:
     except ImportError:
         raise SpecsimError(f"{flag} needs matplotlib: pip install 'specsim-llm[plot]'") from None
     if path is not None and "." in str(path).rsplit("/", 1)[-1]:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # optional (the plot extra): loaded only when a figure is drawn
 
         kinds = Figure().canvas.get_supported_filetypes()
         suffix = str(path).rsplit(".", 1)[-1].lower()

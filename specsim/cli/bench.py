@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from specsim.cli._common import context_list, count, format_grid, int_list, key_name
 from specsim._checks import MAX_POWER_W, MAX_SECONDS, MIN_POWER_W
@@ -76,8 +77,6 @@ def register(sub, groups):
 
 
 def cmd_bench(args):
-    from pathlib import Path
-
     # The table and its partial file are written by the sweep itself (the partial file after
     # every cell, so Ctrl-C keeps what is finished); both are checked here before any work.
     recipe = args.recipe if Path(args.recipe).is_file() else None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from specsim.cli import calib_live
 from specsim.cli._common import (
@@ -97,9 +99,6 @@ def spread_dict(sp) -> dict:
 
 
 def cmd_export(args):
-    import json
-    import sys
-
     with Outputs({"CAL": args.file}) as out:
         out.declare(args.out, "-o")
         cal = AcceptanceCalibration.load(args.file)
@@ -276,8 +275,6 @@ def _fit(args, out):
 def _warn_rising_marginals(rates, form):
     """Say where marginal rates rise: their conditional rate is above 1 and is clamped to 1
     (docs/calibration.md#marginal-and-conditional-rates), so the calibration is not what was given."""
-    import sys
-
     if form != "marginal":
         return
     for j in rising_positions(rates):

@@ -4,6 +4,8 @@ drift`` (live outcomes against a calibration); registered by :mod:`specsim.cli.c
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from specsim.cli._common import count, nonneg_float, print_json, require_matplotlib, width
@@ -15,7 +17,7 @@ from specsim.calibration.logs import DRAFT_COLUMNS, STEP_COLUMNS, read_log
 from specsim.calibration.spread import SPREAD_MODES, records_data, resolve_spread
 from specsim._checks import MIN_SPREAD_REQUESTS
 from specsim.calibration.tree_check import check_tree_telemetry, format_tree_check
-from specsim.calibration.telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
+from specsim.calibration.from_telemetry import ASSUMPTIONS, calibration_from, identify, record_batches, render_windows
 from specsim.cli._drafter import drafter_flags, drafter_key
 from specsim.interop import FORMATS, engine_schedule, read_telemetry
 from specsim.sim.replay import load_acceptance_file
@@ -91,8 +93,6 @@ def spread_flag(p, source):
 
 def note_spread(note):
     """Print ``resolve_spread``'s note, if any, to stderr."""
-    import sys
-
     if note:
         print(f"specsim: note: {note}", file=sys.stderr)
 
@@ -134,8 +134,6 @@ def cmd_import(args):
         if windows is not None:
             out.text(args.windows_out, windows)
     if tally.garbage:  # once, naming the first (--strict refuses them all, listed)
-        import sys
-
         more = f" (and {tally.garbage - 1} more)" if tally.garbage > 1 else ""
         print(f"specsim: warning: skipped {printable(tally.problems[0])}{more}; --strict refuses such lines", file=sys.stderr)
     m = ident.meta
@@ -254,8 +252,6 @@ def register_drift(csub):
 
 
 def cmd_drift(args):
-    import json
-
     inputs = [("CAL", args.calibration)] + [("--from-log", f) for f in (args.from_log or [])] + [
         (flag, v) for flag, v in (("--acceptance", args.acceptance), ("--drafts-log", args.drafts_log),
                                   ("--steps-log", args.steps_log)) if v]

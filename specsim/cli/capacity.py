@@ -229,7 +229,7 @@ def _document(args, result, read) -> dict:
 def plot_capacity(result, path) -> None:
     """Attainment against replicas with each probe's 95% interval as a band, one line per policy,
     the target as a dashed line and each policy's answer marked; the legend sits outside the axes."""
-    import matplotlib
+    import matplotlib  # optional (the plot extra): loaded only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

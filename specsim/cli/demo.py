@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from specsim.cli._common import count, real
 from specsim.errors import ScheduleError, SpecsimError
 from specsim._checks import rate_scale_problem
@@ -37,8 +40,6 @@ def register(sub, groups):
 
 
 def cmd_demo(args):
-    import time
-
     if not args.out.strip():
         # An empty name would put the demo's files (trace.csv, table.toml, ...) in the current folder.
         raise SpecsimError("--out: the folder name is empty; give a folder (default specsim-demo)")
@@ -93,11 +94,9 @@ def _load_matplotlib_meanwhile() -> None:
     part releases the GIL (cold demo 13.7-14.0 s -> 13.1-13.7 s, runs interleaved; warm the
     same). The plot's own import waits for it under the import lock; where matplotlib is
     missing or broken the plot says so, so this says nothing."""
-    import threading
-
     def load():
         try:
-            import matplotlib
+            import matplotlib  # optional (the plot extra): loaded only when a figure is drawn
 
             matplotlib.use("Agg")
             import matplotlib.pyplot  # noqa: F401
@@ -114,8 +113,6 @@ def _names(names) -> str:
 def _tune(inputs, args, outputs):
     """Tune a schedule for the demo's trace: ``(result, vllm config, seconds)``, or the reason none
     was tuned (a string)."""
-    import time
-
     start = time.monotonic()
     try:
         result, vllm = tune_demo(inputs, args.seed, out=args.out, outputs=outputs)

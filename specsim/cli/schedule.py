@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from specsim.cli._common import count, method_name, share, slack
 from specsim.errors import PolicyError, ScheduleError
-from specsim._checks import MAX_WIDTH, show
+from specsim._checks import MAX_WIDTH, is_int, show
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
 from specsim.interop import ENGINES, export_schedule, import_file, per_batch_cost
@@ -105,7 +105,7 @@ def _worth_serving(doc, ranges, args):
         return ranges, (f"[result] best_fixed = {show(best)} is not a fixed:K policy, so the per-batch schedule is "
                         f"exported without weighing its gain against the {100 * cost:g}% it costs")
     k_max = doc.sections.get("inputs", {}).get("k_max") if isinstance(doc.sections.get("inputs"), dict) else None
-    if isinstance(k_max, int) and not isinstance(k_max, bool) and depth > k_max:
+    if is_int(k_max) and depth > k_max:
         raise _error(f"{args.schedule}: [result] best_fixed = {best!r} is deeper than the k_max = {k_max} it was "
                      "tuned with: the file was edited; tune again or fix best_fixed")
     worth, why = per_batch_verdict(result, cost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from pathlib import Path
 
 from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
@@ -82,8 +83,6 @@ def cmd_simulate(args):
 
 
 def _simulate(args, out):
-    from pathlib import Path
-
     read = trace_from_args(args)
     too_big = request_size_problem(read.requests["prompt_tokens"], read.requests["output_tokens"])
     if too_big:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from specsim.cli._common import add_policy_inputs, count, share, slack
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
@@ -73,8 +74,6 @@ def register(sub, groups):
 
 
 def cmd_tune(args):
-    from pathlib import Path
-
     if not 1 <= args.seeds <= MAX_SEEDS:  # before any input is read
         raise ScheduleError(f"--seeds {args.seeds}: give a number of draft-outcome seeds in 1..{MAX_SEEDS}")
     with Outputs({"--trace": args.trace, "--table": args.table, "--calibration": args.calibration,

@@ -159,7 +159,7 @@ def plot_comparison(compared, path, title: str) -> None:
     """Predicted against published speedup by batch, one colour per curve, to ``path`` (format from
     its suffix)."""
     try:  # lazy: matplotlib is optional and slow to import
-        import matplotlib
+        import matplotlib  # optional (the plot extra): loaded only when a figure is drawn
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import show
+from specsim._checks import is_int, is_number, show
 from specsim._io import loads_json, read_input
 from specsim.errors import CostModelError
 
@@ -469,10 +469,53 @@ def _hf_kv_heads(doc, model_type, heads, problems):
     if name is None:
         return heads
     value = doc[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         problems.append(f"{name} = {show(value)} must be a whole number >= 1")
         return None
     return value
+
+
+def _hf_unsaid_shapes(doc, model_type, hidden) -> list:
+    """What a ``config.json`` describes that its reading cannot price (MLA, experts, a projected
+    embedding, another MPT MLP): each names the TOML ``[[model]]`` spec that can."""
+    problems = []
+    mla = [k for k in HF_MLA_KEYS if doc.get(k) not in (None, False, 0)]
+    if mla:
+        problems.append(f"{', '.join(mla)}: multi-head latent attention (MLA); describe its shape in a TOML "
+                        "[[model]] spec (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim) and pass --model-spec")
+    moe = _moe_keys(doc)
+    if moe:
+        problems.append(f"{', '.join(moe[:5])}: a mixture-of-experts config; describe its shape in a TOML "
+                        "[[model]] spec (experts, experts_per_token, expert_intermediate) and pass --model-spec")
+    if model_type == "opt" and doc.get("word_embed_proj_dim") not in (None, hidden):
+        problems.append(f"word_embed_proj_dim = {show(doc['word_embed_proj_dim'])} differs from hidden_size = "
+                        f"{hidden}: the embedding and LM head run at another width (and two projections), which a "
+                        "config.json model cannot say; describe it in a TOML [[model]] spec and pass --model-spec")
+    if model_type == "mpt" and isinstance(doc.get("ffn_config"), dict) \
+            and doc["ffn_config"].get("ffn_type", "mptmlp") != "mptmlp":
+        problems.append(f"ffn_config.ffn_type = {show(doc['ffn_config'].get('ffn_type'))}: only mpt's plain "
+                        "\"mptmlp\" is read; describe another in a TOML [[model]] spec and pass --model-spec")
+    return problems
+
+
+def _hf_dtype(doc, dtype_override, problems):
+    """The weights' number format of a ``config.json`` (``torch_dtype``, an fp8
+    ``quantization_config``), or None with the reason in ``problems``."""
+    raw_dtype = doc.get("torch_dtype", doc.get("dtype"))
+    dtype = HF_DTYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
+    if dtype is None and raw_dtype is None and dtype_override is not None:
+        dtype = "bf16"  # the format --dtype overrides
+    if dtype is None:
+        problems.append(f"torch_dtype = {show(raw_dtype)} is not one of {', '.join(HF_DTYPES)} (or pass --dtype)")
+    quant = doc.get("quantization_config")
+    if isinstance(quant, dict) and quant:
+        method = quant.get("quant_method")
+        if method == "fp8":
+            dtype = "fp8"
+        else:
+            problems.append(f"quantization_config.quant_method = {show(method)}: only \"fp8\" is read; pass --dtype "
+                            "for another format")
+    return dtype
 
 
 def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSpec:
@@ -497,7 +540,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
             missing.append(f)
             continue
         v = doc[spelt]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v) or v < 1:
             problems.append(f"{spelt} = {show(v)} must be a whole number >= 1")
         else:
             values[f] = v
@@ -508,7 +551,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
     elif "intermediate_size" in missing and hidden and model_type == "mpt":
         missing.remove("intermediate_size")
         ratio = doc.get("expansion_ratio", 4)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1024 \
+        if not is_number(ratio) or not 0 < ratio <= 1024 \
                 or float(ratio * hidden) != int(ratio * hidden):
             problems.append(f"expansion_ratio = {show(ratio)} must be a number > 0 that makes a whole MLP width")
         else:
@@ -519,26 +562,11 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
         problems.append(f"missing field(s) {spellings}: a decoder's config.json names them all")
     if doc.get("head_dim") is not None:
         v = doc["head_dim"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v) or v < 1:
             problems.append(f"head_dim = {show(v)} must be a whole number >= 1")
         else:
             values["head_dim"] = v
-    mla = [k for k in HF_MLA_KEYS if doc.get(k) not in (None, False, 0)]
-    if mla:
-        problems.append(f"{', '.join(mla)}: multi-head latent attention (MLA); describe its shape in a TOML "
-                        "[[model]] spec (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim) and pass --model-spec")
-    moe = _moe_keys(doc)
-    if moe:
-        problems.append(f"{', '.join(moe[:5])}: a mixture-of-experts config; describe its shape in a TOML "
-                        "[[model]] spec (experts, experts_per_token, expert_intermediate) and pass --model-spec")
-    if model_type == "opt" and doc.get("word_embed_proj_dim") not in (None, hidden):
-        problems.append(f"word_embed_proj_dim = {show(doc['word_embed_proj_dim'])} differs from hidden_size = "
-                        f"{hidden}: the embedding and LM head run at another width (and two projections), which a "
-                        "config.json model cannot say; describe it in a TOML [[model]] spec and pass --model-spec")
-    if model_type == "mpt" and isinstance(doc.get("ffn_config"), dict) \
-            and doc["ffn_config"].get("ffn_type", "mptmlp") != "mptmlp":
-        problems.append(f"ffn_config.ffn_type = {show(doc['ffn_config'].get('ffn_type'))}: only mpt's plain "
-                        "\"mptmlp\" is read; describe another in a TOML [[model]] spec and pass --model-spec")
+    problems += _hf_unsaid_shapes(doc, model_type, hidden)
     heads = values.get("num_attention_heads")
     if hidden and heads and hidden % heads:
         problems.append(f"num_attention_heads = {heads} does not divide hidden_size = {hidden}")
@@ -555,20 +583,7 @@ def parse_hf_config(doc, source: str, name: str, dtype_override=None) -> ModelSp
             problems.append(f"model_type = {model_type!r} and hidden_act = {act!r} do not say whether the MLP is "
                             f"gated: a gated one has hidden_act in {', '.join(sorted(HF_GATED_ACTS))}, a plain one in "
                             f"{', '.join(sorted(HF_PLAIN_ACTS))}")
-    raw_dtype = doc.get("torch_dtype", doc.get("dtype"))
-    dtype = HF_DTYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
-    if dtype is None and raw_dtype is None and dtype_override is not None:
-        dtype = "bf16"  # the format --dtype overrides
-    if dtype is None:
-        problems.append(f"torch_dtype = {show(raw_dtype)} is not one of {', '.join(HF_DTYPES)} (or pass --dtype)")
-    quant = doc.get("quantization_config")
-    if isinstance(quant, dict) and quant:
-        method = quant.get("quant_method")
-        if method == "fp8":
-            dtype = "fp8"
-        else:
-            problems.append(f"quantization_config.quant_method = {show(method)}: only \"fp8\" is read; pass --dtype "
-                            "for another format")
+    dtype = _hf_dtype(doc, dtype_override, problems)
     if problems:
         raise CostModelError(f"{source}: the model config is refused", problems)
     head_dim = values.get("head_dim", hidden // heads)

@@ -3,8 +3,8 @@
 speculative decoding (``docs/telemetry.md``), and the settings they read.
 
 This registry names every telemetry format (:data:`TELEMETRY`), tells a file's format from its
-content (:func:`detect_format`) and reads files of one format into records in serve order
-(:func:`read_telemetry`); :func:`specsim.calibration.telemetry.identify` turns records into what
+content (:func:`detect_telemetry_format`) and reads files of one format into records in serve order
+(:func:`read_telemetry`); :func:`specsim.calibration.from_telemetry.identify` turns records into what
 they identify.
 """
 
@@ -38,7 +38,7 @@ _DETECT_ORDER = ("vllm-prometheus", "vllm-log", "vllm-bench", "sglang-log", "trt
 _MARKERS = tuple((name, TELEMETRY[name].markers) for name in _DETECT_ORDER)
 
 
-def detect_format(text: str, source: str = "<text>") -> str:
+def detect_telemetry_format(text: str, source: str = "<text>") -> str:
     """The telemetry format of a file's text, told from markers each format always carries."""
     if "sglang:spec_accept" in text and "Decode batch" not in text:
         raise CalibrationError(
@@ -81,7 +81,7 @@ def read_telemetry(paths, fmt=None, strict: bool = False, decode_log_interval=No
     texts, names = [], []
     for p in paths:
         text = read_text(p)
-        found = fmt or detect_format(text, str(p))
+        found = fmt or detect_telemetry_format(text, str(p))
         if fmt is None and names and found != texts[0][1]:
             raise CalibrationError(f"{p} looks like {found} but {names[0]} like {texts[0][1]}: import one format at a "
                                    "time (or name it with --from)")
@@ -309,6 +309,6 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
     return canonical(ENGINES[engine].parse_config(text, source))
 
 
-__all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
+__all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_telemetry_format",
            "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "import_file", "import_text",
            "policy_file", "read_policy", "read_telemetry"]

@@ -60,7 +60,3 @@ CONSTANT_NOTE = ("the schedule is one depth at every width: written as the engin
 
 def load_json(text, source, engine):
     return loads_json(text, f"a {engine} config", source, PolicyError)
-
-
-def whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)

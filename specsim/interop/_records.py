@@ -9,6 +9,9 @@ skipped and could not read. Records come in three kinds, by what they identify (
 - ``"marginal"``: per-position accepted drafts over the steps that drafted (vLLM's per-position
   counters and rates);
 - ``"mean"``: accepted drafts and verify steps, or a mean only (every other source).
+
+The per-request blocks vLLM and TensorRT-LLM write (one layout, each engine's own count names) are
+read here, by :func:`request_records`, for both.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Optional
 
 from specsim._io import DuplicateKeyError, decode_text, json_object, read_input
 from specsim.errors import CalibrationError
-from specsim._checks import COUNT_MAX, MAX_DEPTH
+from specsim._checks import COUNT_MAX, MAX_DEPTH, is_int
 
 
 @dataclass
@@ -144,7 +147,7 @@ class Tally:
             if k in self.notes and self.notes[k] != v and not isinstance(v, (int, float)):
                 if self.notes[k] != "mixed":
                     self.notes[k] = "mixed"
-            elif isinstance(v, int) and not isinstance(v, bool) and k in self.notes:
+            elif is_int(v) and k in self.notes:
                 self.notes[k] += v
             else:
                 self.notes.setdefault(k, v)
@@ -294,3 +297,99 @@ def histogram_record(hist, depth, where, tally):
         return None
     steps = {(d, a): c for a, c in enumerate(counts) if c}
     return Record("steps", where, steps=steps, windows={d: [counts[::-1]]}, depth=d)
+
+
+# -- per-request metrics --------------------------------------------------------------------
+def request_records(text: str, source: str, block_key="speculative_decoding",
+                    keys=("num_accepted_draft_tokens", "num_draft_tokens")):
+    """Records of per-request speculative-decoding blocks (vLLM's, and TensorRT-LLM's with its
+    own count names ``keys``: accepted drafts, drafted tokens): per-step arrays, a histogram,
+    else a mean."""
+    def find(doc):
+        blocks = [d[block_key] for d in walk(doc) if isinstance(d.get(block_key), dict)]
+        if not blocks and isinstance(doc, dict) and ("acceptance_histogram" in doc or "num_spec_steps" in doc):
+            blocks = [doc]
+        return blocks
+
+    tally = Tally()
+    records = block_records(text, source, tally, find, lambda block, where: _request_block(block, where, keys, tally),
+                            "block")
+    return records, tally
+
+
+def _request_block(block, where, keys, tally):
+    """One block. The histogram has ``num_spec_tokens + 1`` entries (index j = steps that accepted
+    exactly j). Its steps are at that depth only when every step drafted it: ``num_draft_tokens``
+    other than ``num_spec_steps x num_spec_tokens``, or a null ``num_spec_tokens`` (TensorRT-LLM
+    writes null under ``draft_len_schedule``), marks the depth variable; per-step arrays stay
+    exact whatever the depth did."""
+    accepted_key, drafted_key = keys
+    depth = as_count(block.get("num_spec_tokens"))
+    accepted, drafted = block.get("per_step_accepted"), block.get("per_step_drafted")
+    if isinstance(accepted, list) and isinstance(drafted, list):
+        a = [as_count(v) for v in accepted]
+        d = [as_count(v) for v in drafted]
+        if (len(a) != len(d) or any(x is None for x in a + d) or any(x > y for x, y in zip(a, d))
+                or max(d, default=0) > MAX_DEPTH):
+            tally.bad(where, "per_step_accepted and per_step_drafted are not matching lists of counts, accepted <= "
+                             f"drafted <= {MAX_DEPTH}")
+            return None
+        steps, runs = {}, {}
+        for x, y in zip(a, d):
+            if y == 0:
+                continue
+            steps[(y, x)] = steps.get((y, x), 0) + 1
+            runs.setdefault(y, []).append(x)
+        if not steps:
+            tally.zero_draft += 1
+            return None
+        return Record("steps", where, steps=steps, runs=runs, depth=depth)
+    n_steps = as_count(block.get("num_spec_steps"))
+    acc = as_count(block.get(accepted_key))
+    drafted = as_count(block.get(drafted_key))
+    if "acceptance_histogram" in block:
+        hist = block["acceptance_histogram"]
+        if "num_spec_tokens" in block and block["num_spec_tokens"] is not None and depth is None:
+            tally.bad(where, f"num_spec_tokens {block['num_spec_tokens']!r} is not a count")
+            return None
+        rec = histogram_record(hist, depth, where, tally)
+        if rec is None:
+            return None
+        total = sum(rec.steps.values())
+        accepted_total = sum(a * c for (_, a), c in rec.steps.items())
+        if n_steps is not None and n_steps != total:
+            tally.bad(where, f"num_spec_steps {n_steps} but the histogram counts {total} steps: counts that contradict "
+                             "each other")
+            return None
+        if acc is not None and acc != accepted_total:
+            tally.bad(where, f"{accepted_key} {acc} but the histogram accepts {accepted_total}: counts that contradict "
+                             "each other")
+            return None
+        if depth is None and "num_spec_tokens" in block:
+            rec.variable = "num_spec_tokens is null (the depth followed a schedule)"
+        elif depth is not None and drafted is not None and drafted != total * depth:
+            if drafted > total * depth:
+                tally.bad(where, f"{drafted_key} {drafted} is more than {total} steps x num_spec_tokens {depth}")
+                return None
+            rec.variable = f"{drafted_key} {drafted} is not {total} steps x num_spec_tokens {depth}"
+        return rec
+    if n_steps is None and acc is not None and drafted is not None:
+        # TensorRT-LLM's released block: accepted and drafted tokens only; the steps need the depth.
+        if drafted == 0:
+            tally.zero_draft += 1
+            return None
+        if acc > drafted:
+            tally.bad(where, f"{accepted_key} {acc} > {drafted_key} {drafted}: counts that contradict each other")
+            return None
+        tally.notes["request_block"] = "accepted and drafted tokens only"
+        return Record("mean", where, accepted_tokens=acc, drafted_tokens=drafted, depth=depth)
+    if n_steps is None or acc is None:
+        tally.bad(where, f"a speculative-decoding block without a histogram, num_spec_steps or {accepted_key}")
+        return None
+    if n_steps == 0:
+        tally.zero_draft += 1
+        return None
+    if depth is not None and acc > n_steps * depth:
+        tally.bad(where, f"{accepted_key} {acc} is more than {n_steps} steps x {depth} drafts")
+        return None
+    return Record("mean", where, mean_accepted=acc / n_steps, n_steps=n_steps, depth=depth)

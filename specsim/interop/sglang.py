@@ -13,10 +13,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim._checks import MAX_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, digits_int, show
+from specsim._checks import MAX_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, digits_int, is_finite, is_int, is_number, show
 from specsim.errors import PolicyError, TreeError
 from specsim.interop._config import (
-    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json,
 )
 from specsim.interop._records import (
     Format, Record, Tally, as_count, as_number, block_records, histogram_record, json_documents, walk,
@@ -352,7 +352,7 @@ def parse_config(text, source):
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object of batch-size slots")
     slots = []
-    if not any(k.strip().isdigit() for k in doc) and whole(doc.get("speculative_num_steps")):
+    if not any(k.strip().isdigit() for k in doc) and is_int(doc.get("speculative_num_steps")):
         # static steps (what a constant schedule exports): the server arguments
         k = doc["speculative_num_steps"]
         if k < 0:
@@ -367,7 +367,7 @@ def parse_config(text, source):
             raise PolicyError(f"{source}: slot {key!r} is {entry!r}; SGLang's loader needs "
                               f"{{\"candidate_steps\": [...]}} (a bare list crashes it with AttributeError)")
         steps = entry.get("candidate_steps")
-        if not isinstance(steps, list) or not steps or not all(whole(s) and s >= 0 for s in steps):
+        if not isinstance(steps, list) or not steps or not all(is_int(s) and s >= 0 for s in steps):
             raise PolicyError(f"{source}: slot {key!r}: candidate steps must be a non-empty list of whole "
                               f"numbers >= 0, got {steps!r}")
         if len(set(steps)) != 1:
@@ -461,7 +461,7 @@ class AdaptiveConfig(NamedTuple):
 
 
 def _candidates(value, source, where):
-    if not isinstance(value, list) or not value or not all(whole(s) and s >= 0 for s in value):
+    if not isinstance(value, list) or not value or not all(is_int(s) and s >= 0 for s in value):
         raise PolicyError(f"{source}: {where}candidate_steps must be a non-empty list of whole numbers >= 0, "
                           f"got {value!r}")
     return tuple(sorted(set(value)))
@@ -470,8 +470,6 @@ def _candidates(value, source, where):
 def parse_adaptive(text, source) -> AdaptiveConfig:
     """Read the file ``--speculative-adaptive-config`` names, every setting checked (an unknown key
     is refused rather than skipped: a misspelt setting would silently run at its default)."""
-    import math
-
     doc = load_json(text, source, "SGLang adaptive")
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: an SGLang adaptive config is a JSON object (settings and batch-size slots)")
@@ -496,14 +494,14 @@ def parse_adaptive(text, source) -> AdaptiveConfig:
                               "slots (digit keys)")
         settings[key] = value
     a = settings["ema_alpha"]
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a <= 1.0:
+    if not is_number(a) or not 0.0 < a <= 1.0:
         raise PolicyError(f"{source}: ema_alpha must be a number in (0, 1], got {a!r}")
     for name, low in (("update_interval", 1), ("warmup_batches", 0)):
-        if not whole(settings[name]) or settings[name] < low:
+        if not is_int(settings[name]) or settings[name] < low:
             raise PolicyError(f"{source}: {name} must be a whole number >= {low}, got {settings[name]!r}")
     for name in ("down_hysteresis", "up_hysteresis"):
         h = settings[name]
-        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h):
+        if not is_finite(h):
             raise PolicyError(f"{source}: {name} must be a finite number, got {h!r}")
     top = _candidates(settings["candidate_steps"], source, "")
     _check_reached([k for k in doc if digits_int(k) is not None], source)

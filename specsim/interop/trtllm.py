@@ -18,13 +18,14 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim._checks import (
-    COUNT_MAX, MAX_DEPTH, MAX_JSON_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, check_gate, digits_int,
-    latency_problem, show,
+    COUNT_MAX, MAX_DEPTH, MAX_JSON_DEPTH, MAX_TREE_DEPTH, MAX_TREE_RANKS, MAX_WIDTH, check_gate, digits_int, is_int,
+    is_number, latency_problem, show,
 )
 from specsim.errors import PolicyError, ScheduleError, SimulationError, TreeError
-from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, whole
-from specsim.interop._records import Format, Record, Tally, as_count, as_number, block_records, json_documents, walk
-from specsim.interop.vllm import request_records
+from specsim.interop._config import COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth
+from specsim.interop._records import (
+    Format, Record, Tally, as_count, as_number, block_records, json_documents, request_records, walk,
+)
 from specsim.policy.schedule import policy_text, span
 from specsim.tree.engines import tree_from_trtllm
 from specsim._io import _bracket_depth
@@ -233,7 +234,7 @@ def _draft_ms(stats, latency, name):
     oname, share = _first(stats, SPEC_FIELDS["overhead"])
     lname, own = _first(stats, SPEC_FIELDS["latency"])
     if share is not None:
-        ok = isinstance(share, (int, float)) and not isinstance(share, bool) and 0.0 < share < 1.0
+        ok = is_number(share) and 0.0 < share < 1.0
         if not ok:
             return None, (f"{oname} = {show(share)}: an iteration that drafts needs the share of its latency "
                           "spent drafting, in (0, 1)")
@@ -446,7 +447,7 @@ def dynamic_tree(text, source):
         v = sc.get(name)
         if v is None and name != "max_total_draft_tokens":
             raise PolicyError(f"{source}: use_dynamic_tree needs {name} in speculative_config")
-        if v is not None and (not whole(v) or v < 0):
+        if v is not None and (not is_int(v) or v < 0):
             raise PolicyError(f"{source}: {name} = {show(v)} is not a whole number >= 0")
         values.append(v)
     topk, depth, budget = values
@@ -468,7 +469,7 @@ def parse_config(text, source, keys=None):
     if not isinstance(sc, dict):
         raise PolicyError(f"{source}: speculative_config is not a mapping")
     sched, mdl, mc = sc.get("draft_len_schedule"), sc.get("max_draft_len"), sc.get("max_concurrency")
-    if mdl is not None and (not whole(mdl) or mdl < 0):
+    if mdl is not None and (not is_int(mdl) or mdl < 0):
         raise PolicyError(f"{source}: max_draft_len must be a whole number >= 0, got {mdl!r}")
     if sched is not None and mc is not None:
         raise PolicyError(f"{source}: max_concurrency and draft_len_schedule are exclusive in TensorRT-LLM")
@@ -476,7 +477,7 @@ def parse_config(text, source, keys=None):
         if mdl is None:
             raise PolicyError(f"{source}: no draft_len_schedule and no max_draft_len in speculative_config")
         if mc is not None:
-            if not whole(mc) or mc < 1:
+            if not is_int(mc) or mc < 1:
                 raise PolicyError(f"{source}: max_concurrency must be a whole number >= 1, got {mc!r}")
             return ((1, mc, mdl),)
         return ((1, None, mdl),)
@@ -486,7 +487,7 @@ def parse_config(text, source, keys=None):
     for key, v in sched.items():
         b = digits_int(key) if isinstance(key, str) else key
         b = key if b is None else b
-        if not whole(b) or b < 1 or not whole(v) or v < 0:
+        if not is_int(b) or b < 1 or not is_int(v) or v < 0:
             raise PolicyError(f"{source}: draft_len_schedule entry {key!r}: {v!r} needs a batch size >= 1 and a "
                               "draft length >= 0")
         items.append((b, v))
@@ -549,7 +550,7 @@ def read_yaml(text: str, source: str):
         raise PolicyError(f"{source}: the options nest lists or maps {depth} deep; at most {MAX_JSON_DEPTH} "
                           "(docs/limits.md)")
     try:
-        import yaml
+        import yaml  # optional: loaded only to read a YAML file
     except ImportError:
         return _yaml_subset(text, source)
     try:

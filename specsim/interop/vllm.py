@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import re
 
-from specsim._checks import MAX_DEPTH, digits_int, int_problem, name_problem, show
+from specsim._checks import MAX_DEPTH, digits_int, int_problem, is_int, name_problem, show
 from specsim.errors import CalibrationError, PolicyError, TreeError
 from specsim.interop._config import (
-    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json, whole,
+    COMMON_LIMITS, CONSTANT_NOTE, EngineConfig, constant_depth, deepest_depth, load_json,
 )
 from specsim.interop._records import (
-    Format, Record, Tally, as_count, as_number, block_records, histogram_record, walk,
+    Format, Record, Tally, as_count, as_number, block_records, request_records, walk,
 )
 from specsim.calibration.calibration import rising_positions
 from specsim.tree.engines import tree_from_vllm
@@ -456,102 +456,6 @@ def _bench_block(fields, positions, where, tally):
     return marginal_record(acc, drafts, fields.get("Draft tokens"), None, where, tally, ("Draft tokens", "Drafts"))
 
 
-# -- per-request metrics --------------------------------------------------------------------
-def request_records(text: str, source: str, block_key="speculative_decoding",
-                    keys=("num_accepted_draft_tokens", "num_draft_tokens")):
-    """Records of per-request speculative-decoding blocks (vLLM's, and TensorRT-LLM's with its
-    own count names ``keys``: accepted drafts, drafted tokens): per-step arrays, a histogram,
-    else a mean."""
-    def find(doc):
-        blocks = [d[block_key] for d in walk(doc) if isinstance(d.get(block_key), dict)]
-        if not blocks and isinstance(doc, dict) and ("acceptance_histogram" in doc or "num_spec_steps" in doc):
-            blocks = [doc]
-        return blocks
-
-    tally = Tally()
-    records = block_records(text, source, tally, find, lambda block, where: _request_block(block, where, keys, tally),
-                            "block")
-    return records, tally
-
-
-def _request_block(block, where, keys, tally):
-    """One block. The histogram has ``num_spec_tokens + 1`` entries (index j = steps that accepted
-    exactly j). Its steps are at that depth only when every step drafted it: ``num_draft_tokens``
-    other than ``num_spec_steps x num_spec_tokens``, or a null ``num_spec_tokens`` (TensorRT-LLM
-    writes null under ``draft_len_schedule``), marks the depth variable; per-step arrays stay
-    exact whatever the depth did."""
-    accepted_key, drafted_key = keys
-    depth = as_count(block.get("num_spec_tokens"))
-    accepted, drafted = block.get("per_step_accepted"), block.get("per_step_drafted")
-    if isinstance(accepted, list) and isinstance(drafted, list):
-        a = [as_count(v) for v in accepted]
-        d = [as_count(v) for v in drafted]
-        if (len(a) != len(d) or any(x is None for x in a + d) or any(x > y for x, y in zip(a, d))
-                or max(d, default=0) > MAX_DEPTH):
-            tally.bad(where, "per_step_accepted and per_step_drafted are not matching lists of counts, accepted <= "
-                             f"drafted <= {MAX_DEPTH}")
-            return None
-        steps, runs = {}, {}
-        for x, y in zip(a, d):
-            if y == 0:
-                continue
-            steps[(y, x)] = steps.get((y, x), 0) + 1
-            runs.setdefault(y, []).append(x)
-        if not steps:
-            tally.zero_draft += 1
-            return None
-        return Record("steps", where, steps=steps, runs=runs, depth=depth)
-    n_steps = as_count(block.get("num_spec_steps"))
-    acc = as_count(block.get(accepted_key))
-    drafted = as_count(block.get(drafted_key))
-    if "acceptance_histogram" in block:
-        hist = block["acceptance_histogram"]
-        if "num_spec_tokens" in block and block["num_spec_tokens"] is not None and depth is None:
-            tally.bad(where, f"num_spec_tokens {block['num_spec_tokens']!r} is not a count")
-            return None
-        rec = histogram_record(hist, depth, where, tally)
-        if rec is None:
-            return None
-        total = sum(rec.steps.values())
-        accepted_total = sum(a * c for (_, a), c in rec.steps.items())
-        if n_steps is not None and n_steps != total:
-            tally.bad(where, f"num_spec_steps {n_steps} but the histogram counts {total} steps: counts that contradict "
-                             "each other")
-            return None
-        if acc is not None and acc != accepted_total:
-            tally.bad(where, f"{accepted_key} {acc} but the histogram accepts {accepted_total}: counts that contradict "
-                             "each other")
-            return None
-        if depth is None and "num_spec_tokens" in block:
-            rec.variable = "num_spec_tokens is null (the depth followed a schedule)"
-        elif depth is not None and drafted is not None and drafted != total * depth:
-            if drafted > total * depth:
-                tally.bad(where, f"{drafted_key} {drafted} is more than {total} steps x num_spec_tokens {depth}")
-                return None
-            rec.variable = f"{drafted_key} {drafted} is not {total} steps x num_spec_tokens {depth}"
-        return rec
-    if n_steps is None and acc is not None and drafted is not None:
-        # TensorRT-LLM's released block: accepted and drafted tokens only; the steps need the depth.
-        if drafted == 0:
-            tally.zero_draft += 1
-            return None
-        if acc > drafted:
-            tally.bad(where, f"{accepted_key} {acc} > {drafted_key} {drafted}: counts that contradict each other")
-            return None
-        tally.notes["request_block"] = "accepted and drafted tokens only"
-        return Record("mean", where, accepted_tokens=acc, drafted_tokens=drafted, depth=depth)
-    if n_steps is None or acc is None:
-        tally.bad(where, f"a speculative-decoding block without a histogram, num_spec_steps or {accepted_key}")
-        return None
-    if n_steps == 0:
-        tally.zero_draft += 1
-        return None
-    if depth is not None and acc > n_steps * depth:
-        tally.bad(where, f"{accepted_key} {acc} is more than {n_steps} steps x {depth} drafts")
-        return None
-    return Record("mean", where, mean_accepted=acc / n_steps, n_steps=n_steps, depth=depth)
-
-
 # -- a calibration the real engine can serve -----------------------------------------------------
 def synthetic_config(cal, depth=None, method="eagle3", draft_model=None):
     """vLLM's ``--speculative-config`` that makes the real engine accept drafts at ``cal``'s
@@ -665,7 +569,7 @@ def token_tree(text, source):
     except TreeError as e:
         raise PolicyError(f"{source}: {e}") from None
     nst = doc.get("num_speculative_tokens")
-    if nst is not None and (not whole(nst) or nst != tree.nodes):
+    if nst is not None and (not is_int(nst) or nst != tree.nodes):
         raise PolicyError(f"{source}: num_speculative_tokens = {show(nst)} but speculative_token_tree has {tree.nodes} "
                           f"nodes: vLLM requires them equal (set num_speculative_tokens to {tree.nodes})")
     return tree
@@ -682,7 +586,7 @@ def parse_config(text, source):
     else:
         raise PolicyError(f"{source}: expected the --speculative-config JSON object (or its "
                           "num_speculative_tokens_per_batch_size list)")
-    if nst is not None and (not whole(nst) or nst < (1 if entries is not None else 0)):
+    if nst is not None and (not is_int(nst) or nst < (1 if entries is not None else 0)):
         raise PolicyError(f"{source}: num_speculative_tokens must be a whole number > 0, got {nst!r}")
     if entries is None:
         if nst is None:
@@ -695,7 +599,7 @@ def parse_config(text, source):
         if isinstance(e, list) and len(e) == 5:
             raise PolicyError(f"{source}: entry {e} depends on the context length; specsim's schedules depend on "
                               "the batch width alone (use 3-item [start_bs, end_bs, K] entries)")
-        if not isinstance(e, list) or len(e) != 3 or not all(whole(v) for v in e):
+        if not isinstance(e, list) or len(e) != 3 or not all(is_int(v) for v in e):
             raise PolicyError(f"{source}: entry {e!r} is not [start_bs, end_bs, K] of whole numbers")
         lo, hi, k = e
         if lo <= 0 or hi <= 0 or lo > hi or k < 0:

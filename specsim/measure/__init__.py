@@ -4,9 +4,12 @@
 are usable on their own. Nothing here imports CuPy or NVML until a run asks for them.
 """
 
+import dataclasses
+from pathlib import Path
+
 from specsim.errors import MeasureError
 from specsim.measure.backends import CupyBackend, NumpyBackend, box_class_from_name, open_backend
-from specsim.measure.harness import SweepInterrupted, SweepSettings, measure_cell, partial_path, run_sweep
+from specsim.measure.harness import SweepInterrupted, SweepSettings, measure_cell, measure_table, partial_path
 from specsim.measure.merge import merge_files, merge_tables
 from specsim.measure.meters import AssumedPowerMeter, NvmlMeter, RaplMeter, open_meter
 from specsim.measure.recipes import BUILTIN, Recipe, load_recipe, parse_recipe
@@ -17,8 +20,8 @@ from specsim.table import CostTable
 __all__ = [
     "BUILTIN", "AssumedPowerMeter", "CallableWorkload", "CupyBackend", "NumpyBackend", "NvmlMeter",
     "ProxyWorkload", "RaplMeter", "Recipe", "SweepInterrupted", "SweepSettings", "bench",
-    "box_class_from_name", "canonical_json", "context_path", "load_recipe", "measure_cell", "merge_files", "merge_tables",
-    "open_backend", "open_meter", "parse_recipe", "partial_path", "plan_digest", "run_sweep",
+    "box_class_from_name", "canonical_json", "context_path", "load_recipe", "measure_cell", "measure_table", "merge_files",
+    "merge_tables", "open_backend", "open_meter", "parse_recipe", "partial_path", "plan_digest",
 ]
 
 
@@ -62,7 +65,7 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
     if note and log:
         log(note)
     try:
-        return run_sweep(workload, be, m, widths, max_k, out, box_class=box_class,
+        return measure_table(workload, be, m, widths, max_k, out, box_class=box_class,
                          settings=settings or SweepSettings(), resume=resume, progress=progress, log=log)
     finally:
         m.close()
@@ -70,16 +73,12 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
 
 def context_path(out, context: int):
     """Where ``bench --contexts`` keeps the sweep at ``context`` until the table is written."""
-    from pathlib import Path
-
     out = Path(out)
     return out.with_name(f"{out.name}.context-{context}.toml")
 
 
 def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings, box_class, resume,
                     progress, log):
-    import dataclasses
-
     if isinstance(workload, CallableWorkload):
         raise MeasureError("contexts need a recipe: a callable workload's steps set their own context")
     contexts = list(contexts)
@@ -106,7 +105,7 @@ def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_po
         if note and log:
             log(note)
         try:
-            tables[c] = run_sweep(ProxyWorkload(dataclasses.replace(recipe, context=c), be), be, m, widths, max_k,
+            tables[c] = measure_table(ProxyWorkload(dataclasses.replace(recipe, context=c), be), be, m, widths, max_k,
                                   path, box_class=box_class, settings=settings or SweepSettings(), resume=resume,
                                   progress=progress, log=log, meta={"context_tokens": c})
         finally:

@@ -174,10 +174,36 @@ def measure_cell(workload, backend, meter, n: int, k: int, settings: SweepSettin
     return Cell(n, k, verify["ms"], verify["j"], draft["ms"], draft["j"]), extras
 
 
+def _kept_sweep(partial, resume: bool, key, grid: dict, wanted: dict, energy_source: str, log) -> tuple:
+    """``(header, done)`` of the sweep kept in ``partial`` to resume (``(None, {})`` when there is
+    none); a kept sweep of another key, grid, settings or meter, or one not asked to be resumed,
+    is refused."""
+    header, done = None, {}
+    if partial.exists():
+        if not resume:
+            raise MeasureError(f"{partial} holds an unfinished sweep: pass --resume to continue it, "
+                               "or delete it to start again")
+        header, done = read_partial(partial)
+        problems = _resume_problems(header, key, grid, wanted, energy_source)
+        # Cells outside this grid would be copied into the table and counted as measured.
+        widths, max_k = grid["widths"], grid["max_k"]
+        cells = {(n, k) for n in widths for k in range(max_k + 1)}
+        outside = sorted(c for c in done if c not in cells)
+        if outside:
+            problems.append(f"{len(outside)} kept cell(s) lie outside widths {widths} and depths 0..{max_k}: "
+                            + ", ".join(f"(n={n}, k={k})" for n, k in outside[:5]))
+        if problems:
+            raise MeasureError(f"{partial}: --resume refused, the kept sweep differs from this one", problems)
+        log(f"resuming: {len(done)} of {len(widths) * (max_k + 1)} cells already measured in {partial}")
+    elif resume:
+        log(f"nothing to resume ({partial} does not exist): starting the sweep")
+    return header, done
+
+
 # -- the sweep ---------------------------------------------------------------------------------
-def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=None,
-              settings: SweepSettings = SweepSettings(), resume: bool = False, progress: bool = True,
-              meta=None, log=None) -> CostTable:
+def measure_table(workload, backend, meter, widths, max_k: int, out, *, box_class=None,
+                  settings: SweepSettings = SweepSettings(), resume: bool = False, progress: bool = True,
+                  meta=None, log=None) -> CostTable:
     """Measure every cell of ``widths`` x ``0..=max_k`` and write the table to ``out``.
 
     Parameters
@@ -223,24 +249,7 @@ def run_sweep(workload, backend, meter, widths, max_k: int, out, *, box_class=No
     wanted = {name: getattr(settings, name) for name in RESUME_SETTINGS}
     energy_source = meter.describe()["energy_source"]
 
-    header, done = None, {}
-    if partial.exists():
-        if not resume:
-            raise MeasureError(f"{partial} holds an unfinished sweep: pass --resume to continue it, "
-                               "or delete it to start again")
-        header, done = read_partial(partial)
-        problems = _resume_problems(header, key, grid, wanted, energy_source)
-        # Cells outside this grid would be copied into the table and counted as measured.
-        cells = {(n, k) for n in widths for k in range(max_k + 1)}
-        outside = sorted(c for c in done if c not in cells)
-        if outside:
-            problems.append(f"{len(outside)} kept cell(s) lie outside widths {widths} and depths 0..{max_k}: "
-                            + ", ".join(f"(n={n}, k={k})" for n, k in outside[:5]))
-        if problems:
-            raise MeasureError(f"{partial}: --resume refused, the kept sweep differs from this one", problems)
-        log(f"resuming: {len(done)} of {len(widths) * (max_k + 1)} cells already measured in {partial}")
-    elif resume:
-        log(f"nothing to resume ({partial} does not exist): starting the sweep")
+    header, done = _kept_sweep(partial, resume, key, grid, wanted, energy_source, log)
 
     todo = [(n, k) for n in widths for k in range(max_k + 1) if (n, k) not in done]
     total = len(widths) * (max_k + 1)

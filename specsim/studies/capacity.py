@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specsim.errors import SimulationError
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
 from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
 from specsim._executor import Executor, ExecutorError
-from specsim.calibration.report import wilson
+from specsim._stats import wilson
 from specsim.frames import rows_frame
 from specsim.interop import read_policy
 from specsim.plan.planner import check_slack
@@ -342,6 +342,38 @@ def search_sizes(target, max_units):
     return hi, seen
 
 
+def _unit_fleet(table, calibration, fleet, options):
+    """The unit the search adds: ``fleet``, or one replica of ``table`` and ``calibration``."""
+    if fleet is None:
+        if table is None or calibration is None:
+            raise CapacityError("give a table and a calibration, or a fleet")
+        fleet = Fleet.uniform(table, calibration, 1, options)
+    elif table is not None or calibration is not None:
+        raise CapacityError("give either a table and calibration or a fleet, not both")
+    return fleet
+
+
+def _slo_and_attainment(slo) -> tuple:
+    """``(SLO, attainment target)``; an SLO without a target is refused."""
+    slo = as_slo(slo)
+    if not slo.has_targets:
+        raise CapacityError("give an SLO: a TTFT target, a TPOT target, or both (seconds)")
+    attainment = slo.target(DEFAULT_ATTAINMENT)
+    return slo, attainment
+
+
+def _refuse_unmet(found, probes, most_replicas, attainment, notes) -> None:
+    """Refuse when a policy met the target at no fleet size, naming each one's best attainment."""
+    failed = [label for label, m in found.items() if m is None]
+    if failed:
+        problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
+                    f"(at {max(probes[label].values(), key=lambda p: (p.attainment, -p.units)).replicas} replicas)"
+                    for label in failed]
+        raise CapacityError(f"no fleet of up to {most_replicas} replicas meets {attainment:g} SLO "
+                            f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
+                            problems + notes)
+
+
 def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
              slack=0.0, slo=None, router=DEFAULT_ROUTER,
              max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
@@ -404,21 +436,13 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     CapacityError
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
-    if fleet is None:
-        if table is None or calibration is None:
-            raise CapacityError("give a table and a calibration, or a fleet")
-        fleet = Fleet.uniform(table, calibration, 1, options)
-    elif table is not None or calibration is not None:
-        raise CapacityError("give either a table and calibration or a fleet, not both")
+    fleet = _unit_fleet(table, calibration, fleet, options)
     check_router(router)
 
     if _request_arrays(requests)[0].shape[0] == 0:
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
                             "nothing to size; give a trace with requests")
-    slo = as_slo(slo)
-    if not slo.has_targets:
-        raise CapacityError("give an SLO: a TTFT target, a TPOT target, or both (seconds)")
-    attainment = slo.target(DEFAULT_ATTAINMENT)
+    slo, attainment = _slo_and_attainment(slo)
     if gpu_hour_usd is not None and not (math.isfinite(gpu_hour_usd) and gpu_hour_usd >= 0):
         raise CapacityError(f"gpu_hour_usd = {gpu_hour_usd!r} must be a finite price >= 0")
     max_units = int(max_replicas) // fleet.replicas
@@ -438,14 +462,7 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()
     found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
                                 runner or serial_runner, progress, seed_list, resampled)
-    failed = [label for label, m in found.items() if m is None]
-    if failed:
-        problems = [f"{label}: best attainment {max(p.attainment for p in probes[label].values()):.4f} "
-                    f"(at {max(probes[label].values(), key=lambda p: (p.attainment, -p.units)).replicas} replicas)"
-                    for label in failed]
-        raise CapacityError(f"no fleet of up to {max_units * fleet.replicas} replicas meets {attainment:g} SLO "
-                            f"attainment for {', '.join(failed)}; raise the cap, relax the SLO or the target",
-                            problems + notes)
+    _refuse_unmet(found, probes, max_units * fleet.replicas, attainment, notes)
     includes = _includes(seeds, window_resamples, windows) if window_resamples else None
     answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd, includes)
                for label, _, _ in runs]
@@ -603,8 +620,6 @@ def _answer(label, units, probes, target, price, includes=None) -> PolicyCapacit
 
 
 def _with_saving(a: PolicyCapacity, plain: PolicyCapacity) -> PolicyCapacity:
-    from dataclasses import replace
-
     return replace(a, gpu_saving=1.0 - a.gpus / plain.gpus,
                    energy_saving=1.0 - a.j_per_token / plain.j_per_token if plain.j_per_token else None)
 

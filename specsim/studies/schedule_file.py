@@ -64,7 +64,7 @@ def per_batch_verdict(result: dict, cost: float) -> tuple:
                    f"the plain static setting ({result.get('best_fixed')}) serves better")
 
 
-def requests_digest(requests) -> str:
+def trace_digest(requests) -> str:
     """``sha256:`` of a request array's arrival, prompt and output columns (little-endian), so a
     trace read from two files of the same content has one digest."""
     h = hashlib.sha256()

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -56,8 +57,9 @@ from specsim.errors import ScheduleError
 from specsim.sim.metrics import overload
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, show
+from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, is_int, show
 from specsim._executor import ExecutorError, choose
+from specsim._stats import paired_noise
 from specsim._text import format_grid
 from specsim.interop import export_schedule, per_batch_cost, read_policy
 from specsim.plan import depth_reach, reach_lines
@@ -65,9 +67,8 @@ from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
 from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
-from specsim.sim.verdict import paired_noise
 from specsim.studies.windows import window_bounds
-from specsim.studies.schedule_file import per_batch_verdict, render_schedule, requests_digest, text_digest
+from specsim.studies.schedule_file import per_batch_verdict, render_schedule, text_digest, trace_digest
 
 OBJECTIVES = ("energy", "throughput")
 EXECUTORS = ("auto", "dask", "threads", "serial")
@@ -390,8 +391,6 @@ class _Line:
     """The progress line: redrawn in place on a terminal, one line per round elsewhere."""
 
     def __init__(self, enabled, stream=None):
-        import threading
-
         # Ticks come from the evaluation threads.
         self.lock = threading.Lock()
         self.enabled = enabled
@@ -555,7 +554,7 @@ def _split(requests, holdout):
 def _check(objective, seeds, holdout, slo, executor):
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise ScheduleError(f"objective {show(objective)}: use one of {', '.join(OBJECTIVES)}")
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or not 1 <= seeds <= MAX_SEEDS:
+    if not is_int(seeds) or not 1 <= seeds <= MAX_SEEDS:
         raise ScheduleError(f"seeds (--seeds) must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}, "
                             f"got {show(seeds)}")
     if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
@@ -571,6 +570,43 @@ def _executor(executor, scheduler, workers):
         return choose(executor, workers, scheduler, what="specsim tune", fallback="threads")
     except ExecutorError as e:
         raise ScheduleError(str(e)) from None
+
+
+def _check_search(min_gain, max_rounds, widths_max) -> None:
+    """Refuse a ``min_gain``, ``max_rounds`` or ``widths_max`` the search cannot take."""
+    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
+        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
+
+    problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
+    problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
+    if problem:
+        raise ScheduleError(problem)
+
+
+def _requests_and_options(requests, options, seeds) -> tuple:
+    """``(requests, options)``: the request array (of a trace read, or given) and the server
+    options the search runs (a log sized for it), refused when empty, not options, or when the
+    ``2 * seeds`` draft-outcome seeds from ``options.seed`` on leave 64 bits."""
+    requests = getattr(requests, "requests", requests)
+    if requests.shape[0] == 0:
+        raise ScheduleError("the trace has no requests")
+    opts = options if options is not None else ServerOptions()
+    if not isinstance(opts, ServerOptions):
+        raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
+    opts = replace(opts, log_size=_LOG_SIZE)
+    if opts.seed + 2 * seeds > 1 << 64:
+        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
+                            "use a smaller first seed")
+    return requests, opts
+
+
+def _compare_policies(compare) -> list:
+    """The policies to compare on the held-out part, as text, each read once so a bad one is
+    refused before any work."""
+    compare = [str(p) for p in compare]
+    for p in compare:
+        read_policy(p)  # refuse a bad one before any work
+    return compare
 
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
@@ -635,33 +671,15 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     started = time.monotonic()
     slo = as_slo(slo)
     target = _check(objective, seeds, holdout, slo, executor)
-    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
-        raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
-
-    problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
-    problem = problem or (widths_max is not None and int_problem(widths_max, "widths_max", 0, COUNT_MAX))
-    if problem:
-        raise ScheduleError(problem)
-    requests = getattr(requests, "requests", requests)
-    if requests.shape[0] == 0:
-        raise ScheduleError("the trace has no requests")
-    opts = options if options is not None else ServerOptions()
-    if not isinstance(opts, ServerOptions):
-        raise ScheduleError(f"options must be a ServerOptions, got {type(opts).__name__}")
-    opts = replace(opts, log_size=_LOG_SIZE)
-    if opts.seed + 2 * seeds > 1 << 64:
-        raise ScheduleError(f"seeds {opts.seed} .. {opts.seed + 2 * seeds - 1} do not fit in 64 bits: "
-                            "use a smaller first seed")
+    _check_search(min_gain, max_rounds, widths_max)
+    requests, opts = _requests_and_options(requests, options, seeds)
     resolved = opts.resolved(table)
-    if widths_max is not None and (isinstance(widths_max, bool) or not isinstance(widths_max, (int, np.integer))
-                                   or widths_max < 1):
+    if widths_max is not None and (not is_int(widths_max) or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
     windows = _noise_windows(noise_windows, train_part)
-    compare = [str(p) for p in compare]
-    for p in compare:
-        read_policy(p)  # refuse a bad one before any work
+    compare = _compare_policies(compare)
     ex = _executor(executor, scheduler, workers)
     kind = ex.kind
     search = None
@@ -716,8 +734,7 @@ def _noise_windows(windows, train) -> dict:
         windows = min(AUTO_WINDOWS, most)
         if windows < 2:
             return {}  # too short a training part to cut: the search without the check
-    if (isinstance(windows, bool) or not isinstance(windows, (int, np.integer))
-            or not 2 <= windows <= MAX_WINDOWS):
+    if not is_int(windows) or not 2 <= windows <= MAX_WINDOWS:
         raise ScheduleError(f"noise_windows (--noise-windows) must be a whole number in 2..{MAX_WINDOWS}, 'auto' or "
                             f"None (off), got {windows!r}")
     if windows > most:
@@ -895,7 +912,7 @@ def _inputs(requests, table, cal, opts, names, *, seeds, holdout, max_num_seqs, 
             slo, target) -> dict:
     """What the schedule file records about how it was tuned."""
     return {
-        "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": requests_digest(requests),
+        "trace": names.get("trace"), "requests": int(requests.shape[0]), "trace_sha256": trace_digest(requests),
         "table": names.get("table"), "table_sha256": text_digest(table.to_text()),
         "calibration": names.get("calibration"), "calibration_sha256": text_digest(cal.render()),
         "seeds": int(seeds), "first_seed": int(opts.seed), "holdout": float(holdout), "max_num_seqs": int(max_num_seqs),

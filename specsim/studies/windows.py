@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
+from specsim._stats import t95
 from specsim.sim.engine import _request_arrays
-from specsim.sim.verdict import t95
 from specsim.traces._types import REQUEST_DT
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,15 +116,12 @@ class CostTable:
         ``contexts:`` and the SHA-256 of the (context, digest) list, so the key still tells
         different measurements apart.
         """
-        import hashlib
-        import json
-
         if not isinstance(tables, dict):
             raise TableError(f"{source}: the tables to combine are a dict of context -> CostTable, got "
                              f"{type(tables).__name__}")
         if not tables:
             raise TableError(f"{source}: no table to combine; give one per context")
-        bad = [c for c in tables if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1]
+        bad = [c for c in tables if not is_int(c) or c < 1]
         if bad:
             raise TableError(f"{source}: context {show(bad[0])} is not an integer >= 1 (mean KV tokens per "
                              "decoding sequence)")
@@ -132,7 +131,7 @@ class CostTable:
             raise TableError(f"{source}: the table at context {odd[0]} is {show(tables[odd[0]])}, not a CostTable "
                              "(CostTable.load(path))")
         reference = contexts[0] if reference is None else reference
-        if isinstance(reference, bool) or not isinstance(reference, (int, np.integer)) or reference not in tables:
+        if not is_int(reference) or reference not in tables:
             raise TableError(f"{source}: reference context {show(reference)} is not one of {contexts}")
         ref = tables[reference]
         problems = []
@@ -370,7 +369,7 @@ def _axis_problems(cells, axis):
     """Breaches of the cell rules at each context of ``axis`` (docs/tables.md#context)."""
     problems = []
     tokens = list(axis.tokens)
-    if not tokens or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1 for t in tokens):
+    if not tokens or any(not is_int(t) or t < 1 for t in tokens):
         return [f"the context axis {tokens} must be integers >= 1 (mean KV tokens per decoding sequence)"]
     if any(b <= a for a, b in zip(tokens, tokens[1:])):
         return [f"the context axis {tokens} is not strictly ascending: list each context once, smallest first"]

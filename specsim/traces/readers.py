@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, rate_scale_problem, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, is_int, rate_scale_problem, show
 from specsim.errors import TraceError
 from specsim.traces._types import REQUEST_DT, TraceRead
 from specsim._io import decode_text, open_input
@@ -263,7 +263,7 @@ def _check_options(rate_scale, limit, window):
         raise TraceError(problem)
     rate_scale = float(rate_scale)
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        if not is_int(limit) or limit < 0:
             raise TraceError(f"request limit must be an integer >= 0, got {limit!r}")
         limit = int(limit)
     if window is not None:

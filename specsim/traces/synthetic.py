@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim._checks import is_int
 from specsim.errors import TraceError
 from specsim.traces._types import TraceRead
 from specsim.traces.readers import finish_trace
@@ -93,7 +94,7 @@ def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=N
     TraceRead
         Format ``synthetic``.
     """
-    if isinstance(requests, bool) or not isinstance(requests, (int, np.integer)) or requests < 0:
+    if not is_int(requests) or requests < 0:
         raise TraceError(f"synthetic trace: requests must be an integer >= 0, got {requests!r}")
     if requests > MAX_REQUESTS:
         raise TraceError(f"synthetic trace: {requests} requests is more than this generator makes at once "

@@ -26,7 +26,8 @@ from specsim.calibration.fit import (
     steps_from_windows,
 )
 from specsim.calibration.logs import bin_drafts, bin_steps, load_drafts_log, load_steps_log
-from specsim.calibration.report import brier, build_report, format_report, wilson
+from specsim._stats import wilson
+from specsim.calibration.report import brier, build_report, format_report
 from specsim.cli import main
 from specsim.errors import CalibrationError, SpecsimError
 

@@ -143,7 +143,7 @@ def test_import_specsim_is_light():
 # -- answers a user can act on (issue 39, item 7) ----------------------------------------------------
 
 def test_table_query_on_a_modelled_table_says_modelled(tmp_path, capsys):
-    from specsim.costmodel.defaults import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL
+    from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL
     from specsim.costmodel.roofline import model_table
 
     path = tmp_path / "m.toml"
@@ -201,7 +201,7 @@ def test_a_what_if_calibration_has_a_synthetic_key_refused_where_a_real_one_is_n
     # Where a served drafter's key is required: a serve's planner, a drift test.
     code, _, err = run(capsys, "calib", "drift", out, "--steps-log", tmp_path / "s.csv")
     assert code == 2 and "what-if calibration" in err
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     (tmp_path / "t.toml").write_text(demo_table().to_text())
     with pytest.raises(KeyMismatchError, match="what-if calibration"):

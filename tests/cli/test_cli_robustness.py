@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from specsim.cli import main
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from tests.fixtures import ROOT
 
 

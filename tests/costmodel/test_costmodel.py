@@ -18,8 +18,6 @@ from specsim.cli import main
 from specsim.costmodel import (ACHIEVED, BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, HOST_OVERHEADS, Achieved,
                                Overheads, achieved_for, forward_breakdown, gpu_spec, model_spec, model_table,
                                parse_specs, plain_decode_ms, plain_decode_power_w, step_costs)
-from specsim.costmodel.defaults import (DEMO_MAX_K, DEMO_WIDTHS, EAGLE_PRIORS, demo_calibration, demo_p_accept,
-                                        demo_table)
 from specsim.errors import CostModelError, SpecsimError
 from specsim.table import CostTable
 
@@ -281,31 +279,6 @@ def test_cli_refusals_exit_two_without_writing(tmp_path, capsys):
                  str(out)]) == 2
     assert "give --max-k (or --list to see the built-in specs)" in capsys.readouterr().err
     assert not out.exists()
-
-
-# -- demo defaults ------------------------------------------------------------------------------
-def test_demo_table_has_every_width_at_every_depth():
-    t = demo_table()
-    assert t.widths.tolist() == list(DEMO_WIDTHS) and t.max_k == DEMO_MAX_K == 8
-    assert len(t.cells) == len(DEMO_WIDTHS) * (DEMO_MAX_K + 1)
-    assert t.key.box_class == "h200" and t.key.recipe == "llama-3.1-8b/eagle-1l-bf16"
-    assert CostTable.parse(t.to_text()) == t
-    assert t.meta["energy_source"] == "model"
-
-
-def test_demo_calibration_comes_from_the_published_rates():
-    cal = demo_calibration()
-    assert cal.priors.tolist() == list(EAGLE_PRIORS)
-    p = np.asarray(demo_p_accept())
-    assert (np.diff(p) > 0).all() and p[-1] == pytest.approx(np.exp(-0.0025))
-    # A confidence near certainty is accepted about as often as it is confident (EAGLE-2).
-    assert cal.p_given_lp(np.log(0.9)) == pytest.approx(np.exp((-0.25 - 0.1) / 2))
-    from specsim.calibration import AcceptanceCalibration
-
-    assert AcceptanceCalibration.parse(cal.render()) == cal
-    # Expected accepted of a 5-draft chain under the priors: 0.79 + 0.79*0.74 + ...
-    want = np.cumsum(np.cumprod(EAGLE_PRIORS)).tolist()[-1]
-    assert cal.expected_accepted([], 5) == pytest.approx(want)
 
 
 # -- validation against measurements ------------------------------------------------------------

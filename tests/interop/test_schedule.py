@@ -307,7 +307,7 @@ def test_cli_export_and_import(tmp_path, capsys):
 
 
 def test_cli_export_from_the_planner(tmp_path, capsys):
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.plan import Planner
 
     t, c = tmp_path / "t.toml", tmp_path / "c.toml"
@@ -321,7 +321,7 @@ def test_cli_export_from_the_planner(tmp_path, capsys):
 
 
 def test_simulate_runs_an_engine_config_as_the_schedule_it_sets(tmp_path, capsys):
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.traces import synthetic_trace
 
     t, c, tr, cfg = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "trace.csv", tmp_path / "vllm.json"

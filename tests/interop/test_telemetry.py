@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.online import chain_runs
-from specsim.calibration.telemetry import calibration_from, constant_rate, identify, render_windows
-from specsim.interop import detect_format, read_telemetry
+from specsim.calibration.from_telemetry import calibration_from, constant_rate, identify, render_windows
+from specsim.interop import detect_telemetry_format, read_telemetry
 from specsim.errors import CalibrationError
 
 DRAFTER = DrafterKey("ef" * 32, 32000, "bf16", True)
@@ -378,7 +378,7 @@ def test_trtllm_per_request_blocks(tmp_path):
 # -- detection, refusals ----------------------------------------------------------------------------
 def test_unknown_content_is_refused_naming_the_formats(tmp_path):
     with pytest.raises(CalibrationError, match="--from"):
-        detect_format("hello world\n", "x.log")
+        detect_telemetry_format("hello world\n", "x.log")
 
 
 def test_constant_rate_solves_the_mean():
@@ -490,7 +490,7 @@ def test_import_recovers_known_priors_within_binomial_error(tmp_path, source):
 def test_windows_file_round_trip(requests):
     """Histograms in, the windows file out, and back: `calib fit --windows` and the acceptance
     file reader see every step again."""
-    from specsim.calibration.telemetry import Identified
+    from specsim.calibration.from_telemetry import Identified
     from specsim.cli.calib import _read_windows
     from specsim.sim.replay import parse_acceptance_file
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specsim.calibration import DrafterKey
-from specsim.calibration.telemetry import calibration_from, identify
+from specsim.calibration.from_telemetry import calibration_from, identify
 from specsim.interop import read_telemetry
 from specsim.errors import CalibrationError
 
@@ -312,7 +312,7 @@ def test_calib_export_vllm_synthetic_serves_the_calibrations_acceptance(tmp_path
 
 def test_drift_replays_variable_depth_telemetry_exactly_or_refuses(tmp_path, steps):
     from specsim.calibration.fit import calibration_from_rates
-    from specsim.calibration.telemetry import record_batches
+    from specsim.calibration.from_telemetry import record_batches
 
     p = tmp_path / "serve.log"
     p.write_text(vllm_log(steps))

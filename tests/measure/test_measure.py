@@ -31,13 +31,13 @@ from specsim.measure import (
     SweepSettings,
     box_class_from_name,
     load_recipe,
+    measure_table,
     merge_files,
     merge_tables,
     open_meter,
     parse_recipe,
     partial_path,
     plan_digest,
-    run_sweep,
 )
 from specsim.measure import harness, meters
 from specsim.measure.recipes import BUILTIN
@@ -53,7 +53,7 @@ def sweep(tmp_path, widths=(1, 2), max_k=2, name="t.toml", workload=None, box_cl
     workload = workload or ProxyWorkload("tiny", backend)
     out = tmp_path / name
     kw.setdefault("settings", FAST)
-    table = run_sweep(workload, backend, AssumedPowerMeter(50.0), list(widths), max_k, out,
+    table = measure_table(workload, backend, AssumedPowerMeter(50.0), list(widths), max_k, out,
                       box_class=box_class, progress=False, **kw)
     return table, out
 
@@ -137,7 +137,7 @@ def test_a_counter_that_never_moves_is_refused(tmp_path):
     (zone / "energy_uj").write_text("1000\n")
     backend = NumpyBackend()
     with pytest.raises(MeasureError, match="did not advance"):
-        run_sweep(ProxyWorkload("tiny", backend), backend, RaplMeter(tmp_path), [1], 0, tmp_path / "o.toml",
+        measure_table(ProxyWorkload("tiny", backend), backend, RaplMeter(tmp_path), [1], 0, tmp_path / "o.toml",
                   box_class="b", settings=FAST, progress=False)
 
 
@@ -359,7 +359,7 @@ def test_cupy_path_end_to_end_with_nvml_mocks(tmp_path, nvml):
     nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("0000:1B:00.0")
     settings = SweepSettings(min_window_s=0.003, repeats=3, warmup=1, idle_s=0.002, align_s=0.01)
     out = tmp_path / "gpu.toml"
-    table = run_sweep(ProxyWorkload("tiny", backend), backend, meter, [1, 2], 1, out, settings=settings,
+    table = measure_table(ProxyWorkload("tiny", backend), backend, meter, [1, 2], 1, out, settings=settings,
                       progress=False)
     meter.close()
     assert table.key.box_class == "h200"
@@ -705,7 +705,7 @@ def test_idle_power_goes_into_meta(tmp_path):
 
     backend = NumpyBackend()
     settings = SweepSettings(min_window_s=0.003, repeats=2, warmup=0, idle_s=0.02, align_s=0.01)
-    table = run_sweep(ProxyWorkload("tiny", backend), backend, Ramp(), [1], 0, tmp_path / "i.toml",
+    table = measure_table(ProxyWorkload("tiny", backend), backend, Ramp(), [1], 0, tmp_path / "i.toml",
                       box_class="b", settings=settings, progress=False)
     assert table.meta["idle_power_w"] == pytest.approx(40.0, rel=1e-2)
     assert table.meta["energy_source"] == "rapl"
@@ -805,7 +805,7 @@ def test_gpu_tiny_recipe_with_nvml(tmp_path):
     meter, _ = open_meter("auto", backend, assume_power_w=300.0)
     settings = SweepSettings(min_window_s=0.2, repeats=5, warmup=2, idle_s=0.2)
     try:
-        table = run_sweep(ProxyWorkload("tiny", backend), backend, meter, [1, 4], 2, tmp_path / "g.toml",
+        table = measure_table(ProxyWorkload("tiny", backend), backend, meter, [1, 4], 2, tmp_path / "g.toml",
                           settings=settings, progress=False)
     finally:
         meter.close()

@@ -47,7 +47,7 @@ def digest(res) -> dict:
 
 
 def demo_case():
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.demo import demo_trace
     from specsim.table import CostTable
 

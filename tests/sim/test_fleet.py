@@ -203,7 +203,7 @@ def test_least_outstanding_beats_round_robin_on_bursty_real_traffic(shared_data)
     saturation: joining the shortest queue cuts the p99 TTFT that round robin's blind spreading
     leaves in the bursts (about 0.42 s against 0.62 s)."""
     from specsim.costmodel import model_table
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.traces import read_trace
 
     table = model_table("h200", "llama-3.1-8b", "eagle3-1l", max_k=3, widths=(1, 2, 4, 8, 16, 32, 64))

@@ -44,7 +44,7 @@ def test_run_rates_divide_by_the_makespan_and_the_tokens_and_are_none_where_thos
 
 def test_a_summary_and_a_fleet_row_take_their_rates_from_run_rates():
     from specsim import Fleet, simulate, simulate_fleet
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.traces import synthetic_trace
 
     table, cal = demo_table(), demo_calibration()

@@ -243,7 +243,7 @@ def test_table_meta_supplies_kv_and_prefill_costs_and_options_override_it():
 def test_modelled_tables_carry_what_the_engine_needs():
     """`specsim table model` writes KV capacity and prefill costs from the same specs as the steps:
     Llama-3.1-8B on one H200 keeps about 0.13 MB of KV per token beside 16 GB of weights."""
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
     from specsim.sim.options import META_COSTS, ServerOptions
 
     table = demo_table()

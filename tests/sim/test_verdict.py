@@ -141,7 +141,7 @@ def test_identical_series_are_drawn_once_under_both_names(tmp_path):
 
 
 def test_t_quantiles_and_paired_noise():
-    from specsim.sim.verdict import paired_noise, t95
+    from specsim._stats import paired_noise, t95
 
     # Tabulated, then the expansion: Student t's 97.5% point at 3, 30, 40, 120 and 10^6 degrees.
     for dof, exact in ((3, 3.182), (30, 2.042), (40, 2.0211), (120, 1.9799), (10 ** 6, 1.96)):

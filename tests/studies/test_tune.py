@@ -21,7 +21,7 @@ from specsim.sim.slo import SLO
 @pytest.fixture(scope="module")
 def small():
     """A 4-width, depth-0..2 modelled table and a busy synthetic trace that fills batches of 1-8."""
-    from specsim.costmodel.defaults import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, demo_calibration
+    from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, demo_calibration
     from specsim.costmodel.roofline import model_table
     from specsim.traces import synthetic_trace
 
@@ -109,7 +109,7 @@ def test_grid_widths():
 
 @pytest.mark.slow
 def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.demo import demo_server, demo_trace
 
     opts = ServerOptions(**demo_server())
@@ -455,7 +455,7 @@ def test_a_move_must_also_clear_min_gain_over_the_pairs():
 
 @pytest.fixture(scope="module")
 def bent():
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.traces import synthetic_trace
 
     return synthetic_trace(800, 20.0, seed=3).requests, bent_table(0.1, 1.0), demo_calibration()

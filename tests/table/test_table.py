@@ -447,7 +447,7 @@ def test_the_constructor_checks_the_arrays_the_kernels_index_unchecked():
     answered 3), widths out of order, values the cell rules refuse, and a key that is not one."""
     import numpy as np
 
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     t = demo_table()
     cases = {
@@ -480,7 +480,7 @@ def test_the_constructor_checks_the_arrays_as_it_stores_them():
 
     import numpy as np
 
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     t = demo_table()
     for value, match in (("1e-4000", r"costs\[0, 0\] \(n=1, k=0\): verify_ms=0\.0"),
@@ -507,7 +507,7 @@ def test_the_constructor_refuses_a_reference_context_that_is_not_the_plain_grid(
     a boolean or not one of the contexts are refused."""
     import numpy as np
 
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     t = demo_table()
     grid = np.stack([t.costs, t.costs * 2])

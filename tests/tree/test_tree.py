@@ -433,7 +433,7 @@ def test_trtllm_refuses_bad_settings_by_field(args, match):
 # --- prices ------------------------------------------------------------------------------------------
 
 def test_a_chain_costs_its_cell_bit_for_bit():
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     t = demo_table()
     for n in (1, 3, 8, 100, 256, 1000):
@@ -443,7 +443,7 @@ def test_a_chain_costs_its_cell_bit_for_bit():
 
 
 def test_a_branching_tree_of_single_passes_drafts_as_the_chain():
-    from specsim.costmodel.defaults import demo_table
+    from specsim.demo_inputs import demo_table
 
     t = demo_table()
     # root -> two leaves: one drafting pass at n rows, verify of 2 nodes x the factor
@@ -540,7 +540,7 @@ def modelled_h200():
     the demo's calibration with a rank table whose rank-1 column is the demo's priors and whose
     ranks 2-4 take 0.10, 0.04 and 0.02 of the target's tokens at every depth."""
     from specsim.costmodel import model_table
-    from specsim.costmodel.defaults import (DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS,
+    from specsim.demo_inputs import (DEMO_CONTEXT_TOKENS, DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, DEMO_WIDTHS,
                                             EAGLE_PRIORS, demo_calibration)
 
     t = model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, context_tokens=DEMO_CONTEXT_TOKENS, widths=DEMO_WIDTHS,

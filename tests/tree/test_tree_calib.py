@@ -14,7 +14,7 @@ from specsim import AcceptanceCalibration, CalibrationError, DrafterKey
 from specsim.calibration._types import TreeCounts
 from specsim.calibration.fit import calibration_from_rates
 from specsim.calibration.logs import load_drafts_log
-from specsim.calibration.report import wilson
+from specsim._stats import wilson
 from specsim.calibration.tree_fit import bin_tree, rank_acceptance_from_counts
 from specsim.cli import main
 

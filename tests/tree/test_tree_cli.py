@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specsim.cli import main
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.plan import Planner
 from specsim.tree import Tree, best_tree, tree_from_sglang, tree_from_trtllm
 from specsim.tree.settings import (

@@ -50,7 +50,7 @@ class Watchdog(BaseException):
 # -- the folder every case starts from ------------------------------------------------------------
 
 def base_files(d: Path) -> None:
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from tests.measure.test_engine_tables import grid_docs
 
     (d / "t.toml").write_text(demo_table().to_text())
@@ -356,7 +356,7 @@ FORMAT_SLOTS = {
 def format_contents() -> list:
     """``(slot, what, bytes)``: one wrong thing each (a value out of its range or of the wrong
     type, a row the format cannot hold), every other part of the file right."""
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
 
     out = []
     row = "R9,vLLM,H200,1,m,EAGLE,{k},chain,{b},TPOT,{v},ms,6,{al},x\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specsim import _coldstart
-from specsim.costmodel.defaults import demo_table
+from specsim.demo_inputs import demo_table
 from tests.fixtures import ROOT
 
 
@@ -100,7 +100,7 @@ class Count(event.Listener):
 
 event.register("numba:compile", Count())
 from specsim import Planner
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.plan.planner import sequence_depths
 from specsim.sim import simulate
 from specsim.sim.fleet.fleet import Fleet, simulate_fleet
@@ -151,7 +151,7 @@ def test_a_cold_process_compiles_each_kernel_once(tmp_path):
 def _engines_run(monkeypatch, runs) -> set:
     """Over the engine calls of ``simulate_runs(runs)``, from a process that has not run the engine
     with the per-sequence planner: whether each ran the engine without that planner."""
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.sim import engine
     from specsim.traces import read_trace
 
@@ -179,7 +179,7 @@ def test_a_run_set_with_sequence_runs_every_policy_on_the_engine_with_the_planne
 def test_a_sweep_point_of_a_sweep_with_sequence_takes_the_engine_with_the_planner(monkeypatch):
     """A point of a sweep where some point runs ``sequence`` (run_point's last argument) runs on
     the engine with the planner, and so does every later run in its process."""
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
     from specsim.sim import engine
     from specsim.sim.slo import SLO
     from specsim.studies.sweep.run import run_point

@@ -10,6 +10,7 @@ import pytest
 from specsim import AcceptanceCalibration, CostTable
 from specsim.cli import main
 from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, SGLANG_ADAPTIVE_FILE, demo_adaptive, demo_trace, run_demo
+from specsim.demo_inputs import DEMO_MAX_K, DEMO_WIDTHS, EAGLE_PRIORS, demo_calibration, demo_p_accept, demo_table
 from specsim.traces import read_trace
 
 
@@ -199,3 +200,26 @@ def test_the_demo_answer_and_plot_agree_with_the_table(tmp_path, capsys):
         line = next(x for x in lines if x.startswith(verdict_name + ":"))
         said_tie = re.search(rf"Between the speculative policies, [^.:]*{figure}[^.:]* differences are within", lead)
         assert bool(said_tie) == ("tie within noise" in line), (lead, line)
+
+
+# -- the demo's inputs --------------------------------------------------------------------------
+def test_demo_table_has_every_width_at_every_depth():
+    t = demo_table()
+    assert t.widths.tolist() == list(DEMO_WIDTHS) and t.max_k == DEMO_MAX_K == 8
+    assert len(t.cells) == len(DEMO_WIDTHS) * (DEMO_MAX_K + 1)
+    assert t.key.box_class == "h200" and t.key.recipe == "llama-3.1-8b/eagle-1l-bf16"
+    assert CostTable.parse(t.to_text()) == t
+    assert t.meta["energy_source"] == "model"
+
+
+def test_demo_calibration_comes_from_the_published_rates():
+    cal = demo_calibration()
+    assert cal.priors.tolist() == list(EAGLE_PRIORS)
+    p = np.asarray(demo_p_accept())
+    assert (np.diff(p) > 0).all() and p[-1] == pytest.approx(np.exp(-0.0025))
+    # A confidence near certainty is accepted about as often as it is confident (EAGLE-2).
+    assert cal.p_given_lp(np.log(0.9)) == pytest.approx(np.exp((-0.25 - 0.1) / 2))
+    assert AcceptanceCalibration.parse(cal.render()) == cal
+    # Expected accepted of a 5-draft chain under the priors: 0.79 + 0.79*0.74 + ...
+    want = np.cumsum(np.cumprod(EAGLE_PRIORS)).tolist()[-1]
+    assert cal.expected_accepted([], 5) == pytest.approx(want)

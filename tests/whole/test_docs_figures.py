@@ -24,7 +24,7 @@ def _missing(lines, doc: Path) -> list:
 @pytest.mark.slow
 def test_the_context_pricing_tables_are_current():
     from benchmarks import context_pricing
-    from specsim.costmodel.defaults import demo_calibration
+    from specsim.demo_inputs import demo_calibration
 
     table, cal = context_pricing.context_table(), demo_calibration()
     lines = []

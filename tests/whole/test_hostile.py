@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.cli import main
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.errors import SpecsimError
 from specsim.sim.slo import SLO
 

@@ -9,7 +9,7 @@ from specsim._checks import (MAX_ARRIVAL_S, MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_GR
                              MAX_STEP_COST, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, MIN_RATE_SCALE, few,
                              fraction_problem, int_problem, number_problem, rate_scale_problem, show)
 from specsim.cli import main
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 
 SCREEN = 4000  # characters: a generous screen
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specsim.cli import build_parser, main
-from specsim.costmodel.defaults import demo_calibration, demo_table
+from specsim.demo_inputs import demo_calibration, demo_table
 from tests.fixtures import write_demo_inputs
 
 

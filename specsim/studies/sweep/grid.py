@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import _toml
-from specsim._checks import MAX_GRID_POINTS, int_problem, is_number, rate_scale_problem, show
+from specsim._checks import MAX_GRID_POINTS, int_problem, is_int, is_number, rate_scale_problem, show
 from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
@@ -87,6 +87,8 @@ def load_grid(path) -> Grid:
 
 
 def parse_grid(text, folder, source="<grid>") -> Grid:
+    """A grid from its TOML ``text`` (paths relative to ``folder``); every problem of every
+    section is listed at once, in the sections' order."""
     doc = _toml.loads(text, "the sweep grid", source, GridError)
     folder = Path(folder)
     problems = []
@@ -94,42 +96,64 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     for name in doc:
         if name not in known:
             problems.append(f"unknown section [{name}]: the sections are {', '.join(sorted(known))}")
+    traces = _inputs(doc, "traces", folder, problems, with_options=True)
+    tables = _inputs(doc, "tables", folder, problems)
+    calibrations = _inputs(doc, "calibrations", folder, problems)
+    server = _server(doc, problems)
+    slo = _slo(doc, problems)
+    axes = _axes(doc, {"trace": traces, "table": tables, "calibration": calibrations}, server, problems)
+    size = math.prod(len(v) for _, v in axes)
+    if size > MAX_GRID_POINTS:
+        problems.append(f"the axes cross to {size:,} points; a sweep takes at most {MAX_GRID_POINTS:,} "
+                        "(docs/limits.md): split it into several grids")
+    if problems:
+        raise GridError(f"{source}: the sweep grid cannot run", problems)
+    grid = Grid(source, traces, tables, calibrations, dict(server), SLO(**slo), tuple(axes))
+    object.__setattr__(grid, "points", _points(grid, source))
+    return grid
 
-    def inputs(section, with_options=False):
-        raw = doc.get(section, {})
-        out = {}
-        if not isinstance(raw, dict) or not raw:
-            problems.append(f"[{section}] must name at least one input: name = \"path\"")
-            return out
-        for name, value in raw.items():
-            options = {}
-            if isinstance(value, dict) and with_options:
-                options = {k: v for k, v in value.items() if k != "path"}
-                bad = [k for k in options if k not in READER_OPTIONS]
-                if bad:
-                    problems.append(f"[{section}] {name}: unknown option(s) {', '.join(map(show, bad))}; "
-                                    f"known: path, {', '.join(READER_OPTIONS)}")
-                problems.extend(f"[{section}] {name}: {p}" for p in _reader_option_problems(options))
-                if isinstance(options.get("window"), list) and len(options["window"]) in (1, 2):
-                    w = options["window"]
-                    options["window"] = (w[0], w[1] if len(w) == 2 else None)
-                value = value.get("path")
-            if not isinstance(value, str):
-                problems.append(f"[{section}] {name}: give a path string"
-                                + (" or a table with `path`" if with_options else ""))
-                continue
-            p = Path(value)
-            p = p if p.is_absolute() else folder / p
-            if not p.is_file():
-                problems.append(f"[{section}] {name}: no file at {p}")
-            out[name] = (str(p), options) if with_options else str(p)
+
+def _inputs(doc, section, folder, problems, with_options=False) -> dict:
+    """``[traces]``, ``[tables]`` or ``[calibrations]``: name -> path (traces: ``(path, reader
+    options)``); what is wrong goes to ``problems``."""
+    raw = doc.get(section, {})
+    out = {}
+    if not isinstance(raw, dict) or not raw:
+        problems.append(f"[{section}] must name at least one input: name = \"path\"")
         return out
+    for name, value in raw.items():
+        options = {}
+        if isinstance(value, dict) and with_options:
+            options = {k: v for k, v in value.items() if k != "path"}
+            bad = [k for k in options if k not in READER_OPTIONS]
+            if bad:
+                problems.append(f"[{section}] {name}: unknown option(s) {', '.join(map(show, bad))}; "
+                                f"known: path, {', '.join(READER_OPTIONS)}")
+            problems.extend(f"[{section}] {name}: {p}" for p in _reader_option_problems(options))
+            if isinstance(options.get("window"), list) and len(options["window"]) in (1, 2):
+                w = options["window"]
+                options["window"] = (w[0], w[1] if len(w) == 2 else None)
+            value = value.get("path")
+        if not isinstance(value, str):
+            problems.append(f"[{section}] {name}: give a path string"
+                            + (" or a table with `path`" if with_options else ""))
+            continue
+        p = Path(value)
+        p = p if p.is_absolute() else folder / p
+        if not p.is_file():
+            problems.append(f"[{section}] {name}: no file at {p}")
+        out[name] = (str(p), options) if with_options else str(p)
+    return out
 
-    traces = inputs("traces", with_options=True)
-    tables = inputs("tables")
-    calibrations = inputs("calibrations")
 
-    known = option_names() - {"occupancy"}
+def _server_names() -> set:
+    """The server options a grid's ``[server]`` and ``[axes]`` may set."""
+    return option_names() - {"occupancy"}
+
+
+def _server(doc, problems) -> dict:
+    """``[server]``: the options every point shares."""
+    known = _server_names()
     server = doc.get("server", {})
     if not isinstance(server, dict):
         problems.append("[server] must be a table of server options")
@@ -137,6 +161,11 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     for name in server:
         if name not in known:
             problems.append(f"[server] {name}: not a server option; known: {', '.join(sorted(known))}")
+    return server
+
+
+def _slo(doc, problems) -> dict:
+    """``[slo]``: the targets' keyword arguments of :class:`SLO` (empty when wrong or absent)."""
     slo = doc.get("slo", {})
     if not isinstance(slo, dict) or any(k not in ("ttft_s", "tpot_s") for k in slo):
         problems.append("[slo] takes ttft_s and tpot_s (seconds)")
@@ -145,21 +174,25 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
     if problem:
         problems.append(problem)
         slo = {}
+    return slo
 
+
+def _axes(doc, pools, server, problems) -> list:
+    """``[axes]``: ``[(axis, (values...)), ...]`` in crossing order, the inputs first (each
+    defaulting to every input of its kind in ``pools``)."""
+    known = _server_names()
     raw_axes = doc.get("axes", {})
     if not isinstance(raw_axes, dict):
         problems.append("[axes] must be a table of lists")
         raw_axes = {}
-    defaults = {"trace": list(traces), "table": list(tables), "calibration": list(calibrations)}
     axes = []
-    for name in ("trace", "table", "calibration"):
-        values = raw_axes.get(name, defaults[name])
-        pool = {"trace": traces, "table": tables, "calibration": calibrations}[name]
+    for name in INPUT_AXES:
+        values = raw_axes.get(name, list(pools[name]))
         if not isinstance(values, list) or not values:
             problems.append(f"[axes] {name} must be a non-empty list of names")
             continue
         for v in values:
-            if v not in pool:
+            if v not in pools[name]:
                 problems.append(f"[axes] {name} {v!r} is not defined in [{name}s]")
         axes.append((name, tuple(values)))
     for name, values in raw_axes.items():
@@ -177,45 +210,49 @@ def parse_grid(text, folder, source="<grid>") -> Grid:
             continue
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             problems.append(f"[axes] {name} lists a value twice: each point would be computed twice")
-        if name == "policy":
-            for v in values:
-                try:
-                    read_policy(v)
-                except Exception as e:  # the parser's own message says what is wrong
-                    problems.append(f"[axes] policy {v!r}: {e}")
-        if name == "replicas":
-            for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 16:
-                    problems.append(f"[axes] replicas {v!r} must be a whole number of replicas >= 1")
-        if name == "router":
-            for v in values:
-                if v not in ROUTERS:
-                    problems.append(f"[axes] router {v!r}: use one of {', '.join(ROUTERS)}")
-        if name == "rate_scale":
-            for v in values:
-                problem = rate_scale_problem(v, "rate_scale")
-                if problem:
-                    problems.append(f"[axes] {problem}")
+        problems.extend(_run_axis_problems(name, values))
         axes.append((name, tuple(values)))
     if "policy" not in raw_axes:
         problems.append("[axes] policy is missing: list the policies to compare, e.g. [\"propose\", \"sequence\"]")
-    size = math.prod(len(v) for _, v in axes)
-    if size > MAX_GRID_POINTS:
-        problems.append(f"the axes cross to {size:,} points; a sweep takes at most {MAX_GRID_POINTS:,} "
-                        "(docs/limits.md): split it into several grids")
-    if problems:
-        raise GridError(f"{source}: the sweep grid cannot run", problems)
-    grid = Grid(source, traces, tables, calibrations, dict(server), SLO(**slo), tuple(axes))
+    return axes
+
+
+def _run_axis_problems(name, values) -> list:
+    """What is wrong with the values of a run axis (policy, replicas, router, rate_scale)."""
+    problems = []
+    if name == "policy":
+        for v in values:
+            try:
+                read_policy(v)
+            except Exception as e:  # the parser's own message says what is wrong
+                problems.append(f"[axes] policy {v!r}: {e}")
+    if name == "replicas":
+        for v in values:
+            if not is_int(v) or not 1 <= v <= 1 << 16:
+                problems.append(f"[axes] replicas {v!r} must be a whole number of replicas >= 1")
+    if name == "router":
+        for v in values:
+            if v not in ROUTERS:
+                problems.append(f"[axes] router {v!r}: use one of {', '.join(ROUTERS)}")
+    if name == "rate_scale":
+        for v in values:
+            problem = rate_scale_problem(v, "rate_scale")
+            if problem:
+                problems.append(f"[axes] {problem}")
+    return problems
+
+
+def _points(grid: Grid, source) -> list:
+    """Every point of the grid's crossed axes, each point's server options checked once here, so
+    a bad value fails before any work starts."""
     names = [a for a, _ in grid.axes]
     points = [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in grid.axes))]
-    # Check each point's options once here, so a bad value fails before any work starts.
     for p in points:
         try:
             ServerOptions(**point_options(grid, p))
         except SimulationError as e:
             raise GridError(f"{source}: point {json.dumps(p)} has bad server options: {e}") from None
-    object.__setattr__(grid, "points", points)
-    return grid
+    return points
 
 
 def _reader_option_problems(options: dict) -> list:

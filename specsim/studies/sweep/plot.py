@@ -4,6 +4,8 @@ and the Pareto front (no other point is both faster and cheaper), one panel per 
 
 from __future__ import annotations
 
+import io
+
 from specsim.errors import SpecsimError
 from specsim._checks import is_finite, is_number, show
 from specsim._io import atomic_write_bytes
@@ -28,7 +30,7 @@ def pareto_front(rows):
 def pareto_plot(rows, path) -> None:
     """Write the Pareto plot of sweep result rows to ``path`` (PNG)."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the plot extra): loaded only when a figure is drawn
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -80,7 +82,6 @@ def pareto_plot(rows, path) -> None:
     if sc is not None:
         fig.colorbar(sc, ax=list(axes[0]), label="p99 TPOT (s)")
     fig.subplots_adjust(bottom=0.2)
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

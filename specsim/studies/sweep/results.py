@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import io
 import json
 import math
@@ -46,8 +47,6 @@ INPUT_PARTS = ("trace", "table", "calibration", "server", "run", "slo", "engine"
 
 
 def _sha(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -392,7 +391,7 @@ def _from_text(text):
 
 def _pyarrow():
     try:
-        import pyarrow
+        import pyarrow  # optional (the dist extra): loaded only for Parquet
     except ImportError:
         raise GridError("writing Parquet needs pyarrow (pip install pyarrow), or give a .csv path") from None
     return pyarrow
@@ -400,6 +399,6 @@ def _pyarrow():
 
 def _pyarrow_parquet():
     _pyarrow()
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional (the dist extra): loaded only for Parquet
 
     return pq

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from specsim._checks import request_size_problem
 from specsim._executor import Executor, check_scheduler, check_workers, choose
+from specsim._stats import paired_noise
 from specsim.errors import GridError, SpecsimError
 from specsim.studies.sweep.grid import INPUT_AXES, Grid, point_id, point_options
 from specsim.interop import read_policy
@@ -24,7 +26,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
 from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
-from specsim.sim.verdict import paired_noise, run_digest
+from specsim.sim.verdict import run_digest
 from specsim.table import CostTable
 from specsim.traces import read_trace
 
@@ -137,6 +139,35 @@ def _load_inputs(grid: Grid, points):
     return traces, tables, cals
 
 
+def _points_to_run(grid: Grid, read, traces, tables, cals, out) -> tuple:
+    """``(inputs, kept, todo, n_stale, stale)``: every point's inputs (:func:`point_inputs`), the rows
+    kept in the results file ``read`` by point id, the points to compute (their row is missing or
+    was computed from other inputs), how many rows are stale and which inputs changed under them.
+    A kept row that was edited since it was written is refused, all such rows named at once."""
+    digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
+    digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
+    digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
+    inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
+    kept = {r["point_id"]: r for r in read}
+    todo, stale, n_stale, edited = [], {}, 0, []
+    for p in grid.points:
+        pid = point_id(p)
+        row = kept.get(pid)
+        if row is not None and row.get("inputs_digest") == inputs_digest(inputs[pid]):
+            problem = point_row_problem(row, p, _labels(grid, p))
+            if problem:
+                edited.append(DamagedRow(f"the row of point {pid}", EDITED, problem))
+            continue
+        todo.append(p)
+        if row is not None:
+            n_stale += 1
+            for part in _changed_parts(row, inputs[pid]):
+                stale[part] = stale.get(part, 0) + 1
+    if edited:
+        raise damaged_error(out, edited)
+    return inputs, kept, todo, n_stale, stale
+
+
 def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, progress=True) -> SweepReport:
     """Run every point of ``grid`` whose row in ``out`` is missing or was computed from other
     inputs (:func:`point_inputs`); rows are saved after each point.
@@ -162,27 +193,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
     sequence_engine = use_sequence_engine({point["policy"] for point in grid.points})
-    digests = {("trace", name): requests_digest(r) for name, r in traces.items()}
-    digests.update({("table", name): file_digest(grid.tables[name]) for name in tables})
-    digests.update({("calibration", name): file_digest(grid.calibrations[name]) for name in cals})
-    inputs = {point_id(p): point_inputs(grid, p, digests) for p in grid.points}
-    kept = {r["point_id"]: r for r in read}
-    todo, stale, n_stale, edited = [], {}, 0, []
-    for p in grid.points:
-        pid = point_id(p)
-        row = kept.get(pid)
-        if row is not None and row.get("inputs_digest") == inputs_digest(inputs[pid]):
-            problem = point_row_problem(row, p, _labels(grid, p))
-            if problem:
-                edited.append(DamagedRow(f"the row of point {pid}", EDITED, problem))
-            continue
-        todo.append(p)
-        if row is not None:
-            n_stale += 1
-            for part in _changed_parts(row, inputs[pid]):
-                stale[part] = stale.get(part, 0) + 1
-    if edited:
-        raise damaged_error(out, edited)
+    inputs, kept, todo, n_stale, stale = _points_to_run(grid, read, traces, tables, cals, out)
     skipped = len(grid.points) - len(todo)
     note = resume_note(len(grid.points), skipped, n_stale, stale, out)
     if note:
@@ -281,8 +292,6 @@ def best_by_traffic(grid: Grid, rows) -> list:
     so. A candidate that made the same runs as the best (the same ``run_digest`` under every seed)
     is named equal to it rather than ranked.
     """
-    import statistics
-
     names = [a for a, _ in grid.axes]
     traffic = [a for a in names if a in TRAFFIC_AXES and len(dict(grid.axes)[a]) > 1]
     cand_axes = [a for a in names if a not in TRAFFIC_AXES and a != "seed"

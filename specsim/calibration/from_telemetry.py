@@ -1,4 +1,5 @@
-"""Telemetry records -> what they identify: a step histogram, or a mean under a named assumption.
+"""A calibration from engine telemetry: what the records identify (a step histogram, or a mean under a
+named assumption) and the calibration fitted from it.
 
 - ``"steps"`` records (accept-run histograms, per-step arrays) are verify steps by ``(drafts,
   accepted run)``: exactly what a calibration's position priors are fitted from.

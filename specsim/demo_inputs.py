@@ -1,5 +1,5 @@
-"""Built-in defaults for trying specsim with no files: an EAGLE calibration from published
-acceptance rates, and the modelled table it pairs with (Llama-3.1-8B + EAGLE on one H200).
+"""The demo's inputs, built in for trying specsim with no files: an EAGLE calibration from
+published acceptance rates, and the modelled table it pairs with (Llama-3.1-8B + EAGLE on one H200).
 
 Neither is a measurement of anyone's serve: the calibration's numbers are read from papers, the
 table from the roofline. Both say so in their ``[meta]``.
@@ -8,6 +8,7 @@ table from the roofline. Both say so in their ``[meta]``.
 from __future__ import annotations
 
 import math
+
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.costmodel.roofline import model_table
 
