@@ -326,6 +326,12 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
     width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
     budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
     policy = read_policy(policy)
+    if policy.kind == "tree":
+        raise PolicyError(
+            f"policy {policy} drafts a tree, and an acceptance trace logs a chain's accepted runs, not which "
+            "rank the target's token had at each depth: replay a chain policy (fixed, schedule, propose or "
+            "goodput), or simulate the tree with a calibration that has a [tree] table (specsim simulate "
+            f"--policy {policy})")
     if table is not None:
         costs = StepCosts.from_table(table, width)
     elif step_ms is not None:

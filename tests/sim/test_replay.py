@@ -80,6 +80,15 @@ def test_depth_beyond_the_costs_is_refused(shared_data):
     assert r.depth == 3 and r.tokens == 12
 
 
+@pytest.mark.parametrize("policy", ["tree:3", "tree:3,2", "tree:auto"])
+def test_a_tree_policy_is_refused_by_replay(shared_data, policy):
+    """An acceptance trace logs a chain's accepted runs: tree:3 replayed as a chain of 3 (a silent
+    wrong answer) and tree:auto raised a TypeError; both are refused by name."""
+    table = qwen_table(shared_data, "qwen38_27b_mtp_r1")
+    with pytest.raises(PolicyError, match=rf"policy {policy} drafts a tree.*replay a chain policy"):
+        replay(make_trace([2, 1, 3], 3), policy, 1, 9, table=table)
+
+
 def test_digit_above_k_logged_warns_not_raises():
     trace = make_trace([7, 0, 1], 5)
     with pytest.warns(TraceWarning, match="above k_logged = 5"):
