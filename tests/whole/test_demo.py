@@ -127,6 +127,11 @@ def test_demo_refuses_bad_options(tmp_path, capsys):
     assert "--requests" in capsys.readouterr().err
 
 
+# The comparison table's leading columns, in the order printed.
+COLUMNS = ("policy", "tok/s", "J/tok", "W", "width", "nodes", "acc/step", "queue_p99", "TTFT_p50", "TTFT_p99",
+           "TPOT_p50", "TPOT_p99")
+
+
 def _table_rows(printed):
     """The comparison table's rows: label -> cells, as printed."""
     lines = printed.splitlines()
@@ -137,9 +142,12 @@ def _table_rows(printed):
         if line.startswith("("):
             break
         cells = line.split()
-        rows[cells[0]] = dict(zip(["policy", "tok/s", "J/tok", "W", "width", "acc/step", "queue_p99", "TTFT_p50",
-                                   "TTFT_p99", "TPOT_p50", "TPOT_p99"], cells))
-    assert header[0] == "policy" and rows
+        rows[cells[0]] = dict(zip(COLUMNS, cells))
+    # The header as printed (two-word names such as "TPOT p99" joined): the columns read above.
+    joined = " ".join(header).replace("queue p99", "queue_p99")
+    for name in ("TTFT", "TPOT", "E2E"):
+        joined = joined.replace(f"{name} p50", f"{name}_p50").replace(f"{name} p99", f"{name}_p99")
+    assert joined.split()[:len(COLUMNS)] == list(COLUMNS) and rows
     return rows
 
 
