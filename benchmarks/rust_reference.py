@@ -73,11 +73,12 @@ def write_inputs(folder, table, cal, conf, n_conf, known, k_max, row_budget, sla
 
 
 def run_bench(binary, paths, samples=2001) -> tuple:
-    """The depths the Rust reference chose and its median ns per call."""
+    """The depths the Rust reference chose and its median ns per call (None with ``samples=0``:
+    the depths only, nothing timed)."""
     out = subprocess.run([str(binary), *map(str, paths), str(samples)], check=True, capture_output=True,
                          text=True).stdout
     fields = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    return [int(d) for d in fields["depths"][1:]], float(fields["ns_per_call"][0])
+    return [int(d) for d in fields["depths"][1:]], float(fields["ns_per_call"][0]) if samples else None
 
 
 def time_specsim(planner, call, rounds=201) -> float:

@@ -1,6 +1,7 @@
-//! `bench TABLE CAL BATCH [CALLS]`: reads the three files benchmarks/rust_reference.py writes,
-//! times `sequence_depths` on the batch (the median of CALLS timed samples after a warm-up, in
-//! ns per call) and prints the depths it chose and the time.
+//! `bench TABLE CAL BATCH [SAMPLES]`: reads the three files benchmarks/rust_reference.py writes,
+//! times `sequence_depths` on the batch (the median of SAMPLES timed samples after a warm-up, in
+//! ns per call; default 2001) and prints the depths it chose and the time. With SAMPLES 0 it
+//! prints the depths only.
 //!
 //! Each file is a list of named arrays, `NAME COUNT VALUE...`, separated by whitespace, with
 //! floats written so they read back exactly (`nan` for NaN).
@@ -58,11 +59,11 @@ fn scalar<T: std::str::FromStr + Copy>(arrays: &HashMap<String, Vec<String>>, pa
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 || args.len() > 5 {
-        fail("usage: bench TABLE CAL BATCH [CALLS]".to_owned());
+        fail("usage: bench TABLE CAL BATCH [SAMPLES]".to_owned());
     }
     let (tp, cp, bp) = (&args[1], &args[2], &args[3]);
     let samples: usize = match args.get(4) {
-        Some(c) => c.parse().unwrap_or_else(|_| fail(format!("CALLS `{c}` is not a whole number"))),
+        Some(c) => c.parse().unwrap_or_else(|_| fail(format!("SAMPLES `{c}` is not a whole number"))),
         None => 2001,
     };
 
@@ -107,6 +108,11 @@ fn main() {
 
     let call = || sequence_depths(black_box(&table), black_box(&cal), black_box(&batch), k_max, row_budget, slack);
     let chosen = call();
+    let text: Vec<String> = chosen.iter().map(|d| d.to_string()).collect();
+    println!("depths {} {}", chosen.len(), text.join(" "));
+    if samples == 0 {
+        return;
+    }
     // Warm up, then size a sample to at least 20 us so the clock's own cost is diluted.
     let warm = Instant::now();
     let mut warm_calls = 0u64;
@@ -116,7 +122,7 @@ fn main() {
     }
     let per_call = warm.elapsed().as_secs_f64() / warm_calls as f64;
     let calls = ((20e-6 / per_call).ceil() as usize).max(1);
-    let mut ns: Vec<f64> = (0..samples.max(1))
+    let mut ns: Vec<f64> = (0..samples)
         .map(|_| {
             let t0 = Instant::now();
             for _ in 0..calls {
@@ -128,8 +134,6 @@ fn main() {
     ns.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let median = ns[ns.len() / 2];
 
-    let text: Vec<String> = chosen.iter().map(|d| d.to_string()).collect();
-    println!("depths {} {}", chosen.len(), text.join(" "));
     println!("ns_per_call {median:.1}");
     println!("samples {} calls_per_sample {calls}", ns.len());
 }
