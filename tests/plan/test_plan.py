@@ -769,9 +769,9 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
         n, m = int(rng.integers(1, 40)), t.max_k
         conf = rng.uniform(-6.0, 0.3, (n, m)).astype(np.float32)
         caps = np.full(n, m, dtype=np.int64)
-        strided, compact, run = np.empty(n * m), np.empty(n * m), np.empty(n)
+        strided, compact = np.empty(n * m), np.empty(n * m)
         base_tokens, extras, _, highest, total = _gains_nb(Planner(t, c)._state.arrays, conf, caps, caps.copy(), m,
-                                                           run, strided, m, compact)
+                                                           strided, m, compact)
         wc = np.empty((t.max_k + 1, 4))
         width_costs_nb(t.widths, t.costs, n, wc)
         base_eff = base_tokens / row_cost_nb(wc[:, 1], n, n, t.max_k, wc[m, 3])
