@@ -14,7 +14,8 @@ Usage::
     python -m benchmarks.rust_reference              # n = 8, 64, 256, 1024; K = 8, two tables
     python -m benchmarks.rust_reference --n 256 --rounds 5
 
-Needs ``cargo``; the build goes to benchmarks/rust_reference/target (ignored by git).
+Needs ``cargo``; the build goes to the system's temporary folder (``specsim-rust-reference``),
+kept between runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 CRATE = Path(__file__).resolve().parent / "rust_reference"
+# Outside the repository, so the build's own files never mix with the project's; kept between runs.
+TARGET = Path(tempfile.gettempdir()) / "specsim-rust-reference"
 
 
 class NoCargo(RuntimeError):
@@ -42,7 +45,7 @@ def build(target_dir=None) -> Path:
     cargo = shutil.which("cargo")
     if cargo is None:
         raise NoCargo("cargo is not on PATH")
-    target = Path(target_dir) if target_dir is not None else CRATE / "target"
+    target = Path(target_dir) if target_dir is not None else TARGET
     subprocess.run([cargo, "build", "--release", "--offline", "--quiet", "--manifest-path", str(CRATE / "Cargo.toml"),
                     "--target-dir", str(target)], check=True)
     return target / "release" / ("bench.exe" if sys.platform == "win32" else "bench")

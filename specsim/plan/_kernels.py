@@ -648,8 +648,9 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
                 return E_ROW - 2 * i - 1
             # No early exit inside a row: the loop then compiles to vector compares.
             positive = False
+            ui = U(i)
             for j in range(c):
-                positive |= conf[i, j] > LOGPROB_SLACK
+                positive |= conf[ui, U(j)] > LOGPROB_SLACK
             if positive:
                 return E_CONFIDENCE
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)
