@@ -100,7 +100,8 @@ fn main() {
         .iter()
         .zip(&n_conf)
         .map(|(&k, &m)| {
-            let s = Sequence { confidences: conf[start..start + m].iter().map(|&x| x as f32).collect(), known_drafts: k };
+            let s =
+                Sequence { confidences: conf[start..start + m].iter().map(|&x| x as f32).collect(), known_drafts: k };
             start += m;
             s
         })
