@@ -100,7 +100,7 @@ def batch(n, k, seed=None):
     return conf, np.full(n, k, dtype=np.int64), np.full(n, k, dtype=np.int64)
 
 
-def compare(binary, folder, table, cal, planner, conf, n_conf, known, k_max, row_budget, samples=2001, rounds=201):
+def compare(binary, folder, planner, conf, n_conf, known, k_max, row_budget, samples=2001, rounds=201):
     """(Rust depths, specsim depths, Rust ns, specsim ns) on one batch; the depths of
     ``sequence_depths`` are checked equal to ``Planner.depths``'."""
     from specsim import sequence_depths
@@ -110,10 +110,11 @@ def compare(binary, folder, table, cal, planner, conf, n_conf, known, k_max, row
     planner.depths(*call)
     mine = out.tolist()
     ragged = [conf[i, :min(int(n_conf[i]), conf.shape[1])].tolist() for i in range(conf.shape[0])]
-    function = sequence_depths(planner.table, planner.calibration, ragged, known.tolist(), k_max, row_budget, planner.slack)
+    table, cal, slack = planner.table, planner.calibration, planner.slack
+    function = sequence_depths(table, cal, ragged, known.tolist(), k_max, row_budget, slack)
     if function != mine:
         raise AssertionError("sequence_depths and Planner.depths disagree")
-    paths = write_inputs(folder, planner.table, planner.calibration, conf, n_conf, known, k_max, row_budget, planner.slack)
+    paths = write_inputs(folder, table, cal, conf, n_conf, known, k_max, row_budget, slack)
     theirs, rust_ns = run_bench(binary, paths, samples)
     ours_ns = time_specsim(planner, call, rounds) if rounds else float("nan")
     return theirs, mine, rust_ns, ours_ns
@@ -130,10 +131,10 @@ def main(argv=None) -> int:
     cases = {"K8": SETUPS[8, False], "K8-rows-pay": SETUPS[8, True]}
     print(f"{'case':<12} {'n':>5} {'extra rows':>10} {'rust us':>9} {'specsim us':>10} {'rust / specsim':>14}")
     with tempfile.TemporaryDirectory() as folder:
-        for name, (table, cal, planner) in cases.items():
+        for name, (_, _, planner) in cases.items():
             for n in args.n or (8, 64, 256, 1024):
                 conf, n_conf, known = batch(n, 8)
-                runs = [compare(binary, folder, table, cal, planner, conf, n_conf, known, 8, n * 8)
+                runs = [compare(binary, folder, planner, conf, n_conf, known, 8, n * 8)
                         for _ in range(args.rounds)]
                 theirs, mine = runs[0][0], runs[0][1]
                 if theirs != mine:

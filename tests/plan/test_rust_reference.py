@@ -39,7 +39,8 @@ def _table(rng):
 def _calibration(rng):
     edges = sorted(set(rng.choice([-8.0, -4.0, -2.0, -1.0, -0.5, -0.1, -0.05, -0.02], int(rng.integers(0, 6))))) + [0.0]
     prob = lambda: float(rng.choice([0.0, 0.5, 1.0])) if rng.random() < 0.3 else float(rng.uniform(0, 1))  # noqa: E731
-    return AcceptanceCalibration(DRAFTER, edges, [prob() for _ in edges], [prob() for _ in range(int(rng.integers(1, 6)))])
+    priors = [prob() for _ in range(int(rng.integers(1, 6)))]
+    return AcceptanceCalibration(DRAFTER, edges, [prob() for _ in edges], priors)
 
 
 def test_the_rust_reference_chooses_specsims_depths(bench, tmp_path):
