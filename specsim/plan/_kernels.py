@@ -230,15 +230,18 @@ def _bucket_p(edges, cells, p_accept, last, lp, b):
 
 
 @jit(forceinline=True)
-def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
+def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
     """The base tokens and every extra row's gain.
 
-    Walks position by position over all sequences, keeping each sequence's running product in
-    ``run``: the products of different sequences are independent, so they overlap in the CPU
-    instead of waiting on each other. Row ``(i, j)``'s gain goes to ``strided[i * stride + j - 2]``
-    (for assigning depths) and to the next free place of ``compact`` (for sorting). Subscripts
-    are unsigned (``U``) because Numba then skips its negative-index wraparound: here that is
-    most of the work.
+    Walks sequence by sequence, each sequence's running product in a register, its caps and
+    counts read once: a sequence's lookups do not wait on each other (only its products do), and
+    the next sequence's products are independent of this one's, so the CPU overlaps them. Row
+    ``(i, j)``'s gain goes to ``strided[i * stride + j - 2]`` (for assigning depths) and to the
+    next free place of ``compact`` (for sorting; both written in order). Subscripts are unsigned
+    (``U``) because Numba then skips its negative-index wraparound: here that is most of the work.
+
+    A sequence's gains never increase with depth (each probability is at most 1, and rounding a
+    product is monotone), so the greatest gain is a first extra row's and the least a last one's.
 
     Returns
     -------
@@ -256,40 +259,43 @@ def _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride, compact):
     if kk < 1:
         return base_tokens, 0, 0.0, 0.0, 0.0
     prior_1 = priors[0]
-    for i in range(n):
-        ui = U(i)
-        p = prior_1
-        if reals[ui] >= 1:
-            lp = conf[ui, U(0)]
-            if lp == lp:  # NaN: unmeasured, the prior
-                p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
-        run[ui] = p
-        if caps[ui] >= 1:
-            base_tokens += p
     extras = 0
     lowest = 2.0
     highest = -1.0
     total = 0.0
-    for j in range(2, kk + 1):
-        prior_j = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
-        uj = U(j - 1)
-        for i in range(n):
-            ui = U(i)
-            if caps[ui] < j:
-                continue
-            p = prior_j
-            if j <= reals[ui]:
+    for i in range(n):
+        ui = U(i)
+        cap = caps[ui]
+        real = reals[ui]
+        g = prior_1
+        if real >= 1:
+            lp = conf[ui, U(0)]
+            if lp == lp:  # NaN: unmeasured, the prior
+                g = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
+        if cap < 1:
+            continue
+        base_tokens += g
+        if cap < 2:
+            continue
+        row = i * stride - 2
+        for j in range(2, cap + 1):
+            uj = U(j - 1)
+            if j <= real:
                 lp = conf[ui, uj]
                 if lp == lp:
                     p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, uj])
-            g = run[ui] * p
-            run[ui] = g
-            strided[U(i * stride + j - 2)] = g
+                else:
+                    p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+            else:
+                p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+            g = g * p
+            strided[U(row + j)] = g
             compact[U(extras)] = g
             extras += 1
-            lowest = g if g < lowest else lowest
-            highest = g if g > highest else highest
             total += g
+        first = strided[U(row + 2)]
+        highest = first if first > highest else highest
+        lowest = g if g < lowest else lowest
     if extras == 0:
         return base_tokens, 0, 0.0, 0.0, 0.0
     return base_tokens, extras, lowest, highest, total
@@ -368,7 +374,6 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     strided = g[:n * stride]
     compact = g[n * stride:2 * n * stride]
     ordered = g[2 * n * stride:3 * n * stride]
-    run = g[3 * n * stride:3 * n * stride + n]
     o = ws.owner
     keys = o[:n * stride]
     caps = o[n * stride:n * stride + n]
@@ -377,8 +382,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
     if base_rows > row_budget:
         return 0
-    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, run, strided, stride,
-                                                            compact)
+    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact)
     for i in range(n):
         out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
@@ -642,7 +646,11 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
                 return E_ROW - 2 * i
             if known[i] < 0:
                 return E_ROW - 2 * i - 1
+            # No early exit inside a row: the loop then compiles to vector compares.
+            positive = False
+            ui = U(i)
             for j in range(c):
-                if conf[i, j] > LOGPROB_SLACK:
-                    return E_CONFIDENCE
+                positive |= conf[ui, U(j)] > LOGPROB_SLACK
+            if positive:
+                return E_CONFIDENCE
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -1,10 +1,12 @@
 """The planner's descending sort of marginal gains: a bucket sort on the float64 bit patterns.
 
 Gains are products of probabilities, so they are finite and >= 0, and a non-negative double
-orders as its bit pattern read as an integer. One counting pass on the leading bits of the
-patterns spreads about one gain per bucket; an insertion pass then only fixes the order inside
-buckets. That is linear time for the gains a planner sees, where a comparison sort of the
-n * K gains of a batch would cost more than everything else the planner does.
+orders as its bit pattern read as an integer (the sign bit cleared: a probability of -0.0, which
+a calibration may hold, makes gains of -0.0, equal to 0.0 and sorted with it). One counting pass
+on the leading bits of the patterns spreads about one gain per bucket; an insertion pass then
+only fixes the order inside buckets. That is linear time for the gains a planner sees, where a
+comparison sort of the n * K gains of a batch would cost more than everything else the planner
+does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SMALL_BUCKET = 32
 MOVES_PER_VALUE = 8
 
 
+# All bits but the sign's: -0.0 keys as 0.0.
+MAGNITUDE = 0x7FFFFFFFFFFFFFFF
 # Unsigned subscripts: Numba skips its negative-index wraparound for them (most of a pass here).
 U = np.uintp
 
@@ -99,6 +103,7 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     Parameters
     ----------
     gains : ndarray(float64, ndim=1), shape >= (count,)
+        Finite and >= 0 (-0.0 included).
     count : int
     ordered : ndarray(float64, ndim=1), shape >= (count,)
         Modified in place; must not overlap ``gains[:count]``.
@@ -116,7 +121,7 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     bits = gains[:count].view(np.int64)
     # The bit patterns of the extremes, through the counters (no allocation).
     as_float = counts[:2].view(np.float64)
-    as_float[0] = lowest
+    as_float[0] = lowest + 0.0  # -0.0 + 0.0 is 0.0
     as_float[1] = highest
     umin = counts[0]
     umax = counts[1]
@@ -132,7 +137,7 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
         counts[U(b)] = 0
     # Bucket 0 holds the largest values: the buckets in ascending order are the values descending.
     for e in range(count):
-        b = top - (bits[U(e)] >> shift)
+        b = top - ((bits[U(e)] & MAGNITUDE) >> shift)
         keys[U(e)] = b
         counts[U(b)] += 1
     pos = 0

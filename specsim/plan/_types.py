@@ -47,7 +47,7 @@ def _workspace_parts(rows, max_k):
     """Sizes of (gains, owner, counts, wc) for ``rows`` sequences and depths ``0..max_k``: the
     only place the planner's scratch is sized."""
     k = max_k if max_k > 1 else 1
-    return rows * (3 * k + 1), rows * (k + 2), SORT_BUCKETS, (max_k + 1) * 4
+    return rows * 3 * k, rows * (k + 2), SORT_BUCKETS, (max_k + 1) * 4
 
 
 @jit(forceinline=True)
@@ -74,7 +74,7 @@ def workspace_buffer(rows: int, max_k: int) -> np.ndarray:
 def plan_workspace(rows: int, max_k: int) -> PlanWorkspace:
     """The workspace for batches of up to ``rows`` sequences of a table with depths ``0..max_k``.
 
-    For a batch of n sequences the kernels use ``gains[:n * (3K + 1)]``, ``owner[:n * (K + 2)]``
+    For a batch of n sequences the kernels use ``gains[:n * 3K]``, ``owner[:n * (K + 2)]``
     and ``counts[:SORT_BUCKETS]`` (K = max(max_k, 1)); the four arrays are views into one buffer
     (:func:`workspace_buffer`), so a kernel called from Python can take the buffer alone.
     """

@@ -309,7 +309,7 @@ def test_cum_priors_are_running_sums():
     assert math.isclose(want[3], 0.5 + 0.2 + 0.08)
 
 
-@pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny"])
+@pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny", "signed zeros"])
 def test_gain_sort_is_a_descending_sort(kind):
     from specsim.plan._sort import sort_gains_desc_nb
 
@@ -325,6 +325,8 @@ def test_gain_sort_is_a_descending_sort(kind):
             g = rng.uniform(0, 1, count) ** 20
         elif kind == "zeros":
             g = np.zeros(count)
+        elif kind == "signed zeros":  # -0.0 is a probability a calibration may hold; it sorts as 0.0
+            g = rng.choice([-0.0, 0.0, 0.5, 0.25, 1e-300], count)
         else:
             g = rng.uniform(0, 1e-300, count)
         gains = np.empty(2 * count + 1)
@@ -334,6 +336,22 @@ def test_gain_sort_is_a_descending_sort(kind):
         sort_gains_desc_nb(gains, count, ordered, np.empty(4096, dtype=np.int64), np.empty(count + 1, dtype=np.int64),
                            lo, hi)
         assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
+
+
+def test_a_probability_of_minus_zero_plans_as_zero():
+    # p_accept = -0.0 passes the calibration's [0, 1] check and makes gains of -0.0, whose bit
+    # pattern is no non-negative double's: the gain sort once indexed its buckets with it, far
+    # out of range.
+    t = table({n: [(8.0 + 0.01 * n * (k + 1), 1.5 + 0.012 * n * (1 + 0.02 * k), 0.9 * k, 0.08 * k) for k in range(5)]
+               for n in (1, 64)})
+    c = AcceptanceCalibration(DRAFTER, [-1.0, 0.0], [-0.0, 0.9], [0.9, 0.8])
+    assert np.signbit(c.p_accept[0])
+    conf = np.random.default_rng(0).uniform(-2.0, 0.0, (40, 4)).astype(np.float32)
+    counts = np.full(40, 4, dtype=np.int64)
+    got = Planner(t, c, slack=0.5).depths(conf, counts, counts, 4, 160).tolist()
+    assert got == ref_sequence_depths(t.widths.tolist(), t.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),
+                                      c.priors.tolist(), conf.tolist(), counts.tolist(), 4, 160, 0.5)
+    assert sum(got) > 40  # extra rows were sorted and taken
 
 
 # --- bad input at the boundary: a specsim error naming the argument, never a crash ----------------
@@ -769,9 +787,9 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
         n, m = int(rng.integers(1, 40)), t.max_k
         conf = rng.uniform(-6.0, 0.3, (n, m)).astype(np.float32)
         caps = np.full(n, m, dtype=np.int64)
-        strided, compact, run = np.empty(n * m), np.empty(n * m), np.empty(n)
+        strided, compact = np.empty(n * m), np.empty(n * m)
         base_tokens, extras, _, highest, total = _gains_nb(Planner(t, c)._state.arrays, conf, caps, caps.copy(), m,
-                                                           run, strided, m, compact)
+                                                           strided, m, compact)
         wc = np.empty((t.max_k + 1, 4))
         width_costs_nb(t.widths, t.costs, n, wc)
         base_eff = base_tokens / row_cost_nb(wc[:, 1], n, n, t.max_k, wc[m, 3])
