@@ -424,10 +424,35 @@ def test_edge_trees_match_the_reference_engine(ranks, policy):
     assert res.counters["accepted_drafts"] > 0
 
 
-def test_fleets_refuse_tree_policies_by_name():
+@pytest.mark.kernels
+@pytest.mark.parametrize("router", ["round_robin", "least_kv"])
+@pytest.mark.parametrize("policy", ["tree:3", "tree:auto", "fixed:2"])
+def test_every_replica_of_a_tree_fleet_is_the_engine_on_its_share(router, policy):
+    """A fleet serves tree policies: each replica of each group (two boxes, different options)
+    is exactly the single server fed the requests routed to it."""
     from specsim.sim import ServerOptions
-    from specsim.sim.fleet import Fleet, simulate_fleet
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+    from tests.sim.test_fleet import same
 
-    fleet = Fleet.uniform(tree_table(), tree_calibration(), 2, ServerOptions(max_num_seqs=4))
-    with pytest.raises(PolicyError, match="tree:3: fleets serve chains only"):
+    reqs = random_requests(60, 31, rate=10.0)
+    cal = tree_calibration(AUTO_RANKS)
+    fleet = Fleet((ReplicaGroup("a", 2, tree_table(), cal, ServerOptions(max_num_seqs=4, seed=2, log_size=64)),
+                   ReplicaGroup("b", 1, tree_table(row_ms=0.3, row_j=0.1), cal,
+                                ServerOptions(max_num_seqs=8, seed=2, chunked_prefill=True,
+                                              max_num_batched_tokens=40, kv_capacity_tokens=900))))
+    res = simulate_fleet(reqs, fleet, policy, router=router)
+    for r, g in enumerate(fleet.groups[i] for i in (0, 0, 1)):
+        same(res.replicas[r], simulate(reqs[res.assignment == r], g.table, cal, policy, options=g.options))
+    assert res.fleet.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    if policy == "tree:3":
+        assert res.fleet.counters["accepted_drafts"] > 0
+
+
+def test_a_fleet_group_without_a_tree_table_refuses_a_tree_policy_by_name():
+    from specsim.sim import ServerOptions
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+
+    fleet = Fleet((ReplicaGroup("a", 1, tree_table(), tree_calibration(), ServerOptions(max_num_seqs=4)),
+                   ReplicaGroup("b", 1, tree_table(), small_calibration(), ServerOptions(max_num_seqs=4))))
+    with pytest.raises(PolicyError, match="group 'b': policy tree:3: .*\\[tree\\]"):
         simulate_fleet(random_requests(5, 24), fleet, "tree:3")
