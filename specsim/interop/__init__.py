@@ -209,12 +209,19 @@ def engine_tree(text):
         return Policy("tree", nodes=budget, tree_depth=depth, settings=("trtllm", topk, depth, budget),
                       source=f"trtllm:{path} (dynamic tree: top-k {topk}, draft length {depth}, {budget} draft tokens; "
                              "simulated as its expected shape)")
+    return sglang_tree_policy(content, path)
+
+
+def sglang_tree_policy(content, path, label=None):
+    """The ``tree`` policy of SGLang server settings ``content`` (read from ``path``) that state an
+    EAGLE tree, or None where they state a chain; ``label``: the policy's text in reports (default
+    ``sglang:PATH (EAGLE tree: ...)``)."""
     settings = sglang.tree_settings(content, path)
     if settings is None:
         return None
     topk, steps, tokens = settings
     return Policy("tree", nodes=tokens - 1, tree_depth=steps, settings=("sglang", topk, steps, tokens),
-                  source=f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
+                  source=label or f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
 
 
 def engine_schedule(text):
@@ -311,4 +318,4 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_format",
            "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "import_file", "import_text",
-           "policy_file", "read_policy", "read_telemetry"]
+           "policy_file", "read_policy", "read_telemetry", "sglang_tree_policy"]
