@@ -322,7 +322,8 @@ def answer(summaries, rerun, seed: int, verdicts: dict) -> dict:
 
 def auto_tree_widths(inputs, seed: int = 0) -> tuple:
     """The widths at which ``tree:auto`` verifies a branching tree on the demo's server (as the
-    engine plans it), as ``(first, last)`` ranges."""
+    engine plans it: per width, the demo's table having no context axis), as ``(first, last)``
+    ranges, and the engine's ``kind_at`` array."""
     p = prepare(inputs["trace"].requests[:1], inputs["table"], inputs["calibration"], "tree:auto",
                 ServerOptions(seed=seed))
     return _ranges(np.flatnonzero(p.tree.kind_at == BRANCHING).tolist()), p.tree.kind_at

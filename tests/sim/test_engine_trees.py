@@ -481,6 +481,21 @@ def test_every_replica_of_a_tree_fleet_is_the_engine_on_its_share(router, policy
         assert res.fleet.counters["accepted_drafts"] > 0
 
 
+@pytest.mark.kernels
+def test_a_tree_auto_fleet_on_a_context_table_is_the_engine_per_replica():
+    """Each replica plans tree:auto at its own batch's context, as a single server does."""
+    from specsim.sim import ServerOptions
+    from specsim.sim.fleet import Fleet, simulate_fleet
+    from tests.sim.test_fleet import same
+
+    table, cal = tree_context_table(row_ms=0.05, row_j=0.05 / 3), tree_calibration(AUTO_RANKS)
+    reqs = random_requests(50, 17, rate=8.0)
+    opts = ServerOptions(max_num_seqs=6, seed=4, log_size=256)
+    res = simulate_fleet(reqs, Fleet.uniform(table, cal, 2, opts), "tree:auto", router="least_outstanding")
+    for r in range(2):
+        same(res.replicas[r], simulate(reqs[res.assignment == r], table, cal, "tree:auto", options=opts))
+
+
 def test_a_fleet_group_without_a_tree_table_refuses_a_tree_policy_by_name():
     from specsim.sim import ServerOptions
     from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
