@@ -76,22 +76,10 @@ def trace() -> str:
     return "\n".join(lines) + "\n"
 
 
-# Ranks 2..4 of every depth's rank acceptance in tree-cal.toml: the chance that the target's token is
-# the draft's second (third, fourth) candidate. Illustrative, of the falling shape Sequoia's
-# acceptance vectors have (arXiv:2402.12374); fit your drafter's with calib fit --drafts-log.
-TREE_TAIL = (0.10, 0.04, 0.02)
-# Depths of tree-cal.toml's [tree] table: the planner's default deepest tree (the demo's priors
-# cover 5 positions; deeper rows repeat the last, as the priors do past their end).
-TREE_DEPTHS = 8
-
-
 def tree_calibration() -> str:
-    from specsim.demo_inputs import demo_calibration
+    from specsim.demo_inputs import demo_tree_calibration
 
-    cal = demo_calibration()
-    priors = cal.priors.tolist()
-    first = priors + priors[-1:] * (TREE_DEPTHS - len(priors))
-    return cal.with_rank_acceptance([[p, *TREE_TAIL] for p in first]).render()
+    return demo_tree_calibration().render()
 
 
 def specsim(*args) -> None:

@@ -4,7 +4,9 @@ A modelled cost table (Llama-3.1-8B + EAGLE one-layer drafter on one H200, from 
 :mod:`specsim.costmodel`), a calibration from published EAGLE acceptance rates
 (:mod:`specsim.demo_inputs`), and a synthetic request trace shaped like the public Azure
 LLM inference conversation trace of November 2023, served under specsim's draft-depth policies,
-SGLang's own adaptive controller on its default settings, and plain decoding as the baseline.
+SGLang's own adaptive controller on its default settings, SGLang's default EAGLE tree and
+``tree:auto`` (plain, a chain or a tree by the planner at each width), and plain decoding as the
+baseline.
 
 The question it answers is the simulator's typical what-if: the conversation traffic doubled
 (:data:`DEMO_RATE_SCALE`). At the trace's own rate one modelled H200 idles at a batch of about
@@ -16,6 +18,14 @@ using phase splitting", ISCA 2024; Azure/AzurePublicDataset, AzureLLMInferenceTr
 19,366 requests over about 3,500 s (5.53 requests/s), inter-arrival coefficient of variation
 1.09; prompt tokens median 1,020 (log-spread 0.99), output tokens median 129 (log-spread 0.86).
 The medians are the published ones; rate, burstiness and spreads were measured on the public CSV.
+
+Trees: the calibration carries a ``[tree]`` table (:func:`specsim.demo_inputs.demo_tree_calibration`,
+the one ``examples/tree-cal.toml`` holds): the chain priors as each depth's rank-1 acceptance and
+an illustrative, not published, 0.10, 0.04, 0.02 for ranks 2..4. So the chains' rows are those of
+the published rates, and the trees' rows say what trees would do for a drafter of that rank
+shape; fit a drafter's own with ``calib fit --drafts-log``. SGLang's tree is its automatic
+default for Llama with EAGLE (5 steps, top-k 4, 8 draft tokens), written beside the other inputs
+as :data:`SGLANG_TREE_FILE` so a run can be repeated with ``sglang:FILE``.
 
 Server: the modelled table's ``[meta]`` carries what the engine needs beyond step costs (see
 :func:`specsim.costmodel.roofline.serving_meta`): a prefill cost per step (one read of the
@@ -29,17 +39,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from specsim.errors import ScheduleError
 from specsim._io import Outputs
 from specsim._stats import paired_noise
-from specsim.demo_inputs import demo_calibration, demo_table
+from specsim.demo_inputs import demo_table, demo_tree_calibration
+from specsim.interop import sglang_tree_policy
 from specsim.interop.sglang import parse_adaptive
 from specsim.policy.policy import Policy, policy_runs
 from specsim.sim.metrics import requests_csv, summarize
-from specsim.sim.engine import simulate_runs
+from specsim.sim.engine import prepare, simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
 from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
+from specsim.sim.trees import BRANCHING
 from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs
 from specsim.studies.tune import tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
@@ -56,6 +70,13 @@ DEMO_POLICIES = ("fixed:0", "fixed:3", "schedule:1-16=4,17-64=3,65-128=2,129-=1"
 # (its defaults: candidates 1, 3 and 7), written beside the other inputs so a run can be repeated.
 SGLANG_ADAPTIVE_FILE = "sglang-adaptive.json"
 SGLANG_ADAPTIVE_CONFIG = "{}\n"
+# SGLang's EAGLE tree as the engine sets it by itself for Llama (its automatic defaults: 5 steps,
+# top-k 4, 8 draft tokens, the root among them), written beside the other inputs likewise.
+SGLANG_TREE_FILE = "sglang-eagle-tree.json"
+SGLANG_TREE_CONFIG = ('{"speculative_num_steps": 5, "speculative_eagle_topk": 4, '
+                      '"speculative_num_draft_tokens": 8}\n')
+# The tree policies served after the chains: SGLang's tree (demo_sglang_tree) and this.
+DEMO_TREE_POLICIES = ("tree:auto",)
 DEMO_RATE_SCALE = 2.0
 DEMO_REQUESTS = 3000
 DEMO_SLO_TTFT_S = 1.0
@@ -87,7 +108,7 @@ def demo_inputs(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float 
     """What the demo serves: ``table``, ``calibration``, ``trace`` (a TraceRead), ``server`` (the
     table's serving figures) and ``rate_scale``."""
     table = demo_table()
-    return {"table": table, "calibration": demo_calibration(), "trace": demo_trace(requests, seed, rate_scale),
+    return {"table": table, "calibration": demo_tree_calibration(), "trace": demo_trace(requests, seed, rate_scale),
             "server": demo_server(table), "rate_scale": rate_scale}
 
 
@@ -110,8 +131,10 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     table, calibration, trace, results and (with matplotlib) a plot there, and list the files
     written in ``inputs["written"]`` (and what the plot drew in ``inputs["plot"]``).
 
-    ``extra_policies``: more policies to serve beside :data:`DEMO_POLICIES` and SGLang's
-    controller (the demo adds the tuned schedule and the best fixed depth it names), each once.
+    ``extra_policies``: more policies to serve beside :data:`DEMO_POLICIES`, SGLang's
+    controller and the trees (the demo adds the tuned schedule and the best fixed depth it
+    names), each once; the chains come first, then SGLang's controller, then SGLang's tree and
+    :data:`DEMO_TREE_POLICIES`.
     ``inputs``: :func:`demo_inputs`' dict, when already made. ``outputs``: :func:`demo_outputs`'
     for ``out``, when made before other work (its staged files are written with these).
     """
@@ -122,7 +145,8 @@ def run_demo(requests: int = DEMO_REQUESTS, seed: int = 0, out=None, plot=True, 
     table, cal, read = inputs["table"], inputs["calibration"], inputs["trace"]
     base = ServerOptions(seed=seed)
     policies = list(DEMO_POLICIES) + [str(p) for p in extra_policies if str(p) not in DEMO_POLICIES]
-    plan = policy_runs(list(dict.fromkeys(policies)) + [demo_adaptive()], [0.0])
+    plan = policy_runs(list(dict.fromkeys(policies)) + [demo_adaptive(), demo_sglang_tree(), *DEMO_TREE_POLICIES],
+                       [0.0])
     results = simulate_runs(read.requests, table, cal, plan, base, progress=progress)
     summaries = [summarize(r, SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S)) for r in results]
     mark_same_runs(results, summaries)
@@ -143,8 +167,14 @@ def demo_adaptive() -> Policy:
     return Policy("sglang-adaptive", adaptive=cfg, source=SGLANG_ADAPTIVE_FILE)
 
 
-OUTPUT_FILES = ("table.toml", "calibration.toml", "trace.csv", SGLANG_ADAPTIVE_FILE, "requests.csv", "results.json",
-                "plot.png")
+def demo_sglang_tree() -> Policy:
+    """SGLang's default EAGLE tree for Llama, as ``sglang:sglang-eagle-tree.json`` reads it from
+    the demo folder (its tree built from the calibration's ``[tree]`` table)."""
+    return sglang_tree_policy(SGLANG_TREE_CONFIG, SGLANG_TREE_FILE, label=f"sglang:{SGLANG_TREE_FILE}")
+
+
+OUTPUT_FILES = ("table.toml", "calibration.toml", "trace.csv", SGLANG_ADAPTIVE_FILE, SGLANG_TREE_FILE, "requests.csv",
+                "results.json", "plot.png")
 
 
 def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, outputs=None) -> list:
@@ -176,6 +206,7 @@ def write_outputs(out: Path, summaries, results, inputs, per_request_csv, plot, 
         "calibration.toml": inputs["calibration"].render(),
         "trace.csv": "\n".join(lines) + "\n",
         SGLANG_ADAPTIVE_FILE: SGLANG_ADAPTIVE_CONFIG,
+        SGLANG_TREE_FILE: SGLANG_TREE_CONFIG,
         "requests.csv": per_request_csv,
         "results.json": json.dumps({
             "policies": summaries,
@@ -287,4 +318,85 @@ def answer(summaries, rerun, seed: int, verdicts: dict) -> dict:
                  "a tie, not a winner")
     if leads:
         line += (". " if not ties else "; ") + ", ".join(leads) + " beyond the noise"
+    return {"line": line + ".", "figures": figures}
+
+
+def auto_tree_widths(inputs, seed: int = 0) -> tuple:
+    """The widths at which ``tree:auto`` verifies a branching tree on the demo's server (as the
+    engine plans it: per width, the demo's table having no context axis), as ``(first, last)``
+    ranges, and the engine's ``kind_at`` array."""
+    p = prepare(inputs["trace"].requests[:1], inputs["table"], inputs["calibration"], "tree:auto",
+                ServerOptions(seed=seed))
+    return _ranges(np.flatnonzero(p.tree.kind_at == BRANCHING).tolist()), p.tree.kind_at
+
+
+def _ranges(widths) -> tuple:
+    out = []
+    for w in widths:
+        if out and out[-1][1] == w - 1:
+            out[-1][1] = w
+        else:
+            out.append([w, w])
+    return tuple((a, b) for a, b in out)
+
+
+def tree_answer(summaries, results, rerun, seed: int, inputs) -> dict:
+    """The demo's closing word on trees: for each figure of :data:`ANSWER_FIGURES`, the best tree
+    run against the best chain run (speculative, not a tree), their difference paired over the
+    verdicts' draft-outcome seeds (as :func:`answer` pairs), and where ``tree:auto`` plans
+    branching trees (:func:`auto_tree_widths`) and what share of its logged decode steps ran there.
+    Returns ``line`` and ``figures[label]``: ``tree``, ``chain``, ``value``, ``chain_value`` (in
+    the unit shown), ``change`` (%), ``mean``, ``half`` (paired, in the figure's own unit) and
+    ``pays`` (the tree is below the chain beyond the noise); None without a tree and a chain row."""
+    kinds = [r.policy_spec.kind for r in results]
+    distinct = [i for i, s in enumerate(summaries) if s.get("same_as") is None]
+    trees = [i for i in distinct if kinds[i] == "tree"]
+    chains = [i for i in distinct if kinds[i] != "tree" and summaries[i]["policy"] != "fixed:0"]
+    picks = []
+    for name, shown, unit, scale in ANSWER_FIGURES:
+        get = FIGURES[name][0]
+        t = [i for i in trees if get(summaries[i]) is not None]
+        c = [i for i in chains if get(summaries[i]) is not None]
+        if t and c:
+            picks.append((get, shown, unit, scale, min(t, key=lambda i: get(summaries[i])),
+                          min(c, key=lambda i: get(summaries[i]))))
+    prefetch = getattr(rerun, "prefetch", None)
+    if prefetch is not None:  # every rerun at once, in threads (as the verdicts' are)
+        prefetch(list(dict.fromkeys((i, (seed + k) % (1 << 64)) for *_, a, b in picks for i in (a, b)
+                                    for k in range(1, NOISE_SEEDS + 1))))
+    figures = {}
+    for get, shown, unit, scale, best_t, best_c in picks:
+        diffs = [get(summaries[best_t]) - get(summaries[best_c])]
+        for k in range(1, NOISE_SEEDS + 1):
+            other = (seed + k) % (1 << 64)
+            diffs.append(get(rerun(best_t, other)) - get(rerun(best_c, other)))
+        mean, half = paired_noise(diffs)
+        value, chain_value = scale * get(summaries[best_t]), scale * get(summaries[best_c])
+        figures[shown] = {"tree": summaries[best_t]["label"], "chain": summaries[best_c]["label"], "value": value,
+                          "chain_value": chain_value, "unit": unit, "mean": mean, "half": half,
+                          "change": 100.0 * (value / chain_value - 1.0) if chain_value else float("nan"),
+                          "pays": bool(mean < 0 and -mean > half)}
+    if not figures:
+        return None
+    parts = []
+    for k, f in figures.items():
+        digits = ".1f" if f["unit"] == "ms" else ".4f"
+        said = ("pays, beyond the noise" if f["pays"] else
+                "costs more, beyond the noise" if f["mean"] > 0 and f["mean"] > f["half"] else "within the noise")
+        parts.append(f"{k} {format(f['chain_value'], digits)} -> {format(f['value'], digits)} {f['unit']} "
+                     f"({f['change']:+.1f}%, {f['tree']} against {f['chain']}): {said}")
+    line = "trees: against the best chain, " + "; ".join(parts)
+    ranges, kind_at = auto_tree_widths(inputs, seed)
+    auto = next((i for i, r in enumerate(results) if str(r.policy_spec) == "tree:auto"), None)
+    if not ranges:
+        line += ". tree:auto plans no branching tree at any width on this box (chains or plain only)"
+    else:
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+        line += f". tree:auto plans branching trees at widths {where} (chains or plain elsewhere)"
+        if auto is not None:
+            w = results[auto].step_width
+            w = w[w > 0]
+            if w.shape[0]:
+                share = float((kind_at[np.minimum(w, kind_at.shape[0] - 1)] == BRANCHING).mean())
+                line += f"; {100.0 * share:.0f}% of its decode steps on this traffic were at those widths"
     return {"line": line + ".", "figures": figures}

@@ -67,6 +67,27 @@ def demo_calibration():
     )
 
 
+# The demo's [tree] table (rank acceptance, docs/planner.md#draft-trees): ranks 2..4 of every
+# depth, the chance that the target's token is the draft's second (third, fourth) candidate.
+# Illustrative, not published for this drafter: of the falling shape Sequoia's acceptance vectors
+# have (arXiv:2402.12374); fit a drafter's own with calib fit --drafts-log. Rank 1 of each depth is
+# the demo's prior there (EAGLE_PRIORS), so trees and chains are weighed on the same acceptance.
+DEMO_TREE_TAIL = (0.10, 0.04, 0.02)
+# Depths of that table: the planner's default deepest tree (the priors cover 5 positions; deeper
+# rows repeat the last, as the priors do past their end).
+DEMO_TREE_DEPTHS = 8
+
+
+def demo_tree_calibration():
+    """:func:`demo_calibration` with a ``[tree]`` table of :data:`DEMO_TREE_DEPTHS` depths: its
+    priors as the rank-1 column (the last repeated) and :data:`DEMO_TREE_TAIL` for ranks 2..4
+    (illustrative; see the comment above it). What the demo serves its trees from, and
+    ``examples/tree-cal.toml``."""
+    cal = demo_calibration()
+    first = list(EAGLE_PRIORS) + [EAGLE_PRIORS[-1]] * (DEMO_TREE_DEPTHS - len(EAGLE_PRIORS))
+    return cal.with_rank_acceptance([[p, *DEMO_TREE_TAIL] for p in first])
+
+
 def demo_table():
     """The demo's modelled cost table: Llama-3.1-8B + EAGLE one-layer on one H200, widths 1-256,
     depths 0-8, at :data:`DEMO_CONTEXT_TOKENS` context tokens."""

@@ -914,9 +914,11 @@ def ref_level_sizes(parents):
     return [depths.count(d) for d in range(1, max(depths, default=0) + 1)]
 
 
-def ref_propose_tree(widths, costs, priors, a, n, slack, max_seqs, max_nodes, max_depth, factor):
+def ref_propose_tree(widths, costs, priors, a, n, slack, max_seqs, max_nodes, max_depth, factor, price=None):
     """Planner.propose_tree as docs/planner.md#draft-trees words it: ``(kind, parents, ranks)``
-    of the candidate kept; ``a`` None for a calibration without a [tree] table."""
+    of the candidate kept; ``a`` None for a calibration without a [tree] table. ``price(parents,
+    ranks) -> (ms, J)``: a branching tree's step price, where not ``ref_tree_price`` on
+    ``widths``, ``costs`` (the engine's plan at a live context prices trees as its step does)."""
     max_k = len(costs[0]) - 1
     if n > max_seqs:
         return "plain", [], []
@@ -951,10 +953,14 @@ def ref_propose_tree(widths, costs, priors, a, n, slack, max_seqs, max_nodes, ma
                 break
             if all(x == 1 for x in ranks) and all(c == 1 for c in ref_level_sizes(parents)):
                 continue
-            vms, vj, dms, dj = ref_tree_price(widths, costs, n, parents, ranks, factor)
+            if price is None:
+                vms, vj, dms, dj = ref_tree_price(widths, costs, n, parents, ranks, factor)
+                ms, j = vms + dms, vj + dj
+            else:
+                ms, j = price(parents, ranks)
             tokens = n * ref_expected_tokens(a, parents, ranks)
-            if tokens / (vms + dms) < floor:
+            if tokens / ms < floor:
                 continue
-            if tokens / (vj + dj) > best[0]:
-                best = (tokens / (vj + dj), "tree", parents, ranks)
+            if tokens / j > best[0]:
+                best = (tokens / j, "tree", parents, ranks)
     return best[1], best[2], best[3]

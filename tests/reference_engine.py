@@ -211,6 +211,7 @@ class RefEngine:
         if not self.contexts or n == 0:
             return self.widths, self.costs
         c = sum(self.prompt[r] + self.emitted[r] - 1 for r in decoding) / n
+        self.plan_context = c
         lo, hi = self.bracket(c)
         p = [plan_ref_cell(self.widths, self.context_costs[lo], n, k) for k in range(self.max_k + 1)]
         if lo == hi:
@@ -231,7 +232,7 @@ class RefEngine:
         elif kind == "sglang-adaptive":
             k = self.adaptive_depth(n)
         elif kind == "tree":
-            k, shape = self.tree_plan(n)
+            k, shape = self.tree_plan(n, grid)
         elif kind == "goodput":
             k = ref_goodput_depth(widths, costs, self.priors, n, self.cap)
         elif kind == "load-aware" and not self.queue:
@@ -254,9 +255,11 @@ class RefEngine:
                 self.step_tree = (parents, ranks, not chain)
         return k
 
-    def tree_plan(self, n):
+    def tree_plan(self, n, grid=None):
         """``(nodes, (parents, ranks) of the order they are a prefix of, or None for a chain)``:
-        ``tree:N,D``'s best tree, or what propose_tree picks at width ``n`` on the reference grid."""
+        ``tree:N,D``'s best tree, or what propose_tree picks at width ``n`` on the reference grid
+        (with context pricing: at the batch's mean context, the chains on ``grid`` and each tree
+        at its step price there, linear between the measured contexts around it)."""
         nodes, depth = self.policy[1], self.policy[2]
         if nodes:
             parents, ranks, _ = ref_greedy_order(self.a, nodes, depth)
@@ -264,8 +267,26 @@ class RefEngine:
         max_nodes = min(64, max(self.k_cap, 1))
         if self.tokens_per_step != float("inf"):
             max_nodes = min(max_nodes, max(int(self.tokens_per_step) - 1, 1))
-        kind, parents, _ = ref_propose_tree(self.widths, self.costs, self.priors, self.a, n, self.slack, self.cap,
-                                            max_nodes, 8, TREE_FACTOR)
+        widths, costs, price = self.widths, self.costs, None
+        if self.contexts and grid is not None:
+            widths, costs = grid
+            c = self.plan_context
+            lo, hi = self.bracket(c)
+            at = min(n, self.widths[-1])
+
+            def live_price(parents, ranks):
+                p = ref_tree_price(self.widths, self.context_costs[lo], at, parents, ranks, TREE_FACTOR)
+                ms, j = p[0] + p[2], p[1] + p[3]
+                if lo != hi:
+                    q = ref_tree_price(self.widths, self.context_costs[hi], at, parents, ranks, TREE_FACTOR)
+                    t = (c - self.contexts[lo]) / (self.contexts[hi] - self.contexts[lo])
+                    ms += (q[0] + q[2] - ms) * t
+                    j += (q[1] + q[3] - j) * t
+                return ms, j
+
+            price = live_price
+        kind, parents, _ = ref_propose_tree(widths, costs, self.priors, self.a, n, self.slack, self.cap,
+                                            max_nodes, 8, TREE_FACTOR, price)
         if kind != "tree":
             return len(parents), None
         order_p, order_r, _ = ref_greedy_order(self.a, min(self.max_k, 256), 8)

@@ -10,7 +10,7 @@ from specsim.errors import ScheduleError, SpecsimError
 from specsim._checks import rate_scale_problem
 from specsim.demo import (
     DEMO_RATE_SCALE, DEMO_REQUESTS, DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS,
-    answer, demo_inputs, demo_outputs, run_demo, tune_demo,
+    answer, demo_inputs, demo_outputs, run_demo, tree_answer, tune_demo,
 )
 from specsim.sim.engine import ServerOptions
 from specsim.sim.metrics import overload_lines
@@ -25,7 +25,8 @@ def register(sub, groups):
         help="simulate the draft-depth policies and SGLang's adaptive controller on built-in defaults (no files, no GPU)",
         description="Serve a synthetic conversation trace (shaped like the public Azure 2023 one, at twice its "
                     "rate) on a modelled H200 running Llama-3.1-8B with an EAGLE drafter, under fixed, schedule, "
-                    "goodput, propose, sequence and load-aware policies, SGLang's adaptive controller and plain decoding; print them side by side and write "
+                    "goodput, propose, sequence and load-aware policies, SGLang's adaptive controller, SGLang's default EAGLE "
+                    "tree, tree:auto and plain decoding; print them side by side, say where trees pay, and write "
                     "the inputs, results and a plot to --out.",
     )
     p.add_argument("--out", default="specsim-demo", metavar="DIR",
@@ -151,7 +152,8 @@ def _tuned(tuned, args):
 
 def _verdicts(summaries, results, inputs, seed):
     """Say in words what the table shows: which policies were the same run, the cheapest and the
-    fastest policy when the lead clears the draft-outcome noise (else a tie), and plain decoding."""
+    fastest policy when the lead clears the draft-outcome noise (else a tie), where trees pay
+    against the chains, and plain decoding."""
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
                    ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
     names = ("lowest energy", "lowest p99 TPOT")
@@ -164,6 +166,9 @@ def _verdicts(summaries, results, inputs, seed):
     for v in found.values():
         if v is not None:
             print(v["line"])
+    trees = tree_answer(summaries, results, rerun, seed, inputs)
+    if trees is not None:
+        print(trees["line"])
     plain = next((s for s in summaries if s["policy"] == "fixed:0" and s["j_per_token"] is not None), None)
     if plain is not None:
         print(f"plain decoding: {plain['tokens_per_s']:.0f} tok/s, {plain['j_per_token']:.4f} J/token, "

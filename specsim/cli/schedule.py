@@ -43,6 +43,12 @@ def register(sub, groups):
     p.add_argument("--widths-max", type=count, metavar="N",
                    help="with --planner: widest width to plan (default the table's widest); "
                         "wider widths keep its depth")
+    p.add_argument("--tree", action="store_true",
+                   help="with --planner: write the planner's draft tree (tree:auto's choice) as the engine's tree "
+                        "settings, one static tree (docs/schedules.md#draft-trees)")
+    p.add_argument("--tree-width", type=count, metavar="W",
+                   help="with --tree: the batch width whose planned tree to write (default: the branching tree the "
+                        "planner picks at the most widths)")
     p.add_argument("--to", required=True, choices=tuple(ENGINES), help="the engine to write for")
     p.add_argument("--method", metavar="NAME", type=method_name,
                    help="speculative method as the engine names it (default: vLLM eagle3, TensorRT-LLM Eagle3, "
@@ -89,6 +95,53 @@ def _planner_ranges(args):
     return ranges_from_depths(depths), (args.max_num_seqs if args.max_num_seqs is not None else int(table.widths[-1]))
 
 
+def _planned_tree(args):
+    """``(tree, rank acceptance, notes, width)``: the tree ``tree:auto`` plans at ``--tree-width``
+    (default: the branching tree it picks at the most widths), and a note of what it plans at every
+    width, which no engine's one tree setting expresses."""
+    from specsim.plan._trees import NO_TREE_TABLE
+    from specsim.sim.trees import AUTO_MAX_DEPTH, AUTO_MAX_NODES
+
+    if args.widths_max is not None and not 1 <= args.widths_max <= MAX_WIDTH:
+        raise _error(f"--widths-max {args.widths_max:,}: give the widest batch to plan for, in 1..{MAX_WIDTH:,}")
+    table = CostTable.load(args.planner[0], usage=PLANNER_USAGE)
+    cal = AcceptanceCalibration.load(args.planner[1], usage=PLANNER_USAGE)
+    if cal.rank_acceptance is None:
+        raise _error(f"--tree: {args.planner[1]}: {NO_TREE_TABLE} (fit one with calib fit --drafts-log or "
+                     "--rank-rates), or export its chain schedule without --tree")
+    widest = int(table.widths[-1]) if args.widths_max is None else args.widths_max
+    if args.tree_width is not None and not 1 <= args.tree_width <= widest:
+        raise _error(f"--tree-width {args.tree_width:,}: plan widths are 1..{widest:,} (--widths-max, else the "
+                     "table's widest)")
+    planner = Planner(table, cal, slack=args.slack, memo=False)
+    plans = [planner.propose_tree(n, max_nodes=AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH) for n in range(1, widest + 1)]
+    spans = []  # [first, last, plan] of consecutive widths with one choice
+    for n, plan in enumerate(plans, start=1):
+        if spans and (spans[-1][2].kind, spans[-1][2].nodes) == (plan.kind, plan.nodes):
+            spans[-1][1] = n
+        else:
+            spans.append([n, n, plan])
+    said = "; ".join(f"{a if a == b else f'{a}-{b}'}: {_choice(p)}" for a, b, p in spans)
+    if args.tree_width is not None:
+        width = args.tree_width
+    else:
+        branching = [(b - a + 1, -a, a) for a, b, p in spans if p.kind == "tree"]
+        if not branching:
+            raise _error(f"--tree: the planner picks no branching tree at widths 1..{widest:,} ({said}): export its "
+                         "chain schedule without --tree")
+        width = max(branching)[2]
+    tree = plans[width - 1].tree
+    note = (f"the planner's choice by batch width (slack {args.slack:g}) is {said}; this config serves the tree it "
+            f"plans at width {width} ({_choice(plans[width - 1])}) at every batch size")
+    return tree, cal.rank_acceptance, (note,), width
+
+
+def _choice(plan) -> str:
+    if plan.kind == "tree":
+        return f"a tree of {plan.nodes} nodes, depth {plan.depth}"
+    return "plain decoding" if plan.nodes == 0 else f"a chain of {plan.nodes}"
+
+
 def _worth_serving(doc, ranges, args):
     """A tuned file's per-batch schedule, or its best fixed depth when the gain tune measured does
     not clear the noise and what the per-batch form costs the engine (``--per-batch-cost``)."""
@@ -121,6 +174,12 @@ def cmd_export(args):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
     if args.planner is None and (args.widths_max is not None or args.slack):
         raise _error("--slack and --widths-max apply to --planner")
+    if (args.tree or args.tree_width is not None) and args.planner is None:
+        raise _error("--tree and --tree-width apply to --planner TABLE CAL (a schedule file holds chain depths)")
+    if args.tree_width is not None and not args.tree:
+        raise _error("--tree-width applies with --tree")
+    if args.tree:
+        return _export_tree(args)
     table, cal = args.planner or (None, None)
     with Outputs({"SCHEDULE.toml": args.schedule, "--planner TABLE": table, "--planner CAL": cal}) as out:
         out.declare(args.out, "-o")
@@ -139,6 +198,29 @@ def cmd_export(args):
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)
+    for note in config.notes:
+        print(f"specsim: note: {note}", file=sys.stderr)
+    print(f"specsim: use: {config.usage}", file=sys.stderr)
+    if args.out:
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(config.text)
+    return 0
+
+
+def _export_tree(args):
+    from specsim.interop import export_tree
+
+    if args.max_num_seqs is not None or args.per_batch_cost is not None:
+        raise _error("--max-num-seqs and --per-batch-cost apply to chain schedules, not --tree")
+    with Outputs({"--planner TABLE": args.planner[0], "--planner CAL": args.planner[1]}) as out:
+        out.declare(args.out, "-o")
+        tree, ranks, notes, width = _planned_tree(args)
+        config = export_tree(args.to, tree, ranks, method=args.method, draft_model=args.draft_model, notes=notes)
+        if args.out:
+            out.text(args.out, config.text)
+    print(f"specsim: a tree of {tree.nodes} nodes, depth {tree.depth} (planned at width {width}) for {args.to}",
+          file=sys.stderr)
     for note in config.notes:
         print(f"specsim: note: {note}", file=sys.stderr)
     print(f"specsim: use: {config.usage}", file=sys.stderr)

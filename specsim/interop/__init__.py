@@ -10,6 +10,7 @@ they identify.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -156,6 +157,77 @@ def export_schedule(engine: str, ranges, *, method=None, max_num_seqs=None, draf
     return cfg
 
 
+# What no engine's tree settings can say, in every tree export's notes.
+STATIC_TREE_NOTE = ("{engine} takes one tree setting for every batch size: a tree that changes with the batch "
+                    "width (as the planner's does) cannot be expressed")
+
+
+def export_tree(engine: str, tree, rank_acceptance, *, method=None, draft_model=None, notes=()) -> EngineConfig:
+    """Write the draft tree ``tree`` (a :class:`~specsim.tree.Tree`) as ``engine``'s settings:
+    vLLM's ``speculative_token_tree`` (any tree, exactly), SGLang's EAGLE flags as server
+    arguments (JSON, as ``sglang:FILE`` reads them back) and TensorRT-LLM's dynamic-tree fields
+    (LLM-API YAML, as ``trtllm:FILE`` reads them back), both from ``specsim.tree.settings``: the
+    top-k whose tree is ``tree`` for the calibration's ``rank_acceptance``, else the closest,
+    the notes saying what differs. Every engine serves that one setting at every batch width;
+    ``notes`` (what the caller's tree changes with width, say) go first.
+
+    Raises
+    ------
+    ScheduleError
+        An unknown engine, a bad ``method`` or ``draft_model``, plain decoding (no tree), or a
+        tree no setting of the engine drafts (the message says why).
+    """
+    from specsim.tree.settings import sglang_settings, trtllm_settings, vllm_settings
+
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
+    for name, value in (("method", method), ("draft_model", draft_model)):
+        problem = value is not None and name_problem(value, name)
+        if problem:
+            raise ScheduleError(problem)
+    if tree.nodes == 0:
+        raise ScheduleError("a tree of 0 nodes is plain decoding: there is no tree to write")
+    module = ENGINES[engine]
+    method = method or module.DEFAULT_METHOD
+    if engine == "vllm":
+        setting = vllm_settings(tree)
+    else:
+        build = sglang_settings if engine == "sglang" else trtllm_settings
+        setting = build(tree, rank_acceptance)
+    if not setting.fields:
+        raise ScheduleError(f"{engine}: no setting drafts a tree of {tree.nodes} nodes: {setting.differs}")
+    out = [*notes, STATIC_TREE_NOTE.format(engine=_ENGINE_NAMES[engine])]
+    out += [n for n in (setting.differs, setting.note) if n]
+    fields = dict(setting.fields)
+    if engine == "vllm":
+        cfg = {"method": method, **({"model": draft_model} if draft_model else {}), **fields}
+        line = json.dumps(cfg, separators=(", ", ": "))
+        if not draft_model:
+            out.append(f"method {method!r}: add \"model\" (the drafter's weights) for a method that has one")
+        return EngineConfig("vllm", line + "\n", tuple(out), f"vllm serve MODEL --speculative-config '{line}'")
+    if engine == "sglang":
+        cfg = {"speculative_algorithm": method, **{f"speculative_{k}": v for k, v in fields.items()}}
+        if draft_model:
+            cfg["speculative_draft_model_path"] = draft_model
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in cfg.items())
+        text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
+        return EngineConfig("sglang", text, tuple(out), f"python -m sglang.launch_server ... {flags}")
+    depth = fields["max_draft_len"]
+    lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md#draft-trees):",
+             "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
+             f"# Tree: {tree.nodes} nodes, depth {tree.depth}"]
+    lines += [f"# Note: {n}" for n in out]
+    lines += ["speculative_config:", f"  decoding_type: {trtllm._yaml_scalar(method)}", f"  max_draft_len: {depth}"]
+    if draft_model:
+        lines.append(f"  speculative_model_dir: {trtllm._yaml_scalar(draft_model)}")
+    lines += [f"  {k}: {'true' if v is True else 'false' if v is False else v}" for k, v in fields.items()
+              if k != "max_draft_len"]
+    return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(out), "trtllm-serve MODEL --extra_llm_api_options FILE")
+
+
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
 _SGLANG_GRAPHS = re.compile(r"sglang\[(.*)\]")
 
 
@@ -209,12 +281,19 @@ def engine_tree(text):
         return Policy("tree", nodes=budget, tree_depth=depth, settings=("trtllm", topk, depth, budget),
                       source=f"trtllm:{path} (dynamic tree: top-k {topk}, draft length {depth}, {budget} draft tokens; "
                              "simulated as its expected shape)")
+    return sglang_tree_policy(content, path)
+
+
+def sglang_tree_policy(content, path, label=None):
+    """The ``tree`` policy of SGLang server settings ``content`` (read from ``path``) that state an
+    EAGLE tree, or None where they state a chain; ``label``: the policy's text in reports (default
+    ``sglang:PATH (EAGLE tree: ...)``)."""
     settings = sglang.tree_settings(content, path)
     if settings is None:
         return None
     topk, steps, tokens = settings
     return Policy("tree", nodes=tokens - 1, tree_depth=steps, settings=("sglang", topk, steps, tokens),
-                  source=f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
+                  source=label or f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
 
 
 def engine_schedule(text):
@@ -310,5 +389,5 @@ def import_text(engine: str, text: str, source: str = "<text>", trtllm_keys=None
 
 
 __all__ = ["ENGINES", "FORMATS", "TELEMETRY", "EngineConfig", "Format", "Record", "Tally", "detect_telemetry_format",
-           "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "import_file", "import_text",
-           "policy_file", "read_policy", "read_telemetry"]
+           "engine_file", "engine_gate", "engine_schedule", "engine_tree", "export_schedule", "export_tree", "import_file",
+           "import_text", "policy_file", "read_policy", "read_telemetry", "sglang_tree_policy"]

@@ -275,6 +275,69 @@ def _live_depth(srv, ws, n, waiting):
 
 
 @step_part
+def auto_tree_nb(tab, srv, st, ws, tree, n):
+    """``tree:auto``'s nodes per sequence at width ``n`` > 0 and the batch's mean context (on a
+    table with a context axis: ``ws.grid`` holds the step costs there, :func:`_context_grid`), and
+    the step's ``kind_at`` code: ``Planner.propose_tree``'s rule (``plan._trees.choose_tree``) at
+    that context. Candidates in order: plain and the chains k = 0..min(max_k, deepest) from
+    ``ws.grid``, then the branching prefixes of at most ``tree.auto[1]`` nodes, each priced as the
+    step is (its prices at the two measured contexts around the mean, linear between them); the
+    kept one has the most tokens per joule among those at least ``1 - slack`` times as fast as the
+    depth-1 chain, a later one replacing it only with strictly more. Clamped as the memo is: the
+    speculation cap, ``k_cap`` and ``row_budget // n``."""
+    o = srv.rec[0]
+    if n > o.spec_cap:
+        return np.int64(0), np.int64(0)
+    grid = ws.grid[0]
+    cum = srv.cum_priors
+    max_k = grid.shape[0] - 1
+    nf = float(n)
+    r = 1 if max_k >= 1 else 0
+    floor_rate = (1.0 - o.slack) * (nf * (1.0 + cum[r]) / (grid[r, VMS] + grid[r, DMS]))
+    best_eff = 0.0
+    best = -1
+    is_tree = False
+    top = max_k if max_k < tree.auto[2] else tree.auto[2]
+    for k in range(top + 1):
+        tokens = nf * (1.0 + cum[k])
+        if tokens / (grid[k, VMS] + grid[k, DMS]) < floor_rate:
+            continue
+        eff = tokens / (grid[k, VJ] + grid[k, DJ])
+        if best < 0 or eff > best_eff:
+            best_eff = eff
+            best = k
+    if best < 0:  # no depth keeps the floor: propose's fallback, depth r
+        best_eff = 0.0
+        best = r
+    s = st.rec[0]
+    lo, hi, t = context_bracket_nb(tab.contexts, s.ctx_tokens / s.ctx_seqs)
+    for i in range(tree.shape_nodes.shape[0]):
+        v = tree.shape_nodes[i]
+        if v > tree.auto[1]:
+            break
+        p = tree.prices[lo, n, v]
+        ms = p[VMS] + p[DMS]
+        joules = p[VJ] + p[DJ]
+        if lo != hi:
+            q = tree.prices[hi, n, v]
+            ms += (q[VMS] + q[DMS] - ms) * t
+            joules += (q[VJ] + q[DJ] - joules) * t
+        tokens = nf * tree.shape_expected[i]
+        if tokens / ms < floor_rate:
+            continue
+        eff = tokens / joules
+        if eff > best_eff:
+            best_eff = eff
+            best = v
+            is_tree = True
+    if best > o.k_cap:
+        best = o.k_cap
+    if best > o.row_budget // n:
+        best = o.row_budget // n
+    return best, (tree.kind_of[best] if is_tree else np.int64(0))
+
+
+@step_part
 def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
@@ -283,8 +346,9 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     :func:`schedule_running_nb` reads from the returned depth (no pass over the sequences); the
     sequence policy drafts
     ``min(k, left - 1)`` each and lets the planner pick how many to verify within ``row_budget``.
-    With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``) plan on
-    the step costs at the batch's mean context instead of the memo's reference grid.
+    With context pricing the planner's policies (``propose``, ``goodput``, ``sequence``, and
+    ``tree:auto``: :func:`auto_tree_nb`) plan on the step costs at the batch's mean context
+    instead of the memo's reference grid.
 
     Returns
     -------
@@ -305,8 +369,14 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
         k = 0  # the speculation gate switched speculation off for the rest of the run
     if tree is not None:
         # Dropped like ``plan`` where ``tree`` is None: a tree policy's step verifies the first k
-        # nodes of its order (a tree) where its width plans one.
-        tree.step[0] = tree.kind_at[n] if k > 0 else 0
+        # nodes of its order (a tree) where its width plans one; tree:auto on a table with a
+        # context axis plans the step at the batch's mean context.
+        kind = tree.kind_at[n]
+        if n > 0 and tree.auto[0] != 0:
+            k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
+            if st.rec[0].gate_off != 0:
+                k = 0
+        tree.step[0] = kind if k > 0 else 0
     if plan is not None:
         # Numba drops this branch while compiling an engine whose ``plan`` is None (no run of it
         # plans per sequence), so the per-sequence planner compiles only where it runs.

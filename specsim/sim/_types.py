@@ -310,7 +310,14 @@ class TreeArrays(NamedTuple):
     the branching tree of ``v`` nodes at each width, priced by ``specsim.tree.pricing`` at each
     measured context (C' = 1: the reference grid, without context pricing), NaN where no step
     reads it; ``factor float64[1]``: the tree-attention factor; ``step int64[1]``: this step's
-    ``kind_at``, written as the step is planned."""
+    ``kind_at``, written as the step is planned.
+
+    ``tree:auto`` on a table with a context axis plans each step at the batch's mean context, as
+    the chain planner policies do: ``auto int64[3]`` (1 then, else 0; the most nodes; the deepest
+    chain or tree), ``shape_nodes int64[T]`` and ``shape_expected float64[T]`` (the order's
+    branching prefixes, the planner's tree candidates, ascending in nodes, and their expected
+    tokens; empty otherwise), ``kind_of int64[M + 1]`` (the ``kind_at`` code of the order's
+    first ``v`` nodes); ``prices`` then holds every branching prefix of at most the most nodes."""
 
     child: np.ndarray
     accept: np.ndarray
@@ -319,3 +326,7 @@ class TreeArrays(NamedTuple):
     prices: np.ndarray
     factor: np.ndarray
     step: np.ndarray
+    auto: np.ndarray
+    shape_nodes: np.ndarray
+    shape_expected: np.ndarray
+    kind_of: np.ndarray

@@ -71,7 +71,9 @@ from specsim.traces._types import TraceRead
 # the same file and ignored it).
 # 3: a prefill curve whose fixed part is above the table's plain step at its narrowest width is
 # capped there (the decodes of a mixed step rode free before).
-ENGINE_SEMANTICS = 3
+# 4: tree:auto on a table with a context axis plans each step at the batch's mean context (it
+# planned on the reference grid before).
+ENGINE_SEMANTICS = 4
 
 # Steps per kernel call (with or without a progress callback): small enough that Ctrl-C, which
 # acts between calls, stops even wide sequence-planner runs well within a second.

@@ -6,7 +6,9 @@ table (``specsim.tree.greedy_order``): ``tree:N,D`` verifies the best tree of N 
 at most D (the order's first N nodes), ``tree:auto`` what ``Planner.propose_tree`` chooses at
 each width (its trees are prefixes of the order it builds; its chains are the calibration's).
 Branching trees are priced by ``specsim.tree.pricing``'s rule at every width and measured
-context, once per run.
+context, once per run. On a table with a context axis ``tree:auto`` plans each step at the
+batch's mean context (the engine's ``plan_depths_nb``), as ``propose`` and the other chain
+planner policies do; elsewhere its plan is the reference grid's, per width.
 """
 
 from __future__ import annotations
@@ -72,11 +74,16 @@ def _order(pol, a, table_max_k: int):
     return greedy_order(a, min(table_max_k, 256), AUTO_MAX_DEPTH)  # propose_tree's shapes (plan._trees)
 
 
+def _auto_max_nodes(k_cap: int, budget) -> int:
+    """``tree:auto``'s most nodes: :data:`AUTO_MAX_NODES`, ``k_max`` and the token budget less one."""
+    return min(AUTO_MAX_NODES, max(k_cap, 1), AUTO_MAX_NODES if budget is None else max(budget - 1, 1))
+
+
 def _auto_memo(table, calibration, opts, seqs: int, k_cap: int, budget):
     """``tree:auto``'s nodes and whether each is a branching tree, at every width 0..seqs."""
     memo = np.zeros(seqs + 1, dtype=np.int64)
     branching = np.zeros(seqs + 1, dtype=np.bool_)
-    max_nodes = min(AUTO_MAX_NODES, max(k_cap, 1), AUTO_MAX_NODES if budget is None else max(budget - 1, 1))
+    max_nodes = _auto_max_nodes(k_cap, budget)
     planner = Planner(table, calibration, opts.slack, opts.max_seqs, memo=False)
     for n in range(1, seqs + 1):
         plan = planner.propose_tree(n, max_nodes=max_nodes, max_depth=AUTO_MAX_DEPTH)
@@ -114,6 +121,27 @@ def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int,
         if tree is None:
             tree = trees[v] = order.tree(v)
         kind_at[n] = CHAIN_SHAPED if tree.is_chain else BRANCHING
+    live = not pol.nodes and not pol.settings and pol.shape is None and len(contexts) > 0
+    auto = np.zeros(3, dtype=np.int64)
+    shape_nodes, shape_expected = np.zeros(0, dtype=np.int64), np.zeros(0)
+    kind_of = np.zeros(1, dtype=np.int64)
+    if live:
+        # tree:auto at the step's context (the engine plans each step, as propose's policies do):
+        # every branching prefix is a candidate, priced at every width and context; the memo above
+        # stays the reference grid's plan, which the run no longer reads.
+        max_nodes = _auto_max_nodes(k_cap, budget)
+        auto[:] = (1, max_nodes, AUTO_MAX_DEPTH)
+        kind_of = np.zeros(len(order) + 1, dtype=np.int64)
+        nodes, expected = [], []
+        for v in range(1, len(order) + 1):
+            tree = trees.get(v) or order.tree(v)
+            kind_of[v] = CHAIN_SHAPED if tree.is_chain else BRANCHING
+            if not tree.is_chain and v <= min(max_nodes, table.max_k):
+                trees[v] = tree
+                if v >= 2:
+                    nodes.append(v)
+                    expected.append(tree.expected_tokens)
+        shape_nodes, shape_expected = np.array(nodes, dtype=np.int64), np.array(expected, dtype=np.float64)
     child = np.full((len(order) + 1, a.shape[1]), -1, dtype=np.int64)
     reach = _flattened_prefix(order.parents) if pol.settings[:1] == ("vllm-flattened",) else len(order)
     for i, (p, r) in enumerate(zip(order.parents.tolist()[:reach], order.ranks.tolist())):
@@ -125,7 +153,8 @@ def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int,
     factor = TREE_ATTENTION_FACTOR
     prices = _prices(table, contexts, seqs, {v: t for v, t in trees.items() if not t.is_chain}, factor)
     return memo, TreeArrays(child, np.ascontiguousarray(a, dtype=np.float64), centre, kind_at, prices,
-                            np.array([factor]), np.zeros(1, dtype=np.int64))
+                            np.array([factor]), np.zeros(1, dtype=np.int64), auto, shape_nodes, shape_expected,
+                            kind_of)
 
 
 def _flattened_prefix(parents) -> int:

@@ -579,3 +579,99 @@ def test_a_best_fixed_depth_past_the_tuned_k_max_is_refused(tmp_path, capsys):
                                  sections={"inputs": {"k_max": 8}, "result": doc.sections["result"] | {"best_fixed": "fixed:99"}}))
     assert main(["schedule", "export", str(s), "--to", "vllm"]) == 2
     assert "deeper than the k_max = 8" in capsys.readouterr().err
+
+
+# -- draft trees -------------------------------------------------------------------------------------
+
+def _tree_inputs(tmp_path, max_k=32):
+    """The demo's box modelled to depth ``max_k`` (where the planner picks trees at narrow widths)
+    and the demo's calibration with its [tree] table, written to files."""
+    from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, demo_tree_calibration
+    from specsim.costmodel.roofline import model_table
+
+    table = model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, tp=1, context_tokens=1024,
+                        widths=(1, 2, 4, 8, 16, 32, 64), max_k=max_k)
+    cal = demo_tree_calibration()
+    t, c = tmp_path / "t.toml", tmp_path / "c.toml"
+    t.write_text(table.to_text())
+    c.write_text(cal.render())
+    return table, cal, t, c
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_cli_exports_the_planned_tree_and_the_engine_reads_it_back(tmp_path, capsys, engine):
+    from specsim.plan import Planner
+    from specsim.tree.settings import rank_paths, sglang_settings, trtllm_settings
+
+    table, cal, t, c = _tree_inputs(tmp_path)
+    planner = Planner(table, cal, memo=False)
+    plans = [planner.propose_tree(n) for n in range(1, 65)]
+    width = next(n for n, p in enumerate(plans, start=1) if p.kind == "tree")  # trees pay at narrow widths
+    planned = plans[width - 1].tree
+    out = tmp_path / f"{engine}.cfg"
+    assert main(["schedule", "export", "--planner", str(t), str(c), "--tree", "--tree-width", str(width),
+                 "--to", engine, "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"a tree of {planned.nodes} nodes, depth {planned.depth} (planned at width {width})" in err
+    assert "a tree that changes with the batch width (as the planner's does) cannot be expressed" in err
+    # the note names every width's choice; some widths plan no tree, so one static tree differs there
+    assert any(p.kind != "tree" for p in plans) and "a chain of" in err
+    policy = read_policy(f"{engine}:{out}")
+    assert policy.kind == "tree"
+    if engine == "vllm":
+        assert set(rank_paths(policy.shape)) == set(rank_paths(planned)) and "flattened" in str(policy)
+    elif engine == "sglang":
+        fields = dict(sglang_settings(planned, cal.rank_acceptance).fields)
+        assert policy.settings == ("sglang", fields["eagle_topk"], fields["num_steps"], fields["num_draft_tokens"])
+        assert fields["num_draft_tokens"] == planned.nodes + 1
+    else:
+        fields = dict(trtllm_settings(planned, cal.rank_acceptance).fields)
+        assert policy.settings == ("trtllm", fields["dynamic_tree_max_topK"], fields["max_draft_len"],
+                                   fields["max_total_draft_tokens"])
+        assert fields["max_total_draft_tokens"] == planned.nodes
+
+
+def test_cli_tree_export_defaults_to_the_tree_planned_at_the_most_widths(tmp_path, capsys):
+    from specsim.plan import Planner
+
+    table, cal, t, c = _tree_inputs(tmp_path)
+    assert main(["schedule", "export", "--planner", str(t), str(c), "--tree", "--to", "vllm"]) == 0
+    err = capsys.readouterr().err
+    plans = [Planner(table, cal, memo=False).propose_tree(n) for n in range(1, 65)]
+    counts = {}
+    for n, p in enumerate(plans, start=1):
+        if p.kind == "tree":
+            counts.setdefault(p.nodes, []).append(n)
+    nodes = max(counts, key=lambda v: (len(counts[v]), -counts[v][0]))
+    assert f"a tree of {nodes} nodes" in err and f"(planned at width {counts[nodes][0]})" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tree-width", "0"], "--tree-width 0"),
+    (["--tree-width", "65"], "--tree-width 65: plan widths are 1..64"),
+    (["--max-num-seqs", "8"], "apply to chain schedules"),
+])
+def test_cli_tree_export_refusals(tmp_path, capsys, extra, message):
+    _, _, t, c = _tree_inputs(tmp_path)
+    out = tmp_path / "out.json"
+    assert main(["schedule", "export", "--planner", str(t), str(c), "--tree", "--to", "sglang", "-o", str(out),
+                 *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_tree_export_refuses_without_a_tree_to_write(tmp_path, capsys):
+    from specsim.demo_inputs import demo_calibration
+
+    _, _, t, c = _tree_inputs(tmp_path, max_k=4)
+    out = tmp_path / "out.json"
+    assert main(["schedule", "export", "--planner", str(t), str(c), "--tree", "--to", "vllm", "-o", str(out)]) == 2
+    assert "picks no branching tree at widths 1..64" in capsys.readouterr().err
+    chains = tmp_path / "chains.toml"
+    chains.write_text(demo_calibration().render())
+    assert main(["schedule", "export", "--planner", str(t), str(chains), "--tree", "--to", "vllm", "-o", str(out)]) == 2
+    assert "no [tree] table" in capsys.readouterr().err
+    assert main(["schedule", "export", "--planner", str(t), str(c), "--tree-width", "2", "--to", "vllm"]) == 2
+    assert "--tree-width applies with --tree" in capsys.readouterr().err
+    assert not out.exists()

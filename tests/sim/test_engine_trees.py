@@ -94,7 +94,7 @@ def test_a_given_tree_matches_the_reference_engine(monkeypatch):
     res = simulate(reqs, table, cal, tree_policy(shape, "sglang-top3"), max_num_seqs=4, log_size=1 << 14)
     assert res.policy == "sglang-top3"
     # the reference verifies the given tree as a tree:N policy's order
-    monkeypatch.setattr(ref.RefEngine, "tree_plan", lambda self, n: (shape.nodes, (list(shape.parents),
+    monkeypatch.setattr(ref.RefEngine, "tree_plan", lambda self, n, grid=None: (shape.nodes, (list(shape.parents),
                                                                                    list(shape.ranks))))
     assert_matches_reference(res, run_reference(reqs, table, cal, f"tree:{shape.nodes}", max_num_seqs=4))
 
@@ -201,9 +201,9 @@ def test_tree_policy_texts():
 
 # -- context pricing, the command line -------------------------------------------------------------------
 
-def tree_context_table(contexts=(20, 150, 400), reference=150):
+def tree_context_table(contexts=(20, 150, 400), reference=150, row_ms=1.5, row_j=0.4):
     """tree_table's grid, its verify costs growing with the context (attention reads)."""
-    base = tree_table()
+    base = tree_table(row_ms, row_j)
     tables = {}
     for c in contexts:
         cells = [Cell(x.n, x.k, x.verify_ms * (1 + c / 200), x.verify_j * (1 + c / 300), x.draft_ms * (1 + c / 1000),
@@ -213,16 +213,49 @@ def tree_context_table(contexts=(20, 150, 400), reference=150):
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("policy", ["tree:5", "tree:4,2"])
-def test_trees_priced_at_the_batch_context_match_the_reference_engine(policy):
+@pytest.mark.parametrize("policy, ranks, slack, row_ms", [
+    ("tree:5", RANKS, 0.0, 1.5), ("tree:4,2", RANKS, 0.0, 1.5), ("tree:auto", AUTO_RANKS, 0.0, 1.5),
+    ("tree:auto", AUTO_RANKS, 0.0, 0.05), ("tree:auto", AUTO_RANKS, 0.3, 0.05), ("tree:auto", RANKS, 0.1, 0.05)])
+def test_trees_priced_at_the_batch_context_match_the_reference_engine(policy, ranks, slack, row_ms):
+    """The reference engine plans tree:auto at each step's mean context (Planner.propose_tree's
+    rule on the step's costs there), as propose's policies are planned; on cheap rows (row_ms
+    0.05) it verifies trees at some contexts and chains at others."""
     reqs = random_requests(40, 16, rate=6.0)
-    table, cal = tree_context_table(), tree_calibration()
-    opts = {"max_num_seqs": 6, "log_size": 1 << 14}
+    table, cal = tree_context_table(row_ms=row_ms, row_j=row_ms / 3), tree_calibration(ranks)
+    opts = {"max_num_seqs": 6, "log_size": 1 << 14, "slack": slack}
     res = simulate(reqs, table, cal, policy, **opts)
     assert res.kv["mean_decode_context"] > 20
     assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))
     flat = simulate(reqs, table, cal, policy, context_pricing=False, **opts)
     assert flat.energy["decode_j"] != res.energy["decode_j"]
+
+
+@pytest.mark.kernels
+def test_tree_auto_plans_at_the_batch_context_not_the_reference_grid():
+    """On a table whose steps cost more with context, tree:auto's plan at the live context differs
+    from its plan on the reference grid at some step: the run differs from one that reads the
+    reference grid's plan (the memo: what tree:auto ran before), and each step's nodes are
+    Planner.propose_tree's at that step's mean context."""
+    from specsim.plan import Planner
+    from specsim.sim.engine import ServerOptions, prepare
+
+    table = tree_context_table(contexts=(20, 400, 2000), reference=20, row_ms=0.05, row_j=0.05 / 3)
+    cal = tree_calibration(AUTO_RANKS)
+    reqs = np.sort(random_requests(40, 16, rate=6.0), order="arrival_s")
+    reqs["prompt_tokens"] = np.where(np.arange(40) % 2 == 0, 1500, reqs["prompt_tokens"])
+    opts = {"max_num_seqs": 6, "log_size": 1 << 14}
+    live = simulate(reqs, table, cal, "tree:auto", **opts)
+    p = prepare(reqs, table, cal, "tree:auto", ServerOptions(**opts))
+    planner = Planner(table, cal, memo=False)
+    memo = [planner.propose_tree(n).nodes for n in range(7)]
+    grid = [int(v) for v in p.srv.depth_memo]
+    assert grid[1:] == memo[1:]  # the memo is the reference grid's plan
+    # the live plan at the mean context of the run's steps: not the reference grid's at some width
+    ctx = live.kv["mean_decode_context"]
+    assert any(planner.propose_tree(n, context=ctx).nodes != memo[n] for n in range(1, 7))
+    # and the run verified, at some width, other nodes than the reference grid's plan there
+    steps = list(zip(live.step_width.tolist(), live.step_mean_depth.tolist()))
+    assert any(w > 0 and d != memo[w] for w, d in steps), (steps[:20], memo)
 
 
 def test_simulate_serves_trees_and_refuses_them_without_a_tree_table(tmp_path, capsys):
@@ -424,10 +457,50 @@ def test_edge_trees_match_the_reference_engine(ranks, policy):
     assert res.counters["accepted_drafts"] > 0
 
 
-def test_fleets_refuse_tree_policies_by_name():
+@pytest.mark.kernels
+@pytest.mark.parametrize("router", ["round_robin", "least_kv"])
+@pytest.mark.parametrize("policy", ["tree:3", "tree:auto", "fixed:2"])
+def test_every_replica_of_a_tree_fleet_is_the_engine_on_its_share(router, policy):
+    """A fleet serves tree policies: each replica of each group (two boxes, different options)
+    is exactly the single server fed the requests routed to it."""
+    from specsim.sim import ServerOptions
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+    from tests.sim.test_fleet import same
+
+    reqs = random_requests(60, 31, rate=10.0)
+    cal = tree_calibration(AUTO_RANKS)
+    fleet = Fleet((ReplicaGroup("a", 2, tree_table(), cal, ServerOptions(max_num_seqs=4, seed=2, log_size=64)),
+                   ReplicaGroup("b", 1, tree_table(row_ms=0.3, row_j=0.1), cal,
+                                ServerOptions(max_num_seqs=8, seed=2, chunked_prefill=True,
+                                              max_num_batched_tokens=40, kv_capacity_tokens=900))))
+    res = simulate_fleet(reqs, fleet, policy, router=router)
+    for r, g in enumerate(fleet.groups[i] for i in (0, 0, 1)):
+        same(res.replicas[r], simulate(reqs[res.assignment == r], g.table, cal, policy, options=g.options))
+    assert res.fleet.counters["emitted_tokens"] == int(reqs["output_tokens"].sum())
+    if policy == "tree:3":
+        assert res.fleet.counters["accepted_drafts"] > 0
+
+
+@pytest.mark.kernels
+def test_a_tree_auto_fleet_on_a_context_table_is_the_engine_per_replica():
+    """Each replica plans tree:auto at its own batch's context, as a single server does."""
     from specsim.sim import ServerOptions
     from specsim.sim.fleet import Fleet, simulate_fleet
+    from tests.sim.test_fleet import same
 
-    fleet = Fleet.uniform(tree_table(), tree_calibration(), 2, ServerOptions(max_num_seqs=4))
-    with pytest.raises(PolicyError, match="tree:3: fleets serve chains only"):
+    table, cal = tree_context_table(row_ms=0.05, row_j=0.05 / 3), tree_calibration(AUTO_RANKS)
+    reqs = random_requests(50, 17, rate=8.0)
+    opts = ServerOptions(max_num_seqs=6, seed=4, log_size=256)
+    res = simulate_fleet(reqs, Fleet.uniform(table, cal, 2, opts), "tree:auto", router="least_outstanding")
+    for r in range(2):
+        same(res.replicas[r], simulate(reqs[res.assignment == r], table, cal, "tree:auto", options=opts))
+
+
+def test_a_fleet_group_without_a_tree_table_refuses_a_tree_policy_by_name():
+    from specsim.sim import ServerOptions
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+
+    fleet = Fleet((ReplicaGroup("a", 1, tree_table(), tree_calibration(), ServerOptions(max_num_seqs=4)),
+                   ReplicaGroup("b", 1, tree_table(), small_calibration(), ServerOptions(max_num_seqs=4))))
+    with pytest.raises(PolicyError, match="group 'b': policy tree:3: .*\\[tree\\]"):
         simulate_fleet(random_requests(5, 24), fleet, "tree:3")

@@ -362,10 +362,17 @@ def test_cli_refuses_a_bad_fleet_file_and_writes_nothing(tmp_path):
 
 # -- sweeps and frames -----------------------------------------------------------------------------------
 
-def test_replicas_and_router_as_sweep_axes(tmp_path):
+# A rank-acceptance table for the tree policies: rank 1 is small_calibration's priors.
+RANKS = np.array([[0.75, 0.15, 0.05], [0.6, 0.2, 0.08], [0.55, 0.2, 0.1]])
+
+
+@pytest.mark.parametrize("policy", ["propose", "tree:3", "tree:auto"])
+def test_replicas_and_router_as_sweep_axes(tmp_path, policy):
     from specsim.studies.sweep import load_grid, read_results, run_sweep
 
     write_inputs(tmp_path)
+    cal = small_calibration().with_rank_acceptance(RANKS)
+    (tmp_path / "cal.toml").write_text(cal.render())
     reqs = random_requests(60, 8, rate=6.0)
     rows = "\n".join(f"{float(r['arrival_s'])!r},{r['prompt_tokens']},{r['output_tokens']}" for r in reqs)
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
@@ -381,21 +388,21 @@ max_batch = 2
 [slo]
 ttft_s = 0.5
 [axes]
-policy = ["propose"]
+policy = ["%s"]
 replicas = [1, 3]
 router = ["round_robin", "least_outstanding"]
-""")
+""" % policy)
     grid = load_grid(tmp_path / "grid.toml")
     report = run_sweep(grid, tmp_path / "out.csv", serial=True, progress=False)
     got = {(r["replicas"], r["router"]): r for r in read_results(tmp_path / "out.csv")}
     assert len(got) == 4
     opts = ServerOptions(max_num_seqs=2)
     for (replicas, router), row in got.items():
-        want = simulate_fleet(reqs, Fleet.uniform(small_table(), small_calibration(), replicas, opts), "propose",
+        want = simulate_fleet(reqs, Fleet.uniform(small_table(), cal, replicas, opts), policy,
                               router=router).summary(SLO(ttft_s=0.5))
         assert row["ttft_s_p99"] == want["ttft_s"]["p99"] and row["energy_j"] == want["energy_j"]
         assert row["slo_attainment"] == want["slo"]["attainment"] and row["gpus"] == replicas
-    single = simulate(reqs, small_table(), small_calibration(), "propose", options=opts).summary(SLO(ttft_s=0.5))
+    single = simulate(reqs, small_table(), cal, policy, options=opts).summary(SLO(ttft_s=0.5))
     assert got[(1, "round_robin")]["tokens_per_s"] == single["tokens_per_s"]
     pytest.importorskip("pandas")
     frame = report.to_frame()

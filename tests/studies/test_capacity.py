@@ -49,6 +49,16 @@ def test_answer_known_by_construction(router):
         assert p.gpu_saving == 0.0 and p.energy_saving == 0.0
 
 
+def test_tree_policies_are_sized():
+    """Capacity sizes tree policies as it sizes chains: one-token requests never decode, so a tree
+    costs what plain decoding does and needs the same K replicas."""
+    cal = small_calibration().with_rank_acceptance(np.array([[0.75, 0.15], [0.6, 0.2], [0.55, 0.2]]))
+    res = capacity(bursts(), small_table(), cal, ["tree:3", "tree:auto"], slo=SLO(ttft_s=0.15, attainment=0.99),
+                   options=OPTS, max_replicas=64)
+    assert [p.label for p in res.policies] == ["fixed:0", "tree:3", "tree:auto"]
+    assert all(p.replicas == K and p.attainment == 1.0 and p.energy_saving == 0.0 for p in res.policies)
+
+
 def test_costs_per_token():
     reqs = bursts()
     res = capacity(reqs, small_table(), small_calibration(), ["propose"], slo=SLO(ttft_s=0.15), options=OPTS,

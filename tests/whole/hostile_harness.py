@@ -206,6 +206,8 @@ OPTIONS = {
     "schedule export --max-batch": ["schedule", "export", "sched.toml", "--to", "trtllm", "--max-batch", "{v}"],
     "schedule export --widths-max": ["schedule", "export", "--planner", "t.toml", "c.toml", "--to", "vllm",
                                      "--widths-max", "{v}"],
+    "schedule export --tree-width": ["schedule", "export", "--planner", "t.toml", "ct.toml", "--tree", "--to", "sglang",
+                                     "--tree-width", "{v}"],
     "tune --seeds": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--serial",
                      "--seeds", "{v}", "-o", "out.toml"],
     "tree --n": ["tree", "t.toml", "ct.toml", "--n", "{v}"],

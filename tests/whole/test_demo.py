@@ -9,7 +9,8 @@ import pytest
 
 from specsim import AcceptanceCalibration, CostTable
 from specsim.cli import main
-from specsim.demo import CONV_RATE_PER_S, DEMO_POLICIES, SGLANG_ADAPTIVE_FILE, demo_adaptive, demo_trace, run_demo
+from specsim.demo import (CONV_RATE_PER_S, DEMO_POLICIES, DEMO_TREE_POLICIES, SGLANG_ADAPTIVE_FILE, SGLANG_TREE_FILE,
+                          auto_tree_widths, demo_adaptive, demo_inputs, demo_sglang_tree, demo_trace, run_demo)
 from specsim.demo_inputs import DEMO_MAX_K, DEMO_WIDTHS, EAGLE_PRIORS, demo_calibration, demo_p_accept, demo_table
 from specsim.traces import read_trace
 
@@ -27,12 +28,16 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     names = [p["policy"] for p in results["policies"]]
     # The built-in policies, then the tuned schedule and the best fixed depth the closing lines
-    # name (where not among them), then SGLang's controller.
+    # name (where not among them), then SGLang's controller, SGLang's tree and tree:auto.
     from specsim.studies.schedule_file import load_schedule as _load
 
     result = _load(out / "schedule.toml").sections["result"]
-    assert names[:len(DEMO_POLICIES)] == list(DEMO_POLICIES) and names[-1] == str(demo_adaptive())
-    assert names[len(DEMO_POLICIES):-1] == [p for p in (result["tuned"], result["best_fixed"]) if p not in DEMO_POLICIES]
+    trees = [str(demo_sglang_tree()), *DEMO_TREE_POLICIES]
+    assert names[:len(DEMO_POLICIES)] == list(DEMO_POLICIES) and names[-len(trees) - 1:] == [str(demo_adaptive())] + trees
+    assert names[len(DEMO_POLICIES):-len(trees) - 1] == [p for p in (result["tuned"], result["best_fixed"])
+                                                        if p not in DEMO_POLICIES]
+    # The calibration carries the [tree] table the trees are served from.
+    assert cal.rank_acceptance is not None and cal.rank_acceptance[:5, 0].tolist() == cal.priors.tolist()
     assert all(p["requests"] == 400 for p in results["policies"])
 
     # The written trace reads back (format detected) to the generated one.
@@ -64,6 +69,17 @@ def test_demo_writes_what_it_used_and_a_rerun_reproduces_it(tmp_path, capsys):
     mine = json.loads(single.read_text())["policies"][0]
     theirs = next(p for p in results["policies"] if p["policy"].startswith("sglang-adaptive:"))
     assert mine["accepted_per_step"] != next(p for p in results["policies"] if p["policy"] == "fixed:3")["accepted_per_step"]
+    for key in ("output_tokens", "tokens_per_s", "j_per_token", "accepted_per_step"):
+        assert np.isclose(mine[key], theirs[key], rtol=1e-9), key
+
+    # So does SGLang's EAGLE tree on the server settings the demo leaves (5 steps, top-k 4, 8 tokens).
+    assert json.loads((out / SGLANG_TREE_FILE).read_text()) == {
+        "speculative_num_steps": 5, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+    command[command.index("--policy") + 1] = f"sglang:{out / SGLANG_TREE_FILE}"
+    assert main(command[1:] + ["--json", str(single), "--quiet"]) == 0
+    mine = json.loads(single.read_text())["policies"][0]
+    theirs = next(p for p in results["policies"] if p["policy"] == f"sglang:{SGLANG_TREE_FILE}")
+    assert theirs["nodes_per_sequence"] == 7.0
     for key in ("output_tokens", "tokens_per_s", "j_per_token", "accepted_per_step"):
         assert np.isclose(mine[key], theirs[key], rtol=1e-9), key
 
@@ -231,3 +247,41 @@ def test_demo_calibration_comes_from_the_published_rates():
     # Expected accepted of a 5-draft chain under the priors: 0.79 + 0.79*0.74 + ...
     want = np.cumsum(np.cumprod(EAGLE_PRIORS)).tolist()[-1]
     assert cal.expected_accepted([], 5) == pytest.approx(want)
+
+
+def test_the_demo_trees_line_agrees_with_the_table(tmp_path, capsys):
+    """The closing line on trees compares the best tree row with the best chain row (each the
+    least of its figure among the distinct rows), with the table's own figures, and says where
+    tree:auto plans branching trees as the engine plans them."""
+    import re
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--requests", "300", "--no-plot", "--no-tune"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    doc = json.loads((out / "results.json").read_text())
+    rows = {p["label"]: p for p in doc["policies"]}
+    tree_labels = {str(demo_sglang_tree()), *DEMO_TREE_POLICIES}
+    line = next(x for x in lines if x.startswith("trees: against the best chain, "))
+    figures = {"p99 TPOT": (lambda p: p["tpot_s"]["p99"], 1000.0, ".1f"), "energy": (lambda p: p["j_per_token"], 1.0, ".4f")}
+    found = re.findall(r"(p99 TPOT|energy) ([\d.]+) -> ([\d.]+) \S+ \(([+-][\d.]+)%, (\S+) against (\S+)\): "
+                       r"(pays, beyond the noise|costs more, beyond the noise|within the noise)", line)
+    assert {f[0] for f in found} == set(figures), line
+    for figure, chain_text, tree_text, change, tree, chain, said in found:
+        get, scale, digits = figures[figure]
+        distinct = [p for p in doc["policies"] if p.get("same_as") is None]
+        trees = [p for p in distinct if p["label"] in tree_labels]
+        chains = [p for p in distinct if p["label"] not in tree_labels and p["policy"] != "fixed:0"]
+        assert tree == min(trees, key=get)["label"] and chain == min(chains, key=get)["label"]
+        assert tree_text == format(scale * get(rows[tree]), digits)
+        assert chain_text == format(scale * get(rows[chain]), digits)
+        assert float(change) == pytest.approx(100.0 * (get(rows[tree]) / get(rows[chain]) - 1.0), abs=0.051)
+        if said.startswith("pays"):
+            assert get(rows[tree]) < get(rows[chain])
+        if said.startswith("costs more"):
+            assert get(rows[tree]) > get(rows[chain])
+    ranges, _ = auto_tree_widths(demo_inputs(300))
+    if ranges:
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+        assert f"tree:auto plans branching trees at widths {where} " in line
+    else:
+        assert "tree:auto plans no branching tree at any width" in line

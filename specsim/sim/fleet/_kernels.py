@@ -48,9 +48,10 @@ class Group(NamedTuple):
     """One replica group's engine bundles (``tab``, ``cal``, ``srv``: see
     :mod:`specsim.sim._types`), its step scratch ``ws`` and per-sequence planner workspace
     ``plan`` (None unless the fleet's policy plans per sequence), shared by the group's replicas,
-    which step one at a time, and its step-log capacity ``log_size``. Every field has the same type in
-    every group, so a tuple of groups is indexable at run time. Built by
-    ``specsim.sim.fleet.fleet._group``."""
+    which step one at a time, its step-log capacity ``log_size`` and its draft trees ``tree``
+    (:class:`~specsim.sim._types.TreeArrays` of a tree policy, else None). Every field has the
+    same type in every group (a fleet runs one policy, so every group has trees or none), so a
+    tuple of groups is indexable at run time. Built by ``specsim.sim.fleet.fleet._group``."""
 
     tab: tuple
     cal: tuple
@@ -58,6 +59,7 @@ class Group(NamedTuple):
     ws: tuple
     plan: object
     log_size: int
+    tree: object
 
 
 class FleetState(NamedTuple):
@@ -216,7 +218,7 @@ def step_replica_nb(grp, st, r):
     if s.n_running == 0:
         idle_until_nb(grp.srv, rs, st.arrival_s[r, st.queue[r, s.q_head]])
     step_nb(replica_requests_nb(st, r), grp.tab, grp.cal, grp.srv, rs, replica_log_nb(grp, st, r), grp.ws,
-            grp.plan, None)  # fleets serve chains (a tree policy is refused where the fleet is built)
+            grp.plan, grp.tree)
 
 
 @kernel

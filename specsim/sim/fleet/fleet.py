@@ -294,15 +294,19 @@ def _drafter_problems(groups) -> list:
 
 # -- the run ---------------------------------------------------------------------------------------
 
-def _group(group, requests, policy, replicas):
+def _group(group, requests, policy, replicas, named: bool):
     """The engine bundles of one group (as :func:`specsim.simulate` prepares them: the same
     checks of the policy, the options and the requests' KV needs), and the group's policy and
-    resolved options."""
-    p = prepare(requests, group.table, group.calibration, policy, group.options)
-    if p.tree is not None:
-        raise PolicyError(f"policy {p.policy}: fleets serve chains only for now; simulate one server with "
-                          "specsim simulate to serve trees")
-    return Group(p.tab, p.cal, p.srv, p.ws, p.plan, min(int(group.options.log_size), replica_log_size(replicas))), p
+    resolved options. A policy one group cannot run names the group where ``named`` (a fleet of
+    several groups: a tree policy, say, on a group whose calibration has no ``[tree]`` table)."""
+    try:
+        p = prepare(requests, group.table, group.calibration, policy, group.options)
+    except PolicyError as e:
+        if not named:
+            raise
+        raise PolicyError(f"group {group.name!r}: {e.headline}", e.problems) from None
+    return Group(p.tab, p.cal, p.srv, p.ws, p.plan, min(int(group.options.log_size), replica_log_size(replicas)),
+                 p.tree), p
 
 
 # Step-log entries all replicas of a fleet hold together (six 8-byte arrays: 192 MiB): a
@@ -388,7 +392,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
     arrival, prompt, output = _request_arrays(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
-    built = [_group(g, requests, policy, n_rep) for g in fleet.groups]
+    built = [_group(g, requests, policy, n_rep, len(fleet.groups) > 1) for g in fleet.groups]
     groups = tuple(b[0] for b in built)
     group_of = np.repeat(np.arange(len(fleet.groups)), [g.count for g in fleet.groups]).astype(np.int64)
     kv_tokens = np.array([_kv_tokens(built[g][1].srv) for g in group_of], dtype=np.int64)
