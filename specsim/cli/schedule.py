@@ -10,11 +10,13 @@ from specsim.errors import PolicyError, ScheduleError
 from specsim._checks import MAX_WIDTH, is_int, show
 from specsim._io import Outputs
 from specsim.calibration import AcceptanceCalibration
-from specsim.interop import ENGINES, export_schedule, import_file, per_batch_cost
+from specsim.interop import ENGINES, export_schedule, export_tree, import_file, per_batch_cost
 from specsim.interop.sglang import cuda_graph_sizes, pad_to_graphs
 from specsim.plan import Planner
+from specsim.plan._trees import NO_TREE_TABLE
 from specsim.policy.schedule import policy_text, ranges_from_depths
 from specsim.policy.policy import parse_policy
+from specsim.sim.trees import AUTO_MAX_DEPTH, AUTO_MAX_NODES
 from specsim.studies.schedule_file import load_schedule, per_batch_verdict
 from specsim.table import CostTable
 
@@ -99,9 +101,6 @@ def _planned_tree(args):
     """``(tree, rank acceptance, notes, width)``: the tree ``tree:auto`` plans at ``--tree-width``
     (default: the branching tree it picks at the most widths), and a note of what it plans at every
     width, which no engine's one tree setting expresses."""
-    from specsim.plan._trees import NO_TREE_TABLE
-    from specsim.sim.trees import AUTO_MAX_DEPTH, AUTO_MAX_NODES
-
     if args.widths_max is not None and not 1 <= args.widths_max <= MAX_WIDTH:
         raise _error(f"--widths-max {args.widths_max:,}: give the widest batch to plan for, in 1..{MAX_WIDTH:,}")
     table = CostTable.load(args.planner[0], usage=PLANNER_USAGE)
@@ -209,7 +208,6 @@ def cmd_export(args):
 
 
 def _export_tree(args):
-    from specsim.interop import export_tree
 
     if args.max_num_seqs is not None or args.per_batch_cost is not None:
         raise _error("--max-num-seqs and --per-batch-cost apply to chain schedules, not --tree")

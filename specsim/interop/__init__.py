@@ -20,6 +20,7 @@ from specsim.interop._config import EngineConfig
 from specsim.interop._records import Format, Record, Tally, read_text
 from specsim.policy.policy import Policy, parse_policy
 from specsim.policy.schedule import canonical
+from specsim.tree.settings import sglang_settings, trtllm_settings, vllm_settings
 from specsim._checks import MAX_WIDTH, int_problem, name_problem, show
 from specsim._io import decode_text, read_input
 
@@ -177,8 +178,6 @@ def export_tree(engine: str, tree, rank_acceptance, *, method=None, draft_model=
         An unknown engine, a bad ``method`` or ``draft_model``, plain decoding (no tree), or a
         tree no setting of the engine drafts (the message says why).
     """
-    from specsim.tree.settings import sglang_settings, trtllm_settings, vllm_settings
-
     if not isinstance(engine, str) or engine not in ENGINES:
         raise ScheduleError(f"unknown engine {show(engine)}: use one of {', '.join(ENGINES)}")
     for name, value in (("method", method), ("draft_model", draft_model)):
