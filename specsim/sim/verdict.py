@@ -9,7 +9,8 @@ clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
   TPOT) over the run's own draft-outcome seed and :data:`NOISE_SEEDS` more, paired by seed (both
   policies see the same hashes under one seed, so most of the noise cancels). It is given when the
   mean paired difference is larger than its 95% interval's half-width (Student t over the
-  seeds); else the two are a tie within noise.
+  seeds); else the two are a tie within noise. The reruns go seed by seed and stop early when
+  the lead already clears a 99.9% interval or cannot become a verdict (:func:`look`).
 """
 
 from __future__ import annotations
@@ -104,51 +105,98 @@ def noise_seeds(seed: int) -> list:
     return [(seed + k) % (1 << 64) for k in range(1, NOISE_SEEDS + 1)]
 
 
-def verdicts(names, summaries, rerun, seed: int) -> list:
-    """:func:`verdict` for each of ``names`` (None where it has no two distinct runs). The reruns
-    every verdict needs (each of its two leaders under each of :func:`noise_seeds`, once even
-    where two verdicts share a leader) are made first, all at once: in parallel threads when
-    ``rerun`` has a ``prefetch`` (as :func:`reruns`'s has), so they cost the wall time of the
-    slowest few instead of their sum. The verdicts are those made one rerun at a time."""
-    wanted = []
-    for name in names:
+# Early looks (Haybittle-Peto): after each rerun seed but the last, a verdict stops as clear only
+# when its lead clears the 99.9% interval, and as a tie when it cannot become one (a mean within
+# FUTILITY of its 95% half-width from zero, or against the leader beyond the 99.9% interval); the
+# last look is the fixed-seed rule's. benchmarks/verdict_coverage.py measures what this costs in
+# coverage and power (docs/simulation.md, "Verdicts").
+EARLY_LEVEL = 0.999
+FUTILITY = 0.1
+# Two-sided 99.9% Student t quantiles by degrees of freedom.
+_T999 = (636.619, 31.599, 12.924, 8.610, 6.869, 5.959, 5.408, 5.041, 4.781, 4.587)
+
+
+def look(diffs, last: bool):
+    """The decision on paired differences ``diffs`` (winner minus runner-up, one per seed so far):
+    ``(decision, half_width, level)`` with decision ``"clear"``, ``"tie"`` or None (rerun another
+    seed); at the ``last`` look always clear or tie by the 95% interval."""
+    mean, half = paired_noise(diffs)
+    if last:
+        return ("clear" if mean < 0 and -mean > half else "tie"), half, 0.95
+    n = len(diffs)
+    if n < 2 or n - 1 > len(_T999):
+        return None, half, 0.95
+    strict = half * _T999[n - 2] / t95(n - 1)
+    if mean < 0 and -mean > strict:
+        return "clear", strict, EARLY_LEVEL
+    if abs(mean) <= FUTILITY * half or mean > strict:
+        return "tie", half, 0.95
+    return None, half, 0.95
+
+
+def verdicts(names, summaries, rerun, seed: int, early: bool = True) -> list:
+    """:func:`verdict` for each of ``names`` (None where it has no two distinct runs).
+
+    The reruns go seed by seed (:func:`noise_seeds`' order): each round asks for what every
+    verdict still open needs under the next seed at once (each leader once, even where two
+    verdicts share it), in parallel threads when ``rerun`` has a ``prefetch`` (as
+    :func:`reruns`'s has), then each verdict looks (:func:`look`) and stops when its difference
+    is already clear or already a tie. With ``early=False`` every verdict reruns every seed, all
+    asked for at once, and decides by the 95% interval at the end (the demo, whose answer reads
+    every seed)."""
+    seeds = noise_seeds(seed)
+    open_ = {}
+    for k, name in enumerate(names):
         leaders = _leaders(name, summaries)
         if leaders is not None:
-            wanted += [(i, other) for other in noise_seeds(seed) for i in leaders]
+            get = FIGURES[name][0]
+            open_[k] = [get(summaries[leaders[0]]) - get(summaries[leaders[1]])]
+    decided = {}
     prefetch = getattr(rerun, "prefetch", None)
-    if prefetch is not None:
-        prefetch(list(dict.fromkeys(wanted)))
-    return [verdict(name, summaries, rerun, seed) for name in names]
+    rounds = [seeds] if not early else [[s] for s in seeds]
+    for r, batch in enumerate(rounds):
+        if not open_:
+            break
+        if prefetch is not None:
+            pairs = [(i, s) for s in batch for k in open_ for i in _leaders(names[k], summaries)]
+            prefetch(list(dict.fromkeys(pairs)))
+        for k in list(open_):
+            get = FIGURES[names[k]][0]
+            a, b = _leaders(names[k], summaries)
+            open_[k] += [get(rerun(a, s)) - get(rerun(b, s)) for s in batch]
+            decision, half, level = look(open_[k], last=r == len(rounds) - 1)
+            if decision is not None:
+                decided[k] = (open_.pop(k), decision, half, level)
+    return [_verdict(name, summaries, *decided[k]) if k in decided else None for k, name in enumerate(names)]
 
 
-def verdict(name: str, summaries, rerun, seed: int) -> dict:
+def verdict(name: str, summaries, rerun, seed: int, early: bool = True) -> dict:
     """The verdict ``name`` (a key of :data:`FIGURES`) over distinct runs.
 
     ``rerun(index, seed) -> summary`` simulates ``summaries[index]``'s policy again under another
-    draft-outcome seed. Returns ``winner``, ``runner_up`` (labels), ``difference`` (mean paired,
-    winner minus runner-up), ``half_width`` (95%), ``seeds``, ``clear`` (bool) and ``line``; None
-    when fewer than two distinct runs have the figure.
+    draft-outcome seed (see :func:`verdicts` for the order and when it stops). Returns ``winner``,
+    ``runner_up`` (labels), ``difference`` (mean paired, winner minus runner-up), ``half_width``
+    (at ``level``: 0.95, or :data:`EARLY_LEVEL` for a lead that cleared it early), ``seeds``,
+    ``clear`` (bool) and ``line``; None when fewer than two distinct runs have the figure.
     """
+    return verdicts((name,), summaries, rerun, seed, early)[0]
+
+
+def _verdict(name, summaries, diffs, decision, half, level) -> dict:
     get, unit, fmt = FIGURES[name]
-    leaders = _leaders(name, summaries)
-    if leaders is None:
-        return None
-    a, b = leaders
-    diffs = [get(summaries[a]) - get(summaries[b])]
-    for other in noise_seeds(seed):
-        diffs.append(get(rerun(a, other)) - get(rerun(b, other)))
+    a, b = _leaders(name, summaries)
     d = np.asarray(diffs, dtype=np.float64)
-    mean, half = paired_noise(d)
-    clear = mean < 0 and abs(mean) > half
+    mean = float(d.mean())
+    clear = decision == "clear"
     la, lb = summaries[a]["label"], summaries[b]["label"]
     va, vb = fmt.format(get(summaries[a])), fmt.format(get(summaries[b]))
-    noise = f"paired over {d.shape[0]} draft-outcome seeds: {mean:+.2g} ± {half:.2g} {unit}, 95%"
+    noise = f"paired over {d.shape[0]} draft-outcome seeds: {mean:+.2g} ± {half:.2g} {unit}, {100 * level:g}%"
     if clear:
         line = f"{name}: {la} at {va} {unit}, below {lb} at {vb} ({noise})"
     else:
         line = f"{name}: tie within noise between {la} ({va}) and {lb} ({vb}) ({noise})"
     return {"name": name, "winner": la if clear else None, "runner_up": lb, "leader": la, "difference": mean,
-            "half_width": half, "seeds": int(d.shape[0]), "clear": bool(clear), "line": line}
+            "half_width": half, "level": level, "seeds": int(d.shape[0]), "clear": bool(clear), "line": line}
 
 
 def same_run_lines(summaries) -> list:
