@@ -58,6 +58,13 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
 
+    def set_total(self, total: int) -> None:
+        """Change the work expected (some of it turned out not to be needed)."""
+        self.total = int(total)
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

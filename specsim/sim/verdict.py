@@ -137,36 +137,51 @@ def look(diffs, last: bool):
 def verdicts(names, summaries, rerun, seed: int, early: bool = True) -> list:
     """:func:`verdict` for each of ``names`` (None where it has no two distinct runs).
 
-    The reruns go seed by seed (:func:`noise_seeds`' order): each round asks for what every
-    verdict still open needs under the next seed at once (each leader once, even where two
-    verdicts share it), in parallel threads when ``rerun`` has a ``prefetch`` (as
-    :func:`reruns`'s has), then each verdict looks (:func:`look`) and stops when its difference
-    is already clear or already a tie. With ``early=False`` every verdict reruns every seed, all
-    asked for at once, and decides by the 95% interval at the end (the demo, whose answer reads
+    Each verdict reruns its two leaders seed by seed (:func:`noise_seeds`' order) and, after each
+    seed, looks (:func:`look`): it stops when its difference is already clear or already a tie.
+    When ``rerun`` has a ``stream`` (as :func:`reruns`'s has) the reruns run in parallel threads,
+    the next one wanted (earliest seed first, each leader once even where two verdicts share it)
+    starting as soon as a thread is free, and one no open verdict wants any more is abandoned;
+    else one at a time. The verdicts are the same either way. With ``early=False`` every verdict
+    reruns every seed and decides by the 95% interval at the end (the demo, whose answer reads
     every seed)."""
     seeds = noise_seeds(seed)
-    open_ = {}
-    for k, name in enumerate(names):
-        leaders = _leaders(name, summaries)
-        if leaders is not None:
-            get = FIGURES[name][0]
-            open_[k] = [get(summaries[leaders[0]]) - get(summaries[leaders[1]])]
-    decided = {}
-    prefetch = getattr(rerun, "prefetch", None)
-    rounds = [seeds] if not early else [[s] for s in seeds]
-    for r, batch in enumerate(rounds):
-        if not open_:
-            break
-        if prefetch is not None:
-            pairs = [(i, s) for s in batch for k in open_ for i in _leaders(names[k], summaries)]
-            prefetch(list(dict.fromkeys(pairs)))
-        for k in list(open_):
+    leaders = {k: _leaders(name, summaries) for k, name in enumerate(names)}
+    diffs = {k: [FIGURES[names[k]][0](summaries[p[0]]) - FIGURES[names[k]][0](summaries[p[1]])]
+             for k, p in leaders.items() if p is not None}
+    made, decided = {}, {}
+
+    def wanted() -> list:
+        order = [(i, s) for j, s in enumerate(seeds) for k in diffs if len(diffs[k]) - 1 <= j or not early
+                 for i in leaders[k]]
+        return [p for p in dict.fromkeys(order) if p not in made]
+
+    def advance() -> None:
+        for k in list(diffs):
             get = FIGURES[names[k]][0]
-            a, b = _leaders(names[k], summaries)
-            open_[k] += [get(rerun(a, s)) - get(rerun(b, s)) for s in batch]
-            decision, half, level = look(open_[k], last=r == len(rounds) - 1)
-            if decision is not None:
-                decided[k] = (open_.pop(k), decision, half, level)
+            a, b = leaders[k]
+            while len(diffs[k]) <= len(seeds):
+                s = seeds[len(diffs[k]) - 1]
+                if (a, s) not in made or (b, s) not in made:
+                    break
+                diffs[k].append(get(made[(a, s)]) - get(made[(b, s)]))
+                last = len(diffs[k]) == len(seeds) + 1
+                decision = look(diffs[k], last) if early or last else (None,)
+                if decision[0] is not None:
+                    decided[k] = (diffs.pop(k), *decision)
+                    break
+
+    def done(pair, summary) -> None:
+        made[pair] = summary
+        advance()
+
+    stream = getattr(rerun, "stream", None)
+    if stream is not None:
+        stream(wanted, done)
+    else:
+        while diffs:
+            pair = wanted()[0]
+            done(pair, rerun(*pair))
     return [_verdict(name, summaries, *decided[k]) if k in decided else None for k, name in enumerate(names)]
 
 
@@ -209,7 +224,7 @@ class Reruns:
     """``rerun(index, seed) -> summary`` for :func:`verdict`, cached: ``results[index]``'s policy
     and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``, its
     SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None).
-    :meth:`prefetch` makes many at once in threads (the engine releases the GIL), reporting finished
+    :meth:`stream` makes many in threads (the engine releases the GIL), reporting finished
     requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
     def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
@@ -231,38 +246,66 @@ class Reruns:
             self._cache[(index, seed)] = self._run(index, seed)
         return self._cache[(index, seed)]
 
-    def prefetch(self, pairs) -> None:
-        """Make the reruns ``(index, seed)`` of ``pairs`` not made yet, in parallel threads (one
-        per CPU, at most ``MAX_WORKERS``). Ctrl-C (or an error) stops them all at their next
-        chunk of steps and is raised again."""
-        todo = [p for p in dict.fromkeys(pairs) if p not in self._cache]
+    def stream(self, wanted, done) -> None:
+        """Make the reruns ``wanted()`` lists (pairs ``(index, seed)``, most wanted first) in
+        parallel threads (one per CPU, at most ``MAX_WORKERS``), starting the first one not made
+        nor running whenever a thread is free; ``done(pair, summary)`` is called in this thread as
+        each finishes (at once for those made already), and may change what ``wanted()`` lists. A
+        running rerun that ``wanted()`` no longer lists is abandoned at its next chunk of steps
+        (and not handed over if it finished meanwhile).
+        Ctrl-C (or an error) stops them all and is raised again."""
+        for pair in wanted():
+            if pair in self._cache:
+                done(pair, self._cache[pair])
+        todo = wanted()
         if not todo:
             return
         workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
         ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
-        bar = None
-        if self._progress is not None:
-            n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
-            bar = self._progress(len(todo) * n_req)
+        n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
+        bar = self._progress(len(todo) * n_req) if self._progress is not None else None
         lock = threading.Lock()
+        live = [frozenset(todo)]  # what is still wanted: replaced whole, so the threads read it safely
+        seen = {}  # requests each running rerun has reported
 
         def one(index, seed):
-            seen = [0]
-
             def tick(finished):
-                if ex.stop.is_set():
+                if ex.stop.is_set() or (index, seed) not in live[0]:
                     raise _Abandoned
-                if bar is not None:
-                    with lock:
-                        bar.update(finished - seen[0])
-                seen[0] = finished
+                with lock:
+                    if bar is not None:
+                        bar.update(finished - seen[(index, seed)])
+                    seen[(index, seed)] = finished
 
-            return self._run(index, seed, tick)
+            try:
+                return self._run(index, seed, tick)
+            except _Abandoned:
+                if ex.stop.is_set():
+                    raise
+                return None
+
+        def pick():
+            pair = next((p for p in wanted() if p not in seen), None)
+            if pair is not None:
+                with lock:
+                    seen[pair] = 0
+            return pair
+
+        def finished(pair, summary):
+            if summary is not None:
+                self._cache[pair] = summary
+                if pair in live[0]:  # else it finished as it was being abandoned
+                    done(pair, summary)
+            now = wanted()
+            live[0] = frozenset(now)
+            if bar is not None:
+                # Reruns no verdict wants any more leave the total.
+                with lock:
+                    bar.set_total(bar.done + sum(n_req - seen.get(p, 0) for p in now))
 
         try:
             with ex:
-                for pair, summary in zip(todo, ex.map(one, todo)):
-                    self._cache[pair] = summary
+                ex.feed(one, pick, finished)
         finally:
             if bar is not None:
                 bar.close()

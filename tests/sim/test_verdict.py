@@ -64,33 +64,36 @@ def test_same_runs_are_not_compared():
 
 
 class _Asking:
-    """A prefetching rerun over fixed summaries that records what was asked for and read."""
+    """A streaming rerun over fixed summaries that makes one rerun at a time, the first wanted, and
+    records the order."""
 
     def __init__(self, summaries, value=None):
         self.summaries, self.value = summaries, value
-        self.asked, self.read = [], []
+        self.made, self.lists = [], []
 
-    def prefetch(self, pairs):
-        assert not set(pairs) & set(self.read), "a rerun was read before its prefetch"
-        assert len(pairs) == len(set(pairs))
-        self.asked.append(list(pairs))
+    def stream(self, wanted, done):
+        while (todo := wanted()):
+            self.lists.append(list(todo))
+            assert len(todo) == len(set(todo)) and not set(todo) & set(self.made)
+            self.made.append(todo[0])
+            done(todo[0], self.summaries[todo[0][0]] if self.value is None else self.value(*todo[0]))
 
     def __call__(self, index, seed):
-        assert any((index, seed) in batch for batch in self.asked), "read without a prefetch"
-        self.read.append((index, seed))
-        return self.summaries[index] if self.value is None else self.value(index, seed)
+        raise AssertionError("a streaming rerun is not called one by one")
 
 
-def test_without_early_stops_every_rerun_is_asked_for_at_once_before_any_is_read():
-    """The reruns of both verdicts are asked for together (each once, shared leaders too), so a
-    prefetching rerun makes them in parallel; the verdicts equal those made one at a time."""
+def test_without_early_stops_every_rerun_is_wanted_from_the_start():
+    """Without early stops the reruns of both verdicts are all wanted from the start (each once,
+    shared leaders too, earliest seed first), so a streaming rerun can make them all in parallel;
+    the verdicts equal those made one at a time."""
     summaries = _summaries([("a", 1.0), ("b", 1.5), ("c", 2.0)])
     summaries[2]["tpot_s"] = {"p99": 0.5}  # p99 TPOT's leaders are c and a; energy's a and b
     rerun = _Asking(summaries)
     names = ("lowest energy", "lowest p99 TPOT")
     got = verdicts(names, summaries, rerun, 5, early=False)
     seeds = noise_seeds(5)
-    assert len(rerun.asked) == 1 and sorted(rerun.asked[0]) == sorted({(i, s) for i in (0, 1, 2) for s in seeds})
+    assert sorted(rerun.lists[0]) == sorted({(i, s) for i in (0, 1, 2) for s in seeds})
+    assert rerun.made == rerun.lists[0]
     assert got == [verdict(name, summaries, lambda i, s: summaries[i], 5, early=False) for name in names]
     assert verdicts(names, summaries[:1], lambda i, s: summaries[i], 5) == [None, None]
 
@@ -130,15 +133,17 @@ def test_early_stops_rerun_seed_by_seed_and_only_what_an_open_verdict_needs():
     rerun = _Asking(summaries, both)
     energy, tpot = verdicts(("lowest energy", "lowest p99 TPOT"), summaries, rerun, 0)
     assert energy["clear"] and energy["seeds"] == 2 and energy["level"] == 0.999 and "99.9%)" in energy["line"]
-    assert sorted(rerun.asked[0]) == sorted((i, seeds[0]) for i in range(4))
-    assert [sorted(batch) for batch in rerun.asked[1:]] == [[(2, s), (3, s)] for s in seeds[1:]]
+    # Every seed's reruns are wanted at first, earliest seed first; once energy's lead is clear
+    # (after a and b under the first seed) only c's and d's.
+    assert rerun.lists[0] == [(i, s) for s in seeds for i in range(4)]
+    assert rerun.made == [(i, s) for s in seeds for i in range(4) if i >= 2 or s == seeds[0]]
     assert tpot["clear"] and tpot["seeds"] == NOISE_SEEDS + 1 and tpot["level"] == 0.95
     assert tpot == verdict("lowest p99 TPOT", summaries, lambda i, s: both(i, s), 0, early=False)
     # Two policies with the same figure under every seed: already a tie after one rerun seed.
     same = _summaries([("e", 1.0), ("f", 1.0)])
     rerun = _Asking(same)
     v = verdict("lowest energy", same, rerun, 0)
-    assert not v["clear"] and v["seeds"] == 2 and len(rerun.asked) == 1
+    assert not v["clear"] and v["seeds"] == 2 and rerun.made == [(0, seeds[0]), (1, seeds[0])]
 
 
 @settings(max_examples=200, deadline=None)
@@ -262,8 +267,87 @@ def test_reruns_report_their_finished_requests_to_a_progress_bar():
         def close(self):
             self.closed = True
 
+        def set_total(self, total):
+            self.total = total
+
     rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
-    rerun.prefetch([(0, 1), (1, 1), (0, 2), (0, 1)])
+    made = []
+    wanted = [(0, 1), (1, 1), (0, 2)]
+    rerun.stream(lambda: [p for p in wanted if p not in made], lambda pair, summary: made.append(pair))
     assert len(bars) == 1 and bars[0].total == 3 * len(reqs) == bars[0].done and bars[0].closed
-    rerun.prefetch([(0, 2)])  # made already: no bar
-    assert len(bars) == 1
+    assert sorted(made) == sorted(wanted)
+    made.clear()
+    rerun.stream(lambda: [p for p in [(0, 2)] if p not in made], lambda pair, summary: made.append(pair))
+    assert len(bars) == 1 and made == [(0, 2)]  # made already: no bar, handed over at once
+
+
+@pytest.mark.parametrize("kind", ["serial", "threads"])
+def test_an_executor_feed_runs_what_pick_hands_out_until_nothing_is_wanted(kind):
+    """``Executor.feed`` (the verdicts' reruns run on it): each result may change what is wanted
+    next; it returns when nothing runs and nothing more is wanted."""
+    from specsim._executor import Executor
+
+    queue, results = [(1,), (2,)], {}
+
+    def pick():
+        return queue.pop(0) if queue else None
+
+    def on_result(call, result):
+        results[call[0]] = result
+        if call[0] < 5:
+            queue.append((call[0] + 10,))  # each of 1 and 2 asks for one more
+
+    with Executor(kind, 2 if kind == "threads" else None) as ex:
+        ex.feed(lambda x: x * x, pick, on_result)
+    assert results == {1: 1, 2: 4, 11: 121, 12: 144}
+
+
+@pytest.mark.parametrize("kind", ["serial", "threads"])
+def test_an_error_in_a_fed_call_stops_the_feed_and_is_raised(kind):
+    from specsim._executor import Executor
+
+    calls = [(0,), (1,), (2,)]
+
+    def fn(x):
+        if x == 1:
+            raise ValueError("bad call")
+        return x
+
+    with pytest.raises(ValueError, match="bad call"):
+        with Executor(kind, 2 if kind == "threads" else None) as ex:
+            ex.feed(fn, lambda: calls.pop(0) if calls else None, lambda call, result: None)
+    assert ex.stop.is_set()
+
+
+@pytest.mark.kernels
+def test_a_rerun_no_verdict_wants_any_more_is_not_handed_over():
+    """A stream whose wanted list empties after the first rerun made ends without handing over
+    the others (abandoned if running, never started otherwise), and its progress total shrinks
+    to the work done."""
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 5, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2")]
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done = total, 0
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def set_total(self, total):
+            self.total = total
+
+        def close(self):
+            pass
+
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
+    made = []
+    every = [(i, s) for s in (1, 2, 3) for i in (0, 1)]
+    rerun.stream(lambda: [] if made else every, lambda pair, summary: made.append(pair))
+    assert len(made) == 1 and made[0] in every[:2]
+    assert bars[0].total == bars[0].done and len(reqs) <= bars[0].done < len(every) * len(reqs)
