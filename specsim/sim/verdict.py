@@ -25,7 +25,7 @@ import numpy as np
 
 from specsim._executor import MAX_WORKERS, Executor
 from specsim.errors import TraceWarning
-from specsim.sim.engine import simulate
+from specsim.sim.engine import request_columns, simulate
 
 # Extra draft-outcome seeds a verdict reruns its two leading policies with.
 NOISE_SEEDS = 3
@@ -228,7 +228,8 @@ class Reruns:
     requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
     def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
-        self._args = (requests, table, calibration, results, options, slo, acceptance)
+        self._args = (request_columns(requests), table, calibration, results, options, slo, acceptance)
+        self._n_requests = int(self._args[0].arrival_s.shape[0])
         self._cache = {}
         self._progress = progress
 
@@ -262,7 +263,7 @@ class Reruns:
             return
         workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
         ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
-        n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
+        n_req = self._n_requests
         bar = self._progress(len(todo) * n_req) if self._progress is not None else None
         lock = threading.Lock()
         live = [frozenset(todo)]  # what is still wanted: replaced whole, so the threads read it safely
