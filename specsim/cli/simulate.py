@@ -83,7 +83,10 @@ def cmd_simulate(args):
 def _simulate(args, out):
     from pathlib import Path
 
-    read = trace_from_args(args)
+    # A trace of millions of requests takes seconds to read or generate: a live line past a second.
+    with Progress(0, "trace", enabled=not args.quiet, unit="requests", live=True, delay_s=1.0) as bar:
+        read = trace_from_args(args)
+        bar.update(int(read.requests.shape[0]))
     too_big = request_size_problem(read.requests["prompt_tokens"], read.requests["output_tokens"])
     if too_big:
         raise SimulationError(f"{read.source}: {too_big}")
@@ -97,15 +100,19 @@ def _simulate(args, out):
     warn_placeholder_prefill(base, table, "simulate")
     n_req = int(read.requests.shape[0])
     total = n_req * len(plan)
-    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \
+    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests", live=True) as bar, \
             warnings.catch_warnings():
         # Said once above; the threads would repeat it per policy.
         warnings.simplefilter("ignore", TraceWarning)
         results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
     import numpy as np
 
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
-        summaries = [summarize(r, slo) for r in results]
+    with np.errstate(over="ignore", invalid="ignore"), \
+            Progress(len(results), "summaries", enabled=not args.quiet and total >= 200_000, live=True) as bar:
+        summaries = []
+        for r in results:  # an overflow is refused just below, by name
+            summaries.append(summarize(r, slo))
+            bar.update()
     check_finite_results({s["label"]: s for s in summaries},
                          f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
                          f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "
@@ -119,7 +126,7 @@ def _simulate(args, out):
     # The verdicts' reruns on a long trace take as long as the policies did: they report too.
     rerun = reruns(read.requests, table, cal, results, base, slo, acceptance,
                    progress=lambda total: Progress(total, "verdicts", enabled=not args.quiet and n_req >= 200_000,
-                                                   unit="requests"))
+                                                   unit="requests", live=True))
     verdicts = [v for v in verdicts_of(("lowest energy", "lowest p99 TPOT"), summaries, rerun, args.seed)
                 if v is not None]
     for v in verdicts:
