@@ -228,18 +228,20 @@ class Reruns:
     requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
     def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
-        self._args = (request_columns(requests), table, calibration, results, options, slo, acceptance)
+        # Only each result's policy and slack: the results' per-request arrays can go.
+        runs = [(r.policy_spec, r.options["slack"]) for r in results]
+        self._args = (request_columns(requests), table, calibration, runs, options, slo, acceptance)
         self._n_requests = int(self._args[0].arrival_s.shape[0])
         self._cache = {}
         self._progress = progress
 
     def _run(self, index, seed, progress=None):
-        requests, table, calibration, results, options, slo, acceptance = self._args
-        r = results[index]
-        opts = replace(options, slack=r.options["slack"], seed=seed)
+        requests, table, calibration, runs, options, slo, acceptance = self._args
+        policy, slack = runs[index]
+        opts = replace(options, slack=slack, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
-            return simulate(requests, table, calibration, r.policy_spec, options=opts, acceptance=acceptance,
+            return simulate(requests, table, calibration, policy, options=opts, acceptance=acceptance,
                             progress=progress).summary(slo)
 
     def __call__(self, index, seed):

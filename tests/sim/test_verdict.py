@@ -351,3 +351,23 @@ def test_a_rerun_no_verdict_wants_any_more_is_not_handed_over():
     rerun.stream(lambda: [] if made else every, lambda pair, summary: made.append(pair))
     assert len(made) == 1 and made[0] in every[:2]
     assert bars[0].total == bars[0].done and len(reqs) <= bars[0].done < len(every) * len(reqs)
+
+
+@pytest.mark.kernels
+def test_reruns_keep_no_result_alive():
+    """A verdict's reruns keep each result's policy and slack, not the result: the per-request
+    arrays of the runs they rerun can be freed while they run (simulate frees them)."""
+    import gc
+    import weakref
+
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(40, 7, rate=4.0)
+    results = [simulate(reqs, small_table(), small_calibration(), p, max_num_seqs=4) for p in ("fixed:0", "propose")]
+    want = results[1].summary()
+    rerun = reruns(reqs, small_table(), small_calibration(), results, ServerOptions(max_num_seqs=4))
+    gone = [weakref.ref(r) for r in results]
+    del results
+    gc.collect()
+    assert all(ref() is None for ref in gone)
+    assert rerun(1, 0) == want
