@@ -28,6 +28,7 @@ POLICIES = ("fixed:0", "fixed:3", "propose", "sequence")
 
 def run(root, trace, inputs) -> tuple:
     """``(wall s, CPU s, stdout)`` of one ``specsim simulate`` with ``root`` on PYTHONPATH."""
+    trace, inputs = Path(trace).resolve(), Path(inputs).resolve()
     argv = [sys.executable, "-m", "specsim", "simulate", "--trace", str(trace), "--table", str(inputs / "table.toml"),
             "--calibration", str(inputs / "calibration.toml")]
     for p in POLICIES:
@@ -35,7 +36,8 @@ def run(root, trace, inputs) -> tuple:
     env = dict(os.environ, PYTHONPATH=str(root))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    # In the checkout's folder: ``python -m`` puts the working folder first on the import path.
+    out = subprocess.run(argv, env=env, cwd=str(root), capture_output=True, text=True, check=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out

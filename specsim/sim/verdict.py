@@ -266,6 +266,7 @@ class Reruns:
         workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
         ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
         n_req = self._n_requests
+        runs = self._args[3]
         bar = self._progress(len(todo) * n_req) if self._progress is not None else None
         lock = threading.Lock()
         live = [frozenset(todo)]  # what is still wanted: replaced whole, so the threads read it safely
@@ -288,7 +289,9 @@ class Reruns:
                 return None
 
         def pick():
-            pair = next((p for p in wanted() if p not in seen), None)
+            # Of the earliest seed still wanted, a per-sequence planner's rerun (the longest) first.
+            free = [p for p in wanted() if p not in seen]
+            pair = min(free, key=lambda p: (p[1] != free[0][1], not runs[p[0]][0].per_sequence), default=None)
             if pair is not None:
                 with lock:
                     seen[pair] = 0

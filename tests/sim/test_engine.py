@@ -670,3 +670,7 @@ def test_runs_on_the_same_requests_share_one_copy_of_their_columns():
     assert np.array_equal(simulate(cols, table, cal, "fixed:2", options=opts).finish_s, runs[1].finish_s)
     rerun = reruns(reqs, table, cal, runs, opts)
     assert rerun(1, 0)["j_per_token"] == runs[1].summary()["j_per_token"]
+    # A per-sequence planner's run starts first (the longest); the results stay in the runs' order.
+    mixed = simulate_runs(reqs, table, cal, policy_runs(["fixed:2", "sequence", "fixed:0"], [0.0]), opts)
+    assert [r.policy for r in mixed] == ["fixed:2", "sequence", "fixed:0"]
+    assert np.array_equal(mixed[1].finish_s, simulate(reqs, table, cal, "sequence", options=opts).finish_s)
