@@ -11,6 +11,12 @@ absolute times move by 2x. Each is a cost ratio: lower is better.
 - ``context_over_plain``: the four policies on the hour priced on a table with a context axis over
   the same table's reference grid as a plain table;
 - ``length_10x``: ``fixed:3`` on 100,000 synthetic requests over 10,000 (linear: 10);
+- ``fleet_rate_64x``: ``fixed:3`` on 64 replicas with the hour at 64x its rate over one replica
+  on the plain hour (benchmarks/fleet_scale.py; target <= 64);
+- ``verdicts_early_over_every_seed`` (``--write`` only): the two verdicts of the four policies
+  on the hour, reruns stopped early over every seed rerun (specsim/sim/verdict.py);
+- ``fleet_copies_64x`` (``--write`` only): 64 copies of the hour merged on 64 replicas over one
+  replica on one hour (linear: 64);
 - with ``--old CHECKOUT`` (a git worktree of an older commit, e.g. 5a34273, the first engine):
   ``vs_old:POLICY:off|on`` and ``vs_old:total:off|on``, this engine's CPU time per policy over
   the old one's (benchmarks/engine_vs_old.py).
@@ -57,8 +63,8 @@ def _best_pair(a, b, rounds):
     return best
 
 
-def measure(rounds=3, old=None) -> dict:
-    """``{name: ratio}`` (see the module's docstring)."""
+def measure(rounds=3, old=None, full=False) -> dict:
+    """``{name: ratio}`` (see the module's docstring); ``full``: the ``--write``-only ones too."""
     from benchmarks.context_pricing import context_table
     from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim import simulate, synthetic_trace
@@ -102,6 +108,8 @@ def measure(rounds=3, old=None) -> dict:
                                  lambda: simulate(short, dt, dc, "fixed:3", max_num_seqs=64), rounds)
     out["length_10x"] = long_s / short_s
 
+    out.update(_fleet_and_verdicts(reqs, rounds, full))
+
     if old is not None:
         from benchmarks.engine_vs_old import POLICIES, inputs_from, measure as vs_old
 
@@ -113,6 +121,53 @@ def measure(rounds=3, old=None) -> dict:
             out[f"vs_old:total:{mode}"] = (sum(best[(p, mode)] for p in POLICIES)
                                            / sum(best[(p, "old")] for p in POLICIES))
     return out
+
+
+def _fleet_and_verdicts(reqs, rounds, full) -> dict:
+    """The fleet ratios and (``full``) the verdicts' early stop, on the hour, with the modelled
+    H200 table and calibration the demo uses."""
+    import numpy as np
+
+    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.sim import simulate
+    from specsim.sim.fleet import Fleet, simulate_fleet
+    from specsim.sim.verdict import mark_same_runs, reruns, verdicts
+
+    table, cal = demo_table(), demo_calibration()
+    one, many = Fleet.uniform(table, cal, 1), Fleet.uniform(table, cal, 64)
+    fast = reqs.copy()
+    fast["arrival_s"] /= 64.0
+    simulate_fleet(reqs[:200], one, "fixed:3")
+    simulate_fleet(fast[:200], many, "fixed:3")
+    out = {}
+    fleet_s, one_s = _best_pair(lambda: simulate_fleet(fast, many, "fixed:3"),
+                                lambda: simulate_fleet(reqs, one, "fixed:3"), rounds)
+    out["fleet_rate_64x"] = fleet_s / one_s
+    if not full:
+        return out
+    gap = float(reqs["arrival_s"][-1] - reqs["arrival_s"][0]) / max(reqs.shape[0] - 1, 1)
+    tiled = np.concatenate([reqs.copy() for _ in range(64)])
+    tiled["arrival_s"] += np.repeat(np.arange(64) * gap / 64.0, reqs.shape[0])
+    tiled = tiled[np.argsort(tiled["arrival_s"], kind="stable")]
+    copies_s, one_s = _best_pair(lambda: simulate_fleet(tiled, many, "fixed:3"),
+                                 lambda: simulate_fleet(reqs, one, "fixed:3"), 1)
+    out["fleet_copies_64x"] = copies_s / one_s
+
+    results = [simulate(reqs, table, cal, p) for p in FOUR]
+    summaries = [r.summary() for r in results]
+    mark_same_runs(results, summaries)
+    names = ("lowest energy", "lowest p99 TPOT")
+    early_s, every_s = _best_pair(lambda: verdicts(names, summaries, reruns(reqs, table, cal, results, _options()), 0),
+                                  lambda: verdicts(names, summaries, reruns(reqs, table, cal, results, _options()), 0,
+                                                   early=False), rounds)
+    out["verdicts_early_over_every_seed"] = early_s / every_s
+    return out
+
+
+def _options():
+    from specsim.sim.options import ServerOptions
+
+    return ServerOptions()
 
 
 def check(measured: dict, stored: dict, tolerance=TOLERANCE) -> list:
@@ -141,7 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--old", help="a checkout of the older commit to compare the engine with")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    measured = measure(args.rounds, args.old)
+    measured = measure(args.rounds, args.old, full=args.write)
     if args.write:
         doc = {"commit": _commit(), "machine": f"{platform.machine()}, {platform.python_implementation()} "
                f"{platform.python_version()}", "tolerance": TOLERANCE, "ratios": measured}

@@ -153,6 +153,50 @@ class Executor:
             self.stop.set()
             raise
 
+    def feed(self, fn, pick, on_result) -> None:
+        """Calls ``fn(*call)`` chosen as workers free up: ``pick()`` hands out the next call (a
+        tuple), or None when none is wanted now; ``on_result(call, result)`` runs in this thread as
+        each call finishes (in finishing order) and may change what ``pick`` hands out next.
+        Returns when no call runs and ``pick()`` gives None. Threads (one call at a time when
+        serial or with one worker); an error ends it as in :meth:`map`."""
+        if self.kind == "dask":
+            raise ExecutorError("feed runs on threads of this process, not on Dask")
+        try:
+            if self.kind == "serial" or self.workers <= 1:
+                call = pick()
+                while call is not None:
+                    on_result(call, fn(*call))
+                    call = pick()
+                return
+            self._feed_threads(fn, pick, on_result)
+        except BaseException:
+            self.stop.set()
+            raise
+
+    def _feed_threads(self, fn, pick, on_result):
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        pool = ThreadPoolExecutor(max_workers=self.workers)
+        running, done_ok = {}, False
+        try:
+            while True:
+                while len(running) < self.workers:
+                    call = pick()
+                    if call is None:
+                        break
+                    running[pool.submit(fn, *call)] = call
+                if not running:
+                    break
+                # Short waits keep this thread where Ctrl-C reaches it.
+                done, _ = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
+                for f in done:
+                    on_result(running.pop(f), f.result())
+            done_ok = True
+        finally:
+            if not done_ok:
+                self.stop.set()
+            pool.shutdown(wait=done_ok, cancel_futures=True)
+
     def _map_threads(self, fn, calls, on_result):
         pool = ThreadPoolExecutor(max_workers=min(self.workers, len(calls)))
         done_ok = False

@@ -157,7 +157,7 @@ def _verdicts(summaries, results, inputs, seed):
     rerun = reruns(inputs["trace"].requests, inputs["table"], inputs["calibration"], results,
                    ServerOptions(seed=seed), SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S))
     names = ("lowest energy", "lowest p99 TPOT")
-    found = dict(zip(names, verdicts(names, summaries, rerun, seed)))
+    found = dict(zip(names, verdicts(names, summaries, rerun, seed, early=False)))  # the answer reads every seed
     lead = answer(summaries, rerun, seed, found)
     if lead is not None:
         print(lead["line"])

@@ -20,7 +20,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.cli.replay import _only_trace
 from specsim.interop import read_policy
 from specsim.policy.policy import policy_runs
-from specsim.sim.engine import ServerOptions, simulate_runs
+from specsim.sim.engine import ServerOptions, request_columns, simulate_runs
 from specsim.sim.metrics import overload_lines, requests_csv, summarize
 from specsim.sim.replay import load_acceptance_file
 from specsim.sim.report import comparison_table, plot
@@ -83,7 +83,10 @@ def cmd_simulate(args):
 
 
 def _simulate(args, out):
-    read = trace_from_args(args)
+    # A trace of millions of requests takes seconds to read or generate: a live line past a second.
+    with Progress(0, "trace", enabled=not args.quiet, unit="requests", live=True, delay_s=1.0) as bar:
+        read = trace_from_args(args)
+        bar.update(int(read.requests.shape[0]))
     too_big = request_size_problem(read.requests["prompt_tokens"], read.requests["output_tokens"])
     if too_big:
         raise SimulationError(f"{read.source}: {too_big}")
@@ -96,16 +99,21 @@ def _simulate(args, out):
     acceptance = _acceptance(args)
     warn_placeholder_prefill(base, table, "simulate")
     n_req = int(read.requests.shape[0])
+    columns = request_columns(read.requests)  # one copy for the policies and the verdicts' reruns
     total = n_req * len(plan)
-    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests") as bar, \
+    with Progress(total, "simulate", enabled=not args.quiet and total >= 200_000, unit="requests", live=True) as bar, \
             warnings.catch_warnings():
         # Said once above; the threads would repeat it per policy.
         warnings.simplefilter("ignore", TraceWarning)
-        results = simulate_runs(read.requests, table, cal, plan, base, progress=bar, acceptance=acceptance)
+        results = simulate_runs(columns, table, cal, plan, base, progress=bar, acceptance=acceptance)
     import numpy as np
 
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
-        summaries = [summarize(r, slo) for r in results]
+    with np.errstate(over="ignore", invalid="ignore"), \
+            Progress(len(results), "summaries", enabled=not args.quiet and total >= 200_000, live=True) as bar:
+        summaries = []
+        for i in range(len(results)):  # an overflow is refused just below, by name
+            summaries.append(summarize(results[i], slo))
+            bar.update()
     check_finite_results({s["label"]: s for s in summaries},
                          f"the costs: the table {args.table}, --prefill-ms-per-token {args.prefill_ms_per_token!r}, "
                          f"--prefill-j-per-token {args.prefill_j_per_token!r} and --idle-w {args.idle_w!r} "
@@ -117,9 +125,12 @@ def _simulate(args, out):
     for line in overload_lines(summaries):
         print(line)
     # The verdicts' reruns on a long trace take as long as the policies did: they report too.
-    rerun = reruns(read.requests, table, cal, results, base, slo, acceptance,
+    rerun = reruns(columns, table, cal, results, base, slo, acceptance,
                    progress=lambda total: Progress(total, "verdicts", enabled=not args.quiet and n_req >= 200_000,
-                                                   unit="requests"))
+                                                   unit="requests", live=True))
+    run_options = results[0].options
+    if not (args.requests_csv or args.plot):
+        del results  # their per-request times are summarised: the reruns' memory, not theirs
     verdicts = [v for v in verdicts_of(("lowest energy", "lowest p99 TPOT"), summaries, rerun, args.seed)
                 if v is not None]
     for v in verdicts:
@@ -133,7 +144,7 @@ def _simulate(args, out):
                       "widths": table.widths.tolist(), "max_k": table.max_k},
             "calibration": {"file": Path(args.calibration).name, "edges": [float(e) for e in cal.edges],
                             "p_accept": cal.p_accept.tolist(), "prior_by_position": cal.priors.tolist()},
-            "options": {k: v for k, v in results[0].options.items() if k != "slack"} | {"slacks": slacks},
+            "options": {k: v for k, v in run_options.items() if k != "slack"} | {"slacks": slacks},
             "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s},
             "specsim_version": __version__,
         }

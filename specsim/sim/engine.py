@@ -82,7 +82,25 @@ PROGRESS_CHUNK = 1 << 10
 
 # -- preparing a run ------------------------------------------------------------------------------
 
+class RequestColumns(NamedTuple):
+    """The requests as the engine reads them: validated contiguous columns, made once by
+    :func:`request_columns` and shared by many runs on the same requests (the policies of
+    :func:`simulate_runs`, a verdict's reruns), whose results then hold the same arrays instead
+    of a copy each. The engine only reads them."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+
+def request_columns(requests) -> RequestColumns:
+    """``requests`` (a REQUEST_DT array, a TraceRead or RequestColumns) as :class:`RequestColumns`."""
+    return requests if isinstance(requests, RequestColumns) else RequestColumns(*_request_arrays(requests))
+
+
 def _request_arrays(requests):
+    if isinstance(requests, RequestColumns):
+        return tuple(requests)
     if isinstance(requests, TraceRead):
         requests = requests.requests
     r = np.asarray(requests)
@@ -416,7 +434,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
 
     Parameters
     ----------
-    requests : ndarray(REQUEST_DT, ndim=1) or TraceRead
+    requests : ndarray(REQUEST_DT, ndim=1), TraceRead or RequestColumns
         Sorted by arrival.
     table : CostTable
     calibration : AcceptanceCalibration
@@ -480,6 +498,7 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     import threading
 
     use_sequence_engine(pol for pol, _ in runs)  # one compiled engine for every run
+    requests = request_columns(requests)  # validated once, one copy for every run
     lock = threading.Lock()
     workers = max(1, min(len(runs), os.cpu_count() or 1, MAX_WORKERS))
     ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
@@ -498,8 +517,14 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
         return simulate(requests, table, calibration, pol, options=replace(options, slack=s), acceptance=acceptance,
                         progress=tick)
 
+    # The per-sequence planners' runs are the longest: started first, the threads finish together.
+    order = sorted(range(len(runs)), key=lambda i: not read_policy(runs[i][0]).per_sequence)
     with ex:
-        return ex.map(one, runs)
+        done = ex.map(one, [runs[i] for i in order])
+    out = [None] * len(runs)
+    for i, r in zip(order, done):
+        out[i] = r
+    return out
 
 
 class _Stopped(Exception):

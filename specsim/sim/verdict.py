@@ -9,7 +9,8 @@ clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
   TPOT) over the run's own draft-outcome seed and :data:`NOISE_SEEDS` more, paired by seed (both
   policies see the same hashes under one seed, so most of the noise cancels). It is given when the
   mean paired difference is larger than its 95% interval's half-width (Student t over the
-  seeds); else the two are a tie within noise.
+  seeds); else the two are a tie within noise. The reruns go seed by seed and stop early when
+  the lead already clears a 99.9% interval or cannot become a verdict (:func:`look`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from specsim._executor import MAX_WORKERS, Executor
 from specsim._stats import paired_noise
 from specsim.errors import TraceWarning
-from specsim.sim.engine import simulate
+from specsim.sim.engine import request_columns, simulate
 
 # Extra draft-outcome seeds a verdict reruns its two leading policies with.
 NOISE_SEEDS = 3
@@ -79,51 +80,113 @@ def noise_seeds(seed: int) -> list:
     return [(seed + k) % (1 << 64) for k in range(1, NOISE_SEEDS + 1)]
 
 
-def verdicts(names, summaries, rerun, seed: int) -> list:
-    """:func:`verdict` for each of ``names`` (None where it has no two distinct runs). The reruns
-    every verdict needs (each of its two leaders under each of :func:`noise_seeds`, once even
-    where two verdicts share a leader) are made first, all at once: in parallel threads when
-    ``rerun`` has a ``prefetch`` (as :func:`reruns`'s has), so they cost the wall time of the
-    slowest few instead of their sum. The verdicts are those made one rerun at a time."""
-    wanted = []
-    for name in names:
-        leaders = _leaders(name, summaries)
-        if leaders is not None:
-            wanted += [(i, other) for other in noise_seeds(seed) for i in leaders]
-    prefetch = getattr(rerun, "prefetch", None)
-    if prefetch is not None:
-        prefetch(list(dict.fromkeys(wanted)))
-    return [verdict(name, summaries, rerun, seed) for name in names]
+# Early looks (Haybittle-Peto): after each rerun seed but the last, a verdict stops as clear only
+# when its lead clears the 99.9% interval, and as a tie when it cannot become one (a mean within
+# FUTILITY of its 95% half-width from zero, or against the leader beyond the 99.9% interval); the
+# last look is the fixed-seed rule's. benchmarks/verdict_coverage.py measures what this costs in
+# coverage and power (docs/simulation.md, "Verdicts").
+EARLY_LEVEL = 0.999
+FUTILITY = 0.1
+# Two-sided 99.9% Student t quantiles by degrees of freedom.
+_T999 = (636.619, 31.599, 12.924, 8.610, 6.869, 5.959, 5.408, 5.041, 4.781, 4.587)
 
 
-def verdict(name: str, summaries, rerun, seed: int) -> dict:
+def look(diffs, last: bool):
+    """The decision on paired differences ``diffs`` (winner minus runner-up, one per seed so far):
+    ``(decision, half_width, level)`` with decision ``"clear"``, ``"tie"`` or None (rerun another
+    seed); at the ``last`` look always clear or tie by the 95% interval."""
+    mean, half = paired_noise(diffs)
+    if last:
+        return ("clear" if mean < 0 and -mean > half else "tie"), half, 0.95
+    n = len(diffs)
+    if n < 2 or n - 1 > len(_T999):
+        return None, half, 0.95
+    strict = half * _T999[n - 2] / t95(n - 1)
+    if mean < 0 and -mean > strict:
+        return "clear", strict, EARLY_LEVEL
+    if abs(mean) <= FUTILITY * half or mean > strict:
+        return "tie", half, 0.95
+    return None, half, 0.95
+
+
+def verdicts(names, summaries, rerun, seed: int, early: bool = True) -> list:
+    """:func:`verdict` for each of ``names`` (None where it has no two distinct runs).
+
+    Each verdict reruns its two leaders seed by seed (:func:`noise_seeds`' order) and, after each
+    seed, looks (:func:`look`): it stops when its difference is already clear or already a tie.
+    When ``rerun`` has a ``stream`` (as :func:`reruns`'s has) the reruns run in parallel threads,
+    the next one wanted (earliest seed first, each leader once even where two verdicts share it)
+    starting as soon as a thread is free, and one no open verdict wants any more is abandoned;
+    else one at a time. The verdicts are the same either way. With ``early=False`` every verdict
+    reruns every seed and decides by the 95% interval at the end (the demo, whose answer reads
+    every seed)."""
+    seeds = noise_seeds(seed)
+    leaders = {k: _leaders(name, summaries) for k, name in enumerate(names)}
+    diffs = {k: [FIGURES[names[k]][0](summaries[p[0]]) - FIGURES[names[k]][0](summaries[p[1]])]
+             for k, p in leaders.items() if p is not None}
+    made, decided = {}, {}
+
+    def wanted() -> list:
+        order = [(i, s) for j, s in enumerate(seeds) for k in diffs if len(diffs[k]) - 1 <= j or not early
+                 for i in leaders[k]]
+        return [p for p in dict.fromkeys(order) if p not in made]
+
+    def advance() -> None:
+        for k in list(diffs):
+            get = FIGURES[names[k]][0]
+            a, b = leaders[k]
+            while len(diffs[k]) <= len(seeds):
+                s = seeds[len(diffs[k]) - 1]
+                if (a, s) not in made or (b, s) not in made:
+                    break
+                diffs[k].append(get(made[(a, s)]) - get(made[(b, s)]))
+                last = len(diffs[k]) == len(seeds) + 1
+                decision = look(diffs[k], last) if early or last else (None,)
+                if decision[0] is not None:
+                    decided[k] = (diffs.pop(k), *decision)
+                    break
+
+    def done(pair, summary) -> None:
+        made[pair] = summary
+        advance()
+
+    stream = getattr(rerun, "stream", None)
+    if stream is not None:
+        stream(wanted, done)
+    else:
+        while diffs:
+            pair = wanted()[0]
+            done(pair, rerun(*pair))
+    return [_verdict(name, summaries, *decided[k]) if k in decided else None for k, name in enumerate(names)]
+
+
+def verdict(name: str, summaries, rerun, seed: int, early: bool = True) -> dict:
     """The verdict ``name`` (a key of :data:`FIGURES`) over distinct runs.
 
     ``rerun(index, seed) -> summary`` simulates ``summaries[index]``'s policy again under another
-    draft-outcome seed. Returns ``winner``, ``runner_up`` (labels), ``difference`` (mean paired,
-    winner minus runner-up), ``half_width`` (95%), ``seeds``, ``clear`` (bool) and ``line``; None
-    when fewer than two distinct runs have the figure.
+    draft-outcome seed (see :func:`verdicts` for the order and when it stops). Returns ``winner``,
+    ``runner_up`` (labels), ``difference`` (mean paired, winner minus runner-up), ``half_width``
+    (at ``level``: 0.95, or :data:`EARLY_LEVEL` for a lead that cleared it early), ``seeds``,
+    ``clear`` (bool) and ``line``; None when fewer than two distinct runs have the figure.
     """
+    return verdicts((name,), summaries, rerun, seed, early)[0]
+
+
+def _verdict(name, summaries, diffs, decision, half, level) -> dict:
     get, unit, fmt = FIGURES[name]
-    leaders = _leaders(name, summaries)
-    if leaders is None:
-        return None
-    a, b = leaders
-    diffs = [get(summaries[a]) - get(summaries[b])]
-    for other in noise_seeds(seed):
-        diffs.append(get(rerun(a, other)) - get(rerun(b, other)))
+    a, b = _leaders(name, summaries)
     d = np.asarray(diffs, dtype=np.float64)
-    mean, half = paired_noise(d)
-    clear = mean < 0 and abs(mean) > half
+    mean = float(d.mean())
+    clear = decision == "clear"
     la, lb = summaries[a]["label"], summaries[b]["label"]
     va, vb = fmt.format(get(summaries[a])), fmt.format(get(summaries[b]))
-    noise = f"paired over {d.shape[0]} draft-outcome seeds: {mean:+.2g} ± {half:.2g} {unit}, 95%"
+    noise = f"paired over {d.shape[0]} draft-outcome seeds: {mean:+.2g} ± {half:.2g} {unit}, {100 * level:g}%"
     if clear:
         line = f"{name}: {la} at {va} {unit}, below {lb} at {vb} ({noise})"
     else:
         line = f"{name}: tie within noise between {la} ({va}) and {lb} ({vb}) ({noise})"
     return {"name": name, "winner": la if clear else None, "runner_up": lb, "leader": la, "difference": mean,
-            "half_width": half, "seeds": int(d.shape[0]), "clear": bool(clear), "line": line}
+            "half_width": half, "level": level, "seeds": int(d.shape[0]), "clear": bool(clear), "line": line}
 
 
 def same_run_lines(summaries) -> list:
@@ -136,21 +199,24 @@ class Reruns:
     """``rerun(index, seed) -> summary`` for :func:`verdict`, cached: ``results[index]``'s policy
     and slack on the same requests and server ``options`` (a ServerOptions) under ``seed``, its
     SLO attainment against ``slo`` (an :class:`~specsim.sim.slo.SLO`, or None).
-    :meth:`prefetch` makes many at once in threads (the engine releases the GIL), reporting finished
+    :meth:`stream` makes many in threads (the engine releases the GIL), reporting finished
     requests to ``progress(total)`` (a factory of a :class:`~specsim._progress.Progress`, or None)."""
 
     def __init__(self, requests, table, calibration, results, options, slo=None, acceptance=None, progress=None):
-        self._args = (requests, table, calibration, results, options, slo, acceptance)
+        # Only each result's policy and slack: the results' per-request arrays can go.
+        runs = [(r.policy_spec, r.options["slack"]) for r in results]
+        self._args = (request_columns(requests), table, calibration, runs, options, slo, acceptance)
+        self._n_requests = int(self._args[0].arrival_s.shape[0])
         self._cache = {}
         self._progress = progress
 
     def _run(self, index, seed, progress=None):
-        requests, table, calibration, results, options, slo, acceptance = self._args
-        r = results[index]
-        opts = replace(options, slack=r.options["slack"], seed=seed)
+        requests, table, calibration, runs, options, slo, acceptance = self._args
+        policy, slack = runs[index]
+        opts = replace(options, slack=slack, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
-            return simulate(requests, table, calibration, r.policy_spec, options=opts, acceptance=acceptance,
+            return simulate(requests, table, calibration, policy, options=opts, acceptance=acceptance,
                             progress=progress).summary(slo)
 
     def __call__(self, index, seed):
@@ -158,38 +224,69 @@ class Reruns:
             self._cache[(index, seed)] = self._run(index, seed)
         return self._cache[(index, seed)]
 
-    def prefetch(self, pairs) -> None:
-        """Make the reruns ``(index, seed)`` of ``pairs`` not made yet, in parallel threads (one
-        per CPU, at most ``MAX_WORKERS``). Ctrl-C (or an error) stops them all at their next
-        chunk of steps and is raised again."""
-        todo = [p for p in dict.fromkeys(pairs) if p not in self._cache]
+    def stream(self, wanted, done) -> None:
+        """Make the reruns ``wanted()`` lists (pairs ``(index, seed)``, most wanted first) in
+        parallel threads (one per CPU, at most ``MAX_WORKERS``), starting the first one not made
+        nor running whenever a thread is free; ``done(pair, summary)`` is called in this thread as
+        each finishes (at once for those made already), and may change what ``wanted()`` lists. A
+        running rerun that ``wanted()`` no longer lists is abandoned at its next chunk of steps
+        (and not handed over if it finished meanwhile).
+        Ctrl-C (or an error) stops them all and is raised again."""
+        for pair in wanted():
+            if pair in self._cache:
+                done(pair, self._cache[pair])
+        todo = wanted()
         if not todo:
             return
         workers = max(1, min(len(todo), os.cpu_count() or 1, MAX_WORKERS))
         ex = Executor("threads" if workers > 1 else "serial", workers if workers > 1 else None)
-        bar = None
-        if self._progress is not None:
-            n_req = len(getattr(self._args[0], "requests", self._args[0]))  # an array or a TraceRead
-            bar = self._progress(len(todo) * n_req)
+        n_req = self._n_requests
+        runs = self._args[3]
+        bar = self._progress(len(todo) * n_req) if self._progress is not None else None
         lock = threading.Lock()
+        live = [frozenset(todo)]  # what is still wanted: replaced whole, so the threads read it safely
+        seen = {}  # requests each running rerun has reported
 
         def one(index, seed):
-            seen = [0]
-
             def tick(finished):
-                if ex.stop.is_set():
+                if ex.stop.is_set() or (index, seed) not in live[0]:
                     raise _Abandoned
-                if bar is not None:
-                    with lock:
-                        bar.update(finished - seen[0])
-                seen[0] = finished
+                with lock:
+                    if bar is not None:
+                        bar.update(finished - seen[(index, seed)])
+                    seen[(index, seed)] = finished
 
-            return self._run(index, seed, tick)
+            try:
+                return self._run(index, seed, tick)
+            except _Abandoned:
+                if ex.stop.is_set():
+                    raise
+                return None
+
+        def pick():
+            # Of the earliest seed still wanted, a per-sequence planner's rerun (the longest) first.
+            free = [p for p in wanted() if p not in seen]
+            pair = min(free, key=lambda p: (p[1] != free[0][1], not runs[p[0]][0].per_sequence), default=None)
+            if pair is not None:
+                with lock:
+                    seen[pair] = 0
+            return pair
+
+        def finished(pair, summary):
+            if summary is not None:
+                self._cache[pair] = summary
+                if pair in live[0]:  # else it finished as it was being abandoned
+                    done(pair, summary)
+            now = wanted()
+            live[0] = frozenset(now)
+            if bar is not None:
+                # Reruns no verdict wants any more leave the total.
+                with lock:
+                    bar.set_total(bar.done + sum(n_req - seen.get(p, 0) for p in now))
 
         try:
             with ex:
-                for pair, summary in zip(todo, ex.map(one, todo)):
-                    self._cache[pair] = summary
+                ex.feed(one, pick, finished)
         finally:
             if bar is not None:
                 bar.close()

@@ -309,6 +309,46 @@ def test_progress_lines_stay_off_a_pipe_unless_asked(monkeypatch):
         monkeypatch.delenv("SPECSIM_PROGRESS", raising=False)
 
 
+def test_a_live_progress_line_moves_without_updates_and_a_delayed_one_waits(monkeypatch):
+    """On a terminal a live line is redrawn while the work reports nothing (its elapsed time
+    moves); one with a delay prints nothing for work shorter than the delay."""
+    import io
+    import threading
+
+    from specsim import _progress
+    from specsim._progress import Progress
+
+    class Terminal(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.lock, self.writes = threading.Lock(), 0
+
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            with self.lock:
+                self.writes += "work" in text
+                return super().write(text)
+
+    monkeypatch.setattr(_progress, "LIVE_TICK_S", 0.001)
+    term = Terminal()
+    seen = threading.Event()
+    with Progress(10, "work", stream=term, live=True) as bar:
+        first = term.writes
+        for _ in range(10_000):  # redraws come from the ticker thread, not from updates
+            if term.writes >= first + 3:
+                seen.set()
+                break
+            seen.wait(0.001)
+        bar.update(10)
+    assert seen.is_set() and bar.done == 10
+    quiet = Terminal()
+    with Progress(0, "work", stream=quiet, live=True, delay_s=3600.0) as bar:
+        bar.update(5)
+    assert quiet.getvalue().strip() == ""
+
+
 def test_demo_refuses_an_empty_out_folder_and_writes_nothing(tmp_path, monkeypatch, capsys):
     # An empty --out used to put the demo's trace.csv and table.toml in the current folder,
     # replacing files of those names there.

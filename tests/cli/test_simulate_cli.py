@@ -120,6 +120,7 @@ def test_progress_line_on_long_runs(files, capsys, monkeypatch):
     assert rc == 0
     err = capsys.readouterr().err
     assert "simulate:" in err and "100%" in err and "200k/200k" in err
+    assert "summaries:" in err and "2/2" in err  # the summaries of 100,000 requests report too
 
 
 def test_simulate_real_azure_code_trace(shared_data, files, tmp_path, capsys):

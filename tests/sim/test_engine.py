@@ -651,3 +651,32 @@ def test_load_aware_refuses_a_table_drawing_no_more_than_idle_power():
         simulate(random_requests(5, 1), small_table(), small_calibration(), "load-aware", idle_w=400.0)
     # Other policies do not plan by energy above idle, and run.
     simulate(random_requests(5, 1), small_table(), small_calibration(), "propose", idle_w=400.0)
+
+
+@pytest.mark.kernels
+def test_runs_on_the_same_requests_share_one_copy_of_their_columns():
+    """``simulate_runs`` (and a verdict's reruns) validate the requests once and hand every run
+    the same columns: the results hold one copy, not one each, and equal runs of the array."""
+    from specsim.policy.policy import policy_runs
+    from specsim.sim.engine import RequestColumns, request_columns, simulate_runs
+    from specsim.sim.verdict import reruns
+
+    reqs = random_requests(70, 6, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    opts = ServerOptions(max_num_seqs=4)
+    runs = simulate_runs(reqs, table, cal, policy_runs(["fixed:0", "fixed:2"], [0.0]), opts)
+    assert np.shares_memory(runs[0].arrival_s, runs[1].arrival_s)
+    assert np.shares_memory(runs[0].output_tokens, runs[1].output_tokens)
+    for r, p in zip(runs, ("fixed:0", "fixed:2")):
+        alone = simulate(reqs, table, cal, p, options=opts)
+        assert np.array_equal(r.finish_s, alone.finish_s) and r.energy_j == alone.energy_j
+        assert not np.shares_memory(alone.arrival_s, r.arrival_s)
+    cols = request_columns(reqs)
+    assert isinstance(cols, RequestColumns) and request_columns(cols) is cols
+    assert np.array_equal(simulate(cols, table, cal, "fixed:2", options=opts).finish_s, runs[1].finish_s)
+    rerun = reruns(reqs, table, cal, runs, opts)
+    assert rerun(1, 0)["j_per_token"] == runs[1].summary()["j_per_token"]
+    # A per-sequence planner's run starts first (the longest); the results stay in the runs' order.
+    mixed = simulate_runs(reqs, table, cal, policy_runs(["fixed:2", "sequence", "fixed:0"], [0.0]), opts)
+    assert [r.policy for r in mixed] == ["fixed:2", "sequence", "fixed:0"]
+    assert np.array_equal(mixed[1].finish_s, simulate(reqs, table, cal, "sequence", options=opts).finish_s)

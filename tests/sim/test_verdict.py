@@ -7,12 +7,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from specsim.cli import main
 from specsim.sim import simulate
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table
-from specsim.sim.verdict import NOISE_SEEDS, mark_same_runs, noise_seeds, reruns, same_run, verdict, verdicts
+from specsim.sim.verdict import NOISE_SEEDS, look, mark_same_runs, noise_seeds, reruns, same_run, verdict, verdicts
 from tests.fixtures import random_requests, small_calibration, small_table, write_small_inputs
 
 
@@ -48,9 +49,11 @@ def test_a_lead_is_a_verdict_only_beyond_the_paired_noise(noise, offset, clear):
         return {"j_per_token": v, "tpot_s": {"p99": v}}
 
     summaries = _summaries([("a", 1.0 + common[0]), ("b", 1.0 + common[0] + offset + shifts[0])])
-    v = verdict("lowest energy", summaries, rerun, 0)
-    assert v["clear"] is clear and v["seeds"] == NOISE_SEEDS + 1
-    assert v["line"].startswith("lowest energy: a at" if clear else "lowest energy: tie within noise between a")
+    for early in (True, False):
+        v = verdict("lowest energy", summaries, rerun, 0, early=early)
+        assert v["clear"] is clear and 2 <= v["seeds"] <= NOISE_SEEDS + 1
+        assert v["line"].startswith("lowest energy: a at" if clear else "lowest energy: tie within noise between a")
+    assert v["seeds"] == NOISE_SEEDS + 1 and v["level"] == 0.95
 
 
 def test_same_runs_are_not_compared():
@@ -60,28 +63,99 @@ def test_same_runs_are_not_compared():
     assert verdict("lowest energy", summaries[:2], lambda i, s: summaries[i], 0) is None
 
 
-def test_verdicts_ask_for_every_rerun_at_once_before_any_is_read():
-    """The reruns of both verdicts are asked for together (each once, shared leaders too), so a
-    prefetching rerun makes them in parallel; the verdicts equal those made one at a time."""
+class _Asking:
+    """A streaming rerun over fixed summaries that makes one rerun at a time, the first wanted, and
+    records the order."""
+
+    def __init__(self, summaries, value=None):
+        self.summaries, self.value = summaries, value
+        self.made, self.lists = [], []
+
+    def stream(self, wanted, done):
+        while (todo := wanted()):
+            self.lists.append(list(todo))
+            assert len(todo) == len(set(todo)) and not set(todo) & set(self.made)
+            self.made.append(todo[0])
+            done(todo[0], self.summaries[todo[0][0]] if self.value is None else self.value(*todo[0]))
+
+    def __call__(self, index, seed):
+        raise AssertionError("a streaming rerun is not called one by one")
+
+
+def test_without_early_stops_every_rerun_is_wanted_from_the_start():
+    """Without early stops the reruns of both verdicts are all wanted from the start (each once,
+    shared leaders too, earliest seed first), so a streaming rerun can make them all in parallel;
+    the verdicts equal those made one at a time."""
     summaries = _summaries([("a", 1.0), ("b", 1.5), ("c", 2.0)])
     summaries[2]["tpot_s"] = {"p99": 0.5}  # p99 TPOT's leaders are c and a; energy's a and b
-    asked, read = [], []
-
-    class Rerun:
-        def prefetch(self, pairs):
-            assert not read, "a rerun was read before the prefetch"
-            asked.extend(pairs)
-
-        def __call__(self, index, seed):
-            read.append((index, seed))
-            return summaries[index]
-
+    rerun = _Asking(summaries)
     names = ("lowest energy", "lowest p99 TPOT")
-    got = verdicts(names, summaries, Rerun(), 5)
+    got = verdicts(names, summaries, rerun, 5, early=False)
     seeds = noise_seeds(5)
-    assert sorted(asked) == sorted({(i, s) for i in (0, 1, 2) for s in seeds}) and len(asked) == len(set(asked))
-    assert got == [verdict(name, summaries, lambda i, s: summaries[i], 5) for name in names]
+    assert sorted(rerun.lists[0]) == sorted({(i, s) for i in (0, 1, 2) for s in seeds})
+    assert rerun.made == rerun.lists[0]
+    assert got == [verdict(name, summaries, lambda i, s: summaries[i], 5, early=False) for name in names]
     assert verdicts(names, summaries[:1], lambda i, s: summaries[i], 5) == [None, None]
+
+
+def _noisy(values, noise, seed=3):
+    """Summaries of ``values`` (label, value) and a rerun adding per-seed noise of sd ``noise`` to
+    each policy's value, independently (the paired difference's noise is sqrt(2) ``noise``)."""
+    rng = np.random.default_rng(seed)
+    shift = {}
+
+    def value(index, s):
+        v = values[index][1] + shift.setdefault((index, s), float(rng.normal(0, noise)))
+        return {"j_per_token": v, "tpot_s": {"p99": v}}
+
+    return _summaries(values), value
+
+
+def test_early_stops_rerun_seed_by_seed_and_only_what_an_open_verdict_needs():
+    """A lead far beyond the noise is clear after one rerun seed, at the 99.9% interval; two equal
+    runs are a tie after one; a verdict that stays open reruns every seed, decided as without
+    early stops. Each round asks only for the open verdicts' leaders under the next seed."""
+    seeds = noise_seeds(0)
+    # Energy: a (1.0) far below b (2.0); TPOT: c below d by paired differences that stay open
+    # until the last seed (checked with look itself), then clear.
+    tpot_diffs = dict(zip([0] + seeds, (-1.0, -1.5, -0.4, -1.2)))
+    assert [look(list(tpot_diffs.values())[:n], last=False)[0] for n in (2, 3)] == [None, None]
+    summaries, value = _noisy([("a", 1.0), ("b", 2.0), ("c", 0.0), ("d", 1.0)], 1e-4)
+
+    def both(index, s):
+        v = value(index, s)
+        v["tpot_s"] = {"p99": {2: 0.0, 3: -tpot_diffs[s]}.get(index)}
+        return v
+
+    for s in summaries:
+        s["tpot_s"] = both(summaries.index(s), 0)["tpot_s"]
+        s["j_per_token"] = s["j_per_token"] if s["label"] in "ab" else None
+    rerun = _Asking(summaries, both)
+    energy, tpot = verdicts(("lowest energy", "lowest p99 TPOT"), summaries, rerun, 0)
+    assert energy["clear"] and energy["seeds"] == 2 and energy["level"] == 0.999 and "99.9%)" in energy["line"]
+    # Every seed's reruns are wanted at first, earliest seed first; once energy's lead is clear
+    # (after a and b under the first seed) only c's and d's.
+    assert rerun.lists[0] == [(i, s) for s in seeds for i in range(4)]
+    assert rerun.made == [(i, s) for s in seeds for i in range(4) if i >= 2 or s == seeds[0]]
+    assert tpot["clear"] and tpot["seeds"] == NOISE_SEEDS + 1 and tpot["level"] == 0.95
+    assert tpot == verdict("lowest p99 TPOT", summaries, lambda i, s: both(i, s), 0, early=False)
+    # Two policies with the same figure under every seed: already a tie after one rerun seed.
+    same = _summaries([("e", 1.0), ("f", 1.0)])
+    rerun = _Asking(same)
+    v = verdict("lowest energy", same, rerun, 0)
+    assert not v["clear"] and v["seeds"] == 2 and rerun.made == [(0, seeds[0]), (1, seeds[0])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=NOISE_SEEDS + 1))
+def test_an_early_clear_is_clear_by_the_95_interval_too(diffs):
+    """Stopping early never calls a lead the fixed-seed rule would not call at the same seeds:
+    the early interval is wider than the 95% one."""
+    decision, half, level = look(diffs, last=False)
+    _, half95, _ = look(diffs, last=True)
+    if decision == "clear":
+        mean = float(np.mean(diffs))
+        assert level == 0.999 and half >= half95 and mean < 0 and -mean > half95
 
 
 @pytest.mark.kernels
@@ -99,6 +173,8 @@ def test_parallel_reruns_equal_reruns_made_one_at_a_time():
     one_by_one = reruns(reqs, table, cal, results, opts)
     got = verdicts(names, summaries, parallel, 0)
     want = [verdict(name, summaries, lambda i, s: one_by_one(i, s), 0) for name in names]
+    assert verdicts(names, summaries, reruns(reqs, table, cal, results, opts), 0, early=False) == \
+        [verdict(name, summaries, lambda i, s: one_by_one(i, s), 0, early=False) for name in names]
     assert got == want and any(v is not None for v in got)
 
 
@@ -191,8 +267,107 @@ def test_reruns_report_their_finished_requests_to_a_progress_bar():
         def close(self):
             self.closed = True
 
+        def set_total(self, total):
+            self.total = total
+
     rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
-    rerun.prefetch([(0, 1), (1, 1), (0, 2), (0, 1)])
+    made = []
+    wanted = [(0, 1), (1, 1), (0, 2)]
+    rerun.stream(lambda: [p for p in wanted if p not in made], lambda pair, summary: made.append(pair))
     assert len(bars) == 1 and bars[0].total == 3 * len(reqs) == bars[0].done and bars[0].closed
-    rerun.prefetch([(0, 2)])  # made already: no bar
-    assert len(bars) == 1
+    assert sorted(made) == sorted(wanted)
+    made.clear()
+    rerun.stream(lambda: [p for p in [(0, 2)] if p not in made], lambda pair, summary: made.append(pair))
+    assert len(bars) == 1 and made == [(0, 2)]  # made already: no bar, handed over at once
+
+
+@pytest.mark.parametrize("kind", ["serial", "threads"])
+def test_an_executor_feed_runs_what_pick_hands_out_until_nothing_is_wanted(kind):
+    """``Executor.feed`` (the verdicts' reruns run on it): each result may change what is wanted
+    next; it returns when nothing runs and nothing more is wanted."""
+    from specsim._executor import Executor
+
+    queue, results = [(1,), (2,)], {}
+
+    def pick():
+        return queue.pop(0) if queue else None
+
+    def on_result(call, result):
+        results[call[0]] = result
+        if call[0] < 5:
+            queue.append((call[0] + 10,))  # each of 1 and 2 asks for one more
+
+    with Executor(kind, 2 if kind == "threads" else None) as ex:
+        ex.feed(lambda x: x * x, pick, on_result)
+    assert results == {1: 1, 2: 4, 11: 121, 12: 144}
+
+
+@pytest.mark.parametrize("kind", ["serial", "threads"])
+def test_an_error_in_a_fed_call_stops_the_feed_and_is_raised(kind):
+    from specsim._executor import Executor
+
+    calls = [(0,), (1,), (2,)]
+
+    def fn(x):
+        if x == 1:
+            raise ValueError("bad call")
+        return x
+
+    with pytest.raises(ValueError, match="bad call"):
+        with Executor(kind, 2 if kind == "threads" else None) as ex:
+            ex.feed(fn, lambda: calls.pop(0) if calls else None, lambda call, result: None)
+    assert ex.stop.is_set()
+
+
+@pytest.mark.kernels
+def test_a_rerun_no_verdict_wants_any_more_is_not_handed_over():
+    """A stream whose wanted list empties after the first rerun made ends without handing over
+    the others (abandoned if running, never started otherwise), and its progress total shrinks
+    to the work done."""
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(80, 5, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2")]
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done = total, 0
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def set_total(self, total):
+            self.total = total
+
+        def close(self):
+            pass
+
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4), progress=Bar)
+    made = []
+    every = [(i, s) for s in (1, 2, 3) for i in (0, 1)]
+    rerun.stream(lambda: [] if made else every, lambda pair, summary: made.append(pair))
+    assert len(made) == 1 and made[0] in every[:2]
+    assert bars[0].total == bars[0].done and len(reqs) <= bars[0].done < len(every) * len(reqs)
+
+
+@pytest.mark.kernels
+def test_reruns_keep_no_result_alive():
+    """A verdict's reruns keep each result's policy and slack, not the result: the per-request
+    arrays of the runs they rerun can be freed while they run (simulate frees them)."""
+    import gc
+    import weakref
+
+    from specsim.sim.options import ServerOptions
+
+    reqs = random_requests(40, 7, rate=4.0)
+    results = [simulate(reqs, small_table(), small_calibration(), p, max_num_seqs=4) for p in ("fixed:0", "propose")]
+    want = results[1].summary()
+    rerun = reruns(reqs, small_table(), small_calibration(), results, ServerOptions(max_num_seqs=4))
+    gone = [weakref.ref(r) for r in results]
+    del results
+    gc.collect()
+    assert all(ref() is None for ref in gone)
+    assert rerun(1, 0) == want
