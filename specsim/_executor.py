@@ -174,8 +174,6 @@ class Executor:
             raise
 
     def _feed_threads(self, fn, pick, on_result):
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
         pool = ThreadPoolExecutor(max_workers=self.workers)
         running, done_ok = {}, False
         try:

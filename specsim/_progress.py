@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 # Seconds between lines when the progress goes to a log rather than a terminal.
 LOG_INTERVAL_S = 10.0
@@ -99,8 +100,6 @@ class _Ticker:
     (tqdm's redraw takes the bar's own lock)."""
 
     def __init__(self, bar):
-        import threading
-
         self._bar = bar
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress-ticker", daemon=True)

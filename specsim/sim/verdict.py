@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from specsim._executor import MAX_WORKERS, Executor
-from specsim._stats import paired_noise
+from specsim._stats import paired_noise, t95
 from specsim.errors import TraceWarning
 from specsim.sim.engine import request_columns, simulate
 
