@@ -197,18 +197,23 @@ def cmd_export(args):
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: {policy_text(ranges)} for {args.to}", file=sys.stderr)
+    return _report(config, args.out)
+
+
+def _report(config, out_path) -> int:
+    """Say what was exported: the notes, how to use it, and where it went (standard output when
+    no ``-o``); the command's exit code."""
     for note in config.notes:
         print(f"specsim: note: {note}", file=sys.stderr)
     print(f"specsim: use: {config.usage}", file=sys.stderr)
-    if args.out:
-        print(f"wrote {args.out}", file=sys.stderr)
+    if out_path:
+        print(f"wrote {out_path}", file=sys.stderr)
     else:
         sys.stdout.write(config.text)
     return 0
 
 
 def _export_tree(args):
-
     if args.max_num_seqs is not None or args.per_batch_cost is not None:
         raise _error("--max-num-seqs and --per-batch-cost apply to chain schedules, not --tree")
     with Outputs({"--planner TABLE": args.planner[0], "--planner CAL": args.planner[1]}) as out:
@@ -219,14 +224,7 @@ def _export_tree(args):
             out.text(args.out, config.text)
     print(f"specsim: a tree of {tree.nodes} nodes, depth {tree.depth} (planned at width {width}) for {args.to}",
           file=sys.stderr)
-    for note in config.notes:
-        print(f"specsim: note: {note}", file=sys.stderr)
-    print(f"specsim: use: {config.usage}", file=sys.stderr)
-    if args.out:
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        sys.stdout.write(config.text)
-    return 0
+    return _report(config, args.out)
 
 
 def cmd_import(args):

@@ -211,17 +211,10 @@ def export_tree(engine: str, tree, rank_acceptance, *, method=None, draft_model=
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in cfg.items())
         text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in cfg.items()) + "\n}\n"
         return EngineConfig("sglang", text, tuple(out), f"python -m sglang.launch_server ... {flags}")
-    depth = fields["max_draft_len"]
-    lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md#draft-trees):",
-             "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
-             f"# Tree: {tree.nodes} nodes, depth {tree.depth}"]
-    lines += [f"# Note: {n}" for n in out]
-    lines += ["speculative_config:", f"  decoding_type: {trtllm._yaml_scalar(method)}", f"  max_draft_len: {depth}"]
-    if draft_model:
-        lines.append(f"  speculative_model_dir: {trtllm._yaml_scalar(draft_model)}")
-    lines += [f"  {k}: {'true' if v is True else 'false' if v is False else v}" for k, v in fields.items()
-              if k != "max_draft_len"]
-    return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(out), "trtllm-serve MODEL --extra_llm_api_options FILE")
+    extra = [f"  {k}: {'true' if v is True else 'false' if v is False else v}" for k, v in fields.items()
+             if k != "max_draft_len"]
+    return trtllm.yaml_config("docs/schedules.md#draft-trees", f"Tree: {tree.nodes} nodes, depth {tree.depth}", out,
+                              method, fields["max_draft_len"], draft_model, extra)
 
 
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}

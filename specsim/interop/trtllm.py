@@ -410,16 +410,24 @@ def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
 
 
 def _config(c, notes, method, deepest, draft_model, schedule_lines) -> EngineConfig:
-    """The LLM-API YAML: the header and notes, ``speculative_config`` with the draft length and
-    model, then ``schedule_lines`` (none for a constant schedule)."""
-    lines = ["# TensorRT-LLM LLM-API options written by specsim (docs/schedules.md):",
+    """The LLM-API YAML of a schedule: see :func:`yaml_config`; ``schedule_lines`` are none for a
+    constant schedule."""
+    return yaml_config("docs/schedules.md", f"Schedule: {policy_text(c)}", notes, method, deepest, draft_model,
+                       schedule_lines)
+
+
+def yaml_config(doc, what, notes, method, deepest, draft_model, extra_lines) -> EngineConfig:
+    """The LLM-API YAML specsim writes (a schedule, a tree): a header naming ``doc`` and ``what``
+    it serves, the notes, ``speculative_config`` with the draft length and model, then
+    ``extra_lines`` (more fields of ``speculative_config``)."""
+    lines = [f"# TensorRT-LLM LLM-API options written by specsim ({doc}):",
              "# trtllm-serve MODEL --extra_llm_api_options THIS.yaml, or LLM(..., **options).",
-             f"# Schedule: {policy_text(c)}"]
+             f"# {what}"]
     lines += [f"# Note: {n}" for n in notes]
     lines += ["speculative_config:", f"  decoding_type: {_yaml_scalar(method)}", f"  max_draft_len: {deepest}"]
     if draft_model:
         lines.append(f"  speculative_model_dir: {_yaml_scalar(draft_model)}")
-    lines += schedule_lines
+    lines += extra_lines
     return EngineConfig("trtllm", "\n".join(lines) + "\n", tuple(notes),
                         "trtllm-serve MODEL --extra_llm_api_options FILE")
 
