@@ -15,7 +15,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.plan import Planner
 from specsim.table import CostTable
 from specsim.plan._trees import tree_shapes
-from specsim.tree import TREE_ATTENTION_FACTOR, tree_step_cost
+from specsim.tree import TREE_ATTENTION_FACTOR, greedy_order, tree_step_cost
 from specsim.tree.pricing import check_tree_attention_factor
 from specsim.tree.settings import ENGINES, engine_settings
 
@@ -166,8 +166,17 @@ class TreeStudy:
                     "(model or measure deeper)")
         if self.max_nodes < 2:
             return f"--max-nodes {self.max_nodes} leaves no branching tree (one needs 2 nodes or more)"
-        return ("every best tree of the calibration's [tree] table is a chain (one rank, or ranks past the first "
-                "that never match)")
+        limit = min(self.max_nodes, self.table.max_k)
+        order = greedy_order(self.cal.rank_acceptance, MAX_TREE_NODES, self.max_depth)
+        branching = [i + 1 for i, r in enumerate(order.ranks) if r > 1]
+        if not branching:
+            return (f"every best tree of the calibration's [tree] table (up to {MAX_TREE_NODES} nodes, depth "
+                    f"{self.max_depth}) is a chain: no rank past the first is ever matched")
+        first = branching[0]
+        bound = (f"the table's deepest verify, k = {self.table.max_k} (model or measure deeper)"
+                 if limit == self.table.max_k else f"--max-nodes {self.max_nodes}")
+        return (f"the best trees of up to {limit} nodes are chains (each deeper rank-1 path is likelier than any "
+                f"other rank's), and the first best tree that branches has {first} nodes, past {bound}")
 
     def inputs(self) -> dict:
         return {"slack": self.slack, "context": self.context, "max_nodes": self.max_nodes,

@@ -13,7 +13,7 @@ import pytest
 from specsim.cli import main
 from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.plan import Planner
-from specsim.tree import Tree, best_tree, tree_from_sglang, tree_from_trtllm
+from specsim.tree import Tree, best_tree, greedy_order, tree_from_sglang, tree_from_trtllm
 from specsim.tree.settings import (
     engine_settings, rank_paths, sglang_settings, trtllm_settings, vllm_settings, vllm_token_tree,
 )
@@ -373,4 +373,15 @@ def test_no_branching_candidate_says_why(files, capsys, tmp_path):
     one_rank = demo_calibration().with_rank_acceptance(RANKS[:, :1])
     (files / "one.toml").write_text(one_rank.render())
     code, out, _ = run(capsys, "tree", files / "t.toml", files / "one.toml", "--n", "1")
-    assert code == 0 and "every best tree of the calibration's [tree] table is a chain" in out
+    assert code == 0 and "every best tree of the calibration's [tree] table" in out
+    assert "is a chain: no rank past the first is ever matched" in out
+    # Ranks past the first that do match, but only beyond the nodes the table verifies: the
+    # sentence names the first branching size (a shallow table of k = 3 and the file's ranks).
+    shallow3 = model_table("h200", "llama-3.1-8b", "eagle-1l", widths=(1, 8), max_k=3)
+    (files / "k3.toml").write_text(shallow3.to_text())
+    first = next(i + 1 for i, r in enumerate(greedy_order(RANKS, 256, 8).ranks) if r > 1)
+    code, out, _ = run(capsys, "tree", files / "k3.toml", files / "c.toml", "--n", "1")
+    assert first > 3 and code == 0
+    assert (f"the best trees of up to 3 nodes are chains (each deeper rank-1 path is likelier than any other "
+            f"rank's), and the first best tree that branches has {first} nodes, past the table's deepest verify, "
+            "k = 3") in out
