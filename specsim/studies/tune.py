@@ -355,8 +355,18 @@ class TuneResult:
             f"({held[t['best']].mean:.5g} against {held[t['chain']].mean:.5g}): {said}",
             f"static tree's cost: tree:auto (the tree changing with width, which no engine serves) gains "
             f"{t['static_cost']:+.4g}{pm(t['static_cost_noise'])} {unit} over {t['best']} on {self.compared_on} "
-            f"({held['tree:auto'].mean:.5g} against {held[t['best']].mean:.5g})",
+            f"({held['tree:auto'].mean:.5g} against {held[t['best']].mean:.5g}): {self.static_cost_words()}",
         ]
+
+    def static_cost_words(self) -> str:
+        """What serving the best static tree instead of ``tree:auto`` costs, in words."""
+        t = self.trees
+        cost, noise = t["static_cost"], t["static_cost_noise"]
+        if noise == noise and abs(cost) <= noise:
+            return f"inside the noise, so the static {t['best']} loses nothing measurable"
+        if cost <= 0:
+            return f"the static {t['best']} serves as well or better"
+        return f"the static {t['best']} costs that much for not changing with width"
 
     def recommended_for(self, engine: str, cost=None) -> tuple:
         """``(ranges, why)``: what to serve on ``engine``. The tuned per-batch schedule only when
