@@ -722,7 +722,8 @@ def test_tree_figures_equal_separate_simulate_runs_on_the_held_out_window(treed)
     unseen = [2, 3]  # the search's seeds are 0 and 1
     auto, static, chain = (_mean_j_per_token(held, table, cal, p, unseen) for p in ("tree:auto", t["best"], t["chain"]))
     assert t["static_cost"] == pytest.approx((static - auto).mean(), rel=1e-9, abs=1e-15)
-    assert t["static_cost_noise"] == pytest.approx(2.0 * np.std(static - auto, ddof=1) / np.sqrt(2), rel=1e-9, abs=1e-15)
+    noise = 2.0 * np.std(static - auto, ddof=1) / np.sqrt(2)
+    assert t["static_cost_noise"] == pytest.approx(noise, rel=1e-9, abs=1e-15)
     assert t["gain"] == pytest.approx((chain - static).mean(), rel=1e-9, abs=1e-15)
     within = abs(t["gain"]) <= t["noise"] or t["gain"] == 0
     assert t["winner"] == ("tie" if within else ("tree" if t["gain"] > 0 else "chain"))
@@ -763,7 +764,8 @@ def test_schedule_export_tree_notes_the_static_tree_cost_from_a_tune_trees_file(
     s.write_text(res.to_toml())
     chains.write_text(without.to_toml())
     out = tmp_path / "sg.json"
-    assert main(["schedule", "export", str(s), "--planner", str(t), str(c), "--tree", "--to", "sglang", "-o", str(out)]) == 0
+    assert main(["schedule", "export", str(s), "--planner", str(t), str(c), "--tree", "--to", "sglang",
+                 "-o", str(out)]) == 0
     err = capsys.readouterr().err
     tr = res.trees
     assert (f"tree:auto (the tree changing with width) gains {tr['static_cost']:+.4g} +- {tr['static_cost_noise']:.3g} "
