@@ -47,7 +47,8 @@ def register(sub, groups):
                         "wider widths keep its depth")
     p.add_argument("--tree", action="store_true",
                    help="with --planner: write the planner's draft tree (tree:auto's choice) as the engine's tree "
-                        "settings, one static tree (docs/schedules.md#draft-trees)")
+                        "settings, one static tree (docs/schedules.md#draft-trees); a schedule file from tune --trees "
+                        "beside it adds what one static tree cost on the tuned trace")
     p.add_argument("--tree-width", type=count, metavar="W",
                    help="with --tree: the batch width whose planned tree to write (default: the branching tree the "
                         "planner picks at the most widths)")
@@ -169,6 +170,8 @@ def _error(message):
 
 
 def cmd_export(args):
+    if args.tree and args.schedule is not None and args.planner is not None:
+        return _export_tree(args)  # the schedule file: a tune --trees result whose static-tree cost is noted
     if (args.schedule is None) == (args.planner is None):
         raise _error("give a schedule file or --planner TABLE CAL (one of them)")
     if args.planner is None and (args.widths_max is not None or args.slack):
@@ -216,15 +219,34 @@ def _report(config, out_path) -> int:
 def _export_tree(args):
     if args.max_num_seqs is not None or args.per_batch_cost is not None:
         raise _error("--max-num-seqs and --per-batch-cost apply to chain schedules, not --tree")
-    with Outputs({"--planner TABLE": args.planner[0], "--planner CAL": args.planner[1]}) as out:
+    with Outputs({"SCHEDULE.toml": args.schedule, "--planner TABLE": args.planner[0],
+                  "--planner CAL": args.planner[1]}) as out:
         out.declare(args.out, "-o")
+        tuned = _tuned_tree_note(args.schedule) if args.schedule else ()
         tree, ranks, notes, width = _planned_tree(args)
+        notes += tuned
         config = export_tree(args.to, tree, ranks, method=args.method, draft_model=args.draft_model, notes=notes)
         if args.out:
             out.text(args.out, config.text)
     print(f"specsim: a tree of {tree.nodes} nodes, depth {tree.depth} (planned at width {width}) for {args.to}",
           file=sys.stderr)
     return _report(config, args.out)
+
+
+def _tuned_tree_note(path) -> tuple:
+    """The note from a ``tune --trees`` schedule file's ``[trees]``: what serving one static tree
+    instead of ``tree:auto`` (the tree changing with width) cost on the tuned trace, simulated both ways."""
+    doc = load_schedule(path)
+    t = doc.sections.get("trees")
+    if t is None:
+        raise _error(f"{path}: no [trees] table: tune with --trees to measure what a static tree costs, or export the "
+                     "planned tree without the schedule file")
+    trace = doc.sections.get("inputs", {}).get("trace") or "the tuned trace"
+    noise = f" +- {t['static_cost_noise']:.3g}" if "static_cost_noise" in t else ""
+    return (f"on {trace}'s held-out window, tree:auto (the tree changing with width) gains {t['static_cost']:+.4g}"
+            f"{noise} {t['unit']} over the best static tree, {t['best']} (simulated both ways; positive: what one "
+            f"static tree costs); tune weighed {t['best']} against the chain {t['chain']}: {t['winner']} wins"
+            .replace("tie wins", "a tie"),)
 
 
 def cmd_import(args):

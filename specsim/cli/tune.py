@@ -69,6 +69,10 @@ def register(sub, groups):
     p.add_argument("--allow-overload", action="store_true",
                    help="write a schedule even when it overloads the server (queueing grows through the training "
                         "window); by default tune refuses, naming the rate the server keeps up with")
+    p.add_argument("--trees", action="store_true",
+                   help="also weigh the static trees an engine can serve (tree:2 .. tree:16, within k_max) against "
+                        "the chain schedule, and what a static tree costs against tree:auto; needs a calibration "
+                        "with a [tree] table (docs/schedules.md#trees)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_tune)
 
@@ -93,7 +97,8 @@ def cmd_tune(args):
                       seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
                       scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
                       min_gain=args.min_gain, progress=not args.quiet, names=names,
-                      noise_windows=args.noise_windows, allow_overload=args.allow_overload)
+                      noise_windows=args.noise_windows, allow_overload=args.allow_overload,
+                      trees=args.trees)
         print(report(result, read))
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))
@@ -150,6 +155,7 @@ def report(result, read=None) -> str:
     lines.append(result.table())
     lines.append(result.verdict())
     lines.extend(result.reach_lines())
+    lines.extend(result.tree_lines())
     return "\n".join(lines)
 
 

@@ -63,6 +63,7 @@ from specsim._stats import paired_noise
 from specsim._text import format_grid
 from specsim.interop import export_schedule, per_batch_cost, read_policy
 from specsim.plan import depth_reach, reach_lines
+from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
@@ -162,6 +163,16 @@ class TuneResult:
         the server on the training window (see :meth:`_Search.load`): ``policy``, ``seeds``
         (overloaded of all), ``served_fraction``, ``offered_rate`` and ``served_rate``
         (requests/s).
+    trees : dict or None
+        Set only by ``tune(trees=True)`` (docs/schedules.md#trees): the static trees an engine can
+        serve weighed against the chain schedule. ``candidates`` (``tree:N`` -> training mean),
+        ``best`` (the static tree with the lowest objective on the training window), ``chain``
+        (the chain policy served: the tuned schedule or the best fixed depth), ``gain`` and
+        ``noise`` (the best tree's mean paired gain over the chain per held-out seed, positive =
+        better, and twice its standard error; NaN with one seed), ``winner`` (``"chain"``,
+        ``"tree"`` or ``"tie"``), and what a static tree costs against ``tree:auto`` (the tree
+        changing with width): ``static_cost`` and ``static_cost_noise`` (``tree:auto``'s gain
+        over ``best`` on the held-out window, the same way).
     """
 
     ranges: tuple
@@ -179,6 +190,7 @@ class TuneResult:
     noise_windows: int = 0
     rejected_moves: tuple = ()
     overloaded: dict = None
+    trees: dict = None
 
     @property
     def within_noise_moves(self) -> int:
@@ -309,8 +321,52 @@ class TuneResult:
     def to_toml(self) -> str:
         """The schedule file (docs/schedules.md#the-schedule-file)."""
         compared = {s.policy: s.mean for s in self.holdout[1:]}
+        sections = {"inputs": self.inputs, "result": self.result_section(), "holdout": compared}
+        if self.trees is not None:
+            sections["trees"] = self.trees_section()
         return render_schedule(self.recommended, objective=self.objective, max_num_seqs=self.inputs.get("max_num_seqs"),
-                               sections={"inputs": self.inputs, "result": self.result_section(), "holdout": compared})
+                               sections=sections)
+
+    def trees_section(self) -> dict:
+        """The schedule file's ``[trees]``: :attr:`trees` as scalars (a noise not measured left out)."""
+        t = self.trees
+        out = {"best": t["best"], "chain": t["chain"], "winner": t["winner"], "gain": t["gain"],
+               "auto": "tree:auto", "static_cost": t["static_cost"], "unit": self.unit()}
+        for name in ("noise", "static_cost_noise"):
+            if t[name] == t[name]:
+                out[name] = t[name]
+        return out
+
+    def tree_lines(self) -> list:
+        """:attr:`trees` in words: which wins, and what a static tree costs against ``tree:auto``."""
+        if self.trees is None:
+            return []
+        t, unit = self.trees, self.unit()
+        held = {s.policy: s for s in self.holdout}
+
+        def pm(noise):
+            return "" if noise != noise else f" +- {noise:.3g}"
+
+        said = {"tree": f"the static tree {t['best']} wins", "chain": f"the chain {t['chain']} wins",
+                "tie": "a tie: the difference is inside the noise"}[t["winner"]]
+        return [
+            f"trees: the best static tree on the training window of {len(t['candidates'])} tried is {t['best']}; "
+            f"on {self.compared_on} it gains {t['gain']:+.4g}{pm(t['noise'])} {unit} over {t['chain']} "
+            f"({held[t['best']].mean:.5g} against {held[t['chain']].mean:.5g}): {said}",
+            f"static tree's cost: tree:auto (the tree changing with width, which no engine serves) gains "
+            f"{t['static_cost']:+.4g}{pm(t['static_cost_noise'])} {unit} over {t['best']} on {self.compared_on} "
+            f"({held['tree:auto'].mean:.5g} against {held[t['best']].mean:.5g}): {self.static_cost_words()}",
+        ]
+
+    def static_cost_words(self) -> str:
+        """What serving the best static tree instead of ``tree:auto`` costs, in words."""
+        t = self.trees
+        cost, noise = t["static_cost"], t["static_cost_noise"]
+        if noise == noise and abs(cost) <= noise:
+            return f"inside the noise, so the static {t['best']} loses nothing measurable"
+        if cost <= 0:
+            return f"the static {t['best']} serves as well or better"
+        return f"the static {t['best']} costs that much for not changing with width"
 
     def recommended_for(self, engine: str, cost=None) -> tuple:
         """``(ranges, why)``: what to serve on ``engine``. The tuned per-batch schedule only when
@@ -611,7 +667,7 @@ def _compare_policies(compare) -> list:
 
 def tune(requests, table, calibration, *, objective="energy", slo=None, widths_max=None, seeds=DEFAULT_SEEDS, holdout=DEFAULT_HOLDOUT, options=None, compare=(),
          executor="auto", scheduler=None, workers=None, max_rounds=MAX_ROUNDS, min_gain=MIN_GAIN,
-         progress=False, names=None, noise_windows="auto", allow_overload=False) -> TuneResult:
+         progress=False, names=None, noise_windows="auto", allow_overload=False, trees=False) -> TuneResult:
     """Search for the width -> depth schedule that serves ``requests`` best (module docstring).
 
     Parameters
@@ -663,6 +719,13 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         (queueing grows through it, as ``specsim simulate`` reports); by default that is refused
         with the rate the server keeps up with, since a schedule tuned on a backlog optimises
         the backlog. Allowed, the result records it (:attr:`TuneResult.overloaded`).
+    trees : bool
+        Also weigh the static trees an engine can serve (``tree:N`` for N in 2 .. the most nodes
+        the server and the calibration's ``[tree]`` table allow, at most :data:`MAX_TREE_NODES`)
+        against the chain schedule: the best of them on the training window and seeds, then on
+        the held-out window with ``tree:auto`` beside it (:attr:`TuneResult.trees`). Refused
+        without a ``[tree]`` table. The schedule itself stays chain depths: no engine serves a
+        per-width mix of trees and chains.
 
     Returns
     -------
@@ -676,6 +739,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     resolved = opts.resolved(table)
     if widths_max is not None and (not is_int(widths_max) or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
+    tree_sizes = _tree_sizes(calibration, resolved) if trees else []
     widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
     train_part, held_part = _split(requests, float(holdout))
     windows = _noise_windows(noise_windows, train_part)
@@ -692,6 +756,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         overloaded = search.load(incumbent, offered_rate(train_part), allow_overload)
         reached = search.reached
         final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
+        best_tree = None
+        if tree_sizes:
+            search.run([("train", f"tree:{n}", s) for n in tree_sizes for s in search.train_seeds])
+            best_tree = min((f"tree:{n}" for n in tree_sizes), key=lambda t: search.key(t, search.train_seeds))
+            final += [best_tree, "tree:auto"]
         final += [p for p in compare if p not in final]
         search.run([("held", p, s) for p in final for s in search.held_seeds])
     except BaseException:
@@ -707,8 +776,32 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     inputs["train_rate"], inputs["holdout_rate"] = offered_rate(train_part), offered_rate(held_part)
     if windows:
         inputs["noise_windows"] = len(windows)
-    return replace(search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started),
-                   overloaded=overloaded)
+    result = replace(search.result(incumbent, final, starts, kind, inputs, time.monotonic() - started),
+                     overloaded=overloaded)
+    if best_tree is not None:
+        result = replace(result, trees=search.trees(result, tree_sizes, best_tree))
+    return result
+
+
+# tune(trees=True): the largest static tree weighed (an engine's tree settings rarely go past it).
+MAX_TREE_NODES = 16
+
+
+def _tree_sizes(cal, resolved) -> list:
+    """The static tree sizes ``tune(trees=True)`` weighs: 2 .. the most nodes the server drafts
+    (``k_max``), its token budget holds, the ``[tree]`` table's depths x ranks hold, and
+    :data:`MAX_TREE_NODES`; refused by name without a ``[tree]`` table or room for two nodes."""
+    a = cal.rank_acceptance
+    if a is None:
+        raise ScheduleError(f"trees (--trees): {NO_TREE_TABLE}; fit one with calib fit --drafts-log or --rank-rates "
+                            "(docs/calibration.md#draft-trees), or tune chains without --trees")
+    budget = resolved["max_num_batched_tokens"]
+    most = min(MAX_TREE_NODES, resolved["k_max"], int(np.asarray(a).size),
+               MAX_TREE_NODES if budget is None else budget - 1)
+    if most < 2:
+        raise ScheduleError(f"trees (--trees): the server drafts at most k_max = {resolved['k_max']} token(s), so no "
+                            "tree of 2 or more nodes fits; raise k_max (a deeper table) or tune chains without --trees")
+    return list(range(2, most + 1))
 
 
 def offered_rate(requests):
@@ -889,6 +982,33 @@ class _Search:
         att = None if rs[0]["attainment"] is None else tuple(r["attainment"] for r in rs)
         return Score(pol, tuple(r[self.field] for r in rs), att, float(np.mean([r["j_per_token"] for r in rs])),
                      float(np.mean([r["tokens_per_s"] for r in rs])), float(np.mean([r["tpot_p99_s"] for r in rs])))
+
+    def held_gain(self, pol, base) -> tuple:
+        """``(mean, twice its standard error)`` of ``pol``'s paired gain over ``base`` per held-out
+        seed (positive = better; the error NaN with one seed)."""
+        sign = 1.0 if self.objective == "energy" else -1.0
+        mine = np.array([self.cache[("held", base, s)][self.field] for s in self.held_seeds])
+        theirs = np.array([self.cache[("held", pol, s)][self.field] for s in self.held_seeds])
+        diffs = sign * (mine - theirs)
+        n = diffs.shape[0]
+        return float(diffs.mean()), (2.0 * float(np.std(diffs, ddof=1)) / math.sqrt(n) if n > 1 else float("nan"))
+
+    def trees(self, result, sizes, best) -> dict:
+        """:attr:`TuneResult.trees`: the best static tree against the chain served, and
+        ``tree:auto`` against the best static tree, on the held-out window and seeds."""
+        chain = result.policy if result.serves_tuned else result.best_fixed
+        gain, noise = self.held_gain(best, chain)
+        mine, theirs = self.key(chain, self.held_seeds, "held"), self.key(best, self.held_seeds, "held")
+        if mine[:2] != theirs[:2]:
+            winner = "tree" if theirs < mine else "chain"  # on the SLO: attainment decides
+        elif gain == 0 or abs(gain) <= noise:
+            winner = "tie"
+        else:
+            winner = "tree" if gain > 0 else "chain"
+        cost, cost_noise = self.held_gain("tree:auto", best)
+        return {"candidates": {f"tree:{n}": self.score(f"tree:{n}", "train", self.train_seeds).mean for n in sizes},
+                "best": best, "chain": chain, "gain": gain, "noise": noise, "winner": winner,
+                "static_cost": cost, "static_cost_noise": cost_noise}
 
     def result(self, incumbent, final, starts, kind, inputs, seconds) -> TuneResult:
         held = tuple(self.score(p, "held", self.held_seeds) for p in final)

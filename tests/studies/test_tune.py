@@ -642,3 +642,137 @@ def test_tune_records_the_table_deepest_depth_and_the_fitted_positions(small):
                options=ServerOptions(max_num_seqs=8), max_rounds=1)
     assert res.inputs["table_max_k"] == table.max_k and res.inputs["fitted_positions"] == cal.priors.shape[0]
     assert res.reach()["table_ends"] == (res.deepest == table.max_k)
+
+
+# -- tune --trees ---------------------------------------------------------------------------------
+
+TREE_OPTS = ServerOptions(max_num_seqs=8)
+
+
+@pytest.fixture(scope="module")
+def treed():
+    """A 4-width, depth-0..4 modelled table, the demo's tree calibration, a trace, and tune with and
+    without ``trees=True`` on them (serial, two seeds)."""
+    from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL, demo_tree_calibration
+    from specsim.costmodel.roofline import model_table
+    from specsim.traces import synthetic_trace
+
+    table = model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, widths=(1, 2, 4, 8), max_k=4)
+    trace = synthetic_trace(160, 20.0, seed=5).requests
+    cal = demo_tree_calibration()
+    kw = dict(seeds=2, executor="serial", options=TREE_OPTS, allow_overload=True)
+    return trace, table, cal, tune(trace, table, cal, trees=True, **kw), tune(trace, table, cal, **kw)
+
+
+def _mean_j_per_token(requests, table, cal, policy, seeds):
+    """Per seed, J/token of a plain ``simulate`` run of ``policy`` on ``requests``."""
+    from dataclasses import replace
+
+    from specsim.sim.engine import simulate
+
+    out = []
+    for s in seeds:
+        res = simulate(requests, table, cal, policy, options=replace(TREE_OPTS, seed=s))
+        out.append(float(res.energy_j) / int(res.output_tokens.sum()))
+    return np.array(out)
+
+
+@pytest.mark.kernels
+def test_trees_are_weighed_only_with_trees_and_a_tree_table(treed, small):
+    trace, table, cal, with_trees, without = treed
+    assert without.trees is None
+    assert not any(s.policy.startswith("tree:") for s in without.holdout)
+    assert "[trees]" not in without.to_toml() and not without.tree_lines()
+    # tree:2 .. tree:k_max (4 here): every size the server drafts
+    assert sorted(with_trees.trees["candidates"]) == ["tree:2", "tree:3", "tree:4"]
+    trace_s, table_s, chain_cal = small
+    with pytest.raises(ScheduleError, match=r"trees \(--trees\): this calibration has no \[tree\] table"):
+        tune(trace_s, table_s, chain_cal, trees=True, seeds=1, executor="serial")
+    one_deep = ServerOptions(max_num_seqs=8, k_max=1)
+    with pytest.raises(ScheduleError, match=r"k_max = 1 .* no tree of 2 or more nodes fits"):
+        tune(trace, table, cal, trees=True, seeds=1, executor="serial", options=one_deep)
+
+
+@pytest.mark.kernels
+def test_the_chain_part_of_tune_is_unchanged_by_trees(treed):
+    _, _, _, with_trees, without = treed
+    assert with_trees.ranges == without.ranges and with_trees.train == without.train
+    assert with_trees.best_fixed == without.best_fixed and with_trees.gain == without.gain
+    chains = {s.policy: s for s in with_trees.holdout}
+    assert all(chains[s.policy] == s for s in without.holdout)
+
+
+@pytest.mark.kernels
+def test_the_best_static_tree_is_the_lowest_objective_on_the_training_window(treed):
+    trace, table, cal, res, _ = treed
+    t = res.trees
+    assert t["best"] == min(t["candidates"], key=t["candidates"].get)
+    cut = trace["arrival_s"][0] + 0.75 * (trace["arrival_s"][-1] - trace["arrival_s"][0])
+    train = np.ascontiguousarray(trace[trace["arrival_s"] < cut])
+    for pol, value in t["candidates"].items():
+        assert value == pytest.approx(_mean_j_per_token(train, table, cal, pol, [0, 1]).mean(), rel=1e-12)
+
+
+@pytest.mark.kernels
+def test_tree_figures_equal_separate_simulate_runs_on_the_held_out_window(treed):
+    trace, table, cal, res, _ = treed
+    t = res.trees
+    cut = trace["arrival_s"][0] + 0.75 * (trace["arrival_s"][-1] - trace["arrival_s"][0])
+    held = np.ascontiguousarray(trace[trace["arrival_s"] >= cut])
+    unseen = [2, 3]  # the search's seeds are 0 and 1
+    auto, static, chain = (_mean_j_per_token(held, table, cal, p, unseen) for p in ("tree:auto", t["best"], t["chain"]))
+    assert t["static_cost"] == pytest.approx((static - auto).mean(), rel=1e-9, abs=1e-15)
+    noise = 2.0 * np.std(static - auto, ddof=1) / np.sqrt(2)
+    assert t["static_cost_noise"] == pytest.approx(noise, rel=1e-9, abs=1e-15)
+    assert t["gain"] == pytest.approx((chain - static).mean(), rel=1e-9, abs=1e-15)
+    within = abs(t["gain"]) <= t["noise"] or t["gain"] == 0
+    assert t["winner"] == ("tie" if within else ("tree" if t["gain"] > 0 else "chain"))
+
+
+@pytest.mark.kernels
+def test_cli_tune_trees_prints_the_winner_and_the_static_cost_and_writes_them(treed, tmp_path, capsys):
+    trace, table, cal, _, _ = treed
+    t, c, tr = _write_inputs(tmp_path, trace, table, cal)
+    out = tmp_path / "s.toml"
+    args = ["tune", "--trace", str(tr), "--table", str(t), "--calibration", str(c), "-o", str(out), "--serial",
+            "--quiet", "--max-num-seqs", "8", "--allow-overload", "--trees"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "trees: the best static tree on the training window of 3 tried is tree:" in printed
+    assert "static tree's cost: tree:auto (the tree changing with width, which no engine serves)" in printed
+    written = load_schedule(out).sections["trees"]
+    assert written["winner"] in ("chain", "tree", "tie") and written["best"].startswith("tree:")
+    from specsim.demo_inputs import demo_calibration
+
+    c.write_text(demo_calibration().render())
+    out.unlink()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "no [tree] table" in err and "Traceback" not in err and not out.exists()
+
+
+@pytest.mark.kernels
+def test_schedule_export_tree_notes_the_static_tree_cost_from_a_tune_trees_file(treed, tmp_path, capsys):
+    from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL
+    from specsim.costmodel.roofline import model_table
+
+    _, _, cal, res, without = treed
+    deep = model_table(DEMO_GPU, DEMO_MODEL, DEMO_DRAFTER, tp=1, context_tokens=1024, widths=(1, 2, 4, 8, 16), max_k=32)
+    t, c, s, chains = tmp_path / "t.toml", tmp_path / "c.toml", tmp_path / "s.toml", tmp_path / "chains.toml"
+    t.write_text(deep.to_text())
+    c.write_text(cal.render())
+    s.write_text(res.to_toml())
+    chains.write_text(without.to_toml())
+    out = tmp_path / "sg.json"
+    assert main(["schedule", "export", str(s), "--planner", str(t), str(c), "--tree", "--to", "sglang",
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    tr = res.trees
+    assert (f"tree:auto (the tree changing with width) gains {tr['static_cost']:+.4g} +- {tr['static_cost_noise']:.3g} "
+            f"J/token over the best static tree, {tr['best']} (simulated both ways") in err
+    assert f"against the chain {tr['chain']}" in err and out.exists()
+    out.unlink()
+    assert main(["schedule", "export", str(chains), "--planner", str(t), str(c), "--tree", "--to", "sglang",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no [trees] table: tune with --trees" in err and "Traceback" not in err and not out.exists()
