@@ -284,8 +284,14 @@ def sglang_tree_policy(content, path, label=None):
     if settings is None:
         return None
     topk, steps, tokens = settings
+    # SGLang's adaptive controller refuses top-k > 1 (adaptive_unsupported_reason) and the server
+    # serves the static tree with a warning: so does the simulation, and the label says so.
+    adaptive = re.search(r"--speculative-adaptive(?![-\w])", content) or re.search(
+        r'"speculative_adaptive"\s*:\s*true', content)
+    ignored = "; --speculative-adaptive ignored: SGLang adapts only top-k 1" if adaptive else ""
     return Policy("tree", nodes=tokens - 1, tree_depth=steps, settings=("sglang", topk, steps, tokens),
-                  source=label or f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens)")
+                  source=label or f"sglang:{path} (EAGLE tree: top-k {topk}, {steps} steps, {tokens} draft tokens"
+                                  f"{ignored})")
 
 
 def engine_schedule(text):

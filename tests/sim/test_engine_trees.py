@@ -306,6 +306,24 @@ def test_an_sglang_file_with_an_eagle_tree_serves_that_tree(tmp_path, text):
     assert res.summary()["nodes_per_sequence"] == pytest.approx(5.0, abs=0.2)
 
 
+@pytest.mark.kernels
+@pytest.mark.parametrize("text", [SGLANG_LINE.replace("\n", " --speculative-adaptive\n"),
+                                  SGLANG_JSON.replace("}", ', "speculative_adaptive": true}')],
+                         ids=["launch-line", "json"])
+def test_sglang_adaptive_with_a_tree_serves_the_static_tree_and_says_so(tmp_path, text):
+    """SGLang's adaptive controller refuses top-k > 1 and the server falls back to the static
+    tree: the simulation serves that tree, and its label says the adaptive flag was ignored."""
+    path = tmp_path / "sglang.txt"
+    path.write_text(text)
+    reqs = random_requests(30, 17, rate=6.0)
+    table, cal = tree_table(), tree_calibration()
+    res = simulate(reqs, table, cal, f"sglang:{path}", max_num_seqs=4)
+    assert res.policy == (f"sglang:{path} (EAGLE tree: top-k 3, 3 steps, 6 draft tokens; --speculative-adaptive "
+                          "ignored: SGLang adapts only top-k 1)")
+    given = simulate(reqs, table, cal, tree_policy(tree_from_sglang(3, 3, 6, RANKS)), max_num_seqs=4)
+    assert np.array_equal(res.finish_s, given.finish_s) and res.energy == given.energy
+
+
 @pytest.mark.parametrize("text, why", [
     (SGLANG_JSON.replace('"speculative_eagle_topk": 3', '"speculative_eagle_topk": 0'), "topk 0 drafts no candidate"),
     (SGLANG_JSON.replace('"speculative_num_draft_tokens": 6', '"speculative_num_draft_tokens": 40'),
