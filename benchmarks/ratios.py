@@ -128,7 +128,7 @@ def _fleet_and_verdicts(reqs, rounds, full) -> dict:
     H200 table and calibration the demo uses."""
     import numpy as np
 
-    from specsim.costmodel.defaults import demo_calibration, demo_table
+    from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.sim import simulate
     from specsim.sim.fleet import Fleet, simulate_fleet
     from specsim.sim.verdict import mark_same_runs, reruns, verdicts
