@@ -21,6 +21,8 @@ from specsim.errors import SimulationError
 COUNT_MAX = 1 << 62
 # The engine's and the fleet's "no cap" (an option left unset, no step limit).
 NO_CAP = COUNT_MAX
+# The largest int64: a width or count past it cannot reach a kernel (clipped or refused there).
+INT64_MAX = (1 << 63) - 1
 
 # -- size limits (docs/limits.md) ------------------------------------------------------------
 # The longest acceptance window the speculation gate keeps (TensorRT-LLM's ``acceptance_window``):

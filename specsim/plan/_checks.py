@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim._checks import INT64_MAX
 from specsim.errors import PlanError
 
-INT64_MAX = (1 << 63) - 1
 I64 = np.dtype(np.int64)
 
 

@@ -17,13 +17,13 @@ import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.errors import KeyMismatchError, PlanError, TableError, TreeError
-from specsim.plan._checks import INT64_MAX, cap_arg, confidences_arg, count_arg, counts_arg, out_arg
+from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
 from specsim.plan._trees import NO_TREE_TABLE, choose_tree, tree_shapes
 from specsim.plan._types import (PACK_HEADER, TreePlan, pack_plan_arrays, plan_arrays, workspace_buffer,
                                  workspace_views_nb)
 from specsim.table import CostTable, TableKey
-from specsim._checks import MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, logprob_problem, show, slack_problem
+from specsim._checks import INT64_MAX, MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, logprob_problem, show, slack_problem
 from specsim.plan._kernels import (
     cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
     propose_table_nb, sequence_depths_many_nb,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import few, is_int, number_problem, show
+from specsim._checks import INT64_MAX, few, is_int, number_problem, show
 from specsim._io import read_input
 from specsim.errors import TableError
 from specsim.table import _format
@@ -267,13 +267,13 @@ class CostTable:
             return None
         if context is not None:  # one number, checked as the planner checks it (not [1000])
             context = check_context(context)
-            return Cell(n, k, *map(float, self.lookup([min(n, _INT64_MAX)], [k], contexts=[context])[0]))
+            return Cell(n, k, *map(float, self.lookup([min(n, INT64_MAX)], [k], contexts=[context])[0]))
         from specsim.table._kernels import cell_into_nb  # lazy: Numba loads with the first kernel call
 
         out = np.empty(4)
         # Every n at or above the widest measured width takes that width's costs, so clamping to
         # int64 changes nothing but lets any Python int (the metrale serve's usize) be asked.
-        cell_into_nb(self.widths, self.costs, min(n, _INT64_MAX), k, out)
+        cell_into_nb(self.widths, self.costs, min(n, INT64_MAX), k, out)
         return Cell(n, k, *map(float, out))
 
     def lookup(self, ns, ks, out=None, contexts=None):
@@ -342,9 +342,6 @@ class CostTable:
         )
 
 
-_INT64_MAX = (1 << 63) - 1
-
-
 def table_arrays(table) -> tuple:
     """``(widths int64[W], costs float64[W, K + 1, 4])`` of a table as writable copies.
 
@@ -410,6 +407,6 @@ def _index_array(values, name: str):
         raise TableError(f"lookup {name}: not an array of whole numbers ({e})") from None
     if arr.dtype == object or not (arr.dtype.kind in "iu" or arr.size == 0):
         raise TableError(f"lookup {name} must be whole numbers within 64 bits, got an array of {arr.dtype}")
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > INT64_MAX:
         raise TableError(f"lookup {name} must fit 64-bit signed integers")
     return np.ascontiguousarray(arr, dtype=np.int64)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim._checks import check_int, number_problem
+from specsim._checks import INT64_MAX, check_int, number_problem
 from specsim.errors import TableError, TreeError
 from specsim.table import CostTable
 from specsim.table._kernels import context_slice_nb
@@ -29,7 +29,6 @@ from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import Tree
 
 # Widths a price takes: any the planner takes.
-INT64_MAX = (1 << 63) - 1
 # vLLM PR #20401 measured its tree-attention kernel 7-12% slower than its chain kernel at equal
 # query length (context 1024, 4 queries: 33.4 us against 29.9 us). The upper side, applied to
 # the whole verify step (attention is only part of it), so the factor overstates the cost of a
