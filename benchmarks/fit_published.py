@@ -86,14 +86,14 @@ class Priced(NamedTuple):
 
 
 def price(points) -> Priced:
-    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_parts
+    from specsim.costmodel import EngineProfile, Setup, step_parts
     from specsim.costmodel.engines import ENGINE_PROFILES
 
     padding_only = EngineProfile(ENGINE, graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)
     plain, spec, terms = [], [], []
     for p in points:
-        parts = step_parts(gpu_spec(p.gpu), model_spec("llama-3.1-8b"), drafter_spec(p.drafter),
-                           context_tokens=CONTEXT_TOKENS, widths=[p.width], max_k=p.depth, engine=padding_only)
+        setup = Setup(p.gpu, "llama-3.1-8b", p.drafter, context_tokens=CONTEXT_TOKENS, engine=padding_only)
+        parts = step_parts(setup, widths=[p.width], max_k=p.depth)
         plain.append(parts.verify_s[0, 0] * 1e3)
         spec.append((parts.verify_s[0, p.depth] + p.depth * parts.draft_pass_s[0, 0]) * 1e3)
         n, k = p.width, p.depth
@@ -210,7 +210,7 @@ def other_engine_checks(figures, data=DATA) -> list:
       each curve's smallest concurrency, the shape tested (decode dominates a 1k-token answer;
       the prefill's share is left out).
     """
-    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_costs
+    from specsim.costmodel import EngineProfile, Setup, step_costs
     from specsim.costmodel.engines import ENGINE_PROFILES
 
     engines = (None, EngineProfile(ENGINE, *map(float, figures), graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes))
@@ -218,8 +218,8 @@ def other_engine_checks(figures, data=DATA) -> list:
     def ratios(gpu, model, drafter, tp, widths, k, context):
         out = []
         for engine in engines:
-            c = step_costs(gpu_spec(gpu), model_spec(model), drafter_spec(drafter), tp=tp, widths=widths, max_k=k,
-                           context_tokens=context, engine=engine)
+            c = step_costs(Setup(gpu, model, drafter, tp=tp, context_tokens=context, engine=engine), widths=widths,
+                           max_k=k)
             out.append(c[:, 0, 0] / (c[:, k, 0] + c[:, k, 2]))
         return out
 

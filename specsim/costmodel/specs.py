@@ -325,9 +325,15 @@ def gpu_spec(name, extra=None) -> GpuSpec:
     return _find("gpu", name, BUILTIN_GPUS, extra)
 
 
-def model_spec(name, extra=None) -> ModelSpec:
-    """The model spec called ``name`` (from ``extra`` first, then the built-ins)."""
-    return _find("model", name, BUILTIN_MODELS, extra)
+def model_spec(name, extra=None, dtype=None) -> ModelSpec:
+    """The model spec called ``name`` (from ``extra`` first, then the built-ins); ``dtype``, if
+    given, overrides its weight format (e.g. ``"fp8"``)."""
+    m = _find("model", name, BUILTIN_MODELS, extra)
+    if dtype is None:
+        return m
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    return dataclasses.replace(m, dtype=dtype)
 
 
 def drafter_spec(name, extra=None) -> DrafterSpec:

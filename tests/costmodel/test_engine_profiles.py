@@ -10,7 +10,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.costmodel import (ENGINE_PROFILES, EngineProfile, drafter_spec, forward_breakdown, gpu_spec,
-                               model_spec, model_table, step_costs, step_parts)
+                               model_spec, model_table, Setup, step_costs, step_parts)
 from specsim.errors import CostModelError
 from specsim.table import CostTable
 from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS
@@ -29,8 +29,8 @@ def test_padding_raises_rows_to_the_next_captured_size():
 def test_the_engines_parts_add_to_the_passes_as_documented():
     g, m, d = SPECS
     padding_only = EngineProfile("vllm", graph_sizes=VLLM.graph_sizes)
-    base = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine=padding_only)
-    priced = step_costs(g, m, d, widths=WIDTHS, max_k=4, engine="vllm")
+    base = step_costs(Setup(g, m, d, engine=padding_only), widths=WIDTHS, max_k=4)
+    priced = step_costs(Setup(g, m, d, engine="vllm"), widths=WIDTHS, max_k=4)
     n = np.array(WIDTHS, float).reshape(-1, 1)
     k = np.arange(5, dtype=float).reshape(1, -1)
     spec = k > 0
@@ -43,7 +43,7 @@ def test_the_engines_parts_add_to_the_passes_as_documented():
     np.testing.assert_allclose(priced[:, :, DRAFT_J] - base[:, :, DRAFT_J], draft * 1e-3 * g.idle_w)
     assert (priced[:, 0, DRAFT_MS] == 0.0).all() and (priced[:, 0, DRAFT_J] == 0.0).all()
     # Padding: width 3 at depth 0 runs the 4-row graph, width 20 at depth 1 (40 rows) runs exactly.
-    plain = step_costs(g, m, d, widths=WIDTHS, max_k=4)
+    plain = step_costs(Setup(g, m, d), widths=WIDTHS, max_k=4)
     assert base[1, 0, VERIFY_MS] > plain[1, 0, VERIFY_MS]
     assert base[3, 1, VERIFY_MS] == plain[3, 1, VERIFY_MS]
     # The padded pass computes 4 rows; its KV reads and host work stay those of 3 sequences.
@@ -53,8 +53,8 @@ def test_the_engines_parts_add_to_the_passes_as_documented():
 
 def test_step_parts_add_up_to_the_step_costs():
     g, m, d = SPECS
-    parts = step_parts(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
-    costs = step_costs(g, m, d, widths=WIDTHS, max_k=3, engine="vllm")
+    parts = step_parts(Setup(g, m, d, engine="vllm"), widths=WIDTHS, max_k=3)
+    costs = step_costs(Setup(g, m, d, engine="vllm"), widths=WIDTHS, max_k=3)
     k = np.arange(4).reshape(1, -1)
     np.testing.assert_allclose((parts.verify_s + parts.verify_engine_s) * 1e3, costs[:, :, VERIFY_MS])
     np.testing.assert_allclose((k * parts.draft_pass_s + parts.draft_engine_s) * 1e3, costs[:, :, DRAFT_MS])
@@ -166,7 +166,7 @@ def test_each_kind_of_drafter_is_priced_as_it_drafts():
     assert separate.meta["kv_capacity_tokens"] < head.meta["kv_capacity_tokens"] < ngram.meta["kv_capacity_tokens"]
     assert separate.meta["draft_model"] == "llama-3.2-1b" and "draft_model" not in head.meta
     # With an engine, n-gram pays for its drafted tokens but for no draft pass.
-    priced = step_parts(*SPECS[:2], drafter_spec("ngram"), widths=[8], max_k=2, engine="vllm")
+    priced = step_parts(Setup(*SPECS[:2], drafter_spec("ngram"), engine="vllm"), widths=[8], max_k=2)
     assert (priced.engine_ms["draft_passes"] == 0).all() and priced.engine_ms["sampled_tokens"][0, 2] > 0
 
 
@@ -224,7 +224,7 @@ def test_the_context_effect_has_the_published_direction():
     g, m, d = gpu_spec("h100-nvl"), model_spec("qwen3-32b"), drafter_spec("eagle3-1l")
     ratio = {}
     for context in (400, 1900, 4000):
-        c = step_costs(g, m, d, widths=[256], max_k=3, context_tokens=context, engine="vllm")
+        c = step_costs(Setup(g, m, d, context_tokens=context, engine="vllm"), widths=[256], max_k=3)
         ratio[context] = c[0, 0, VERIFY_MS] / (c[0, 3, VERIFY_MS] + c[0, 3, DRAFT_MS])
     tokens = 0.79 / ratio[400]
     speedup = {c: tokens * r for c, r in ratio.items()}
@@ -316,7 +316,7 @@ def test_deepseek_v3_has_its_published_size_and_latent_cache():
 
 
 def test_mla_reads_one_latent_per_sequence_on_every_rank():
-    from specsim.costmodel.roofline import _attention, _Clock, _target_net, achieved_for
+    from specsim.costmodel.passes import _attention, _Clock, _target_net, achieved_for
 
     g, m = gpu_spec("mi300x"), model_spec("deepseek-v3")
     clock = _Clock(g, achieved_for(g), ())
@@ -334,7 +334,7 @@ def test_an_mtp_table_for_deepseek_v3_on_eight_mi300x():
     assert (np.diff(t.costs[:, :, VERIFY_MS], axis=0) > 0).all() and (t.costs[:, 1:, DRAFT_MS] > 0).all()
     # The latent is replicated: every GPU holds every token's latent (the target's 61 layers and the
     # MTP module's one), beside its eighth of the weights.
-    from specsim.costmodel.roofline import _drafter_net, _target_net, _weight_bytes
+    from specsim.costmodel.passes import _drafter_net, _target_net, _weight_bytes
 
     m, d = model_spec("deepseek-v3"), drafter_spec("mtp-1l")
     weights = (_weight_bytes(_target_net(m)) + _weight_bytes(_drafter_net(m, d))) / 8
