@@ -46,8 +46,9 @@ def register(sub, groups):
                         "launched from Python; docs/tables.md)")
     p.add_argument("--engine", choices=tuple(ENGINE_PROFILES), default=None,
                    help="price speculation as this serving engine pays for it on top of the roofline's passes "
-                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding; fitted on "
-                        "published measurements, docs/tables.md#engine-profiles); default: the passes alone")
+                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding, the passes as "
+                        "its proposer runs them; vllm and sglang fitted on published measurements, trtllm with "
+                        "vllm's host figures: docs/tables.md#engine-profiles); default: the passes alone")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")

@@ -201,10 +201,12 @@ class ForwardBreakdown(NamedTuple):
     head_ms: object       # embedding lookup, final norm, LM head
     host_ms: object       # the engine's host overhead
     padding_ms: object = 0.0  # the rows an engine's CUDA graph pads the pass to (``engine``)
+    engine_ms: object = 0.0   # the engine's per-step and per-verify-row parts of a verify pass (``engine``)
 
     @property
     def total_ms(self):
-        return self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms + self.padding_ms
+        return (self.linear_ms + self.attention_ms + self.comm_ms + self.head_ms + self.host_ms + self.padding_ms
+                + self.engine_ms)
 
 
 class _Net(NamedTuple):
@@ -229,6 +231,10 @@ class _Net(NamedTuple):
     head_dtype: str
     kv_bytes: float           # bytes of one KV element
     mla: tuple = ()           # MLA: (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim); () = none
+    # How an engine runs the net (:func:`engine_net`); the defaults are the passes alone.
+    qkv_inputs: int = 1       # widths of ``hidden`` the first layer's QKV reads (EAGLE-3: [embedding; feature])
+    vocab_parallel: bool = False  # the embedding's all-reduce and the LM head's gather priced on tp > 1
+    vocab_map: int = 0        # the target vocabulary a draft vocabulary's logits are mapped into (0 = none)
 
 
 def _mla(m: ModelSpec) -> tuple:
@@ -332,7 +338,13 @@ def _linear(clock: _Clock, net: _Net, tp: int, rows):
         _mla_linear(clock, net, tp, rows, layers)
     elif layers:
         qkv = q + 2 * kv
-        clock.gemm(layers, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
+        if net.qkv_inputs == 1:
+            clock.gemm(layers, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
+        else:  # the first layer attends over [normed embedding; normed feature]
+            x = net.qkv_inputs * h
+            clock.gemm(1, x * qkv * w, rows * (x + qkv) * a, 2.0 * rows * x * qkv, dt)
+            clock.gemm(layers - 1, h * qkv * w, rows * (h + qkv) * a, 2.0 * rows * h * qkv, dt)
+            clock.stream(net.qkv_inputs - 1, 2.0 * rows * h * a)   # the embedding's own norm
         clock.gemm(layers, q * h * w, rows * (q + h) * a, 2.0 * rows * q * h, dt)
         clock.stream(2 * layers, 2.0 * rows * h * a)                 # input and post-attention norms
         clock.stream(layers, 2.0 * rows * (q + kv) * a)              # rotary embedding of q and k
@@ -400,22 +412,32 @@ def _attention(clock: _Clock, net: _Net, tp: int, rows, seqs, context):
     return clock.take()
 
 
-def _head(clock: _Clock, net: _Net, tp: int, rows):
-    """The embedding lookup, the final norm and the LM head GEMM (vocabulary split over the ranks)."""
+def _head(clock: _Clock, net: _Net, tp: int, rows, sampled):
+    """The embedding lookup and the final norm over ``rows``, the LM head GEMM (vocabulary split over
+    the ranks) over the ``sampled`` rows; with a vocabulary map, the draft logits written into a
+    target-vocabulary row (filled, scattered into) and its argmax read."""
     a, h = ACTIVATION_BYTES, net.hidden
     v = net.head_rows / tp
     clock.stream(2, 2.0 * rows * h * a)
-    clock.gemm(1, h * v * DTYPE_BYTES[net.head_dtype], rows * (h + v) * a, 2.0 * rows * h * v, net.head_dtype)
+    clock.gemm(1, h * v * DTYPE_BYTES[net.head_dtype], sampled * (h + v) * a, 2.0 * sampled * h * v, net.head_dtype)
+    if net.vocab_map:
+        clock.stream(2, sampled * net.vocab_map * a)          # the -inf fill and the argmax
+        clock.stream(1, sampled * net.head_rows * 2.0 * a)    # the scatter
     return clock.take()
 
 
-def _comm_s(gpu: GpuSpec, ach: Achieved, net: _Net, tp: int, rows):
-    """Two ring all-reduces of the activations per layer."""
+def _comm_s(gpu: GpuSpec, ach: Achieved, net: _Net, tp: int, rows, sampled):
+    """Two ring all-reduces of the activations per layer; for a vocabulary-parallel net, also the
+    embedding's all-reduce and the gather of the ``sampled`` rows' logits shards."""
     if tp <= 1:
         return np.zeros_like(rows)
     link = gpu.link_gbs * 1e9 * ach.link_efficiency
     per_reduce = 2 * (tp - 1) * ach.hop_us * 1e-6 + 2.0 * (tp - 1) / tp * rows * net.hidden * ACTIVATION_BYTES / link
-    return 2 * (net.dense_layers + net.moe_layers) * per_reduce
+    layers = 2 * (net.dense_layers + net.moe_layers) * per_reduce
+    if not net.vocab_parallel:
+        return layers
+    gather = (tp - 1) * ach.hop_us * 1e-6 + (tp - 1) / tp * sampled * net.head_rows * ACTIVATION_BYTES / link
+    return layers + per_reduce + gather
 
 
 class _Pass(NamedTuple):
@@ -426,8 +448,11 @@ class _Pass(NamedTuple):
     active_s: np.ndarray   # busy seconds weighted by the share of the dynamic power they draw
 
 
-def _pass(net: _Net, gpu: GpuSpec, ach: Achieved, ov: Overheads, tp: int, rows, seqs, context) -> _Pass:
-    """Device seconds of one pass by part; arrays broadcast."""
+def _pass(net: _Net, gpu: GpuSpec, ach: Achieved, ov: Overheads, tp: int, rows, seqs, context,
+          sampled=None) -> _Pass:
+    """Device seconds of one pass by part; arrays broadcast. ``sampled``: the rows the LM head
+    computes logits for (None: every row)."""
+    sampled = np.asarray(rows if sampled is None else sampled, dtype=np.float64)
     rows = np.asarray(rows, dtype=np.float64)
     seqs = np.asarray(seqs, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
@@ -435,8 +460,8 @@ def _pass(net: _Net, gpu: GpuSpec, ach: Achieved, ov: Overheads, tp: int, rows, 
     clock = _Clock(gpu, ach, shape)
     linear, lm, lf = _linear(clock, net, tp, rows)
     attention, am, af = _attention(clock, net, tp, rows, seqs, context)
-    head, hm, hf = _head(clock, net, tp, rows)
-    comm = np.broadcast_to(_comm_s(gpu, ach, net, tp, rows), shape)
+    head, hm, hf = _head(clock, net, tp, rows, sampled)
+    comm = np.broadcast_to(_comm_s(gpu, ach, net, tp, rows, sampled), shape)
     busy = linear + attention + head
     share = ov.memory_power
     active = np.minimum(share * (lm + am + hm) + (1.0 - share) * (lf + af + hf), busy)
@@ -472,28 +497,33 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         User specs as :func:`specsim.costmodel.load_specs` returns them.
     engine : str or EngineProfile, optional
         A serving engine's profile (:data:`~specsim.costmodel.engines.ENGINE_PROFILES`): the pass
-        runs at its CUDA-graph size, the rows that adds priced in ``padding_ms``.
+        runs as the engine runs a verify pass -- at its CUDA-graph size (the rows that adds priced
+        in ``padding_ms``), its LM head over the rows given, and on ``tp > 1`` the embedding's
+        all-reduce and the logits' gather in ``comm_ms`` -- and a pass of more rows than
+        sequences pays the engine's per-step and per-verify-row parts (``engine_ms``).
 
     Returns
     -------
     ForwardBreakdown
-        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms``, ``padding_ms`` and
-        ``total_ms``.
+        ``linear_ms``, ``attention_ms``, ``comm_ms``, ``head_ms``, ``host_ms``, ``padding_ms``,
+        ``engine_ms`` and ``total_ms``.
     """
     specs = _specs(specs)
     g, m = gpu_spec(gpu, specs.get("gpu")), model_spec(model, specs.get("model"))
     tokens, seqs, context, tp = _pass_args(m, tokens=tokens, seqs=seqs, context=context, tp=tp)
     ov = _overheads(overheads)
     ach = _achieved(achieved, g)
-    net = _target_net(m)
+    eng = engine_profile(engine)
+    net = _target_net(m) if eng is None else _target_net(m)._replace(vocab_parallel=True)
     p = _pass(net, g, ach, ov, int(tp), tokens, seqs, context)
     host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
-    eng = engine_profile(engine)
-    padding = np.zeros_like(p.linear_s)
+    padding, engine_ms = np.zeros_like(p.linear_s), np.zeros_like(p.linear_s)
     if eng is not None:
-        padding = _device_s(_pass(net, g, ach, ov, int(tp), eng.padded(tokens), seqs, context)) - _device_s(p)
+        padded = _pass(net, g, ach, ov, int(tp), eng.padded(tokens, seqs), seqs, context, tokens)
+        padding = _device_s(padded) - _device_s(p)
+        engine_ms = engine_ms + (tokens > seqs) * (eng.step_ms + eng.verify_row_us * 1e-3 * tokens)
     return ForwardBreakdown(*(_as_result(x) for x in (p.linear_s * 1e3, p.attention_s * 1e3, p.comm_s * 1e3,
-                                                      p.head_s * 1e3, host, padding * 1e3)))
+                                                      p.head_s * 1e3, host, padding * 1e3, engine_ms)))
 
 
 def _pass_args(m, *, tp, **amounts):

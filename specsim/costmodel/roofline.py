@@ -20,10 +20,11 @@ import numpy as np
 
 from specsim import __version__
 from specsim.costmodel.engines import EngineProfile, engine_profile
-from specsim.costmodel.passes import (Achieved, Overheads, _achieved, _device_s, _draft_model, _drafter_net,
-                                      _energy_j, _kv_bytes_per_token, _matrix_s_per_row, _overheads, _pass,
-                                      _specs, _target_net, _weight_bytes)
-from specsim.costmodel.specs import DrafterSpec, GpuSpec, ModelSpec, digest, drafter_spec, gpu_spec, model_spec
+from specsim.costmodel.passes import (ACTIVATION_BYTES, Achieved, Overheads, _achieved, _Clock, _device_s,
+                                      _draft_model, _drafter_net, _energy_j, _kv_bytes_per_token, _matrix_s_per_row,
+                                      _overheads, _pass, _specs, _target_net, _weight_bytes)
+from specsim.costmodel.specs import (DTYPE_BYTES, DrafterSpec, GpuSpec, ModelSpec, digest, drafter_spec, gpu_spec,
+                                     model_spec)
 from specsim.errors import CostModelError
 from specsim._checks import COUNT_MAX, MAX_DEPTH, MAX_MODEL_WIDTHS, MAX_WIDTH, few, int_problem, is_int, show
 from specsim.table import Cell, CostTable, SCHEMA, TableKey
@@ -89,9 +90,10 @@ class Setup:
 def step_costs(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8):
     """Modelled cost of every (width, depth) cell, as a table's flat cost array.
 
-    With an engine profile (``setup.engine``, docs/tables.md#engine-profiles) each pass runs at its
-    CUDA-graph size; the engine's per-step and per-verify-row parts join the verify step, its
-    per-draft-pass and per-drafted-token parts the draft steps (host time: idle power).
+    With an engine profile (``setup.engine``, docs/tables.md#engine-profiles) the passes run as
+    the engine runs them (:func:`step_parts`); the engine's per-step and per-verify-row parts join
+    the verify step, its per-draft-pass and per-drafted-token parts the draft steps (host time:
+    idle power).
 
     Parameters
     ----------
@@ -111,12 +113,13 @@ def step_costs(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8):
     gpu, tp = setup.gpu, setup.tp
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
     verify_s = parts.verify_s + parts.verify_engine_s
+    extra_s = parts.draft_extend_s + parts.draft_fuse_s
     out = np.empty((parts.verify_s.shape[0], max_k + 1, len(COST_FIELDS)))
     out[:, :, VERIFY_MS] = verify_s * 1e3
     out[:, :, VERIFY_J] = _energy_j(gpu, tp, parts.verify_active_s, verify_s)
-    out[:, :, DRAFT_MS] = k * (parts.draft_pass_s * 1e3) + parts.draft_engine_s * 1e3
+    out[:, :, DRAFT_MS] = k * (parts.draft_pass_s * 1e3) + parts.draft_engine_s * 1e3 + extra_s * 1e3
     out[:, :, DRAFT_J] = k * _energy_j(gpu, tp, parts.draft_active_s, parts.draft_pass_s) + \
-        _energy_j(gpu, tp, 0.0, parts.draft_engine_s)
+        _energy_j(gpu, tp, 0.0, parts.draft_engine_s) + _energy_j(gpu, tp, parts.draft_extra_active_s, extra_s)
     return out
 
 
@@ -131,36 +134,95 @@ class StepParts(NamedTuple):
     draft_pass_s: np.ndarray      # one drafter pass (device and the stack's draft overhead), padding included
     draft_active_s: np.ndarray
     draft_engine_s: np.ndarray    # the engine's per-draft-pass and per-drafted-token parts, all k passes
+    draft_extend_s: np.ndarray    # engine: the first draft pass's layers over the verified rows, beyond a pass
+    draft_fuse_s: np.ndarray      # engine: an EAGLE-3 drafter's fused target features, once per step
+    draft_extra_active_s: np.ndarray  # the busy seconds of those two, weighted as ``verify_active_s``
     engine_ms: dict               # the engine's parts by name (ms), or {}
 
 
 def step_parts(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8) -> StepParts:
-    """The parts :func:`step_costs` prices, by (width, depth) (same arguments)."""
+    """The parts :func:`step_costs` prices, by (width, depth) (same arguments).
+
+    Without an engine, a step is one target pass over ``n(k+1)`` rows and ``k`` drafter passes
+    over ``n`` rows. An engine (docs/tables.md#engine-profiles) runs them as the engines' EAGLE
+    and MTP proposers do: each pass at its CUDA-graph size, the LM heads over the rows they sample
+    only; the first draft pass runs the drafter's layers over every verified row (to write their
+    KV and features) and samples one row per sequence; the embedding's all-reduce and the logits'
+    gather on ``tp > 1``; a drafter with its own vocabulary maps its logits into the target's; and
+    an EAGLE-3 drafter (``fuse_inputs > 2``) has the target keep that many layers' hidden states,
+    fuses them once per step over the verified rows (a replicated projection), and attends over
+    [embedding; feature] in its layer.
+    """
     gpu, ov, ach, eng = setup.gpu, setup.overheads, setup.achieved, setup.engine
     tp, context_tokens = setup.tp, setup.context_tokens
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
     k = np.arange(max_k + 1, dtype=np.float64).reshape(1, -1)
-    target, draft_net = _target_net(setup.model), _drafter_net(setup.model, setup.drafter, setup.models)
-    rows, draft_rows = n * (k + 1.0), n
-    verify = _pass(target, gpu, ach, ov, tp, rows if eng is None else eng.padded(rows), n, context_tokens)
+    rows = n * (k + 1.0)
     host = (ov.step_ms + ov.seq_ms * n) * 1e-3
+    if eng is None:
+        target, draft_net = _target_net(setup.model), _drafter_net(setup.model, setup.drafter, setup.models)
+        verify = _pass(target, gpu, ach, ov, tp, rows, n, context_tokens)
+        verify_s = _device_s(verify) + host
+        zero = np.zeros_like(verify_s)
+        if draft_net is None:  # n-gram: no draft pass, the host's lookup only
+            dstep_s, dactive_s = np.full_like(n, ov.draft_step_ms * 1e-3), np.zeros_like(n)
+        else:
+            draft = _pass(draft_net, gpu, ach, ov, tp, n, n, context_tokens)
+            dstep_s, dactive_s = _device_s(draft) + ov.draft_step_ms * 1e-3, draft.active_s
+        return StepParts(verify_s, zero, verify.active_s, zero, dstep_s, dactive_s, zero, zero, zero, zero, {})
+
+    target, draft_net, fused = _engine_nets(setup)
+    verify = _pass(target, gpu, ach, ov, tp, eng.padded(rows), n, context_tokens, rows)
     verify_s = _device_s(verify) + host
-    padding = np.zeros_like(verify_s)
+    padding = verify_s - (_device_s(_pass(target, gpu, ach, ov, tp, rows, n, context_tokens, rows)) + host)
+    spec = (k > 0).astype(np.float64)
+    extend, fuse, extra_active = (np.zeros_like(verify_s) for _ in range(3))
     if draft_net is None:  # n-gram: no draft pass, the host's lookup only
         dstep_s, dactive_s = np.full_like(n, ov.draft_step_ms * 1e-3), np.zeros_like(n)
     else:
-        draft = _pass(draft_net, gpu, ach, ov, tp, draft_rows if eng is None else eng.padded(draft_rows), n,
-                      context_tokens)
+        draft = _pass(draft_net, gpu, ach, ov, tp, eng.padded(n), n, context_tokens, n)
         dstep_s, dactive_s = _device_s(draft) + ov.draft_step_ms * 1e-3, draft.active_s
-    zero = np.zeros_like(verify_s)
-    if eng is None:
-        return StepParts(verify_s, padding, verify.active_s, zero, dstep_s, dactive_s, zero, {})
-    padding = verify_s - (_device_s(_pass(target, gpu, ach, ov, tp, rows, n, context_tokens)) + host)
+        first = _pass(draft_net, gpu, ach, ov, tp, eng.padded(rows), n, context_tokens, n)
+        extend = spec * (_device_s(first) - _device_s(draft))
+        extra_active = spec * (first.active_s - draft.active_s)
+        if fused:
+            fuse_s, fuse_active = _fused_features(setup, target, fused, rows)
+            fuse, extra_active = spec * fuse_s, extra_active + spec * fuse_active
     ms = {name: np.broadcast_to(v, verify_s.shape) for name, v in eng.speculation_ms(n, k).items()}
     if draft_net is None:
         ms["draft_passes"] = np.zeros_like(verify_s)  # no pass to pay for
     return StepParts(verify_s, padding, verify.active_s, (ms["step"] + ms["verify_rows"]) * 1e-3, dstep_s,
-                     dactive_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, ms)
+                     dactive_s, (ms["draft_passes"] + ms["sampled_tokens"]) * 1e-3, extend, fuse, extra_active, ms)
+
+
+def _engine_nets(setup: Setup):
+    """The target's and drafter's nets as an engine runs them (see :func:`step_parts`), and the
+    number of target layers an EAGLE-3 drafter fuses (0 for others)."""
+    m, d = setup.model, setup.drafter
+    target = _target_net(m)._replace(vocab_parallel=True)
+    draft = _drafter_net(m, d, setup.models)
+    if draft is None:
+        return target, None, 0
+    draft = draft._replace(vocab_parallel=True, vocab_map=m.vocab if draft.head_rows != m.vocab else 0)
+    if d.kind == "head" and d.fuse_inputs > 2:  # EAGLE-3: the fusing projection leaves the pass
+        return target, draft._replace(fuse_inputs=0, qkv_inputs=2), d.fuse_inputs
+    return target, draft, 0
+
+
+def _fused_features(setup: Setup, target, fused: int, rows):
+    """Seconds (and busy seconds, weighted) of an EAGLE-3 drafter's per-step inputs over ``rows``:
+    the target adds the residual into each of ``fused`` layers' hidden states and concatenates
+    them; the drafter's projection (``fused x hidden -> hidden``, replicated on every rank) fuses
+    them."""
+    a, h = ACTIVATION_BYTES, target.hidden
+    w, dt = DTYPE_BYTES[setup.drafter.dtype or setup.model.dtype], setup.drafter.dtype or setup.model.dtype
+    clock = _Clock(setup.gpu, setup.achieved, np.shape(rows))
+    clock.stream(fused, 3.0 * rows * h * a)
+    clock.stream(1, 2.0 * fused * rows * h * a)
+    clock.gemm(1, fused * h * h * w, rows * (fused + 1) * h * a, 2.0 * rows * fused * h * h, dt)
+    time_s, mem_s, flop_s = clock.take()
+    share = setup.overheads.memory_power
+    return time_s, np.minimum(share * mem_s + (1.0 - share) * flop_s, time_s)
 
 
 def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
@@ -268,6 +330,8 @@ def _engine_meta(setup: Setup, widths, max_k: int) -> dict:
         "verify_pass": parts.verify_s[at] - parts.verify_padding_s[at],
         "graph_padding": parts.verify_padding_s[at],
         "draft_passes": max_k * parts.draft_pass_s[0, 0],  # at their graph size
+        "draft_extend": parts.draft_extend_s[at],  # the first pass's layers over the verified rows
+        "draft_fuse": parts.draft_fuse_s[at],      # an EAGLE-3 drafter's fused target features
     }
     out = {"engine_source": setup.engine.source, "step_parts_at": f"width {widths[-1]}, depth {max_k}"}
     for name, seconds in shown.items():
