@@ -127,9 +127,10 @@ def test_cli_models_a_table_with_an_engine(tmp_path, capsys):
     out = tmp_path / "t.toml"
     argv = ["table", "model", "--gpu", "rtx3090", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--widths",
             "2,8,56", "--max-k", "2", "--context-tokens", "512", "-o", str(out)]
-    assert main(argv + ["--engine", "vllm"]) == 0
-    t = CostTable.load(out)
-    assert t.meta["stack_engine_profile"] == "vllm" and t.meta["step_parts_engine_verify_rows_ms"] > 0
+    for engine in ENGINE_PROFILES:
+        assert main(argv + ["--engine", engine]) == 0
+        t = CostTable.load(out)
+        assert t.meta["stack_engine_profile"] == engine and t.meta["step_parts_engine_verify_rows_ms"] > 0
     with pytest.raises(SystemExit) as e:
         main(argv + ["--engine", "tgi"])
     assert e.value.code == 2
@@ -214,6 +215,13 @@ def test_a_table_without_an_engine_is_unchanged_by_the_engines_mechanisms():
     alone = _pass(net, g, plain_achieved(g), HOST_OVERHEADS["cuda-graph"], 1, n, n, 2048)
     np.testing.assert_array_equal(plain.draft_pass_s, alone.linear_s + alone.attention_s + alone.comm_s
                                   + alone.head_s + HOST_OVERHEADS["cuda-graph"].draft_step_ms * 1e-3)
+    # The verify step is one forward pass of the target over n(k+1) rows, as forward_breakdown prices it.
+    for tp, model in ((1, m), (8, model_spec("llama-3.1-70b"))):
+        costs = step_costs(Setup(g, model, d, tp=tp), widths=WIDTHS, max_k=3)
+        k = np.arange(4, dtype=float).reshape(1, -1)
+        fb = forward_breakdown(g, model, tokens=n * (k + 1), seqs=n, context=2048, tp=tp)
+        np.testing.assert_allclose(costs[:, :, VERIFY_MS], fb.total_ms, rtol=1e-12)
+        assert not np.any(fb.engine_ms) and not np.any(fb.padding_ms)
 
 
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
