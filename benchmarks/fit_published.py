@@ -6,15 +6,18 @@ tests/data/published-sd (see its README), prices every point with the roofline's
 engine runs them (:func:`specsim.costmodel.step_parts` with the engine's graph sizes and its
 figures at 0) plus the engine's figures, and prints:
 
-- per engine with sets to fit, the figures fitted on all of them (what
-  :data:`specsim.costmodel.ENGINE_PROFILES` ships);
-- per set (per curve, for an engine with one set), the median |error| of the predicted ratio with
-  the figures fitted on the engine's other sets (curves) -- held out --, with the passes alone,
-  and with the shipped figures;
+- vLLM's figures fitted on both its sets (what :data:`specsim.costmodel.ENGINE_PROFILES` ships);
+- per vLLM set, the median |error| of the predicted ratio with the figures fitted on the other
+  set -- held out --, with the passes alone, and with the shipped figures;
 - where an R02 speedup falls below 1.0x, the batch step it crosses at, measured and predicted,
   and the planner's depth by batch;
-- TensorRT-LLM's one usable point (R09), priced with its profile (whose figures are a documented
-  default, not fitted: no TensorRT-LLM set supports a fit) and with the passes alone.
+- SGLang's R03 curves priced with the sglang profile, whose host figures are vLLM's (a documented
+  default: R03 cannot fit SGLang's own -- its per-step figures, fitted on it with the per-row
+  figures held at vLLM's, come out at 0, since fixed host work per step is invisible beside
+  DeepSeek-V3's 20-40 ms steps; freed, the per-row figures it asks for stand for what the roofline
+  misses of MoE verify passes, not for host work), with the passes alone and with that fit;
+- TensorRT-LLM's one usable point (R09), priced with its profile (whose figures are vLLM's too:
+  no TensorRT-LLM set supports a fit) and with the passes alone.
 
 A point's ratio is what its set measures against the same engine without speculation:
 
@@ -47,7 +50,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "published-sd"
-FITTED_ENGINES = ("vllm", "sglang")
+FITTED_ENGINES = ("vllm",)
 # MT-bench prompts and answers: a few hundred tokens of KV per sequence on average.
 CONTEXT_TOKENS = 512
 # R03's mean KV tokens per sequence: 1k in, 1k out (random) and ShareGPT's shorter turns.
@@ -162,25 +165,28 @@ def predict(points, priced: Priced, figures) -> np.ndarray:
     return out
 
 
-def fit(points, priced: Priced, use) -> np.ndarray:
-    """Engine figures >= 0 minimising the squared relative error over the points ``use`` (a mask)."""
+def fit(points, priced: Priced, use, fixed=None) -> np.ndarray:
+    """Engine figures >= 0 minimising the squared relative error over the points ``use`` (a mask);
+    ``fixed``: figures held at given values (NaN: fitted), default none."""
     use = np.asarray(use, dtype=bool)
     measured = np.array([p.measured for p in points])
+    fixed = np.full(4, np.nan) if fixed is None else np.asarray(fixed, dtype=np.float64)
+    free = np.isnan(fixed)
 
     def residuals(x):
         r = predict(points, priced, x)[use] / measured[use] - 1.0
-        return np.concatenate([r, RIDGE * x / RIDGE_SCALE])
+        return np.concatenate([r, RIDGE * x[free] / RIDGE_SCALE[free]])
 
-    x = np.zeros(4)
+    x = np.where(free, 0.0, fixed)
     for _ in range(200):
         r = residuals(x)
-        jac = np.empty((r.size, 4))
-        for j in range(4):
+        jac = np.zeros((r.size, 4))
+        for j in np.flatnonzero(free):
             h = 1e-6 * RIDGE_SCALE[j]
             e = np.zeros(4)
             e[j] = h
             jac[:, j] = (residuals(x + e) - r) / h
-        step = np.linalg.lstsq(jac, -r, rcond=None)[0]
+        step = np.linalg.lstsq(jac, -r, rcond=None)[0] * free
         new = np.maximum(x + step, 0.0)
         if np.sum(residuals(new) ** 2) >= np.sum(r ** 2) - 1e-15:
             # A step that does not improve: halve it along the projected direction.
@@ -237,6 +243,28 @@ def plan_choices(points, group: str, figures) -> list:
     return [(p.width, goodput_depth(table, cal, p.width)) for p in curve]
 
 
+def sglang_checks(points, priced: Priced) -> tuple:
+    """R03 priced with the shipped sglang profile (its host figures vLLM's: R03 cannot fit
+    SGLang's own, see the module docstring), with the passes alone, and with the per-step figures
+    fitted on R03 itself (the per-row figures vLLM's): ``(those per-step figures, [(curve,
+    points, shipped, passes alone, fitted on R03)])``, the errors as the median |error| of each
+    curve's shape."""
+    from specsim.costmodel.engines import ENGINE_PROFILES
+
+    measured = np.array([p.measured for p in points])
+    mine = np.array([p.engine == "sglang" for p in points])
+    shipped = [getattr(ENGINE_PROFILES["sglang"], n) for n in NAMES]
+    own = fit(points, priced, mine, [np.nan, np.nan, *shipped[2:]])
+    rows = []
+    counted = tested(points)
+    for g in sorted({p.group for p in points if p.engine == "sglang"}):
+        m = counted & np.array([p.group == g for p in points])
+        errors = [float(np.median(np.abs(predict(points, priced, x)[m] / measured[m] - 1.0)))
+                  for x in (shipped, np.zeros(4), own)]
+        rows.append((g, int(m.sum()), *errors))
+    return own[:2], rows
+
+
 def trtllm_checks(data=DATA) -> list:
     """R09's Llama-3.3-70B point (Llama-3.1-70B's shape; the Llama-4-Maverick row is an FP8 MoE
     model without a spec here), priced with the shipped trtllm profile and with the passes alone:
@@ -272,6 +300,7 @@ class Report(NamedTuple):
     held_out_figures: dict            # (engine, set or curve) -> figures fitted without it
     crossing: list                    # (group, measured (above, below), predicted held out (above, below))
     plans: dict                       # R02 curve -> [(batch, depth the planner picks)], figures held out
+    sglang: tuple                     # sglang_checks()
     others: list                      # trtllm_checks()
 
 
@@ -305,7 +334,7 @@ def run(data=DATA) -> Report:
     predicted_cross = {g: (a, b) for g, a, b in crossovers(r02, predicted_all[vllm])}
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
     plans = {g: plan_choices(points, g, held_figures["vllm", "R02"]) for g in sorted({p.group for p in r02})}
-    return Report(figures, held, held_figures, crossing, plans, trtllm_checks(data))
+    return Report(figures, held, held_figures, crossing, plans, sglang_checks(points, priced), trtllm_checks(data))
 
 
 def render(report: Report) -> str:
@@ -325,6 +354,13 @@ def render(report: Report) -> str:
     lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
     for g, choices in report.plans.items():
         lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
+    own, rows = report.sglang
+    lines += ["", "per-step figures fitted on R03 (per-row figures vLLM's): "
+              + ", ".join(f"{n} = {v:.3f}" for n, v in zip(NAMES, own)), "",
+              "| SGLang curve | points | sglang profile (vLLM's figures) | passes alone | per-step figures fitted on R03 |",
+              "|---|---|---|---|---|"]
+    for g, n, shipped, alone, fitted in rows:
+        lines.append(f"| {g} | {n} | {100 * shipped:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% |")
     lines += ["", "| TensorRT-LLM set | compared | published | trtllm profile | passes alone |", "|---|---|---|---|---|"]
     for row in report.others:
         lines.append("| " + " | ".join(row) + " |")

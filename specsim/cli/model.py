@@ -47,7 +47,7 @@ def register(sub, groups):
     p.add_argument("--engine", choices=tuple(ENGINE_PROFILES), default=None,
                    help="price speculation as this serving engine pays for it on top of the roofline's passes "
                         "(per step, draft pass, verify row and drafted token, CUDA-graph padding, the passes as "
-                        "its proposer runs them; vllm and sglang fitted on published measurements, trtllm with "
+                        "its proposer runs them; vllm fitted on published measurements, sglang and trtllm with "
                         "vllm's host figures: docs/tables.md#engine-profiles); default: the passes alone")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",

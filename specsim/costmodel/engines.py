@@ -130,25 +130,26 @@ VLLM_GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
 # for large-memory GPUs; sequences per pass, each with its rows (verify: the draft tokens + 1).
 SGLANG_GRAPH_SIZES = tuple(range(1, 9)) + tuple(range(10, 33, 2)) + tuple(range(40, 65, 4)) + tuple(range(72, 257, 8))
 
-# Fitted by ``python -m benchmarks.fit_published``: vLLM on its published sets R02 (EAGLE and
-# EAGLE-3 on an RTX 3090, batch 2-56) and R10 (EAGLE-1 and EAGLE-3 on an H100, batch 1, K = 2-7);
-# SGLang on R03 (DeepSeek-V3 MTP on 8 MI300Xs, concurrency 1-64). docs/tables.md#engine-profiles
-# gives the fits, their held-out errors and the command.
+# Fitted by ``python -m benchmarks.fit_published`` on the published vLLM sets R02 (EAGLE and
+# EAGLE-3 on an RTX 3090, batch 2-56) and R10 (EAGLE-1 and EAGLE-3 on an H100, batch 1, K = 2-7):
+# docs/tables.md#engine-profiles gives the fit, its held-out errors and the command.
 _VLLM = EngineProfile("vllm", step_ms=0.867, draft_pass_ms=0.286, verify_row_us=5.711, sampled_token_us=3.759,
                       graph_sizes=VLLM_GRAPH_SIZES,
                       source="fitted on published vLLM measurements (R02: EAGLE-3 paper Table 5, RTX 3090; "
                              "R10: vLLM issue #20780, H100) by benchmarks/fit_published.py")
+# No SGLang or TensorRT-LLM set supports a fit of the host figures (docs/tables.md#engine-profiles):
+# SGLang's R03 (DeepSeek-V3 MTP on MI300X) fits its per-step figures to 0 and asks per-row figures
+# for what the roofline misses of MoE verify passes; TensorRT-LLM's R09 is one point, R07's n-gram
+# speedups exceed what its acceptance length allows, R08 gives no acceptance length. Both take
+# vLLM's host figures, a documented default, with their own CUDA graphs. TensorRT-LLM's
+# CudaGraphConfig captures batch sizes 1-31, 32, 64 and 128 with ``enable_padding`` off by
+# default: a batch runs at its own size, no padding.
 ENGINE_PROFILES = {
     "vllm": _VLLM,
-    "sglang": EngineProfile("sglang", step_ms=0.367, draft_pass_ms=0.734, verify_row_us=90.366, sampled_token_us=60.244,
-                            graph_sizes=SGLANG_GRAPH_SIZES, graph_unit="sequences",
-                            source="fitted on published SGLang measurements (R03: LMSYS blog 2025-09-02, "
-                                   "DeepSeek-V3 MTP, 8x MI300X) by benchmarks/fit_published.py"),
-    # No TensorRT-LLM set supports a fit (R09: one point; R07: n-gram on a model without a spec
-    # whose speedups exceed what its acceptance length allows; R08: no acceptance length), so the
-    # host figures are vLLM's, a documented default. TensorRT-LLM's CudaGraphConfig captures batch
-    # sizes 1-31, 32, 64 and 128 with ``enable_padding`` off by default: a batch runs at its own
-    # size, no padding.
+    "sglang": dataclasses.replace(_VLLM, name="sglang", graph_sizes=SGLANG_GRAPH_SIZES, graph_unit="sequences",
+                                  source="host figures: vLLM's (no SGLang set supports a fit; "
+                                         "docs/tables.md#engine-profiles); CUDA graphs: SGLang's capture batch sizes "
+                                         "with speculative decoding"),
     "trtllm": dataclasses.replace(_VLLM, name="trtllm", graph_sizes=(), graph_unit="sequences",
                                   source="host figures: vLLM's (no TensorRT-LLM set supports a fit; "
                                          "docs/tables.md#engine-profiles); no graph padding (CudaGraphConfig "

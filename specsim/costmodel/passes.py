@@ -231,7 +231,7 @@ class _Net(NamedTuple):
     head_dtype: str
     kv_bytes: float           # bytes of one KV element
     mla: tuple = ()           # MLA: (kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim); () = none
-    # How an engine runs the net (:func:`engine_net`); the defaults are the passes alone.
+    # How an engine runs the net (roofline._engine_nets); the defaults are the passes alone.
     qkv_inputs: int = 1       # widths of ``hidden`` the first layer's QKV reads (EAGLE-3: [embedding; feature])
     vocab_parallel: bool = False  # the embedding's all-reduce and the LM head's gather priced on tp > 1
     vocab_map: int = 0        # the target vocabulary a draft vocabulary's logits are mapped into (0 = none)
