@@ -78,8 +78,17 @@ class Setup:
         resolved = {"gpu": gpu, "model": model_spec(self.model, self.models),
                     "drafter": drafter_spec(self.drafter), "overheads": _overheads(self.overheads),
                     "achieved": _achieved(self.achieved, gpu), "engine": engine_profile(self.engine)}
+        problems = [p for p in (int_problem(self.tp, "tp", 1), int_problem(self.context_tokens, "context_tokens"))
+                    if p]
+        if not problems and resolved["model"].heads % self.tp:
+            problems.append(f"tp = {self.tp} does not divide {resolved['model'].name}'s "
+                            f"{resolved['model'].heads} attention heads")
+        if problems:
+            raise CostModelError("the setup is refused", problems)
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "tp", int(self.tp))
+        object.__setattr__(self, "context_tokens", int(self.context_tokens))
 
     @property
     def draft_model(self):

@@ -457,3 +457,17 @@ def test_a_dense_models_digest_is_the_one_it_had():
               "dense_layers": 0, "dtype": "bf16", "head_dtype": "", "kv_dtype": "bf16"}
     text = json.dumps([before, {}], sort_keys=True, separators=(",", ":"))
     assert digest(m) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(tp="2"), "tp"),
+    (dict(tp=3), "tp = 3 does not divide llama-3.1-8b's 32 attention heads"),
+    (dict(context_tokens=-1), "context_tokens"),
+    (dict(context_tokens=1.5), "context_tokens"),
+    (dict(engine="tgi"), "unknown engine 'tgi'"),
+    (dict(overheads=3), "overheads = 3 must be an Overheads"),
+])
+def test_a_bad_setup_is_refused_with_the_projects_error(kwargs, message):
+    with pytest.raises(CostModelError) as e:
+        Setup("h100-sxm", "llama-3.1-8b", "eagle-1l", **kwargs)
+    assert message in str(e.value)
