@@ -1,25 +1,38 @@
-"""Fit an engine's price of speculation on published measurements, and test it on each set held out
+"""Fit each engine's price of speculation on published measurements, and test it on what was held out
 (docs/tables.md#engine-profiles).
 
 Run: ``python -m benchmarks.fit_published`` from the repository root. Reads the published sets in
-tests/data/published-sd (see its README), prices every point with the roofline
-(:func:`specsim.costmodel.step_parts`) plus an :class:`~specsim.costmodel.EngineProfile`, and prints:
+tests/data/published-sd (see its README), prices every point with the roofline's passes as the
+engine runs them (:func:`specsim.costmodel.step_parts` with the engine's graph sizes and its
+figures at 0) plus the engine's figures, and prints:
 
-- the engine figures fitted on every set (what :data:`specsim.costmodel.ENGINE_PROFILES` ships);
-- per set, the median |error| of the predicted ratio with the figures fitted on the other sets
-  (leave one set out), and with the roofline's passes alone (no engine figures);
-- where a set's speedup falls below 1.0x, the batch step it crosses at, measured and predicted.
+- vLLM's figures fitted on both its sets (what :data:`specsim.costmodel.ENGINE_PROFILES` ships);
+- per vLLM set, the median |error| of the predicted ratio with the figures fitted on the other
+  set -- held out --, with the passes alone, and with the shipped figures;
+- where an R02 speedup falls below 1.0x, the batch step it crosses at, measured and predicted,
+  and the planner's depth by batch;
+- SGLang's R03 curves priced with the sglang profile, whose host figures are vLLM's (a documented
+  default: R03 cannot fit SGLang's own -- its per-step figures, fitted on it with the per-row
+  figures held at vLLM's, come out at 0, since fixed host work per step is invisible beside
+  DeepSeek-V3's 20-40 ms steps; freed, the per-row figures it asks for stand for what the roofline
+  misses of MoE verify passes, not for host work), with the passes alone and with that fit;
+- TensorRT-LLM's one usable point (R09), priced with its profile (whose figures are vLLM's too:
+  no TensorRT-LLM set supports a fit) and with the passes alone.
 
 A point's ratio is what its set measures against the same engine without speculation:
 
 - R10 (vLLM, H100, batch 1, K = 2..7, acceptance length given): TPOT with speculation over TPOT
   without, predicted as ``step(1, K) / (acceptance_length x step(1, 0))``;
-- R02 (vLLM, RTX 3090, K = 2, batch 2..56, no acceptance length): throughput speedup. One
-  tokens-per-step figure per method is fitted at the smallest batch, so that point is exact and
+- R02 (vLLM, RTX 3090, K = 2, batch 2..56) and R03 (SGLang, DeepSeek-V3 MTP on 8 MI300Xs, 2 draft
+  steps, concurrency 1..64, mean end-to-end latency without over with): no acceptance length. One
+  tokens-per-step figure per curve is fitted at its smallest batch, so that point is exact and
   only the shape over batch is tested: ``speedup(b) = speedup(b0) x r(b) / r(b0)`` with
-  ``r(b) = step(b, 0) / step(b, K)``.
+  ``r(b) = step(b, 0) / step(b, K)``;
+- R09 (TensorRT-LLM, Llama-3.3-70B EAGLE-3 on 8 H200s, concurrency 4, K = 3, acceptance length
+  given): tokens per user per second against plain decoding, ``acceptance_length x step(n, 0) /
+  step(n, K)``.
 
-The fit minimises the squared relative error of the ratios over the training sets, the figures
+The fit minimises the squared relative error of the ratios over the training points, the figures
 kept >= 0 (projected Gauss-Newton, a small ridge toward 0 so that a figure no training set can
 tell apart stays at 0). Everything is deterministic: the same data give the same figures.
 """
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -36,19 +50,27 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "published-sd"
-ENGINE = "vllm"
+FITTED_ENGINES = ("vllm",)
 # MT-bench prompts and answers: a few hundred tokens of KV per sequence on average.
 CONTEXT_TOKENS = 512
+# R03's mean KV tokens per sequence: 1k in, 1k out (random) and ShareGPT's shorter turns.
+R03_CONTEXT_TOKENS = {"random 1k/1k": 1536, "ShareGPT": 512}
+OTHER_CONTEXT_TOKENS = 1024  # R09 does not state its lengths
 # A figure's scale for the ridge (ms, ms, us, us): 1% of a unit costs as much as a 1% error.
 RIDGE_SCALE = np.array([1.0, 1.0, 10.0, 10.0])
 RIDGE = 0.01
+NAMES = ("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us")
 
 
 class Point(NamedTuple):
     set: str
-    group: str          # the curve a tokens-per-step figure is fitted on (R02), else the point itself
+    engine: str
+    group: str          # the curve a tokens-per-step figure is fitted on (no acceptance length), else the point
     gpu: str
+    model: str
     drafter: str
+    tp: int
+    context: int
     width: int
     depth: int
     measured: float     # the ratio the set measures
@@ -60,20 +82,27 @@ def _drafter(method: str) -> str:
 
 
 def read_points(data=DATA) -> list:
-    """Every usable point of the shipped sets (see the module docstring)."""
+    """Every usable point of the shipped sets of the fitted engines (see the module docstring)."""
     points = []
     with open(data / "R02_eagle3_paper_vllm_rtx3090.csv", newline="") as f:
         for row in csv.DictReader(f):
-            points.append(Point("R02", f"R02 {row['method']}", "rtx3090", _drafter(row["method"]),
-                                int(row["batch_or_concurrency"]), 2, float(row["value"]), 0.0))
+            points.append(Point("R02", "vllm", f"R02 {row['method']}", "rtx3090", "llama-3.1-8b",
+                                _drafter(row["method"]), 1, CONTEXT_TOKENS, int(row["batch_or_concurrency"]), 2,
+                                float(row["value"]), 0.0))
     with open(data / "R10_vllm_eagle1_eagle3_ksweep_bs1.csv", newline="") as f:
         for row in csv.DictReader(f):
             if row["metric"] != "TPOT":  # the throughput rows give no acceptance length
                 continue
             k = int(row["spec_tokens"])
-            points.append(Point("R10", f"R10 {row['method'].split(' ')[0]} K={k}", "h100-sxm",
-                                _drafter(row["method"]), 1, k, float(row["value"]) / float(row["baseline_value"]),
-                                float(row["acceptance_length"])))
+            points.append(Point("R10", "vllm", f"R10 {row['method'].split(' ')[0]} K={k}", "h100-sxm",
+                                "llama-3.1-8b", _drafter(row["method"]), 1, CONTEXT_TOKENS, 1, k,
+                                float(row["value"]) / float(row["baseline_value"]), float(row["acceptance_length"])))
+    with open(data / "R03_sglang_mi300x_dsv3_mtp.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            curve = row["method"].split(":")[0]
+            points.append(Point("R03", "sglang", f"R03 {curve}", "mi300x", "deepseek-v3", "mtp-1l", 8,
+                                R03_CONTEXT_TOKENS[curve], int(row["batch_or_concurrency"]), 2,
+                                float(row["baseline_value"]) / float(row["value"]), 0.0))
     return points
 
 
@@ -85,17 +114,36 @@ class Priced(NamedTuple):
     terms: np.ndarray       # (points, 4): what each engine figure multiplies at (width, depth)
 
 
-def price(points) -> Priced:
-    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_parts
+def passes_only(engine: str):
+    """``engine``'s shipped profile with its figures at 0: the passes as it runs them."""
     from specsim.costmodel.engines import ENGINE_PROFILES
 
-    padding_only = EngineProfile(ENGINE, graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)
+    return dataclasses.replace(ENGINE_PROFILES[engine], **{n: 0.0 for n in NAMES})
+
+
+def _step_ms(parts, i: int, k: int) -> float:
+    return float(parts.verify_s[i, k] + k * parts.draft_pass_s[i, 0] + parts.draft_extend_s[i, k]
+                 + parts.draft_fuse_s[i, k]) * 1e3
+
+
+def price(points) -> Priced:
+    from specsim.costmodel import Setup, step_parts
+
+    by_setup = {}
+    for p in points:
+        by_setup.setdefault((p.engine, p.gpu, p.model, p.drafter, p.tp, p.context), set()).add((p.width, p.depth))
+    parts = {}
+    for (engine, gpu, model, drafter, tp, context), cells in by_setup.items():
+        widths = sorted({w for w, _ in cells})
+        setup = Setup(gpu, model, drafter, tp=tp, context_tokens=context, engine=passes_only(engine))
+        parts[engine, gpu, model, drafter, tp, context] = (widths, step_parts(setup, widths=widths,
+                                                                              max_k=max(k for _, k in cells)))
     plain, spec, terms = [], [], []
     for p in points:
-        parts = step_parts(gpu_spec(p.gpu), model_spec("llama-3.1-8b"), drafter_spec(p.drafter),
-                           context_tokens=CONTEXT_TOKENS, widths=[p.width], max_k=p.depth, engine=padding_only)
-        plain.append(parts.verify_s[0, 0] * 1e3)
-        spec.append((parts.verify_s[0, p.depth] + p.depth * parts.draft_pass_s[0, 0]) * 1e3)
+        widths, pp = parts[p.engine, p.gpu, p.model, p.drafter, p.tp, p.context]
+        i = widths.index(p.width)
+        plain.append(pp.verify_s[i, 0] * 1e3)
+        spec.append(_step_ms(pp, i, p.depth))
         n, k = p.width, p.depth
         terms.append([1.0, k, 1e-3 * n * (k + 1), 1e-3 * n * k])
     return Priced(np.array(plain), np.array(spec), np.array(terms))
@@ -117,25 +165,28 @@ def predict(points, priced: Priced, figures) -> np.ndarray:
     return out
 
 
-def fit(points, priced: Priced, use) -> np.ndarray:
-    """Engine figures >= 0 minimising the squared relative error over the points ``use`` (a mask)."""
+def fit(points, priced: Priced, use, fixed=None) -> np.ndarray:
+    """Engine figures >= 0 minimising the squared relative error over the points ``use`` (a mask);
+    ``fixed``: figures held at given values (NaN: fitted), default none."""
     use = np.asarray(use, dtype=bool)
     measured = np.array([p.measured for p in points])
+    fixed = np.full(4, np.nan) if fixed is None else np.asarray(fixed, dtype=np.float64)
+    free = np.isnan(fixed)
 
     def residuals(x):
         r = predict(points, priced, x)[use] / measured[use] - 1.0
-        return np.concatenate([r, RIDGE * x / RIDGE_SCALE])
+        return np.concatenate([r, RIDGE * x[free] / RIDGE_SCALE[free]])
 
-    x = np.zeros(4)
+    x = np.where(free, 0.0, fixed)
     for _ in range(200):
         r = residuals(x)
-        jac = np.empty((r.size, 4))
-        for j in range(4):
+        jac = np.zeros((r.size, 4))
+        for j in np.flatnonzero(free):
             h = 1e-6 * RIDGE_SCALE[j]
             e = np.zeros(4)
             e[j] = h
             jac[:, j] = (residuals(x + e) - r) / h
-        step = np.linalg.lstsq(jac, -r, rcond=None)[0]
+        step = np.linalg.lstsq(jac, -r, rcond=None)[0] * free
         new = np.maximum(x + step, 0.0)
         if np.sum(residuals(new) ** 2) >= np.sum(r ** 2) - 1e-15:
             # A step that does not improve: halve it along the projected direction.
@@ -151,7 +202,8 @@ def fit(points, priced: Priced, use) -> np.ndarray:
 
 
 def tested(points):
-    """The points a set's error counts: all of R10, R02 beyond each curve's smallest batch."""
+    """The points an error counts: every point with an acceptance length, the others beyond their
+    curve's smallest batch (where the tokens-per-step figure is fitted)."""
     smallest = {}
     for p in points:
         smallest[p.group] = min(smallest.get(p.group, p.width), p.width)
@@ -171,20 +223,19 @@ def crossovers(points, values):
 
 def plan_choices(points, group: str, figures) -> list:
     """The planner's depth (``goodput``: the most expected tokens per ms) at each batch of an R02
-    curve, on the modelled table of its set with engine ``figures``, under a calibration whose
-    chain of two gives the curve's tokens per step at its smallest batch (priors ``(a, a)``,
-    ``1 + a + a^2`` tokens a step): ``[(batch, depth)]``. Depth 1 is on offer too, although the
-    set measured only depth 2 against plain decoding."""
+    curve, on the modelled table of its set with vLLM ``figures``, under a calibration whose chain
+    of two gives the curve's tokens per step at its smallest batch (priors ``(a, a)``, ``1 + a +
+    a^2`` tokens a step): ``[(batch, depth)]``. Depth 1 is on offer too, although the set
+    measured only depth 2 against plain decoding."""
     from specsim.calibration import AcceptanceCalibration
-    from specsim.costmodel import EngineProfile, model_table
+    from specsim.costmodel import model_table
     from specsim.demo_inputs import DEMO_EDGES, demo_drafter_key, demo_p_accept
-    from specsim.costmodel.engines import ENGINE_PROFILES
     from specsim.plan.planner import goodput_depth
 
     curve = sorted((p for p in points if p.group == group), key=lambda p: p.width)
-    engine = EngineProfile(ENGINE, *map(float, figures), graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes)
-    table = model_table(curve[0].gpu, "llama-3.1-8b", curve[0].drafter, widths=[p.width for p in curve],
-                        max_k=curve[0].depth, context_tokens=CONTEXT_TOKENS, engine=engine)
+    engine = dataclasses.replace(passes_only("vllm"), **dict(zip(NAMES, map(float, figures))))
+    table = model_table(curve[0].gpu, curve[0].model, curve[0].drafter, widths=[p.width for p in curve],
+                        max_k=curve[0].depth, context_tokens=curve[0].context, engine=engine)
     plain, spec = table.cell(curve[0].width, 0), table.cell(curve[0].width, curve[0].depth)
     tokens = curve[0].measured * (spec.verify_ms + spec.draft_ms) / plain.verify_ms
     a = (np.sqrt(4.0 * tokens - 3.0) - 1.0) / 2.0
@@ -192,36 +243,34 @@ def plan_choices(points, group: str, figures) -> list:
     return [(p.width, goodput_depth(table, cal, p.width)) for p in curve]
 
 
-OTHER_CONTEXT_TOKENS = 1024  # R09 does not state its lengths
-# R03's mean KV tokens per sequence: 1k in, 1k out (random) and ShareGPT's shorter turns.
-R03_CONTEXT_TOKENS = {"random 1k/1k": 1536, "ShareGPT": 512}
-
-
-def other_engine_checks(figures, data=DATA) -> list:
-    """Published sets of engines without a profile, priced with the passes alone and with the vLLM
-    ``figures``: ``[(set, what, published, passes alone, with the vllm figures)]``, the last three
-    as text.
-
-    - R09: TensorRT-LLM one-engine EAGLE-3, Llama-3.3-70B (Llama-3.1-70B's shape) on 8 H200s at
-      concurrency 4, tokens per user per second against plain decoding, acceptance length given
-      (the Llama-4-Maverick row is an FP8 MoE model without a spec here).
-    - R03: SGLang MTP (2 draft steps) for DeepSeek-V3 (MLA, MoE) on 8 MI300Xs, mean end-to-end
-      latency without over with MTP by concurrency, no acceptance length: tokens per step fitted at
-      each curve's smallest concurrency, the shape tested (decode dominates a 1k-token answer;
-      the prefill's share is left out).
-    """
-    from specsim.costmodel import EngineProfile, drafter_spec, gpu_spec, model_spec, step_costs
+def sglang_checks(points, priced: Priced) -> tuple:
+    """R03 priced with the shipped sglang profile (its host figures vLLM's: R03 cannot fit
+    SGLang's own, see the module docstring), with the passes alone, and with the per-step figures
+    fitted on R03 itself (the per-row figures vLLM's): ``(those per-step figures, [(curve,
+    points, shipped, passes alone, fitted on R03)])``, the errors as the median |error| of each
+    curve's shape."""
     from specsim.costmodel.engines import ENGINE_PROFILES
 
-    engines = (None, EngineProfile(ENGINE, *map(float, figures), graph_sizes=ENGINE_PROFILES[ENGINE].graph_sizes))
+    measured = np.array([p.measured for p in points])
+    mine = np.array([p.engine == "sglang" for p in points])
+    shipped = [getattr(ENGINE_PROFILES["sglang"], n) for n in NAMES]
+    own = fit(points, priced, mine, [np.nan, np.nan, *shipped[2:]])
+    rows = []
+    counted = tested(points)
+    for g in sorted({p.group for p in points if p.engine == "sglang"}):
+        m = counted & np.array([p.group == g for p in points])
+        errors = [float(np.median(np.abs(predict(points, priced, x)[m] / measured[m] - 1.0)))
+                  for x in (shipped, np.zeros(4), own)]
+        rows.append((g, int(m.sum()), *errors))
+    return own[:2], rows
 
-    def ratios(gpu, model, drafter, tp, widths, k, context):
-        out = []
-        for engine in engines:
-            c = step_costs(gpu_spec(gpu), model_spec(model), drafter_spec(drafter), tp=tp, widths=widths, max_k=k,
-                           context_tokens=context, engine=engine)
-            out.append(c[:, 0, 0] / (c[:, k, 0] + c[:, k, 2]))
-        return out
+
+def trtllm_checks(data=DATA) -> list:
+    """R09's Llama-3.3-70B point (Llama-3.1-70B's shape; the Llama-4-Maverick row is an FP8 MoE
+    model without a spec here), priced with the shipped trtllm profile and with the passes alone:
+    ``[(set, what, published, with the trtllm profile, passes alone)]``, the last three as text."""
+    from specsim.costmodel import Setup, step_costs
+    from specsim.costmodel.engines import ENGINE_PROFILES
 
     out = []
     with open(data / "R09_trtllm_eagle3_h200_conc4.csv", newline="") as f:
@@ -230,26 +279,14 @@ def other_engine_checks(figures, data=DATA) -> list:
                 continue
             n, k, length = int(row["batch_or_concurrency"]), _leading(row["spec_tokens"]), float(row["acceptance_length"])
             published = float(row["value"])
-            shown = [f"{length * r[0]:.2f}x ({100 * (length * r[0] / published - 1):+.0f}%)"
-                     for r in ratios("h200", "llama-3.1-70b", "eagle3-1l", 8, [n], k, OTHER_CONTEXT_TOKENS)]
-            out.append(("R09 TensorRT-LLM", f"EAGLE-3, Llama-3.3-70B, 8x H200, concurrency {n}, K = {k}: speedup",
+            shown = []
+            for engine in (ENGINE_PROFILES["trtllm"], passes_only("trtllm")):
+                c = step_costs(Setup("h200", "llama-3.1-70b", "eagle3-1l", tp=8, context_tokens=OTHER_CONTEXT_TOKENS,
+                                     engine=engine), widths=[n], max_k=k)
+                r = length * c[0, 0, 0] / (c[0, k, 0] + c[0, k, 2])
+                shown.append(f"{r:.2f}x ({100 * (r / published - 1):+.0f}%)")
+            out.append(("R09", f"EAGLE-3, Llama-3.3-70B, 8x H200, concurrency {n}, K = {k}: speedup",
                         f"{published:.2f}x", *shown))
-    curves = {}
-    with open(data / "R03_sglang_mi300x_dsv3_mtp.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            curves.setdefault(row["method"].split(":")[0], []).append(
-                (int(row["batch_or_concurrency"]), float(row["baseline_value"]) / float(row["value"])))
-    for name, curve in curves.items():
-        curve.sort()
-        widths = [b for b, _ in curve]
-        measured = np.array([v for _, v in curve])
-        shown = []
-        for r in ratios("mi300x", "deepseek-v3", "mtp-1l", 8, widths, 2, R03_CONTEXT_TOKENS[name]):
-            predicted = measured[0] * r / r[0]
-            shown.append(f"{100 * float(np.median(np.abs(predicted[1:] / measured[1:] - 1))):.1f}%")
-        out.append(("R03 SGLang", f"MTP, DeepSeek-V3, 8x MI300X, {name}, concurrency {widths[0]}-{widths[-1]}: "
-                                  f"median abs error of the shape over {len(widths) - 1} points",
-                    f"{measured[0]:.2f}x to {measured[-1]:.2f}x", *shown))
     return out
 
 
@@ -258,12 +295,13 @@ def _leading(text: str) -> int:
 
 
 class Report(NamedTuple):
-    figures: np.ndarray               # fitted on every set
-    held_out: dict                    # set -> (median |error|: held out, passes alone, fitted on all; points)
-    held_out_figures: dict            # set -> figures fitted without it
+    figures: dict                     # engine -> figures fitted on all its points
+    held_out: dict                    # (engine, set or curve) -> (held out, passes alone, fitted on all; points)
+    held_out_figures: dict            # (engine, set or curve) -> figures fitted without it
     crossing: list                    # (group, measured (above, below), predicted held out (above, below))
     plans: dict                       # R02 curve -> [(batch, depth the planner picks)], figures held out
-    others: list                      # other_engine_checks(figures)
+    sglang: tuple                     # sglang_checks()
+    others: list                      # trtllm_checks()
 
 
 def run(data=DATA) -> Report:
@@ -271,36 +309,43 @@ def run(data=DATA) -> Report:
     priced = price(points)
     measured = np.array([p.measured for p in points])
     counted = tested(points)
-    sets = sorted({p.set for p in points})
-    figures = fit(points, priced, np.ones(len(points), bool))
-    held, held_figures, predicted_all = {}, {}, np.empty(len(points))
-    alone = predict(points, priced, np.zeros(4))
-    fitted = predict(points, priced, figures)
-    for s in sets:
-        mine = np.array([p.set == s for p in points])
-        x = fit(points, priced, ~mine)
-        pred = predict(points, priced, x)
-        predicted_all[mine] = pred[mine]
-        m = mine & counted
-        held[s] = tuple(float(np.median(np.abs(v[m] / measured[m] - 1.0))) for v in (pred, alone, fitted)) + \
-            (int(m.sum()),)
-        held_figures[s] = x
-    measured_cross = {g: (a, b) for g, a, b in crossovers(points, measured)}
-    predicted_cross = {g: (a, b) for g, a, b in crossovers(points, predicted_all)}
+    figures, held, held_figures = {}, {}, {}
+    predicted_all = np.empty(len(points))
+    for engine in FITTED_ENGINES:
+        mine = np.array([p.engine == engine for p in points])
+        figures[engine] = fit(points, priced, mine)
+        alone = predict(points, priced, np.zeros(4))
+        fitted = predict(points, priced, figures[engine])
+        sets = sorted({p.set for p in points if p.engine == engine})
+        # One set: hold out each curve of it instead.
+        unit = (lambda p: p.set) if len(sets) > 1 else (lambda p: p.group)
+        for u in sorted({unit(p) for p in points if p.engine == engine}):
+            out = mine & np.array([unit(p) == u for p in points])
+            x = fit(points, priced, mine & ~out)
+            pred = predict(points, priced, x)
+            predicted_all[out] = pred[out]
+            m = out & counted
+            held[engine, u] = tuple(float(np.median(np.abs(v[m] / measured[m] - 1.0)))
+                                    for v in (pred, alone, fitted)) + (int(m.sum()),)
+            held_figures[engine, u] = x
+    vllm = [i for i, p in enumerate(points) if p.set == "R02"]
+    r02 = [points[i] for i in vllm]
+    measured_cross = {g: (a, b) for g, a, b in crossovers(r02, measured[vllm])}
+    predicted_cross = {g: (a, b) for g, a, b in crossovers(r02, predicted_all[vllm])}
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
-    plans = {g: plan_choices(points, g, held_figures["R02"]) for g in sorted({p.group for p in points if p.set == "R02"})}
-    return Report(figures, held, held_figures, crossing, plans, other_engine_checks(figures, data))
+    plans = {g: plan_choices(points, g, held_figures["vllm", "R02"]) for g in sorted({p.group for p in r02})}
+    return Report(figures, held, held_figures, crossing, plans, sglang_checks(points, priced), trtllm_checks(data))
 
 
 def render(report: Report) -> str:
-    names = ("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us")
-    lines = [f"engine {ENGINE}, fitted on every set: " +
-             ", ".join(f"{n} = {v:.3f}" for n, v in zip(names, report.figures)), "",
-             "| set held out | points | median abs error, held out | passes alone | fitted on every set | "
-             "figures fitted without it |", "|---|---|---|---|---|---|"]
-    for s, (err, alone, fitted, n) in report.held_out.items():
-        x = report.held_out_figures[s]
-        lines.append(f"| {s} | {n} | {100 * err:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% | "
+    lines = []
+    for engine, x in report.figures.items():
+        lines.append(f"engine {engine}, fitted on all its sets: " + ", ".join(f"{n} = {v:.3f}" for n, v in zip(NAMES, x)))
+    lines += ["", "| engine | held out | points | median abs error, held out | passes alone | fitted on all | "
+              "figures fitted without it |", "|---|---|---|---|---|---|---|"]
+    for (engine, u), (err, alone, fitted, n) in report.held_out.items():
+        x = report.held_out_figures[engine, u]
+        lines.append(f"| {engine} | {u} | {n} | {100 * err:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% | "
                      + ", ".join(f"{v:.3f}" for v in x) + " |")
     lines += ["", "| curve | measured crossover | predicted, held out |", "|---|---|---|"]
     for g, m, p in report.crossing:
@@ -309,8 +354,14 @@ def render(report: Report) -> str:
     lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
     for g, choices in report.plans.items():
         lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
-    lines += ["", "| set without a profile | compared | published | passes alone | with the vllm figures |",
+    own, rows = report.sglang
+    lines += ["", "per-step figures fitted on R03 (per-row figures vLLM's): "
+              + ", ".join(f"{n} = {v:.3f}" for n, v in zip(NAMES, own)), "",
+              "| SGLang curve | points | sglang profile (vLLM's figures) | passes alone | per-step figures fitted on R03 |",
               "|---|---|---|---|---|"]
+    for g, n, shipped, alone, fitted in rows:
+        lines.append(f"| {g} | {n} | {100 * shipped:.1f}% | {100 * alone:.1f}% | {100 * fitted:.1f}% |")
+    lines += ["", "| TensorRT-LLM set | compared | published | trtllm profile | passes alone |", "|---|---|---|---|---|"]
     for row in report.others:
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

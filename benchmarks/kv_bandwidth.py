@@ -119,7 +119,7 @@ def specsim_ms(batch, context, kv_fraction=None) -> float:
     """specsim's plain decode step (default host overheads); with ``kv_fraction``, its attention
     part priced with the KV stream at that fraction of the bandwidth, everything else as shipped."""
     from specsim.costmodel import forward_breakdown
-    from specsim.costmodel.roofline import achieved_for
+    from specsim.costmodel.passes import achieved_for
     from specsim.costmodel.specs import gpu_spec
 
     shipped = forward_breakdown(GPU, MODEL, tokens=batch, seqs=batch, context=context)
@@ -156,7 +156,7 @@ EFFECT_PUBLISHED = {400: "0.79x", 1900: "about 1.0x", 4000: "1.10x"}
 
 def _attention_s(net, gpu, ach, rows, seqs, context) -> float:
     """Seconds of one pass's attention part (the roofline's own operator, at ``ach``)."""
-    from specsim.costmodel import roofline as R
+    from specsim.costmodel import passes as R
 
     clock = R._Clock(gpu, ach, ())
     return float(R._attention(clock, net, 1, float(rows), float(seqs), float(context))[0])
@@ -166,8 +166,8 @@ def effect_speedups(kv_fraction=None) -> dict:
     """The context effect's modelled speedup at each published context: as shipped, or with the
     KV read of every pass (the verify pass and each draft pass) at ``kv_fraction`` of the
     bandwidth (a number, or a function of the context) and everything else as shipped."""
-    from specsim.costmodel import step_costs
-    from specsim.costmodel import roofline as R
+    from specsim.costmodel import Setup, step_costs
+    from specsim.costmodel import passes as R
     from specsim.costmodel.engines import engine_profile
     from specsim.costmodel.specs import drafter_spec, gpu_spec, model_spec
     from specsim.table._types import DRAFT_MS, VERIFY_MS
@@ -180,7 +180,7 @@ def effect_speedups(kv_fraction=None) -> dict:
     for c in EFFECT_PUBLISHED:
         f = kv_fraction(c) if callable(kv_fraction) else kv_fraction
         moved = ach if f is None else dataclasses.replace(ach, memory_efficiency=f)
-        x = step_costs(g, m, d, widths=[n], max_k=k, context_tokens=c, engine=EFFECT[5])
+        x = step_costs(Setup(g, m, d, context_tokens=c, engine=EFFECT[5]), widths=[n], max_k=k)
         plain, spec = x[0, 0, VERIFY_MS], x[0, k, VERIFY_MS] + x[0, k, DRAFT_MS]
         extra = {}
         for name, net, rows in (("plain", target, n), ("verify", target, n * (k + 1)), ("draft", draft, n)):
@@ -193,7 +193,7 @@ def effect_speedups(kv_fraction=None) -> dict:
 
 
 def render() -> str:
-    from specsim.costmodel.roofline import achieved_for
+    from specsim.costmodel.passes import achieved_for
     from specsim.costmodel.specs import gpu_spec
 
     shipped = achieved_for(gpu_spec(GPU)).memory_efficiency

@@ -12,7 +12,7 @@ from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.published import compare, plot_comparison, read_published
-from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, load_hf_config
+from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, load_hf_config, model_spec
 from specsim.table import CostTable
 
 
@@ -46,8 +46,9 @@ def register(sub, groups):
                         "launched from Python; docs/tables.md)")
     p.add_argument("--engine", choices=tuple(ENGINE_PROFILES), default=None,
                    help="price speculation as this serving engine pays for it on top of the roofline's passes "
-                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding; fitted on "
-                        "published measurements, docs/tables.md#engine-profiles); default: the passes alone")
+                        "(per step, draft pass, verify row and drafted token, CUDA-graph padding, the passes as "
+                        "its proposer runs them; vllm fitted on published measurements, sglang and trtllm with "
+                        "vllm's host figures: docs/tables.md#engine-profiles); default: the passes alone")
     for kind in ("gpu", "model", "drafter"):
         p.add_argument(f"--{kind}-spec", action="append", default=[], metavar="FILE",
                        help=f"TOML file with [[{kind}]] (or any) specs; repeatable")
@@ -120,13 +121,14 @@ def spec_list(extra=None) -> str:
 
 def _model(args):
     specs = _extra_specs(args)
-    model = args.model if args.model_config is None else load_hf_config(args.model_config, dtype=args.dtype)
+    model = (model_spec(args.model, specs.get("model"), dtype=args.dtype) if args.model_config is None
+             else load_hf_config(args.model_config, dtype=args.dtype))
 
     def at(context_tokens):
         return model_table(
             args.gpu, model, args.drafter, tp=args.tp, context_tokens=context_tokens,
             widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
-            max_k=args.max_k, dtype=args.dtype, overheads=args.overheads, specs=specs, engine=args.engine,
+            max_k=args.max_k, overheads=args.overheads, specs=specs, engine=args.engine,
         )
 
     if args.contexts is None:

@@ -198,8 +198,10 @@ class DrafterSpec:
     - ``"head"`` (the default): a draft head that runs on the target's hidden states (EAGLE-style
       or MTP): ``layers`` decoder layers of the target's width (``moe``: the target's MoE layer
       shape, as MTP modules are; else a dense layer of the target's ``intermediate``); a fusing
-      projection of ``fuse_inputs * hidden -> hidden`` (0 = none); an LM head of ``draft_vocab``
-      rows (0 = the target's, shared); weights in ``dtype`` ("" = the target's).
+      projection of ``fuse_inputs * hidden -> hidden`` (0 = none; 2 = [token embedding; feature]
+      every pass; more = that many target layers' features, which an engine fuses once per step,
+      EAGLE-3's way); an LM head of ``draft_vocab`` rows (0 = the target's, shared); weights in
+      ``dtype`` ("" = the target's).
     - ``"model"``: a separate draft model, the model spec named ``model`` (its own layers, KV
       cache and LM head; ``dtype`` overrides its weight format).
     - ``"ngram"``: prompt lookup: no draft pass, the drafts matched on the host (only the stack's
@@ -325,9 +327,15 @@ def gpu_spec(name, extra=None) -> GpuSpec:
     return _find("gpu", name, BUILTIN_GPUS, extra)
 
 
-def model_spec(name, extra=None) -> ModelSpec:
-    """The model spec called ``name`` (from ``extra`` first, then the built-ins)."""
-    return _find("model", name, BUILTIN_MODELS, extra)
+def model_spec(name, extra=None, dtype=None) -> ModelSpec:
+    """The model spec called ``name`` (from ``extra`` first, then the built-ins); ``dtype``, if
+    given, overrides its weight format (e.g. ``"fp8"``)."""
+    m = _find("model", name, BUILTIN_MODELS, extra)
+    if dtype is None:
+        return m
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise CostModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    return dataclasses.replace(m, dtype=dtype)
 
 
 def drafter_spec(name, extra=None) -> DrafterSpec:

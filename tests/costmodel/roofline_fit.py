@@ -97,7 +97,7 @@ _COMPUTE = (("matrix_efficiency", 0.05, 1.0), ("memory_efficiency", 0.05, 1.0),
 def fit_compute(profiles, start=None, rounds: int = 60) -> dict:
     """The compute fields minimising the mean |log(modelled / measured)| over ``profiles`` (a
     pattern search: each field stepped up and down in log space, the step halved when none helps)."""
-    from specsim.costmodel.roofline import Achieved
+    from specsim.costmodel.passes import Achieved
 
     names = [n for n, _, _ in _COMPUTE]
     low = np.log([lo for _, lo, _ in _COMPUTE])
@@ -156,7 +156,7 @@ def fit_network(gpu: str, arch_dir: str, data=DATA) -> dict:
 
 def fit_class(arch: str, profiles, data=DATA, start=None):
     """The :class:`Achieved` of ``arch`` from its ``profiles`` and its all-reduce times."""
-    from specsim.costmodel.roofline import Achieved
+    from specsim.costmodel.passes import Achieved
 
     gpu, arch_dir = next((g, d) for a, g, d in PROFILED_GPUS.values() if a == arch)
     mine = [p for p in profiles if p.arch == arch]
@@ -231,7 +231,7 @@ def fit_memory_power(data=DATA) -> float:
 
 
 def main():
-    from specsim.costmodel.roofline import ACHIEVED
+    from specsim.costmodel.passes import ACHIEVED
 
     profiles = load_profiles()
     for arch in sorted({p.arch for p in profiles}):

@@ -17,7 +17,7 @@ else:  # pragma: no cover
 from specsim.cli import main
 from specsim.costmodel import (ACHIEVED, BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, HOST_OVERHEADS, Achieved,
                                Overheads, achieved_for, forward_breakdown, gpu_spec, model_spec, model_table,
-                               parse_specs, plain_decode_ms, plain_decode_power_w, step_costs)
+                               parse_specs, plain_decode_ms, plain_decode_power_w, Setup, step_costs)
 from specsim.errors import CostModelError, SpecsimError
 from specsim.table import CostTable
 
@@ -60,7 +60,7 @@ def test_small_widths_are_memory_bound_and_large_ones_grow():
     # One row or eight reads the same weights: on an H200 the 8B model stays memory-bound there.
     g, m, d = gpu_spec("h200"), model_spec("llama-3.1-8b"), BUILTIN_DRAFTERS["eagle-1l"]
     ov = Overheads(seq_ms=0.0)
-    c = step_costs(g, m, d, widths=[1], max_k=7, context_tokens=0, overheads=ov)
+    c = step_costs(Setup(g, m, d, context_tokens=0, overheads=ov), widths=[1], max_k=7)
     np.testing.assert_allclose(c[0, :, 0], c[0, 0, 0], rtol=0.02)
     # The bf16 weights of Llama-3.1-8B over the achieved bandwidth, plus 11 kernels' floors per
     # layer (9 operators and attention) and 3 for the head, plus the fixed overhead.
@@ -69,7 +69,7 @@ def test_small_widths_are_memory_bound_and_large_ones_grow():
     floors_ms = (10 * m.layers + 3) * ach.op_floor_us * 1e-3
     assert c[0, 0, 0] == pytest.approx(weights_ms + floors_ms + ov.step_ms, rel=0.01)
     # Thousands of rows are compute-bound: cost then grows with rows.
-    big = step_costs(g, m, d, widths=[512, 1024], max_k=1, context_tokens=0, overheads=ov)
+    big = step_costs(Setup(g, m, d, context_tokens=0, overheads=ov), widths=[512, 1024], max_k=1)
     assert big[1, 0, 0] > big[0, 0, 0] > c[0, 0, 0]
 
 
@@ -129,7 +129,7 @@ def test_key_names_box_recipe_and_digests_of_the_values_used():
     other_drafter = _table("h100-sxm", "llama-3.1-70b", "eagle3-1l", tp=4)
     assert other_drafter.key.plan_digests["verify"] == t.key.plan_digests["verify"]
     assert other_drafter.key.plan_digests["draft"] != t.key.plan_digests["draft"]
-    fp8 = _table("h100-sxm", "llama-3.1-70b", "eagle-1l", tp=4, dtype="fp8")
+    fp8 = _table("h100-sxm", model_spec("llama-3.1-70b", dtype="fp8"), "eagle-1l", tp=4)
     assert fp8.key.recipe == "llama-3.1-70b/eagle-1l-fp8"
     assert fp8.key.plan_digests["verify"] != t.key.plan_digests["verify"]
     assert (fp8.costs[:, 0, 0] < t.costs[:, 0, 0]).all()
@@ -158,7 +158,7 @@ def test_bad_arguments_and_configs_that_do_not_fit_are_refused():
     text = str(e.value)
     assert "max_k" in text and ">= 1" in text and "repeat" in text and "does not divide" in text
     with pytest.raises(CostModelError, match="dtype"):
-        model_table("h200", "llama-3.1-8b", "eagle-1l", max_k=1, dtype="fp3")
+        model_spec("llama-3.1-8b", dtype="fp3")
 
 
 # -- user specs ---------------------------------------------------------------------------------

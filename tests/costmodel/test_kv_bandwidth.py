@@ -60,7 +60,7 @@ def test_the_trained_step_grows_with_the_kv_bytes_at_its_coefficient():
 
 def test_the_context_effect_what_if_is_the_shipped_effect_at_the_shipped_fraction():
     from specsim.costmodel import gpu_spec
-    from specsim.costmodel.roofline import achieved_for
+    from specsim.costmodel.passes import achieved_for
 
     shipped = kv.effect_speedups()
     same = kv.effect_speedups(achieved_for(gpu_spec(kv.EFFECT[0])).memory_efficiency)

@@ -10,7 +10,7 @@ import pytest
 from specsim.cli import main
 from specsim.costmodel import (ACHIEVED, HOST_OVERHEADS, ForwardBreakdown, Overheads, forward_breakdown, gpu_spec,
                                model_spec, model_table)
-from specsim.costmodel.roofline import UNFITTED_ACHIEVED, achieved_for
+from specsim.costmodel.passes import UNFITTED_ACHIEVED, achieved_for
 from specsim.costmodel.specs import load_hf_config
 from specsim.errors import CostModelError
 from specsim.table import CostTable

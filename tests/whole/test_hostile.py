@@ -798,7 +798,7 @@ def test_a_model_config_with_latent_attention_is_priced_as_plain_attention(files
 def _cost_model_calls():
     import numpy as np
 
-    from specsim.costmodel import forward_breakdown, model_table
+    from specsim.costmodel import forward_breakdown, model_spec, model_table
 
     def fb(**kw):
         args = dict(tokens=8, seqs=8, context=1024) | kw
@@ -817,7 +817,7 @@ def _cost_model_calls():
         "forward_breakdown achieved=array": (fb(achieved=np.array([1.0, 2.0])), "must be an Achieved"),
         "forward_breakdown specs='x'": (fb(specs="x"), "specs = 'x' must be a dict"),
         "model_table drafter=np.array": (mt(drafter=np.array(["eagle-1l"])), "drafter = array"),
-        "model_table dtype=['bf16']": (mt(dtype=["bf16"]), "dtype ['bf16'] is not one of"),
+        "model_spec dtype=['bf16']": (lambda: model_spec("llama-3.1-8b", dtype=["bf16"]), "dtype ['bf16'] is not one of"),
         "model_table specs={'gpu': 'x'}": (mt(specs={"gpu": "x"}), "the user gpu specs must be a dict"),
         "model_table widths=[1.5, 2]": (mt(widths=[1.5, 2]), "widths [1.5, 2] are not a list of integers"),
         "model_table widths=['1', '2']": (mt(widths=["1", "2"]), "are not a list of integers"),
