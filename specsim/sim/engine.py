@@ -52,9 +52,8 @@ from specsim.plan._kernels import cum_priors_nb, width_costs_nb
 from specsim.plan._types import plan_workspace, table_arrays
 from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
-from specsim.sim._types import (
-    CalArrays, MAX_ADAPTIVE_SLOTS, ReplicaState, Requests, SERVER_DT, STATE_DT, Server, StepLog, TableArrays,
-    TALLY_DT, Workspace,
+from specsim.sim.bundles import (
+    CalArrays, MAX_ADAPTIVE_SLOTS, SERVER_DT, Server, TableArrays, new_log, new_requests, new_state, new_workspace,
 )
 from specsim.sim.result import SimResult
 from specsim.sim.replay import AcceptanceTrace
@@ -178,38 +177,6 @@ class Prepared(NamedTuple):
     tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else None
 
 
-def new_requests(arrival, prompt, output):
-    """The :class:`~specsim.sim._types.Requests` bundle of N requests, nothing done yet."""
-    n = arrival.shape[0]
-    return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
-                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
-                    np.zeros(n, np.int64))
-
-
-def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
-    """One replica's :class:`~specsim.sim._types.ReplicaState`: empty, its clock at ``t0_s``."""
-    rec = np.zeros(1, dtype=STATE_DT)
-    rec[0]["t_s"] = t0_s
-    rec[0]["log_stride"] = 1
-    return ReplicaState(rec, np.zeros(max_num_seqs, np.int64), np.zeros(max(n_requests, 1), np.int64),
-                        np.zeros(max_k + 1, np.int64))
-
-
-def new_log(size: int):
-    """An empty :class:`~specsim.sim._types.StepLog` of ``size`` entries."""
-    return StepLog(np.zeros(size), np.zeros(size, np.int64), np.zeros(size), np.zeros(size, np.int64),
-                   np.zeros(size, np.int64), np.zeros(size, np.int64))
-
-
-def new_workspace(max_num_seqs: int, max_k: int):
-    """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences."""
-    s, kw = max_num_seqs, max(max_k, 1)
-    return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), np.zeros(1, np.int64),
-                     np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)), np.zeros(1, TALLY_DT))
-
-
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
 
 
@@ -315,7 +282,7 @@ def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
 
 
 def spread_arrays(calibration, n_requests: int, seed: int, replayed: bool = False):
-    """``(centre, shift)`` of :class:`~specsim.sim._types.CalArrays`: each bucket's centre under
+    """``(centre, shift)`` of :class:`~specsim.sim.bundles.CalArrays`: each bucket's centre under
     the calibration's request spread and each request's log-odds shift (the one place they are
     sized); both empty when there is no spread, a zero one, or a replayed acceptance trace
     (whose outcomes are the trace's), so the draws take the plain path."""

@@ -1,5 +1,5 @@
 """Draft trees in the simulated server (docs/simulation.md#draft-trees): what a ``tree`` policy
-verifies at every width and the arrays the engine reads for it (:class:`~specsim.sim._types.TreeArrays`).
+verifies at every width and the arrays the engine reads for it (:class:`~specsim.sim.bundles.TreeArrays`).
 
 Every tree a run verifies is a prefix of one greedy order of the calibration's rank-acceptance
 table (``specsim.tree.greedy_order``): ``tree:N,D`` verifies the best tree of N nodes and depth
@@ -21,7 +21,7 @@ from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan._types import table_arrays
 from specsim.plan.depth_table import depth_by_width
 from specsim.plan.planner import Planner
-from specsim.sim._types import TreeArrays
+from specsim.sim.bundles import TreeArrays
 from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import TreeOrder
 from specsim.tree.best import checked_tree, greedy_order

@@ -24,7 +24,7 @@ from specsim.sim.fleet._kernels import ROUTER_CODES, Group
 from specsim import _toml
 from specsim._io import read_input
 from specsim.calibration import AcceptanceCalibration
-from specsim.sim._types import ReplicaState, Requests, STATE_DT, StepLog
+from specsim.sim.bundles import ReplicaState, Requests, STATE_DT, StepLog
 from specsim.sim.engine import PROGRESS_CHUNK, ServerOptions, _request_arrays, collect, prepare
 from specsim.sim.fleet import _kernels as fk
 from specsim.sim.fleet.result import FleetResult, merge_replicas
