@@ -118,7 +118,8 @@ def profile(requests, table, calibration, policy, **options):
     """``(shares, steps, cycles)``: each verb's share of the run's cycles (VERBS' order), the
     steps run and the cycles in all; the run is checked against :func:`specsim.simulate`."""
     from specsim.sim import simulate
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
 
     p = prepare(requests, table, calibration, policy, ServerOptions(**options))
     spent = np.zeros(len(VERBS) + 1, np.uint64)

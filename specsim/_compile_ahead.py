@@ -131,7 +131,8 @@ def _types() -> dict:
     from numba import typeof, types
 
     from specsim.demo_inputs import demo_calibration, demo_table
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
     from specsim.traces._types import REQUEST_DT
 
     requests = np.zeros(2, dtype=REQUEST_DT)

@@ -5,7 +5,8 @@ The request-trace names (``REQUEST_DT``, ``read_trace``, ...) live in :mod:`spec
 are re-exported here so ``from specsim.sim import read_trace`` keeps working.
 """
 
-from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.engine import simulate
+from specsim.sim.options import ServerOptions
 from specsim.sim.result import SimResult
 from specsim.policy.policy import Policy, parse_policy
 from specsim.sim.replay import (

@@ -29,21 +29,21 @@ Draft outcomes: :mod:`specsim.sim.outcomes`.
 
 from __future__ import annotations
 
+import os
+import threading
+import warnings
 from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from specsim.errors import PolicyError, SimulationError, TraceWarning
-from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
-    DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions, check_option_names, prefill_fixed_part,
-)
-from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
+from specsim.sim.options import ServerOptions, check_option_names, prefill_fixed_part
+from specsim.sim.outcomes import confidence_values, occupancy_cdf
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import Policy
 from specsim.interop import read_policy
-from specsim._checks import MAX_DEPTH, arrival_problem, request_size_problem
+from specsim._checks import MAX_DEPTH, NO_CAP, arrival_problem, request_size_problem
 from specsim._executor import Executor, MAX_WORKERS
 from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
 from specsim.calibration.spread import centres
@@ -133,8 +133,6 @@ def _request_arrays(requests):
 def _acceptance_digits(trace, k_cap):
     """A trace's entries as int64, clamped to ``k_logged`` (with a warning where one is above it),
     and the depth cap lowered to ``k_logged``."""
-    import warnings
-
     if not isinstance(trace, AcceptanceTrace):
         raise SimulationError(f"acceptance must be an AcceptanceTrace (specsim.load_acceptance_file(...).trace(NAME)), "
                               f"got {type(trace).__name__}")
@@ -461,9 +459,6 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     Ctrl-C (or any error) in the calling thread stops every run at its next chunk of steps
     (well within a second) and is raised again; no partial result is returned.
     """
-    import os
-    import threading
-
     use_sequence_engine(pol for pol, _ in runs)  # one compiled engine for every run
     requests = request_columns(requests)  # validated once, one copy for every run
     lock = threading.Lock()

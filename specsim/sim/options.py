@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -354,8 +355,6 @@ def load_prefill_curve(curve) -> tuple:
         When the file cannot be read, a column is missing, or the points are not finite,
         non-negative, with tokens strictly ascending.
     """
-    from pathlib import Path
-
     where = "prefill curve"
     if isinstance(curve, (str, Path)):
         where = f"prefill curve {curve}"
@@ -379,7 +378,7 @@ def load_prefill_curve(curve) -> tuple:
     return tuple(tokens), tuple(ms), tuple(joules)
 
 
-def _read_curve_csv(path):
+def _read_curve_csv(path: Path):
     what = "a prefill curve (CSV tokens,ms,j)"
     text = decode_text(read_input(path, what, SimulationError), what, path, SimulationError)
     head, rows = csv_rows(text, what, path, SimulationError)

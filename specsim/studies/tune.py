@@ -67,7 +67,8 @@ from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
-from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
+from specsim.sim.engine import simulate, use_sequence_engine
+from specsim.sim.options import ServerOptions
 from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import per_batch_verdict, render_schedule, text_digest, trace_digest
 

@@ -17,7 +17,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.calibration.spread import centres
 from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim import ServerOptions, simulate
-from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
+from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.sim.slo import SLO
 from tests import reference_engine as ref
@@ -590,7 +590,7 @@ def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
 def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
     """Both of load-aware's plans equal the plain-Python rule: propose's while requests wait, and
     propose's with every step's energy counted above idle power while none do."""
-    from specsim.sim.engine import depth_by_width
+    from specsim.plan.depth_table import depth_by_width
     from specsim.policy.policy import parse_policy
     from tests.reference import ref_propose_depth
 

@@ -237,7 +237,8 @@ def test_tree_auto_plans_at_the_batch_context_not_the_reference_grid():
     reference grid's plan (the memo: what tree:auto ran before), and each step's nodes are
     Planner.propose_tree's at that step's mean context."""
     from specsim.plan import Planner
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
 
     table = tree_context_table(contexts=(20, 400, 2000), reference=20, row_ms=0.05, row_j=0.05 / 3)
     cal = tree_calibration(AUTO_RANKS)

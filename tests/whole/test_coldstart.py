@@ -153,6 +153,7 @@ def _engines_run(monkeypatch, runs) -> set:
     with the per-sequence planner: whether each ran the engine without that planner."""
     from specsim.demo_inputs import demo_calibration
     from specsim.sim import engine
+    from specsim.sim.options import ServerOptions
     from specsim.traces import read_trace
 
     real, seen = engine.run_nb, []
@@ -164,7 +165,7 @@ def _engines_run(monkeypatch, runs) -> set:
     monkeypatch.setattr(engine, "run_nb", spy)
     monkeypatch.setattr(engine, "_sequence_engine", [False])
     reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:40]
-    engine.simulate_runs(reqs, demo_table(), demo_calibration(), runs, engine.ServerOptions())
+    engine.simulate_runs(reqs, demo_table(), demo_calibration(), runs, ServerOptions())
     return set(seen)
 
 

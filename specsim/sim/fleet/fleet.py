@@ -25,7 +25,8 @@ from specsim import _toml
 from specsim._io import read_input
 from specsim.calibration import AcceptanceCalibration
 from specsim.sim.bundles import ReplicaState, Requests, STATE_DT, StepLog
-from specsim.sim.engine import PROGRESS_CHUNK, ServerOptions, _request_arrays, collect, prepare
+from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays, collect, prepare
+from specsim.sim.options import ServerOptions
 from specsim.sim.fleet import _kernels as fk
 from specsim.sim.fleet.result import FleetResult, merge_replicas
 from specsim.sim.options import check_option_names, option_keywords, option_names

@@ -24,7 +24,8 @@ from specsim.studies.sweep.results import (
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
-from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
+from specsim.sim.engine import ENGINE_SEMANTICS, simulate, use_sequence_engine
+from specsim.sim.options import ServerOptions
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 from specsim.sim.verdict import run_digest
 from specsim.table import CostTable
