@@ -98,10 +98,10 @@ def demo_server(table=None) -> dict:
     (default: the demo's table), as :class:`~specsim.sim.options.ServerOptions` keywords."""
     if table is None:
         table = demo_table()
-    resolved = ServerOptions().resolved(table)
+    resolved = ServerOptions().resolve(table)
     names = META_COSTS + ("kv_capacity_tokens", "kv_block_size", "max_num_batched_tokens", "chunked_prefill",
                           "max_num_seqs")
-    return {name: resolved[name] for name in names}
+    return {name: getattr(resolved, name) for name in names}
 
 
 def demo_inputs(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float = DEMO_RATE_SCALE) -> dict:

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.errors import PolicyError, SimulationError, TraceWarning
-from specsim.sim.options import ServerOptions, check_option_names, prefill_fixed_part
+from specsim.sim.options import ResolvedOptions, ServerOptions, check_option_names, prefill_fixed_part
 from specsim.sim.outcomes import confidence_values, occupancy_cdf
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import Policy
@@ -171,7 +171,7 @@ class Prepared(NamedTuple):
     ws: tuple
     plan: object  # PlanWorkspace or None
     policy: Policy
-    options: dict
+    options: ResolvedOptions
     tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else None
 
 
@@ -209,32 +209,32 @@ def _check_above_idle(table, idle_w: float) -> None:
                               "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
 
 
-def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
+def _server(opts: ResolvedOptions, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
             cum_priors, table):
     rec = np.zeros(1, dtype=SERVER_DT)
     r = rec[0]
-    budget = opts["max_num_batched_tokens"]
+    budget = opts.max_num_batched_tokens
     r["max_num_seqs"] = max_num_seqs
     r["max_num_batched_tokens"] = NO_CAP if budget is None else budget
     r["k_cap"] = k_cap
-    r["row_budget"] = NO_CAP if opts["row_budget"] is None else opts["row_budget"]
+    r["row_budget"] = NO_CAP if opts.row_budget is None else opts.row_budget
     r["per_sequence"] = pol.per_sequence
-    r["chunked"] = opts["chunked_prefill"]
-    r["block_size"] = opts["kv_block_size"]
+    r["chunked"] = opts.chunked_prefill
+    r["block_size"] = opts.kv_block_size
     r["kv_blocks"] = kv_blocks
-    r["seed"] = np.uint64(opts["seed"])
-    r["slack"] = opts["slack"]
+    r["seed"] = np.uint64(opts.seed)
+    r["slack"] = opts.slack
     for name in ("prefill_ms_per_step", "prefill_j_per_step", "prefill_ms_per_token", "prefill_j_per_token", "idle_w"):
-        r[name] = opts[name]
-    curve = opts["prefill_curve"]
+        r[name] = getattr(opts, name)
+    curve = opts.prefill_curve
     r["prefill_curve"] = curve is not None
-    r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["one_pass"] = opts.mixed_step_pricing == "one-pass"
     r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
-    r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
+    r["spec_cap"] = NO_CAP if opts.max_seqs is None else opts.max_seqs
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts, table)
-    if opts["acceptance_window"] is not None:
-        r["acceptance_window"] = max(opts["acceptance_window"], 0)
-        r["acceptance_threshold"] = opts["acceptance_length_threshold"]
+    if opts.acceptance_window is not None:
+        r["acceptance_window"] = max(opts.acceptance_window, 0)
+        r["acceptance_threshold"] = opts.acceptance_length_threshold
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
     return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64),
                   *_adaptive_arrays(rec[0], pol, max_num_seqs))
@@ -261,12 +261,12 @@ def _adaptive_arrays(r, pol: Policy, max_num_seqs: int):
     return slot_of, cand, np.asarray([len(c) for _, c in cfg.slots], np.int64)
 
 
-def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
+def _kv_blocks(opts: ResolvedOptions, prompt, output, k_cap: int) -> int:
     """The KV capacity in blocks, after checking that every request fits alone."""
-    cap = opts["kv_capacity_tokens"]
+    cap = opts.kv_capacity_tokens
     if cap is None:
         return NO_CAP
-    bs = opts["kv_block_size"]
+    bs = opts.kv_block_size
     blocks = cap // bs
     if prompt.shape[0]:
         need = -(-(prompt + output - 1 + k_cap) // bs)
@@ -303,36 +303,33 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     if pol.slack is not None:  # propose@0.1: the policy's own slack wins
         opts = replace(opts, slack=pol.slack)
     arrival, prompt, output = _request_arrays(requests)
-    resolved = opts.resolved(table)
-    seqs = resolved["max_num_seqs"]
-    k_cap = resolved["k_max"]
+    resolved = opts.resolve(table)
+    seqs = resolved.max_num_seqs
+    k_cap = resolved.k_max
     digits = np.zeros(0, dtype=np.int64)
-    resolved["acceptance_trace"] = None
     if acceptance is not None:
         digits, k_cap = _acceptance_digits(acceptance, k_cap)
-        resolved["k_max"] = k_cap
-        resolved["acceptance_trace"] = acceptance.name
+        resolved = replace(resolved, k_max=k_cap, acceptance_trace=acceptance.name)
     pol = _policy_for(pol, table, k_cap)
-    if resolved["acceptance_window"] is None and pol.gate:
+    if resolved.acceptance_window is None and pol.gate:
         # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
-        resolved["acceptance_window"], resolved["acceptance_length_threshold"] = pol.gate
+        resolved = replace(resolved, acceptance_window=pol.gate[0], acceptance_length_threshold=pol.gate[1])
     if k_cap > MAX_DEPTH:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
                               f"sequence per step; set k_max <= {MAX_DEPTH}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
-    priced = table.contexts.size and resolved["context_pricing"]
+    priced = table.contexts.size and resolved.context_pricing
     contexts = table.contexts if priced else np.zeros(0, np.int64)
     tree = None
     if pol.kind == "tree":
-        tree_refusal(pol, calibration, k_cap, resolved["max_num_batched_tokens"], digits.shape[0] > 0)
-        depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, resolved, seqs, k_cap,
-                                              resolved["max_num_batched_tokens"], contexts)
+        tree_refusal(pol, calibration, k_cap, resolved.max_num_batched_tokens, digits.shape[0] > 0)
+        depth_memo, tree = tree_policy_arrays(pol, table, calibration, resolved, contexts)
     else:
-        depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+        depth_memo = depth_by_width(pol, table, calibration, resolved, seqs, k_cap)
     idle_memo = depth_memo
     if pol.counts_idle:
-        _check_above_idle(table, resolved["idle_w"])
-        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
+        _check_above_idle(table, resolved.idle_w)
+        idle_memo = depth_by_width(pol, table, calibration, resolved, seqs, k_cap, idle_w=resolved.idle_w)
     # Writable copies (table_arrays says why); the contexts too, so a table with an axis (whose
     # arrays are read-only) and one without (an empty array) run the one compiled engine.
     widths, costs = table_arrays(table)
@@ -347,9 +344,9 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
     for c in range(contexts.shape[0]):
         for n in range(seqs + 1):
             width_costs_nb(widths, context_costs[c], n, cwcs[c, n])
-    centre, shift = spread_arrays(calibration, arrival.shape[0], resolved["seed"], digits.shape[0] > 0)
+    centre, shift = spread_arrays(calibration, arrival.shape[0], resolved.seed, digits.shape[0] > 0)
     cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
-                    occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
+                    occupancy_cdf(calibration, k_cap, resolved.occupancy), confidence_values(calibration), digits,
                     centre, shift)
     return Prepared(
         req=new_requests(arrival, prompt, output),
@@ -357,7 +354,7 @@ def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptanc
         cal=cal,
         srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum, table),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
-        log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k),
+        log=new_log(resolved.log_size), ws=new_workspace(seqs, table.max_k),
         plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved, tree=tree,
     )
 
@@ -383,7 +380,7 @@ def collect(p: Prepared, req=None) -> SimResult:
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
-        policy=p.policy.label, options=p.options, policy_spec=p.policy, arrival_s=req.arrival_s,
+        policy=p.policy.label, options=p.options.to_dict(), policy_spec=p.policy, arrival_s=req.arrival_s,
         prompt_tokens=req.prompt, output_tokens=req.output, first_token_s=req.first_s, finish_s=req.finish_s,
         scheduled_s=req.sched_s, depth_histogram=p.st.depth_hist, counters=counters, energy=energy, kv=kv,
         end_s=float(s["t_s"]), step_t_s=lg.t_s[:c].copy(), step_width=lg.width[:c].copy(),

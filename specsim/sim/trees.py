@@ -92,10 +92,12 @@ def _auto_memo(table, calibration, opts, seqs: int, k_cap: int, budget):
     return memo, branching
 
 
-def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int, k_cap: int, budget, contexts):
+def tree_policy_arrays(pol, table, calibration, opts, contexts):
     """``(depth_memo, TreeArrays)`` of a tree policy's run: its nodes per sequence at every width
-    (clamped as the server clamps depths), and the engine's arrays (contexts: the measured
-    contexts the run prices at, empty without context pricing)."""
+    (clamped as the server clamps depths), and the engine's arrays. ``opts``: the run's
+    :class:`~specsim.sim.options.ResolvedOptions` (its ``k_max`` the run's depth cap);
+    ``contexts``: the measured contexts the run prices at, empty without context pricing."""
+    seqs, k_cap, budget = opts.max_num_seqs, opts.k_max, opts.max_num_batched_tokens
     a = calibration.rank_acceptance
     order = _order(pol, a, table.max_k)
     if pol.nodes:

@@ -446,7 +446,7 @@ def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult"
         for _ in range(g.count):
             replicas.append(_replica_result(st, r, prepared))
             group_names.append(g.name)
-            idle_w.append(float(prepared.options["idle_w"]))
+            idle_w.append(float(prepared.options.idle_w))
             gpus.append(g.gpus_per_replica)
             r += 1
     merged, standby_j, standby_s = merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt,
