@@ -178,10 +178,20 @@ class Prepared(NamedTuple):
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
 
 
+def policy_value(policy) -> Policy:
+    """``policy`` itself: the engine takes a :class:`Policy`, read once where a user typed it
+    (:func:`specsim.interop.read_policy`); text (or anything else) is refused here."""
+    if not isinstance(policy, Policy):
+        raise PolicyError(f"the engine takes a Policy (specsim.read_policy(text) reads one where users type it), "
+                          f"got {type(policy).__name__} {policy!r}")
+    return policy
+
+
 def use_sequence_engine(policies=None) -> bool:
     """From now on run this process's simulations on the engine with the per-sequence planner if one of
-    ``policies`` (None: regardless) plans per sequence: one compiled engine for them all. Whether it does."""
-    if policies is None or any(read_policy(p).per_sequence for p in policies):
+    ``policies`` (:class:`Policy` values; None: regardless) plans per sequence: one compiled engine for
+    them all. Whether it does."""
+    if policies is None or any(policy_value(p).per_sequence for p in policies):
         _sequence_engine[0] = True
     return _sequence_engine[0]
 
@@ -292,14 +302,14 @@ def spread_arrays(calibration, n_requests: int, seed: int, replayed: bool = Fals
     return np.ascontiguousarray(centres(calibration.p_accept, sp.logit_sd)), shift
 
 
-def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptance=None) -> Prepared:
+def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, acceptance=None) -> Prepared:
     """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
     for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
         if not isinstance(value, cls):
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
             raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
                                   f"got {type(value).__name__}")
-    pol = read_policy(policy)
+    pol = policy_value(policy)
     if pol.slack is not None:  # propose@0.1: the policy's own slack wins
         opts = replace(opts, slack=pol.slack)
     arrival, prompt, output = _request_arrays(requests)
@@ -434,7 +444,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         raise SimulationError(f"options must be a ServerOptions, got {type(options).__name__}")
     else:
         opts = options
-    p = prepare(requests, table, calibration, policy, opts, acceptance)
+    p = prepare(requests, table, calibration, read_policy(policy), opts, acceptance)
     # Always in chunks, with or without a progress callback: the interpreter only acts on a
     # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
@@ -450,7 +460,8 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """Simulate every ``(policy, slack)`` of ``runs`` on the same requests, in parallel threads
     (the engine kernel releases the GIL), and return the results in ``runs`` order.
 
-    ``options`` is the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
+    ``runs`` pairs a :class:`Policy` (read where the user typed it) with a slack; ``options`` is
+    the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
     if given, has ``update(n)`` and counts finished requests over all runs.
 
     Ctrl-C (or any error) in the calling thread stops every run at its next chunk of steps
@@ -477,7 +488,7 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
                         progress=tick)
 
     # The per-sequence planners' runs are the longest: started first, the threads finish together.
-    order = sorted(range(len(runs)), key=lambda i: not read_policy(runs[i][0]).per_sequence)
+    order = sorted(range(len(runs)), key=lambda i: not runs[i][0].per_sequence)
     with ex:
         done = ex.map(one, [runs[i] for i in order])
     out = [None] * len(runs)

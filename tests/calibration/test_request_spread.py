@@ -19,7 +19,7 @@ from specsim.calibration.spread import (
 )
 from specsim.cli import main
 from specsim.errors import CalibrationError
-from specsim.sim import ServerOptions, simulate
+from specsim.sim import ServerOptions, parse_policy, simulate
 from specsim.sim.engine import prepare
 from specsim.sim.fleet import Fleet, simulate_fleet
 from tests import reference_engine as ref
@@ -244,13 +244,13 @@ def test_every_policy_sees_the_same_request_factor():
     """Common random numbers: a request's z is a function of (seed, request index) alone."""
     reqs = random_requests(400, 3)
     cal = with_spread(small_calibration(), 0.9)
-    shifts = [prepare(reqs, small_table(), cal, pol, ServerOptions(seed=17)).cal.shift for pol in ("fixed:1", "propose")]
+    shifts = [prepare(reqs, small_table(), cal, parse_policy(pol), ServerOptions(seed=17)).cal.shift for pol in ("fixed:1", "propose")]
     assert np.array_equal(shifts[0], shifts[1]) and shifts[0].shape == (400,)
     want = [0.9 * ref.ref_request_z(17, r) for r in range(400)]
     assert np.allclose(shifts[0], want, rtol=0, atol=1e-14)
     z = shifts[0] / 0.9
     assert abs(z.mean()) < 0.15 and abs(z.std() - 1.0) < 0.1
-    other = prepare(reqs, small_table(), cal, "fixed:1", ServerOptions(seed=18)).cal.shift
+    other = prepare(reqs, small_table(), cal, parse_policy("fixed:1"), ServerOptions(seed=18)).cal.shift
     assert not np.array_equal(other, shifts[0])
 
 
@@ -263,7 +263,7 @@ def test_no_spread_and_a_zero_spread_are_the_plain_engine(tmp_path):
     stripped.write_text(path.read_text().split("[request_spread]")[0])
     zero, absent = AcceptanceCalibration.load(path), AcceptanceCalibration.load(stripped)
     assert zero.spread.logit_sd == 0.0 and absent.spread is None
-    p = prepare(reqs, table, zero, "fixed:3", ServerOptions())
+    p = prepare(reqs, table, zero, parse_policy("fixed:3"), ServerOptions())
     assert p.cal.centre.shape == (0,) and p.cal.shift.shape == (0,)
     for policy in ("fixed:3", "sequence"):
         a = simulate(reqs, table, zero, policy, max_num_seqs=4)

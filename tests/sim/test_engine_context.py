@@ -122,11 +122,11 @@ def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
     (docs/simulation.md, "Compile time"): with one Numba type for both, its kernel is compiled
     once, not twice. A read-only table array would be a second type."""
     numba = pytest.importorskip("numba")
-    from specsim.sim import ServerOptions
+    from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    prep = prepare(reqs, table, small_calibration(), "sequence", ServerOptions())
+    prep = prepare(reqs, table, small_calibration(), parse_policy("sequence"), ServerOptions())
     assert numba.typeof(prep.tab.widths) == numba.typeof(prep.ws.grid_width)
     assert numba.typeof(prep.tab.costs) == numba.typeof(prep.ws.grid)
 
@@ -136,10 +136,10 @@ def test_a_table_with_an_axis_and_one_without_run_one_compiled_engine():
     contexts a read-only array) or not (an empty one): else the whole engine, and the fleet's
     kernel, would be compiled twice in a process that runs both."""
     numba = pytest.importorskip("numba")
-    from specsim.sim import ServerOptions
+    from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    types = {numba.typeof(prepare(reqs, t, small_calibration(), policy, ServerOptions()).tab)
+    types = {numba.typeof(prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions()).tab)
              for t in (small_table(), context_table()) for policy in ("fixed:2", "sequence")}
     assert len(types) == 1, types

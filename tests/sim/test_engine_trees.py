@@ -246,7 +246,7 @@ def test_tree_auto_plans_at_the_batch_context_not_the_reference_grid():
     reqs["prompt_tokens"] = np.where(np.arange(40) % 2 == 0, 1500, reqs["prompt_tokens"])
     opts = {"max_num_seqs": 6, "log_size": 1 << 14}
     live = simulate(reqs, table, cal, "tree:auto", **opts)
-    p = prepare(reqs, table, cal, "tree:auto", ServerOptions(**opts))
+    p = prepare(reqs, table, cal, parse_policy("tree:auto"), ServerOptions(**opts))
     planner = Planner(table, cal, memo=False)
     memo = [planner.propose_tree(n).nodes for n in range(7)]
     grid = [int(v) for v in p.srv.depth_memo]

@@ -152,6 +152,7 @@ def _engines_run(monkeypatch, runs) -> set:
     """Over the engine calls of ``simulate_runs(runs)``, from a process that has not run the engine
     with the per-sequence planner: whether each ran the engine without that planner."""
     from specsim.demo_inputs import demo_calibration
+    from specsim.policy.policy import parse_policy
     from specsim.sim import engine
     from specsim.sim.options import ServerOptions
     from specsim.traces import read_trace
@@ -165,7 +166,8 @@ def _engines_run(monkeypatch, runs) -> set:
     monkeypatch.setattr(engine, "run_nb", spy)
     monkeypatch.setattr(engine, "_sequence_engine", [False])
     reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:40]
-    engine.simulate_runs(reqs, demo_table(), demo_calibration(), runs, ServerOptions())
+    engine.simulate_runs(reqs, demo_table(), demo_calibration(), [(parse_policy(p), s) for p, s in runs],
+                         ServerOptions())
     return set(seen)
 
 

@@ -193,7 +193,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     read = check_results_path(out)  # the one read of the file, before any work
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
-    sequence_engine = use_sequence_engine({point["policy"] for point in grid.points})
+    sequence_engine = use_sequence_engine(read_policy(p) for p in {point["policy"] for point in grid.points})
     inputs, kept, todo, n_stale, stale = _points_to_run(grid, read, traces, tables, cals, out)
     skipped = len(grid.points) - len(todo)
     note = resume_note(len(grid.points), skipped, n_stale, stale, out)
