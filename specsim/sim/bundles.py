@@ -124,10 +124,11 @@ class Requests(NamedTuple):
 
 
 class TableArrays(NamedTuple):
-    """A cost table as the engine reads it: ``widths int64[W]``, ``costs float64[W, K+1, 4]``,
-    and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With context
-    pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C, S+1, K+1,
-    4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
+    """A cost table as the engine reads it, its fields built by the table's side
+    (:func:`specsim.plan.depth_table.engine_table`): ``widths int64[W]``, ``costs float64[W, K+1,
+    4]``, and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With
+    context pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C,
+    S+1, K+1, 4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
 
     widths: np.ndarray
     costs: np.ndarray

@@ -40,16 +40,14 @@ import numpy as np
 from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim.options import ResolvedOptions, ServerOptions, check_option_names, prefill_fixed_part
 from specsim.sim.outcomes import confidence_values, occupancy_cdf
-from specsim.plan.depth_table import depth_by_width
+from specsim.plan.depth_table import cumulative_priors, depth_by_width, engine_table
 from specsim.policy.policy import Policy
 from specsim.interop import read_policy
 from specsim._checks import MAX_DEPTH, NO_CAP, arrival_problem, request_size_problem
 from specsim._executor import Executor, MAX_WORKERS
-from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
-from specsim.calibration.spread import centres
+from specsim.calibration.calibration import AcceptanceCalibration
 from specsim.interop.sglang import slot_by_width
-from specsim.plan._kernels import cum_priors_nb, width_costs_nb
-from specsim.plan._types import plan_workspace, table_arrays
+from specsim.plan._types import plan_workspace
 from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
 from specsim.sim.bundles import (
@@ -219,14 +217,14 @@ def _check_above_idle(table, idle_w: float) -> None:
                               "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
 
 
-def _server(opts: ResolvedOptions, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
-            cum_priors, table):
+def _server(opts: ResolvedOptions, pol: Policy, depth_memo, idle_memo, kv_blocks: int, cum_priors, table):
+    max_num_seqs = opts.max_num_seqs
     rec = np.zeros(1, dtype=SERVER_DT)
     r = rec[0]
     budget = opts.max_num_batched_tokens
     r["max_num_seqs"] = max_num_seqs
     r["max_num_batched_tokens"] = NO_CAP if budget is None else budget
-    r["k_cap"] = k_cap
+    r["k_cap"] = opts.k_max
     r["row_budget"] = NO_CAP if opts.row_budget is None else opts.row_budget
     r["per_sequence"] = pol.per_sequence
     r["chunked"] = opts.chunked_prefill
@@ -289,80 +287,80 @@ def _kv_blocks(opts: ResolvedOptions, prompt, output, k_cap: int) -> int:
     return blocks
 
 
-def spread_arrays(calibration, n_requests: int, seed: int, replayed: bool = False):
-    """``(centre, shift)`` of :class:`~specsim.sim.bundles.CalArrays`: each bucket's centre under
-    the calibration's request spread and each request's log-odds shift (the one place they are
-    sized); both empty when there is no spread, a zero one, or a replayed acceptance trace
-    (whose outcomes are the trace's), so the draws take the plain path."""
-    sp = calibration.spread
-    if sp is None or sp.logit_sd == 0.0 or replayed:
-        return np.zeros(0, np.float64), np.zeros(0, np.float64)
-    shift = np.empty(n_requests, np.float64)
-    request_shifts_nb(np.uint64(seed), float(sp.logit_sd), shift)
-    return np.ascontiguousarray(centres(calibration.p_accept, sp.logit_sd)), shift
-
-
-def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, acceptance=None) -> Prepared:
-    """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
+def _check_inputs(table, calibration) -> None:
     for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
         if not isinstance(value, cls):
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
             raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
                                   f"got {type(value).__name__}")
+
+
+def _depth_memos(pol: Policy, table, calibration, opts: ResolvedOptions, contexts, replayed: bool):
+    """``(depth_memo, idle_memo, tree)``: the policy's depth at every width, its depth there while
+    no request waits (the same array but for ``load-aware``) and a tree policy's
+    :class:`~specsim.sim.bundles.TreeArrays` (else None)."""
+    seqs, k_cap = opts.max_num_seqs, opts.k_max
+    tree = None
+    if pol.kind == "tree":
+        tree_refusal(pol, calibration, k_cap, opts.max_num_batched_tokens, replayed)
+        depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, contexts)
+    else:
+        depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
+    idle_memo = depth_memo
+    if pol.counts_idle:
+        _check_above_idle(table, opts.idle_w)
+        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=opts.idle_w)
+    return depth_memo, idle_memo, tree
+
+
+def outcome_arrays(calibration, opts: ResolvedOptions, digits, n_requests: int) -> CalArrays:
+    """The draft-outcome model's bundle: the calibration's arrays (its
+    :meth:`~specsim.calibration.AcceptanceCalibration.engine_arrays`), the bucket occupancy and
+    confidences drawn from (:mod:`specsim.sim.outcomes`), a replayed trace's ``digits`` (empty:
+    draws from the calibration) and each request's log-odds shift under the request spread (the
+    one place it is sized). Centres and shifts are both empty without a spread, with a zero one,
+    or with a replayed trace (whose outcomes are the trace's), so the draws take the plain path."""
+    arrays = calibration.engine_arrays()
+    centre, shift = arrays.centre, np.zeros(0, np.float64)
+    if digits.shape[0] or not centre.shape[0]:
+        centre = np.zeros(0, np.float64)
+    else:
+        shift = np.empty(n_requests, np.float64)
+        request_shifts_nb(np.uint64(opts.seed), float(calibration.spread.logit_sd), shift)
+    return CalArrays(arrays.edges, arrays.cells, arrays.p_accept, arrays.priors,
+                     occupancy_cdf(calibration, opts.k_max, opts.occupancy), confidence_values(calibration), digits,
+                     centre, shift)
+
+
+def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, acceptance=None) -> Prepared:
+    """Build one replica's bundles for a run (validates the requests, the policy and the options):
+    the options resolved once, the table's arrays from :func:`~specsim.plan.depth_table.engine_table`,
+    the calibration's from :func:`outcome_arrays`, the rest sized in :mod:`specsim.sim.bundles`."""
+    _check_inputs(table, calibration)
     pol = policy_value(policy)
     if pol.slack is not None:  # propose@0.1: the policy's own slack wins
         opts = replace(opts, slack=pol.slack)
     arrival, prompt, output = _request_arrays(requests)
     resolved = opts.resolve(table)
-    seqs = resolved.max_num_seqs
-    k_cap = resolved.k_max
     digits = np.zeros(0, dtype=np.int64)
     if acceptance is not None:
-        digits, k_cap = _acceptance_digits(acceptance, k_cap)
+        digits, k_cap = _acceptance_digits(acceptance, resolved.k_max)
         resolved = replace(resolved, k_max=k_cap, acceptance_trace=acceptance.name)
-    pol = _policy_for(pol, table, k_cap)
+    pol = _policy_for(pol, table, resolved.k_max)
     if resolved.acceptance_window is None and pol.gate:
         # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
         resolved = replace(resolved, acceptance_window=pol.gate[0], acceptance_length_threshold=pol.gate[1])
+    seqs, k_cap = resolved.max_num_seqs, resolved.k_max
     if k_cap > MAX_DEPTH:
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
                               f"sequence per step; set k_max <= {MAX_DEPTH}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
-    priced = table.contexts.size and resolved.context_pricing
-    contexts = table.contexts if priced else np.zeros(0, np.int64)
-    tree = None
-    if pol.kind == "tree":
-        tree_refusal(pol, calibration, k_cap, resolved.max_num_batched_tokens, digits.shape[0] > 0)
-        depth_memo, tree = tree_policy_arrays(pol, table, calibration, resolved, contexts)
-    else:
-        depth_memo = depth_by_width(pol, table, calibration, resolved, seqs, k_cap)
-    idle_memo = depth_memo
-    if pol.counts_idle:
-        _check_above_idle(table, resolved.idle_w)
-        idle_memo = depth_by_width(pol, table, calibration, resolved, seqs, k_cap, idle_w=resolved.idle_w)
-    # Writable copies (table_arrays says why); the contexts too, so a table with an axis (whose
-    # arrays are read-only) and one without (an empty array) run the one compiled engine.
-    widths, costs = table_arrays(table)
-    context_costs = np.array(table.context_costs)
-    wcs = np.empty((seqs + 1, table.max_k + 1, 4))
-    for n in range(seqs + 1):
-        width_costs_nb(widths, costs, n, wcs[n])
-
-    cum = np.empty(table.max_k + 1)
-    cum_priors_nb(calibration.priors, table.max_k, cum)
-    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
-    for c in range(contexts.shape[0]):
-        for n in range(seqs + 1):
-            width_costs_nb(widths, context_costs[c], n, cwcs[c, n])
-    centre, shift = spread_arrays(calibration, arrival.shape[0], resolved.seed, digits.shape[0] > 0)
-    cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
-                    occupancy_cdf(calibration, k_cap, resolved.occupancy), confidence_values(calibration), digits,
-                    centre, shift)
+    tab = TableArrays(*engine_table(table, seqs, resolved.context_pricing))
+    depth_memo, idle_memo, tree = _depth_memos(pol, table, calibration, resolved, tab.contexts, digits.shape[0] > 0)
     return Prepared(
-        req=new_requests(arrival, prompt, output),
-        tab=TableArrays(widths, costs, wcs, np.array(contexts, dtype=np.int64), cwcs),
-        cal=cal,
-        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum, table),
+        req=new_requests(arrival, prompt, output), tab=tab,
+        cal=outcome_arrays(calibration, resolved, digits, arrival.shape[0]),
+        srv=_server(resolved, pol, depth_memo, idle_memo, kv_blocks, cumulative_priors(calibration, table.max_k), table),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
         log=new_log(resolved.log_size), ws=new_workspace(seqs, table.max_k),
         plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved, tree=tree,

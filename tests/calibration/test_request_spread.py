@@ -405,3 +405,20 @@ def test_a_drafts_log_chain_whose_rows_name_two_requests_is_accepted(tmp_path, c
     code, _, err = run(capsys, "calib", "fit", "--drafts-log", tmp_path / "d.csv", *DRAFTER, "-o", tmp_path / "c.toml",
                        "--request-spread", "require")
     assert code == 2 and "step 2, sequence 0 names requests 99 and 2" in err and not (tmp_path / "c.toml").exists()
+
+
+def test_the_calibration_hands_the_engine_its_own_arrays():
+    """``AcceptanceCalibration.engine_arrays()``: the calibration's own arrays (not copies: one
+    Numba type whoever builds a run), the bucket index, and the request spread's centres (empty
+    without a spread); the engine's draft-outcome bundle holds them as they are."""
+    from specsim.calibration.calibration import bucket_cells
+
+    cal = small_calibration()
+    arrays = cal.engine_arrays()
+    assert arrays.edges is cal.edges and arrays.p_accept is cal.p_accept and arrays.priors is cal.priors
+    assert np.array_equal(arrays.cells, bucket_cells(cal.edges)) and arrays.centre.shape == (0,)
+    spread = with_spread(cal, 0.9)
+    assert np.array_equal(spread.engine_arrays().centre, centres(cal.p_accept, 0.9))
+    p = prepare(random_requests(30, 2), small_table(), spread, parse_policy("fixed:1"), ServerOptions(seed=5))
+    assert p.cal.edges is spread.edges and p.cal.priors is spread.priors
+    assert np.array_equal(p.cal.centre, spread.engine_arrays().centre) and p.cal.shift.shape == (30,)
