@@ -176,7 +176,7 @@ class Prepared(NamedTuple):
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
 
 
-def policy_value(policy) -> Policy:
+def _policy_value(policy) -> Policy:
     """``policy`` itself: the engine takes a :class:`Policy`, read once where a user typed it
     (:func:`specsim.interop.read_policy`); text (or anything else) is refused here."""
     if not isinstance(policy, Policy):
@@ -189,7 +189,7 @@ def use_sequence_engine(policies=None) -> bool:
     """From now on run this process's simulations on the engine with the per-sequence planner if one of
     ``policies`` (:class:`Policy` values; None: regardless) plans per sequence: one compiled engine for
     them all. Whether it does."""
-    if policies is None or any(policy_value(p).per_sequence for p in policies):
+    if policies is None or any(_policy_value(p).per_sequence for p in policies):
         _sequence_engine[0] = True
     return _sequence_engine[0]
 
@@ -337,7 +337,7 @@ def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, a
     the options resolved once, the table's arrays from :func:`~specsim.plan.depth_table.engine_table`,
     the calibration's from :func:`outcome_arrays`, the rest sized in :mod:`specsim.sim.bundles`."""
     _check_inputs(table, calibration)
-    pol = policy_value(policy)
+    pol = _policy_value(policy)
     if pol.slack is not None:  # propose@0.1: the policy's own slack wins
         opts = replace(opts, slack=pol.slack)
     arrival, prompt, output = _request_arrays(requests)
