@@ -40,6 +40,7 @@ from specsim._checks import MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_WIDTH, check_int, 
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
 from specsim.interop import read_policy
+from specsim.policy.policy import Policy
 from specsim.table import Cell, CostTable, TableKey
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.plan import Planner
@@ -313,13 +314,13 @@ def estimated_calibration(trace: AcceptanceTrace):
     return AcceptanceCalibration(drafter, [0.0], [priors[0]], priors, source=f"trace {trace.name}")
 
 
-def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seqs=None) -> int:
-    """The depth a policy picks at ``width`` before any clamping.
+def policy_depth(policy: Policy, width, table=None, calibration=None, slack=0.0, max_seqs=None) -> int:
+    """The depth a policy (a :class:`~specsim.policy.policy.Policy`, read where it was typed)
+    picks at ``width`` before any clamping.
 
     ``fixed`` and ``schedule`` read the width alone; ``propose`` and ``goodput`` ask the
     planner (``specsim.plan.Planner``) built from ``table`` and ``calibration``.
     """
-    policy = read_policy(policy)
     if not policy.needs_planner:
         return policy.depth_for_width(width)
     if policy.per_sequence:
