@@ -4,7 +4,8 @@ table's costs at every width as the simulated server reads them (:func:`engine_t
 
 Parameters shared by the functions here: ``policy`` a :class:`specsim.policy.Policy`, ``table`` a
 :class:`specsim.CostTable`, ``cal`` an :class:`specsim.AcceptanceCalibration`, ``opts`` the server
-options (:class:`specsim.ServerOptions`: ``max_seqs``, ``slack``, ``row_budget``).
+options (:class:`specsim.ServerOptions`, or the simulator's resolved ones: ``max_seqs``, ``slack``,
+``row_budget``).
 """
 
 from __future__ import annotations
