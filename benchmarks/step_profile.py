@@ -117,10 +117,12 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, spent):
 def profile(requests, table, calibration, policy, **options):
     """``(shares, steps, cycles)``: each verb's share of the run's cycles (VERBS' order), the
     steps run and the cycles in all; the run is checked against :func:`specsim.simulate`."""
+    from specsim.interop import read_policy
     from specsim.sim import simulate
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
 
-    p = prepare(requests, table, calibration, policy, ServerOptions(**options))
+    p = prepare(requests, table, calibration, read_policy(policy), ServerOptions(**options))
     spent = np.zeros(len(VERBS) + 1, np.uint64)
     _profiled_run_nb(p.req, p.tab, p.cal, p.srv, p.st, p.log, p.ws, p.plan, spent)
     want = simulate(requests, table, calibration, policy, **options)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specsim.sim import read_trace
-from specsim.sim._kernels import replay_nb
+from specsim.sim._replay_kernels import replay_nb
 from benchmarks.conftest import record_ratio
 from tests import reference as ref
 

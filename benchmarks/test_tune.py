@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.engine import simulate
+from specsim.sim.options import ServerOptions
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
 
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")

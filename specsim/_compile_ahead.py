@@ -131,13 +131,15 @@ def _types() -> dict:
     from numba import typeof, types
 
     from specsim.demo_inputs import demo_calibration, demo_table
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.policy.policy import parse_policy
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
     from specsim.traces._types import REQUEST_DT
 
     requests = np.zeros(2, dtype=REQUEST_DT)
     requests["arrival_s"], requests["prompt_tokens"], requests["output_tokens"] = (0.0, 0.5), 8, 4
     table = demo_table()
-    p = prepare(requests, table, demo_calibration(), "fixed:1", ServerOptions(max_num_seqs=4))
+    p = prepare(requests, table, demo_calibration(), parse_policy("fixed:1"), ServerOptions(max_num_seqs=4))
     named = {name: typeof(getattr(p, name)) for name in ("req", "tab", "cal", "srv", "st", "log", "ws")}
     named.update(none=types.none, i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
                  **{"i8[]": types.int64[::1], "f8[]": types.float64[::1], "f8[A]": types.float64[:],

@@ -14,7 +14,34 @@ kernel called from Python crashes the interpreter, so no Python code calls one (
 
 from __future__ import annotations
 
+import pickle
+
 import numba
+from numba.core import caching
+
+
+class _KernelIndex(caching.IndexDataCacheFile):
+    """A kernel's on-disk cache index, read as Numba reads it but for one case. The index names
+    its kernels' argument types (the bundles' NamedTuple classes) by module path; one written by
+    another version of specsim can name a module or class that has moved since (``sim/_types.py``
+    became ``sim/bundles.py``), and Numba would raise from unpickling it on the kernel's first
+    call (``No module named 'specsim.sim._types'``). Such an index reads as empty: the kernel
+    compiles and the index is written afresh."""
+
+    def _load_index(self):
+        try:
+            return super()._load_index()
+        except (ImportError, AttributeError, pickle.UnpicklingError, EOFError):
+            return {}
+
+
+def _tolerant(dispatcher):
+    """``dispatcher`` with its cache index read by :class:`_KernelIndex` (left as Numba made it
+    if a Numba version lays its cache out otherwise)."""
+    index = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if type(index) is caching.IndexDataCacheFile:
+        index.__class__ = _KernelIndex
+    return dispatcher
 
 
 def jit(fn=None, *, internal=False, **options):
@@ -24,5 +51,5 @@ def jit(fn=None, *, internal=False, **options):
         opts.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
     opts.update(options)
     if fn is None:
-        return lambda f: numba.njit(**opts)(f)
-    return numba.njit(**opts)(fn)
+        return lambda f: _tolerant(numba.njit(**opts)(f))
+    return _tolerant(numba.njit(**opts)(fn))

@@ -47,7 +47,7 @@ from specsim._stats import paired_noise
 from specsim.demo_inputs import demo_table, demo_tree_calibration
 from specsim.interop import sglang_tree_policy
 from specsim.interop.sglang import parse_adaptive
-from specsim.policy.policy import Policy, policy_runs
+from specsim.policy.policy import Policy, parse_policy, policy_runs
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.sim.engine import prepare, simulate_runs
 from specsim.sim.options import META_COSTS, ServerOptions
@@ -98,10 +98,10 @@ def demo_server(table=None) -> dict:
     (default: the demo's table), as :class:`~specsim.sim.options.ServerOptions` keywords."""
     if table is None:
         table = demo_table()
-    resolved = ServerOptions().resolved(table)
+    resolved = ServerOptions().resolve(table)
     names = META_COSTS + ("kv_capacity_tokens", "kv_block_size", "max_num_batched_tokens", "chunked_prefill",
                           "max_num_seqs")
-    return {name: resolved[name] for name in names}
+    return {name: getattr(resolved, name) for name in names}
 
 
 def demo_inputs(requests: int = DEMO_REQUESTS, seed: int = 0, rate_scale: float = DEMO_RATE_SCALE) -> dict:
@@ -325,7 +325,7 @@ def auto_tree_widths(inputs, seed: int = 0) -> tuple:
     """The widths at which ``tree:auto`` verifies a branching tree on the demo's server (as the
     engine plans it: per width, the demo's table having no context axis), as ``(first, last)``
     ranges, and the engine's ``kind_at`` array."""
-    p = prepare(inputs["trace"].requests[:1], inputs["table"], inputs["calibration"], "tree:auto",
+    p = prepare(inputs["trace"].requests[:1], inputs["table"], inputs["calibration"], parse_policy("tree:auto"),
                 ServerOptions(seed=seed))
     return _ranges(np.flatnonzero(p.tree.kind_at == BRANCHING).tolist()), p.tree.kind_at
 

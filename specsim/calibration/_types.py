@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 
 # The weights digest of a what-if calibration's drafter key: rates asked about, no drafter measured.
@@ -143,3 +146,17 @@ class TreeCounts:
     reached: tuple
     matched: tuple
     source: str = ""
+
+
+class CalibrationArrays(NamedTuple):
+    """A calibration's arrays as the simulated server's draws read them
+    (:meth:`~specsim.calibration.AcceptanceCalibration.engine_arrays`): ``edges``, ``p_accept``
+    and ``priors`` as the calibration holds them, ``cells`` the coarse bucket index over them
+    (``bucket_cells(edges)``), and ``centre float64[B]``, each bucket's rate's centre under the
+    calibration's request spread (empty without a spread or with a zero one)."""
+
+    edges: np.ndarray
+    cells: np.ndarray
+    p_accept: np.ndarray
+    priors: np.ndarray
+    centre: np.ndarray

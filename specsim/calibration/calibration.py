@@ -9,9 +9,9 @@ import numpy as np
 from specsim import _toml
 from specsim._checks import MAX_DEPTH, check_int, is_int, is_number, show
 from specsim._io import read_input
-from specsim.calibration._types import DrafterKey
+from specsim.calibration._types import CalibrationArrays, DrafterKey
 from specsim.calibration.drift import dispersion_problems
-from specsim.calibration.spread import check_spread, spread_problems
+from specsim.calibration.spread import centres, check_spread, spread_problems
 from specsim.calibration._types import RequestSpread
 from specsim.calibration.tree_table import (  # noqa: F401 - rank_acceptance_problems: this module's public name too
     RANK_ROW_SLACK, checked_rank_acceptance, checked_tree_counts, rank_acceptance_problems, read_tree, tree_lines,
@@ -169,6 +169,16 @@ class AcceptanceCalibration:
         return text
 
     # -- queries (docs/calibration.md#queries) --------------------------------------------------------------
+    def engine_arrays(self) -> CalibrationArrays:
+        """The calibration's arrays as the simulated server reads them (its own arrays, not
+        copies: the engine only reads them), with the bucket index and the request spread's
+        centres built once."""
+        sp = self.spread
+        centre = np.zeros(0, np.float64)
+        if sp is not None and sp.logit_sd != 0.0:
+            centre = np.ascontiguousarray(centres(self.p_accept, sp.logit_sd))
+        return CalibrationArrays(self.edges, bucket_cells(self.edges), self.p_accept, self.priors, centre)
+
     def bucket(self, lp: float) -> int:
         """Bucket index of a confidence: the first edge with ``lp <= edge`` in float32, else the last.
 

@@ -70,7 +70,7 @@ def warn_placeholder_prefill(options, table, command: str) -> None:
     """Print, once, that the prefill costs are placeholders when they are (see
     ``ServerOptions.placeholder_prefill``), and that a prefill curve's fixed part gives way to the
     table's plain step when it is above it (``prefill_fixed_note``)."""
-    for note in (options.placeholder_prefill(table), prefill_fixed_note(options.resolved(table), table)):
+    for note in (options.placeholder_prefill(table), prefill_fixed_note(options.resolve(table), table)):
         if note:
             print(f"specsim {command}: warning: {note}", file=sys.stderr)
 

@@ -16,7 +16,7 @@ from specsim._executor import ExecutorError, check_scheduler, check_workers
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
-from specsim.sim.engine import ServerOptions
+from specsim.sim.options import ServerOptions
 from specsim.sim.fleet import MAX_REPLICAS, Fleet, FleetError, ROUTERS, load_fleet
 from specsim.studies.capacity import (
     CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, DaskRunner, ThreadRunner,

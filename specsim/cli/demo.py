@@ -12,7 +12,7 @@ from specsim.demo import (
     DEMO_RATE_SCALE, DEMO_REQUESTS, DEMO_SLO_TPOT_S, DEMO_SLO_TTFT_S, DEMO_TUNE_ATTAINMENT, DEMO_TUNE_ROUNDS,
     answer, demo_inputs, demo_outputs, run_demo, tree_answer, tune_demo,
 )
-from specsim.sim.engine import ServerOptions
+from specsim.sim.options import ServerOptions
 from specsim.sim.metrics import overload_lines
 from specsim.sim.slo import SLO
 from specsim.sim.report import comparison_table

@@ -20,7 +20,8 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.cli.replay import _only_trace
 from specsim.interop import read_policy
 from specsim.policy.policy import policy_runs
-from specsim.sim.engine import ServerOptions, request_columns, simulate_runs
+from specsim.sim.engine import request_columns, simulate_runs
+from specsim.sim.options import ServerOptions
 from specsim.sim.metrics import overload_lines, requests_csv, summarize
 from specsim.sim.replay import load_acceptance_file
 from specsim.sim.report import comparison_table, plot

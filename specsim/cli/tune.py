@@ -17,7 +17,7 @@ from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
 from specsim.plan.planner import Planner
 from specsim.policy.schedule import policy_text
-from specsim.sim.engine import ServerOptions
+from specsim.sim.options import ServerOptions
 from specsim.studies.tune import AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, tune
 from specsim.table import CostTable
 

@@ -5,11 +5,13 @@ The request-trace names (``REQUEST_DT``, ``read_trace``, ...) live in :mod:`spec
 are re-exported here so ``from specsim.sim import read_trace`` keeps working.
 """
 
-from specsim.sim._types import ReplayResult
-from specsim.sim.engine import ServerOptions, simulate
+from specsim.sim.engine import simulate
+from specsim.sim.options import ServerOptions
 from specsim.sim.result import SimResult
 from specsim.policy.policy import Policy, parse_policy
-from specsim.sim.replay import AcceptanceFile, AcceptanceTrace, load_acceptance_file, parse_acceptance_file, replay
+from specsim.sim.replay import (
+    AcceptanceFile, AcceptanceTrace, ReplayResult, load_acceptance_file, parse_acceptance_file, replay,
+)
 from specsim.traces import (
     FORMATS, REQUEST_DT, EmpiricalLengths, LogNormalLengths, TraceRead, detect_format, parse_columns, parse_synthetic,
     read_trace, synthetic_trace,

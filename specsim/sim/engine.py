@@ -29,32 +29,29 @@ Draft outcomes: :mod:`specsim.sim.outcomes`.
 
 from __future__ import annotations
 
+import os
+import threading
+import warnings
 from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from specsim.errors import PolicyError, SimulationError, TraceWarning
-from specsim.sim.options import (  # noqa: F401  (names kept importable from here)
-    DEFAULT_IDLE_W, DEFAULT_LOG_SIZE, DEFAULT_PREFILL_J_PER_TOKEN, DEFAULT_PREFILL_MS_PER_TOKEN, MAX_BATCH, MAX_RATE,
-    NO_CAP, ServerOptions, check_option_names, prefill_fixed_part,
-)
-from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf  # noqa: F401
-from specsim.plan.depth_table import depth_by_width
+from specsim.sim.options import ResolvedOptions, ServerOptions, check_option_names, prefill_fixed_part
+from specsim.sim.outcomes import confidence_values, occupancy_cdf
+from specsim.plan.depth_table import cumulative_priors, depth_by_width, engine_table
 from specsim.policy.policy import Policy
 from specsim.interop import read_policy
-from specsim._checks import MAX_DEPTH, arrival_problem, request_size_problem
+from specsim._checks import MAX_DEPTH, NO_CAP, arrival_problem, request_size_problem
 from specsim._executor import Executor, MAX_WORKERS
-from specsim.calibration.calibration import AcceptanceCalibration, bucket_cells
-from specsim.calibration.spread import centres
+from specsim.calibration.calibration import AcceptanceCalibration
 from specsim.interop.sglang import slot_by_width
-from specsim.plan._kernels import cum_priors_nb, width_costs_nb
-from specsim.plan._types import plan_workspace, table_arrays
+from specsim.plan._types import plan_workspace
 from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
-from specsim.sim._types import (
-    CalArrays, MAX_ADAPTIVE_SLOTS, ReplicaState, Requests, SERVER_DT, STATE_DT, Server, StepLog, TableArrays,
-    TALLY_DT, Workspace,
+from specsim.sim.bundles import (
+    CalArrays, MAX_ADAPTIVE_SLOTS, SERVER_DT, Server, TableArrays, new_log, new_requests, new_state, new_workspace,
 )
 from specsim.sim.result import SimResult
 from specsim.sim.replay import AcceptanceTrace
@@ -134,8 +131,6 @@ def _request_arrays(requests):
 def _acceptance_digits(trace, k_cap):
     """A trace's entries as int64, clamped to ``k_logged`` (with a warning where one is above it),
     and the depth cap lowered to ``k_logged``."""
-    import warnings
-
     if not isinstance(trace, AcceptanceTrace):
         raise SimulationError(f"acceptance must be an AcceptanceTrace (specsim.load_acceptance_file(...).trace(NAME)), "
                               f"got {type(trace).__name__}")
@@ -174,49 +169,27 @@ class Prepared(NamedTuple):
     ws: tuple
     plan: object  # PlanWorkspace or None
     policy: Policy
-    options: dict
+    options: ResolvedOptions
     tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else None
-
-
-def new_requests(arrival, prompt, output):
-    """The :class:`~specsim.sim._types.Requests` bundle of N requests, nothing done yet."""
-    n = arrival.shape[0]
-    return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
-                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
-                    np.zeros(n, np.int64))
-
-
-def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
-    """One replica's :class:`~specsim.sim._types.ReplicaState`: empty, its clock at ``t0_s``."""
-    rec = np.zeros(1, dtype=STATE_DT)
-    rec[0]["t_s"] = t0_s
-    rec[0]["log_stride"] = 1
-    return ReplicaState(rec, np.zeros(max_num_seqs, np.int64), np.zeros(max(n_requests, 1), np.int64),
-                        np.zeros(max_k + 1, np.int64))
-
-
-def new_log(size: int):
-    """An empty :class:`~specsim.sim._types.StepLog` of ``size`` entries."""
-    return StepLog(np.zeros(size), np.zeros(size, np.int64), np.zeros(size), np.zeros(size, np.int64),
-                   np.zeros(size, np.int64), np.zeros(size, np.int64))
-
-
-def new_workspace(max_num_seqs: int, max_k: int):
-    """The per-step :class:`~specsim.sim._types.Workspace` for up to ``max_num_seqs`` sequences."""
-    s, kw = max_num_seqs, max(max_k, 1)
-    return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
-                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), np.zeros(1, np.int64),
-                     np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)), np.zeros(1, TALLY_DT))
 
 
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
 
 
+def _policy_value(policy) -> Policy:
+    """``policy`` itself: the engine takes a :class:`Policy`, read once where a user typed it
+    (:func:`specsim.interop.read_policy`); text (or anything else) is refused here."""
+    if not isinstance(policy, Policy):
+        raise PolicyError(f"the engine takes a Policy (specsim.read_policy(text) reads one where users type it), "
+                          f"got {type(policy).__name__} {policy!r}")
+    return policy
+
+
 def use_sequence_engine(policies=None) -> bool:
     """From now on run this process's simulations on the engine with the per-sequence planner if one of
-    ``policies`` (None: regardless) plans per sequence: one compiled engine for them all. Whether it does."""
-    if policies is None or any(read_policy(p).per_sequence for p in policies):
+    ``policies`` (:class:`Policy` values; None: regardless) plans per sequence: one compiled engine for
+    them all. Whether it does."""
+    if policies is None or any(_policy_value(p).per_sequence for p in policies):
         _sequence_engine[0] = True
     return _sequence_engine[0]
 
@@ -244,32 +217,32 @@ def _check_above_idle(table, idle_w: float) -> None:
                               "is not positive; lower idle_w or fix the table's joules (they include idle draw)")
 
 
-def _server(opts: dict, pol: Policy, depth_memo, idle_memo, max_num_seqs: int, k_cap: int, kv_blocks: int,
-            cum_priors, table):
+def _server(opts: ResolvedOptions, pol: Policy, depth_memo, idle_memo, kv_blocks: int, cum_priors, table):
+    max_num_seqs = opts.max_num_seqs
     rec = np.zeros(1, dtype=SERVER_DT)
     r = rec[0]
-    budget = opts["max_num_batched_tokens"]
+    budget = opts.max_num_batched_tokens
     r["max_num_seqs"] = max_num_seqs
     r["max_num_batched_tokens"] = NO_CAP if budget is None else budget
-    r["k_cap"] = k_cap
-    r["row_budget"] = NO_CAP if opts["row_budget"] is None else opts["row_budget"]
+    r["k_cap"] = opts.k_max
+    r["row_budget"] = NO_CAP if opts.row_budget is None else opts.row_budget
     r["per_sequence"] = pol.per_sequence
-    r["chunked"] = opts["chunked_prefill"]
-    r["block_size"] = opts["kv_block_size"]
+    r["chunked"] = opts.chunked_prefill
+    r["block_size"] = opts.kv_block_size
     r["kv_blocks"] = kv_blocks
-    r["seed"] = np.uint64(opts["seed"])
-    r["slack"] = opts["slack"]
+    r["seed"] = np.uint64(opts.seed)
+    r["slack"] = opts.slack
     for name in ("prefill_ms_per_step", "prefill_j_per_step", "prefill_ms_per_token", "prefill_j_per_token", "idle_w"):
-        r[name] = opts[name]
-    curve = opts["prefill_curve"]
+        r[name] = getattr(opts, name)
+    curve = opts.prefill_curve
     r["prefill_curve"] = curve is not None
-    r["one_pass"] = opts["mixed_step_pricing"] == "one-pass"
+    r["one_pass"] = opts.mixed_step_pricing == "one-pass"
     r["live_depth"] = 0 if not pol.needs_planner else 2 if pol.maximises_goodput else 3 if pol.counts_idle else 1
-    r["spec_cap"] = NO_CAP if opts["max_seqs"] is None else opts["max_seqs"]
+    r["spec_cap"] = NO_CAP if opts.max_seqs is None else opts.max_seqs
     r["prefill_fixed_ms"], r["prefill_fixed_j"] = prefill_fixed_part(opts, table)
-    if opts["acceptance_window"] is not None:
-        r["acceptance_window"] = max(opts["acceptance_window"], 0)
-        r["acceptance_threshold"] = opts["acceptance_length_threshold"]
+    if opts.acceptance_window is not None:
+        r["acceptance_window"] = max(opts.acceptance_window, 0)
+        r["acceptance_threshold"] = opts.acceptance_length_threshold
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in (curve or ((), (), ()))]
     return Server(rec, depth_memo, idle_memo, *arrays, np.ascontiguousarray(cum_priors, dtype=np.float64),
                   *_adaptive_arrays(rec[0], pol, max_num_seqs))
@@ -296,12 +269,12 @@ def _adaptive_arrays(r, pol: Policy, max_num_seqs: int):
     return slot_of, cand, np.asarray([len(c) for _, c in cfg.slots], np.int64)
 
 
-def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
+def _kv_blocks(opts: ResolvedOptions, prompt, output, k_cap: int) -> int:
     """The KV capacity in blocks, after checking that every request fits alone."""
-    cap = opts["kv_capacity_tokens"]
+    cap = opts.kv_capacity_tokens
     if cap is None:
         return NO_CAP
-    bs = opts["kv_block_size"]
+    bs = opts.kv_block_size
     blocks = cap // bs
     if prompt.shape[0]:
         need = -(-(prompt + output - 1 + k_cap) // bs)
@@ -314,85 +287,82 @@ def _kv_blocks(opts: dict, prompt, output, k_cap: int) -> int:
     return blocks
 
 
-def spread_arrays(calibration, n_requests: int, seed: int, replayed: bool = False):
-    """``(centre, shift)`` of :class:`~specsim.sim._types.CalArrays`: each bucket's centre under
-    the calibration's request spread and each request's log-odds shift (the one place they are
-    sized); both empty when there is no spread, a zero one, or a replayed acceptance trace
-    (whose outcomes are the trace's), so the draws take the plain path."""
-    sp = calibration.spread
-    if sp is None or sp.logit_sd == 0.0 or replayed:
-        return np.zeros(0, np.float64), np.zeros(0, np.float64)
-    shift = np.empty(n_requests, np.float64)
-    request_shifts_nb(np.uint64(seed), float(sp.logit_sd), shift)
-    return np.ascontiguousarray(centres(calibration.p_accept, sp.logit_sd)), shift
-
-
-def prepare(requests, table, calibration, policy, opts: ServerOptions, acceptance=None) -> Prepared:
-    """Build one replica's bundles for a run (validates the requests, the policy and the options)."""
+def _check_inputs(table, calibration) -> None:
     for name, value, cls in (("table", table, CostTable), ("calibration", calibration, AcceptanceCalibration)):
         if not isinstance(value, cls):
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
             raise SimulationError(f"{name} must be {article} {cls.__name__} ({cls.__name__}.load(path)), "
                                   f"got {type(value).__name__}")
-    pol = read_policy(policy)
-    if pol.slack is not None:  # propose@0.1: the policy's own slack wins
-        opts = replace(opts, slack=pol.slack)
-    arrival, prompt, output = _request_arrays(requests)
-    resolved = opts.resolved(table)
-    seqs = resolved["max_num_seqs"]
-    k_cap = resolved["k_max"]
-    digits = np.zeros(0, dtype=np.int64)
-    resolved["acceptance_trace"] = None
-    if acceptance is not None:
-        digits, k_cap = _acceptance_digits(acceptance, k_cap)
-        resolved["k_max"] = k_cap
-        resolved["acceptance_trace"] = acceptance.name
-    pol = _policy_for(pol, table, k_cap)
-    if resolved["acceptance_window"] is None and pol.gate:
-        # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
-        resolved["acceptance_window"], resolved["acceptance_length_threshold"] = pol.gate
-    if k_cap > MAX_DEPTH:
-        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
-                              f"sequence per step; set k_max <= {MAX_DEPTH}")
-    kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
-    priced = table.contexts.size and resolved["context_pricing"]
-    contexts = table.contexts if priced else np.zeros(0, np.int64)
+
+
+def _depth_memos(pol: Policy, table, calibration, opts: ResolvedOptions, contexts, replayed: bool):
+    """``(depth_memo, idle_memo, tree)``: the policy's depth at every width, its depth there while
+    no request waits (the same array but for ``load-aware``) and a tree policy's
+    :class:`~specsim.sim.bundles.TreeArrays` (else None)."""
+    seqs, k_cap = opts.max_num_seqs, opts.k_max
     tree = None
     if pol.kind == "tree":
-        tree_refusal(pol, calibration, k_cap, resolved["max_num_batched_tokens"], digits.shape[0] > 0)
-        depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, resolved, seqs, k_cap,
-                                              resolved["max_num_batched_tokens"], contexts)
+        tree_refusal(pol, calibration, k_cap, opts.max_num_batched_tokens, replayed)
+        depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, contexts)
     else:
         depth_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap)
     idle_memo = depth_memo
     if pol.counts_idle:
-        _check_above_idle(table, resolved["idle_w"])
-        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=resolved["idle_w"])
-    # Writable copies (table_arrays says why); the contexts too, so a table with an axis (whose
-    # arrays are read-only) and one without (an empty array) run the one compiled engine.
-    widths, costs = table_arrays(table)
-    context_costs = np.array(table.context_costs)
-    wcs = np.empty((seqs + 1, table.max_k + 1, 4))
-    for n in range(seqs + 1):
-        width_costs_nb(widths, costs, n, wcs[n])
+        _check_above_idle(table, opts.idle_w)
+        idle_memo = depth_by_width(pol, table, calibration, opts, seqs, k_cap, idle_w=opts.idle_w)
+    return depth_memo, idle_memo, tree
 
-    cum = np.empty(table.max_k + 1)
-    cum_priors_nb(calibration.priors, table.max_k, cum)
-    cwcs = np.empty((contexts.shape[0], seqs + 1, table.max_k + 1, 4))
-    for c in range(contexts.shape[0]):
-        for n in range(seqs + 1):
-            width_costs_nb(widths, context_costs[c], n, cwcs[c, n])
-    centre, shift = spread_arrays(calibration, arrival.shape[0], resolved["seed"], digits.shape[0] > 0)
-    cal = CalArrays(calibration.edges, bucket_cells(calibration.edges), calibration.p_accept, calibration.priors,
-                    occupancy_cdf(calibration, k_cap, opts.occupancy), confidence_values(calibration), digits,
-                    centre, shift)
+
+def outcome_arrays(calibration, opts: ResolvedOptions, digits, n_requests: int) -> CalArrays:
+    """The draft-outcome model's bundle: the calibration's arrays (its
+    :meth:`~specsim.calibration.AcceptanceCalibration.engine_arrays`), the bucket occupancy and
+    confidences drawn from (:mod:`specsim.sim.outcomes`), a replayed trace's ``digits`` (empty:
+    draws from the calibration) and each request's log-odds shift under the request spread (the
+    one place it is sized). Centres and shifts are both empty without a spread, with a zero one,
+    or with a replayed trace (whose outcomes are the trace's), so the draws take the plain path."""
+    arrays = calibration.engine_arrays()
+    centre, shift = arrays.centre, np.zeros(0, np.float64)
+    if digits.shape[0] or not centre.shape[0]:
+        centre = np.zeros(0, np.float64)
+    else:
+        shift = np.empty(n_requests, np.float64)
+        request_shifts_nb(np.uint64(opts.seed), float(calibration.spread.logit_sd), shift)
+    return CalArrays(arrays.edges, arrays.cells, arrays.p_accept, arrays.priors,
+                     occupancy_cdf(calibration, opts.k_max, opts.occupancy), confidence_values(calibration), digits,
+                     centre, shift)
+
+
+def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, acceptance=None) -> Prepared:
+    """Build one replica's bundles for a run (validates the requests, the policy and the options):
+    the options resolved once, the table's arrays from :func:`~specsim.plan.depth_table.engine_table`,
+    the calibration's from :func:`outcome_arrays`, the rest sized in :mod:`specsim.sim.bundles`."""
+    _check_inputs(table, calibration)
+    pol = _policy_value(policy)
+    if pol.slack is not None:  # propose@0.1: the policy's own slack wins
+        opts = replace(opts, slack=pol.slack)
+    arrival, prompt, output = _request_arrays(requests)
+    resolved = opts.resolve(table)
+    digits = np.zeros(0, dtype=np.int64)
+    if acceptance is not None:
+        digits, k_cap = _acceptance_digits(acceptance, resolved.k_max)
+        resolved = replace(resolved, k_max=k_cap, acceptance_trace=acceptance.name)
+    pol = _policy_for(pol, table, resolved.k_max)
+    if resolved.acceptance_window is None and pol.gate:
+        # The speculation gate a trtllm:FILE policy's config sets (the options' own win).
+        resolved = replace(resolved, acceptance_window=pol.gate[0], acceptance_length_threshold=pol.gate[1])
+    seqs, k_cap = resolved.max_num_seqs, resolved.k_max
+    if k_cap > MAX_DEPTH:
+        raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
+                              f"sequence per step; set k_max <= {MAX_DEPTH}")
+    kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
+    tab = TableArrays(*engine_table(table, seqs, resolved.context_pricing))
+    depth_memo, idle_memo, tree = _depth_memos(pol, table, calibration, resolved, tab.contexts, digits.shape[0] > 0)
     return Prepared(
-        req=new_requests(arrival, prompt, output),
-        tab=TableArrays(widths, costs, wcs, np.array(contexts, dtype=np.int64), cwcs),
-        cal=cal,
-        srv=_server(resolved, pol, depth_memo, idle_memo, seqs, k_cap, kv_blocks, cum, table),
+        req=new_requests(arrival, prompt, output), tab=tab,
+        cal=outcome_arrays(calibration, resolved, digits, arrival.shape[0]),
+        srv=_server(resolved, pol, depth_memo, idle_memo, kv_blocks, cumulative_priors(calibration, table.max_k), table),
         st=new_state(arrival.shape[0], seqs, table.max_k, arrival[0] if arrival.shape[0] else 0.0),
-        log=new_log(opts.log_size), ws=new_workspace(seqs, table.max_k),
+        log=new_log(resolved.log_size), ws=new_workspace(seqs, table.max_k),
         plan=plan_workspace_for(pol.per_sequence, seqs, table.max_k), policy=pol, options=resolved, tree=tree,
     )
 
@@ -418,7 +388,7 @@ def collect(p: Prepared, req=None) -> SimResult:
     c = int(s["log_count"])
     lg = p.log
     return SimResult(
-        policy=p.policy.label, options=p.options, policy_spec=p.policy, arrival_s=req.arrival_s,
+        policy=p.policy.label, options=p.options.to_dict(), policy_spec=p.policy, arrival_s=req.arrival_s,
         prompt_tokens=req.prompt, output_tokens=req.output, first_token_s=req.first_s, finish_s=req.finish_s,
         scheduled_s=req.sched_s, depth_histogram=p.st.depth_hist, counters=counters, energy=energy, kv=kv,
         end_s=float(s["t_s"]), step_t_s=lg.t_s[:c].copy(), step_width=lg.width[:c].copy(),
@@ -472,7 +442,7 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         raise SimulationError(f"options must be a ServerOptions, got {type(options).__name__}")
     else:
         opts = options
-    p = prepare(requests, table, calibration, policy, opts, acceptance)
+    p = prepare(requests, table, calibration, read_policy(policy), opts, acceptance)
     # Always in chunks, with or without a progress callback: the interpreter only acts on a
     # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.
     while True:
@@ -488,15 +458,13 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
     """Simulate every ``(policy, slack)`` of ``runs`` on the same requests, in parallel threads
     (the engine kernel releases the GIL), and return the results in ``runs`` order.
 
-    ``options`` is the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
+    ``runs`` pairs a :class:`Policy` (read where the user typed it) with a slack; ``options`` is
+    the shared :class:`ServerOptions` (its slack is replaced per run); ``progress``,
     if given, has ``update(n)`` and counts finished requests over all runs.
 
     Ctrl-C (or any error) in the calling thread stops every run at its next chunk of steps
     (well within a second) and is raised again; no partial result is returned.
     """
-    import os
-    import threading
-
     use_sequence_engine(pol for pol, _ in runs)  # one compiled engine for every run
     requests = request_columns(requests)  # validated once, one copy for every run
     lock = threading.Lock()
@@ -518,7 +486,7 @@ def simulate_runs(requests, table, calibration, runs, options, *, progress=None,
                         progress=tick)
 
     # The per-sequence planners' runs are the longest: started first, the threads finish together.
-    order = sorted(range(len(runs)), key=lambda i: not read_policy(runs[i][0]).per_sequence)
+    order = sorted(range(len(runs)), key=lambda i: not runs[i][0].per_sequence)
     with ex:
         done = ex.map(one, [runs[i] for i in order])
     out = [None] * len(runs)

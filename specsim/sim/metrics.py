@@ -39,7 +39,7 @@ import io
 
 import numpy as np
 
-from specsim.sim.figures import PERCENTILES, percentiles, run_rates  # noqa: F401  (PERCENTILES kept importable here)
+from specsim.sim.figures import percentiles, run_rates
 from specsim.sim.slo import slo_attainment
 
 # Overload: the least growth of queueing delay (s per s of arrivals), the least rise from the

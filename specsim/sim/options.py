@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -209,27 +210,71 @@ class ServerOptions:
                 f"{', '.join(missing)}): the table's [meta] gives none; pass --prefill-ms-per-token and "
                 "--prefill-j-per-token, or --prefill-curve, from a measurement of this model")
 
-    def resolved(self, table) -> dict:
-        """The options with every default filled in from ``table``, JSON-ready."""
+    def resolve(self, table) -> "ResolvedOptions":
+        """The options with every default filled in from ``table``, once: a frozen
+        :class:`ResolvedOptions` (its :meth:`~ResolvedOptions.to_dict` is the JSON-ready form)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["max_num_seqs"] = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
+        values["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)
+        meta = getattr(table, "meta", {}) or {}
+        for name in META_COSTS:
+            if values[name] is None:
+                values[name] = _rate(meta[name], f"table [meta] {name}") if name in meta else _COST_DEFAULTS[name]
+        if values["kv_capacity_tokens"] is None and "kv_capacity_tokens" in meta:
+            values["kv_capacity_tokens"] = _int(meta["kv_capacity_tokens"], "table [meta] kv_capacity_tokens", 1)
+        return ResolvedOptions(**values)
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """:class:`ServerOptions` with every default filled in from a cost table
+    (:meth:`ServerOptions.resolve`): the server one run serves, parsed once.
+
+    The fields are :class:`ServerOptions`'s, with ``max_num_seqs``, ``k_max``, the prefill costs
+    and ``idle_w`` never None (``kv_capacity_tokens`` None: unlimited). ``acceptance_trace`` is
+    the name of the acceptance trace a run replays (None: draws from the calibration); a run sets
+    it, and the ``k_max`` the trace's ``k_logged`` lowers, and a ``trtllm:FILE`` policy's gate.
+    """
+
+    slack: float
+    max_num_seqs: int
+    max_num_batched_tokens: Optional[int]
+    chunked_prefill: bool
+    mixed_step_pricing: str
+    context_pricing: bool
+    kv_capacity_tokens: Optional[int]
+    kv_block_size: int
+    max_seqs: Optional[int]
+    k_max: int
+    row_budget: Optional[int]
+    prefill_ms_per_token: float
+    prefill_j_per_token: float
+    prefill_ms_per_step: float
+    prefill_j_per_step: float
+    prefill_curve: Optional[tuple] = field(compare=False)
+    idle_w: float
+    seed: int
+    occupancy: Optional[np.ndarray] = field(compare=False)
+    log_size: int
+    acceptance_window: Optional[int]
+    acceptance_length_threshold: Optional[float]
+    acceptance_trace: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        """JSON-ready: ``occupancy`` and ``prefill_curve`` as lists, ``max_num_seqs`` also under
+        ``max_batch``, its earlier name (for readers of earlier results and schedule files)."""
         out = {}
         for f in fields(self):
+            if f.name == "acceptance_trace":
+                continue
             value = getattr(self, f.name)
             if f.name == "occupancy":
                 value = None if value is None else np.asarray(value, float).tolist()
             elif f.name == "prefill_curve":
                 value = None if value is None else [list(map(float, c)) for c in value]
             out[f.name] = value
-        seqs = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
-        out["max_num_seqs"] = seqs
-        # The same value under its earlier name, for readers of earlier results and schedule files.
-        out["max_batch"] = seqs
-        out["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)
-        meta = getattr(table, "meta", {}) or {}
-        for name in META_COSTS:
-            if out[name] is None:
-                out[name] = _rate(meta[name], f"table [meta] {name}") if name in meta else _COST_DEFAULTS[name]
-        if out["kv_capacity_tokens"] is None and "kv_capacity_tokens" in meta:
-            out["kv_capacity_tokens"] = _int(meta["kv_capacity_tokens"], "table [meta] kv_capacity_tokens", 1)
+        out["max_batch"] = self.max_num_seqs
+        out["acceptance_trace"] = self.acceptance_trace
         return out
 
 
@@ -255,11 +300,11 @@ def _rate(value, name) -> float:
     return value
 
 
-def prefill_fixed_part(opts: dict, table=None) -> tuple:
+def prefill_fixed_part(opts: ResolvedOptions, table=None) -> tuple:
     """(ms, J) of the prefill cost's per-step fixed part: what a step that prefills pays whatever
     its tokens (the weight read and launches), which a mixed step shares with its decode part.
 
-    ``opts`` is :meth:`ServerOptions.resolved`'s dict. Affine model: ``prefill_ms_per_step`` and
+    ``opts``: :meth:`ServerOptions.resolve`'s value. Affine model: ``prefill_ms_per_step`` and
     ``prefill_j_per_step``. Profiled curve: the line through its first two points extrapolated to
     0 tokens, floored at 0 and capped at the first point's cost (the curve's floor); a one-point
     curve is flat, all of it fixed. With ``table``, a curve's fixed part is also capped at the
@@ -267,9 +312,9 @@ def prefill_fixed_part(opts: dict, table=None) -> tuple:
     already prices that read; a curve that implies more (a measured curve that falls at its low
     end) would let the decodes of a mixed step ride free (:func:`prefill_fixed_note` says so).
     """
-    curve = opts["prefill_curve"]
+    curve = opts.prefill_curve
     if curve is None:
-        return float(opts["prefill_ms_per_step"]), float(opts["prefill_j_per_step"])
+        return float(opts.prefill_ms_per_step), float(opts.prefill_j_per_step)
     tokens, ms, joules = curve
     if len(tokens) == 1:
         out = [float(ms[0]), float(joules[0])]
@@ -290,10 +335,10 @@ def plain_step(table) -> tuple:
     return float(cell[VERIFY_MS]), float(cell[VERIFY_J])
 
 
-def prefill_fixed_note(opts: dict, table) -> str | None:
+def prefill_fixed_note(opts: ResolvedOptions, table) -> str | None:
     """A one-line note when a prefill curve implies a fixed part above the table's plain step
     (which :func:`prefill_fixed_part` then takes instead), else None."""
-    if opts["prefill_curve"] is None or opts["mixed_step_pricing"] != "one-pass":
+    if opts.prefill_curve is None or opts.mixed_step_pricing != "one-pass":
         return None
     implied, taken = prefill_fixed_part(opts), prefill_fixed_part(opts, table)
     over = [(f"{a:.4g} {unit}", f"{b:.4g} {unit}") for a, b, unit in zip(implied, taken, ("ms", "J")) if a > b]
@@ -354,8 +399,6 @@ def load_prefill_curve(curve) -> tuple:
         When the file cannot be read, a column is missing, or the points are not finite,
         non-negative, with tokens strictly ascending.
     """
-    from pathlib import Path
-
     where = "prefill curve"
     if isinstance(curve, (str, Path)):
         where = f"prefill curve {curve}"
@@ -379,7 +422,7 @@ def load_prefill_curve(curve) -> tuple:
     return tuple(tokens), tuple(ms), tuple(joules)
 
 
-def _read_curve_csv(path):
+def _read_curve_csv(path: Path):
     what = "a prefill curve (CSV tokens,ms,j)"
     text = decode_text(read_input(path, what, SimulationError), what, path, SimulationError)
     head, rows = csv_rows(text, what, path, SimulationError)

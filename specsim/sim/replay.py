@@ -39,12 +39,65 @@ from specsim import _toml
 from specsim._checks import MAX_BUDGET_TOKENS, MAX_DEPTH, MAX_WIDTH, check_int, number_problem, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, SpecsimWarning, TraceError, TraceWarning
-from specsim.sim._types import ReplayResult
 from specsim.interop import read_policy
+from specsim.policy.policy import Policy
 from specsim.table import Cell, CostTable, TableKey
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.plan import Planner
-from specsim.sim._kernels import replay_steps_nb
+from specsim.sim._replay_kernels import replay_steps_nb
+
+class ReplayResult(NamedTuple):
+    """What a policy gives when an acceptance trace is replayed at one width (docs/replay.md).
+
+    ``joules`` and the per-joule rate are None when the costs have no energy (a ``step_ms`` list).
+    ``by_depth[k]`` counts the steps run at depth ``k``.
+    """
+
+    trace: str
+    policy: str
+    width: int
+    depth: int
+    budget: int
+    tokens: int
+    steps: int
+    plain_steps: int
+    by_depth: tuple
+    ms: float
+    joules: Optional[float]
+
+    @property
+    def tokens_per_ms(self) -> float:
+        return self.tokens / self.ms if self.ms > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000.0 * self.tokens_per_ms
+
+    @property
+    def tokens_per_j(self) -> Optional[float]:
+        if self.joules is None:
+            return None
+        return self.tokens / self.joules if self.joules > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary."""
+        return {
+            "trace": self.trace,
+            "policy": self.policy,
+            "width": self.width,
+            "depth": self.depth,
+            "budget": self.budget,
+            "tokens": self.tokens,
+            "ms": self.ms,
+            "joules": self.joules,
+            "steps": self.steps,
+            "plain_steps": self.plain_steps,
+            "by_depth": {str(k): c for k, c in enumerate(self.by_depth) if c},
+            "tokens_per_ms": self.tokens_per_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_j": self.tokens_per_j,
+        }
+
 
 # Trace entries one call of the replay kernel uses at most (a few ms of work): Ctrl-C and the
 # progress line act between calls.
@@ -261,13 +314,13 @@ def estimated_calibration(trace: AcceptanceTrace):
     return AcceptanceCalibration(drafter, [0.0], [priors[0]], priors, source=f"trace {trace.name}")
 
 
-def policy_depth(policy, width, table=None, calibration=None, slack=0.0, max_seqs=None) -> int:
-    """The depth a policy picks at ``width`` before any clamping.
+def policy_depth(policy: Policy, width, table=None, calibration=None, slack=0.0, max_seqs=None) -> int:
+    """The depth a policy (a :class:`~specsim.policy.policy.Policy`, read where it was typed)
+    picks at ``width`` before any clamping.
 
     ``fixed`` and ``schedule`` read the width alone; ``propose`` and ``goodput`` ask the
     planner (``specsim.plan.Planner``) built from ``table`` and ``calibration``.
     """
-    policy = read_policy(policy)
     if not policy.needs_planner:
         return policy.depth_for_width(width)
     if policy.per_sequence:

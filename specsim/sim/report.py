@@ -112,7 +112,7 @@ def plot(results, summaries, path) -> dict:
     ``legends`` (how many legends the figure has: 1), ``titles`` (per panel) and
     ``slack_labels`` (the slack labels on the first panel).
     """
-    try:
+    try:  # matplotlib is optional (the plot extra) and heavy: loaded only when a figure is drawn
         import matplotlib
 
         matplotlib.use("Agg")
@@ -186,7 +186,7 @@ def plot(results, summaries, path) -> dict:
         if a.get_legend() is not None:
             a.get_legend().remove()
     # One legend for every panel (each run has one colour throughout), below them, off the data.
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # optional and heavy, as above: only with a figure
 
     handles = [Line2D([], [], color=colour[name], marker="o", label=name) for _, name in shown]
     fig.legend(handles=handles, loc="lower center", ncol=min(4, max(1, len(shown))), fontsize=8, frameon=False)

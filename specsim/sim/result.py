@@ -24,7 +24,8 @@ class SimResult:
     policy : str
         The policy's label, with the depths it actually ran (see :func:`simulate`).
     options : dict
-        The server options with defaults resolved (:meth:`ServerOptions.resolved`).
+        The server options with defaults resolved, JSON-ready
+        (:meth:`ServerOptions.resolve`, :meth:`~specsim.sim.options.ResolvedOptions.to_dict`).
     policy_spec : Policy
         The policy as run (depths clamped to the server's cap).
     arrival_s, first_token_s, finish_s, scheduled_s : ndarray(float64, ndim=1), shape (N,)

@@ -1,5 +1,5 @@
 """Draft trees in the simulated server (docs/simulation.md#draft-trees): what a ``tree`` policy
-verifies at every width and the arrays the engine reads for it (:class:`~specsim.sim._types.TreeArrays`).
+verifies at every width and the arrays the engine reads for it (:class:`~specsim.sim.bundles.TreeArrays`).
 
 Every tree a run verifies is a prefix of one greedy order of the calibration's rank-acceptance
 table (``specsim.tree.greedy_order``): ``tree:N,D`` verifies the best tree of N nodes and depth
@@ -21,7 +21,7 @@ from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan._types import table_arrays
 from specsim.plan.depth_table import depth_by_width
 from specsim.plan.planner import Planner
-from specsim.sim._types import TreeArrays
+from specsim.sim.bundles import TreeArrays
 from specsim.tree._kernels import tree_price_nb
 from specsim.tree._types import TreeOrder
 from specsim.tree.best import checked_tree, greedy_order
@@ -92,10 +92,12 @@ def _auto_memo(table, calibration, opts, seqs: int, k_cap: int, budget):
     return memo, branching
 
 
-def tree_policy_arrays(pol, table, calibration, opts, resolved: dict, seqs: int, k_cap: int, budget, contexts):
+def tree_policy_arrays(pol, table, calibration, opts, contexts):
     """``(depth_memo, TreeArrays)`` of a tree policy's run: its nodes per sequence at every width
-    (clamped as the server clamps depths), and the engine's arrays (contexts: the measured
-    contexts the run prices at, empty without context pricing)."""
+    (clamped as the server clamps depths), and the engine's arrays. ``opts``: the run's
+    :class:`~specsim.sim.options.ResolvedOptions` (its ``k_max`` the run's depth cap);
+    ``contexts``: the measured contexts the run prices at, empty without context pricing."""
+    seqs, k_cap, budget = opts.max_num_seqs, opts.k_max, opts.max_num_batched_tokens
     a = calibration.rank_acceptance
     order = _order(pol, a, table.max_k)
     if pol.nodes:

@@ -15,6 +15,7 @@ clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import warnings
@@ -34,8 +35,6 @@ NOISE_SEEDS = 3
 def run_digest(result) -> str:
     """A digest of what makes a run the run it was: every request's first-token and finish times,
     the energy and the depth histogram (a sweep row's ``run_digest``)."""
-    import hashlib
-
     parts = [np.ascontiguousarray(result.first_token_s, dtype=np.float64).tobytes(),
              np.ascontiguousarray(result.finish_s, dtype=np.float64).tobytes(),
              np.float64(result.energy_j).tobytes(), np.ascontiguousarray(result.depth_histogram, np.int64).tobytes()]

@@ -67,7 +67,8 @@ from specsim.plan._trees import NO_TREE_TABLE
 from specsim.plan.depth_table import depth_by_width
 from specsim.policy.policy import parse_policy
 from specsim.policy.schedule import canonical, policy_text, ranges_from_depths
-from specsim.sim.engine import ServerOptions, simulate, use_sequence_engine
+from specsim.sim.engine import simulate, use_sequence_engine
+from specsim.sim.options import ServerOptions
 from specsim.studies.windows import window_bounds
 from specsim.studies.schedule_file import per_batch_verdict, render_schedule, text_digest, trace_digest
 
@@ -736,11 +737,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
     target = _check(objective, seeds, holdout, slo, executor)
     _check_search(min_gain, max_rounds, widths_max)
     requests, opts = _requests_and_options(requests, options, seeds)
-    resolved = opts.resolved(table)
+    resolved = opts.resolve(table)
     if widths_max is not None and (not is_int(widths_max) or widths_max < 1):
         raise ScheduleError(f"widths_max must be a whole number >= 1, got {widths_max!r}")
     tree_sizes = _tree_sizes(calibration, resolved) if trees else []
-    widest = min(widths_max or resolved["max_num_seqs"], resolved["max_num_seqs"])
+    widest = min(widths_max or resolved.max_num_seqs, resolved.max_num_seqs)
     train_part, held_part = _split(requests, float(holdout))
     windows = _noise_windows(noise_windows, train_part)
     compare = _compare_policies(compare)
@@ -751,11 +752,11 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
         pool = _Pool(ex, {"train": train_part, "held": held_part, **windows}, table, calibration, opts, slo)
         search = _Search(pool, _Line(progress), objective, target, opts.seed, seeds, min_gain, len(windows))
         starts = search.starts(table, calibration, opts, resolved, widest)
-        incumbent = search.descend(starts, table, resolved["k_max"], widest, max_rounds)
+        incumbent = search.descend(starts, table, resolved.k_max, widest, max_rounds)
         search.check_met()
         overloaded = search.load(incumbent, offered_rate(train_part), allow_overload)
         reached = search.reached
-        final = [incumbent] + [f"fixed:{k}" for k in range(resolved["k_max"] + 1)] + ["goodput", "propose", "sequence"]
+        final = [incumbent] + [f"fixed:{k}" for k in range(resolved.k_max + 1)] + ["goodput", "propose", "sequence"]
         best_tree = None
         if tree_sizes:
             search.run([("train", f"tree:{n}", s) for n in tree_sizes for s in search.train_seeds])
@@ -771,7 +772,7 @@ def tune(requests, table, calibration, *, objective="energy", slo=None, widths_m
             search.line.close()
     ex.close()
     inputs = _inputs(requests, table, calibration, opts, names or {}, seeds=seeds, holdout=holdout,
-                     max_num_seqs=resolved["max_num_seqs"], widest=widest, k_cap=resolved["k_max"],
+                     max_num_seqs=resolved.max_num_seqs, widest=widest, k_cap=resolved.k_max,
                      reached=reached, min_gain=min_gain, slo=slo, target=target)
     inputs["train_rate"], inputs["holdout_rate"] = offered_rate(train_part), offered_rate(held_part)
     if windows:
@@ -795,11 +796,11 @@ def _tree_sizes(cal, resolved) -> list:
     if a is None:
         raise ScheduleError(f"trees (--trees): {NO_TREE_TABLE}; fit one with calib fit --drafts-log or --rank-rates "
                             "(docs/calibration.md#draft-trees), or tune chains without --trees")
-    budget = resolved["max_num_batched_tokens"]
-    most = min(MAX_TREE_NODES, resolved["k_max"], int(np.asarray(a).size),
+    budget = resolved.max_num_batched_tokens
+    most = min(MAX_TREE_NODES, resolved.k_max, int(np.asarray(a).size),
                MAX_TREE_NODES if budget is None else budget - 1)
     if most < 2:
-        raise ScheduleError(f"trees (--trees): the server drafts at most k_max = {resolved['k_max']} token(s), so no "
+        raise ScheduleError(f"trees (--trees): the server drafts at most k_max = {resolved.k_max} token(s), so no "
                             "tree of 2 or more nodes fits; raise k_max (a deeper table) or tune chains without --trees")
     return list(range(2, most + 1))
 
@@ -909,10 +910,10 @@ class _Search:
 
     def starts(self, table, cal, opts, resolved, widest) -> dict:
         """Every fixed depth, and the propose and goodput depth at every width: name -> (depths, policy)."""
-        k_cap = resolved["k_max"]
+        k_cap = resolved.k_max
         depths = {f"fixed:{k}": np.full(widest, k, dtype=np.int64) for k in range(k_cap + 1)}
         for name in ("propose", "goodput"):
-            d = depth_by_width(parse_policy(name), table, cal, opts, resolved["max_num_seqs"], k_cap)
+            d = depth_by_width(parse_policy(name), table, cal, opts, resolved.max_num_seqs, k_cap)
             depths[name] = d[1:widest + 1]
         out = {name: (d, policy_text(ranges_from_depths(d))) for name, d in depths.items()}
         self.run([("train", t, s) for _, t in out.values() for s in self.train_seeds])

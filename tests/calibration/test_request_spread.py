@@ -19,7 +19,7 @@ from specsim.calibration.spread import (
 )
 from specsim.cli import main
 from specsim.errors import CalibrationError
-from specsim.sim import ServerOptions, simulate
+from specsim.sim import ServerOptions, parse_policy, simulate
 from specsim.sim.engine import prepare
 from specsim.sim.fleet import Fleet, simulate_fleet
 from tests import reference_engine as ref
@@ -244,13 +244,13 @@ def test_every_policy_sees_the_same_request_factor():
     """Common random numbers: a request's z is a function of (seed, request index) alone."""
     reqs = random_requests(400, 3)
     cal = with_spread(small_calibration(), 0.9)
-    shifts = [prepare(reqs, small_table(), cal, pol, ServerOptions(seed=17)).cal.shift for pol in ("fixed:1", "propose")]
+    shifts = [prepare(reqs, small_table(), cal, parse_policy(pol), ServerOptions(seed=17)).cal.shift for pol in ("fixed:1", "propose")]
     assert np.array_equal(shifts[0], shifts[1]) and shifts[0].shape == (400,)
     want = [0.9 * ref.ref_request_z(17, r) for r in range(400)]
     assert np.allclose(shifts[0], want, rtol=0, atol=1e-14)
     z = shifts[0] / 0.9
     assert abs(z.mean()) < 0.15 and abs(z.std() - 1.0) < 0.1
-    other = prepare(reqs, small_table(), cal, "fixed:1", ServerOptions(seed=18)).cal.shift
+    other = prepare(reqs, small_table(), cal, parse_policy("fixed:1"), ServerOptions(seed=18)).cal.shift
     assert not np.array_equal(other, shifts[0])
 
 
@@ -263,7 +263,7 @@ def test_no_spread_and_a_zero_spread_are_the_plain_engine(tmp_path):
     stripped.write_text(path.read_text().split("[request_spread]")[0])
     zero, absent = AcceptanceCalibration.load(path), AcceptanceCalibration.load(stripped)
     assert zero.spread.logit_sd == 0.0 and absent.spread is None
-    p = prepare(reqs, table, zero, "fixed:3", ServerOptions())
+    p = prepare(reqs, table, zero, parse_policy("fixed:3"), ServerOptions())
     assert p.cal.centre.shape == (0,) and p.cal.shift.shape == (0,)
     for policy in ("fixed:3", "sequence"):
         a = simulate(reqs, table, zero, policy, max_num_seqs=4)
@@ -405,3 +405,20 @@ def test_a_drafts_log_chain_whose_rows_name_two_requests_is_accepted(tmp_path, c
     code, _, err = run(capsys, "calib", "fit", "--drafts-log", tmp_path / "d.csv", *DRAFTER, "-o", tmp_path / "c.toml",
                        "--request-spread", "require")
     assert code == 2 and "step 2, sequence 0 names requests 99 and 2" in err and not (tmp_path / "c.toml").exists()
+
+
+def test_the_calibration_hands_the_engine_its_own_arrays():
+    """``AcceptanceCalibration.engine_arrays()``: the calibration's own arrays (not copies: one
+    Numba type whoever builds a run), the bucket index, and the request spread's centres (empty
+    without a spread); the engine's draft-outcome bundle holds them as they are."""
+    from specsim.calibration.calibration import bucket_cells
+
+    cal = small_calibration()
+    arrays = cal.engine_arrays()
+    assert arrays.edges is cal.edges and arrays.p_accept is cal.p_accept and arrays.priors is cal.priors
+    assert np.array_equal(arrays.cells, bucket_cells(cal.edges)) and arrays.centre.shape == (0,)
+    spread = with_spread(cal, 0.9)
+    assert np.array_equal(spread.engine_arrays().centre, centres(cal.p_accept, 0.9))
+    p = prepare(random_requests(30, 2), small_table(), spread, parse_policy("fixed:1"), ServerOptions(seed=5))
+    assert p.cal.edges is spread.edges and p.cal.priors is spread.priors
+    assert np.array_equal(p.cal.centre, spread.engine_arrays().centre) and p.cal.shift.shape == (30,)

@@ -17,7 +17,7 @@ from specsim.calibration import AcceptanceCalibration
 from specsim.calibration.spread import centres
 from specsim.errors import PolicyError, SimulationError, TraceWarning
 from specsim.sim import ServerOptions, simulate
-from specsim.sim.engine import confidence_values, max_entropy_weights, occupancy_cdf
+from specsim.sim.outcomes import confidence_values, max_entropy_weights, occupancy_cdf
 from specsim.sim.metrics import requests_csv, summarize
 from specsim.sim.slo import SLO
 from tests import reference_engine as ref
@@ -590,7 +590,7 @@ def test_separate_prefill_mode_equals_the_first_engine_bit_for_bit(shared_data):
 def test_load_aware_depths_are_the_plain_rule_with_and_without_idle_power():
     """Both of load-aware's plans equal the plain-Python rule: propose's while requests wait, and
     propose's with every step's energy counted above idle power while none do."""
-    from specsim.sim.engine import depth_by_width
+    from specsim.plan.depth_table import depth_by_width
     from specsim.policy.policy import parse_policy
     from tests.reference import ref_propose_depth
 
@@ -680,3 +680,27 @@ def test_runs_on_the_same_requests_share_one_copy_of_their_columns():
     mixed = simulate_runs(reqs, table, cal, policy_runs(["fixed:2", "sequence", "fixed:0"], [0.0]), opts)
     assert [r.policy for r in mixed] == ["fixed:2", "sequence", "fixed:0"]
     assert np.array_equal(mixed[1].finish_s, simulate(reqs, table, cal, "sequence", options=opts).finish_s)
+
+
+@pytest.mark.kernels
+def test_the_engines_core_takes_a_policy_and_the_public_entry_reads_text_once(monkeypatch):
+    """Policy text is read where users type it: ``simulate`` (the public entry) reads it once at
+    its top; ``prepare``, ``simulate_runs`` and ``use_sequence_engine`` take :class:`Policy`
+    values and refuse text instead of reading it again."""
+    from specsim.policy.policy import parse_policy
+    from specsim.sim import engine
+
+    reqs = random_requests(12, 2)
+    table, cal = small_table(), small_calibration()
+    opts = ServerOptions(max_num_seqs=4)
+    for call in (lambda: engine.prepare(reqs, table, cal, "fixed:1", opts),
+                 lambda: engine.simulate_runs(reqs, table, cal, [("fixed:1", 0.0)], opts),
+                 lambda: engine.use_sequence_engine(["sequence"])):
+        with pytest.raises(PolicyError, match="the engine takes a Policy"):
+            call()
+    real, reads = engine.read_policy, []
+    monkeypatch.setattr(engine, "read_policy", lambda text: reads.append(text) or real(text))
+    typed = simulate(reqs, table, cal, "fixed:1", options=opts)
+    assert reads == ["fixed:1"]
+    value = simulate(reqs, table, cal, parse_policy("fixed:1"), options=opts)
+    assert np.array_equal(typed.finish_s, value.finish_s) and typed.policy == value.policy == "fixed:1"

@@ -122,11 +122,11 @@ def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
     (docs/simulation.md, "Compile time"): with one Numba type for both, its kernel is compiled
     once, not twice. A read-only table array would be a second type."""
     numba = pytest.importorskip("numba")
-    from specsim.sim import ServerOptions
+    from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    prep = prepare(reqs, table, small_calibration(), "sequence", ServerOptions())
+    prep = prepare(reqs, table, small_calibration(), parse_policy("sequence"), ServerOptions())
     assert numba.typeof(prep.tab.widths) == numba.typeof(prep.ws.grid_width)
     assert numba.typeof(prep.tab.costs) == numba.typeof(prep.ws.grid)
 
@@ -136,10 +136,35 @@ def test_a_table_with_an_axis_and_one_without_run_one_compiled_engine():
     contexts a read-only array) or not (an empty one): else the whole engine, and the fleet's
     kernel, would be compiled twice in a process that runs both."""
     numba = pytest.importorskip("numba")
-    from specsim.sim import ServerOptions
+    from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    types = {numba.typeof(prepare(reqs, t, small_calibration(), policy, ServerOptions()).tab)
+    types = {numba.typeof(prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions()).tab)
              for t in (small_table(), context_table()) for policy in ("fixed:2", "sequence")}
     assert len(types) == 1, types
+
+
+def test_the_table_hands_the_engine_its_costs_at_every_width_and_context():
+    """``engine_table``: the table's costs at every width 0..S (its ``cell`` there) and, with
+    context pricing, at every measured context (the contexts a writable int64 array, empty with
+    the pricing off); ``prepare`` takes them as they are."""
+    from specsim.plan.depth_table import engine_table
+    from specsim.sim import ServerOptions, parse_policy
+    from specsim.sim.engine import prepare
+
+    table = context_table()
+    widths, costs, wcs, contexts, cwcs = engine_table(table, 9, True)
+    assert contexts.tolist() == [20, 150, 400] and contexts.dtype == np.int64 and contexts.flags.writeable
+    assert wcs.shape == (10, table.max_k + 1, 4) and cwcs.shape == (3, 10, table.max_k + 1, 4)
+    for n in range(1, 10):
+        for k in range(table.max_k + 1):
+            assert wcs[n, k].tolist() == list(table.cell(n, k))[2:]
+            for c, tokens in enumerate(contexts.tolist()):
+                np.testing.assert_allclose(cwcs[c, n, k], list(table.cell(n, k, context=tokens))[2:], rtol=1e-12)
+    off = engine_table(table, 9, False)
+    assert off[3].shape == (0,) and off[4].shape == (0, 10, table.max_k + 1, 4) and np.array_equal(off[2], wcs)
+    prep = prepare(requests([(0.0, 8, 4)]), table, small_calibration(), parse_policy("fixed:2"),
+                   ServerOptions(max_num_seqs=9))
+    for got, want in zip(prep.tab, (widths, costs, wcs, contexts, cwcs)):
+        assert np.array_equal(got, want)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specsim.errors import PolicyError, SimulationError
 from specsim.sim import ServerOptions, simulate
-from specsim.sim._types import MAX_ACCEPTANCE_WINDOW
+from specsim.sim.bundles import MAX_ACCEPTANCE_WINDOW
 from specsim.interop import read_policy
 from tests.fixtures import random_requests, small_calibration, small_table
 from tests.sim.test_engine import POLICIES, assert_matches_reference, run_reference

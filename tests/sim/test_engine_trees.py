@@ -237,7 +237,8 @@ def test_tree_auto_plans_at_the_batch_context_not_the_reference_grid():
     reference grid's plan (the memo: what tree:auto ran before), and each step's nodes are
     Planner.propose_tree's at that step's mean context."""
     from specsim.plan import Planner
-    from specsim.sim.engine import ServerOptions, prepare
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
 
     table = tree_context_table(contexts=(20, 400, 2000), reference=20, row_ms=0.05, row_j=0.05 / 3)
     cal = tree_calibration(AUTO_RANKS)
@@ -245,7 +246,7 @@ def test_tree_auto_plans_at_the_batch_context_not_the_reference_grid():
     reqs["prompt_tokens"] = np.where(np.arange(40) % 2 == 0, 1500, reqs["prompt_tokens"])
     opts = {"max_num_seqs": 6, "log_size": 1 << 14}
     live = simulate(reqs, table, cal, "tree:auto", **opts)
-    p = prepare(reqs, table, cal, "tree:auto", ServerOptions(**opts))
+    p = prepare(reqs, table, cal, parse_policy("tree:auto"), ServerOptions(**opts))
     planner = Planner(table, cal, memo=False)
     memo = [planner.propose_tree(n).nodes for n in range(7)]
     grid = [int(v) for v in p.srv.depth_memo]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration.spread import centres
 from specsim.sim import ServerOptions, simulate
-from specsim.sim.engine import occupancy_cdf
+from specsim.sim.outcomes import occupancy_cdf
 from specsim.sim.fleet import ROUTERS, Fleet, FleetError, ReplicaGroup, load_fleet, parse_fleet, simulate_fleet
 from specsim.sim.slo import SLO
 from specsim.table import Cell, CostTable, TableKey

@@ -122,7 +122,7 @@ def test_replay_refusals():
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.integers(0, 9), st.integers(1, 9),
        st.integers(1, 12), st.integers(1, 500))
 def test_kernel_matches_reference(digits, k_logged, depth, width, budget):
-    from specsim.sim._kernels import replay_nb
+    from specsim.sim._replay_kernels import replay_nb
 
     got = replay_nb(np.array(digits, dtype=np.int8), width, min(depth, k_logged), budget, 0.1, 0.3)
     want = ref.ref_replay(digits, width, min(depth, k_logged), budget, 0.1, 0.3)
@@ -134,7 +134,7 @@ def test_kernel_matches_reference(digits, k_logged, depth, width, budget):
        st.integers(1, 500), st.integers(1, 7))
 def test_the_replay_in_chunks_matches_the_reference(digits, depth, width, budget, chunk):
     # Chunks of steps (between which Ctrl-C and the progress line act) give the one-call result.
-    from specsim.sim._kernels import replay_steps_nb
+    from specsim.sim._replay_kernels import replay_steps_nb
 
     counts, sums = np.zeros(3, dtype=np.int64), np.zeros(2, dtype=np.float64)
     calls = 0

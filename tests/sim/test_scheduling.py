@@ -250,13 +250,32 @@ def test_modelled_tables_carry_what_the_engine_needs():
     meta = table.meta
     assert 600_000 < meta["kv_capacity_tokens"] < 1_000_000
     assert 0 < meta["prefill_ms_per_token"] < 0.1 and meta["prefill_ms_per_step"] > 0
-    resolved = ServerOptions().resolved(table)
-    assert all(resolved[name] == meta[name] for name in META_COSTS)
-    assert resolved["kv_capacity_tokens"] == meta["kv_capacity_tokens"]
+    resolved = ServerOptions().resolve(table)
+    assert all(getattr(resolved, name) == meta[name] for name in META_COSTS)
+    assert resolved.kv_capacity_tokens == meta["kv_capacity_tokens"]
     # Rendered and read back, the table keeps them.
     from specsim.table import CostTable
 
     assert CostTable.parse(table.to_text(), "<demo>").meta["kv_capacity_tokens"] == meta["kv_capacity_tokens"]
+
+
+def test_the_options_resolve_once_into_a_frozen_value_a_run_reports():
+    """``ServerOptions.resolve(table)``: every default filled in once, a frozen value (no dict a
+    caller could change under the run); a run's ``options`` are its JSON-ready form."""
+    import dataclasses
+    import json
+
+    from specsim.sim.options import ResolvedOptions, ServerOptions
+
+    table = sloped_table()
+    resolved = ServerOptions(k_max=1, idle_w=3.0).resolve(table)
+    assert isinstance(resolved, ResolvedOptions)
+    assert (resolved.max_num_seqs, resolved.k_max, resolved.idle_w, resolved.acceptance_trace) == (4, 1, 3.0, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.k_max = 2
+    res = simulate(requests([(0.0, 2, 3), (0.1, 1, 2)]), table, small_calibration(), "fixed:2", k_max=1, idle_w=3.0)
+    assert res.options == resolved.to_dict() and res.options["max_batch"] == 4
+    assert json.loads(json.dumps(res.options)) == res.options
 
 
 def sloped_table():
@@ -286,13 +305,13 @@ def test_a_curves_fixed_part_above_the_tables_plain_step_gives_way_to_it(tmp_pat
     mixed = np.diff(ends)[:2] * 1000.0
     assert res.step_prefill_tokens[:2].tolist() == [1, 1] and res.step_width[:2].tolist() == [2, 2]
     np.testing.assert_allclose(mixed, 10.0 + 64.66 - 8.0)
-    resolved = ServerOptions(prefill_curve=str(path)).resolved(sloped_table())
+    resolved = ServerOptions(prefill_curve=str(path)).resolve(sloped_table())
     assert prefill_fixed_part(resolved) == pytest.approx((64.66, 5.0))
     assert prefill_fixed_part(resolved, sloped_table()) == pytest.approx((8.0, 1.0))
     note = prefill_fixed_note(resolved, sloped_table())
     assert "64.66 ms and 5 J" in note and "plain step at width 1 (8 ms and 1 J)" in note
     # A curve whose fixed part is below the plain step is taken as it is, and says nothing.
     path.write_text("tokens,ms,j\n1,4,0.2\n3,8,0.4\n")
-    resolved = ServerOptions(prefill_curve=str(path)).resolved(sloped_table())
+    resolved = ServerOptions(prefill_curve=str(path)).resolve(sloped_table())
     assert prefill_fixed_part(resolved, sloped_table()) == pytest.approx((2.0, 0.1))
     assert prefill_fixed_note(resolved, sloped_table()) is None

@@ -14,7 +14,7 @@ from specsim.errors import PolicyError, ScheduleError, SpecsimError
 from specsim.policy.schedule import policy_text, ranges_from_depths
 from specsim.studies.schedule_file import load_schedule
 from specsim.studies.tune import _moves, _runs, evaluate, grid_widths, tune
-from specsim.sim.engine import ServerOptions
+from specsim.sim.options import ServerOptions
 from specsim.sim.slo import SLO
 
 

@@ -152,7 +152,9 @@ def _engines_run(monkeypatch, runs) -> set:
     """Over the engine calls of ``simulate_runs(runs)``, from a process that has not run the engine
     with the per-sequence planner: whether each ran the engine without that planner."""
     from specsim.demo_inputs import demo_calibration
+    from specsim.policy.policy import parse_policy
     from specsim.sim import engine
+    from specsim.sim.options import ServerOptions
     from specsim.traces import read_trace
 
     real, seen = engine.run_nb, []
@@ -164,7 +166,8 @@ def _engines_run(monkeypatch, runs) -> set:
     monkeypatch.setattr(engine, "run_nb", spy)
     monkeypatch.setattr(engine, "_sequence_engine", [False])
     reqs = read_trace(ROOT / "examples" / "trace.csv").requests[:40]
-    engine.simulate_runs(reqs, demo_table(), demo_calibration(), runs, engine.ServerOptions())
+    engine.simulate_runs(reqs, demo_table(), demo_calibration(), [(parse_policy(p), s) for p, s in runs],
+                         ServerOptions())
     return set(seen)
 
 
@@ -435,3 +438,37 @@ def test_a_sigterm_to_a_command_leaves_its_compile_ahead_helper_running(tmp_path
         parent.stdout.close()
         if helper is not None and not _ended(helper):
             os.kill(helper, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("where", ["a module that is gone", "a class its module no longer holds"])
+def test_a_cache_index_naming_a_moved_type_reads_as_empty(tmp_path, monkeypatch, where):
+    """A kernel's cache index written by another version names its bundle types by module path;
+    where one has moved since (``sim/_types.py`` -> ``sim/bundles.py``) the kernel compiles
+    afresh instead of raising from Numba's unpickling on its first call."""
+    import pickle
+    import types
+
+    import numba
+    from numba.core import caching
+
+    from specsim import _jit
+    from specsim.sim import bundles
+    from specsim.sim._replay_kernels import replay_nb
+
+    assert type(replay_nb._cache._cache_file) is _jit._KernelIndex  # every kernel's index reads so
+    moved = type("Moved", (), {})
+    if where == "a module that is gone":
+        home = types.ModuleType("specsim_gone_module")
+        monkeypatch.setitem(sys.modules, home.__name__, home)
+    else:
+        home = bundles
+    moved.__module__ = home.__name__
+    monkeypatch.setattr(home, "Moved", moved, raising=False)
+    data = pickle.dumps(("stamp", {(moved,): "k.1.nbc"}))
+    monkeypatch.undo()  # the type is gone again, as after an upgrade
+    with open(tmp_path / "k.nbi", "wb") as f:
+        pickle.dump(numba.__version__, f)
+        f.write(data)
+    with pytest.raises((ImportError, AttributeError)):
+        caching.IndexDataCacheFile(str(tmp_path), "k", "stamp")._load_index()
+    assert _jit._KernelIndex(str(tmp_path), "k", "stamp")._load_index() == {}

@@ -279,7 +279,7 @@ CURVE = "tokens,ms,j\n128,5.0,2.0\n1024,20.0,9.0\n"
 
 
 def test_a_prefill_curve_csv_with_a_200_kb_field_is_a_csv_error(files):
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.options import ServerOptions
 
     (files / "curve.csv").write_text(CURVE + '"' + "9" * 200_000 + '",1,1\n')
     with pytest.raises(SpecsimError, match="curve.csv:4.*not CSV"):
@@ -287,14 +287,14 @@ def test_a_prefill_curve_csv_with_a_200_kb_field_is_a_csv_error(files):
 
 
 def test_a_prefill_curve_with_a_utf8_bom_is_missing_the_tokens_header(files):
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.options import ServerOptions
 
     (files / "curve.csv").write_bytes(b"\xef\xbb\xbf" + CURVE.encode())
     assert ServerOptions(prefill_curve=files / "curve.csv").prefill_curve[0] == (128.0, 1024.0)
 
 
 def test_fractional_tokens_in_a_prefill_curve_are_accepted(files):
-    from specsim.sim.engine import ServerOptions
+    from specsim.sim.options import ServerOptions
 
     (files / "curve.csv").write_text("tokens,ms,j\n128.5,5.0,2.0\n1024,20.0,9.0\n")
     with pytest.raises(SpecsimError, match="128.5 is not a whole number"):

@@ -31,7 +31,7 @@ from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
 # inlined into the driver by LLVM (compiled once each, as the engine's ``step_part``).
 kernel = jit(_nrt=False)
 part = jit(_nrt=False, forceinline=True, internal=True)  # called by fleet_nb only
-from specsim.sim._types import ReplicaState, Requests, StepLog
+from specsim.sim.bundles import ReplicaState, Requests, StepLog
 
 # Router codes.
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV = range(3)
@@ -46,10 +46,10 @@ N_CURSOR = 3
 
 class Group(NamedTuple):
     """One replica group's engine bundles (``tab``, ``cal``, ``srv``: see
-    :mod:`specsim.sim._types`), its step scratch ``ws`` and per-sequence planner workspace
+    :mod:`specsim.sim.bundles`), its step scratch ``ws`` and per-sequence planner workspace
     ``plan`` (None unless the fleet's policy plans per sequence), shared by the group's replicas,
     which step one at a time, its step-log capacity ``log_size`` and its draft trees ``tree``
-    (:class:`~specsim.sim._types.TreeArrays` of a tree policy, else None). Every field has the
+    (:class:`~specsim.sim.bundles.TreeArrays` of a tree policy, else None). Every field has the
     same type in every group (a fleet runs one policy, so every group has trees or none), so a
     tuple of groups is indexable at run time. Built by ``specsim.sim.fleet.fleet._group``."""
 
@@ -71,17 +71,17 @@ class FleetState(NamedTuple):
 
     arrival_s, first_s, finish_s, sched_s : float64 (R, C)
     prompt, output, emitted, prefilled, target, blocks, decode_iters : int64 (R, C)
-        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.Requests`: the requests routed
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim.bundles.Requests`: the requests routed
         to it in routing (= arrival) order, as the engine reads and writes them.
     request : int64 (R, C)
         The trace index of each routed request.
     routed : int64 (R,)
         Requests routed to each replica so far.
     rec : STATE_DT (R,); running : int64 (R, S); queue : int64 (R, C); depth_hist : int64 (R, K + 1)
-        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.ReplicaState` (its queue holds
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim.bundles.ReplicaState` (its queue holds
         row indices).
     log_t_s, log_depth : float64 (R, L); log_width, log_tokens, log_kv_blocks, log_prefill_tokens : int64 (R, L)
-        Row ``r`` is replica ``r``'s :class:`~specsim.sim._types.StepLog`.
+        Row ``r`` is replica ``r``'s :class:`~specsim.sim.bundles.StepLog`.
     assignment : int64 (N,)
         The replica each trace request was routed to.
     cursor : int64 (N_CURSOR,)

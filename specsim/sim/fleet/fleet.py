@@ -20,15 +20,16 @@ import numpy as np
 
 from specsim._checks import NO_CAP, int_problem, name_problem
 from specsim.errors import PolicyError, SimulationError, SpecsimError
+from specsim.interop import read_policy
 from specsim.sim.fleet._kernels import ROUTER_CODES, Group
 from specsim import _toml
 from specsim._io import read_input
 from specsim.calibration import AcceptanceCalibration
-from specsim.sim._types import ReplicaState, Requests, STATE_DT, StepLog
-from specsim.sim.engine import PROGRESS_CHUNK, ServerOptions, _request_arrays, collect, prepare
+from specsim.sim.bundles import ReplicaState, Requests, STATE_DT, StepLog
+from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays, collect, prepare
 from specsim.sim.fleet import _kernels as fk
 from specsim.sim.fleet.result import FleetResult, merge_replicas
-from specsim.sim.options import check_option_names, option_keywords, option_names
+from specsim.sim.options import ServerOptions, check_option_names, option_keywords, option_names
 from specsim.table import CostTable
 
 ROUTERS = tuple(ROUTER_CODES)
@@ -390,6 +391,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     if not isinstance(fleet, Fleet):
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
+    policy = read_policy(policy)  # the one reading of a policy typed as text
     arrival, prompt, output = _request_arrays(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
     built = [_group(g, requests, policy, n_rep, len(fleet.groups) > 1) for g in fleet.groups]
@@ -445,7 +447,7 @@ def _collect(fleet, router, built, st, arrival, prompt, output) -> "FleetResult"
         for _ in range(g.count):
             replicas.append(_replica_result(st, r, prepared))
             group_names.append(g.name)
-            idle_w.append(float(prepared.options["idle_w"]))
+            idle_w.append(float(prepared.options.idle_w))
             gpus.append(g.gpus_per_replica)
             r += 1
     merged, standby_j, standby_s = merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt,

@@ -159,7 +159,7 @@ def merge_replicas(router, fleet, built, replicas, idle_w, st, arrival, prompt, 
     options = {
         "router": router, "replicas": len(replicas), "gpus": fleet.gpus, "slack": replicas[0].options["slack"],
         "acceptance_trace": None,
-        "groups": [dict(p.options, name=g.name, count=g.count) for g, (_, p) in zip(fleet.groups, built)],
+        "groups": [dict(p.options.to_dict(), name=g.name, count=g.count) for g, (_, p) in zip(fleet.groups, built)],
     }
     merged = SimResult(
         policy=replicas[0].policy, options=options, policy_spec=replicas[0].policy_spec, arrival_s=arrival,

@@ -48,7 +48,7 @@ from specsim._io import read_input
 from specsim.errors import GridError, SimulationError
 from specsim.sim.slo import FIELD_NAMES, SLO, slo_problem
 from specsim.interop import read_policy
-from specsim.sim.engine import ServerOptions
+from specsim.sim.options import ServerOptions
 from specsim.sim.options import OPTION_ALIASES, option_keywords, option_names
 from specsim.sim.fleet import ROUTERS
 from specsim.traces import FORMATS

@@ -20,7 +20,8 @@ from pathlib import Path
 from specsim._checks import COUNT_MAX, int_problem, number_problem, show
 from specsim._io import atomic_write_bytes, atomic_write_text, csv_rows, decode_text, loads_json, read_input
 from specsim.errors import GridError
-from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions
+from specsim.sim.engine import ENGINE_SEMANTICS
+from specsim.sim.options import ServerOptions
 from specsim.studies.sweep.grid import RUN_AXES, Grid, point_options
 
 

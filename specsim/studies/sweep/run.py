@@ -24,7 +24,8 @@ from specsim.studies.sweep.results import (
 from specsim._progress import Progress
 from specsim.calibration import AcceptanceCalibration
 from specsim.frames import rows_frame
-from specsim.sim.engine import ENGINE_SEMANTICS, ServerOptions, simulate, use_sequence_engine
+from specsim.sim.engine import ENGINE_SEMANTICS, simulate, use_sequence_engine
+from specsim.sim.options import ServerOptions
 from specsim.sim.fleet import DEFAULT_FLEET_ROUTER, Fleet, simulate_fleet
 from specsim.sim.verdict import run_digest
 from specsim.table import CostTable
@@ -192,7 +193,7 @@ def run_sweep(grid: Grid, out, *, scheduler=None, workers=None, serial=False, pr
     read = check_results_path(out)  # the one read of the file, before any work
     traces, tables, cals = _load_inputs(grid, grid.points)
     # The points of every policy run one compiled engine in each process (run_point).
-    sequence_engine = use_sequence_engine({point["policy"] for point in grid.points})
+    sequence_engine = use_sequence_engine(read_policy(p) for p in {point["policy"] for point in grid.points})
     inputs, kept, todo, n_stale, stale = _points_to_run(grid, read, traces, tables, cals, out)
     skipped = len(grid.points) - len(todo)
     note = resume_note(len(grid.points), skipped, n_stale, stale, out)

@@ -1,73 +1,20 @@
-"""Result types of the simulation domain."""
+"""The simulated server's bundles: the records and arrays its kernels read and write, and the
+constructors that size them (the one place each buffer is sized)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
 from specsim._checks import MAX_ACCEPTANCE_WINDOW  # the gate ring's size, a size limit
 
 
-class ReplayResult(NamedTuple):
-    """What a policy gives when an acceptance trace is replayed at one width (docs/replay.md).
-
-    ``joules`` and the per-joule rate are None when the costs have no energy (a ``step_ms`` list).
-    ``by_depth[k]`` counts the steps run at depth ``k``.
-    """
-
-    trace: str
-    policy: str
-    width: int
-    depth: int
-    budget: int
-    tokens: int
-    steps: int
-    plain_steps: int
-    by_depth: tuple
-    ms: float
-    joules: Optional[float]
-
-    @property
-    def tokens_per_ms(self) -> float:
-        return self.tokens / self.ms if self.ms > 0 else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return 1000.0 * self.tokens_per_ms
-
-    @property
-    def tokens_per_j(self) -> Optional[float]:
-        if self.joules is None:
-            return None
-        return self.tokens / self.joules if self.joules > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        """JSON-ready summary."""
-        return {
-            "trace": self.trace,
-            "policy": self.policy,
-            "width": self.width,
-            "depth": self.depth,
-            "budget": self.budget,
-            "tokens": self.tokens,
-            "ms": self.ms,
-            "joules": self.joules,
-            "steps": self.steps,
-            "plain_steps": self.plain_steps,
-            "by_depth": {str(k): c for k, c in enumerate(self.by_depth) if c},
-            "tokens_per_ms": self.tokens_per_ms,
-            "tokens_per_s": self.tokens_per_s,
-            "tokens_per_j": self.tokens_per_j,
-        }
-
-
 # -- the engine's bundles ---------------------------------------------------------------------------
 #
 # The serving engine's kernels take these bundles instead of dozens of arrays. Scalars live in
 # one-element structured arrays (a record Numba reads and writes by field name); arrays sit beside
-# them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors of
-# :mod:`specsim.sim.engine`.
+# them in NamedTuples. Every buffer is sized once, in the ``new_*`` constructors below.
 
 # The most batch-size slots SGLang's adaptive controller (the sglang-adaptive policy) is simulated
 # with: the one place its per-slot state in STATE_DT is sized; the engine refuses more.
@@ -177,10 +124,11 @@ class Requests(NamedTuple):
 
 
 class TableArrays(NamedTuple):
-    """A cost table as the engine reads it: ``widths int64[W]``, ``costs float64[W, K+1, 4]``,
-    and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With context
-    pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C, S+1, K+1,
-    4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
+    """A cost table as the engine reads it, its fields built by the table's side
+    (:func:`specsim.plan.depth_table.engine_table`): ``widths int64[W]``, ``costs float64[W, K+1,
+    4]``, and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With
+    context pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C,
+    S+1, K+1, 4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
 
     widths: np.ndarray
     costs: np.ndarray
@@ -330,3 +278,37 @@ class TreeArrays(NamedTuple):
     shape_nodes: np.ndarray
     shape_expected: np.ndarray
     kind_of: np.ndarray
+
+
+# -- the constructors: each buffer sized here, once ------------------------------------------------
+
+def new_requests(arrival, prompt, output):
+    """The :class:`~specsim.sim.bundles.Requests` bundle of N requests, nothing done yet."""
+    n = arrival.shape[0]
+    return Requests(arrival, prompt, output, np.zeros(n, np.int64), np.zeros(n, np.int64), prompt.copy(),
+                    np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
+                    np.zeros(n, np.int64))
+
+
+def new_state(n_requests: int, max_num_seqs: int, max_k: int, t0_s: float):
+    """One replica's :class:`~specsim.sim.bundles.ReplicaState`: empty, its clock at ``t0_s``."""
+    rec = np.zeros(1, dtype=STATE_DT)
+    rec[0]["t_s"] = t0_s
+    rec[0]["log_stride"] = 1
+    return ReplicaState(rec, np.zeros(max_num_seqs, np.int64), np.zeros(max(n_requests, 1), np.int64),
+                        np.zeros(max_k + 1, np.int64))
+
+
+def new_log(size: int):
+    """An empty :class:`~specsim.sim.bundles.StepLog` of ``size`` entries."""
+    return StepLog(np.zeros(size), np.zeros(size, np.int64), np.zeros(size), np.zeros(size, np.int64),
+                   np.zeros(size, np.int64), np.zeros(size, np.int64))
+
+
+def new_workspace(max_num_seqs: int, max_k: int):
+    """The per-step :class:`~specsim.sim.bundles.Workspace` for up to ``max_num_seqs`` sequences."""
+    s, kw = max_num_seqs, max(max_k, 1)
+    return Workspace(np.zeros(s, np.int64), np.zeros(s, np.int64), np.zeros(s, np.int64),
+                     np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
+                     np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), np.zeros(1, np.int64),
+                     np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)), np.zeros(1, TALLY_DT))
