@@ -24,7 +24,8 @@ except ImportError:  # run from a checkout without installing
 
 
 def main(argv=None) -> int:
-    from specsim.cli._common import format_grid, int_list
+    from specsim.cli._common import int_list
+    from specsim._text import format_grid
     from specsim.errors import SpecsimError
     from specsim.measure import CupyBackend, NvmlMeter, ProxyWorkload, SweepSettings, measure_table
     from specsim.table import CostTable

@@ -13,9 +13,7 @@ from specsim.calibration._types import CalibrationArrays, DrafterKey
 from specsim.calibration.drift import dispersion_problems
 from specsim.calibration.spread import centres, check_spread, spread_problems
 from specsim.calibration._types import RequestSpread
-from specsim.calibration.tree_table import (  # noqa: F401 - rank_acceptance_problems: this module's public name too
-    RANK_ROW_SLACK, checked_rank_acceptance, checked_tree_counts, rank_acceptance_problems, read_tree, tree_lines,
-)
+from specsim.calibration.tree_table import checked_rank_acceptance, checked_tree_counts, read_tree, tree_lines
 from specsim.errors import CalibrationError
 
 DRAFTER_STRINGS = ("weights_sha256", "quantization")

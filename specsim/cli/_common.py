@@ -10,7 +10,6 @@ import sys
 from specsim._checks import (
     COUNT_MAX, MAX_TOKENS_PER_REQUEST, MAX_WIDTH, check_finite_results, name_problem, number_problem, show,
 )
-from specsim._text import format_grid  # noqa: F401  (re-exported for the command modules)
 from specsim.errors import SpecsimError, TableError
 from specsim.interop import policy_file
 

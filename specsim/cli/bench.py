@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from specsim.cli._common import context_list, count, format_grid, int_list, key_name
+from specsim.cli._common import context_list, count, int_list, key_name
+from specsim._text import format_grid
 from specsim._checks import MAX_POWER_W, MAX_SECONDS, MIN_POWER_W
 from specsim._io import Outputs
 from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path, merge_files

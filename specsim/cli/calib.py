@@ -8,9 +8,10 @@ import sys
 
 from specsim.cli import calib_live
 from specsim.cli._common import (
-    count, float_list, format_grid, method_name, print_json, real, require_matplotlib as require_plot_format,
+    count, float_list, method_name, print_json, real, require_matplotlib as require_plot_format,
 )
 from specsim.cli._drafter import drafter_flags, drafter_key
+from specsim._text import format_grid
 from specsim.errors import CalibrationError
 from specsim import _toml
 from specsim._checks import MAX_TREE_DEPTH, is_int

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-from specsim.cli._common import context, count, format_grid, print_json, slack, width
+from specsim.cli._common import context, count, print_json, slack, width
+from specsim._text import format_grid
 from specsim.cli.tree import (
     TreeStudy, add_tree_options, check_tree_options, checked_widths, load_tree_inputs, report_text,
 )

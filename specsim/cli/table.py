@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import context, count, digest_map, format_grid, key_name, print_json, width
+from specsim.cli._common import context, count, digest_map, key_name, print_json, width
+from specsim._text import format_grid
 from specsim.errors import KeyMismatchError, TableError
 from specsim.table import CostTable, TableKey
 from specsim.table._types import DRAFT_J, DRAFT_MS, VERIFY_J, VERIFY_MS

@@ -6,7 +6,8 @@ request trace (``simulate`` too), so the options mean the same everywhere.
 
 from __future__ import annotations
 
-from specsim.cli._common import count, format_grid, print_json, real
+from specsim.cli._common import count, print_json, real
+from specsim._text import format_grid
 from specsim.errors import TraceError
 from specsim.traces import parse_synthetic, read_trace, summary, synthetic_trace
 

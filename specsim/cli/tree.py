@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import context, count, format_grid, int_list, real, slack
+from specsim.cli._common import context, count, int_list, real, slack
+from specsim._text import format_grid
 from specsim.errors import PlanError
 from specsim._checks import MAX_MODEL_WIDTHS, MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_WIDTH, check_finite_results
 from specsim._io import Outputs

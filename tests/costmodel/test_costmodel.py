@@ -15,8 +15,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from specsim.cli import main
-from specsim.costmodel import (ACHIEVED, BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, HOST_OVERHEADS, Achieved,
-                               Overheads, achieved_for, forward_breakdown, gpu_spec, model_spec, model_table,
+from specsim.costmodel import (BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, Achieved,
+                               Overheads, achieved_for, gpu_spec, model_spec, model_table,
                                parse_specs, plain_decode_ms, plain_decode_power_w, Setup, step_costs)
 from specsim.errors import CostModelError, SpecsimError
 from specsim.table import CostTable
