@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -401,8 +402,10 @@ class _FakePool:
 
     def __init__(self, value):
         self.value = value
+        self.seen = []
 
     def run(self, tasks, tick=None):
+        self.seen += [pol for _, pol, _ in tasks]
         return [{"j_per_token": self.value(part, str(pol), seed), "tokens_per_s": 1.0, "attainment": None,
                  "tpot_p99_s": 0.01, "max_width": 4, "width_quantiles": [1, 2, 3, 4]} for part, pol, seed in tasks]
 
@@ -411,8 +414,6 @@ def _descend_with(window_gains):
     """A search over widths 1-4, depths 0-2 from ``fixed:1`` where one move only wins: the zig-zag
     ``1=1,2=2,3-=1`` (up at width 2, down again at 3), 1% cheaper on the whole training window
     under both seeds; ``window_gains[w][s]`` is its gain on window ``w`` under seed ``s``."""
-    from types import SimpleNamespace
-
     from specsim.studies.tune import _Line
     from specsim.studies.tune_search import _Search
 
@@ -433,6 +434,21 @@ def _descend_with(window_gains):
     search.run([("train", flat, s) for s in search.train_seeds])
     winner = search.descend(starts, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 10)
     return winner, search.rejected, zigzag
+
+
+def test_the_search_hands_its_candidates_over_as_policy_values():
+    """Every candidate reaches the evaluations as a Policy built from its depths, never as text
+    to parse again; its label is that policy's text."""
+    from specsim.policy.policy import Policy
+    from specsim.studies.tune import _Line
+    from specsim.studies.tune_search import _Search
+
+    pool = _FakePool(lambda part, pol, seed: 1.0 if pol == "schedule:1-=1" else 2.0)
+    search = _Search(pool, _Line(False), "energy", None, 0, 2, 1e-4)
+    flat = search.add(schedule_policy(np.full(4, 1)))
+    search.descend({"fixed:1": (np.full(4, 1), flat)}, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 3)
+    assert len(pool.seen) > 1 and all(type(p) is Policy and p.kind == "schedule" for p in pool.seen)
+    assert all(search.values[str(p)] == p for p in pool.seen)
 
 
 def test_a_zigzag_move_that_wins_by_less_than_the_noise_is_rejected():
