@@ -20,8 +20,9 @@ from specsim.plan.planner import Planner
 from specsim.policy.schedule import policy_text
 from specsim.sim.engine import ServerOptions
 from specsim.studies.inputs import StudyInputs
-from specsim.studies.tune import (AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, TuneSettings,
-                                  tune)
+from specsim.studies.tune import (
+    AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, TuneSettings, tune,
+)
 from specsim.table import CostTable
 
 
