@@ -446,6 +446,7 @@ def test_the_search_hands_its_candidates_over_as_policy_values():
     pool = _FakePool(lambda part, pol, seed: 1.0 if pol == "schedule:1-=1" else 2.0)
     search = _Search(pool, _Line(False), "energy", None, 0, 2, 1e-4)
     flat = search.add(schedule_policy(np.full(4, 1)))
+    search.run([("train", flat, s) for s in search.train_seeds])
     search.descend({"fixed:1": (np.full(4, 1), flat)}, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 3)
     assert len(pool.seen) > 1 and all(type(p) is Policy and p.kind == "schedule" for p in pool.seen)
     assert all(search.values[str(p)] == p for p in pool.seen)
