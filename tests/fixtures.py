@@ -10,12 +10,16 @@ import numpy as np
 from hypothesis import strategies as st
 
 from specsim._checks import MAX_STEP_COST
+from specsim._executor import ExecutorChoice
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration._types import RequestSpread
 from specsim.demo_inputs import DEMO_EDGES, demo_calibration, demo_p_accept, demo_table
 from specsim.policy.schedule import canonical
 from specsim.sim import REQUEST_DT
 from specsim.sim.replay import load_acceptance_file, run_table
+from specsim.studies.capacity import Resampling, capacity
+from specsim.studies.inputs import StudyInputs
+from specsim.studies.tune import TuneSettings, tune
 from specsim.table import Cell, CostTable, TableKey
 
 # The repository's root (the tests live one folder per package below tests/).
@@ -189,10 +193,6 @@ def tune_on(requests, table, cal, **kw):
     ``options``, ``slo``, ``seeds``, ``names`` go into the :class:`StudyInputs`; ``widths_max``,
     ``holdout``, ``max_rounds``, ``min_gain``, ``noise_windows`` into the :class:`TuneSettings`;
     ``executor`` with ``workers`` and ``scheduler`` into an :class:`ExecutorChoice`; the rest to ``tune``."""
-    from specsim._executor import ExecutorChoice
-    from specsim.studies.inputs import StudyInputs
-    from specsim.studies.tune import TuneSettings, tune
-
     inputs = StudyInputs(requests, table, cal, **{k: kw.pop(k) for k in ("options", "slo", "seeds", "names")
                                                    if k in kw})
     settings = TuneSettings(**{k: kw.pop(k) for k in ("widths_max", "holdout", "max_rounds", "min_gain",
@@ -207,9 +207,6 @@ def capacity_on(requests, table=None, calibration=None, policies=None, **kw):
     """:func:`specsim.capacity` with its inputs given as keywords: ``fleet``, ``options``, ``slo``,
     ``seeds`` go into the :class:`StudyInputs`, ``window_resamples`` and ``windows`` into a
     :class:`Resampling`; the rest to ``capacity``."""
-    from specsim.studies.capacity import Resampling, capacity
-    from specsim.studies.inputs import StudyInputs
-
     inputs = StudyInputs(requests, table, calibration, **{k: kw.pop(k) for k in ("options", "slo", "seeds", "fleet")
                                                            if k in kw})
     resamples, windows = kw.pop("window_resamples", None), kw.pop("windows", None)
