@@ -81,6 +81,8 @@ _EXPORTS = {
     "run_sweep": "specsim.studies.sweep",
     "load_grid": "specsim.studies.sweep",
     "StudyInputs": "specsim.studies.inputs",
+    "Executor": "specsim._executor",
+    "ExecutorChoice": "specsim._executor",
     "tune": "specsim.studies.tune",
     "TuneResult": "specsim.studies.tune_result",
     "TuneSettings": "specsim.studies.tune",
