@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     from specsim.cli._common import int_list
     from specsim._text import format_grid
     from specsim.errors import SpecsimError
-    from specsim.measure import CupyBackend, NvmlMeter, ProxyWorkload, SweepSettings, measure_table
+    from specsim.measure import CupyBackend, NvmlMeter, ProxyWorkload, SweepRun, SweepSettings, measure_table
     from specsim.table import CostTable
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     try:
         workload = ProxyWorkload(args.recipe, backend)
         table = measure_table(workload, backend, meter, args.widths, args.max_k, out, settings=settings,
-                          log=lambda line: print(f"  {line}"))
+                              run=SweepRun(log=lambda line: print(f"  {line}")))
     except SpecsimError as e:
         print(f"gpu_check: failed: {e}", file=sys.stderr)
         return 2

@@ -25,8 +25,9 @@ from benchmarks.conftest import record_ratio
 from specsim.sim import ServerOptions, simulate
 from specsim.sim.fleet import Fleet, simulate_fleet
 from specsim.sim.slo import SLO
-from specsim.studies.capacity import capacity
+from specsim._executor import Executor, ExecutorChoice
 from tests.conftest import shared_data  # noqa: F401  (the fixture)
+from tests.fixtures import capacity_on as capacity
 
 CONV = ("traces", "azure2023", "AzureLLMInferenceTrace_conv.csv")
 POLICIES = ["fixed:2", "propose", "sequence"]  # and plain decoding, always sized
@@ -73,15 +74,13 @@ def test_capacity_intervals_against_one_seed_conv_10x(benchmark, conv10, h200):
     """The interval search (three draft-outcome seeds per probe, the check below the bracket, the
     idle-replica check) against the one-seed search, in the same run on two threads: the ratio of
     wall times (target <= 3)."""
-    from specsim.studies.capacity import ThreadRunner
-
     table, cal = h200
     start = time.perf_counter()
-    one = capacity(conv10, table, cal, POLICIES, runner=ThreadRunner(2), seeds=1, **SLO_KW)
+    one = capacity(conv10, table, cal, POLICIES, executor=ExecutorChoice("threads", 2), seeds=1, **SLO_KW)
     one_s = time.perf_counter() - start
     start = time.perf_counter()
     res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
-                             kwargs=dict(SLO_KW, runner=ThreadRunner(2)), rounds=1, iterations=1)
+                             kwargs=dict(SLO_KW, executor=ExecutorChoice("threads", 2)), rounds=1, iterations=1)
     three_s = time.perf_counter() - start
     _record_answers(benchmark, res, three_s)
     benchmark.extra_info["one_seed_s"] = round(one_s, 2)
@@ -97,24 +96,20 @@ def test_capacity_intervals_against_one_seed_conv_10x(benchmark, conv10, h200):
 
 
 def test_capacity_search_conv_10x_two_threads(benchmark, conv10, h200):
-    from specsim.studies.capacity import ThreadRunner
-
     table, cal = h200
     start, cpu = time.perf_counter(), time.process_time()
     res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES),
-                             kwargs=dict(SLO_KW, runner=ThreadRunner(2)), rounds=1, iterations=1)
+                             kwargs=dict(SLO_KW, executor=ExecutorChoice("threads", 2)), rounds=1, iterations=1)
     _record_answers(benchmark, res, time.perf_counter() - start)
     benchmark.extra_info["cpu_s"] = round(time.process_time() - cpu, 1)
 
 
 def test_capacity_search_conv_10x_two_dask_workers(benchmark, conv10, h200):
     pytest.importorskip("dask.distributed")
-    from specsim.studies.capacity import DaskRunner
-
     table, cal = h200
     start = time.perf_counter()
-    with DaskRunner(workers=2) as runner:
-        res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=dict(SLO_KW, runner=runner),
+    with Executor("dask", 2) as ex:
+        res = benchmark.pedantic(capacity, args=(conv10, table, cal, POLICIES), kwargs=dict(SLO_KW, executor=ex),
                                  rounds=1, iterations=1)
     _record_answers(benchmark, res, time.perf_counter() - start)
 

@@ -45,7 +45,7 @@ def conv(shared_data):  # noqa: F811
 @pytest.mark.parametrize("noise_windows", [None, 4])
 @pytest.mark.parametrize("rate_scale", [1.0, 2.0])
 def test_tune_azure_conv_hour(benchmark, conv, rate_scale, noise_windows):
-    from specsim.studies.tune import tune
+    from tests.fixtures import tune_on
 
     reqs, table, cal, opts = conv
     if rate_scale != 1.0:
@@ -59,7 +59,7 @@ def test_tune_azure_conv_hour(benchmark, conv, rate_scale, noise_windows):
     one_s = time.perf_counter() - t0
 
     def run():
-        return tune(reqs, table, cal, options=opts, seeds=2, executor="threads", noise_windows=noise_windows)
+        return tune_on(reqs, table, cal, options=opts, seeds=2, executor="threads", noise_windows=noise_windows)
 
     res = benchmark.pedantic(run, rounds=1, iterations=1)
     assert res.evaluations > 0

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 
 from specsim._checks import MAX_WORKERS, is_int, show
@@ -357,3 +358,17 @@ def choose(kind="auto", workers=None, scheduler=None, what="specsim", fallback="
               "(pip install 'specsim-llm[dist]' to spread the work over worker processes)", file=sys.stderr)
         kind = fallback
     return Executor(kind, workers, None)
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """An executor asked for but not started yet (:func:`choose`'s arguments): a study takes it
+    and starts it once its inputs have passed their checks, so a refusal starts no cluster."""
+
+    kind: str = "auto"
+    workers: int = None
+    scheduler: str = None
+
+    def start(self, what="specsim", fallback="serial") -> Executor:
+        """:func:`choose` with these arguments."""
+        return choose(self.kind, self.workers, self.scheduler, what=what, fallback=fallback)

@@ -55,7 +55,8 @@ from specsim.sim.report import plot as draw
 from specsim.sim.slo import SLO
 from specsim.sim.trees import BRANCHING
 from specsim.sim.verdict import FIGURES, NOISE_SEEDS, mark_same_runs
-from specsim.studies.tune import tune
+from specsim.studies.inputs import StudyInputs
+from specsim.studies.tune import TuneSettings, tune
 from specsim.traces import LogNormalLengths, summary as trace_summary, synthetic_trace
 
 # Public conversation-trace shape (see the module docstring).
@@ -248,11 +249,11 @@ def tune_demo(inputs, seed: int = 0, out=None, outputs=None):
     -------
     (TuneResult, EngineConfig or None)
     """
-    result = tune(inputs["trace"], inputs["table"], inputs["calibration"],
-                  options=ServerOptions(seed=seed, **inputs["server"]), seeds=DEMO_TUNE_SEEDS,
-                  slo=SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S, DEMO_TUNE_ATTAINMENT),
-                  max_rounds=DEMO_TUNE_ROUNDS, executor="threads",
-                  names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
+    study = StudyInputs(inputs["trace"], inputs["table"], inputs["calibration"],
+                        ServerOptions(seed=seed, **inputs["server"]),
+                        SLO(DEMO_SLO_TTFT_S, DEMO_SLO_TPOT_S, DEMO_TUNE_ATTAINMENT), DEMO_TUNE_SEEDS,
+                        names={"trace": "trace.csv", "table": "table.toml", "calibration": "calibration.toml"})
+    result = tune(study, settings=TuneSettings(max_rounds=DEMO_TUNE_ROUNDS), executor="threads")
     try:
         vllm = result.export("vllm")
     except ScheduleError:

@@ -10,12 +10,16 @@ import numpy as np
 from hypothesis import strategies as st
 
 from specsim._checks import MAX_STEP_COST
+from specsim._executor import ExecutorChoice
 from specsim.calibration import AcceptanceCalibration, DrafterKey
 from specsim.calibration._types import RequestSpread
 from specsim.demo_inputs import DEMO_EDGES, demo_calibration, demo_p_accept, demo_table
 from specsim.policy.schedule import canonical
 from specsim.sim import REQUEST_DT
 from specsim.sim.replay import load_acceptance_file, run_table
+from specsim.studies.capacity import Resampling, capacity
+from specsim.studies.inputs import StudyInputs
+from specsim.studies.tune import TuneSettings, tune
 from specsim.table import Cell, CostTable, TableKey
 
 # The repository's root (the tests live one folder per package below tests/).
@@ -180,3 +184,34 @@ def schedules(draw, max_k=8, deepest_first=False):
     starts = [1] + cuts
     ranges = [(lo, (starts[i + 1] - 1 if i + 1 < n else None), k) for i, (lo, k) in enumerate(zip(starts, depths))]
     return canonical(ranges)
+
+
+# -- studies ----------------------------------------------------------------------------------------
+
+def tune_on(requests, table, cal, **kw):
+    """:func:`specsim.tune` on one server, its inputs and search settings given as keywords:
+    ``options``, ``slo``, ``seeds``, ``names`` go into the :class:`StudyInputs`; ``widths_max``,
+    ``holdout``, ``max_rounds``, ``min_gain``, ``noise_windows`` into the :class:`TuneSettings`;
+    ``executor`` with ``workers`` and ``scheduler`` into an :class:`ExecutorChoice`; the rest to ``tune``."""
+    inputs = StudyInputs(requests, table, cal, **{k: kw.pop(k) for k in ("options", "slo", "seeds", "names")
+                                                   if k in kw})
+    settings = TuneSettings(**{k: kw.pop(k) for k in ("widths_max", "holdout", "max_rounds", "min_gain",
+                                                      "noise_windows") if k in kw})
+    executor, workers, scheduler = kw.pop("executor", "auto"), kw.pop("workers", None), kw.pop("scheduler", None)
+    if workers is not None or scheduler is not None:
+        executor = ExecutorChoice(executor, workers, scheduler)
+    return tune(inputs, settings=settings, executor=executor, **kw)
+
+
+def capacity_on(requests, table=None, calibration=None, policies=None, **kw):
+    """:func:`specsim.capacity` with its inputs given as keywords: ``fleet``, ``options``, ``slo``,
+    ``seeds`` go into the :class:`StudyInputs`, ``window_resamples`` and ``windows`` into a
+    :class:`Resampling`; the rest to ``capacity``."""
+    inputs = StudyInputs(requests, table, calibration, **{k: kw.pop(k) for k in ("options", "slo", "seeds", "fleet")
+                                                           if k in kw})
+    resamples, windows = kw.pop("window_resamples", None), kw.pop("windows", None)
+    if resamples is not None or windows is not None:
+        kw["resampling"] = Resampling(resamples, windows)
+    if policies is not None:
+        kw["policies"] = policies
+    return capacity(inputs, **kw)

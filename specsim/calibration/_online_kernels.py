@@ -4,9 +4,11 @@ One call folds one scheduler step's outcomes into running counts and, when a dri
 attached, into its CUSUM statistics. Every buffer is sized by :func:`online_buffers` only; the
 kernels allocate nothing.
 
-The state lives in a few flat arrays rather than a NamedTuple bundle on purpose: Numba unboxes a
-NamedTuple field by field through Python on every call (about 10 µs for the bundles here), which
-alone would be twice the per-step budget of a scheduler loop.
+The state is bundled as a few flat arrays, not a NamedTuple: Numba unboxes a NamedTuple field by
+field through Python on every call (about 10 µs for the bundles here), which alone would be twice
+the per-step budget of a scheduler loop. The running counts, where the step began and the
+window's ring are the rows of one matrix (:attr:`OnlineBuffers.flows`), so a call unboxes one
+array for the three.
 """
 
 from __future__ import annotations
@@ -34,14 +36,13 @@ START, ALARM = 0, 1
 class OnlineBuffers(NamedTuple):
     """Everything an online calibration writes, sized by :func:`online_buffers`.
 
-    counts : float64 (S,), ``S = 2 B + (D + 1)**2 + 1``
-        Reached drafts per bucket accepted ``[0, B)``, rejected ``[B, 2B)``, verify steps by
-        ``(drafts d, accepted a)`` at ``2B + d (D + 1) + a``, and non-finite confidences last.
-        Whole numbers unless a half-life decays them.
-    before : float64 (S,)
-        ``counts`` as the current step began (its own counts are the difference).
-    ring : float64 (W, S)
-        The last ``W`` steps' own counts (``W = 0`` without a sliding window).
+    flows : float64 (2 + W, S), ``S = 2 B + (D + 1)**2 + 1``
+        Row 0, :attr:`counts`: reached drafts per bucket accepted ``[0, B)``, rejected
+        ``[B, 2B)``, verify steps by ``(drafts d, accepted a)`` at ``2B + d (D + 1) + a``, and
+        non-finite confidences last; whole numbers unless a half-life decays them. Row 1,
+        :attr:`before`: the counts as the current step began (its own counts are the
+        difference). Rows ``2..``, :attr:`ring`: the last ``W`` steps' own counts (``W = 0``
+        without a sliding window), step ``t`` in row ``2 + t % W``.
     mon_f : float64 (M, 2, 5)
         Per monitored stream and direction (0 down, 1 up): statistic, outcomes and acceptances
         since the current excursion began, and this step's outcomes and acceptances.
@@ -49,11 +50,21 @@ class OnlineBuffers(NamedTuple):
         Per stream and direction: the step the excursion began, the step of the alarm (-1: none).
     """
 
-    counts: np.ndarray
-    before: np.ndarray
-    ring: np.ndarray
+    flows: np.ndarray
     mon_f: np.ndarray
     mon_i: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self.flows[0]
+
+    @property
+    def before(self) -> np.ndarray:
+        return self.flows[1]
+
+    @property
+    def ring(self) -> np.ndarray:
+        return self.flows[2:]
 
 
 def online_buffers(n_buckets: int, max_depth: int, window: int, n_streams: int) -> OnlineBuffers:
@@ -61,7 +72,7 @@ def online_buffers(n_buckets: int, max_depth: int, window: int, n_streams: int) 
     size = 2 * n_buckets + (max_depth + 1) ** 2 + 1
     mon_i = np.zeros((n_streams, 2, 2), dtype=np.int64)
     mon_i[:, :, ALARM] = -1
-    return OnlineBuffers(np.zeros(size), np.zeros(size), np.zeros((window, size)), np.zeros((n_streams, 2, 5)), mon_i)
+    return OnlineBuffers(np.zeros((2 + window, size)), np.zeros((n_streams, 2, 5)), mon_i)
 
 
 @jit(inline="always")
@@ -130,8 +141,8 @@ def _tally_step_nb(counts, before, nb, side, pool_of_bucket, mon_f):
 
 
 @jit
-def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, counts, before, ring, pool_of_bucket,
-                     llr, mon_f, mon_i, step, threshold):
+def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, flows, pool_of_bucket, llr, mon_f, mon_i, step,
+                     threshold):
     """Fold one step's outcomes into the running counts (and the drift monitor).
 
     Sequence ``i`` verified ``n_conf[i]`` drafts with confidences ``conf[i, :n_conf[i]]`` and
@@ -148,9 +159,7 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
     n_conf, accepted_run : ndarray(int64, ndim=1), shape (n,)
     decay : float
         Factor every running count is multiplied by first (1.0: none).
-    slot : int
-        Ring row of this step (ignored when the ring is empty).
-    counts, before, ring, mon_f, mon_i : see :class:`OnlineBuffers`
+    flows, mon_f, mon_i : see :class:`OnlineBuffers`
     pool_of_bucket : ndarray(int64, ndim=1), shape (B,) or (0,)
         Monitored pool of each bucket; empty: no pool streams. Position ``j`` is stream
         ``pools + j - 1``.
@@ -172,6 +181,7 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
     """
     n = conf.shape[0]
     nb = edges.shape[0]
+    counts = flows[0]
     size = counts.shape[0]
     side = _side_nb(nb, size)
     if n_conf.shape[0] != n or accepted_run.shape[0] != n:
@@ -183,7 +193,7 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
         for j in range(d):
             if conf[i, j] > LOGPROB_SLACK:  # NaN (unknown) compares False and passes
                 return BAD_CONFIDENCE - i
-    _begin_step_nb(counts, before, ring, slot, decay)
+    _begin_step_nb(flows, step, decay)
     bits = conf.view(np.int32)
     for i in range(n):
         d = n_conf[i]
@@ -199,7 +209,7 @@ def online_update_nb(edges, cells, conf, n_conf, accepted_run, decay, slot, coun
                 b = bucket_fast_nb(edges, cells, c, bits[i, j])
                 counts[b if j < a else nb + b] += 1.0
         counts[2 * nb + d * side + a] += 1.0
-    _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
+    _end_step_nb(flows, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
     return OK
 
 
@@ -213,31 +223,40 @@ def _side_nb(nb, size):
 
 
 @jit(inline="always")
-def _begin_step_nb(counts, before, ring, slot, decay):
+def _ring_row_nb(flows, step):
+    """The row of ``flows`` that holds step ``step``'s own counts in the window (-1: no window)."""
+    window = flows.shape[0] - 2
+    return 2 + step % window if window > 0 else -1
+
+
+@jit(inline="always")
+def _begin_step_nb(flows, step, decay):
     """Decay the counts, drop the step leaving the window, and remember where this step began."""
-    use_ring = ring.shape[0] > 0
+    row = _ring_row_nb(flows, step)
+    counts, before, leaving = flows[0], flows[1], flows[max(row, 0)]
     for s in range(counts.shape[0]):
         c = counts[s] * decay
-        if use_ring:
-            c -= ring[slot, s]
+        if row >= 0:
+            c -= leaving[s]
         counts[s] = c
         before[s] = c
 
 
 @jit(inline="always")
-def _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold):
+def _end_step_nb(flows, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold):
     """Keep this step's own counts in the window and move the drift monitor by them."""
-    if ring.shape[0] > 0:
+    row = _ring_row_nb(flows, step)
+    if row >= 0:
+        counts, before, own = flows[0], flows[1], flows[row]
         for s in range(counts.shape[0]):
-            ring[slot, s] = counts[s] - before[s]
+            own[s] = counts[s] - before[s]
     if llr.shape[0] > 0:
-        _tally_step_nb(counts, before, nb, side, pool_of_bucket, mon_f)
+        _tally_step_nb(flows[0], flows[1], nb, side, pool_of_bucket, mon_f)
         cusum_step_nb(llr, mon_f, mon_i, step, threshold)
 
 
 @jit
-def online_add_steps_nb(nb, hist, decay, slot, counts, before, ring, pool_of_bucket, llr, mon_f, mon_i, step,
-                        threshold):
+def online_add_steps_nb(nb, hist, decay, flows, pool_of_bucket, llr, mon_f, mon_i, step, threshold):
     """Fold one step given as a histogram of chains without confidences (telemetry).
 
     Parameters
@@ -253,12 +272,13 @@ def online_add_steps_nb(nb, hist, decay, slot, counts, before, ring, pool_of_buc
     int
         ``OK`` (-1), or ``d * (D + 1) + a`` of the first cell with a negative count or ``a > d``.
     """
+    counts = flows[0]
     side = _side_nb(nb, counts.shape[0])
     for d in range(side):
         for a in range(side):
             if hist[d, a] < 0 or (a > d and hist[d, a] != 0):
                 return d * side + a
-    _begin_step_nb(counts, before, ring, slot, decay)
+    _begin_step_nb(flows, step, decay)
     size = counts.shape[0]
     for d in range(1, side):
         for a in range(d + 1):
@@ -268,5 +288,5 @@ def online_add_steps_nb(nb, hist, decay, slot, counts, before, ring, pool_of_buc
             counts[2 * nb + d * side + a] += c
             # Reached drafts without a confidence are counted apart, as a NaN confidence is.
             counts[size - 1] += c * (a + 1 if a < d else d)
-    _end_step_nb(counts, before, ring, slot, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
+    _end_step_nb(flows, nb, side, pool_of_bucket, llr, mon_f, mon_i, step, threshold)
     return OK

@@ -107,8 +107,7 @@ class OnlineCalibration:
         self._buf = buf = online_buffers(calibration.edges.shape[0], self.max_depth, self.window or 0,
                                          len(self.streams))
         self._edges = calibration.edges
-        self._ring_rows = self.window or 1
-        self._state = (buf.counts, buf.before, buf.ring, self._pool_of_bucket, self._llr, buf.mon_f, buf.mon_i)
+        self._state = (buf.flows, self._pool_of_bucket, self._llr, buf.mon_f, buf.mon_i)
         self._kernel = online_update_nb
         self._bad_confidence = BAD_CONFIDENCE
         self.steps_seen = 0
@@ -146,8 +145,8 @@ class OnlineCalibration:
             raise CalibrationError("update takes a C-contiguous float32 matrix (n, m) of confidences and int64 vectors "
                                    "n_conf and accepted_run of length n")
         step = self.steps_seen
-        bad = self._kernel(self._edges, self._cells, confidences, n_conf, accepted_run, self._decay,
-                           step % self._ring_rows, *self._state, step, self._threshold)
+        bad = self._kernel(self._edges, self._cells, confidences, n_conf, accepted_run, self._decay, *self._state,
+                           step, self._threshold)
         if bad == -2:
             raise CalibrationError(f"n_conf has {n_conf.shape[0]} and accepted_run {accepted_run.shape[0]} entries for "
                                    f"{confidences.shape[0]} rows of confidences: one per row")
@@ -182,8 +181,7 @@ class OnlineCalibration:
             raise CalibrationError(f"steps must be a C-contiguous int64 matrix ({side}, {side}) of chains by "
                                    "[drafts, accepted run]")
         step = self.steps_seen
-        bad = online_add_steps_nb(self._edges.shape[0], steps, self._decay, step % self._ring_rows, *self._state,
-                                  step, self._threshold)
+        bad = online_add_steps_nb(self._edges.shape[0], steps, self._decay, *self._state, step, self._threshold)
         if bad != -1:
             d, a = divmod(bad, side)
             raise CalibrationError(f"steps[{d}, {a}] = {int(steps[d, a])}: counts are >= 0 and accepted <= drafts")

@@ -10,7 +10,7 @@ from specsim.cli._common import context_list, count, int_list, key_name
 from specsim._text import format_grid
 from specsim._checks import MAX_POWER_W, MAX_SECONDS, MIN_POWER_W
 from specsim._io import Outputs
-from specsim.measure import SweepInterrupted, SweepSettings, bench, context_path, merge_files
+from specsim.measure import SweepDevice, SweepInterrupted, SweepRun, SweepSettings, bench, context_path, merge_files
 from specsim.measure.harness import partial_path
 
 
@@ -96,10 +96,10 @@ def cmd_bench(args):
         print(f"specsim bench: {line}", file=sys.stderr)
 
     try:
-        table = bench(args.recipe, args.widths, args.max_k, args.out, backend=args.backend, device=args.device,
-                      meter=args.meter, assume_power_w=args.assume_power_w, settings=settings,
-                      box_class=args.box_class, resume=args.resume, progress=not args.quiet, log=log,
-                      contexts=args.contexts)
+        table = bench(args.recipe, args.widths, args.max_k, args.out,
+                      device=SweepDevice(args.backend, args.device, args.meter, args.assume_power_w),
+                      settings=settings, box_class=args.box_class,
+                      run=SweepRun(args.resume, not args.quiet, log), contexts=args.contexts)
     except SweepInterrupted as e:
         print(f"specsim bench: {e}", file=sys.stderr)
         return 130

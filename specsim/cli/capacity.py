@@ -12,16 +12,17 @@ from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim import __version__
 from specsim._checks import MIN_WINDOW_REQUESTS, int_problem
-from specsim._executor import ExecutorError, check_scheduler, check_workers
+from specsim._executor import ExecutorChoice, ExecutorError, check_scheduler, check_workers, have_dask
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
 from specsim.sim.options import ServerOptions
 from specsim.sim.fleet import MAX_REPLICAS, Fleet, FleetError, ROUTERS, load_fleet
 from specsim.studies.capacity import (
-    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, DaskRunner, ThreadRunner,
-    capacity, check_resampling, progress_line, serial_runner,
+    CapacityError, DEFAULT_MAX_REPLICAS, DEFAULT_ROUTER, DEFAULT_SEEDS, DEFAULT_WINDOWS, Resampling, capacity,
+    check_resampling, progress_line,
 )
+from specsim.studies.inputs import StudyInputs
 from specsim.table import CostTable
 from specsim.traces import summary as trace_summary
 
@@ -153,23 +154,25 @@ def _search(args, fleet, read):
     print(f"{read.source} ({read.format}): {n} requests, {int(read.requests['output_tokens'].sum())} output tokens "
           f"over {read.span_s:.1f} s; unit: {fleet.replicas} replica(s), {fleet.gpus} GPU(s); router {router}",
           file=sys.stderr)
-    kw = dict(fleet=fleet, slack=args.slack, slo=slo_from_args(args, CapacityError), router=router, max_replicas=args.max_replicas,
-              gpu_hour_usd=args.gpu_hour_usd, progress=progress_line(enabled=not args.quiet),
-              seeds=args.seeds, window_resamples=args.resample_windows, windows=args.window_count)
+    inputs = StudyInputs(read.requests, slo=slo_from_args(args, CapacityError), seeds=args.seeds, fleet=fleet)
+    resampling = None if args.resample_windows is None else Resampling(args.resample_windows, args.window_count)
+    return capacity(inputs, args.policy, slack=args.slack, router=router, max_replicas=args.max_replicas,
+                    gpu_hour_usd=args.gpu_hour_usd, executor=_executor(args),
+                    progress=progress_line(enabled=not args.quiet), resampling=resampling)
+
+
+def _executor(args):
+    """Where the probes run: ``--threads N``, ``--serial``, else Dask (``--scheduler``, or a local
+    cluster of ``--workers``) when it is installed, serially with a note when it is not."""
     if args.threads is not None:
-        return capacity(read.requests, policies=args.policy, runner=ThreadRunner(args.threads), **kw)
-    dask = None
-    if not args.serial:
-        try:
-            import dask.distributed  # noqa: F401
-            dask = True
-        except ImportError:
-            print("specsim capacity: dask.distributed is not installed: probing serially "
-                  "(pip install 'specsim-llm[dist]' to spread probes over workers)", file=sys.stderr)
-    if dask is None:
-        return capacity(read.requests, policies=args.policy, runner=serial_runner, **kw)
-    with DaskRunner(args.scheduler, args.workers) as runner:
-        return capacity(read.requests, policies=args.policy, runner=runner, **kw)
+        return ExecutorChoice("threads", args.threads)
+    if args.serial:
+        return "serial"
+    if not have_dask():
+        print("specsim capacity: dask.distributed is not installed: probing serially "
+              "(pip install 'specsim-llm[dist]' to spread probes over workers)", file=sys.stderr)
+        return "serial"
+    return ExecutorChoice("dask", args.workers, args.scheduler)
 
 
 def _f(value, spec):

@@ -12,13 +12,17 @@ from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
 from specsim.errors import ScheduleError
 from specsim._checks import MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
+from specsim._executor import ExecutorChoice
 from specsim._io import Outputs
 from specsim._text import format_grid
 from specsim.calibration import AcceptanceCalibration
 from specsim.plan.planner import Planner
 from specsim.policy.schedule import policy_text
 from specsim.sim.options import ServerOptions
-from specsim.studies.tune import AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, tune
+from specsim.studies.inputs import StudyInputs
+from specsim.studies.tune import (
+    AUTO_WINDOWS, DEFAULT_ATTAINMENT, DEFAULT_HOLDOUT, DEFAULT_SEEDS, MIN_GAIN, TuneSettings, tune,
+)
 from specsim.table import CostTable
 
 
@@ -89,16 +93,15 @@ def cmd_tune(args):
         cal = AcceptanceCalibration.load(args.calibration)
         opts = ServerOptions(**server_options(args), slack=args.slack, seed=args.seed)
         warn_placeholder_prefill(opts, table, "tune")
-        executor = "serial" if args.serial else ("threads" if args.threads else "auto")
+        kind = "serial" if args.serial else ("threads" if args.threads else "auto")
         names = {"trace": Path(args.trace).name if args.trace else read.source, "table": Path(args.table).name,
                  "calibration": Path(args.calibration).name}
-        result = tune(read, table, cal, objective=args.objective, slo=slo_from_args(args, ScheduleError),
-                      widths_max=args.widths_max,
-                      seeds=args.seeds, holdout=args.holdout, options=opts, compare=args.compare, executor=executor,
-                      scheduler=args.scheduler, workers=args.workers, max_rounds=args.max_rounds,
-                      min_gain=args.min_gain, progress=not args.quiet, names=names,
-                      noise_windows=args.noise_windows, allow_overload=args.allow_overload,
-                      trees=args.trees)
+        inputs = StudyInputs(read, table, cal, opts, slo_from_args(args, ScheduleError), args.seeds, names=names)
+        settings = TuneSettings(widths_max=args.widths_max, holdout=args.holdout, max_rounds=args.max_rounds,
+                                min_gain=args.min_gain, noise_windows=args.noise_windows)
+        result = tune(inputs, args.objective, settings=settings, compare=args.compare,
+                      executor=ExecutorChoice(kind, args.workers, args.scheduler), progress=not args.quiet,
+                      allow_overload=args.allow_overload, trees=args.trees)
         print(report(result, read))
         if table.contexts.size:
             print(depth_by_context(result, table, cal, opts))

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from specsim.errors import MeasureError
 from specsim.measure.backends import CupyBackend, NumpyBackend, box_class_from_name, open_backend
-from specsim.measure.harness import SweepInterrupted, SweepSettings, measure_cell, measure_table, partial_path
+from specsim.measure.harness import (
+    SweepDevice, SweepInterrupted, SweepRun, SweepSettings, measure_cell, measure_table, partial_path,
+)
 from specsim.measure.merge import merge_files, merge_tables
 from specsim.measure.meters import AssumedPowerMeter, NvmlMeter, RaplMeter, open_meter
 from specsim.measure.recipes import BUILTIN, Recipe, load_recipe, parse_recipe
@@ -19,14 +21,14 @@ from specsim.table import CostTable
 
 __all__ = [
     "BUILTIN", "AssumedPowerMeter", "CallableWorkload", "CupyBackend", "NumpyBackend", "NvmlMeter",
-    "ProxyWorkload", "RaplMeter", "Recipe", "SweepInterrupted", "SweepSettings", "bench",
+    "ProxyWorkload", "RaplMeter", "Recipe", "SweepDevice", "SweepInterrupted", "SweepRun", "SweepSettings", "bench",
     "box_class_from_name", "canonical_json", "context_path", "load_recipe", "measure_cell", "measure_table", "merge_files",
     "merge_tables", "open_backend", "open_meter", "parse_recipe", "partial_path", "plan_digest",
 ]
 
 
-def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="auto", assume_power_w=None,
-          settings=None, box_class=None, resume=False, progress=True, log=None, contexts=None):
+def bench(workload, widths, max_k, out, *, device=SweepDevice(), settings=None, box_class=None, run=SweepRun(),
+          contexts=None):
     """Measure a cost table and write it to ``out``.
 
     Parameters
@@ -36,37 +38,37 @@ def bench(workload, widths, max_k, out, *, backend="numpy", device=0, meter="aut
     widths : sequence of int
     max_k : int
     out : path
-    backend : {"numpy", "cupy"}
-    device : int
-        CUDA device for the cupy backend.
-    meter : {"auto", "nvml", "rapl", "assumed"}
-    assume_power_w : float, optional
-        Power to assume where no meter is readable (the table then says ``energy_source = "assumed"``).
+    device : SweepDevice
+        The backend (``numpy`` or ``cupy``) and its CUDA device, the meter (``auto``, ``nvml``,
+        ``rapl``, ``assumed``) and the power to assume where no meter is readable.
     settings : SweepSettings, optional
+    box_class : str, optional
+        Default: derived from the device name.
+    run : SweepRun
+        Resume, progress and where the notes go.
     contexts : sequence of int, optional
         Measure the grid at each of these contexts (KV tokens each sequence attends over,
         ascending, each >= 1; a recipe only): the recipe's ``context`` is replaced by each in turn,
         so the attention reads grow with it, and the table gets a context axis
         (docs/tables.md#context) whose reference is the recipe's own context when listed, else
         the smallest. Each context's sweep is kept beside ``out`` (``OUT.context-C.toml`` and its
-        partial file) until the table is written; ``resume`` continues them.
+        partial file) until the table is written; ``run.resume`` continues them.
 
     Returns
     -------
     CostTable
     """
-    be = open_backend(backend, device)
+    be = open_backend(device.backend, device.device)
+    settings = settings or SweepSettings()
     if contexts is not None:
-        return _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings,
-                               box_class, resume, progress, log)
+        return _bench_contexts(workload, contexts, be, (widths, max_k), out, device, settings, box_class, run)
     if not isinstance(workload, CallableWorkload):
         workload = ProxyWorkload(workload, be)
-    m, note = open_meter(meter, be, assume_power_w)
-    if note and log:
-        log(note)
+    m, note = open_meter(device.meter, be, device.assume_power_w)
+    if note and run.log:
+        run.log(note)
     try:
-        return measure_table(workload, be, m, widths, max_k, out, box_class=box_class,
-                         settings=settings or SweepSettings(), resume=resume, progress=progress, log=log)
+        return measure_table(workload, be, m, widths, max_k, out, box_class=box_class, settings=settings, run=run)
     finally:
         m.close()
 
@@ -77,8 +79,10 @@ def context_path(out, context: int):
     return out.with_name(f"{out.name}.context-{context}.toml")
 
 
-def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_power_w, settings, box_class, resume,
-                    progress, log):
+def _bench_contexts(workload, contexts, be, grid, out, device, settings, box_class, run):
+    """:func:`bench` with ``contexts``; ``grid`` = ``(widths, max_k)``."""
+    widths, max_k = grid
+    resume, log = run.resume, run.log
     if isinstance(workload, CallableWorkload):
         raise MeasureError("contexts need a recipe: a callable workload's steps set their own context")
     contexts = list(contexts)
@@ -101,13 +105,13 @@ def _bench_contexts(workload, contexts, be, widths, max_k, out, meter, assume_po
                                "continue it, or delete it to start again")
         if log:
             log(f"context {c}: measuring")
-        m, note = open_meter(meter, be, assume_power_w)
+        m, note = open_meter(device.meter, be, device.assume_power_w)
         if note and log:
             log(note)
         try:
             tables[c] = measure_table(ProxyWorkload(dataclasses.replace(recipe, context=c), be), be, m, widths, max_k,
-                                  path, box_class=box_class, settings=settings or SweepSettings(), resume=resume,
-                                  progress=progress, log=log, meta={"context_tokens": c})
+                                      path, box_class=box_class, settings=settings, run=run,
+                                      meta={"context_tokens": c})
         finally:
             m.close()
     reference = recipe.context if recipe.context in tables else contexts[0]

@@ -21,6 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,6 +68,33 @@ class SweepSettings:
         problems = [p for p in problems if p]
         if problems:
             raise MeasureError("the sweep settings are refused", problems)
+
+
+class SweepRun(NamedTuple):
+    """How a sweep runs, beside what it measures.
+
+    ``resume``: continue the sweep kept in the table's partial file instead of refusing to
+    overwrite it; ``progress``: show a progress bar; ``log``: a callable(str) that receives
+    one-line notes (resumed cells, idle power, a meter's fallback), or None.
+    """
+
+    resume: bool = False
+    progress: bool = True
+    log: object = None
+
+
+class SweepDevice(NamedTuple):
+    """Where a sweep runs and how its energy is read.
+
+    ``backend``: ``numpy`` (CPU) or ``cupy`` (CUDA GPU ``device``); ``meter``: ``auto``,
+    ``nvml``, ``rapl`` or ``assumed``; ``assume_power_w``: the power to assume where no meter is
+    readable (the table then says ``energy_source = "assumed"``).
+    """
+
+    backend: str = "numpy"
+    device: int = 0
+    meter: str = "auto"
+    assume_power_w: float = None
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -202,8 +230,7 @@ def _kept_sweep(partial, resume: bool, key, grid: dict, wanted: dict, energy_sou
 
 # -- the sweep ---------------------------------------------------------------------------------
 def measure_table(workload, backend, meter, widths, max_k: int, out, *, box_class=None,
-                  settings: SweepSettings = SweepSettings(), resume: bool = False, progress: bool = True,
-                  meta=None, log=None) -> CostTable:
+                  settings: SweepSettings = SweepSettings(), run: SweepRun = SweepRun(), meta=None) -> CostTable:
     """Measure every cell of ``widths`` x ``0..=max_k`` and write the table to ``out``.
 
     Parameters
@@ -219,12 +246,11 @@ def measure_table(workload, backend, meter, widths, max_k: int, out, *, box_clas
         The table file, written atomically once every cell is measured.
     box_class : str, optional
         Default: derived from the device name.
-    resume : bool
-        Continue the sweep kept in ``out``'s partial file instead of refusing to overwrite it.
+    run : SweepRun
+        Whether to resume the sweep kept in ``out``'s partial file (instead of refusing to
+        overwrite it), show progress, and where one-line notes go (resumed cells, idle power).
     meta : dict, optional
         Extra ``[meta]`` fields.
-    log : callable(str), optional
-        Receives one-line notes (resumed cells, idle power).
 
     Returns
     -------
@@ -238,6 +264,7 @@ def measure_table(workload, backend, meter, widths, max_k: int, out, *, box_clas
     SweepInterrupted
         On Ctrl-C; the finished cells stay in the partial file.
     """
+    resume, progress, log = run
     log = log or (lambda line: None)
     widths = _check_grid(widths, max_k)
     out = Path(out)

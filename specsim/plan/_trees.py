@@ -45,13 +45,15 @@ def tree_shapes(rank_acceptance, max_k: int, max_depth: int) -> tuple:
     return tuple(out)
 
 
-def choose_tree(widths, costs, cum_priors, n, slack, max_seqs, max_nodes, max_depth, shapes, factor,
-                notes) -> TreePlan:
-    """The plan at width ``n`` over a table's arrays (``costs`` at the context asked for), in
-    candidate order: plain (k = 0), chains k = 1..min(max_k, max_depth), then ``shapes`` of at
-    most ``max_nodes`` nodes; a later candidate replaces the kept one only with strictly more
-    tokens per joule. The chains' arithmetic is ``propose``'s (``plan._kernels._choose_nb``),
-    so without trees the answer is its depth."""
+def choose_tree(arrays, cum_priors, n, slack, max_seqs, bounds, shapes, factor, notes) -> TreePlan:
+    """The plan at width ``n`` over a table's ``arrays`` (its ``widths`` and its ``costs`` at the
+    context asked for), in candidate order: plain (k = 0), chains k = 1..min(max_k, max_depth),
+    then ``shapes`` of at most ``max_nodes`` nodes (``bounds`` = ``(max_nodes, max_depth)``); a
+    later candidate replaces the kept one only with strictly more tokens per joule. The chains'
+    arithmetic is ``propose``'s (``plan._kernels._choose_nb``), so without trees the answer is
+    its depth."""
+    widths, costs = arrays.widths, arrays.costs
+    max_nodes, max_depth = bounds
     max_k = costs.shape[1] - 1
     wc = np.empty((max_k + 1, 4))
     width_costs_nb(widths, costs, n, wc)

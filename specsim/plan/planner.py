@@ -472,8 +472,8 @@ class Planner:
             notes.append(NO_TREE_TABLE)
         elif key[2] > self.max_k:
             notes.append(f"nodes limited to the table's deepest verify, k = {self.max_k}")
-        plan = choose_tree(st.arrays.widths, st.arrays.costs, st.cum_priors, n, self.slack, self.max_seqs, key[2],
-                           key[3], shapes, self.tree_attention_factor, notes)
+        plan = choose_tree(st.arrays, st.cum_priors, n, self.slack, self.max_seqs, key[2:], shapes,
+                           self.tree_attention_factor, notes)
         memo = st.tree_plans
         if len(memo) >= TREE_MEMO:
             memo.clear()

@@ -99,6 +99,34 @@ def _kv_panel(ax, results, colours=None):
     ax.set_title("KV cache over time (step log)")
 
 
+def _efficiency_panel(ax, summaries, colour_of) -> None:
+    """The first panel: J/token against tokens/s per run, in its series' colour (``colour_of``:
+    label -> colour); the points of one policy at several slacks joined by a grey line and
+    labelled by slack."""
+    by_policy = {}
+    for s in summaries:
+        by_policy.setdefault(s["policy"], []).append(s)
+    slack_labels = False
+    for name, group in by_policy.items():
+        pts = [(g["tokens_per_s"], g["j_per_token"], g["slack"], g["label"]) for g in group
+               if g["tokens_per_s"] is not None]
+        if not pts:
+            continue
+        pts.sort(key=lambda p: (p[2] is not None, p[2]))
+        if len(pts) > 1:  # one policy at several slacks: its points joined, each labelled by its slack
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color="lightgrey", linewidth=1.0, zorder=1)
+        for x, y, sl, lab in pts:
+            ax.plot([x], [y], marker="o", linestyle="none", color=colour_of[lab], zorder=2)
+            if sl is not None and len(pts) > 1:
+                slack_labels = True
+                ax.annotate(f"{sl:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.ticklabel_format(useOffset=False, style="plain")
+    ax.set_xlabel("tokens/s")
+    ax.set_ylabel("J/token")
+    ax.set_title("energy per token vs throughput" + (" (labels: slack)" if slack_labels else ""))
+    _narrow_range_note(ax, [s["tokens_per_s"] for s in summaries], [s["j_per_token"] for s in summaries])
+
+
 def plot(results, summaries, path) -> dict:
     """Write a six-panel figure to ``path`` (format from its suffix, e.g. ``.png``).
 
@@ -129,29 +157,7 @@ def plot(results, summaries, path) -> dict:
     for r, s in zip(results, summaries):
         first = s.get("same_as") or s["label"]
         series_of[s["label"]] = next(name for _, name in shown if name.split(" = ")[0] == first)
-    ax = axes[0, 0]
-    by_policy = {}
-    for s in summaries:
-        by_policy.setdefault(s["policy"], []).append(s)
-    slack_labels = False
-    for name, group in by_policy.items():
-        pts = [(g["tokens_per_s"], g["j_per_token"], g["slack"], g["label"]) for g in group
-               if g["tokens_per_s"] is not None]
-        if not pts:
-            continue
-        pts.sort(key=lambda p: (p[2] is not None, p[2]))
-        if len(pts) > 1:  # one policy at several slacks: its points joined, each labelled by its slack
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color="lightgrey", linewidth=1.0, zorder=1)
-        for x, y, sl, lab in pts:
-            ax.plot([x], [y], marker="o", linestyle="none", color=colour[series_of[lab]], zorder=2)
-            if sl is not None and len(pts) > 1:
-                slack_labels = True
-                ax.annotate(f"{sl:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.ticklabel_format(useOffset=False, style="plain")
-    ax.set_xlabel("tokens/s")
-    ax.set_ylabel("J/token")
-    ax.set_title("energy per token vs throughput" + (" (labels: slack)" if slack_labels else ""))
-    _narrow_range_note(ax, [s["tokens_per_s"] for s in summaries], [s["j_per_token"] for s in summaries])
+    _efficiency_panel(axes[0, 0], summaries, {label: colour[name] for label, name in series_of.items()})
     slo = summaries[0]["slo"] if summaries else {}
     targets = {"ttft_s": slo.get("ttft_target_s"), "tpot_s": slo.get("tpot_target_s")}
     for ax, attr, title in ((axes[0, 1], "ttft_s", "TTFT"), (axes[1, 0], "tpot_s", "TPOT"),

@@ -16,12 +16,12 @@ So the answer is checked at its boundary: ``m - 1`` must miss (the search always
 
 The module is named ``sizing`` so that ``specsim.capacity`` stays the function.
 
-Probes of all policies in one round of the search run together: on a Dask cluster (local by
-default when ``dask.distributed`` is installed) or serially in this process.
+Probes of all policies in one round of the search run together on an executor
+(:mod:`specsim._executor`): serially in this process, on threads, or on a Dask cluster.
 
-Why one module of this size: the search, the probe it sends sizes to, the answer's costs and the
-runners that spread a round's probes share the probe's fields and the search's state; the trace's
-time windows and their resamples live in :mod:`specsim.studies.windows`.
+Why one module of this size: the search, the probe it sends sizes to and the answer's costs share
+the probe's fields and the search's state; the trace's time windows and their resamples live in
+:mod:`specsim.studies.windows`.
 
 Window resampling
 -----------------
@@ -35,12 +35,13 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from specsim.errors import SimulationError
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
 from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
-from specsim._executor import Executor, ExecutorError
+from specsim._executor import Executor, ExecutorChoice, ExecutorError
 from specsim._stats import wilson
 from specsim.frames import rows_frame
 from specsim.interop import read_policy
@@ -48,6 +49,7 @@ from specsim.plan.planner import check_slack
 from specsim.sim.engine import _request_arrays, use_sequence_engine
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload
+from specsim.studies.inputs import StudyInputs
 from specsim.studies.windows import resample_windows, widened
 from specsim.traces._types import REQUEST_DT
 
@@ -224,10 +226,28 @@ class CapacityResult:
 
 # -- one probe ---------------------------------------------------------------------------------------
 
-def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpot_s, label, seeds=None,
-              resamples=()) -> Probe:
-    """Simulate ``units`` copies of ``fleet`` with one policy under each draft-outcome seed of
-    ``seeds`` (default: the fleet's own); a plain function, so that a Dask worker can run it.
+class ProbeSetup(NamedTuple):
+    """What every probe of a search shares: the fleet's unit, the router, the SLO and the
+    draft-outcome seeds (empty: the fleet's own)."""
+
+    fleet: Fleet
+    router: str
+    slo: SLO
+    seeds: tuple = ()
+
+
+class Resampling(NamedTuple):
+    """Window resampling (module docstring): ``resamples`` resampled traces per probe, cut from
+    ``windows`` time windows (None: :data:`DEFAULT_WINDOWS`, or as many as the trace allows)."""
+
+    resamples: int
+    windows: int = None
+
+
+def run_probe(requests, setup, run, units, resamples=()) -> Probe:
+    """Simulate ``units`` copies of ``setup.fleet`` with one policy, ``run`` = ``(label, Policy,
+    slack)``, under each draft-outcome seed of ``setup.seeds`` (default: the fleet's own); a plain
+    function, so that a Dask worker can run it.
 
     Attainment pools requests over seeds; its 95% interval is Wilson's over those
     requests x seeds trials (docs/fleets.md, "Intervals"). Tokens, energy and times are the
@@ -235,9 +255,11 @@ def run_probe(requests, fleet, policy, slack, units, router, slo_ttft_s, slo_tpo
     traces (:func:`specsim.studies.windows.resample_windows`) the probe also runs under every
     seed; the interval is then widened by the spread of their attainments
     (:func:`specsim.studies.windows.widened`)."""
+    label, policy, slack = run
+    fleet, router, seeds = setup.fleet, setup.router, setup.seeds
     sized = fleet.scaled(units).with_options(slack=slack)
     seeds = (None,) if not seeds else tuple(seeds)
-    slo = SLO(slo_ttft_s, slo_tpot_s)
+    slo = SLO(setup.slo.ttft_s, setup.slo.tpot_s)
     met = trials = 0
     first = None
     ttft99 = tpot99 = None
@@ -342,12 +364,16 @@ def search_sizes(target, max_units):
     return hi, seen
 
 
-def _unit_fleet(table, calibration, fleet, options):
-    """The unit the search adds: ``fleet``, or one replica of ``table`` and ``calibration``."""
+def _unit_fleet(inputs):
+    """The unit the search adds: ``inputs.fleet``, or one replica of its table and calibration."""
+    if not isinstance(inputs, StudyInputs):
+        raise CapacityError(f"capacity takes a StudyInputs (requests, table, calibration or fleet, ...), got "
+                            f"{type(inputs).__name__}")
+    table, calibration, fleet = inputs.table, inputs.calibration, inputs.fleet
     if fleet is None:
         if table is None or calibration is None:
             raise CapacityError("give a table and a calibration, or a fleet")
-        fleet = Fleet.uniform(table, calibration, 1, options)
+        fleet = Fleet.uniform(table, calibration, 1, inputs.options)
     elif table is not None or calibration is not None:
         raise CapacityError("give either a table and calibration or a fleet, not both")
     return fleet
@@ -374,58 +400,50 @@ def _refuse_unmet(found, probes, most_replicas, attainment, notes) -> None:
                             problems + notes)
 
 
-def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propose", "sequence"), *, fleet=None,
-             slack=0.0, slo=None, router=DEFAULT_ROUTER,
-             max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, options=None, runner=None,
-             progress=None, seeds=DEFAULT_SEEDS, window_resamples=None, windows=None) -> CapacityResult:
+def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, router=DEFAULT_ROUTER,
+             max_replicas=DEFAULT_MAX_REPLICAS, gpu_hour_usd=None, executor="serial", progress=None,
+             resampling=None) -> CapacityResult:
     """The fewest replicas per policy whose SLO attainment meets ``slo.attainment``.
 
     A pure function of its inputs (the search and every probe are deterministic).
 
     Parameters
     ----------
-    requests : ndarray(REQUEST_DT, ndim=1) or TraceRead
-    table, calibration : CostTable, AcceptanceCalibration
-        One replica's; or give ``fleet``.
-    policies : sequence of str
+    inputs : StudyInputs
+        The trace (``requests``: ndarray(REQUEST_DT) or TraceRead); one replica's ``table``,
+        ``calibration`` and ``options``, or a ``fleet`` whose groups form the unit the search
+        multiplies (``4 x H200 + 2 x B200`` -> 6, 12, 18, ... replicas); ``slo``, the targets (at
+        least one) and the fraction of requests that must meet both (default
+        :data:`DEFAULT_ATTAINMENT`, 0.99); ``seeds``, the draft-outcome seeds per probe (the
+        fleet's seed and the next ``seeds - 1``, default :data:`DEFAULT_SEEDS`): a size meets the
+        target when the low end of its attainment's 95% interval (Wilson over requests x seeds)
+        does.
+    policies : sequence of str or Policy
         Policies to size; plain decoding (``fixed:0``) is always sized too, as the baseline of
         the savings.
-    fleet : Fleet, optional
-        A fleet whose groups form the unit the search multiplies (``4 x H200 + 2 x B200`` ->
-        6, 12, 18, ... replicas).
     slack : float
         Planner slack of ``propose`` and ``sequence``.
-    slo : SLO
-        The targets (at least one) and the fraction of requests that must meet both
-        (default :data:`DEFAULT_ATTAINMENT`, 0.99).
     router : str
     max_replicas : int
         Cap on replicas (units times the unit's replicas).
     gpu_hour_usd : float, optional
         Price of a GPU-hour, for dollars per million tokens.
-    options : ServerOptions, optional
-        Server options of a table-and-calibration unit.
-    runner : callable, optional
-        ``runner(list of probe argument tuples) -> list of Probe``: how a round's probes run
-        (default :func:`serial_runner`; :class:`ThreadRunner` and :class:`DaskRunner` run them
-        side by side).
-    seeds : int
-        Draft-outcome seeds per probe (the fleet's seed and the next ``seeds - 1``); a size meets
-        the target when the low end of its attainment's 95% interval (Wilson over requests x
-        seeds) does.
+    executor : Executor, ExecutorChoice or {"serial", "threads", "dask", "auto"}
+        Where a round's probes run side by side: a running :class:`specsim._executor.Executor`
+        (left open; on Dask the trace and the fleet travel to each worker once), or one started
+        for the search and closed after it (default ``"serial"``: in this process).
     progress : callable, optional
         Called as ``progress(done_probes, searching)`` after every round, where ``searching`` maps
         each unfinished label to its current ``(missed, met)`` bracket.
-    window_resamples : int, optional
-        Resampled traces per probe (2 .. :data:`MAX_RESAMPLES`; default None: off). Each probe
-        also runs on them, and its interval is widened by the spread of their attainments: with
-        ``h = t95(N - 1) * sd`` of the ``N`` per-resample attainments and Wilson's seed interval
-        ``[lo, hi]`` around the point ``p``, it is ``[p - sqrt((p - lo)^2 + h^2), p + sqrt((hi -
-        p)^2 + h^2)]`` within ``[0, 1]`` (:mod:`specsim.studies.windows`).
-    windows : int, optional
-        Contiguous time windows the trace is cut into for resampling (default
+    resampling : Resampling, optional
+        Window resampling (default None: off): ``resamples`` resampled traces per probe (2 ..
+        :data:`MAX_RESAMPLES`) cut from ``windows`` contiguous time windows (default
         :data:`DEFAULT_WINDOWS`; 2 .. :data:`MAX_WINDOWS`, at most requests /
-        :data:`MIN_WINDOW_REQUESTS`); only with ``window_resamples``.
+        :data:`MIN_WINDOW_REQUESTS`). Each probe also runs on them, and its interval is widened by
+        the spread of their attainments: with ``h = t95(N - 1) * sd`` of the ``N`` per-resample
+        attainments and Wilson's seed interval ``[lo, hi]`` around the point ``p``, it is ``[p -
+        sqrt((p - lo)^2 + h^2), p + sqrt((hi - p)^2 + h^2)]`` within ``[0, 1]``
+        (:mod:`specsim.studies.windows`).
 
     Returns
     -------
@@ -436,13 +454,14 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     CapacityError
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
-    fleet = _unit_fleet(table, calibration, fleet, options)
+    requests, seeds, fleet = inputs.requests, inputs.seeds_or(DEFAULT_SEEDS), _unit_fleet(inputs)
+    window_resamples, windows = (None, None) if resampling is None else resampling
     check_router(router)
 
     if _request_arrays(requests)[0].shape[0] == 0:
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
                             "nothing to size; give a trace with requests")
-    slo, attainment = _slo_and_attainment(slo)
+    slo, attainment = _slo_and_attainment(inputs.slo)
     if gpu_hour_usd is not None and not (math.isfinite(gpu_hour_usd) and gpu_hour_usd >= 0):
         raise CapacityError(f"gpu_hour_usd = {gpu_hour_usd!r} must be a finite price >= 0")
     max_units = int(max_replicas) // fleet.replicas
@@ -451,8 +470,14 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
                             "replicas); raise the cap")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
         raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}")
+    if not isinstance(executor, (Executor, ExecutorChoice, str)):
+        raise CapacityError(f"executor {show(executor)}: use an Executor, an ExecutorChoice or one of serial, "
+                            "threads, dask, auto")
+    if resampling is not None and not isinstance(resampling, Resampling):
+        raise CapacityError(f"resampling {show(resampling)}: give a Resampling(resamples, windows) or None (off)")
     n = _request_arrays(requests)[0].shape[0]
-    window_resamples, windows = check_resampling(window_resamples, windows, n)
+    window_resamples, windows = check_resampling(window_resamples, windows, n,
+                                                 ("resampling.resamples", "resampling.windows"))
     base = int(fleet.groups[0].options.seed)
     seed_list = tuple((base + i) % (1 << 64) for i in range(seeds))
     runs = _runs(policies, slack, read_policy)
@@ -460,8 +485,8 @@ def capacity(requests, table=None, calibration=None, policies=("fixed:0", "propo
     notes = _resolution_warnings(n, seeds, attainment)
     notes += _idle_warnings(requests, fleet, runs, slo, attainment)
     resampled = resample_windows(requests, window_resamples, windows, base) if window_resamples else ()
-    found, probes = _search_all(requests, fleet, runs, router, slo, attainment, max_units,
-                                runner or serial_runner, progress, seed_list, resampled)
+    found, probes = _search_all(executor, requests, ProbeSetup(fleet, router, slo, seed_list), runs,
+                                (attainment, max_units), progress, resampled)
     _refuse_unmet(found, probes, max_units * fleet.replicas, attainment, notes)
     includes = _includes(seeds, window_resamples, windows) if window_resamples else None
     answers = [_answer(label, found[label], probes[label], attainment, gpu_hour_usd, includes)
@@ -547,23 +572,48 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
     return out
 
 
-def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, progress, seeds=None, resamples=()):
-    """Every policy's search, advanced round by round: each round runs the next probe of every
-    unfinished search together. Returns ``({label: answer or None}, {label: {units: Probe}})``."""
+def _executor(executor) -> tuple:
+    """``(executor, owned)``: the caller's running :class:`Executor` (not ``owned``: left open), or
+    the one a kind or an :class:`ExecutorChoice` asks for, started here and closed by the search."""
+    if isinstance(executor, Executor):
+        return executor, False
+    choice = executor if isinstance(executor, ExecutorChoice) else ExecutorChoice(executor)
+    try:
+        return choice.start("specsim capacity"), True
+    except ExecutorError as e:
+        raise CapacityError(str(e)) from None
+
+
+def _search_all(executor, requests, setup, runs, bounds, progress, resamples=()):
+    """Every policy's search, advanced round by round on ``executor`` (:func:`_executor`'s, closed
+    after when it started it here): each round runs the next probe of every unfinished search
+    together. ``bounds``: ``(attainment target, most units)``. Returns ``({label: answer or None},
+    {label: {units: Probe}})``."""
+    ex, owned = _executor(executor)
+    try:
+        out = _rounds(ex, requests, setup, runs, bounds, progress, resamples)
+    except BaseException:
+        if owned:
+            ex.close(abandoned=True)
+        raise
+    if owned:
+        ex.close()
+    return out
+
+
+def _rounds(ex, requests, setup, runs, bounds, progress, resamples):
+    """:func:`_search_all` on a running executor ``ex``."""
+    target, max_units = bounds
     searches = {label: search_sizes(target, max_units) for label, _, _ in runs}
     pending = {label: next(gen) for label, gen in searches.items()}
     found, probes = {}, {label: {} for label, _, _ in runs}
-    by_label = {label: (pol, s) for label, pol, s in runs}
+    by_label = {run[0]: run for run in runs}
+    # On Dask the trace, the setup (with the fleet) and the resampled traces travel once each.
+    shared = (ex.share(requests), ex.share(setup), tuple(ex.share(r) for r in resamples))
     done = 0
     while pending:
-        args = [(requests, fleet, by_label[label][0], by_label[label][1], m, router, slo.ttft_s, slo.tpot_s, label,
-                 seeds, resamples)
-                for label, m in pending.items()]
-        results = runner(args)
-        if not (isinstance(results, (list, tuple)) and len(results) == len(args)
-                and all(isinstance(p, Probe) and p.label == a[8] for p, a in zip(results, args))):
-            raise CapacityError(f"the runner answered {show(results)} for {len(args)} probes: a runner returns "
-                                "one Probe per argument tuple, in their order (as serial_runner does)")
+        results = ex.map(run_probe, [(shared[0], shared[1], by_label[label], m, shared[2])
+                                     for label, m in pending.items()])
         done += len(results)
         nxt = {}
         for probe in results:
@@ -574,7 +624,7 @@ def _search_all(requests, fleet, runs, router, slo, target, max_units, runner, p
                 found[probe.label] = stop.value[0]
         pending = nxt
         if progress is not None:
-            progress(done, {k: _bracket(probes[k], target, fleet.replicas) for k in pending})
+            progress(done, {k: _bracket(probes[k], target, setup.fleet.replicas) for k in pending})
     return found, probes
 
 
@@ -622,55 +672,6 @@ def _answer(label, units, probes, target, price, includes=None) -> PolicyCapacit
 def _with_saving(a: PolicyCapacity, plain: PolicyCapacity) -> PolicyCapacity:
     return replace(a, gpu_saving=1.0 - a.gpus / plain.gpus,
                    energy_saving=1.0 - a.j_per_token / plain.j_per_token if plain.j_per_token else None)
-
-
-# -- runners --------------------------------------------------------------------------------------------
-
-def serial_runner(args) -> list:
-    """Run a round's probes one after another in this process."""
-    return [run_probe(*a) for a in args]
-
-
-class ThreadRunner:
-    """Run each round's probes on ``workers`` threads of this process (default: the CPU count).
-
-    The engine's kernels release the GIL, so probes run in parallel without starting processes
-    or shipping the trace; every probe has its own state, so threads share nothing they write.
-    """
-
-    def __init__(self, workers=None):
-        self.ex = Executor("threads", workers)
-        self.workers = self.ex.workers
-
-    def __call__(self, args) -> list:
-        return self.ex.map(run_probe, args)
-
-
-class DaskRunner:
-    """Run each round's probes on a Dask cluster: ``scheduler`` (an address) or a local cluster
-    of ``workers`` processes. The trace and fleet travel to each worker once. Use as a context
-    manager; not for use from several threads at once."""
-
-    def __init__(self, scheduler=None, workers=None):
-        try:
-            self.ex = Executor("dask", workers, scheduler)
-        except ExecutorError as e:
-            raise CapacityError(str(e)) from None
-
-    def __call__(self, args) -> list:
-        # The resampled traces travel once each, like the trace.
-        return self.ex.map(run_probe, [(self.ex.share(a[0]), self.ex.share(a[1]), *a[2:10],
-                                        tuple(self.ex.share(r) for r in a[10])) for a in args])
-
-    def close(self, abandoned=False):
-        self.ex.close(abandoned)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        self.close(abandoned=kind is not None)
-        return False
 
 
 def progress_line(stream=None, enabled=True):

@@ -304,79 +304,38 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, first_line, skip_bad, t_num
     int
         Good rows written. Blank lines are neither rows nor bad.
     """
+    # A tuple, not an array: its values stay in registers through the line loop.
+    cols = (np.int64(col_t), np.int64(col_p), np.int64(col_o), np.int64(n_header))
+    return _parse_lines_nb(buf, cols, None, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines, info)
+
+
+@jit(internal=True)
+def _parse_lines_nb(buf, cols, keys, first_line, skip_bad, t_num, t_ns, prompt, output, bad_lines, info):
+    """The line loop the formats share: each line's row parsed by the format's row parser (CSV's
+    with ``cols`` = ``(col_t, col_p, col_o, n_header)`` and ``keys`` None; JSONL's with ``keys``,
+    the three keys' bytes, and ``cols`` None), a good row written to the outputs, a bad one
+    counted or the parse stopped. Other arguments and the return as :func:`parse_csv_nb`."""
     n = buf.shape[0]
     s = np.int64(0)  # not the literal 0: _bad_nb compiles once
     line = first_line
     rows = 0
-    need = max(col_t, max(col_p, col_o)) + 1
     while s < n:
-        # one pass over the line: field bounds of the wanted columns, and the line's end
-        ta, tb, pa, pb, oa, ob = -1, -1, -1, -1, -1, -1
-        field = 0
-        fs = s
-        inq = False
-        i = s
-        while i < n:
-            c = buf[i]
-            if c == _NL:
-                break
-            if c == _QUOTE:
-                inq = not inq
-            elif c == _COMMA and not inq:
-                if field == col_t:
-                    ta, tb = fs, i
-                elif field == col_p:
-                    pa, pb = fs, i
-                elif field == col_o:
-                    oa, ob = fs, i
-                field += 1
-                fs = i + 1
-            i += 1
-        e = i
-        le = e
-        if le > s and buf[le - 1] == _CR:
-            le -= 1
-        if field == col_t:
-            ta, tb = fs, le
-        elif field == col_p:
-            pa, pb = fs, le
-        elif field == col_o:
-            oa, ob = fs, le
-        field += 1
-        blank = field == 1
-        if blank:
-            for j in range(s, le):
-                if buf[j] != _SP and buf[j] != _TAB:
-                    blank = False
-                    break
+        # Numba drops a test on an argument that is None while compiling, so each format's row
+        # parser sits under its own argument's test: one of them compiles.
+        if cols is not None:
+            e, blank, reason, tv, tn, pv, ov = _csv_row_nb(buf, s, cols, t_num, t_ns)
+        if keys is not None:
+            e, blank, reason, tv, tn, pv, ov = _jsonl_row_nb(buf, s, keys)
         if not blank:
-            reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
-            if field < need:
-                reason = BAD_FIELDS
-            elif field > n_header:
-                reason = BAD_EXTRA
+            if reason == 0:
+                if t_num is not None:
+                    t_num[rows] = tv
+                if t_ns is not None:
+                    t_ns[rows] = tn
+                prompt[rows] = pv
+                output[rows] = ov
+                rows += 1
             else:
-                ta, tb = _trim_nb(buf, ta, tb)
-                ok, tv, tn = _parse_arrival_nb(buf, ta, tb, t_num, t_ns)
-                pa, pb = _trim_nb(buf, pa, pb)
-                okp, pv = parse_count_nb(buf, pa, pb)
-                oa, ob = _trim_nb(buf, oa, ob)
-                oko, ov = parse_count_nb(buf, oa, ob)
-                if not ok:
-                    reason = BAD_ARRIVAL
-                elif not okp:
-                    reason = BAD_PROMPT
-                elif not oko:
-                    reason = BAD_OUTPUT
-                else:
-                    if t_num is not None:
-                        t_num[rows] = tv
-                    if t_ns is not None:
-                        t_ns[rows] = tn
-                    prompt[rows] = pv
-                    output[rows] = ov
-                    rows += 1
-            if reason != 0:
                 _bad_nb(info, bad_lines, line, reason, s)
                 if not skip_bad:
                     info[INFO_LINES] = line - first_line
@@ -385,6 +344,75 @@ def parse_csv_nb(buf, col_t, col_p, col_o, n_header, first_line, skip_bad, t_num
         s = e + 1
     info[INFO_LINES] = line - first_line
     return rows
+
+
+# The row parsers are inlined into the line loop: called once per row, they made a 1M-line parse
+# about a tenth slower.
+@jit(internal=True, inline="always")
+def _csv_row_nb(buf, s, cols, t_num, t_ns):
+    """The CSV row at ``s``: ``(end, blank, reason, arrival number, arrival ns, prompt, output)``;
+    ``cols`` holds the arrival, prompt and output columns and the header's field count."""
+    # one pass over the line: field bounds of the wanted columns, and the line's end
+    n = buf.shape[0]
+    col_t, col_p, col_o = cols[0], cols[1], cols[2]
+    ta, tb, pa, pb, oa, ob = -1, -1, -1, -1, -1, -1
+    field = 0
+    fs = s
+    inq = False
+    i = s
+    while i < n:
+        c = buf[i]
+        if c == _NL:
+            break
+        if c == _QUOTE:
+            inq = not inq
+        elif c == _COMMA and not inq:
+            if field == col_t:
+                ta, tb = fs, i
+            elif field == col_p:
+                pa, pb = fs, i
+            elif field == col_o:
+                oa, ob = fs, i
+            field += 1
+            fs = i + 1
+        i += 1
+    le = i
+    if le > s and buf[le - 1] == _CR:
+        le -= 1
+    if field == col_t:
+        ta, tb = fs, le
+    elif field == col_p:
+        pa, pb = fs, le
+    elif field == col_o:
+        oa, ob = fs, le
+    field += 1
+    tv, tn, pv, ov = 0.0, np.int64(0), np.int64(0), np.int64(0)
+    reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
+    blank = field == 1
+    if blank:
+        for j in range(s, le):
+            if buf[j] != _SP and buf[j] != _TAB:
+                blank = False
+                break
+    if not blank:
+        if field < max(col_t, max(col_p, col_o)) + 1:
+            reason = BAD_FIELDS
+        elif field > cols[3]:
+            reason = BAD_EXTRA
+        else:
+            ta, tb = _trim_nb(buf, ta, tb)
+            ok, tv, tn = _parse_arrival_nb(buf, ta, tb, t_num, t_ns)
+            pa, pb = _trim_nb(buf, pa, pb)
+            okp, pv = parse_count_nb(buf, pa, pb)
+            oa, ob = _trim_nb(buf, oa, ob)
+            oko, ov = parse_count_nb(buf, oa, ob)
+            if not ok:
+                reason = BAD_ARRIVAL
+            elif not okp:
+                reason = BAD_PROMPT
+            elif not oko:
+                reason = BAD_OUTPUT
+    return i, blank, reason, tv, tn, pv, ov
 
 
 @jit(internal=True)
@@ -429,110 +457,98 @@ def parse_jsonl_nb(buf, key_t, key_p, key_o, first_line, skip_bad, t_num, prompt
     holds a non-number there is bad. Parameters and return as :func:`parse_csv_nb` (arrivals go
     to ``t_num``); keys are ``ndarray(uint8)`` of the key's bytes without quotes.
     """
-    n = buf.shape[0]
-    s = np.int64(0)  # not the literal 0: _bad_nb compiles once
-    line = first_line
-    rows = 0
-    while s < n:
-        e = _line_end_nb(buf, s)
-        a, b = s, e
-        while a < b and (buf[a] == _SP or buf[a] == _TAB):
-            a += 1
-        while b > a and (buf[b - 1] == _SP or buf[b - 1] == _TAB or buf[b - 1] == _CR):
-            b -= 1
-        if a < b:
-            reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
-            found = 0
-            tv, pv, ov = 0.0, np.int64(0), np.int64(0)
-            if buf[a] != _LBRACE or buf[b - 1] != _RBRACE:
+    return _parse_lines_nb(buf, None, (key_t, key_p, key_o), first_line, skip_bad, t_num, None, prompt, output,
+                           bad_lines, info)
+
+
+@jit(internal=True)
+def _jsonl_value_end_nb(buf, p, end):
+    """Index just past the JSON value at ``p`` (a string, an array or object whole, or a scalar up to
+    the next comma); -1 when a string or a bracket is left open."""
+    if p < end and buf[p] == _QUOTE:
+        return _skip_string_nb(buf, p, end)
+    if p < end and (buf[p] == _LBRACK or buf[p] == _LBRACE):
+        depth = 0
+        while p < end:
+            c = buf[p]
+            if c == _QUOTE:
+                p = _skip_string_nb(buf, p, end)
+                if p < 0:
+                    return -1
+                continue
+            if c == _LBRACK or c == _LBRACE:
+                depth += 1
+            elif c == _RBRACK or c == _RBRACE:
+                depth -= 1
+                if depth == 0:
+                    return p + 1
+            p += 1
+        return -1
+    while p < end and buf[p] != _COMMA:
+        p += 1
+    return p
+
+
+@jit(internal=True, inline="always")
+def _jsonl_row_nb(buf, s, keys):
+    """The JSON-object line at ``s``: ``(end, blank, reason, arrival, 0, prompt, output)`` (the
+    shape of :func:`_csv_row_nb`'s), the values read at ``keys`` (arrival, prompt, output)."""
+    key_t, key_p, key_o = keys
+    e = _line_end_nb(buf, s)
+    a, b = s, e
+    while a < b and (buf[a] == _SP or buf[a] == _TAB):
+        a += 1
+    while b > a and (buf[b - 1] == _SP or buf[b - 1] == _TAB or buf[b - 1] == _CR):
+        b -= 1
+    tn = np.int64(0)
+    tv, pv, ov = 0.0, np.int64(0), np.int64(0)
+    reason = np.int64(0)  # not the literal 0: _bad_nb compiles once
+    if a >= b:
+        return e, True, reason, tv, tn, pv, ov
+    if buf[a] != _LBRACE or buf[b - 1] != _RBRACE:
+        return e, False, np.int64(BAD_SHAPE), tv, tn, pv, ov
+    found = 0
+    p = a + 1
+    end = b - 1
+    while p < end and reason == 0:
+        p = _skip_ws_nb(buf, p, end)
+        if p >= end:
+            break
+        q = _skip_string_nb(buf, p, end) if buf[p] == _QUOTE else -1
+        if q < 0:
+            reason = BAD_SHAPE
+            break
+        ka, kb = p + 1, q - 1
+        p = _skip_ws_nb(buf, q, end)
+        if p >= end or buf[p] != _COLON:
+            reason = BAD_SHAPE
+            break
+        v0 = _skip_ws_nb(buf, p + 1, end)
+        p = _jsonl_value_end_nb(buf, v0, end)
+        if p < 0:
+            reason = BAD_SHAPE
+            break
+        v1 = p
+        while v1 > v0 and (buf[v1 - 1] == _SP or buf[v1 - 1] == _TAB):
+            v1 -= 1
+        if _key_is_nb(buf, ka, kb, key_t):
+            ok, tv = parse_number_nb(buf, v0, v1)
+            reason = reason if ok else BAD_ARRIVAL
+            found |= 1
+        elif _key_is_nb(buf, ka, kb, key_p):
+            ok, pv = parse_count_nb(buf, v0, v1)
+            reason = reason if ok else BAD_PROMPT
+            found |= 2
+        elif _key_is_nb(buf, ka, kb, key_o):
+            ok, ov = parse_count_nb(buf, v0, v1)
+            reason = reason if ok else BAD_OUTPUT
+            found |= 4
+        p = _skip_ws_nb(buf, p, end)
+        if p < end:
+            if buf[p] != _COMMA:
                 reason = BAD_SHAPE
-            else:
-                p = a + 1
-                end = b - 1
-                while p < end and reason == 0:
-                    p = _skip_ws_nb(buf, p, end)
-                    if p >= end:
-                        break
-                    if buf[p] != _QUOTE:
-                        reason = BAD_SHAPE
-                        break
-                    q = _skip_string_nb(buf, p, end)
-                    if q < 0:
-                        reason = BAD_SHAPE
-                        break
-                    ka, kb = p + 1, q - 1
-                    p = _skip_ws_nb(buf, q, end)
-                    if p >= end or buf[p] != _COLON:
-                        reason = BAD_SHAPE
-                        break
-                    p = _skip_ws_nb(buf, p + 1, end)
-                    # the value: [p, v_end)
-                    v0 = p
-                    if p < end and buf[p] == _QUOTE:
-                        p = _skip_string_nb(buf, p, end)
-                        if p < 0:
-                            reason = BAD_SHAPE
-                            break
-                    elif p < end and (buf[p] == _LBRACK or buf[p] == _LBRACE):
-                        depth = 0
-                        while p < end:
-                            c = buf[p]
-                            if c == _QUOTE:
-                                p = _skip_string_nb(buf, p, end)
-                                if p < 0:
-                                    break
-                                continue
-                            if c == _LBRACK or c == _LBRACE:
-                                depth += 1
-                            elif c == _RBRACK or c == _RBRACE:
-                                depth -= 1
-                                if depth == 0:
-                                    p += 1
-                                    break
-                            p += 1
-                        if p < 0 or depth != 0:
-                            reason = BAD_SHAPE
-                            break
-                    else:
-                        while p < end and buf[p] != _COMMA:
-                            p += 1
-                    v1 = p
-                    while v1 > v0 and (buf[v1 - 1] == _SP or buf[v1 - 1] == _TAB):
-                        v1 -= 1
-                    if _key_is_nb(buf, ka, kb, key_t):
-                        ok, tv = parse_number_nb(buf, v0, v1)
-                        if not ok:
-                            reason = BAD_ARRIVAL
-                        found |= 1
-                    elif _key_is_nb(buf, ka, kb, key_p):
-                        ok, pv = parse_count_nb(buf, v0, v1)
-                        if not ok:
-                            reason = BAD_PROMPT
-                        found |= 2
-                    elif _key_is_nb(buf, ka, kb, key_o):
-                        ok, ov = parse_count_nb(buf, v0, v1)
-                        if not ok:
-                            reason = BAD_OUTPUT
-                        found |= 4
-                    p = _skip_ws_nb(buf, p, end)
-                    if p < end:
-                        if buf[p] != _COMMA:
-                            reason = BAD_SHAPE
-                            break
-                        p += 1
-                if reason == 0 and found != 7:
-                    reason = BAD_FIELDS
-            if reason == 0:
-                t_num[rows] = tv
-                prompt[rows] = pv
-                output[rows] = ov
-                rows += 1
-            else:
-                _bad_nb(info, bad_lines, line, reason, s)
-                if not skip_bad:
-                    info[INFO_LINES] = line - first_line
-                    return rows
-        line += 1
-        s = e + 1
-    info[INFO_LINES] = line - first_line
-    return rows
+                break
+            p += 1
+    if reason == 0 and found != 7:
+        reason = BAD_FIELDS
+    return e, False, reason, tv, tn, pv, ov

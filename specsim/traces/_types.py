@@ -52,3 +52,43 @@ class TraceRead(NamedTuple):
         """Seconds from the first to the last arrival (0 for fewer than two requests)."""
         a = self.requests["arrival_s"]
         return float(a[-1] - a[0]) if a.shape[0] > 1 else 0.0
+
+
+class ParsedRows(NamedTuple):
+    """A reader's rows before :func:`specsim.traces.readers.finish_trace` sorts and cuts them.
+
+    Attributes
+    ----------
+    times : ndarray(float64 or int64, ndim=1), shape (R,)
+        Arrivals in the reader's unit (``datetime``: int64 nanoseconds since any epoch).
+    prompt, output : ndarray(int64, ndim=1), shape (R,)
+    skipped_bad : int
+        Rows that could not be parsed (skipped).
+    bad_lines : tuple of int
+        1-based line numbers of the first of them.
+    """
+
+    times: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    skipped_bad: int = 0
+    bad_lines: tuple = ()
+
+
+class TraceCut(NamedTuple):
+    """What part of a trace to keep, and how fast to replay it.
+
+    Attributes
+    ----------
+    rate_scale : float
+        Arrivals are divided by this (> 0): 2 compresses the trace to twice the request rate.
+    limit : int or None
+        Keep the first ``limit`` requests by arrival.
+    window : (float, float or None) or None
+        Keep arrivals in ``[start_s, end_s)`` seconds from the trace start (before rate scaling),
+        re-based to ``start_s``.
+    """
+
+    rate_scale: float = 1.0
+    limit: int = None
+    window: tuple = None

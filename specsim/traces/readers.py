@@ -38,12 +38,13 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, is_int, rate_scale_problem, show
 from specsim.errors import TraceError
-from specsim.traces._types import REQUEST_DT, TraceRead
+from specsim.traces._types import REQUEST_DT, ParsedRows, TraceCut, TraceRead
 from specsim._io import decode_text, open_input
 
 FORMATS = ("azure2023", "azure2024", "mooncake", "burstgpt", "csv")
@@ -191,25 +192,28 @@ def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale
             raise TraceError(f"columns and arrival unit apply to format csv only, not {fmt}")
         names, unit = _FIXED[fmt]
     if fmt == "mooncake":
-        times, prompt, output, bad, bad_lines = _read_jsonl(path, names, skip_bad_rows)
+        parsed = _read_jsonl(path, names, skip_bad_rows)
     else:
-        times, prompt, output, bad, bad_lines = _read_csv(path, names, unit == "datetime", skip_bad_rows,
-                                                          exact=fmt != "csv")
-    return finish_trace(times, prompt, output, fmt, str(path), unit=unit, rate_scale=rate_scale, limit=limit,
-                        window=window, skipped_bad=bad, bad_lines=bad_lines)
+        parsed = _read_csv(path, names, unit == "datetime", skip_bad_rows, exact=fmt != "csv")
+    return finish_trace(parsed, fmt, str(path), unit, TraceCut(rate_scale, limit, window))
 
 
-def finish_trace(times, prompt, output, fmt, source, *, unit="s", rate_scale=1.0, limit=None, window=None,
-                 skipped_bad=0, bad_lines=()) -> TraceRead:
+def finish_trace(parsed, fmt, source, unit="s", cut=TraceCut()) -> TraceRead:
     """Sort, re-base, skip zero-token rows and apply window, limit and rate scale.
 
     Parameters
     ----------
-    times : ndarray(float64 or int64, ndim=1), shape (R,)
-        Arrivals in ``unit`` (``datetime``: int64 nanoseconds since any epoch).
-    prompt, output : ndarray(int64, ndim=1), shape (R,)
+    parsed : ParsedRows
+        The rows as read, arrivals in ``unit``.
+    fmt, source : str
+        The reader and the file read (or the generator), for :class:`TraceRead`.
+    unit : str
+        One of :data:`ARRIVAL_UNITS`.
+    cut : TraceCut
+        The window, the request limit and the rate scale.
     """
-    rate_scale, limit, window = _check_options(rate_scale, limit, window)
+    times, prompt, output, skipped_bad, bad_lines = parsed
+    rate_scale, limit, window = _check_options(*cut)
     prompt = np.asarray(prompt, dtype=np.int64)
     output = np.asarray(output, dtype=np.int64)
     rows = int(prompt.shape[0]) + int(skipped_bad)
@@ -345,7 +349,7 @@ def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
         prompt = np.empty(size, dtype=np.int64)
         output = np.empty(size, dtype=np.int64)
         bad_before = int(info[INFO_BAD])
-        rows = parse(buf, line, t_num, t_ns, prompt, output, bad_lines, info)
+        rows = parse(buf, line, _Outputs(t_num, t_ns, prompt, output, bad_lines, info))
         if not parse.skip_bad and info[INFO_BAD] > bad_before:
             off = int(info[INFO_BAD_OFFSET])
             raw = bytes(block[off:off + 4096])
@@ -357,18 +361,30 @@ def _run_blocks(path, f, first_line, parse, datetime_kind, what, fields):
         line += int(info[INFO_LINES])
     nbad = int(info[INFO_BAD])
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.empty(0, dtype=dt))
-    return (cat(times, np.int64 if datetime_kind else np.float64), cat(prompts, np.int64), cat(outputs, np.int64),
-            nbad, bad_lines[:min(nbad, _MAX_BAD_LINES)].tolist())
+    return ParsedRows(cat(times, np.int64 if datetime_kind else np.float64), cat(prompts, np.int64),
+                      cat(outputs, np.int64), nbad, bad_lines[:min(nbad, _MAX_BAD_LINES)].tolist())
+
+
+class _Outputs(NamedTuple):
+    """What a parse kernel writes for one block, in the CSV kernel's argument order."""
+
+    t_num: np.ndarray
+    t_ns: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    bad_lines: np.ndarray
+    info: np.ndarray
 
 
 class _Parse:
-    """A kernel call with its fixed arguments bound (keeps ``_run_blocks`` format-free)."""
+    """A kernel call ``fn(buf, first line, outputs)`` with its format's arguments bound (keeps
+    ``_run_blocks`` format-free)."""
 
-    def __init__(self, fn, args, skip_bad):
-        self.fn, self.args, self.skip_bad = fn, args, skip_bad
+    def __init__(self, fn, skip_bad):
+        self.fn, self.skip_bad = fn, skip_bad
 
-    def __call__(self, buf, line, t_num, t_ns, prompt, output, bad_lines, info):
-        return self.fn(buf, line, t_num, t_ns, prompt, output, bad_lines, info, *self.args, self.skip_bad)
+    def __call__(self, buf, line, out):
+        return self.fn(buf, line, out)
 
 
 def _read_csv(path, names, datetime_kind, skip_bad, exact):
@@ -385,10 +401,9 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
         cols = [_column_index(path, header, name, exact) for name in names]
         what = "a timestamp YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]" if datetime_kind else "a number"
 
-        def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, c0, c1, c2, nh, skip):
-            return parse_csv_nb(buf, c0, c1, c2, nh, line, skip, t_num, t_ns, prompt, output, bad_lines, info)
-
-        parse = _Parse(call, (cols[0], cols[1], cols[2], len(header)), bool(skip_bad))
+        c0, c1, c2 = cols
+        nh, skip = len(header), bool(skip_bad)
+        parse = _Parse(lambda buf, line, out: parse_csv_nb(buf, c0, c1, c2, nh, line, skip, *out), skip)
         fields = f"too few fields (the header names {len(header)}; column {max(cols) + 1} is needed)"
         return _run_blocks(path, f, 2, parse, datetime_kind, what, fields)
 
@@ -409,14 +424,12 @@ def _column_index(path, header, name, exact):
 def _read_jsonl(path, keys, skip_bad):
     from specsim.traces._parse_kernels import parse_jsonl_nb  # lazy: Numba loads with the first kernel call
 
-    key_arrays = tuple(np.frombuffer(k.encode("utf-8"), dtype=np.uint8) for k in keys)
-
-    def call(buf, line, t_num, t_ns, prompt, output, bad_lines, info, kt, kp, ko, skip):
-        return parse_jsonl_nb(buf, kt, kp, ko, line, skip, t_num, prompt, output, bad_lines, info)
+    kt, kp, ko = (np.frombuffer(k.encode("utf-8"), dtype=np.uint8) for k in keys)
+    skip = bool(skip_bad)
 
     with _open(path) as f:
         if f.read(len(_BOM)) != _BOM:
             f.seek(0)
-        parse = _Parse(call, key_arrays, bool(skip_bad))
+        parse = _Parse(lambda buf, line, out: parse_jsonl_nb(buf, kt, kp, ko, line, skip, out.t_num, *out[2:]), skip)
         return _run_blocks(path, f, 1, parse, False, "a number (milliseconds)",
                            "the object lacks one of the keys " + ", ".join(keys))

@@ -18,6 +18,7 @@ import numpy as np
 from specsim._checks import is_int
 from specsim.errors import TraceError
 from specsim.traces._types import TraceRead
+from specsim.traces._types import ParsedRows, TraceCut
 from specsim.traces.readers import finish_trace
 
 ARRIVALS = ("poisson", "gamma")
@@ -130,7 +131,7 @@ def synthetic_trace(requests, rate_per_s, *, arrival="poisson", cv=1.0, prompt=N
     p = prompt.sample(rng, n)
     o = output.sample(rng, n)
     source = f"synthetic({arrival}, rate={rate:g}/s, cv={cv:g}, seed={seed})"
-    return finish_trace(times, p, o, "synthetic", source, rate_scale=rate_scale, limit=limit, window=window)
+    return finish_trace(ParsedRows(times, p, o), "synthetic", source, cut=TraceCut(rate_scale, limit, window))
 
 
 def parse_synthetic(text, lengths_from=None) -> dict:

@@ -537,7 +537,7 @@ def test_export_keeps_a_schedule_it_cannot_weigh(tmp_path, capsys):
 
 
 def test_tune_result_recommends_per_engine():
-    from specsim.studies.tune import Score, TuneResult
+    from specsim.studies.tune_result import Score, TuneResult
 
     def score(policy, mean):
         return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,

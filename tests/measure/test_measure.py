@@ -28,6 +28,7 @@ from specsim.measure import (
     ProxyWorkload,
     RaplMeter,
     SweepInterrupted,
+    SweepRun,
     SweepSettings,
     box_class_from_name,
     load_recipe,
@@ -53,8 +54,9 @@ def sweep(tmp_path, widths=(1, 2), max_k=2, name="t.toml", workload=None, box_cl
     workload = workload or ProxyWorkload("tiny", backend)
     out = tmp_path / name
     kw.setdefault("settings", FAST)
+    run = SweepRun(kw.pop("resume", False), False, kw.pop("log", None))
     table = measure_table(workload, backend, AssumedPowerMeter(50.0), list(widths), max_k, out,
-                      box_class=box_class, progress=False, **kw)
+                          box_class=box_class, run=run, **kw)
     return table, out
 
 
@@ -138,7 +140,7 @@ def test_a_counter_that_never_moves_is_refused(tmp_path):
     backend = NumpyBackend()
     with pytest.raises(MeasureError, match="did not advance"):
         measure_table(ProxyWorkload("tiny", backend), backend, RaplMeter(tmp_path), [1], 0, tmp_path / "o.toml",
-                  box_class="b", settings=FAST, progress=False)
+                  box_class="b", settings=FAST, run=SweepRun(progress=False))
 
 
 # -- RAPL ------------------------------------------------------------------------------------------
@@ -360,7 +362,7 @@ def test_cupy_path_end_to_end_with_nvml_mocks(tmp_path, nvml):
     settings = SweepSettings(min_window_s=0.003, repeats=3, warmup=1, idle_s=0.002, align_s=0.01)
     out = tmp_path / "gpu.toml"
     table = measure_table(ProxyWorkload("tiny", backend), backend, meter, [1, 2], 1, out, settings=settings,
-                      progress=False)
+                          run=SweepRun(progress=False))
     meter.close()
     assert table.key.box_class == "h200"
     assert table.meta["energy_source"] == "nvml" and table.meta["nvidia_driver"] == "570.86"
@@ -706,7 +708,7 @@ def test_idle_power_goes_into_meta(tmp_path):
     backend = NumpyBackend()
     settings = SweepSettings(min_window_s=0.003, repeats=2, warmup=0, idle_s=0.02, align_s=0.01)
     table = measure_table(ProxyWorkload("tiny", backend), backend, Ramp(), [1], 0, tmp_path / "i.toml",
-                      box_class="b", settings=settings, progress=False)
+                          box_class="b", settings=settings, run=SweepRun(progress=False))
     assert table.meta["idle_power_w"] == pytest.approx(40.0, rel=1e-2)
     assert table.meta["energy_source"] == "rapl"
 
@@ -806,7 +808,7 @@ def test_gpu_tiny_recipe_with_nvml(tmp_path):
     settings = SweepSettings(min_window_s=0.2, repeats=5, warmup=2, idle_s=0.2)
     try:
         table = measure_table(ProxyWorkload("tiny", backend), backend, meter, [1, 4], 2, tmp_path / "g.toml",
-                          settings=settings, progress=False)
+                          settings=settings, run=SweepRun(progress=False))
     finally:
         meter.close()
     assert CostTable.load(tmp_path / "g.toml") == table

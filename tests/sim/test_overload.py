@@ -12,9 +12,8 @@ from specsim.cli import main
 from specsim.sim import ServerOptions, simulate, synthetic_trace
 from specsim.sim.metrics import OVERLOAD_GROWTH, OVERLOAD_MIN_REQUESTS, overload_line, queue_growth
 from specsim.sim.slo import SLO
-from specsim.studies.capacity import capacity
 from specsim.traces import LogNormalLengths
-from tests.fixtures import small_calibration, small_table, write_small_inputs
+from tests.fixtures import capacity_on, small_calibration, small_table, write_small_inputs
 
 
 def test_growth_is_the_backlog_slope():
@@ -76,7 +75,7 @@ def test_capacity_flags_each_overloaded_probe():
     from specsim.cli.capacity import capacity_table
 
     opts = ServerOptions(max_num_seqs=3)
-    res = capacity(_trace(30.0), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=2.0, attainment=0.9),
+    res = capacity_on(_trace(30.0), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=2.0, attainment=0.9),
                    options=opts, max_replicas=64)
     for p in res.policies:
         one = {q.replicas: q for q in p.probes}[1]

@@ -18,8 +18,10 @@ from specsim.errors import SimulationError
 from specsim.sim.fleet import Fleet, ReplicaGroup
 from specsim.sim.slo import SLO
 from specsim.table import CostTable
-from specsim.studies.capacity import CapacityError, Probe, capacity, run_probe, search_sizes, serial_runner
-from tests.fixtures import requests, small_calibration, small_table
+from specsim._executor import Executor
+from specsim.interop import read_policy
+from specsim.studies.capacity import CapacityError, Probe, ProbeSetup, run_probe, search_sizes
+from tests.fixtures import capacity_on, requests, small_calibration, small_table
 from tests.fixtures import ROOT
 
 K = 5  # replicas that are exactly enough for the burst traffic below
@@ -37,7 +39,7 @@ OPTS = ServerOptions(max_num_seqs=1, prefill_ms_per_token=1.0, prefill_j_per_tok
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
 def test_answer_known_by_construction(router):
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2", "sequence"], slo=SLO(ttft_s=0.15, attainment=0.99),
+    res = capacity_on(bursts(), small_table(), small_calibration(), ["fixed:2", "sequence"], slo=SLO(ttft_s=0.15, attainment=0.99),
                    options=OPTS, router=router, max_replicas=64)
     assert [p.label for p in res.policies] == ["fixed:0", "fixed:2", "sequence@0"]
     for p in res.policies:
@@ -53,7 +55,7 @@ def test_tree_policies_are_sized():
     """Capacity sizes tree policies as it sizes chains: one-token requests never decode, so a tree
     costs what plain decoding does and needs the same K replicas."""
     cal = small_calibration().with_rank_acceptance(np.array([[0.75, 0.15], [0.6, 0.2], [0.55, 0.2]]))
-    res = capacity(bursts(), small_table(), cal, ["tree:3", "tree:auto"], slo=SLO(ttft_s=0.15, attainment=0.99),
+    res = capacity_on(bursts(), small_table(), cal, ["tree:3", "tree:auto"], slo=SLO(ttft_s=0.15, attainment=0.99),
                    options=OPTS, max_replicas=64)
     assert [p.label for p in res.policies] == ["fixed:0", "tree:3", "tree:auto"]
     assert all(p.replicas == K and p.attainment == 1.0 and p.energy_saving == 0.0 for p in res.policies)
@@ -61,7 +63,7 @@ def test_tree_policies_are_sized():
 
 def test_costs_per_token():
     reqs = bursts()
-    res = capacity(reqs, small_table(), small_calibration(), ["propose"], slo=SLO(ttft_s=0.15), options=OPTS,
+    res = capacity_on(reqs, small_table(), small_calibration(), ["propose"], slo=SLO(ttft_s=0.15), options=OPTS,
                    gpu_hour_usd=2.5)
     p = res.policy("propose@0")
     probe = {q.units: q for q in p.probes}[K]
@@ -106,14 +108,25 @@ def test_search_matches_a_linear_scan(threshold, cap):
         assert answer + 1 in probed or answer == cap
 
 
-def fake_runner(attain):
-    def run(args):
+class FakeExecutor(Executor):
+    """Answers every probe with ``attain(label, units)`` instead of simulating it."""
+
+    def __init__(self, attain):
+        super().__init__("serial")
+        self.attain = attain
+
+    def map(self, fn, calls, on_result=None, keys=None) -> list:
         out = []
-        for a in args:
-            units, label = a[4], a[8]
-            out.append(Probe(label, units, units, units, attain(label, units), 1000, 10.0, 500.0, 0.1, 0.01))
+        for _, _, (label, _, _), units, _ in calls:
+            out.append(Probe(label, units, units, units, self.attain(label, units), 1000, 10.0, 500.0, 0.1, 0.01))
         return out
-    return run
+
+
+def run_one(requests, fleet, policy, units, slo, label=None, seeds=(), router="least_outstanding", slack=0.0,
+          resamples=()):
+    """:func:`run_probe` of ``policy`` (text) on ``units`` copies of ``fleet``."""
+    run = (label or policy, read_policy(policy), slack)
+    return run_probe(requests, ProbeSetup(fleet, router, slo, seeds), run, units, resamples)
 
 
 def test_non_monotone_boundary_is_reported():
@@ -121,8 +134,8 @@ def test_non_monotone_boundary_is_reported():
     def attain(label, m):
         return 1.0 if m == 4 or m >= 8 else 0.5
 
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
-                   runner=fake_runner(attain))
+    res = capacity_on(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
+                   executor=FakeExecutor(attain))
     p = res.policy("fixed:1")
     assert p.replicas == 4 and p.monotone_at_boundary is False
     assert sorted(q.units for q in p.probes) == [1, 2, 3, 4, 5]
@@ -133,8 +146,8 @@ def test_unreachable_target_names_the_best_attainment():
         return min(0.9, 0.1 * m) if label == "fixed:1" else 1.0
 
     with pytest.raises(CapacityError) as info:
-        capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
-                 runner=fake_runner(attain), max_replicas=20)
+        capacity_on(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=1.0), options=OPTS,
+                 executor=FakeExecutor(attain), max_replicas=20)
     text = str(info.value)
     assert "up to 20 replicas" in text and "fixed:1: best attainment 0.9000 (at 16 replicas)" in text
     assert "fixed:0" not in text.split("\n", 1)[1]
@@ -143,7 +156,7 @@ def test_unreachable_target_names_the_best_attainment():
 def test_fleet_unit_is_multiplied():
     cal = small_calibration()
     unit = Fleet((ReplicaGroup("a", 2, small_table(), cal, OPTS), ReplicaGroup("b", 1, small_table(), cal, OPTS, 2)))
-    res = capacity(bursts(k=7), policies=["fixed:1"], fleet=unit, slo=SLO(ttft_s=0.15), options=None,
+    res = capacity_on(bursts(k=7), policies=["fixed:1"], fleet=unit, slo=SLO(ttft_s=0.15), options=None,
                    router="least_outstanding", max_replicas=30)
     p = res.policy("fixed:1")
     # 7 simultaneous requests need 7 replicas: three units (9 replicas, 12 GPUs); two units have 6.
@@ -155,7 +168,7 @@ def test_bad_arguments():
     t, c = small_table(), small_calibration()
     reqs = bursts()
     with pytest.raises(CapacityError, match="give an SLO"):
-        capacity(reqs, t, c)
+        capacity_on(reqs, t, c)
     with pytest.raises(SimulationError, match="attainment"):
         SLO(ttft_s=1.0, attainment=1.5)
     with pytest.raises(SimulationError, match="needs an SLO"):
@@ -165,16 +178,16 @@ def test_bad_arguments():
     with pytest.raises(SimulationError, match="must be finite"):
         SLO(tpot_s=10**400)  # an int past the floats: it raised a bare OverflowError
     with pytest.raises(CapacityError, match="not both"):
-        capacity(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo=SLO(ttft_s=1.0))
+        capacity_on(reqs, t, c, fleet=Fleet.uniform(t, c, 1), slo=SLO(ttft_s=1.0))
     with pytest.raises(CapacityError, match="below one unit"):
-        capacity(reqs, fleet=Fleet.uniform(t, c, 4), slo=SLO(ttft_s=1.0), max_replicas=3)
+        capacity_on(reqs, fleet=Fleet.uniform(t, c, 4), slo=SLO(ttft_s=1.0), max_replicas=3)
     with pytest.raises(CapacityError, match="table and a calibration"):
-        capacity(reqs, t, slo=SLO(ttft_s=1.0))
+        capacity_on(reqs, t, slo=SLO(ttft_s=1.0))
 
 
 def test_frames():
     pytest.importorskip("pandas")
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15), options=OPTS)
+    res = capacity_on(bursts(), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15), options=OPTS)
     df = res.to_frame()
     assert list(df["label"]) == ["fixed:0", "fixed:2"] and list(df["replicas"]) == [K, K]
     probes = res.probes_frame()
@@ -186,36 +199,41 @@ def test_frames():
     assert (probes["attainment"] <= probes["attainment_high"]).all()
 
 
-def test_dask_runner_gives_the_serial_answer():
+def test_dask_gives_the_serial_answer():
     pytest.importorskip("dask.distributed")
-    from specsim.studies.capacity import DaskRunner
 
     args = dict(slo=SLO(ttft_s=0.15), options=OPTS, max_replicas=16)
-    serial = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=serial_runner, **args)
-    resampled = capacity(uneven_bursts(), small_table(), small_calibration(), ["propose"], runner=serial_runner,
-                         window_resamples=3, windows=4, **args)
-    with DaskRunner(workers=1) as runner:
-        spread = capacity(bursts(), small_table(), small_calibration(), ["propose"], runner=runner, **args)
-        spread_resampled = capacity(uneven_bursts(), small_table(), small_calibration(), ["propose"], runner=runner,
-                                    window_resamples=3, windows=4, **args)
+    serial = capacity_on(bursts(), small_table(), small_calibration(), ["propose"], executor="serial", **args)
+    resampled = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["propose"], executor="serial",
+                            window_resamples=3, windows=4, **args)
+    with Executor("dask", 1) as ex:
+        spread = capacity_on(bursts(), small_table(), small_calibration(), ["propose"], executor=ex, **args)
+        spread_resampled = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["propose"], executor=ex,
+                                       window_resamples=3, windows=4, **args)
     assert spread.to_dict() == serial.to_dict()
     assert spread_resampled.to_dict() == resampled.to_dict()
 
 
-def test_thread_runner_gives_the_serial_answer():
-    from specsim.studies.capacity import ThreadRunner
+def test_threads_give_the_serial_answer():
+    from specsim._executor import ExecutorChoice
 
     args = dict(slo=SLO(ttft_s=0.15), options=OPTS, max_replicas=16)
-    serial = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)
-    threads = capacity(bursts(), small_table(), small_calibration(), ["propose", "sequence"], runner=ThreadRunner(3),
-                       **args)
+    serial = capacity_on(bursts(), small_table(), small_calibration(), ["propose", "sequence"], **args)
+    threads = capacity_on(bursts(), small_table(), small_calibration(), ["propose", "sequence"],
+                          executor=ExecutorChoice("threads", 3), **args)
     assert threads.to_dict() == serial.to_dict()
+    # A running executor is the caller's: the search leaves it open.
+    with Executor("threads", 2) as ex:
+        again = capacity_on(bursts(), small_table(), small_calibration(), ["propose", "sequence"], executor=ex,
+                            **args)
+        assert ex.map(len, [("ab",)]) == [2]
+    assert again.to_dict() == serial.to_dict()
 
 
 def test_probe_is_a_pure_function():
     fleet = Fleet.uniform(small_table(), small_calibration(), 1, OPTS)
-    a = run_probe(bursts(), fleet, "sequence", 0.1, 3, "least_outstanding", 0.15, None, "x")
-    b = run_probe(bursts(), fleet, "sequence", 0.1, 3, "least_outstanding", 0.15, None, "x")
+    a = run_one(bursts(), fleet, "sequence", 3, SLO(0.15), "x", slack=0.1)
+    b = run_one(bursts(), fleet, "sequence", 3, SLO(0.15), "x", slack=0.1)
     assert a == b and a.replicas == 3
 
 
@@ -320,7 +338,7 @@ def test_cli_needs_an_slo(tmp_path):
 
 
 def test_to_json_is_finite():
-    res = capacity(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=0.15), options=OPTS)
+    res = capacity_on(bursts(), small_table(), small_calibration(), ["fixed:1"], slo=SLO(ttft_s=0.15), options=OPTS)
     text = json.dumps(res.to_dict(), allow_nan=False)
     assert np.isfinite(json.loads(text)["policies"][0]["j_per_token"])
 
@@ -348,15 +366,15 @@ def test_attainment_interval_covers_the_known_rate():
     slo_tpot = 0.75 * step_ms / 1000.0
     p = float(cal.priors[0])
     assert 0.2 < p < 0.95  # a coin, not a certainty: the interval has work to do
-    large = run_probe(_coin_requests(4000), fleet, "fixed:1", 0.0, 1, "round_robin", None, slo_tpot, "t",
-                      seeds=tuple(range(1000, 1006)))
+    large = run_one(_coin_requests(4000), fleet, "fixed:1", 1, SLO(tpot_s=slo_tpot), "t", tuple(range(1000, 1006)),
+                  "round_robin")
     assert large.attainment_low <= p <= large.attainment_high
     covered = 0
     for rep in range(50):
-        probe = run_probe(_coin_requests(200), fleet, "fixed:1", 0.0, 1, "round_robin", None, slo_tpot, "t",
-                          seeds=(3 * rep, 3 * rep + 1, 3 * rep + 2))
-        assert probe.trials == 600 and probe.seeds == 3
-        covered += probe.attainment_low <= p <= probe.attainment_high
+        one = run_one(_coin_requests(200), fleet, "fixed:1", 1, SLO(tpot_s=slo_tpot), "t",
+                    (3 * rep, 3 * rep + 1, 3 * rep + 2), "round_robin")
+        assert one.trials == 600 and one.seeds == 3
+        covered += one.attainment_low <= p <= one.attainment_high
     assert covered >= 45, covered
 
 
@@ -373,10 +391,10 @@ def test_the_interval_with_window_resampling_still_covers_the_known_rate():
     for rep in range(50):
         seeds = (3 * rep, 3 * rep + 1, 3 * rep + 2)
         reqs = _coin_requests(200)
-        probe = run_probe(reqs, fleet, "fixed:1", 0.0, 1, "round_robin", None, slo_tpot, "t", seeds=seeds,
-                          resamples=resample_windows(reqs, 4, 8, seed=rep))
-        assert probe.window_resamples == 4
-        covered += probe.attainment_low <= p <= probe.attainment_high
+        one = run_one(reqs, fleet, "fixed:1", 1, SLO(tpot_s=slo_tpot), "t", seeds, "round_robin",
+                    resamples=resample_windows(reqs, 4, 8, seed=rep))
+        assert one.window_resamples == 4
+        covered += one.attainment_low <= p <= one.attainment_high
     assert covered >= 45, covered
 
 
@@ -392,10 +410,9 @@ def test_tour_capacity_is_the_smallest_fleet_whose_interval_meets(shared_data):
     reqs = read_trace(examples / "trace.csv", rate_scale=8.0).requests
     table, cal = CostTable.load(examples / "table.toml"), AcceptanceCalibration.load(examples / "cal.toml")
     with pytest.raises(CapacityError, match="no fleet") as info:
-        capacity(reqs, table, cal, ["fixed:3"], slo=SLO(1.0, 0.05), runner=serial_runner, max_replicas=16)
+        capacity_on(reqs, table, cal, ["fixed:3"], slo=SLO(1.0, 0.05), max_replicas=16)
     assert "miss the SLO even alone on an idle replica" in str(info.value)
-    res = capacity(reqs, table, cal, ["fixed:3", "propose"], slo=SLO(1.0, 0.05, 0.98),
-                   runner=serial_runner)
+    res = capacity_on(reqs, table, cal, ["fixed:3", "propose"], slo=SLO(1.0, 0.05, 0.98), executor="serial")
     assert any("allows 6 to miss" in w for w in res.warnings)
     assert any("even alone on an idle replica" in w for w in res.warnings)
     fleet = Fleet.uniform(table, cal, 1, None)
@@ -403,15 +420,15 @@ def test_tour_capacity_is_the_smallest_fleet_whose_interval_meets(shared_data):
         assert p.attainment_low >= 0.98
         pol = {"propose@0": "propose"}.get(p.label, p.label)
         for units in range(1, p.units):
-            probe = run_probe(reqs, fleet, pol, 0.0, units, res.router, 1.0, 0.05, p.label, seeds=(0, 1, 2))
-            assert probe.attainment_low < 0.98, (p.label, units, p.units)
+            one = run_one(reqs, fleet, pol, units, SLO(1.0, 0.05), p.label, (0, 1, 2), res.router)
+            assert one.attainment_low < 0.98, (p.label, units, p.units)
 
 
 def test_a_300_request_trace_warns_that_99_percent_lets_3_miss():
     """99% of 300 requests is 3 allowed to miss: the answer rests on a handful, and the result says so."""
     reqs = bursts(k=K, periods=60)
     assert reqs.shape[0] == 300
-    res = capacity(reqs, small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15, attainment=0.99),
+    res = capacity_on(reqs, small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15, attainment=0.99),
                    options=OPTS, max_replicas=16)
     assert any("300 requests: 99.00% attainment allows 3 to miss" in w for w in res.warnings), res.warnings
 
@@ -431,8 +448,8 @@ def uneven_bursts(periods=40):
 
 def test_window_resampling_off_is_todays_answer_exactly():
     args = dict(slo=SLO(ttft_s=0.15, attainment=0.95), options=OPTS, max_replicas=16)
-    plain = capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], **args)
-    off = capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=None,
+    plain = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], **args)
+    off = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=None,
                    windows=None, **args)
     assert off.to_dict() == plain.to_dict()
     doc = plain.to_dict()
@@ -443,10 +460,10 @@ def test_window_resampling_off_is_todays_answer_exactly():
 
 def test_window_resampling_widens_or_keeps_every_interval_and_is_deterministic():
     args = dict(slo=SLO(ttft_s=0.15, attainment=0.95), options=OPTS, max_replicas=16)
-    plain = capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], **args)
-    on = capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=6, windows=8,
+    plain = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], **args)
+    on = capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=6, windows=8,
                   **args)
-    assert capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=6, windows=8,
+    assert capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], window_resamples=6, windows=8,
                     **args).to_dict() == on.to_dict()
     widened = 0
     for a, b in zip(plain.policies, on.policies):
@@ -502,22 +519,22 @@ def test_widening_adds_the_resample_spread_in_quadrature():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(window_resamples=1), "window_resamples = 1 must be a whole number of resampled traces in 2..64"),
+    (dict(window_resamples=1), "resampling.resamples = 1 must be a whole number of resampled traces in 2..64"),
     (dict(window_resamples=65), "in 2..64"),
     (dict(window_resamples=2.5), "whole number"),
-    (dict(window_resamples=4, windows=1), "windows = 1 must be a whole number in 2..20"),
+    (dict(window_resamples=4, windows=1), "resampling.windows = 1 must be a whole number in 2..20"),
     (dict(window_resamples=4, windows=21), "allow windows of at least 10 requests each"),
     (dict(windows=4), "window resampling, which is off"),
 ])
 def test_window_resampling_refuses_bad_settings(kw, message):
     with pytest.raises(CapacityError, match=message.replace(".", r"\.")):
-        capacity(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15),
+        capacity_on(uneven_bursts(), small_table(), small_calibration(), ["fixed:2"], slo=SLO(ttft_s=0.15),
                  options=OPTS, **kw)
 
 
 def test_window_resampling_needs_twenty_requests():
     with pytest.raises(CapacityError, match="needs at least 20"):
-        capacity(bursts(periods=3), small_table(), small_calibration(), ["fixed:2"],
+        capacity_on(bursts(periods=3), small_table(), small_calibration(), ["fixed:2"],
                  slo=SLO(ttft_s=0.15, attainment=0.5), options=OPTS, window_resamples=2)
 
 

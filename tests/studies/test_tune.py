@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,9 +14,11 @@ from specsim.cli import main
 from specsim.errors import PolicyError, ScheduleError, SpecsimError
 from specsim.policy.schedule import policy_text, ranges_from_depths
 from specsim.studies.schedule_file import load_schedule
-from specsim.studies.tune import _moves, _runs, evaluate, grid_widths, tune
+from specsim.studies.tune import evaluate
+from specsim.studies.tune_search import _moves, _runs, grid_widths, schedule_policy
 from specsim.sim.options import ServerOptions
 from specsim.sim.slo import SLO
+from tests.fixtures import tune_on
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,7 @@ def test_tune_finds_the_exhaustive_optimum(c, ms, rate, objective):
     opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015, idle_w=30.0)
     # One seed: "better on the mean" and "better on every seed" are then the same test. The search
     # without the time windows' noise check, which may rightly stop short of the optimum.
-    res = tune(trace, table, cal, allow_overload=True, objective=objective, widths_max=4, seeds=1, holdout=0, options=opts,
+    res = tune_on(trace, table, cal, allow_overload=True, objective=objective, widths_max=4, seeds=1, holdout=0, options=opts,
                executor="serial", min_gain=0.0, noise_windows=None)
     value, pol = _exhaustive(trace, table, cal, opts, 4, 2, [0], objective)
     # The optimum is none of the starts: the moves had to find it.
@@ -113,7 +116,7 @@ def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
     from specsim.demo import demo_server, demo_trace
 
     opts = ServerOptions(**demo_server())
-    res = tune(demo_trace(), demo_table(), demo_calibration(), options=opts, seeds=2, executor="threads")
+    res = tune_on(demo_trace(), demo_table(), demo_calibration(), options=opts, seeds=2, executor="threads")
     tuned = res.holdout[0]
     assert tuned.policy == res.policy
     builtins = [s for s in res.holdout[1:]]
@@ -128,9 +131,9 @@ def test_tuned_schedule_beats_every_builtin_policy_on_the_demo_holdout():
 def test_slo_targets_rule_out_schedules_that_miss_them(small):
     trace, table, cal = small
     opts = ServerOptions(max_num_seqs=8, prefill_ms_per_token=0.02, prefill_j_per_token=0.015)
-    free = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
+    free = tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads")
     tpot = min(s.tpot_p99_s for _, s in free.starts.values())
-    tight = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
+    tight = tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, options=opts, executor="threads",
                  slo=SLO(tpot_s=tpot * 1.0001, attainment=0.95))
     # The start with the lowest p99 TPOT meets the target for >= 99% of requests, so one exists.
     assert tight.train.mean_attainment >= 0.95
@@ -140,7 +143,7 @@ def test_slo_targets_rule_out_schedules_that_miss_them(small):
 
 def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
     trace, table, cal = small
-    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_num_seqs=8),
+    res = tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0.3, options=ServerOptions(max_num_seqs=8),
                executor="threads", names={"trace": "t.csv"})
     f = tmp_path / "s.toml"
     f.write_text(res.to_toml())
@@ -162,8 +165,8 @@ def test_result_writes_a_schedule_file_that_reads_back(small, tmp_path):
 def test_executors_agree(small):
     trace, table, cal = small
     kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=2)
-    serial = tune(trace, table, cal, allow_overload=True, executor="serial", **kw)
-    threads = tune(trace, table, cal, allow_overload=True, executor="threads", workers=2, **kw)
+    serial = tune_on(trace, table, cal, allow_overload=True, executor="serial", **kw)
+    threads = tune_on(trace, table, cal, allow_overload=True, executor="threads", workers=2, **kw)
     assert serial.policy == threads.policy
     assert serial.holdout == threads.holdout
 
@@ -174,8 +177,8 @@ def test_dask_local_cluster_agrees_with_threads(small, port_8787_taken):
     pytest.importorskip("dask.distributed")
     trace, table, cal = small
     kw = dict(widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8), max_rounds=1)
-    dask = tune(trace, table, cal, allow_overload=True, executor="dask", workers=2, **kw)
-    threads = tune(trace, table, cal, allow_overload=True, executor="threads", **kw)
+    dask = tune_on(trace, table, cal, allow_overload=True, executor="dask", workers=2, **kw)
+    threads = tune_on(trace, table, cal, allow_overload=True, executor="threads", **kw)
     assert dask.executor == "dask"
     assert dask.policy == threads.policy and dask.holdout == threads.holdout
 
@@ -205,19 +208,19 @@ def test_tune_refuses_bad_settings(small, kw, match):
     with pytest.raises(SpecsimError if "compare" not in kw else PolicyError, match=match):
         if isinstance(kw.get("slo"), dict):
             kw = {**kw, "slo": SLO(**kw["slo"])}
-        tune(trace, table, cal, allow_overload=True, **({"executor": "serial", "options": ServerOptions(max_num_seqs=8)} | kw))
+        tune_on(trace, table, cal, allow_overload=True, **({"executor": "serial", "options": ServerOptions(max_num_seqs=8)} | kw))
 
 
 def test_tune_refuses_a_window_with_no_requests(small):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match="leaves 0 requests to train on and 1 held out"):
-        tune(trace[:1], table, cal, holdout=0.5, executor="serial")
+        tune_on(trace[:1], table, cal, holdout=0.5, executor="serial")
 
 
 def test_a_holdout_near_1_is_shown_as_given_with_one_request_singular(small):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match=r"holdout 0\.9999999 leaves 1 request to train on and 159 held out"):
-        tune(trace, table, cal, allow_overload=True, holdout=0.9999999, executor="serial")
+        tune_on(trace, table, cal, allow_overload=True, holdout=0.9999999, executor="serial")
 
 
 def test_cli_tune_refuses_a_seed_count_it_could_not_run_before_reading_anything(tmp_path, capsys):
@@ -235,7 +238,7 @@ def test_tune_without_a_holdout_says_the_comparison_reran_the_whole_trace(small)
     from specsim.cli.tune import report
 
     trace, table, cal = small
-    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0, options=ServerOptions(max_num_seqs=8),
+    res = tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=2, holdout=0, options=ServerOptions(max_num_seqs=8),
                executor="serial", max_rounds=1)
     assert res.compared_on == "the whole trace (no holdout)"
     text = report(res)
@@ -270,7 +273,7 @@ def test_cli_tune_writes_and_compares(small, tmp_path, capsys):
 
 def test_progress_line_says_each_round(small, capsys):
     trace, table, cal = small
-    tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, options=ServerOptions(max_num_seqs=8), executor="threads",
+    tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, options=ServerOptions(max_num_seqs=8), executor="threads",
          progress=True)
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tune: ") and "best start" in err[0]
@@ -280,6 +283,7 @@ def test_progress_line_says_each_round(small, capsys):
 def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
     import builtins
 
+    from specsim._executor import Executor, ExecutorChoice
     from specsim.studies.tune import _executor
 
     real = builtins.__import__
@@ -290,12 +294,15 @@ def test_without_dask_auto_runs_threads_and_dask_is_refused(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_dask)
-    assert _executor("auto", None, None).kind == "threads"
-    assert _executor("serial", None, None).kind == "serial"
+    assert _executor("auto")[0].kind == "threads"
+    assert _executor("serial")[0].kind == "serial"
     with pytest.raises(ScheduleError, match="Dask is not installed"):
-        _executor("dask", None, None)
+        _executor("dask")
     with pytest.raises(ScheduleError, match="Dask is not installed"):
-        _executor("auto", "tcp://127.0.0.1:8786", None)
+        _executor(ExecutorChoice("auto", scheduler="tcp://127.0.0.1:8786"))
+    # The caller's running executor is used as it is, and left to the caller to close.
+    mine = Executor("serial")
+    assert _executor(mine) == (mine, False)
 
 
 def test_the_file_serves_the_best_fixed_depth_unless_the_tuned_schedule_earned_its_place():
@@ -304,7 +311,7 @@ def test_the_file_serves_the_best_fixed_depth_unless_the_tuned_schedule_earned_i
     from dataclasses import replace
 
     from specsim.policy.schedule import policy_text
-    from specsim.studies.tune import Score, TuneResult
+    from specsim.studies.tune_result import Score, TuneResult
 
     def score(policy, mean):
         return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
@@ -377,14 +384,14 @@ def test_an_slo_no_candidate_meets_exits_2_writes_nothing_and_names_the_best(sma
     assert "no candidate meets the SLO for 99.00% of requests" in err and "reached 0.00%" in err
     assert "Traceback" not in err and not out.exists()
     with pytest.raises(ScheduleError, match="best of the .* tried reached"):
-        tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
+        tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
              executor="threads", slo=SLO(tpot_s=0.0001, attainment=0.99))
 
 
 # -- moves against the noise over seeds and time windows ------------------------------------------------
 
 def test_reversals_count_changes_of_direction_across_widths():
-    from specsim.studies.tune import reversals
+    from specsim.studies.tune_search import reversals
 
     assert reversals([1, 1, 1, 1]) == 0 and reversals([0, 1, 2, 2]) == 0 and reversals([3, 3, 1, 0]) == 0
     assert reversals([1, 2, 1, 1]) == 1 and reversals([2, 1, 1, 2]) == 1 and reversals([0, 2, 0, 2]) == 2
@@ -395,9 +402,11 @@ class _FakePool:
 
     def __init__(self, value):
         self.value = value
+        self.seen = []
 
     def run(self, tasks, tick=None):
-        return [{"j_per_token": self.value(part, pol, seed), "tokens_per_s": 1.0, "attainment": None,
+        self.seen += [pol for _, pol, _ in tasks]
+        return [{"j_per_token": self.value(part, str(pol), seed), "tokens_per_s": 1.0, "attainment": None,
                  "tpot_p99_s": 0.01, "max_width": 4, "width_quantiles": [1, 2, 3, 4]} for part, pol, seed in tasks]
 
 
@@ -405,9 +414,8 @@ def _descend_with(window_gains):
     """A search over widths 1-4, depths 0-2 from ``fixed:1`` where one move only wins: the zig-zag
     ``1=1,2=2,3-=1`` (up at width 2, down again at 3), 1% cheaper on the whole training window
     under both seeds; ``window_gains[w][s]`` is its gain on window ``w`` under seed ``s``."""
-    from types import SimpleNamespace
-
-    from specsim.studies.tune import _Line, _Search
+    from specsim.studies.tune import _Line
+    from specsim.studies.tune_search import _Search
 
     flat = policy_text(ranges_from_depths(np.full(4, 1)))
     zigzag = policy_text(ranges_from_depths(np.array([1, 2, 1, 1])))
@@ -422,10 +430,26 @@ def _descend_with(window_gains):
         return 1.0 - window_gains[int(part.split("#")[1])][seed]
 
     search = _Search(_FakePool(value), _Line(False), "energy", None, 0, 2, 1e-4, len(window_gains))
-    starts = {"fixed:1": (np.full(4, 1), flat)}
+    starts = {"fixed:1": (np.full(4, 1), search.add(schedule_policy(np.full(4, 1))))}
     search.run([("train", flat, s) for s in search.train_seeds])
     winner = search.descend(starts, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 10)
     return winner, search.rejected, zigzag
+
+
+def test_the_search_hands_its_candidates_over_as_policy_values():
+    """Every candidate reaches the evaluations as a Policy built from its depths, never as text
+    to parse again; its label is that policy's text."""
+    from specsim.policy.policy import Policy
+    from specsim.studies.tune import _Line
+    from specsim.studies.tune_search import _Search
+
+    pool = _FakePool(lambda part, pol, seed: 1.0 if pol == "schedule:1-=1" else 2.0)
+    search = _Search(pool, _Line(False), "energy", None, 0, 2, 1e-4)
+    flat = search.add(schedule_policy(np.full(4, 1)))
+    search.run([("train", flat, s) for s in search.train_seeds])
+    search.descend({"fixed:1": (np.full(4, 1), flat)}, SimpleNamespace(widths=np.array([1, 2, 4])), 2, 4, 3)
+    assert len(pool.seen) > 1 and all(type(p) is Policy and p.kind == "schedule" for p in pool.seen)
+    assert all(search.values[str(p)] == p for p in pool.seen)
 
 
 def test_a_zigzag_move_that_wins_by_less_than_the_noise_is_rejected():
@@ -468,13 +492,13 @@ def test_noise_windows_default_to_four_and_off_is_the_search_without_them(bent):
 
     trace, table, cal = bent
     kw = dict(widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial")
-    default = tune(trace, table, cal, allow_overload=True, **kw)
-    four = tune(trace, table, cal, allow_overload=True, noise_windows=AUTO_WINDOWS, **kw)
+    default = tune_on(trace, table, cal, allow_overload=True, **kw)
+    four = tune_on(trace, table, cal, allow_overload=True, noise_windows=AUTO_WINDOWS, **kw)
     assert AUTO_WINDOWS == 4 and default.noise_windows == 4
     for name in ("ranges", "train", "holdout", "best_fixed", "gain", "gain_noise", "evaluations", "starts",
                  "rejected_moves"):
         assert getattr(default, name) == getattr(four, name), name
-    off = tune(trace, table, cal, allow_overload=True, noise_windows=None, **kw)
+    off = tune_on(trace, table, cal, allow_overload=True, noise_windows=None, **kw)
     assert off.noise_windows == 0 and off.within_noise_moves == 0 and off.rejected_moves == ()
     assert off.evaluations < default.evaluations
     toml = off.to_toml()
@@ -495,7 +519,7 @@ def test_auto_noise_windows_fit_the_training_part(small):
 
 def test_noise_windows_reject_moves_inside_the_noise_and_the_file_says_so(bent):
     trace, table, cal = bent
-    res = tune(trace, table, cal, allow_overload=True, widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial",
+    res = tune_on(trace, table, cal, allow_overload=True, widths_max=8, seeds=2, options=ServerOptions(max_num_seqs=8), executor="serial",
                noise_windows=4)
     assert res.noise_windows == 4 and res.within_noise_moves == len(res.rejected_moves) >= 1
     for m in res.rejected_moves:
@@ -519,7 +543,7 @@ def test_noise_windows_reject_moves_inside_the_noise_and_the_file_says_so(bent):
 def test_noise_windows_refuse_bad_settings(small, kw, match):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match=match):
-        tune(trace, table, cal, allow_overload=True, executor="serial", options=ServerOptions(max_num_seqs=8), **kw)
+        tune_on(trace, table, cal, allow_overload=True, executor="serial", options=ServerOptions(max_num_seqs=8), **kw)
 
 
 def test_cli_noise_windows(bent, tmp_path, capsys):
@@ -566,8 +590,8 @@ def test_tune_refuses_to_recommend_for_an_overloaded_server_and_names_the_rate_i
               max_rounds=1)
     with pytest.raises(ScheduleError, match=r"the server is overloaded.*kept up with about \d+% of the offered "
                                             r"[\d.]+ requests/s, about [\d.]+ requests/s.*--allow-overload"):
-        tune(trace, table, cal, **kw)
-    res = tune(trace, table, cal, allow_overload=True, **kw)
+        tune_on(trace, table, cal, **kw)
+    res = tune_on(trace, table, cal, allow_overload=True, **kw)
     o = res.overloaded
     assert o["policy"] == res.policy and o["seeds"] == "1 of 1"
     train = trace[trace["arrival_s"] < trace["arrival_s"][0] + 0.75 * (trace["arrival_s"][-1] - trace["arrival_s"][0])]
@@ -594,7 +618,7 @@ def test_tune_on_a_server_that_keeps_up_says_nothing_of_overload_and_compares_th
 
     _, table, cal = small
     trace = synthetic_trace(160, 2.0, seed=5).requests
-    res = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
+    res = tune_on(trace, table, cal, widths_max=4, seeds=1, holdout=0.25, options=ServerOptions(max_num_seqs=8),
                executor="serial", max_rounds=1)
     assert res.overloaded is None and "overloaded" not in report(res) and "overloaded" not in res.to_toml()
     t = trace["arrival_s"]
@@ -604,7 +628,7 @@ def test_tune_on_a_server_that_keeps_up_says_nothing_of_overload_and_compares_th
     assert res.inputs["train_rate"] == pytest.approx(train_rate) and res.inputs["holdout_rate"] == pytest.approx(held_rate)
     line = next(x for x in report(res).splitlines() if x.startswith("load: "))
     assert f"({held_rate / train_rate:.2f}x" in line and f"{held_rate:.3g} requests/s held out" in line
-    none = tune(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=ServerOptions(max_num_seqs=8),
+    none = tune_on(trace, table, cal, widths_max=4, seeds=1, holdout=0, options=ServerOptions(max_num_seqs=8),
                 executor="serial", max_rounds=1)
     assert "load: the comparison reruns the training part's" in report(none)
 
@@ -614,7 +638,7 @@ def test_a_recommendation_at_the_table_deepest_depth_says_measure_deeper_and_nam
 
     from specsim.cli.tune import report
     from specsim.plan import TABLE_ENDS
-    from specsim.studies.tune import Score, TuneResult
+    from specsim.studies.tune_result import Score, TuneResult
 
     def score(policy, mean):
         return Score(policy=policy, values=(mean, mean), attainment=None, j_per_token=mean, tokens_per_s=100.0,
@@ -638,7 +662,7 @@ def test_a_recommendation_at_the_table_deepest_depth_says_measure_deeper_and_nam
 
 def test_tune_records_the_table_deepest_depth_and_the_fitted_positions(small):
     trace, table, cal = small
-    res = tune(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, executor="serial",
+    res = tune_on(trace, table, cal, allow_overload=True, widths_max=4, seeds=1, holdout=0, executor="serial",
                options=ServerOptions(max_num_seqs=8), max_rounds=1)
     assert res.inputs["table_max_k"] == table.max_k and res.inputs["fitted_positions"] == cal.priors.shape[0]
     assert res.reach()["table_ends"] == (res.deepest == table.max_k)
@@ -661,7 +685,7 @@ def treed():
     trace = synthetic_trace(160, 20.0, seed=5).requests
     cal = demo_tree_calibration()
     kw = dict(seeds=2, executor="serial", options=TREE_OPTS, allow_overload=True)
-    return trace, table, cal, tune(trace, table, cal, trees=True, **kw), tune(trace, table, cal, **kw)
+    return trace, table, cal, tune_on(trace, table, cal, trees=True, **kw), tune_on(trace, table, cal, **kw)
 
 
 def _mean_j_per_token(requests, table, cal, policy, seeds):
@@ -687,10 +711,10 @@ def test_trees_are_weighed_only_with_trees_and_a_tree_table(treed, small):
     assert sorted(with_trees.trees["candidates"]) == ["tree:2", "tree:3", "tree:4"]
     trace_s, table_s, chain_cal = small
     with pytest.raises(ScheduleError, match=r"trees \(--trees\): this calibration has no \[tree\] table"):
-        tune(trace_s, table_s, chain_cal, trees=True, seeds=1, executor="serial")
+        tune_on(trace_s, table_s, chain_cal, trees=True, seeds=1, executor="serial")
     one_deep = ServerOptions(max_num_seqs=8, k_max=1)
     with pytest.raises(ScheduleError, match=r"k_max = 1 .* no tree of 2 or more nodes fits"):
-        tune(trace, table, cal, trees=True, seeds=1, executor="serial", options=one_deep)
+        tune_on(trace, table, cal, trees=True, seeds=1, executor="serial", options=one_deep)
 
 
 @pytest.mark.kernels

@@ -285,12 +285,13 @@ def test_a_bad_axis_file_is_refused_by_the_commands(tmp_path, run_cli):
 # ---------------------------------------------------------------- bench --contexts
 
 def _bench(tmp_path, backend_name="numpy", **kw):
-    from specsim.measure import SweepSettings, bench
+    from specsim.measure import SweepDevice, SweepRun, SweepSettings, bench
 
     fast = SweepSettings(min_window_s=0.003, repeats=3, warmup=1, idle_s=0.0, align_s=0.01)
     out = tmp_path / "b.toml"
-    table = bench("tiny", [1, 2], 1, out, backend=backend_name, meter="assumed", assume_power_w=50.0, settings=fast,
-                  progress=False, **kw)
+    run = SweepRun(kw.pop("resume", False), False, kw.pop("log", None))
+    table = bench("tiny", [1, 2], 1, out, device=SweepDevice(backend_name, 0, "assumed", 50.0), settings=fast,
+                  run=run, **kw)
     return table, out
 
 

@@ -16,6 +16,7 @@ from specsim.cli import main
 from specsim.demo_inputs import demo_calibration, demo_table
 from specsim.errors import SpecsimError
 from specsim.sim.slo import SLO
+from tests.fixtures import capacity_on
 
 VLLM = '{"method": "eagle", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 64, 3]]}\n'
 TRACE = "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.2:.3f},{100 + i},{20 + i % 7}\n"
@@ -98,15 +99,14 @@ def test_capacity_on_an_empty_trace_answers_1_replica_at_100_percent(files, caps
     assert not (files / "out.json").exists()
 
 
-def test_api_capacity_with_a_runner_that_answers_nothing_raises_keyerror():
-    from specsim.studies.capacity import capacity
+def test_api_capacity_refuses_an_executor_it_cannot_run_on():
     from specsim.traces import synthetic_trace
 
     requests = synthetic_trace(200, 5.0, seed=1).requests
-    for runner in (lambda a: [], lambda a: None, lambda a: ["x"] * len(a)):
-        with pytest.raises(SpecsimError, match="runner"):
-            capacity(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0, attainment=0.5),
-                     runner=runner)
+    for executor in (lambda a: [], None, "cluster"):
+        with pytest.raises(SpecsimError, match="executor"):
+            capacity_on(requests, demo_table(), demo_calibration(), ["fixed:1"], slo=SLO(tpot_s=1.0, attainment=0.5),
+                        executor=executor)
 
 
 # -- hangs ---------------------------------------------------------------------------------------

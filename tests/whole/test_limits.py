@@ -310,7 +310,8 @@ def test_a_synthetic_cv_past_the_limits_is_refused_not_a_division_by_zero(capsys
 def test_tune_refuses_arguments_of_the_wrong_type_before_any_work(kw):
     import numpy as np
 
-    from specsim import REQUEST_DT, ScheduleError, tune
+    from specsim import REQUEST_DT, ScheduleError
+    from tests.fixtures import tune_on
     from specsim.errors import SimulationError
     from specsim.sim.slo import SLO
 
@@ -319,7 +320,7 @@ def test_tune_refuses_arguments_of_the_wrong_type_before_any_work(kw):
     with pytest.raises(ScheduleError if "slo" not in kw else SimulationError):
         if isinstance(kw.get("slo"), dict):
             kw = {**kw, "slo": SLO(**kw["slo"])}
-        tune(r, demo_table(), demo_calibration(), **{"executor": "serial", **kw})
+        tune_on(r, demo_table(), demo_calibration(), **{"executor": "serial", **kw})
 
 
 def test_plan_and_query_widths_past_the_limit_are_refused_not_stretched(files, capsys):
