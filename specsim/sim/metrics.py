@@ -127,8 +127,7 @@ def summarize(result, slo=None) -> dict:
     ``slo`` entry measured against ``slo`` (an :class:`~specsim.sim.slo.SLO`; None: no targets)."""
     c, e = result.counters, result.energy
     tokens = int(result.output_tokens.sum())
-    start = float(result.arrival_s[0]) if result.requests else 0.0
-    makespan = float(np.nanmax(result.finish_s)) - start if result.requests else 0.0
+    makespan = result.makespan_s
     energy = result.energy_j
     ratio = (lambda a, b: a / b if b > 0 else None)  # noqa: E731
     tokens_per_s, j_per_token = run_rates(tokens, makespan, energy)

@@ -103,6 +103,11 @@ class SimResult:
         return out
 
     @property
+    def makespan_s(self) -> float:
+        """First arrival to last finish (0 for an empty run): the span every rate is taken over."""
+        return float(np.nanmax(self.finish_s)) - float(self.arrival_s[0]) if self.requests else 0.0
+
+    @property
     def energy_j(self) -> float:
         e = self.energy
         return e["decode_j"] + e["prefill_j"] + e["idle_j"]

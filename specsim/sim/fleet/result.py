@@ -58,8 +58,7 @@ class FleetResult:
 
     @property
     def makespan_s(self) -> float:
-        f = self.fleet
-        return float(np.nanmax(f.finish_s) - f.arrival_s[0]) if f.requests else 0.0
+        return self.fleet.makespan_s
 
     def replica_rows(self, slo=None) -> list:
         """One JSON-ready row per replica: requests, output tokens, tokens/s (its tokens over the
