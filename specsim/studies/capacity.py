@@ -14,8 +14,6 @@ So the answer is checked at its boundary: ``m - 1`` must miss (the search always
 ``m + 1`` must meet the target too; when it does not, the result says so
 (``monotone_at_boundary = False``) and the answer should be read with care.
 
-The module is named ``sizing`` so that ``specsim.capacity`` stays the function.
-
 Probes of all policies in one round of the search run together on an executor
 (:mod:`specsim._executor`): serially in this process, on threads, or on a Dask cluster.
 
@@ -46,7 +44,7 @@ from specsim._stats import wilson
 from specsim.frames import rows_frame
 from specsim.interop import read_policy
 from specsim.plan.planner import check_slack
-from specsim.sim.engine import _request_arrays, use_sequence_engine
+from specsim.sim.engine import request_columns, use_sequence_engine
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload
 from specsim.studies.inputs import StudyInputs
@@ -458,7 +456,7 @@ def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, 
     window_resamples, windows = (None, None) if resampling is None else resampling
     check_router(router)
 
-    if _request_arrays(requests)[0].shape[0] == 0:
+    if request_columns(requests).arrival_s.shape[0] == 0:
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
                             "nothing to size; give a trace with requests")
     slo, attainment = _slo_and_attainment(inputs.slo)
@@ -475,7 +473,7 @@ def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, 
                             "threads, dask, auto")
     if resampling is not None and not isinstance(resampling, Resampling):
         raise CapacityError(f"resampling {show(resampling)}: give a Resampling(resamples, windows) or None (off)")
-    n = _request_arrays(requests)[0].shape[0]
+    n = request_columns(requests).arrival_s.shape[0]
     window_resamples, windows = check_resampling(window_resamples, windows, n,
                                                  ("resampling.resamples", "resampling.windows"))
     base = int(fleet.groups[0].options.seed)
@@ -549,7 +547,7 @@ def _idle_warnings(requests, fleet, runs, slo, target) -> list:
     arrivals until no two requests overlap."""
     import numpy as np
 
-    arrival, prompt, output = _request_arrays(requests)
+    arrival, prompt, output = request_columns(requests)
     n = arrival.shape[0]
     alone = np.zeros(n, dtype=REQUEST_DT)
     alone["prompt_tokens"], alone["output_tokens"] = prompt, output

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from specsim._stats import t95
-from specsim.sim.engine import _request_arrays
+from specsim.sim.engine import request_columns
 from specsim.traces._types import REQUEST_DT
 
 
@@ -48,7 +48,7 @@ def resample_windows(requests, resamples: int, windows: int, seed: int) -> tuple
     """``resamples`` traces built from ``requests`` by drawing ``windows`` of its contiguous time
     windows with replacement and laying them back to back (module docstring); deterministic for
     a ``seed``. Each keeps the trace's first arrival time."""
-    arrival, prompt, output = _request_arrays(requests)
+    arrival, prompt, output = request_columns(requests)
     n = arrival.shape[0]
     reqs = np.zeros(n, dtype=REQUEST_DT)
     reqs["arrival_s"], reqs["prompt_tokens"], reqs["output_tokens"] = arrival, prompt, output

@@ -26,7 +26,7 @@ from specsim import _toml
 from specsim._io import read_input
 from specsim.calibration import AcceptanceCalibration
 from specsim.sim.bundles import ReplicaState, Requests, STATE_DT, StepLog
-from specsim.sim.engine import PROGRESS_CHUNK, _request_arrays, collect, prepare
+from specsim.sim.engine import PROGRESS_CHUNK, collect, prepare, request_columns
 from specsim.sim.fleet import _kernels as fk
 from specsim.sim.fleet.result import FleetResult, merge_replicas
 from specsim.sim.options import ServerOptions, check_option_names, option_keywords, option_names
@@ -392,7 +392,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
     policy = read_policy(policy)  # the one reading of a policy typed as text
-    arrival, prompt, output = _request_arrays(requests)
+    arrival, prompt, output = request_columns(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
     built = [_group(g, requests, policy, n_rep, len(fleet.groups) > 1) for g in fleet.groups]
     groups = tuple(b[0] for b in built)
