@@ -5,13 +5,12 @@ by ``specsim schedule export``, ``--policy`` and the drift monitor."""
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specsim import _toml
-from specsim._checks import is_int, show
+from specsim._checks import is_finite, is_int, show
 from specsim._io import read_input
 from specsim.errors import PolicyError, ScheduleError
 from specsim.policy.policy import parse_policy
@@ -44,10 +43,7 @@ def per_batch_verdict(result: dict, cost: float) -> tuple:
     ``why`` says, in words, how the gain compares (empty when it clears with no cost to pay)."""
     gain, base, noise = result.get("gain"), result.get("best_fixed_holdout_mean"), result.get("gain_noise", 0.0)
 
-    def real(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    if not (real(gain) and real(base) and base and (noise is None or real(noise))):
+    if not (is_finite(gain) and is_finite(base) and base and (noise is None or is_finite(noise))):
         return True, (f"[result] gain {show(gain)}, gain_noise {show(noise)}, best_fixed_holdout_mean {show(base)}: "
                       "not the numbers tune writes, so the per-batch schedule is exported without weighing its gain "
                       f"against the {100 * cost:g}% it costs")
