@@ -53,20 +53,21 @@ UNSCHEDULED = -1  # ws.take of a running request that does not run this step
 
 # -- queue and KV blocks ---------------------------------------------------------------------------
 
-@inner
+@step_part
 def push_back_nb(st, r):
     """Append request ``r`` to the replica's waiting queue (arrival order)."""
     s = st.rec[0]
-    cap = st.queue.shape[0]
-    st.queue[(s.q_head + s.q_len) % cap] = r
+    i = s.q_head + s.q_len  # below twice the capacity: a subtraction wraps it, not a division
+    if i >= st.queue.shape[0]:
+        i -= st.queue.shape[0]
+    st.queue[i] = r
     s.q_len += 1
 
 
 @inner
 def _push_front(st, r):
     s = st.rec[0]
-    cap = st.queue.shape[0]
-    s.q_head = (s.q_head - 1 + cap) % cap
+    s.q_head = (s.q_head if s.q_head > 0 else st.queue.shape[0]) - 1
     st.queue[s.q_head] = r
     s.q_len += 1
 
@@ -75,7 +76,7 @@ def _push_front(st, r):
 def _pop_front(st):
     s = st.rec[0]
     r = st.queue[s.q_head]
-    s.q_head = (s.q_head + 1) % st.queue.shape[0]
+    s.q_head = s.q_head + 1 if s.q_head + 1 < st.queue.shape[0] else 0
     s.q_len -= 1
     return r
 
@@ -122,7 +123,7 @@ def _preempt_last(req, st):
 
 # -- one step: the decoding sequences' depths --------------------------------------------------------
 
-@inner
+@step_part
 def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
     """Draw request ``r``'s ``d`` drafts (decoding index ``j``): confidences for the planner,
     verdicts kept for later."""
@@ -152,7 +153,7 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
         ws.verdict[j, i - 1] = half_uniform_nb(h, STREAM_ACCEPT) < cal.p_accept[b]
 
 
-@inner
+@step_part
 def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
     its workspace)."""
@@ -581,7 +582,7 @@ def admit_nb(req, srv, st, ws, budget, whole):
 
 # -- one step: price and outcome -------------------------------------------------------------------------
 
-@inner
+@step_part
 def prefill_cost_nb(srv, tokens):
     """(ms, J) of prefilling ``tokens`` tokens in one step: affine (a fixed cost per step with
     prefill, plus a cost per token) or the profiled curve (flat below its first point, linear
@@ -804,6 +805,61 @@ def _finish(req, srv, st, r, t):
 
 
 @step_part
+def _apply_decodes(req, cal, srv, st, ws, tree, t, key, n_all, k_all):
+    """:func:`apply_nb`'s pass over running slots ``0..n_all - 1``, which all decode ``k_all``
+    drafts uncut (no per-slot scratch was written for them): the same outcome as the general
+    pass, without its per-slot reads and branches. Plain decoding (``k_all`` 0) draws nothing.
+    Returns ``(decode tokens, accepted drafts, requests finished, first slot that finished)``."""
+    s = st.rec[0]
+    o = srv.rec[0]
+    kv_later = ws.tally[0].kv_later != 0
+    bs = o.block_size
+    # The blocks _schedule_decodes left to this pass (an unlimited cache). Each request's blocks
+    # hold its previous step's tokens and the step adds at most 1 + k_all to them, so where that
+    # fits one block a request needs at most one more: counted without a branch (a branch taken
+    # once per block of each request, at no predictable slot, cost plain decoding a third of its
+    # step). Blocks smaller than a step take the general rule.
+    one_more = kv_later and 1 + k_all <= bs
+    gated = o.acceptance_window > 0  # decode_iters is the speculation gate's alone
+    grown = np.int64(0)
+    accepted = 0
+    done = 0
+    first_done = np.int64(-1)
+    for i in range(n_all):
+        r = st.running[i]
+        if one_more:
+            b = req.blocks[r]
+            more = np.int64(req.prompt[r] + req.emitted[r] + k_all > b * bs)
+            req.blocks[r] = b + more
+            grown += more
+        elif kv_later:
+            extra = _grow(req, st, o, r, req.prompt[r] + req.emitted[r] + k_all)
+            if extra > 0:
+                req.blocks[r] += extra
+                grown += extra
+        if gated:
+            req.decode_iters[r] += 1
+        if k_all == 0:
+            acc = 0
+        elif tree is not None and tree.step[0] != 0:
+            acc = tree_accepted_nb(req, cal, tree, r, k_all, key)
+        else:
+            acc = accepted_nb(req, cal, srv, ws, i, r, k_all, key)
+        e = req.emitted[r] + 1 + acc
+        req.emitted[r] = e
+        accepted += acc
+        if e == req.output[r]:
+            _leave_context(req, s, r)
+            _finish(req, srv, st, r, t)
+            if done == 0:
+                first_done = i
+            done += 1
+    s.kv_used += grown
+    st.depth_hist[k_all] += n_all  # every one verified k_all
+    return n_all + accepted, accepted, done, first_done
+
+
+@step_part
 def apply_nb(req, cal, srv, st, ws, tree, t, key):
     """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
@@ -814,34 +870,27 @@ def apply_nb(req, cal, srv, st, ws, tree, t, key):
     # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
     k_all = tally.all_decode
     n_all = tally.decoding if k_all >= 0 else 0
-    kv_later = tally.kv_later != 0
-    o = srv.rec[0]
     gated = srv.rec[0].acceptance_window > 0  # decode_iters is the speculation gate's alone
     tokens = 0  # decode tokens emitted: they join the batch's context, added once after the pass
     accepted = 0
     done = 0
     first_done = np.int64(-1)
-    for i in range(s.n_running):
+    start = n_all
+    if n_all > 0:
+        tokens, accepted, done, first_done = _apply_decodes(req, cal, srv, st, ws, tree, t, key, n_all, k_all)
+    elif srv.rec[0].chunked == 0 and tally.prefills > 0:
+        # A separate prefill step (nothing but prefills runs in a step that admits): the admitted,
+        # the last slots, alone; the running before them wait (_schedule_nb).
+        start = s.n_running - tally.prefills
+    for i in range(start, s.n_running):
         r = st.running[i]
-        if i < n_all:
-            take = 1 + k_all
-            j = i
-            if kv_later:  # the blocks _schedule_decodes left to this pass: what it would have given
-                extra = _grow(req, st, o, r, req.prompt[r] + req.emitted[r] + k_all)
-                if extra > 0:
-                    req.blocks[r] += extra
-                    s.kv_used += extra
-        else:
-            take = ws.take[i]
-            if take == UNSCHEDULED:
-                continue
-            j = ws.dec_of[i]
+        take = ws.take[i]
+        if take == UNSCHEDULED:
+            continue
+        j = ws.dec_of[i]
         if j != NOT_DECODING:
-            if i < n_all:
-                v = k_all  # counted in depth_hist once, after the pass
-            else:
-                v = ws.vdepth[j]
-                st.depth_hist[v] += 1
+            v = ws.vdepth[j]
+            st.depth_hist[v] += 1
             if gated:
                 req.decode_iters[r] += 1
             if v == 0:
@@ -872,8 +921,6 @@ def apply_nb(req, cal, srv, st, ws, tree, t, key):
             if done == 0:
                 first_done = i
             done += 1
-    if n_all > 0:
-        st.depth_hist[k_all] += n_all
     s.ctx_tokens += tokens
     return tokens, accepted, done, first_done
 
@@ -903,7 +950,8 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
     step = s.log_index
     s.log_index = step + 1
     cap = log.t_s.shape[0]
-    if cap == 0 or step % s.log_stride != 0:
+    # The stride is a power of two (1, doubled): a mask, not a division, on every step.
+    if cap == 0 or step & (s.log_stride - 1) != 0:
         return
     if s.log_count == cap:
         half = 0
@@ -917,7 +965,7 @@ def log_step_nb(st, log, t, width, depth, tokens, prefill_tokens):
             half += 1
         s.log_count = half
         s.log_stride *= 2
-        if step % s.log_stride != 0:
+        if step & (s.log_stride - 1) != 0:
             return
     c = s.log_count
     log.t_s[c] = t
@@ -960,8 +1008,8 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, tree, key):
         before = s.n_running
         admit_nb(req, srv, st, ws, budget, separate)  # whole prefills; a variable, not a literal: one compile
         if s.n_running > before:
-            for i in range(before):  # the running wait for the admitted's prefill
-                ws.take[i] = UNSCHEDULED
+            # The running wait for the admitted's prefill: apply_nb passes over the admitted alone
+            # (no per-slot scratch is written for the others).
             return 0, 0
     k = plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key)
     budget, preempted = schedule_running_nb(req, srv, st, ws, budget, k)
@@ -1014,7 +1062,7 @@ def _price_nb(tab, srv, st, ws, tree, n, k):
     return dms + pms, n_sched, rows, ptok
 
 
-@inner
+@step_part
 def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
     """Advance one replica by one step.
 
@@ -1069,7 +1117,7 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
     return True
 
 
-@inner
+@step_part
 def idle_until_nb(srv, st, t):
     """Move an idle replica's clock to ``t``, accruing idle power over the gap."""
     s = st.rec[0]
