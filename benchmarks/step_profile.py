@@ -109,7 +109,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
         if n_sched > 0:
             ek.log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
         if done > 0:
-            ek._release_finished(req, st, first_done)
+            ek._release_finished(req, st, first_done, done)
         s.t_s = t
         spent[6] += _cycles() - c7
         spent[7] += 1

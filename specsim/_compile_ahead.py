@@ -64,7 +64,7 @@ PLAN = (
     ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "none", "f8", "u8"), _ALL),
     ("sim._engine_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
     ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "_release_finished", ("req", "st", "i8"), _ALL),
+    ("sim._engine_kernels", "_release_finished", ("req", "st", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "idle_until_nb", ("srv", "st", "f8"), _ALL),
     ("plan._kernels", "above_idle_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "f8", "i8[]", "f8[,]"), _ALL),
     ("plan._kernels", "goodput_table_nb", ("i8[]", "f8[,,]", "f8[]", "i8", "i8[]", "f8[,]"), _ALL),

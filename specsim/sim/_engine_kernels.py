@@ -158,7 +158,7 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
     its workspace)."""
     o = srv.rec[0]
-    _find_decoding(req, st, ws)  # ws.slot[:n]: the decoding sequences, in running order
+    _find_decoding(req, st, ws, n)  # ws.slot[:n]: the decoding sequences, in running order
     kd = np.int64(0)  # not the literal 0 (see schedule_running_nb)
     for j in range(n):
         r = st.running[ws.slot[j]]
@@ -389,21 +389,22 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
 # -- one step: scheduling ------------------------------------------------------------------------------
 
 @step_part
-def _find_decoding(req, st, ws):
-    """Mark the running requests that decode (prefill done, a token emitted) in ``ws.slot``, for
-    the per-sequence planner; returns how many (always ``ctx_seqs``, kept as they change)."""
+def _find_decoding(req, st, ws, n):
+    """The running slots of the ``n`` requests that decode (prefill done, a token emitted) into
+    ``ws.slot[:n]``, in running order, for the per-sequence planner (no pass when every running
+    request decodes: each slot is its own). :func:`schedule_running_nb` writes every slot's
+    scratch after it."""
     s = st.rec[0]
-    n = 0
+    if n == s.n_running:
+        for j in range(n):
+            ws.slot[j] = j
+        return
+    j = 0
     for i in range(s.n_running):
         r = st.running[i]
         if req.emitted[r] > 0 and req.prefilled[r] >= req.target[r]:
-            ws.dec_of[i] = n
-            ws.slot[n] = i
-            n += 1
-        else:
-            ws.dec_of[i] = NOT_DECODING
-        ws.take[i] = UNSCHEDULED
-    return n
+            ws.slot[j] = i
+            j += 1
 
 
 @step_part
@@ -926,12 +927,14 @@ def apply_nb(req, cal, srv, st, ws, tree, t, key):
 
 
 @step_part
-def _release_finished(req, st, first):
-    """Drop finished requests from the running slots (keeping admission order), freeing their
-    blocks; ``first``: the first slot that finished (the slots before it stay where they are)."""
+def _release_finished(req, st, first, done):
+    """Drop the ``done`` finished requests from the running slots (keeping admission order),
+    freeing their blocks; ``first``: the first slot that finished (the slots before it stay where
+    they are). Past the last finished one the rest move up without being read."""
     s = st.rec[0]
     w = first
-    for i in range(first, s.n_running):
+    i = first
+    while done > 0:
         r = st.running[i]
         if req.emitted[r] < req.output[r]:
             st.running[w] = r
@@ -939,6 +942,11 @@ def _release_finished(req, st, first):
         else:
             s.kv_used -= req.blocks[r]
             req.blocks[r] = 0
+            done -= 1
+        i += 1
+    for m in range(i, s.n_running):
+        st.running[w] = st.running[m]
+        w += 1
     s.n_running = w
 
 
@@ -1112,7 +1120,7 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
     if n_sched > 0:
         log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
     if done > 0:
-        _release_finished(req, st, first_done)
+        _release_finished(req, st, first_done, done)
     s.t_s = t
     return True
 
