@@ -28,7 +28,10 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from specsim._jit import jit
+from specsim.sim import _depth_kernels as dk
 from specsim.sim import _engine_kernels as ek
+from specsim.sim import _outcome_kernels as ok
+from specsim.sim import _schedule_kernels as sk
 from specsim.sim._draw_kernels import seed_key_nb
 
 VERBS = ("feed and idle", "plan depths", "schedule running", "admit", "price", "apply",
@@ -56,7 +59,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
     while True:
         c0 = _cycles()
         while s.fed < n_req and req.arrival_s[s.fed] <= s.t_s:
-            ek.push_back_nb(st, s.fed)
+            sk.push_back_nb(st, s.fed)
             s.fed += 1
         if s.n_running == 0 and s.q_len == 0:
             if s.fed >= n_req:
@@ -74,7 +77,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
         admitted = False
         if separate:
             before = s.n_running
-            ek.admit_nb(req, srv, st, ws, budget, separate)
+            sk.admit_nb(req, srv, st, ws, budget, separate)
             admitted = s.n_running > before
             c3 = _cycles()
             spent[3] += c3 - c2
@@ -82,21 +85,21 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
         if admitted:
             n = np.int64(0)
         else:
-            k = ek.plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key)
+            k = dk.plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key)
             c3 = _cycles()
             spent[1] += c3 - c2
-            budget, preempted = ek.schedule_running_nb(req, srv, st, ws, budget, k)
+            budget, preempted = sk.schedule_running_nb(req, srv, st, ws, budget, k)
             c4 = _cycles()
             spent[2] += c4 - c3
             if not separate and not preempted:
-                ek.admit_nb(req, srv, st, ws, budget, separate)
+                sk.admit_nb(req, srv, st, ws, budget, separate)
             spent[3] += _cycles() - c4
         c5 = _cycles()
         ms, n_sched, rows, ptok = ek._price_nb(tab, srv, st, ws, tree, n, k)
         t = s.t_s + ms / 1000.0
         c6 = _cycles()
         spent[4] += c6 - c5
-        tokens, accepted, done, first_done = ek.apply_nb(req, cal, srv, st, ws, tree, t, key)
+        tokens, accepted, done, first_done = ok.apply_nb(req, cal, srv, st, ws, tree, t, key)
         if s.kv_used > s.kv_peak:
             s.kv_peak = s.kv_used
         s.kv_block_s += s.kv_used * (ms / 1000.0)
@@ -105,7 +108,7 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
         c7 = _cycles()
         spent[5] += c7 - c6
         if o.adaptive != 0 and n_sched > 0 and k > 0:
-            ek.adapt_nb(srv, st, accepted / n_sched)
+            dk.adapt_nb(srv, st, accepted / n_sched)
         if n_sched > 0:
             ek.log_step_nb(st, log, t, n_sched, rows / n_sched, tokens, ptok)
         if done > 0:
