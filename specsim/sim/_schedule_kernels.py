@@ -14,9 +14,10 @@ from specsim._jit import jit
 kernel = jit(_nrt=False)
 # Every engine kernel but run_nb is called by other kernels only: no CPython wrapper (specsim._jit).
 inner = jit(_nrt=False, internal=True)
-# The step's small helpers are inlined into it: a call passes its bundles as hundreds of scalar
-# arguments, which cost more than the helper's work. LLVM inlines them (``forceinline``): Numba
-# compiles each helper once. Numba's own inlining (``inline="always"``) copies and retypes a
+# The step and its helpers are inlined into the drivers (run_nb, the fleet's): a call passes its
+# bundles as hundreds of scalar arguments, which cost more than a helper's work (the step called
+# once a step cost plain decoding a sixth of its time). LLVM inlines them (``forceinline``): Numba
+# compiles each once. Numba's own inlining (``inline="always"``) copies and retypes a
 # helper at every call site, which took the engine's first compile from ~35 s to ~90 s.
 step_part = jit(_nrt=False, forceinline=True, internal=True)
 
