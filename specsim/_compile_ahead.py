@@ -53,18 +53,18 @@ OFF = ("0", "false", "no", "off")
 _SEQ = ("sequence",)
 _ALL = ("sequence", "plain")
 PLAN = (
-    ("sim._engine_kernels", "_draw_sequence_drafts", ("req", "cal", "ws", "i8", "i8", "i8", "u8"), _SEQ),
+    ("sim._depth_kernels", "_draw_sequence_drafts", ("req", "cal", "ws", "i8", "i8", "i8", "u8"), _SEQ),
     ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]"), _SEQ),
     ("plan._kernels", "_no_prefix_reaches", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8", "f8", "f8"), _SEQ),
     ("plan._sort", "sort_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
     ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8"), _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
-    ("sim._engine_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
+    ("sim._schedule_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "none", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "none", "f8", "u8"), _ALL),
-    ("sim._engine_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
+    ("sim._outcome_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "none", "f8", "u8"), _ALL),
+    ("sim._depth_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
     ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "_release_finished", ("req", "st", "i8"), _ALL),
+    ("sim._engine_kernels", "_release_finished", ("req", "st", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "idle_until_nb", ("srv", "st", "f8"), _ALL),
     ("plan._kernels", "above_idle_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "f8", "i8[]", "f8[,]"), _ALL),
     ("plan._kernels", "goodput_table_nb", ("i8[]", "f8[,,]", "f8[]", "i8", "i8[]", "f8[,]"), _ALL),

@@ -786,6 +786,19 @@ def ref_fleet(requests, replicas, router, widths, costs, p_accept, occ_cdf, k, *
     return assignment, first, finish
 
 
+# --- the engine's draws (specsim/sim/_draw_kernels.py) ------------------------------------------------
+
+def ref_occupancy_bucket(occ_cdf, u, position):
+    """The bucket a draw ``u`` in [0, 1) falls in at draft ``position`` (1-based): scan row
+    ``position - 1`` (the last row past the end) for the first cumulative weight above ``u``,
+    the last bucket at most."""
+    row = occ_cdf[min(position - 1, len(occ_cdf) - 1)]
+    b = 0
+    while b < len(row) - 1 and u >= row[b]:
+        b += 1
+    return b
+
+
 # --- tables: the context axis ---------------------------------------------------------------------------------
 
 def ref_context_cell(contexts, grids, n, k, c):

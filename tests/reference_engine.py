@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from tests.reference import (
-    plan_ref_cell, ref_goodput_depth, ref_greedy_order, ref_level_sizes, ref_propose_depth, ref_propose_tree,
-    ref_sequence_depths, ref_tree_price,
+    plan_ref_cell, ref_goodput_depth, ref_greedy_order, ref_level_sizes, ref_occupancy_bucket, ref_propose_depth,
+    ref_propose_tree, ref_sequence_depths, ref_tree_price,
 )
 
 TREE_FACTOR = 1.10  # specsim.tree.TREE_ATTENTION_FACTOR, as docs/planner.md#pricing states it
@@ -46,12 +46,7 @@ def ref_trace_entry(seed, request, token, length):
 
 def ref_draft_bucket(occ_cdf, seed, request, token, position):
     """Bucket of a draft: the first whose cumulative weight exceeds the stream-0 draw."""
-    u = ref_uniform(seed, request, token, position, 0)
-    row = occ_cdf[min(position - 1, len(occ_cdf) - 1)]
-    b = 0
-    while b < len(row) - 1 and u >= row[b]:
-        b += 1
-    return b
+    return ref_occupancy_bucket(occ_cdf, ref_uniform(seed, request, token, position, 0), position)
 
 
 def ref_request_z(seed, request):

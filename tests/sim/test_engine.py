@@ -297,6 +297,26 @@ def test_scheduling_matches_reference_random(n, trace_seed, seed, policy, max_ba
     assert_serving_invariants(res, reqs)
 
 
+@pytest.mark.kernels
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("policy", ["fixed:0", "fixed:3", "propose"])
+@pytest.mark.parametrize("block", [1, 2, 3, 4, 5, 16])
+def test_kv_blocks_of_uniform_decodes_match_the_reference(block, policy, chunked):
+    """With an unlimited cache a uniform step of decodes settles its KV blocks in apply's pass: at
+    most one block more per request where a step's 1 + k tokens fit one block (a block of 4 with 3
+    drafts: exactly one block a step), the general rule where they do not (blocks of 1 to 3 tokens
+    with 3 drafts); the peak, block-seconds and the logged blocks are the reference's."""
+    reqs = random_requests(30, 11, rate=20.0, max_out=40)
+    table, cal = small_table(), small_calibration()
+    opts = dict(max_num_seqs=4, kv_block_size=block, chunked_prefill=chunked, prefill_ms_per_token=0.03,
+                prefill_j_per_token=0.02, log_size=1 << 14)
+    if not chunked:
+        opts["max_num_batched_tokens"] = None
+    res = simulate(reqs, table, cal, policy, **opts)
+    assert res.counters["decode_steps"] > 0 and res.kv["peak_blocks"] > 0
+    assert_matches_reference(res, run_reference(reqs, table, cal, policy, **opts))
+
+
 def assert_serving_invariants(res, reqs):
     """Conservation, budget, KV capacity and every (preempted) request finishing."""
     c = res.counters

@@ -380,27 +380,39 @@ def test_a_long_module_says_why_it_is_one():
 
 # -- internal kernels: no CPython wrapper, so never called from Python -------------------------------
 
-def _internal_kernels(tree) -> set:
-    """Names of a module's kernels built with ``internal=True`` (directly, or through a
-    module-level alias such as ``step_part = jit(..., internal=True)``)."""
+def _internal(call) -> bool:
+    return isinstance(call, ast.Call) and any(k.arg == "internal" and getattr(k.value, "value", None) is True
+                                               for k in call.keywords)
 
-    def internal(call) -> bool:
-        return isinstance(call, ast.Call) and any(k.arg == "internal" and getattr(k.value, "value", None) is True
-                                                   for k in call.keywords)
 
-    aliases = {t.id for node in tree.body if isinstance(node, ast.Assign) and internal(node.value)
-               for t in node.targets if isinstance(t, ast.Name)}
+def _jit_aliases(tree, internal_only=False) -> set:
+    """A module's module-level aliases of ``jit(...)`` (``step_part = jit(..., internal=True)``);
+    ``internal_only``: of those built with ``internal=True`` alone."""
+    return {t.id for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "jit" and (_internal(node.value) or not internal_only)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _imported(tree, names: set) -> set:
+    """The names of ``names`` a module imports from the package (an alias one module defines and
+    the engine's other kernel modules import)."""
+    return {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "specsim" for a in node.names if a.name in names}
+
+
+def _internal_kernels(tree, imported=frozenset()) -> set:
+    """Names of a module's kernels built with ``internal=True`` (directly, or through an alias
+    such as ``step_part = jit(..., internal=True)``, of the module's own or ``imported``)."""
+    aliases = _jit_aliases(tree, internal_only=True) | set(imported)
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(internal(d) or (isinstance(d, ast.Name) and d.id in aliases) for d in node.decorator_list)}
+            and any(_internal(d) or (isinstance(d, ast.Name) and d.id in aliases) for d in node.decorator_list)}
 
 
-def _python_uses(tree, names: set) -> set:
+def _python_uses(tree, names: set, imported=frozenset()) -> set:
     """The names of ``names`` that code outside any compiled function (one decorated with
-    ``jit``, ``njit`` or a module-level alias of ``jit(...)``) refers to."""
+    ``jit``, ``njit`` or an alias of ``jit(...)``, the module's own or ``imported``) refers to."""
     found = set()
-    jits = {"jit", "njit"} | {t.id for node in tree.body if isinstance(node, ast.Assign)
-                              and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "jit"
-                              for t in node.targets if isinstance(t, ast.Name)}
+    jits = {"jit", "njit"} | _jit_aliases(tree) | set(imported)
 
     def jitted(d) -> bool:
         d = d.func if isinstance(d, ast.Call) else d
@@ -426,10 +438,14 @@ def test_no_python_code_calls_an_internal_kernel():
     crashes the interpreter: only compiled code (a decorated function) may name one."""
     files = [p for d in ("specsim", "tests", "benchmarks") for p in (ROOT / d).rglob("*.py")]
     trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in files}
-    internal = set().union(*(_internal_kernels(t) for p, t in trees.items() if "specsim" in p.parts))
+    package = [t for p, t in trees.items() if "specsim" in p.parts]
+    internal_aliases = set().union(*(_jit_aliases(t, internal_only=True) for t in package))
+    jit_aliases = set().union(*(_jit_aliases(t) for t in package))
+    internal = set().union(*(_internal_kernels(t, _imported(t, internal_aliases)) for t in package))
     assert {"step_nb", "apply_nb", "sequence_depths_nb", "draft_hash_nb"} <= internal  # the scan sees them
     assert "run_nb" not in internal and "parse_csv_nb" not in internal
-    used = {f"{p.relative_to(ROOT)}: {name}" for p, t in trees.items() for name in _python_uses(t, internal)}
+    used = {f"{p.relative_to(ROOT)}: {name}" for p, t in trees.items()
+            for name in _python_uses(t, internal, _imported(t, jit_aliases))}
     assert not used, sorted(used)
 
 
@@ -440,6 +456,14 @@ def test_the_internal_kernel_scan_catches_a_python_call():
     assert _internal_kernels(tree) == {"f", "g"}
     assert _python_uses(tree, {"f", "g"}) == {"f", "g"}
     assert _python_uses(ast.parse("@step\ndef k(x):\n    return f(x)\nstep = jit()\n"), {"f"}) == set()
+    # An alias one module defines and another imports: its kernels are internal there too, and
+    # compiled code that names them is not a Python call.
+    other = ast.parse("from specsim.sim.base import step\n@step\ndef e(x):\n    return f(x)\n"
+                      "def p(x):\n    return e(x)\n")
+    assert _jit_aliases(tree, internal_only=True) == {"step"} and _imported(other, {"step"}) == {"step"}
+    assert _internal_kernels(other) == set() and _internal_kernels(other, {"step"}) == {"e"}
+    assert _python_uses(other, {"e", "f"}, {"step"}) == {"e"}
+    assert _python_uses(other, {"e", "f"}) == {"e", "f"}
 
 
 def test_the_release_keeps_its_version_in_one_place_and_ships_its_licences():

@@ -24,7 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim._jit import jit
-from specsim.sim._engine_kernels import idle_until_nb, push_back_nb, step_nb
+from specsim.sim._engine_kernels import idle_until_nb, step_nb
+from specsim.sim._schedule_kernels import push_back_nb
 
 # As the engine's: no reference counting (nothing here allocates; counting every array of every
 # bundle handed to the engine each step would cost more than the step), and the small helpers
