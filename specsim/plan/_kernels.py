@@ -230,8 +230,65 @@ def _bucket_p(edges, cells, p_accept, last, lp, b):
 
 
 @jit(forceinline=True)
-def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
-    """The base tokens and every extra row's gain.
+def _first_gains_nb(arrays, conf, caps, reals, strided, stride):
+    """The base tokens and every sequence's first extra row's gain (its second draft's), which
+    goes to ``strided[i * stride]``: two probability lookups per sequence, where every gain would
+    take one per draft. Often enough to prove that no extra row pays (``_no_prefix_reaches``), and
+    then the deeper gains are never looked up.
+
+    A sequence's gains never increase with depth (each probability is at most 1, and rounding a
+    product is monotone), so its first extra row's gain is its greatest and bounds each of the
+    others.
+
+    Returns
+    -------
+    (float, int, float, float)
+        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
+        extra rows, the greatest gain and ``sum_i (cap_i - 1) * gain(i, 2)``, at least the sum of
+        every gain (up to rounding: only ever used as a bound). Zeros when there is no extra row.
+    """
+    n = conf.shape[0]
+    bits = conf.view(np.int32)
+    edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
+    last = edges.shape[0] - 1
+    prior_1 = priors[0]
+    prior_2 = priors[1 if priors.shape[0] > 1 else 0]
+    base_tokens = float(n)
+    extras = 0
+    highest = -1.0
+    bound = 0.0
+    for i in range(n):
+        ui = U(i)
+        cap = caps[ui]
+        if cap < 1:
+            continue
+        real = reals[ui]
+        g = prior_1
+        if real >= 1:
+            lp = conf[ui, U(0)]
+            if lp == lp:  # NaN: unmeasured, the prior
+                g = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
+        base_tokens += g
+        if cap < 2:
+            continue
+        p = prior_2
+        if real >= 2:
+            lp = conf[ui, U(1)]
+            if lp == lp:
+                p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(1)])
+        g = g * p
+        strided[U(i * stride)] = g
+        extras += cap - 1
+        highest = g if g > highest else highest
+        bound += g * (cap - 1)
+    if extras == 0:
+        return base_tokens, 0, 0.0, 0.0
+    return base_tokens, extras, highest, bound
+
+
+@jit(forceinline=True)
+def _gains_nb(arrays, conf, caps, reals, strided, stride, compact):
+    """Every extra row's gain, after :func:`_first_gains_nb` wrote each sequence's first.
 
     Walks sequence by sequence, each sequence's running product in a register, its caps and
     counts read once: a sequence's lookups do not wait on each other (only its products do), and
@@ -240,45 +297,32 @@ def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
     next free place of ``compact`` (for sorting; both written in order). Subscripts are unsigned
     (``U``) because Numba then skips its negative-index wraparound: here that is most of the work.
 
-    A sequence's gains never increase with depth (each probability is at most 1, and rounding a
-    product is monotone), so the greatest gain is a first extra row's and the least a last one's.
-
     Returns
     -------
-    (float, int, float, float, float)
-        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
-        gains written, their least and greatest values, and their sum in the order written
-        (only ever used as a bound: it is not the sum in descending order). Zeros when none.
+    (float, float)
+        The least gain and the sum of every gain in the order written (only ever used as a bound:
+        it is not the sum in descending order). ``(2.0, 0.0)`` when there is none.
     """
     n = conf.shape[0]
     bits = conf.view(np.int32)
     edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
     last = edges.shape[0] - 1
     last_prior = priors.shape[0] - 1
-    base_tokens = float(n)
-    if kk < 1:
-        return base_tokens, 0, 0.0, 0.0, 0.0
-    prior_1 = priors[0]
     extras = 0
     lowest = 2.0
-    highest = -1.0
     total = 0.0
     for i in range(n):
         ui = U(i)
         cap = caps[ui]
-        real = reals[ui]
-        g = prior_1
-        if real >= 1:
-            lp = conf[ui, U(0)]
-            if lp == lp:  # NaN: unmeasured, the prior
-                g = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
-        if cap < 1:
-            continue
-        base_tokens += g
         if cap < 2:
             continue
+        real = reals[ui]
         row = i * stride - 2
-        for j in range(2, cap + 1):
+        g = strided[U(row + 2)]
+        compact[U(extras)] = g
+        extras += 1
+        total += g
+        for j in range(3, cap + 1):
             uj = U(j - 1)
             if j <= real:
                 lp = conf[ui, uj]
@@ -293,12 +337,8 @@ def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
             compact[U(extras)] = g
             extras += 1
             total += g
-        first = strided[U(row + 2)]
-        highest = first if first > highest else highest
         lowest = g if g < lowest else lowest
-    if extras == 0:
-        return base_tokens, 0, 0.0, 0.0, 0.0
-    return base_tokens, extras, lowest, highest, total
+    return lowest, total
 
 
 @jit(forceinline=True, internal=True)
@@ -382,7 +422,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
     if base_rows > row_budget:
         return 0
-    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact)
+    base_tokens, extras, highest, bound = _first_gains_nb(arrays, conf, caps, reals, strided, stride)
     for i in range(n):
         out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
@@ -391,8 +431,13 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
         return base_rows
 
     width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
-    # No prefix can beat the first drafts alone: skip the sort and the scan.
+    # No prefix can beat the first drafts alone: skip the deeper lookups, the sort and the scan.
     base_eff = base_tokens / row_cost_nb(ws.wc[:, VJ], n, base_rows, max_k, ws.wc[kk, DJ])
+    rest = bound * (1.0 + BOUND_SLACK) + 1e-300
+    if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
+        return base_rows
+    lowest, total = _gains_nb(arrays, conf, caps, reals, strided, stride, compact)
+    # The same with the sum of the gains, tighter than the first bound's.
     rest = total * (1.0 + BOUND_SLACK) + 1e-300
     if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
         return base_rows

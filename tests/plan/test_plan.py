@@ -774,11 +774,14 @@ def test_two_thousand_random_batches_match_the_reference_exactly():
 
 def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
     # Where the bound says no prefix of extra rows beats the first drafts, the reference takes
-    # none; and on these batches it decides often enough to matter.
-    from specsim.plan._kernels import BOUND_SLACK, _gains_nb, _no_prefix_reaches, row_cost_nb, width_costs_nb
+    # none; and on these batches it decides often enough to matter. Both bounds: the first one,
+    # from each sequence's first extra row alone (before the deeper gains are looked up), and the
+    # one from the sum of every gain.
+    from specsim.plan._kernels import (BOUND_SLACK, _first_gains_nb, _gains_nb, _no_prefix_reaches, row_cost_nb,
+                                       width_costs_nb)
 
     rng = np.random.default_rng(77)
-    proven = 0
+    proven = [0, 0]
     for _ in range(300):
         t, c = _random_table(rng), _random_cal(rng)
         if t.max_k < 2:
@@ -788,19 +791,24 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
         conf = rng.uniform(-6.0, 0.3, (n, m)).astype(np.float32)
         caps = np.full(n, m, dtype=np.int64)
         strided, compact = np.empty(n * m), np.empty(n * m)
-        base_tokens, extras, _, highest, total = _gains_nb(Planner(t, c)._state.arrays, conf, caps, caps.copy(), m,
-                                                           strided, m, compact)
+        arrays = Planner(t, c)._state.arrays
+        base_tokens, extras, highest, bound = _first_gains_nb(arrays, conf, caps, caps.copy(), strided, m)
+        _, total = _gains_nb(arrays, conf, caps, caps.copy(), strided, m, compact)
+        assert extras == n * (m - 1) and highest == strided.reshape(n, m)[:, 0].max()
+        assert total <= bound * (1.0 + BOUND_SLACK)
         wc = np.empty((t.max_k + 1, 4))
         width_costs_nb(t.widths, t.costs, n, wc)
         base_eff = base_tokens / row_cost_nb(wc[:, 1], n, n, t.max_k, wc[m, 3])
-        rest = total * (1.0 + BOUND_SLACK) + 1e-300
-        if not _no_prefix_reaches(wc, n, t.max_k, m, base_tokens, n, extras, highest, rest, base_eff):
+        decided = [_no_prefix_reaches(wc, n, t.max_k, m, base_tokens, n, extras, highest,
+                                      rest * (1.0 + BOUND_SLACK) + 1e-300, base_eff) for rest in (bound, total)]
+        assert decided[1] or not decided[0]  # the sum of the gains is the tighter bound
+        if not decided[1]:
             continue
-        proven += 1
+        proven = [p + d for p, d in zip(proven, decided)]
         want = ref_sequence_depths(t.widths.tolist(), t.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),
                                    c.priors.tolist(), conf.tolist(), caps.tolist(), m, n * m, slack)
         assert want == [1] * n
-    assert proven >= 20
+    assert min(proven) >= 20, proven
 
 
 # -- with a context (a table with a context axis) ----------------------------------------------------
