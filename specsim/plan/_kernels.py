@@ -654,6 +654,43 @@ def _overlaps(a, b):
     return lo_a < lo_b + b.nbytes and lo_b < lo_a + a.nbytes and a.nbytes > 0 and b.nbytes > 0
 
 
+@jit(forceinline=True, internal=True)
+def _check_rows_nb(conf, n_conf, known):
+    """0, or the ``E_*`` code of the first row with ``n_conf[i]`` outside ``[0, m]`` or
+    ``known[i] < 0``, or ``E_CONFIDENCE`` for a confidence in use above ``LOGPROB_SLACK``.
+
+    The loops that find nothing (the usual case) have no early exit, so they compile to vector
+    compares: the counts in one pass, then, when every row's confidences are all real, the
+    confidences as one flat array (a row of a few drafts is too short for a vector alone).
+    """
+    n = conf.shape[0]
+    m = conf.shape[1]
+    bad = False
+    full = True
+    for i in range(n):
+        c = n_conf[U(i)]
+        bad |= (c < 0) | (c > m) | (known[U(i)] < 0)
+        full &= c == m
+    if bad:
+        for i in range(n):
+            c = n_conf[U(i)]
+            if c < 0 or c > m:
+                return E_ROW - 2 * i
+            if known[U(i)] < 0:
+                return E_ROW - 2 * i - 1
+    positive = False
+    if full:
+        flat = conf.reshape(n * m)
+        for e in range(n * m):
+            positive |= flat[U(e)] > LOGPROB_SLACK
+    else:
+        for i in range(n):
+            ui = U(i)
+            for j in range(n_conf[ui]):
+                positive |= conf[ui, U(j)] > LOGPROB_SLACK
+    return E_CONFIDENCE if positive else 0
+
+
 @jit
 def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out, work, check):
     """``Planner.depths``' kernel: checks what is cheap to check here, then
@@ -685,17 +722,7 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
     if _overlaps(out, conf) or _overlaps(out, n_conf) or _overlaps(out, known):
         return E_ALIAS
     if check:
-        for i in range(n):
-            c = n_conf[i]
-            if c < 0 or c > m:
-                return E_ROW - 2 * i
-            if known[i] < 0:
-                return E_ROW - 2 * i - 1
-            # No early exit inside a row: the loop then compiles to vector compares.
-            positive = False
-            ui = U(i)
-            for j in range(c):
-                positive |= conf[ui, U(j)] > LOGPROB_SLACK
-            if positive:
-                return E_CONFIDENCE
+        code = _check_rows_nb(conf, n_conf, known)
+        if code < 0:
+            return code
     return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -568,13 +568,15 @@ class Planner:
         """
         # Fast path: the kernel accepts only the exact types (anything else fails dispatch) and
         # checks shapes, ranges and aliasing itself; any refusal is redone through every check.
+        # The loaded kernel is read from the module's list (a property call costs more).
         packed = self._packed if context is None else self._at(context).packed
         if type(k_max) is int and type(row_budget) is int:
             try:
                 if out is None:
                     out = np.empty(confidences.shape[0], dtype=np.int64)
-                rows = self._kernel(packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
-                                    out, self._local.work, check)
+                kernel = _KERNEL[0] if _KERNEL else self._kernel
+                rows = kernel(packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget, out,
+                              self._local.work, check)
             except (AttributeError, TypeError, ValueError, OverflowError, IndexError):
                 rows = -1
             if rows >= 0:
