@@ -19,7 +19,7 @@ import numpy as np
 
 from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
-from specsim.plan._sort import sort_gains_desc_nb
+from specsim.plan._sort import bucket_gains_desc_nb, sort_buckets_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb, context_row_nb
 
@@ -442,9 +442,11 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
         return base_rows
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
-    # the tie order matters only when rows are assigned.
-    sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
-    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest)
+    # the tie order matters only when rows are assigned. The scan sorts the buckets as it
+    # reaches them: those past where it stops are never sorted.
+    buckets = bucket_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
+    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest, ws.counts,
+                         buckets)
     if best_take == 0:
         return base_rows
     _assign_nb(strided, stride, caps, ordered, best_take, out)
@@ -508,8 +510,13 @@ def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, t
 
 
 @jit(forceinline=True, internal=True)
-def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total):
+def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total, counts, buckets):
     """The best prefix of the descending gains, 0 for none.
+
+    ``ordered`` holds the gains in the ``buckets`` buckets of ``_sort.bucket_gains_desc_nb``
+    (bounds in ``counts``; 0 buckets: sorted already); each depth segment sorts the buckets it
+    reaches before reading them (``_sort.sort_buckets_nb``), so the gains past where the scan
+    stops are never sorted.
 
     Every prefix is visited or bounded. Rows advance through depth segments ``[lo, lo + 1)``,
     inside which a row cost is affine in ``rem / n``; each comparison is first decided from
@@ -543,13 +550,19 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
 
     tokens = base_tokens
     take = 0
+    unsorted = np.int64(0)  # the first bucket not sorted yet
     while take < take_max:
+        stop = n - rem
+        if stop > take_max - take:
+            stop = take_max - take
         if take > 0:
             # At most what is left of the total, and at most the next (largest left) gain per row.
+            unsorted = sort_buckets_nb(ordered, counts, buckets, unsorted, take)
             rest = total - (tokens - base_tokens) * (1.0 - BOUND_SLACK)
             if _no_prefix_reaches(wc, n, max_k, kk, tokens, base_rows + take, take_max - take, ordered[U(take)],
                                   rest, best_tokens / best_j_hi):
                 break
+        unsorted = sort_buckets_nb(ordered, counts, buckets, unsorted, take + stop - 1)
         # One depth segment: the row costs are a + d * rem / n for rem in (rem, n].
         nxt = lo + 1 if lo < max_k else max_k
         a_ms = vms[lo] + sunk_ms
@@ -558,9 +571,6 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
         a_j = vj[lo] + sunk_j
         d_j = vj[nxt] - vj[lo]
         tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
-        stop = n - rem
-        if stop > take_max - take:
-            stop = take_max - take
         for step in range(1, stop + 1):
             tokens += ordered[U(take + step - 1)]
             f = (rem + step) * inv_n

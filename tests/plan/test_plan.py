@@ -338,6 +338,37 @@ def test_gain_sort_is_a_descending_sort(kind):
         assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
 
 
+@pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "products"])
+def test_gain_buckets_sorted_only_as_far_as_asked(kind):
+    # The scan sorts the buckets as it reaches them: after bucketing, sorting through any index
+    # in steps leaves everything up to it as the full sort would, and every gain still there.
+    from specsim.plan._sort import bucket_gains_desc_nb, sort_buckets_nb
+
+    rng = np.random.default_rng(len(kind) + 7)
+    for count in (0, 1, 32, 33, 300, 1793):
+        if kind == "uniform":
+            g = rng.uniform(0, 1, count)
+        elif kind == "few values":
+            g = rng.choice([0.0, 0.5, 0.25, 1.0, 1e-300], count)
+        elif kind == "crowded":
+            g = np.concatenate([rng.uniform(0.5, 0.50001, count - count // 4), rng.uniform(0, 1e-200, count // 4)])
+        else:  # running products of probabilities, as the planner's gains are
+            g = np.cumprod(rng.choice([0.18, 0.27, 0.37, 0.47, 0.56, 0.66, 0.76, 0.85, 0.95], (count, 7)), axis=1)
+            g = g.ravel()[:count]
+        want = sorted(g.tolist(), reverse=True)
+        for steps in ([count - 1], [0, count // 3, count // 3, count - 1], sorted(rng.integers(0, count + 1, 5))):
+            ordered, counts = np.empty(count + 1), np.empty(4096, dtype=np.int64)
+            lo, hi = (float(g.min()), float(g.max())) if count else (0.0, 0.0)
+            buckets = bucket_gains_desc_nb(g.copy(), count, ordered, counts, np.empty(count + 1, dtype=np.int64),
+                                           lo, hi)
+            first = 0
+            for through in steps:
+                first = sort_buckets_nb(ordered, counts, buckets, first, int(through))
+                assert ordered[:min(int(through) + 1, count)].tolist() == want[:int(through) + 1]
+                assert sorted(ordered[:count].tolist(), reverse=True) == want
+            assert first <= max(buckets, 0)
+
+
 def test_a_probability_of_minus_zero_plans_as_zero():
     # p_accept = -0.0 passes the calibration's [0, 1] check and makes gains of -0.0, whose bit
     # pattern is no non-negative double's: the gain sort once indexed its buckets with it, far
