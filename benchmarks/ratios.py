@@ -13,6 +13,10 @@ absolute times move by 2x. Each is a cost ratio: lower is better.
 - ``length_10x``: ``fixed:3`` on 100,000 synthetic requests over 10,000 (linear: 10);
 - ``fleet_rate_64x``: ``fixed:3`` on 64 replicas with the hour at 64x its rate over one replica
   on the plain hour (benchmarks/fleet_scale.py; target <= 64);
+- ``planner_over_rust`` and ``planner_over_rust:rows_pay`` (where ``cargo`` is installed):
+  ``Planner.depths`` at n = 256, K = 8 over the compiled Rust reference of the same rule
+  (benchmarks/rust_reference.py; wall time, each side best of ``--rounds`` medians; target
+  <= 0.05, 20x faster), with no extra row paying and with 512 paying;
 - ``verdicts_early_over_every_seed`` (``--write`` only): the two verdicts of the four policies
   on the hour, reruns stopped early over every seed rerun (specsim/sim/verdict.py);
 - ``fleet_copies_64x`` (``--write`` only): 64 copies of the hour merged on 64 replicas over one
@@ -109,6 +113,7 @@ def measure(rounds=3, old=None, full=False) -> dict:
     out["length_10x"] = long_s / short_s
 
     out.update(_fleet_and_verdicts(reqs, rounds, full))
+    out.update(_planner_vs_rust(rounds))
 
     if old is not None:
         from benchmarks.engine_vs_old import POLICIES, inputs_from, measure as vs_old
@@ -161,6 +166,30 @@ def _fleet_and_verdicts(reqs, rounds, full) -> dict:
                                   lambda: verdicts(names, summaries, reruns(reqs, table, cal, results, _options()), 0,
                                                    early=False), rounds)
     out["verdicts_early_over_every_seed"] = early_s / every_s
+    return out
+
+
+def _planner_vs_rust(rounds) -> dict:
+    """``planner_over_rust`` (no extra row pays) and ``planner_over_rust:rows_pay`` at n = 256,
+    K = 8; nothing where ``cargo`` is not installed."""
+    import tempfile
+
+    from benchmarks.rust_reference import NoCargo, batch, build, compare
+    from benchmarks.test_plan import SETUPS
+
+    try:
+        binary = build()
+    except NoCargo:
+        return {}
+    out = {}
+    conf, n_conf, known = batch(256, 8)
+    with tempfile.TemporaryDirectory() as folder:
+        for name, rows_pay in (("planner_over_rust", False), ("planner_over_rust:rows_pay", True)):
+            planner = SETUPS[8, rows_pay][2]
+            runs = [compare(binary, folder, planner, conf, n_conf, known, 8, 256 * 8) for _ in range(rounds)]
+            if runs[0][0] != runs[0][1]:
+                raise AssertionError(f"{name}: the Rust reference and the planner chose different depths")
+            out[name] = min(r[3] for r in runs) / min(r[2] for r in runs)
     return out
 
 

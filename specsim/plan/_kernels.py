@@ -642,6 +642,11 @@ def unpack_plan_nb(packed):
     return PlanArrays(widths, costs, edges, cells, p_accept, priors)
 
 
+# The least float32 above LOGPROB_SLACK: a float32 confidence is above the slack exactly when it
+# is at least this, a compare of float32s (twice the lanes of a vector compare in float64).
+_ABOVE = np.float32(LOGPROB_SLACK)
+ABOVE_SLACK_F32 = _ABOVE if float(_ABOVE) > LOGPROB_SLACK else np.nextafter(_ABOVE, np.float32(np.inf))
+
 # Codes the Planner's kernel returns instead of rows when an input is out of range; the caller
 # turns them into an error that names the argument (see ``Planner.depths``).
 E_SHAPE_N_CONF = -1
@@ -667,7 +672,8 @@ def _overlaps(a, b):
 @jit(forceinline=True, internal=True)
 def _check_rows_nb(conf, n_conf, known):
     """0, or the ``E_*`` code of the first row with ``n_conf[i]`` outside ``[0, m]`` or
-    ``known[i] < 0``, or ``E_CONFIDENCE`` for a confidence in use above ``LOGPROB_SLACK``.
+    ``known[i] < 0``, or ``E_CONFIDENCE`` for a confidence in use above ``LOGPROB_SLACK`` (at
+    least ``ABOVE_SLACK_F32``, the same test in float32).
 
     The loops that find nothing (the usual case) have no early exit, so they compile to vector
     compares: the counts in one pass, then, when every row's confidences are all real, the
@@ -692,12 +698,12 @@ def _check_rows_nb(conf, n_conf, known):
     if full:
         flat = conf.reshape(n * m)
         for e in range(n * m):
-            positive |= flat[U(e)] > LOGPROB_SLACK
+            positive |= flat[U(e)] >= ABOVE_SLACK_F32
     else:
         for i in range(n):
             ui = U(i)
             for j in range(n_conf[ui]):
-                positive |= conf[ui, U(j)] > LOGPROB_SLACK
+                positive |= conf[ui, U(j)] >= ABOVE_SLACK_F32
     return E_CONFIDENCE if positive else 0
 
 
