@@ -309,6 +309,38 @@ def test_cum_priors_are_running_sums():
     assert math.isclose(want[3], 0.5 + 0.2 + 0.08)
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_the_kernels_confidence_check_refuses_exactly_what_the_python_check_does(ragged):
+    # The kernel tests float32 confidences against the least float32 above LOGPROB_SLACK (one
+    # vector pass over every confidence when all rows are full): the float32 nearest the slack
+    # lies above it and is refused, the one below it passes, as in logprob_problem's float64.
+    from specsim._checks import LOGPROB_SLACK, logprob_problem
+
+    t = table({n: [(1.0 + k, 1.0 + k, 0.1 * k, 0.1 * k) for k in range(4)] for n in (1, 64)})
+    planner = Planner(t, cal([0.8, 0.7, 0.6], [-1.0, 0.0], [0.3, 0.9]))
+    near = np.float32(LOGPROB_SLACK)
+    for value in (near, np.nextafter(near, np.float32(-1)), np.nextafter(near, np.float32(1)), np.float32(0.0),
+                  np.float32(np.nan), np.float32(np.inf)):
+        refused = logprob_problem([value]) is not None
+        conf = np.full((40, 3), -0.5, dtype=np.float32)
+        conf[17, 2] = value
+        n_conf = np.full(40, 3, dtype=np.int64)
+        if ragged:
+            n_conf[5] = 1
+        if refused:
+            with pytest.raises(PlanError, match="log-probabilit"):
+                planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        else:
+            planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        conf[17, 2] = -0.5
+        conf[5, 2] = value  # past row 5's real confidences when ragged: never read
+        if refused and not ragged:
+            with pytest.raises(PlanError, match="log-probabilit"):
+                planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        else:
+            planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+
+
 @pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny", "signed zeros"])
 def test_gain_sort_is_a_descending_sort(kind):
     from specsim.plan._sort import sort_gains_desc_nb
