@@ -54,7 +54,7 @@ _SEQ = ("sequence",)
 _ALL = ("sequence", "plain")
 PLAN = (
     ("sim._engine_kernels", "_draw_sequence_drafts", ("req", "cal", "ws", "i8", "i8", "i8", "u8"), _SEQ),
-    ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]"), _SEQ),
+    ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]", "i8[]"), _SEQ),
     ("plan._kernels", "_no_prefix_reaches", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8", "f8", "f8"), _SEQ),
     ("plan._sort", "bucket_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
     ("plan._sort", "sort_buckets_nb", ("f8[]", "i8[]", "i8", "i8", "i8"), _SEQ),

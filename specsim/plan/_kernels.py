@@ -200,9 +200,10 @@ GUARD = 1e-12
 
 
 @jit(forceinline=True, internal=True)
-def _caps_nb(n_conf, known, kk, m, caps, reals):
+def _caps_nb(n_conf, known, kk, m, caps, reals, out):
     """Per sequence: ``caps[i] = min(known[i], kk)`` and ``reals[i]``, its positions with a real
-    confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
+    confidence (at most ``m`` and the cap); both clamped to >= 0; ``out[i]``, its first draft's
+    row (1 where the cap is at least 1). Returns the base rows."""
     base_rows = 0
     for i in range(n_conf.shape[0]):
         ui = U(i)
@@ -214,7 +215,9 @@ def _caps_nb(n_conf, known, kk, m, caps, reals):
         real = real if real < cap else cap
         caps[ui] = cap
         reals[ui] = real if real > 0 else 0
-        base_rows += 1 if cap > 0 else 0
+        first = 1 if cap > 0 else 0
+        out[ui] = first
+        base_rows += first
     return base_rows
 
 
@@ -405,8 +408,6 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     max_k = arrays.costs.shape[1] - 1
     kk = k_max if k_max < max_k else max_k
     kk = kk if kk > 0 else 0
-    for i in range(n):
-        out[i] = 0
     if n == 0:
         return 0
     stride = max_k if max_k > 1 else 1
@@ -419,12 +420,12 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     caps = o[n * stride:n * stride + n]
     reals = o[n * stride + n:n * stride + 2 * n]
 
-    base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
+    base_rows = _caps_nb(n_conf, known, kk, m, caps, reals, out)
     if base_rows > row_budget:
+        for i in range(n):
+            out[U(i)] = 0
         return 0
     base_tokens, extras, highest, bound = _first_gains_nb(arrays, conf, caps, reals, strided, stride)
-    for i in range(n):
-        out[U(i)] = 1 if caps[U(i)] > 0 else 0
     take_max = row_budget - base_rows
     take_max = take_max if take_max < extras else extras
     if take_max <= 0:
