@@ -232,8 +232,16 @@ def _bucket_p(edges, cells, p_accept, last, lp, b):
     return p_accept[U(q)]
 
 
+@jit(forceinline=True, internal=True)
+def _cell_p(cell_p, b):
+    """``cell_p``'s entry for the coarse cell of bit pattern ``b``: the probability of every value
+    in the cell, or -1 where the cell spans more than one bucket or holds NaN (then the caller
+    looks the value up with :func:`_bucket_p`, or takes the prior for NaN)."""
+    return cell_p[U((((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + 2048))]
+
+
 @jit(forceinline=True)
-def _first_gains_nb(arrays, conf, caps, reals, strided, stride):
+def _first_gains_nb(arrays, cell_p, conf, caps, reals, strided, stride):
     """The base tokens and every sequence's first extra row's gain (its second draft's), which
     goes to ``strided[i * stride]``: two probability lookups per sequence, where every gain would
     take one per draft. Often enough to prove that no extra row pays (``_no_prefix_reaches``), and
@@ -254,6 +262,7 @@ def _first_gains_nb(arrays, conf, caps, reals, strided, stride):
     bits = conf.view(np.int32)
     edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
     last = edges.shape[0] - 1
+    table = cell_p.shape[0] > 0
     prior_1 = priors[0]
     prior_2 = priors[1 if priors.shape[0] > 1 else 0]
     base_tokens = float(n)
@@ -268,17 +277,21 @@ def _first_gains_nb(arrays, conf, caps, reals, strided, stride):
         real = reals[ui]
         g = prior_1
         if real >= 1:
-            lp = conf[ui, U(0)]
-            if lp == lp:  # NaN: unmeasured, the prior
-                g = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
+            b = bits[ui, U(0)]
+            g = _cell_p(cell_p, b) if table else -1.0
+            if g < 0.0:
+                lp = conf[ui, U(0)]
+                g = _bucket_p(edges, cells, p_accept, last, lp, b) if lp == lp else prior_1  # NaN: the prior
         base_tokens += g
         if cap < 2:
             continue
         p = prior_2
         if real >= 2:
-            lp = conf[ui, U(1)]
-            if lp == lp:
-                p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(1)])
+            b = bits[ui, U(1)]
+            p = _cell_p(cell_p, b) if table else -1.0
+            if p < 0.0:
+                lp = conf[ui, U(1)]
+                p = _bucket_p(edges, cells, p_accept, last, lp, b) if lp == lp else prior_2
         g = g * p
         strided[U(i * stride)] = g
         extras += cap - 1
@@ -290,7 +303,7 @@ def _first_gains_nb(arrays, conf, caps, reals, strided, stride):
 
 
 @jit(forceinline=True)
-def _gains_nb(arrays, conf, caps, reals, strided, stride, compact):
+def _gains_nb(arrays, cell_p, conf, caps, reals, strided, stride, compact):
     """Every extra row's gain, after :func:`_first_gains_nb` wrote each sequence's first.
 
     Walks sequence by sequence, each sequence's running product in a register, its caps and
@@ -310,6 +323,7 @@ def _gains_nb(arrays, conf, caps, reals, strided, stride, compact):
     bits = conf.view(np.int32)
     edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
     last = edges.shape[0] - 1
+    table = cell_p.shape[0] > 0
     last_prior = priors.shape[0] - 1
     extras = 0
     lowest = 2.0
@@ -328,11 +342,14 @@ def _gains_nb(arrays, conf, caps, reals, strided, stride, compact):
         for j in range(3, cap + 1):
             uj = U(j - 1)
             if j <= real:
-                lp = conf[ui, uj]
-                if lp == lp:
-                    p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, uj])
-                else:
-                    p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+                b = bits[ui, uj]
+                p = _cell_p(cell_p, b) if table else -1.0
+                if p < 0.0:
+                    lp = conf[ui, uj]
+                    if lp == lp:
+                        p = _bucket_p(edges, cells, p_accept, last, lp, b)
+                    else:
+                        p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
             else:
                 p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
             g = g * p
@@ -403,6 +420,14 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     int
         Total draft rows planned.
     """
+    return _sequence_depths_nb(arrays, arrays.p_accept[:0], conf, n_conf, known, k_max, row_budget, slack, out, ws)
+
+
+@jit(internal=True)
+def _sequence_depths_nb(arrays, cell_p, conf, n_conf, known, k_max, row_budget, slack, out, ws):
+    """:func:`sequence_depths_nb`, its probabilities looked up through ``cell_p``
+    (``calibration.cell_probabilities`` of the calibration; empty: through ``arrays.cells``
+    alone), as the Planner's kernel does."""
     n = conf.shape[0]
     m = conf.shape[1]
     max_k = arrays.costs.shape[1] - 1
@@ -425,7 +450,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
         for i in range(n):
             out[U(i)] = 0
         return 0
-    base_tokens, extras, highest, bound = _first_gains_nb(arrays, conf, caps, reals, strided, stride)
+    base_tokens, extras, highest, bound = _first_gains_nb(arrays, cell_p, conf, caps, reals, strided, stride)
     take_max = row_budget - base_rows
     take_max = take_max if take_max < extras else extras
     if take_max <= 0:
@@ -437,7 +462,7 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     rest = bound * (1.0 + BOUND_SLACK) + 1e-300
     if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
         return base_rows
-    lowest, total = _gains_nb(arrays, conf, caps, reals, strided, stride, compact)
+    lowest, total = _gains_nb(arrays, cell_p, conf, caps, reals, strided, stride, compact)
     # The same with the sum of the gains, tighter than the first bound's.
     rest = total * (1.0 + BOUND_SLACK) + 1e-300
     if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
@@ -621,7 +646,8 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
 
 @jit(forceinline=True, internal=True)
 def unpack_plan_nb(packed):
-    """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
+    """The :class:`PlanArrays` and the ``cell_p`` of ``_types.pack_plan_arrays``: views into
+    ``packed``, no copy."""
     w = packed[0]
     kp1 = packed[1]
     b = packed[2]
@@ -637,10 +663,12 @@ def unpack_plan_nb(packed):
     o += half
     cells = packed[o:o + c]
     o += c
+    cell_p = packed[o:o + c].view(np.float64)
+    o += c
     p_accept = packed[o:o + b].view(np.float64)
     o += b
     priors = packed[o:o + p].view(np.float64)
-    return PlanArrays(widths, costs, edges, cells, p_accept, priors)
+    return PlanArrays(widths, costs, edges, cells, p_accept, priors), cell_p
 
 
 # The least float32 above LOGPROB_SLACK: a float32 confidence is above the slack exactly when it
@@ -742,4 +770,5 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
         code = _check_rows_nb(conf, n_conf, known)
         if code < 0:
             return code
-    return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)
+    arrays, cell_p = unpack_plan_nb(packed)
+    return _sequence_depths_nb(arrays, cell_p, conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.calibration.calibration import cell_probabilities
 from specsim.errors import KeyMismatchError, PlanError, TableError, TreeError
 from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
@@ -241,7 +242,8 @@ class Planner:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
         memo_list = memo.tolist()
-        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)),
+        packed = pack_plan_arrays(arrays, cell_probabilities(cal.edges, cal.p_accept))
+        return _Calibrated(cal, arrays, packed, cum, memo, memo_list, dict(enumerate(memo_list)),
                            {}, {})
 
     def _inputs_at(self, current: _Calibrated, c: float) -> _Calibrated:

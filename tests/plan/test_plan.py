@@ -840,6 +840,7 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
     # none; and on these batches it decides often enough to matter. Both bounds: the first one,
     # from each sequence's first extra row alone (before the deeper gains are looked up), and the
     # one from the sum of every gain.
+    from specsim.calibration.calibration import cell_probabilities
     from specsim.plan._kernels import (BOUND_SLACK, _first_gains_nb, _gains_nb, _no_prefix_reaches, row_cost_nb,
                                        width_costs_nb)
 
@@ -855,8 +856,15 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
         caps = np.full(n, m, dtype=np.int64)
         strided, compact = np.empty(n * m), np.empty(n * m)
         arrays = Planner(t, c)._state.arrays
-        base_tokens, extras, highest, bound = _first_gains_nb(arrays, conf, caps, caps.copy(), strided, m)
-        _, total = _gains_nb(arrays, conf, caps, caps.copy(), strided, m, compact)
+        # Through the one-load cell table and without it (the engine's lookups): the same gains.
+        cell_p = cell_probabilities(c.edges, c.p_accept)
+        firsts, lasts, strideds = [], [], []
+        for table_p in (cell_p, cell_p[:0]):
+            firsts.append(_first_gains_nb(arrays, table_p, conf, caps, caps.copy(), strided, m))
+            lasts.append(_gains_nb(arrays, table_p, conf, caps, caps.copy(), strided, m, compact))
+            strideds.append(strided.reshape(n, m)[:, :m - 1].copy())  # row i's gains of drafts 2..m
+        assert firsts[0] == firsts[1] and lasts[0] == lasts[1] and np.array_equal(*strideds)
+        (base_tokens, extras, highest, bound), (_, total) = firsts[0], lasts[0]
         assert extras == n * (m - 1) and highest == strided.reshape(n, m)[:, 0].max()
         assert total <= bound * (1.0 + BOUND_SLACK)
         wc = np.empty((t.max_k + 1, 4))
