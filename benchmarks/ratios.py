@@ -30,6 +30,9 @@ Usage::
     python -m benchmarks.ratios --check            # quick: exit 1 if a ratio is > 1.5x its stored value
     python -m benchmarks.ratios --write [--old CHECKOUT]   # measure and store with this commit
 
+``--write`` keeps a stored ratio it does not measure (the ``vs_old`` ones without ``--old``), with
+the commit it was measured on under ``kept``.
+
 The stored values live in benchmarks/ratios.json with the commit and machine they were measured
 on. ``--check`` measures only the ratios that need no other checkout unless ``--old`` is given.
 """
@@ -208,6 +211,19 @@ def check(measured: dict, stored: dict, tolerance=TOLERANCE) -> list:
     return rows
 
 
+def stored_doc(measured: dict, previous, commit: str, machine: str) -> dict:
+    """What ``--write`` stores: the ratios measured now with ``commit``, and every stored ratio
+    this run did not measure (the ``vs_old`` ones without ``--old``, the planner's without
+    ``cargo``) kept, with the commit it was measured on under ``kept``."""
+    doc = {"commit": commit, "machine": machine, "tolerance": TOLERANCE, "ratios": dict(measured)}
+    if previous:
+        kept = {name: value for name, value in previous["ratios"].items() if name not in measured}
+        doc["ratios"].update(kept)
+        if kept:
+            doc["kept"] = {name: previous.get("kept", {}).get(name, previous["commit"]) for name in kept}
+    return doc
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -227,8 +243,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     measured = measure(args.rounds, args.old, full=args.write)
     if args.write:
-        doc = {"commit": _commit(), "machine": f"{platform.machine()}, {platform.python_implementation()} "
-               f"{platform.python_version()}", "tolerance": TOLERANCE, "ratios": measured}
+        previous = json.loads(STORED.read_text()) if STORED.exists() else None
+        doc = stored_doc(measured, previous, _commit(), f"{platform.machine()}, {platform.python_implementation()} "
+                         f"{platform.python_version()}")
         STORED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         for name, value in sorted(measured.items()):
             print(f"{name:28s} {value:7.3f}")
