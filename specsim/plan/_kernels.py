@@ -632,8 +632,9 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
 
 
 @jit
-def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
-    """:func:`sequence_depths_nb` for many batches laid end to end.
+def sequence_depths_many_nb(arrays, cell_p, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
+    """:func:`sequence_depths_nb` for many batches laid end to end, its probabilities looked up
+    through ``cell_p`` (``calibration.cell_probabilities``) as the Planner's kernel does.
 
     ``offsets int64[B + 1]``: batch ``b`` is rows ``offsets[b]:offsets[b + 1]`` of ``conf``,
     ``n_conf``, ``known`` and ``out``; ``k_max`` and ``row_budget`` are ``int64[B]``.
@@ -641,7 +642,8 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
     for b in range(offsets.shape[0] - 1):
         s = offsets[b]
         e = offsets[b + 1]
-        sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
+        _sequence_depths_nb(arrays, cell_p, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack,
+                            out[s:e], ws)
 
 
 @jit(forceinline=True, internal=True)

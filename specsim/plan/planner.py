@@ -149,6 +149,7 @@ class _Calibrated(NamedTuple):
 
     calibration: AcceptanceCalibration
     arrays: object  # PlanArrays
+    cell_p: np.ndarray  # calibration.cell_probabilities, also inside packed
     packed: np.ndarray
     cum_priors: np.ndarray
     memo: np.ndarray
@@ -242,9 +243,9 @@ class Planner:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
         memo_list = memo.tolist()
-        packed = pack_plan_arrays(arrays, cell_probabilities(cal.edges, cal.p_accept))
-        return _Calibrated(cal, arrays, packed, cum, memo, memo_list, dict(enumerate(memo_list)),
-                           {}, {})
+        cell_p = cell_probabilities(cal.edges, cal.p_accept)
+        return _Calibrated(cal, arrays, cell_p, pack_plan_arrays(arrays, cell_p), cum, memo, memo_list,
+                           dict(enumerate(memo_list)), {}, {})
 
     def _inputs_at(self, current: _Calibrated, c: float) -> _Calibrated:
         """The planning inputs at context ``c``: ``current``'s (the reference grid's, the same
@@ -256,8 +257,9 @@ class Planner:
         start = PACK_HEADER + t.costs.shape[0]  # after the header and the widths
         costs = packed[start:start + t.costs.size].view(np.float64).reshape(t.costs.shape)
         context_slice_nb(t.contexts, t.context_costs, c, costs)  # written in place, in the packed copy
-        return _Calibrated(current.calibration, current.arrays._replace(costs=costs), packed, current.cum_priors,
-                           np.empty(0, dtype=np.int64), [], {}, current.tree_plans, current.tree_shapes)
+        return _Calibrated(current.calibration, current.arrays._replace(costs=costs), current.cell_p, packed,
+                           current.cum_priors, np.empty(0, dtype=np.int64), [], {}, current.tree_plans,
+                           current.tree_shapes)
 
     def _install(self, state: _Calibrated):
         # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
@@ -640,7 +642,8 @@ class Planner:
                                 "offsets": offsets, "the converted confidences": conf})
         widest = int(np.diff(offsets).max()) if batches else 0
 
-        sequence_depths_many_nb(self._at(context).arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
+        st = self._at(context)
+        sequence_depths_many_nb(st.arrays, st.cell_p, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
                                 out, workspace_views_nb(self._workspace(widest), self.max_k))
         return out
 
