@@ -575,7 +575,7 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
     best_exact = -1.0
 
     tokens = base_tokens
-    take = 0
+    take = np.int64(0)  # not a literal 0: sort_buckets_nb would compile once more for it
     unsorted = np.int64(0)  # the first bucket not sorted yet
     while take < take_max:
         stop = n - rem
