@@ -13,6 +13,10 @@ absolute times move by 2x. Each is a cost ratio: lower is better.
 - ``length_10x``: ``fixed:3`` on 100,000 synthetic requests over 10,000 (linear: 10);
 - ``fleet_rate_64x``: ``fixed:3`` on 64 replicas with the hour at 64x its rate over one replica
   on the plain hour (benchmarks/fleet_scale.py; target <= 64);
+- ``planner_over_rust`` and ``planner_over_rust:rows_pay`` (where ``cargo`` is installed):
+  ``Planner.depths`` at n = 256, K = 8 over the compiled Rust reference of the same rule
+  (benchmarks/rust_reference.py; wall time, each side best of ``--rounds`` medians, at least 7; target
+  <= 0.05, 20x faster), with no extra row paying and with 512 paying;
 - ``verdicts_early_over_every_seed`` (``--write`` only): the two verdicts of the four policies
   on the hour, reruns stopped early over every seed rerun (specsim/sim/verdict.py);
 - ``fleet_copies_64x`` (``--write`` only): 64 copies of the hour merged on 64 replicas over one
@@ -25,6 +29,9 @@ Usage::
 
     python -m benchmarks.ratios --check            # quick: exit 1 if a ratio is > 1.5x its stored value
     python -m benchmarks.ratios --write [--old CHECKOUT]   # measure and store with this commit
+
+``--write`` keeps a stored ratio it does not measure (the ``vs_old`` ones without ``--old``), with
+the commit it was measured on under ``kept``.
 
 The stored values live in benchmarks/ratios.json with the commit and machine they were measured
 on. ``--check`` measures only the ratios that need no other checkout unless ``--old`` is given.
@@ -109,6 +116,7 @@ def measure(rounds=3, old=None, full=False) -> dict:
     out["length_10x"] = long_s / short_s
 
     out.update(_fleet_and_verdicts(reqs, rounds, full))
+    out.update(_planner_vs_rust(rounds))
 
     if old is not None:
         from benchmarks.engine_vs_old import POLICIES, inputs_from, measure as vs_old
@@ -164,6 +172,31 @@ def _fleet_and_verdicts(reqs, rounds, full) -> dict:
     return out
 
 
+def _planner_vs_rust(rounds) -> dict:
+    """``planner_over_rust`` (no extra row pays) and ``planner_over_rust:rows_pay`` at n = 256,
+    K = 8; nothing where ``cargo`` is not installed."""
+    import tempfile
+
+    from benchmarks.rust_reference import NoCargo, batch, build, compare
+    from benchmarks.test_plan import SETUPS
+
+    try:
+        binary = build()
+    except NoCargo:
+        return {}
+    out = {}
+    conf, n_conf, known = batch(256, 8)
+    with tempfile.TemporaryDirectory() as folder:
+        for name, rows_pay in (("planner_over_rust", False), ("planner_over_rust:rows_pay", True)):
+            planner = SETUPS[8, rows_pay][2]
+            # A round is about a second; the best of at least 7 steadies a ratio of two short calls.
+            runs = [compare(binary, folder, planner, conf, n_conf, known, 8, 256 * 8) for _ in range(max(rounds, 7))]
+            if runs[0][0] != runs[0][1]:
+                raise AssertionError(f"{name}: the Rust reference and the planner chose different depths")
+            out[name] = min(r[3] for r in runs) / min(r[2] for r in runs)
+    return out
+
+
 def _options():
     from specsim.sim.options import ServerOptions
 
@@ -177,6 +210,19 @@ def check(measured: dict, stored: dict, tolerance=TOLERANCE) -> list:
         if name in stored:
             rows.append((name, stored[name], value, value > tolerance * stored[name]))
     return rows
+
+
+def stored_doc(measured: dict, previous, commit: str, machine: str) -> dict:
+    """What ``--write`` stores: the ratios measured now with ``commit``, and every stored ratio
+    this run did not measure (the ``vs_old`` ones without ``--old``, the planner's without
+    ``cargo``) kept, with the commit it was measured on under ``kept``."""
+    doc = {"commit": commit, "machine": machine, "tolerance": TOLERANCE, "ratios": dict(measured)}
+    if previous:
+        kept = {name: value for name, value in previous["ratios"].items() if name not in measured}
+        doc["ratios"].update(kept)
+        if kept:
+            doc["kept"] = {name: previous.get("kept", {}).get(name, previous["commit"]) for name in kept}
+    return doc
 
 
 def _commit() -> str:
@@ -198,8 +244,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     measured = measure(args.rounds, args.old, full=args.write)
     if args.write:
-        doc = {"commit": _commit(), "machine": f"{platform.machine()}, {platform.python_implementation()} "
-               f"{platform.python_version()}", "tolerance": TOLERANCE, "ratios": measured}
+        previous = json.loads(STORED.read_text()) if STORED.exists() else None
+        doc = stored_doc(measured, previous, _commit(), f"{platform.machine()}, {platform.python_implementation()} "
+                         f"{platform.python_version()}")
         STORED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         for name, value in sorted(measured.items()):
             print(f"{name:28s} {value:7.3f}")

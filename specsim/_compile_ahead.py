@@ -54,10 +54,12 @@ _SEQ = ("sequence",)
 _ALL = ("sequence", "plain")
 PLAN = (
     ("sim._depth_kernels", "_draw_sequence_drafts", ("req", "cal", "ws", "i8", "i8", "i8", "u8"), _SEQ),
-    ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]"), _SEQ),
+    ("plan._kernels", "_caps_nb", ("i8[]", "i8[]", "i8", "i8", "i8[]", "i8[]", "i8[]"), _SEQ),
     ("plan._kernels", "_no_prefix_reaches", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8", "f8", "f8"), _SEQ),
-    ("plan._sort", "sort_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
-    ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8"), _SEQ),
+    ("plan._sort", "bucket_gains_desc_nb", ("f8[]", "i8", "f8[]", "i8[]", "i8[]", "f8", "f8"), _SEQ),
+    ("plan._sort", "sort_buckets_nb", ("f8[]", "i8[]", "i8", "i8", "i8"), _SEQ),
+    ("plan._kernels", "_scan_nb", ("f8[,]", "i8", "i8", "i8", "f8", "i8", "i8", "f8[]", "f8", "f8", "i8[]", "i8"),
+     _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
     ("sim._schedule_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "none", "i8", "i8"), _ALL),

@@ -353,6 +353,37 @@ def bucket_cells(edges):
     return np.minimum(first, len(edges) - 1).astype(np.int64)
 
 
+def cell_probabilities(edges, p_accept):
+    """Per cell of :func:`bucket_cells`' coarse index, the acceptance probability of its values
+    when all of them fall in one bucket, else -1 (a cell an edge cuts, or one holding NaN): one
+    load answers a confidence in such a cell, with no comparison against the edges.
+
+    A cell's float32 values run from its lowest to its highest (their order is the cell's bit
+    patterns' order), so the cell lies in one bucket when those two do; NaN patterns sit at the
+    two ends of the order, so a cell holding one has it at an end.
+
+    Parameters
+    ----------
+    edges : ndarray(float32, ndim=1), shape (B,)
+    p_accept : ndarray(float64, ndim=1), shape (B,)
+
+    Returns
+    -------
+    ndarray(float64, ndim=1), shape (BUCKET_CELLS,)
+    """
+    from specsim.calibration._kernels import BUCKET_CELLS  # lazy: Numba loads with the first kernel call
+
+    first = (np.arange(BUCKET_CELLS, dtype=np.int64) - BUCKET_CELLS // 2) << 20
+    ends = []
+    for keys in (first.astype(np.int32), (first | 0xFFFFF).astype(np.int32)):
+        ends.append((keys ^ ((keys >> 31) & 0x7FFFFFFF)).view(np.float32))
+    nan = np.isnan(ends[0]) | np.isnan(ends[1])
+    edges = np.asarray(edges, dtype=np.float32)
+    low, high = (np.minimum(np.searchsorted(edges, np.where(nan, 0.0, e).astype(np.float32), side="left"),
+                            len(edges) - 1) for e in ends)
+    return np.where(nan | (low != high), -1.0, np.asarray(p_accept, dtype=np.float64)[low])
+
+
 def conditional_priors(rates, form: str = "marginal"):
     """Per-position conditional priors from rates a serve reports (docs/calibration.md#queries).
 

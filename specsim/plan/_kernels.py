@@ -19,7 +19,7 @@ import numpy as np
 
 from specsim._checks import LOGPROB_SLACK
 from specsim._jit import jit
-from specsim.plan._sort import sort_gains_desc_nb
+from specsim.plan._sort import bucket_gains_desc_nb, sort_buckets_nb
 from specsim.plan._types import PACK_HEADER, PlanArrays, workspace_views_nb
 from specsim.table._kernels import bracket_nb, context_row_nb
 
@@ -200,9 +200,10 @@ GUARD = 1e-12
 
 
 @jit(forceinline=True, internal=True)
-def _caps_nb(n_conf, known, kk, m, caps, reals):
+def _caps_nb(n_conf, known, kk, m, caps, reals, out):
     """Per sequence: ``caps[i] = min(known[i], kk)`` and ``reals[i]``, its positions with a real
-    confidence (at most ``m`` and the cap); both clamped to >= 0. Returns the base rows."""
+    confidence (at most ``m`` and the cap); both clamped to >= 0; ``out[i]``, its first draft's
+    row (1 where the cap is at least 1). Returns the base rows."""
     base_rows = 0
     for i in range(n_conf.shape[0]):
         ui = U(i)
@@ -214,7 +215,9 @@ def _caps_nb(n_conf, known, kk, m, caps, reals):
         real = real if real < cap else cap
         caps[ui] = cap
         reals[ui] = real if real > 0 else 0
-        base_rows += 1 if cap > 0 else 0
+        first = 1 if cap > 0 else 0
+        out[ui] = first
+        base_rows += first
     return base_rows
 
 
@@ -229,9 +232,79 @@ def _bucket_p(edges, cells, p_accept, last, lp, b):
     return p_accept[U(q)]
 
 
+@jit(forceinline=True, internal=True)
+def _cell_p(cell_p, b):
+    """``cell_p``'s entry for the coarse cell of bit pattern ``b``: the probability of every value
+    in the cell, or -1 where the cell spans more than one bucket or holds NaN (then the caller
+    looks the value up with :func:`_bucket_p`, or takes the prior for NaN)."""
+    return cell_p[U((((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + 2048))]
+
+
 @jit(forceinline=True)
-def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
-    """The base tokens and every extra row's gain.
+def _first_gains_nb(arrays, cell_p, conf, caps, reals, strided, stride):
+    """The base tokens and every sequence's first extra row's gain (its second draft's), which
+    goes to ``strided[i * stride]``: two probability lookups per sequence, where every gain would
+    take one per draft. Often enough to prove that no extra row pays (``_no_prefix_reaches``), and
+    then the deeper gains are never looked up.
+
+    A sequence's gains never increase with depth (each probability is at most 1, and rounding a
+    product is monotone), so its first extra row's gain is its greatest and bounds each of the
+    others.
+
+    Returns
+    -------
+    (float, int, float, float)
+        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
+        extra rows, the greatest gain and ``sum_i (cap_i - 1) * gain(i, 2)``, at least the sum of
+        every gain (up to rounding: only ever used as a bound). Zeros when there is no extra row.
+    """
+    n = conf.shape[0]
+    bits = conf.view(np.int32)
+    edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
+    last = edges.shape[0] - 1
+    table = cell_p.shape[0] > 0
+    prior_1 = priors[0]
+    prior_2 = priors[1 if priors.shape[0] > 1 else 0]
+    base_tokens = float(n)
+    extras = 0
+    highest = -1.0
+    bound = 0.0
+    for i in range(n):
+        ui = U(i)
+        cap = caps[ui]
+        if cap < 1:
+            continue
+        real = reals[ui]
+        g = prior_1
+        if real >= 1:
+            b = bits[ui, U(0)]
+            g = _cell_p(cell_p, b) if table else -1.0
+            if g < 0.0:
+                lp = conf[ui, U(0)]
+                g = _bucket_p(edges, cells, p_accept, last, lp, b) if lp == lp else prior_1  # NaN: the prior
+        base_tokens += g
+        if cap < 2:
+            continue
+        p = prior_2
+        if real >= 2:
+            b = bits[ui, U(1)]
+            p = _cell_p(cell_p, b) if table else -1.0
+            if p < 0.0:
+                lp = conf[ui, U(1)]
+                p = _bucket_p(edges, cells, p_accept, last, lp, b) if lp == lp else prior_2
+        g = g * p
+        strided[U(i * stride)] = g
+        extras += cap - 1
+        highest = g if g > highest else highest
+        bound += g * (cap - 1)
+    if extras == 0:
+        return base_tokens, 0, 0.0, 0.0
+    return base_tokens, extras, highest, bound
+
+
+@jit(forceinline=True)
+def _gains_nb(arrays, cell_p, conf, caps, reals, strided, stride, compact):
+    """Every extra row's gain, after :func:`_first_gains_nb` wrote each sequence's first.
 
     Walks sequence by sequence, each sequence's running product in a register, its caps and
     counts read once: a sequence's lookups do not wait on each other (only its products do), and
@@ -240,52 +313,43 @@ def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
     next free place of ``compact`` (for sorting; both written in order). Subscripts are unsigned
     (``U``) because Numba then skips its negative-index wraparound: here that is most of the work.
 
-    A sequence's gains never increase with depth (each probability is at most 1, and rounding a
-    product is monotone), so the greatest gain is a first extra row's and the least a last one's.
-
     Returns
     -------
-    (float, int, float, float, float)
-        ``n + sum_i p(i, 1)`` over sequences with a first draft (left to right), the number of
-        gains written, their least and greatest values, and their sum in the order written
-        (only ever used as a bound: it is not the sum in descending order). Zeros when none.
+    (float, float)
+        The least gain and the sum of every gain in the order written (only ever used as a bound:
+        it is not the sum in descending order). ``(2.0, 0.0)`` when there is none.
     """
     n = conf.shape[0]
     bits = conf.view(np.int32)
     edges, cells, p_accept, priors = arrays.edges, arrays.cells, arrays.p_accept, arrays.priors
     last = edges.shape[0] - 1
+    table = cell_p.shape[0] > 0
     last_prior = priors.shape[0] - 1
-    base_tokens = float(n)
-    if kk < 1:
-        return base_tokens, 0, 0.0, 0.0, 0.0
-    prior_1 = priors[0]
     extras = 0
     lowest = 2.0
-    highest = -1.0
     total = 0.0
     for i in range(n):
         ui = U(i)
         cap = caps[ui]
-        real = reals[ui]
-        g = prior_1
-        if real >= 1:
-            lp = conf[ui, U(0)]
-            if lp == lp:  # NaN: unmeasured, the prior
-                g = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, U(0)])
-        if cap < 1:
-            continue
-        base_tokens += g
         if cap < 2:
             continue
+        real = reals[ui]
         row = i * stride - 2
-        for j in range(2, cap + 1):
+        g = strided[U(row + 2)]
+        compact[U(extras)] = g
+        extras += 1
+        total += g
+        for j in range(3, cap + 1):
             uj = U(j - 1)
             if j <= real:
-                lp = conf[ui, uj]
-                if lp == lp:
-                    p = _bucket_p(edges, cells, p_accept, last, lp, bits[ui, uj])
-                else:
-                    p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
+                b = bits[ui, uj]
+                p = _cell_p(cell_p, b) if table else -1.0
+                if p < 0.0:
+                    lp = conf[ui, uj]
+                    if lp == lp:
+                        p = _bucket_p(edges, cells, p_accept, last, lp, b)
+                    else:
+                        p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
             else:
                 p = priors[U(j - 1 if j - 1 < last_prior else last_prior)]
             g = g * p
@@ -293,12 +357,8 @@ def _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact):
             compact[U(extras)] = g
             extras += 1
             total += g
-        first = strided[U(row + 2)]
-        highest = first if first > highest else highest
         lowest = g if g < lowest else lowest
-    if extras == 0:
-        return base_tokens, 0, 0.0, 0.0, 0.0
-    return base_tokens, extras, lowest, highest, total
+    return lowest, total
 
 
 @jit(forceinline=True, internal=True)
@@ -360,13 +420,19 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     int
         Total draft rows planned.
     """
+    return _sequence_depths_nb(arrays, arrays.p_accept[:0], conf, n_conf, known, k_max, row_budget, slack, out, ws)
+
+
+@jit(internal=True)
+def _sequence_depths_nb(arrays, cell_p, conf, n_conf, known, k_max, row_budget, slack, out, ws):
+    """:func:`sequence_depths_nb`, its probabilities looked up through ``cell_p``
+    (``calibration.cell_probabilities`` of the calibration; empty: through ``arrays.cells``
+    alone), as the Planner's kernel does."""
     n = conf.shape[0]
     m = conf.shape[1]
     max_k = arrays.costs.shape[1] - 1
     kk = k_max if k_max < max_k else max_k
     kk = kk if kk > 0 else 0
-    for i in range(n):
-        out[i] = 0
     if n == 0:
         return 0
     stride = max_k if max_k > 1 else 1
@@ -379,27 +445,34 @@ def sequence_depths_nb(arrays, conf, n_conf, known, k_max, row_budget, slack, ou
     caps = o[n * stride:n * stride + n]
     reals = o[n * stride + n:n * stride + 2 * n]
 
-    base_rows = _caps_nb(n_conf, known, kk, m, caps, reals)
+    base_rows = _caps_nb(n_conf, known, kk, m, caps, reals, out)
     if base_rows > row_budget:
+        for i in range(n):
+            out[U(i)] = 0
         return 0
-    base_tokens, extras, lowest, highest, total = _gains_nb(arrays, conf, caps, reals, kk, strided, stride, compact)
-    for i in range(n):
-        out[U(i)] = 1 if caps[U(i)] > 0 else 0
+    base_tokens, extras, highest, bound = _first_gains_nb(arrays, cell_p, conf, caps, reals, strided, stride)
     take_max = row_budget - base_rows
     take_max = take_max if take_max < extras else extras
     if take_max <= 0:
         return base_rows
 
     width_costs_nb(arrays.widths, arrays.costs, n, ws.wc)
-    # No prefix can beat the first drafts alone: skip the sort and the scan.
+    # No prefix can beat the first drafts alone: skip the deeper lookups, the sort and the scan.
     base_eff = base_tokens / row_cost_nb(ws.wc[:, VJ], n, base_rows, max_k, ws.wc[kk, DJ])
+    rest = bound * (1.0 + BOUND_SLACK) + 1e-300
+    if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
+        return base_rows
+    lowest, total = _gains_nb(arrays, cell_p, conf, caps, reals, strided, stride, compact)
+    # The same with the sum of the gains, tighter than the first bound's.
     rest = total * (1.0 + BOUND_SLACK) + 1e-300
     if _no_prefix_reaches(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, highest, rest, base_eff):
         return base_rows
     # Equal gains are equal values, so the running sums do not depend on how ties are ordered;
-    # the tie order matters only when rows are assigned.
-    sort_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
-    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest)
+    # the tie order matters only when rows are assigned. The scan sorts the buckets as it
+    # reaches them: those past where it stops are never sorted.
+    buckets = bucket_gains_desc_nb(compact, extras, ordered, ws.counts, keys, lowest, highest)
+    best_take = _scan_nb(ws.wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, rest, ws.counts,
+                         buckets)
     if best_take == 0:
         return base_rows
     _assign_nb(strided, stride, caps, ordered, best_take, out)
@@ -463,8 +536,13 @@ def _no_prefix_reaches(wc, n, max_k, kk, tokens0, rows0, count, highest, rest, t
 
 
 @jit(forceinline=True, internal=True)
-def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total):
+def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack, total, counts, buckets):
     """The best prefix of the descending gains, 0 for none.
+
+    ``ordered`` holds the gains in the ``buckets`` buckets of ``_sort.bucket_gains_desc_nb``
+    (bounds in ``counts``; 0 buckets: sorted already); each depth segment sorts the buckets it
+    reaches before reading them (``_sort.sort_buckets_nb``), so the gains past where the scan
+    stops are never sorted.
 
     Every prefix is visited or bounded. Rows advance through depth segments ``[lo, lo + 1)``,
     inside which a row cost is affine in ``rem / n``; each comparison is first decided from
@@ -497,14 +575,20 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
     best_exact = -1.0
 
     tokens = base_tokens
-    take = 0
+    take = np.int64(0)  # not a literal 0: sort_buckets_nb would compile once more for it
+    unsorted = np.int64(0)  # the first bucket not sorted yet
     while take < take_max:
+        stop = n - rem
+        if stop > take_max - take:
+            stop = take_max - take
         if take > 0:
             # At most what is left of the total, and at most the next (largest left) gain per row.
+            unsorted = sort_buckets_nb(ordered, counts, buckets, unsorted, take)
             rest = total - (tokens - base_tokens) * (1.0 - BOUND_SLACK)
             if _no_prefix_reaches(wc, n, max_k, kk, tokens, base_rows + take, take_max - take, ordered[U(take)],
                                   rest, best_tokens / best_j_hi):
                 break
+        unsorted = sort_buckets_nb(ordered, counts, buckets, unsorted, take + stop - 1)
         # One depth segment: the row costs are a + d * rem / n for rem in (rem, n].
         nxt = lo + 1 if lo < max_k else max_k
         a_ms = vms[lo] + sunk_ms
@@ -513,9 +597,6 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
         a_j = vj[lo] + sunk_j
         d_j = vj[nxt] - vj[lo]
         tol_j = TOL * (abs(vj[lo]) + abs(d_j) + abs(sunk_j))
-        stop = n - rem
-        if stop > take_max - take:
-            stop = take_max - take
         for step in range(1, stop + 1):
             tokens += ordered[U(take + step - 1)]
             f = (rem + step) * inv_n
@@ -551,8 +632,9 @@ def _scan_nb(wc, n, max_k, kk, base_tokens, base_rows, take_max, ordered, slack,
 
 
 @jit
-def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
-    """:func:`sequence_depths_nb` for many batches laid end to end.
+def sequence_depths_many_nb(arrays, cell_p, conf, n_conf, known, offsets, k_max, row_budget, slack, out, ws):
+    """:func:`sequence_depths_nb` for many batches laid end to end, its probabilities looked up
+    through ``cell_p`` (``calibration.cell_probabilities``) as the Planner's kernel does.
 
     ``offsets int64[B + 1]``: batch ``b`` is rows ``offsets[b]:offsets[b + 1]`` of ``conf``,
     ``n_conf``, ``known`` and ``out``; ``k_max`` and ``row_budget`` are ``int64[B]``.
@@ -560,12 +642,14 @@ def sequence_depths_many_nb(arrays, conf, n_conf, known, offsets, k_max, row_bud
     for b in range(offsets.shape[0] - 1):
         s = offsets[b]
         e = offsets[b + 1]
-        sequence_depths_nb(arrays, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack, out[s:e], ws)
+        _sequence_depths_nb(arrays, cell_p, conf[s:e], n_conf[s:e], known[s:e], k_max[b], row_budget[b], slack,
+                            out[s:e], ws)
 
 
 @jit(forceinline=True, internal=True)
 def unpack_plan_nb(packed):
-    """The :class:`PlanArrays` of ``_types.pack_plan_arrays``: views into ``packed``, no copy."""
+    """The :class:`PlanArrays` and the ``cell_p`` of ``_types.pack_plan_arrays``: views into
+    ``packed``, no copy."""
     w = packed[0]
     kp1 = packed[1]
     b = packed[2]
@@ -581,11 +665,18 @@ def unpack_plan_nb(packed):
     o += half
     cells = packed[o:o + c]
     o += c
+    cell_p = packed[o:o + c].view(np.float64)
+    o += c
     p_accept = packed[o:o + b].view(np.float64)
     o += b
     priors = packed[o:o + p].view(np.float64)
-    return PlanArrays(widths, costs, edges, cells, p_accept, priors)
+    return PlanArrays(widths, costs, edges, cells, p_accept, priors), cell_p
 
+
+# The least float32 above LOGPROB_SLACK: a float32 confidence is above the slack exactly when it
+# is at least this, a compare of float32s (twice the lanes of a vector compare in float64).
+_ABOVE = np.float32(LOGPROB_SLACK)
+ABOVE_SLACK_F32 = _ABOVE if float(_ABOVE) > LOGPROB_SLACK else np.nextafter(_ABOVE, np.float32(np.inf))
 
 # Codes the Planner's kernel returns instead of rows when an input is out of range; the caller
 # turns them into an error that names the argument (see ``Planner.depths``).
@@ -607,6 +698,44 @@ def _overlaps(a, b):
     lo_a = a.ctypes.data
     lo_b = b.ctypes.data
     return lo_a < lo_b + b.nbytes and lo_b < lo_a + a.nbytes and a.nbytes > 0 and b.nbytes > 0
+
+
+@jit(forceinline=True, internal=True)
+def _check_rows_nb(conf, n_conf, known):
+    """0, or the ``E_*`` code of the first row with ``n_conf[i]`` outside ``[0, m]`` or
+    ``known[i] < 0``, or ``E_CONFIDENCE`` for a confidence in use above ``LOGPROB_SLACK`` (at
+    least ``ABOVE_SLACK_F32``, the same test in float32).
+
+    The loops that find nothing (the usual case) have no early exit, so they compile to vector
+    compares: the counts in one pass, then, when every row's confidences are all real, the
+    confidences as one flat array (a row of a few drafts is too short for a vector alone).
+    """
+    n = conf.shape[0]
+    m = conf.shape[1]
+    bad = False
+    full = True
+    for i in range(n):
+        c = n_conf[U(i)]
+        bad |= (c < 0) | (c > m) | (known[U(i)] < 0)
+        full &= c == m
+    if bad:
+        for i in range(n):
+            c = n_conf[U(i)]
+            if c < 0 or c > m:
+                return E_ROW - 2 * i
+            if known[U(i)] < 0:
+                return E_ROW - 2 * i - 1
+    positive = False
+    if full:
+        flat = conf.reshape(n * m)
+        for e in range(n * m):
+            positive |= flat[U(e)] >= ABOVE_SLACK_F32
+    else:
+        for i in range(n):
+            ui = U(i)
+            for j in range(n_conf[ui]):
+                positive |= conf[ui, U(j)] >= ABOVE_SLACK_F32
+    return E_CONFIDENCE if positive else 0
 
 
 @jit
@@ -640,17 +769,8 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
     if _overlaps(out, conf) or _overlaps(out, n_conf) or _overlaps(out, known):
         return E_ALIAS
     if check:
-        for i in range(n):
-            c = n_conf[i]
-            if c < 0 or c > m:
-                return E_ROW - 2 * i
-            if known[i] < 0:
-                return E_ROW - 2 * i - 1
-            # No early exit inside a row: the loop then compiles to vector compares.
-            positive = False
-            ui = U(i)
-            for j in range(c):
-                positive |= conf[ui, U(j)] > LOGPROB_SLACK
-            if positive:
-                return E_CONFIDENCE
-    return sequence_depths_nb(unpack_plan_nb(packed), conf, n_conf, known, k_max, row_budget, slack, out, ws)
+        code = _check_rows_nb(conf, n_conf, known)
+        if code < 0:
+            return code
+    arrays, cell_p = unpack_plan_nb(packed)
+    return _sequence_depths_nb(arrays, cell_p, conf, n_conf, known, k_max, row_budget, slack, out, ws)

@@ -74,19 +74,18 @@ def _heapsort_desc(a, start, stop):
 
 
 @jit(internal=True)
-def _insertion_bounded(a, count, budget):
-    """Insertion sort of ``a[:count]`` (descending) that gives up after ``budget`` moves.
+def _insertion_bounded(a, start, stop, budget):
+    """Insertion sort of ``a[start:stop]`` (descending) that gives up after ``budget`` moves.
 
-    Returns False when it gave up; ``a`` is then a permutation of its input in which no value
-    has moved past a larger one that preceded it.
+    Returns False when it gave up; ``a[start:stop]`` is then a permutation of its input.
     """
     moves = 0
-    for t in range(1, count):
+    for t in range(start + 1, stop):
         x = a[U(t)]
         if not a[U(t - 1)] < x:
             continue
         q = t - 1
-        while q >= 0 and a[U(q)] < x:
+        while q >= start and a[U(q)] < x:
             a[U(q + 1)] = a[U(q)]
             q -= 1
         a[U(q + 1)] = x
@@ -98,7 +97,8 @@ def _insertion_bounded(a, count, budget):
 
 @jit
 def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
-    """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are finite and >= 0).
+    """``ordered[:count]`` = ``gains[:count]`` sorted descending (gains are finite and >= 0):
+    :func:`bucket_gains_desc_nb`, then :func:`sort_buckets_nb` through the last gain.
 
     Parameters
     ----------
@@ -113,11 +113,30 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
     lowest, highest : float
         The least and the greatest of ``gains[:count]`` (the caller saw every value already).
     """
+    buckets = bucket_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest)
+    sort_buckets_nb(ordered, counts, buckets, np.int64(0), count - 1)
+
+
+@jit
+def bucket_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
+    """The sort's first half: ``ordered[:count]`` = ``gains[:count]`` in buckets of descending
+    values, each bucket in any order (arguments as :func:`sort_gains_desc_nb`'s).
+
+    A caller that reads only a prefix of the sorted gains (the planner's scan stops where no
+    later prefix can pay) sorts only the buckets that prefix reaches, with
+    :func:`sort_buckets_nb`.
+
+    Returns
+    -------
+    int
+        The number of buckets, bucket ``b`` being ``ordered[counts[b - 1]:counts[b]]``
+        (``counts[-1]`` read as 0); 0 when ``ordered[:count]`` is sorted already.
+    """
     if count <= SMALL_BUCKET or lowest == highest:
         for t in range(count):
             ordered[U(t)] = gains[U(t)]
         _insertion_desc(ordered, np.int64(0), count)
-        return
+        return 0
     bits = gains[:count].view(np.int64)
     # The bit patterns of the extremes, through the counters (no allocation).
     as_float = counts[:2].view(np.float64)
@@ -149,15 +168,41 @@ def sort_gains_desc_nb(gains, count, ordered, counts, keys, lowest, highest):
         b = U(keys[U(e)])
         ordered[U(counts[b])] = gains[U(e)]
         counts[b] += 1
-    # Buckets are in order, so insertion only moves values inside their bucket: linear unless
-    # a bucket holds many distinct values packed close together (equal values never move).
-    if _insertion_bounded(ordered, count, MOVES_PER_VALUE * count):
-        return
-    # counts[b] is now the end of bucket b: sort the crowded buckets apart, then finish.
-    start = np.int64(0)  # int64 literals would compile the sorts once more each
-    for b in range(nb):
-        stop = counts[b]
-        if stop - start > SMALL_BUCKET:
-            _heapsort_desc(ordered, start, stop)
-        start = stop
-    _insertion_desc(ordered, np.int64(0), count)
+    return nb  # counts[b] is now the end of bucket b
+
+
+@jit
+def sort_buckets_nb(ordered, counts, buckets, first, through):
+    """Sort the buckets of :func:`bucket_gains_desc_nb` from bucket ``first`` on, until
+    ``ordered[:through + 1]`` is sorted (the buckets before ``first`` are sorted already).
+
+    Buckets are in order, so one insertion pass over them only moves values inside their
+    bucket: linear unless a bucket holds many distinct values packed close together (equal
+    values never move). Past ``MOVES_PER_VALUE`` moves a value, the crowded buckets are
+    heap-sorted apart and the insertion pass finishes the rest.
+
+    Returns
+    -------
+    int
+        The first bucket left unsorted (``buckets`` when none is).
+    """
+    # int64, not a literal: a literal would compile the sorts once more each.
+    start = counts[U(first - 1)] if first > 0 else np.int64(0)
+    if first >= buckets or start > through:
+        return first
+    last = first
+    while last < buckets and counts[U(last)] <= through:
+        last += 1
+    last = last + 1 if last < buckets else buckets  # through the bucket that holds `through`
+    stop = counts[U(last - 1)]
+    if _insertion_bounded(ordered, start, stop, MOVES_PER_VALUE * (stop - start)):
+        return last
+    # counts[b] is the end of bucket b: sort the crowded buckets apart, then finish.
+    low = start
+    for b in range(first, last):
+        high = counts[U(b)]
+        if high - low > SMALL_BUCKET:
+            _heapsort_desc(ordered, low, high)
+        low = high
+    _insertion_desc(ordered, start, stop)
+    return last

@@ -125,9 +125,10 @@ def plan_arrays(table, cal) -> PlanArrays:
 PACK_HEADER = 5
 
 
-def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
-    """``arrays`` laid end to end in one int64 array (floats as their bit patterns), which
-    ``_kernels.unpack_plan_nb`` turns back into the same arrays without copying.
+def pack_plan_arrays(arrays: PlanArrays, cell_p) -> np.ndarray:
+    """``arrays`` and ``cell_p`` (``calibration.cell_probabilities`` of its calibration) laid end
+    to end in one int64 array (floats as their bit patterns), which ``_kernels.unpack_plan_nb``
+    turns back into the same arrays without copying.
 
     A Python-facing kernel then takes one argument instead of six: every array argument costs
     Numba's dispatcher a type lookup and an unboxing on each call.
@@ -136,7 +137,8 @@ def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
     -------
     ndarray(int64, ndim=1)
         ``[W, max_k + 1, B, C, P, widths, costs (as float64 bits), edges (float32 bits, two
-        per entry, zero-padded), cells, p_accept (float64 bits), priors (float64 bits)]``.
+        per entry, zero-padded), cells, cell_p (float64 bits), p_accept (float64 bits), priors
+        (float64 bits)]``.
     """
     w, kp1 = arrays.costs.shape[0], arrays.costs.shape[1]
     b, c, p = arrays.edges.shape[0], arrays.cells.shape[0], arrays.priors.shape[0]
@@ -148,6 +150,7 @@ def pack_plan_arrays(arrays: PlanArrays) -> np.ndarray:
         arrays.costs.reshape(-1).view(np.int64),
         edges.view(np.int64),
         arrays.cells,
+        np.ascontiguousarray(cell_p, dtype=np.float64).view(np.int64),
         arrays.p_accept.view(np.int64),
         arrays.priors.view(np.int64),
     ]

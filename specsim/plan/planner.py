@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specsim.calibration import AcceptanceCalibration, DrafterKey
+from specsim.calibration.calibration import cell_probabilities
 from specsim.errors import KeyMismatchError, PlanError, TableError, TreeError
 from specsim.plan._checks import cap_arg, confidences_arg, count_arg, counts_arg, out_arg
 from specsim.plan._explain import ProposeExplanation, explain_propose
@@ -148,6 +149,7 @@ class _Calibrated(NamedTuple):
 
     calibration: AcceptanceCalibration
     arrays: object  # PlanArrays
+    cell_p: np.ndarray  # calibration.cell_probabilities, also inside packed
     packed: np.ndarray
     cum_priors: np.ndarray
     memo: np.ndarray
@@ -241,8 +243,9 @@ class Planner:
             propose_table_nb(arrays.widths, arrays.costs, cum, self.slack, self.max_seqs, memo,
                              np.empty((self.max_k + 1, 4)))
         memo_list = memo.tolist()
-        return _Calibrated(cal, arrays, pack_plan_arrays(arrays), cum, memo, memo_list, dict(enumerate(memo_list)),
-                           {}, {})
+        cell_p = cell_probabilities(cal.edges, cal.p_accept)
+        return _Calibrated(cal, arrays, cell_p, pack_plan_arrays(arrays, cell_p), cum, memo, memo_list,
+                           dict(enumerate(memo_list)), {}, {})
 
     def _inputs_at(self, current: _Calibrated, c: float) -> _Calibrated:
         """The planning inputs at context ``c``: ``current``'s (the reference grid's, the same
@@ -254,8 +257,9 @@ class Planner:
         start = PACK_HEADER + t.costs.shape[0]  # after the header and the widths
         costs = packed[start:start + t.costs.size].view(np.float64).reshape(t.costs.shape)
         context_slice_nb(t.contexts, t.context_costs, c, costs)  # written in place, in the packed copy
-        return _Calibrated(current.calibration, current.arrays._replace(costs=costs), packed, current.cum_priors,
-                           np.empty(0, dtype=np.int64), [], {}, current.tree_plans, current.tree_shapes)
+        return _Calibrated(current.calibration, current.arrays._replace(costs=costs), current.cell_p, packed,
+                           current.cum_priors, np.empty(0, dtype=np.int64), [], {}, current.tree_plans,
+                           current.tree_shapes)
 
     def _install(self, state: _Calibrated):
         # One reference per reader: depths() reads _packed, propose() _memo_list, the rest
@@ -568,13 +572,15 @@ class Planner:
         """
         # Fast path: the kernel accepts only the exact types (anything else fails dispatch) and
         # checks shapes, ranges and aliasing itself; any refusal is redone through every check.
+        # The loaded kernel is read from the module's list (a property call costs more).
         packed = self._packed if context is None else self._at(context).packed
         if type(k_max) is int and type(row_budget) is int:
             try:
                 if out is None:
                     out = np.empty(confidences.shape[0], dtype=np.int64)
-                rows = self._kernel(packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget,
-                                    out, self._local.work, check)
+                kernel = _KERNEL[0] if _KERNEL else self._kernel
+                rows = kernel(packed, self.slack, confidences, n_conf, known_drafts, k_max, row_budget, out,
+                              self._local.work, check)
             except (AttributeError, TypeError, ValueError, OverflowError, IndexError):
                 rows = -1
             if rows >= 0:
@@ -636,7 +642,8 @@ class Planner:
                                 "offsets": offsets, "the converted confidences": conf})
         widest = int(np.diff(offsets).max()) if batches else 0
 
-        sequence_depths_many_nb(self._at(context).arrays, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
+        st = self._at(context)
+        sequence_depths_many_nb(st.arrays, st.cell_p, conf, n_conf_a, known, offsets, k_max, row_budget, self.slack,
                                 out, workspace_views_nb(self._workspace(widest), self.max_k))
         return out
 

@@ -357,3 +357,40 @@ def test_coarse_bucket_index_agrees_with_the_plain_bucket(edges, data):
     for lp in probes:
         lp = np.float32(lp)
         assert bucket_fast_nb(e, cells, lp, lp.view(np.int32)) == _kernels.bucket_nb(e, lp) == ref.ref_bucket(e, lp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-50.0, 2.0, width=32), min_size=1, max_size=12, unique=True), st.data())
+def test_cell_probabilities_answer_every_value_of_a_cell_as_its_bucket(edges, data):
+    # The planner's one-load lookup: where a coarse cell has a probability (>= 0), every float32
+    # value in it (its two ends, the edges' float32 neighbours, random values) is in the bucket
+    # with that probability; a cell an edge cuts, or one holding NaN, has -1.
+    from specsim.calibration.calibration import cell_probabilities
+
+    e = np.unique(np.array(sorted(edges), dtype=np.float32))
+    p = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(e), max_size=len(e))))
+    table = cell_probabilities(e, p)
+    assert table.shape == (_kernels.BUCKET_CELLS,)
+
+    def cell(v):
+        b = int(np.float32(v).view(np.int32))
+        return ((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + _kernels.BUCKET_CELLS // 2
+
+    probes = list(e) + list(np.nextafter(e, np.float32(np.inf))) + list(np.nextafter(e, np.float32(-np.inf)))
+    probes += [np.float32(v) for v in (-np.inf, np.inf, 0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38)]
+    probes += [np.float32(data.draw(st.floats(-100.0, 10.0, width=32))) for _ in range(20)]
+    for c in {cell(v) for v in probes}:  # every probed cell at both ends
+        for low in (True, False):
+            key = np.int32(((c - _kernels.BUCKET_CELLS // 2) << 20) | (0 if low else 0xFFFFF))
+            probes.append((key ^ ((key >> 31) & 0x7FFFFFFF)).view(np.float32))
+    for lp in probes:
+        lp = np.float32(lp)
+        if table[cell(lp)] >= 0:
+            assert not np.isnan(lp) and table[cell(lp)] == ref.ref_p_given_lp(e, p, lp)
+        elif not np.isnan(lp):  # -1 only where the cell spans two buckets or holds NaN
+            c = cell(lp)
+            ends = [np.int32(((c - _kernels.BUCKET_CELLS // 2) << 20) | r) for r in (0, 0xFFFFF)]
+            values = [(k ^ ((k >> 31) & 0x7FFFFFFF)).view(np.float32) for k in ends]
+            assert np.isnan(values).any() or ref.ref_bucket(e, values[0]) != ref.ref_bucket(e, values[1])
+    nan = np.float32(np.nan)
+    assert table[cell(nan)] == table[cell(-nan)] == -1.0

@@ -309,6 +309,38 @@ def test_cum_priors_are_running_sums():
     assert math.isclose(want[3], 0.5 + 0.2 + 0.08)
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_the_kernels_confidence_check_refuses_exactly_what_the_python_check_does(ragged):
+    # The kernel tests float32 confidences against the least float32 above LOGPROB_SLACK (one
+    # vector pass over every confidence when all rows are full): the float32 nearest the slack
+    # lies above it and is refused, the one below it passes, as in logprob_problem's float64.
+    from specsim._checks import LOGPROB_SLACK, logprob_problem
+
+    t = table({n: [(1.0 + k, 1.0 + k, 0.1 * k, 0.1 * k) for k in range(4)] for n in (1, 64)})
+    planner = Planner(t, cal([0.8, 0.7, 0.6], [-1.0, 0.0], [0.3, 0.9]))
+    near = np.float32(LOGPROB_SLACK)
+    for value in (near, np.nextafter(near, np.float32(-1)), np.nextafter(near, np.float32(1)), np.float32(0.0),
+                  np.float32(np.nan), np.float32(np.inf)):
+        refused = logprob_problem([value]) is not None
+        conf = np.full((40, 3), -0.5, dtype=np.float32)
+        conf[17, 2] = value
+        n_conf = np.full(40, 3, dtype=np.int64)
+        if ragged:
+            n_conf[5] = 1
+        if refused:
+            with pytest.raises(PlanError, match="log-probabilit"):
+                planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        else:
+            planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        conf[17, 2] = -0.5
+        conf[5, 2] = value  # past row 5's real confidences when ragged: never read
+        if refused and not ragged:
+            with pytest.raises(PlanError, match="log-probabilit"):
+                planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+        else:
+            planner.depths(conf, n_conf, n_conf.copy(), 3, 120)
+
+
 @pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "skewed", "zeros", "tiny", "signed zeros"])
 def test_gain_sort_is_a_descending_sort(kind):
     from specsim.plan._sort import sort_gains_desc_nb
@@ -336,6 +368,37 @@ def test_gain_sort_is_a_descending_sort(kind):
         sort_gains_desc_nb(gains, count, ordered, np.empty(4096, dtype=np.int64), np.empty(count + 1, dtype=np.int64),
                            lo, hi)
         assert ordered[:count].tolist() == sorted(g.tolist(), reverse=True)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "few values", "crowded", "products"])
+def test_gain_buckets_sorted_only_as_far_as_asked(kind):
+    # The scan sorts the buckets as it reaches them: after bucketing, sorting through any index
+    # in steps leaves everything up to it as the full sort would, and every gain still there.
+    from specsim.plan._sort import bucket_gains_desc_nb, sort_buckets_nb
+
+    rng = np.random.default_rng(len(kind) + 7)
+    for count in (0, 1, 32, 33, 300, 1793):
+        if kind == "uniform":
+            g = rng.uniform(0, 1, count)
+        elif kind == "few values":
+            g = rng.choice([0.0, 0.5, 0.25, 1.0, 1e-300], count)
+        elif kind == "crowded":
+            g = np.concatenate([rng.uniform(0.5, 0.50001, count - count // 4), rng.uniform(0, 1e-200, count // 4)])
+        else:  # running products of probabilities, as the planner's gains are
+            g = np.cumprod(rng.choice([0.18, 0.27, 0.37, 0.47, 0.56, 0.66, 0.76, 0.85, 0.95], (count, 7)), axis=1)
+            g = g.ravel()[:count]
+        want = sorted(g.tolist(), reverse=True)
+        for steps in ([count - 1], [0, count // 3, count // 3, count - 1], sorted(rng.integers(0, count + 1, 5))):
+            ordered, counts = np.empty(count + 1), np.empty(4096, dtype=np.int64)
+            lo, hi = (float(g.min()), float(g.max())) if count else (0.0, 0.0)
+            buckets = bucket_gains_desc_nb(g.copy(), count, ordered, counts, np.empty(count + 1, dtype=np.int64),
+                                           lo, hi)
+            first = 0
+            for through in steps:
+                first = sort_buckets_nb(ordered, counts, buckets, first, int(through))
+                assert ordered[:min(int(through) + 1, count)].tolist() == want[:int(through) + 1]
+                assert sorted(ordered[:count].tolist(), reverse=True) == want
+            assert first <= max(buckets, 0)
 
 
 def test_a_probability_of_minus_zero_plans_as_zero():
@@ -774,11 +837,15 @@ def test_two_thousand_random_batches_match_the_reference_exactly():
 
 def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
     # Where the bound says no prefix of extra rows beats the first drafts, the reference takes
-    # none; and on these batches it decides often enough to matter.
-    from specsim.plan._kernels import BOUND_SLACK, _gains_nb, _no_prefix_reaches, row_cost_nb, width_costs_nb
+    # none; and on these batches it decides often enough to matter. Both bounds: the first one,
+    # from each sequence's first extra row alone (before the deeper gains are looked up), and the
+    # one from the sum of every gain.
+    from specsim.calibration.calibration import cell_probabilities
+    from specsim.plan._kernels import (BOUND_SLACK, _first_gains_nb, _gains_nb, _no_prefix_reaches, row_cost_nb,
+                                       width_costs_nb)
 
     rng = np.random.default_rng(77)
-    proven = 0
+    proven = [0, 0]
     for _ in range(300):
         t, c = _random_table(rng), _random_cal(rng)
         if t.max_k < 2:
@@ -788,19 +855,31 @@ def test_the_no_better_prefix_bound_is_never_wrong_and_often_decides():
         conf = rng.uniform(-6.0, 0.3, (n, m)).astype(np.float32)
         caps = np.full(n, m, dtype=np.int64)
         strided, compact = np.empty(n * m), np.empty(n * m)
-        base_tokens, extras, _, highest, total = _gains_nb(Planner(t, c)._state.arrays, conf, caps, caps.copy(), m,
-                                                           strided, m, compact)
+        arrays = Planner(t, c)._state.arrays
+        # Through the one-load cell table and without it (the engine's lookups): the same gains.
+        cell_p = cell_probabilities(c.edges, c.p_accept)
+        firsts, lasts, strideds = [], [], []
+        for table_p in (cell_p, cell_p[:0]):
+            firsts.append(_first_gains_nb(arrays, table_p, conf, caps, caps.copy(), strided, m))
+            lasts.append(_gains_nb(arrays, table_p, conf, caps, caps.copy(), strided, m, compact))
+            strideds.append(strided.reshape(n, m)[:, :m - 1].copy())  # row i's gains of drafts 2..m
+        assert firsts[0] == firsts[1] and lasts[0] == lasts[1] and np.array_equal(*strideds)
+        (base_tokens, extras, highest, bound), (_, total) = firsts[0], lasts[0]
+        assert extras == n * (m - 1) and highest == strided.reshape(n, m)[:, 0].max()
+        assert total <= bound * (1.0 + BOUND_SLACK)
         wc = np.empty((t.max_k + 1, 4))
         width_costs_nb(t.widths, t.costs, n, wc)
         base_eff = base_tokens / row_cost_nb(wc[:, 1], n, n, t.max_k, wc[m, 3])
-        rest = total * (1.0 + BOUND_SLACK) + 1e-300
-        if not _no_prefix_reaches(wc, n, t.max_k, m, base_tokens, n, extras, highest, rest, base_eff):
+        decided = [_no_prefix_reaches(wc, n, t.max_k, m, base_tokens, n, extras, highest,
+                                      rest * (1.0 + BOUND_SLACK) + 1e-300, base_eff) for rest in (bound, total)]
+        assert decided[1] or not decided[0]  # the sum of the gains is the tighter bound
+        if not decided[1]:
             continue
-        proven += 1
+        proven = [p + d for p, d in zip(proven, decided)]
         want = ref_sequence_depths(t.widths.tolist(), t.costs.tolist(), c.edges.tolist(), c.p_accept.tolist(),
                                    c.priors.tolist(), conf.tolist(), caps.tolist(), m, n * m, slack)
         assert want == [1] * n
-    assert proven >= 20
+    assert min(proven) >= 20, proven
 
 
 # -- with a context (a table with a context axis) ----------------------------------------------------

@@ -37,3 +37,16 @@ def test_a_stored_ratio_fails_only_past_its_tolerance():
     assert [(name, failed) for name, _, _, failed in rows] == [("a", False), ("b", True)]
     doc = json.loads(STORED.read_text())  # the stored ratios name the commit they were measured on
     assert len(doc["commit"]) == 40 and doc["ratios"]["length_10x"] > 0
+
+
+def test_writing_the_ratios_keeps_those_not_measured_with_their_commit():
+    from benchmarks.ratios import stored_doc
+
+    first = stored_doc({"a": 1.0, "vs_old:x": 2.0}, None, "c1", "m")
+    assert first["ratios"] == {"a": 1.0, "vs_old:x": 2.0} and "kept" not in first
+    second = stored_doc({"a": 1.5, "b": 3.0}, first, "c2", "m")
+    assert second["commit"] == "c2" and second["ratios"] == {"a": 1.5, "b": 3.0, "vs_old:x": 2.0}
+    assert second["kept"] == {"vs_old:x": "c1"}
+    third = stored_doc({"a": 1.2, "b": 3.1}, second, "c3", "m")
+    assert third["kept"] == {"vs_old:x": "c1"}  # still the commit it was measured on
+    assert stored_doc({"a": 1.0, "b": 3.0, "vs_old:x": 2.5}, third, "c4", "m").get("kept") is None
