@@ -28,7 +28,8 @@ _PARSER = ("traces/_parse_kernels.py", "parse_csv_nb")
 ENGINE_COMMANDS = ("demo", "simulate", "fleet", "capacity", "tune", "sweep")
 KERNELS = {
     # The demo also serves draft trees: its engine compiles a second time, with the tree bundle
-    # (about 25 s cold minus warm with the helper, measured once: 42 s on one core at AHEAD_SHARE).
+    # (about 25 s cold minus warm with the helper, measured once: 42 s on one core at AHEAD_SHARE;
+    # the helper now takes the trees' own kernels too, about 8 of those 42 s, not timed quietly).
     "demo": (_ENGINE, 42),
     "simulate": (_ENGINE, 10),
     "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 12),
