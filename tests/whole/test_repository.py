@@ -192,7 +192,7 @@ LAZY_IMPORTS = {
                                        "so a Ctrl-C at a command's start finds less to interrupt",
     **{("specsim._compile_ahead", m): "only the helper process builds the engine's bundles; the command that "
        "starts it loads nothing for it" for m in ("specsim.demo_inputs", "specsim.sim.engine",
-                                                 "specsim.traces._types")},
+                                                 "specsim.sim._types", "specsim.traces._types")},
 }
 
 
