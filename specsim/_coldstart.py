@@ -28,7 +28,8 @@ _PARSER = ("traces/_parse_kernels.py", "parse_csv_nb")
 ENGINE_COMMANDS = ("demo", "simulate", "fleet", "capacity", "tune", "sweep")
 KERNELS = {
     # The demo also serves draft trees: its engine compiles a second time, with the tree bundle
-    # (about 25 s cold minus warm with the helper, measured once: 42 s on one core at AHEAD_SHARE).
+    # (about 25 s cold minus warm with the helper, measured once: 42 s on one core at AHEAD_SHARE;
+    # the helper now takes the trees' own kernels too, about 8 of those 42 s, not timed quietly).
     "demo": (_ENGINE, 42),
     "simulate": (_ENGINE, 10),
     "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 12),
@@ -134,6 +135,39 @@ def ahead_variant(argv):
     return "sequence" if words[0] in ("demo", "tune") or _runs_sequence(argv) else "plain"
 
 
+# Policy kinds that draft chains (engine file policies, ENGINE:FILE, may state a tree).
+_CHAIN_KINDS = ("fixed", "schedule", "propose", "sequence", "goodput", "load-aware")
+
+
+def ahead_trees(argv) -> str:
+    """What the runs of the command of ``argv`` draft, as :data:`specsim._compile_ahead.TREES`
+    names it: the demo serves chains and trees ("mixed"); ``simulate`` and ``fleet`` what their
+    ``--policy`` values say ("tree:..." a tree, ``sglang-adaptive:FILE`` and the planner kinds a
+    chain, any other ``ENGINE:FILE`` may be either: "unknown"), and ``capacity``'s with plain
+    decoding, which it always sizes; ``tune --trees`` weighs trees after its chains; a sweep's
+    grid file can name trees: "unknown"; else "none"."""
+    words = _words(argv)
+    if not words:
+        return "none"
+    if words[0] == "demo" or (words[0] == "tune" and "--trees" in argv):
+        return "mixed"
+    if words[0] == "sweep":
+        return "unknown"
+    kinds = {"chain"} if words[0] == "capacity" else set()
+    for i, a in enumerate(argv):
+        a = str(a)
+        value = a.partition("=")[2] if a.startswith("--policy=") else (
+            str(argv[i + 1]) if a == "--policy" and i + 1 < len(argv) else None)
+        if value is None:
+            continue
+        kind = value.strip().partition(":")[0].partition("@")[0].strip().lower()
+        kinds.add("tree" if kind == "tree" else "chain" if kind in _CHAIN_KINDS or
+                  kind.startswith("sglang-adaptive") else "unknown")
+    if "unknown" in kinds:
+        return "unknown"
+    return {frozenset({"tree"}): "only", frozenset({"tree", "chain"}): "mixed"}.get(frozenset(kinds), "none")
+
+
 def announce(argv, stream=None) -> None:
     """Print the one-line first-use notice when the command will compile for a while, after
     starting the compile-ahead helper where the command's engine is still to be compiled."""
@@ -143,7 +177,7 @@ def announce(argv, stream=None) -> None:
         if engine and variant is not None:
             from specsim import _compile_ahead
 
-            if _compile_ahead.start(variant) is not None:
+            if _compile_ahead.start(variant, ahead_trees(argv)) is not None:
                 engine *= AHEAD_SHARE
         print(f"specsim: compiling kernels on first use, once per install: ~{engine + other:.0f} s",
               file=stream or sys.stderr, flush=True)

@@ -39,6 +39,29 @@ COMMAND_MODULES = (
 )
 
 
+# The modules a command line that names each command imports (in COMMAND_MODULES' order): the
+# one that adds the command, those that add actions to its group and the groups' makers. Any
+# other command line (``specsim --help``, a typo) imports them all. A command's start then skips
+# the other commands' imports (the demo's tune, the sweeps, the live calibration: 0.05-0.1 s;
+# tests/cli/test_cli_core.py checks this against what each module registers).
+COMMAND_WORDS = {
+    "demo": ("specsim.cli.demo",),
+    "table": ("specsim.cli.table", "specsim.cli.model", "specsim.cli.bench", "specsim.cli.replay"),
+    "calib": ("specsim.cli.calib",),
+    "plan": ("specsim.cli.plan",),
+    "tree": ("specsim.cli.tree",),
+    "bench": ("specsim.cli.table", "specsim.cli.bench"),
+    "trace": ("specsim.cli.trace",),
+    "simulate": ("specsim.cli.simulate",),
+    "replay": ("specsim.cli.table", "specsim.cli.replay"),
+    "sweep": ("specsim.cli.sweep",),
+    "capacity": ("specsim.cli.capacity",),
+    "fleet": ("specsim.cli.fleet",),
+    "schedule": ("specsim.cli.schedule",),
+    "tune": ("specsim.cli.tune",),
+}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser (its sub-commands' too), with the fix for the likeliest slip it reports
     bare: an option whose value starts with a minus (``--edges -4,-2,0``) reads as "expected one
@@ -59,7 +82,11 @@ class Parser(argparse.ArgumentParser):
 ARGV = []
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or where ``argv`` (the arguments to parse)
+    names one, that command's (:data:`COMMAND_WORDS`)."""
+    words = [str(a) for a in argv or () if not str(a).startswith("-")][:1]
+    modules = COMMAND_WORDS.get(words[0], COMMAND_MODULES) if words else COMMAND_MODULES
     parser = Parser(
         prog="specsim",
         description="Plan, simulate and measure the cost of speculative decoding in LLM serving.",
@@ -68,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     groups = {}
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(sub, groups)
     _summarise_groups(sub, groups)
     return parser
@@ -82,6 +109,8 @@ GROUP_NOUNS = {"table": "cost tables", "calib": "acceptance calibrations"}
 def _summarise_groups(sub, groups) -> None:
     """Each group's summary names every action in it, whichever module added them."""
     for group, noun in GROUP_NOUNS.items():
+        if group not in groups:  # a parser for one command (build_parser)
+            continue
         names = list(groups[group].choices)
         summary = f"{', '.join(names[:-1])} and {names[-1]} {noun}"
         for choice in sub._choices_actions:
@@ -160,7 +189,7 @@ class _watching_interrupts:
 
 
 def _main(argv) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     # A process's arguments cannot hold NUL (a shell never passes one); one given through this
     # function would reach the file system calls, which refuse it with a bare ValueError.
     bad = [a for a in (argv or []) if "\x00" in str(a)]

@@ -751,7 +751,6 @@ def planner_depths_nb(packed, slack, conf, n_conf, known, k_max, row_budget, out
     the negative ``E_*`` codes.
     """
     n = conf.shape[0]
-    m = conf.shape[1]
     if n_conf.shape[0] != n:
         return E_SHAPE_N_CONF
     if known.shape[0] != n:

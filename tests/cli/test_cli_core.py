@@ -216,3 +216,52 @@ def test_the_readme_policy_list_names_every_policy():
     for kind in KINDS:
         if kind != "sglang-adaptive":  # an engine's controller, listed with the engine configs
             assert f"`{kind}" in paragraph, kind
+
+
+def test_a_command_line_that_names_a_command_builds_its_parser_from_its_modules_alone():
+    """COMMAND_WORDS names, for each command, the modules that add it or add actions to its group
+    and the modules whose groups those use: the parser built for that command alone reads and
+    helps exactly as the whole one does, for every command the whole one has."""
+    import importlib
+
+    from specsim.cli import COMMAND_MODULES, COMMAND_WORDS, Parser, build_parser
+
+    parser = Parser(prog="specsim")
+    sub = parser.add_subparsers(dest="command")
+    groups, adds, makes, uses = {}, {}, {}, {}
+    for name in COMMAND_MODULES:
+        before, used = set(sub.choices), set(groups)
+        seen = {g: set(p.choices) for g, p in groups.items()}
+        importlib.import_module(name).register(sub, groups)
+        for word in set(sub.choices) - before:
+            adds.setdefault(word, []).append(name)
+        for g in set(groups) - used:
+            makes[g] = name
+        uses[name] = {g for g in used if set(groups[g].choices) - seen[g]}
+        for g in uses[name]:
+            adds.setdefault(g, []).append(name)
+    expected = {}
+    for word, names in adds.items():
+        need = set(names) | {makes[g] for n in names for g in uses[n]}
+        expected[word] = tuple(m for m in COMMAND_MODULES if m in need)
+    assert COMMAND_WORDS == expected
+    whole = build_parser()
+    whole_sub = next(a for a in whole._actions if a.dest == "command")
+    assert set(COMMAND_WORDS) == set(whole_sub.choices)
+    for word in COMMAND_WORDS:
+        one = build_parser([word, "--help"])
+        one_sub = next(a for a in one._actions if a.dest == "command")
+        assert set(one_sub.choices) <= set(whole_sub.choices) and word in one_sub.choices
+        assert one_sub.choices[word].format_help() == whole_sub.choices[word].format_help(), word
+    for argv in ([], ["--help"], ["simulat"], ["--version"]):
+        built = next(a for a in build_parser(argv)._actions if a.dest == "command")
+        assert set(built.choices) == set(whole_sub.choices), argv
+
+
+def test_simulate_imports_no_other_commands_domain():
+    code = ("import sys; from specsim.cli import build_parser; build_parser(['simulate', '--policy', 'fixed:1']); "
+            "print(' '.join(m for m in ('specsim.cli.demo', 'specsim.cli.sweep', 'specsim.cli.tune', "
+            "'specsim.cli.capacity', 'specsim.cli.calib', 'specsim.studies.tune') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT))
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stderr + done.stdout

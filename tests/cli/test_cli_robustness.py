@@ -378,7 +378,7 @@ def test_a_closed_pipe_is_not_an_error(files):
 def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
     import specsim.cli as cli
 
-    def interrupted():
+    def interrupted(argv=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)

@@ -219,15 +219,91 @@ def test_the_helpers_list_names_real_kernels_with_their_arity():
     from specsim import _compile_ahead
 
     named = _compile_ahead._types()
-    for module, name, args, variants in _compile_ahead.PLAN:
+    for module, name, args, variants in _compile_ahead.PLAN + _compile_ahead.TREE_PLAN:
         kernel = getattr(importlib.import_module(f"specsim.{module}"), name)
         assert len(inspect.signature(kernel.py_func).parameters) == len(args), name
-        assert all(a in named for a in args), (name, args)
+        assert all(a in named or a == "tree?" for a in args), (name, args)
         assert set(variants) <= set(_compile_ahead.VARIANTS) and variants, name
         assert name not in ("run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"), name
-    plain = {e[1] for e in _compile_ahead.kernels("plain")}
-    assert not plain & {"_scan_nb", "sort_gains_desc_nb", "_assign_nb"}
-    assert plain < {e[1] for e in _compile_ahead.kernels("sequence")}
+    for trees in _compile_ahead.TREES:
+        for _, _, args, _ in _compile_ahead.kernels("sequence", trees):
+            assert all(a in named for a in args), (trees, args)
+        plain = {e[1] for e in _compile_ahead.kernels("plain", trees)}
+        assert not plain & {"_scan_nb", "sort_gains_desc_nb", "_assign_nb"}
+        assert plain < {e[1] for e in _compile_ahead.kernels("sequence", trees)}
+
+
+def test_the_kernels_that_take_trees_are_compiled_ahead_only_in_the_one_signature_a_command_compiles():
+    """A kernel that takes a run's trees (None for a chain) compiles in one signature per kind of
+    run: the helper compiles it only where every run is a chain (with None) or every run a tree
+    (with the tree bundle); where the command serves both, or the helper cannot tell, it is left
+    to the command, so the two never write different entries of its cache index. The trees' own
+    kernels come only where the command serves trees."""
+    import importlib
+    import inspect
+
+    from specsim import _compile_ahead
+
+    def taking_trees(trees):
+        out = {}
+        for module, name, args, _ in _compile_ahead.kernels("sequence", trees):
+            params = list(inspect.signature(getattr(importlib.import_module(f"specsim.{module}"), name).py_func)
+                          .parameters)
+            if "tree" in params:
+                out[name] = args[params.index("tree")]
+        return out
+
+    tree_only = {e[1] for e in _compile_ahead.TREE_PLAN}
+    assert set(taking_trees("none").values()) == {"none"} and not set(taking_trees("none")) & tree_only
+    assert set(taking_trees("only").values()) == {"tree"} and tree_only < set(taking_trees("only")) | tree_only
+    assert {"_price_nb", "apply_nb"} <= set(taking_trees("none")) & set(taking_trees("only"))
+    assert set(taking_trees("mixed")) <= tree_only and set(taking_trees("mixed").values()) == {"tree"}
+    assert not taking_trees("unknown")
+    for trees, served in (("none", False), ("only", True), ("mixed", True), ("unknown", False)):
+        names = {e[1] for e in _compile_ahead.kernels("plain", trees)}
+        assert (tree_only <= names) == served and (names & tree_only == set()) == (not served), trees
+
+
+def test_the_helpers_tree_type_is_a_tree_runs():
+    """The helper builds the tree bundle's Numba type without a tree (no greedy order to
+    compile first): the type of every tree policy's bundle, with and without a context axis and
+    a request spread."""
+    import numpy as np
+    from numba import typeof
+
+    from specsim import _compile_ahead
+    from specsim.calibration._types import RequestSpread
+    from specsim.demo_inputs import demo_tree_calibration
+    from specsim.policy.policy import parse_policy
+    from specsim.sim.engine import prepare
+    from specsim.sim.options import ServerOptions
+    from specsim.table import CostTable
+    from specsim.traces._types import REQUEST_DT
+
+    requests = np.zeros(2, dtype=REQUEST_DT)
+    requests["arrival_s"], requests["prompt_tokens"], requests["output_tokens"] = (0.0, 0.5), 8, 4
+    table, cal = demo_table(), demo_tree_calibration()
+    axis = CostTable.from_contexts({512: table, 4096: CostTable(table.key, table.widths, table.costs * 2.0)})
+    spread = cal.with_spread(RequestSpread(0.5, 0.1, 100, "test"))
+    named = _compile_ahead._types()
+    for t, c in ((table, cal), (axis, cal), (table, spread)):
+        for policy in ("tree:auto", "tree:4", "tree:3,2"):
+            p = prepare(requests, t, c, parse_policy(policy), ServerOptions(max_num_seqs=4))
+            assert typeof(p.tree) == named["tree"], (policy, typeof(p.tree))
+
+
+def test_the_command_line_says_what_its_runs_draft():
+    from specsim._coldstart import ahead_trees
+
+    assert ahead_trees(["demo"]) == ahead_trees(["tune", "--trees", "--trace", "t.csv"]) == "mixed"
+    assert ahead_trees(["tune", "--trace", "t.csv"]) == ahead_trees(["simulate", "--policy", "propose@0.1"]) == "none"
+    assert ahead_trees(["simulate", "--policy", "tree:auto", "--policy=tree:4,2"]) == "only"
+    assert ahead_trees(["fleet", "--policy", "fixed:3", "--policy", "tree:8"]) == "mixed"
+    assert ahead_trees(["capacity", "--policy", "tree:8"]) == "mixed"  # plain decoding is always sized
+    assert ahead_trees(["simulate", "--policy", "sglang-adaptive:a.json", "--policy", "fixed:2"]) == "none"
+    for argv in (["simulate", "--policy", "sglang:s.json"], ["simulate", "--policy", "tree:4", "--policy=vllm:v.json"],
+                 ["sweep", "grid.toml"]):
+        assert ahead_trees(argv) == "unknown", argv
 
 
 def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
@@ -240,13 +316,15 @@ def test_the_helper_is_off_when_asked_and_ended_by_stop(tmp_path, monkeypatch):
     monkeypatch.setenv(_compile_ahead.ENV, "1")
     with pytest.raises(ValueError, match="variant"):
         _compile_ahead.start("everything")
+    with pytest.raises(ValueError, match="trees"):
+        _compile_ahead.start("plain", "some")
     if _compile_ahead.usable_cpus() < 2:
         assert _compile_ahead.start("plain") is None
         return
     proc = _compile_ahead.start("plain")
     try:
-        assert proc is not None and proc.args[-4:] == ["specsim._compile_ahead", "plain", _compile_ahead._PACKAGE,
-                                                       str(os.getpid())]
+        assert proc is not None and proc.args[-5:] == ["specsim._compile_ahead", "plain", "none",
+                                                       _compile_ahead._PACKAGE, str(os.getpid())]
         assert _compile_ahead.start("plain") is None  # one at a time
     finally:
         _compile_ahead.stop()
@@ -293,20 +371,32 @@ def test_the_helper_compiles_nothing_for_another_copy_of_the_package(tmp_path, m
     event.register("numba:compile", listener)
     try:
         mine, other = str(os.getppid()), str(os.getpid())  # main() runs here: its parent is this one's
-        for argv in (["plain", str(tmp_path), mine], ["plain", _compile_ahead._PACKAGE], ["plain"],
-                     ["everything", _compile_ahead._PACKAGE, mine], ["plain", _compile_ahead._PACKAGE, other],
-                     ["plain", _compile_ahead._PACKAGE, "x"]):
+        package = _compile_ahead._PACKAGE
+        for argv in (["plain", "none", str(tmp_path), mine], ["plain", "none", package], ["plain"],
+                     ["plain", package, mine], ["everything", "none", package, mine],
+                     ["plain", "everything", package, mine], ["plain", "none", package, other],
+                     ["plain", "none", package, "x"]):
             assert _compile_ahead.main(argv) == 0
     finally:
         event.unregister("numba:compile", listener)
     assert not seen
 
 
-_AFTER_THE_HELPER = _LISTENING + r'''
+_CHAINS = r'''
 for policy in ("propose", "goodput", "load-aware", "sequence"):
     simulate(reqs, axis, cal, policy)
 simulate(reqs, table, cal, "sequence")
 simulate_fleet(reqs, Fleet.uniform(table, cal, 2), "sequence")
+'''
+_TREES = r'''
+from specsim.demo_inputs import demo_tree_calibration
+tcal = demo_tree_calibration()
+for policy in ("tree:auto", "tree:4", "tree:3,2"):
+    simulate(reqs, table, tcal, policy)
+simulate(reqs, axis, tcal, "tree:auto")
+simulate_fleet(reqs, Fleet.uniform(table, tcal, 2), "tree:4")
+'''
+_PLANNER = r'''
 Planner(table, cal).propose(8)
 sequence_depths(table, cal, [[-0.1, -0.5], [-0.2]], [2, 1], 3, 8, 0.0)
 print(json.dumps(sorted(counts)))
@@ -314,27 +404,32 @@ print(json.dumps(sorted(counts)))
 
 
 @pytest.mark.slow
-def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature(tmp_path):
+@pytest.mark.parametrize("variant, trees, runs", [("sequence", "none", _CHAINS), ("plain", "only", _TREES),
+                                                  ("sequence", "mixed", _CHAINS + _TREES)])
+def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature(tmp_path, variant, trees, runs):
     """The helper's signatures are the ones a run compiles: after the helper ran on an empty
-    cache, a process that runs both engines (tables with and without a context axis, every
-    planning policy), a fleet and the Planner compiles none of the helper's kernels again, so
-    none of them is ever compiled in two signatures (whose cache writes could cross). Fails when
-    a kernel's arguments change and the helper's list does not follow."""
+    cache, a process that runs the engines the helper was told of (tables with and without a
+    context axis, every planning policy, chains, trees or both), a fleet and the Planner
+    compiles none of the helper's kernels again, so none of them is ever compiled in two
+    signatures (whose cache writes could cross). Fails when a kernel's arguments change and the
+    helper's list does not follow."""
     import json
 
     from specsim import _compile_ahead
 
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", "sequence", _compile_ahead._PACKAGE,
-                             str(os.getpid())], capture_output=True, text=True, env=env)
+    helper = subprocess.run([sys.executable, "-m", "specsim._compile_ahead", variant, trees,
+                             _compile_ahead._PACKAGE, str(os.getpid())], capture_output=True, text=True, env=env)
     assert helper.returncode == 0 and not helper.stdout and not helper.stderr, helper.stderr
-    run = subprocess.run([sys.executable, "-c", _AFTER_THE_HELPER, str(ROOT / "examples" / "trace.csv")],
+    run = subprocess.run([sys.executable, "-c", _LISTENING + runs + _PLANNER, str(ROOT / "examples" / "trace.csv")],
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr
     compiled = set(json.loads(run.stdout.strip().splitlines()[-1]))
     assert "run_nb" in compiled and "fleet_nb" in compiled  # the run did compile the rest
-    assert not compiled & {e[1] for e in _compile_ahead.PLAN}, sorted(compiled & {e[1] for e in _compile_ahead.PLAN})
+    ahead = {e[1] for e in _compile_ahead.kernels(variant, trees)}
+    assert {"greedy_order_nb", "tree_accepted_nb"} <= ahead or trees == "none"
+    assert not compiled & ahead, sorted(compiled & ahead)
 
 
 def test_the_notice_counts_the_helper_where_one_started(tmp_path, monkeypatch):
@@ -347,13 +442,14 @@ def test_the_notice_counts_the_helper_where_one_started(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     started = []
     for result in (object(), None):
-        monkeypatch.setattr(_compile_ahead, "start", lambda variant, r=result: started.append(variant) or r)
+        monkeypatch.setattr(_compile_ahead, "start",
+                            lambda variant, trees, r=result: started.append((variant, trees)) or r)
         out = io.StringIO()
         _coldstart.announce(["demo"], stream=out)
         seconds = _coldstart.KERNELS["demo"][1] * (_coldstart.AHEAD_SHARE if result is not None else 1)
         assert out.getvalue() == f"specsim: compiling kernels on first use, once per install: ~{seconds:.0f} s\n"
     _coldstart.announce(["trace", "show", "t.csv"], stream=io.StringIO())
-    assert started == ["sequence", "sequence"]
+    assert started == [("sequence", "mixed"), ("sequence", "mixed")]  # the demo serves chains and trees
 
 
 def test_the_helper_imports_nothing_from_the_working_folder(tmp_path, monkeypatch):
@@ -412,7 +508,7 @@ def test_a_sigterm_to_a_command_leaves_its_compile_ahead_helper_running(tmp_path
     command = tmp_path / "command.py"
     command.write_text(
         "import os, subprocess, sys, time\n"
-        f"h = subprocess.Popen([sys.executable, {str(helper_main)!r}, 'plain', {_compile_ahead._PACKAGE!r}, "
+        f"h = subprocess.Popen([sys.executable, {str(helper_main)!r}, 'plain', 'none', {_compile_ahead._PACKAGE!r}, "
         "str(os.getpid())], start_new_session=True, stdin=subprocess.DEVNULL)\n"
         "print(h.pid, flush=True)\n"
         "time.sleep(300)\n")

@@ -191,8 +191,8 @@ LAZY_IMPORTS = {
     ("specsim._coldstart", "specsim"): "the compile-ahead helper's module (and subprocess) load only on a first run, "
                                        "so a Ctrl-C at a command's start finds less to interrupt",
     **{("specsim._compile_ahead", m): "only the helper process builds the engine's bundles; the command that "
-       "starts it loads nothing for it" for m in ("specsim.demo_inputs", "specsim.policy.policy", "specsim.sim.engine", "specsim.sim.options",
-                                                 "specsim.traces._types")},
+       "starts it loads nothing for it" for m in ("specsim.demo_inputs", "specsim.policy.policy", "specsim.sim.bundles",
+                                                 "specsim.sim.engine", "specsim.sim.options", "specsim.traces._types")},
 }
 
 
