@@ -91,9 +91,9 @@ PLAN = (
 TREE_PLAN = (
     ("tree._kernels", "greedy_order_nb", ("f8[,]r", "i8", "i8", "i8[]", "i8[]", "f8[]", "i8[]"), _ALL),
     ("tree._kernels", "tree_price_nb", ("i8[]", "f8[,,]", "i8", "i8", "i8", "i8[]", "b1", "f8", "f8[]"), _ALL),
-    ("sim._engine_kernels", "auto_tree_nb", ("tab", "srv", "st", "ws", "tree", "i8"), _ALL),
-    ("sim._engine_kernels", "tree_cost_nb", ("tab", "st", "tree", "i8", "i8", "i8", "b1"), _ALL),
-    ("sim._engine_kernels", "tree_accepted_nb", ("req", "cal", "tree", "i8", "i8", "u8"), _ALL),
+    ("sim._depth_kernels", "auto_tree_nb", ("tab", "srv", "st", "ws", "tree", "i8"), _ALL),
+    ("sim._outcome_kernels", "tree_cost_nb", ("tab", "st", "tree", "i8", "i8", "i8", "b1"), _ALL),
+    ("sim._outcome_kernels", "tree_accepted_nb", ("req", "cal", "tree", "i8", "i8", "u8"), _ALL),
 )
 
 # How often the helper looks for its command, in seconds (a kernel's compile takes seconds).
