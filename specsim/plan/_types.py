@@ -127,7 +127,7 @@ PACK_HEADER = 5
 
 def pack_plan_arrays(arrays: PlanArrays, cell_p) -> np.ndarray:
     """``arrays`` and ``cell_p`` (``calibration.cell_probabilities`` of its calibration) laid end
-    to end in one int64 array (floats as their bit patterns), which ``_kernels.unpack_plan_nb``
+    to end in one int64 array (floats as their bit patterns), which ``_entry_kernels.unpack_plan_nb``
     turns back into the same arrays without copying.
 
     A Python-facing kernel then takes one argument instead of six: every array argument costs

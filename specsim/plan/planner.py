@@ -26,9 +26,10 @@ from specsim.plan._types import (PACK_HEADER, TreePlan, pack_plan_arrays, plan_a
 from specsim.table import CostTable, TableKey
 from specsim._checks import INT64_MAX, MAX_TREE_DEPTH, MAX_TREE_NODES, int_problem, logprob_problem, show, slack_problem
 from specsim.plan._kernels import (
-    cum_priors_nb, goodput_depth_nb, planner_depths_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb,
-    propose_table_nb, sequence_depths_many_nb,
+    cum_priors_nb, goodput_depth_nb, propose_at_context_nb, propose_depth_nb, propose_many_nb, propose_table_nb,
+    sequence_depths_many_nb,
 )
+from specsim.plan._entry_kernels import planner_depths_nb
 from specsim.table._kernels import context_slice_nb
 from specsim.table.cost_table import check_context
 from specsim.tree.pricing import TREE_ATTENTION_FACTOR, check_tree_attention_factor
