@@ -410,11 +410,15 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
 
 def _column_index(path, header, name, exact):
     stripped = [h.strip() for h in header]
-    if name in stripped:
-        return stripped.index(name)
     lowered = [h.lower() for h in stripped]
-    if name.lower() in lowered:
-        return lowered.index(name.lower())
+    for names, wanted in ((stripped, name), (lowered, name.lower())):
+        found = [i for i, h in enumerate(names) if h == wanted]
+        if len(found) > 1:
+            # Which of them holds the data is a guess (the csv module's DictReader takes the last).
+            raise TraceError(f"{path}:1: the header names column {name!r} {len(found)} times (fields "
+                             f"{', '.join(str(i + 1) for i in found)}); rename all but one")
+        if found:
+            return found[0]
     hint = "" if exact else "; name columns as they appear in the header"
 
     # Names shown quoted and short: a binary file's "header" is control bytes and noise.

@@ -857,3 +857,129 @@ def test_a_server_info_topk_that_is_no_count_is_fitted_as_a_chain(files, topk, c
     _refused(["calib", "import", files / "info.json", *_calib_key(), "--assume", "constant-rate", "-o",
               files / "o.toml"], capsys, "(sglang:?,3,6) but not all of its settings", "not a whole number >= 1")
     assert not (files / "o.toml").exists()
+
+
+# -- 17: the studies' values (tune, capacity): what escaped as TypeError, AttributeError, ValueError ---
+
+def _study(**kw):
+    from specsim.studies.inputs import StudyInputs
+    from specsim.traces import synthetic_trace
+
+    requests = kw.pop("requests", synthetic_trace(60, 5.0, seed=1).requests)
+    fields = {"table": demo_table(), "calibration": demo_calibration(), "slo": SLO(tpot_s=1.0, attainment=0.5),
+              "seeds": 1} | kw
+    return StudyInputs(requests, **fields)
+
+
+def _capacity_calls():
+    from specsim import capacity
+
+    def cap(inputs=None, **kw):
+        return lambda: capacity(inputs or _study(), kw.pop("policies", ["fixed:1"]),
+                                **{"max_replicas": 4, "executor": "serial"} | kw)
+
+    return {
+        "max_replicas=None": (cap(max_replicas=None), "max_replicas = None must be a whole number"),
+        "max_replicas=nan": (cap(max_replicas=math.nan), "max_replicas = nan must be a whole number"),
+        "max_replicas=inf": (cap(max_replicas=math.inf), "max_replicas = inf must be a whole number"),
+        "max_replicas='3'": (cap(max_replicas="3"), "max_replicas = '3' must be a whole number"),
+        "max_replicas=2.5": (cap(max_replicas=2.5), "max_replicas = 2.5 must be a whole number"),
+        "max_replicas=True": (cap(max_replicas=True), "max_replicas = True must be a whole number"),
+        "gpu_hour_usd='3'": (cap(gpu_hour_usd="3"), "gpu_hour_usd = '3' must be a number"),
+        "gpu_hour_usd=10**400": (cap(gpu_hour_usd=10**400), "must be finite"),
+        "gpu_hour_usd=True": (cap(gpu_hour_usd=True), "gpu_hour_usd = True must be a number"),
+        "gpu_hour_usd=1j": (cap(gpu_hour_usd=1j), "must be a number"),
+        "resampling=5": (cap(resampling=5), "give a Resampling(resamples, windows)"),
+        "resampling=(2,)": (cap(resampling=(2,)), "give a Resampling(resamples, windows)"),
+        "resampling=(2, 3, 4)": (cap(resampling=(2, 3, 4)), "give a Resampling(resamples, windows)"),
+        "policies=None": (cap(policies=None), "policies must be a list of policies"),
+        "policies='propose'": (cap(policies="propose"), "write ['propose']"),
+        "progress=5": (cap(progress=5), "progress = 5 must be a function"),
+        "fleet='t.toml'": (cap(_study(table=None, calibration=None, fleet="t.toml")),
+                           "StudyInputs.fleet must be a Fleet (or None), got str"),
+        "names=5": (cap(_study(names=5)), "StudyInputs.names must be a dict"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_capacity_calls()))
+def test_capacity_arguments_typeerror_valueerror_or_silently_cut_to_integers(call):
+    from specsim.studies.capacity import CapacityError
+
+    run, said = _capacity_calls()[call]
+    with pytest.raises(CapacityError) as e:
+        run()
+    assert said in str(e.value)
+
+
+def test_capacity_takes_numpy_integers_for_seeds_and_resampling():
+    import numpy as np
+
+    from specsim import capacity
+    from specsim.studies.capacity import Resampling
+
+    result = capacity(_study(seeds=np.int64(1)), ["fixed:1"], max_replicas=np.int64(2), gpu_hour_usd=np.float64(2.0),
+                      resampling=Resampling(np.int64(2), np.int64(2)))
+    assert result.seeds == 1 and isinstance(result.seeds, int) and result.window_resamples == 2
+
+
+def _tune_calls():
+    from specsim import tune
+    from specsim.studies.tune import TuneSettings
+
+    quick = TuneSettings(max_rounds=0, holdout=0, noise_windows=None)
+
+    def run(inputs=None, **kw):
+        return lambda: tune(inputs or _study(slo=None), settings=quick, executor="serial", **kw)
+
+    return {
+        "requests=None": (run(_study(requests=None, slo=None)), "requests must be a record array"),
+        "requests='x'": (run(_study(requests="x", slo=None)), "requests must be a record array"),
+        "requests=list": (run(_study(requests=[1.0, 2.0], slo=None)), "requests must be a record array"),
+        "table='t.toml'": (run(_study(table="t.toml", slo=None)), "StudyInputs.table must be a CostTable"),
+        "calibration=5": (run(_study(calibration=5, slo=None)),
+                          "StudyInputs.calibration must be an AcceptanceCalibration"),
+        "names=5": (run(_study(names=5, slo=None)), "StudyInputs.names must be a dict"),
+        "names={'trace': 5}": (run(_study(names={"trace": 5}, slo=None)), "StudyInputs.names must be a dict"),
+        "compare=None": (run(compare=None), "compare must be a list of policies"),
+        "compare=5": (run(compare=5), "compare must be a list of policies"),
+        "compare='fixed:1'": (run(compare="fixed:1"), "write ['fixed:1']"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_tune_calls()))
+def test_tune_inputs_attributeerror_typeerror_or_a_text_compare_read_by_character(call):
+    from specsim.errors import ScheduleError
+
+    run, said = _tune_calls()[call]
+    with pytest.raises(ScheduleError) as e:
+        run()
+    assert said in str(e.value)
+
+
+def test_tune_takes_numpy_floats_for_holdout_and_min_gain():
+    import numpy as np
+
+    from specsim import tune
+    from specsim.studies.tune import TuneSettings
+
+    settings = TuneSettings(max_rounds=0, holdout=np.float32(0.0), min_gain=np.float64(0.01), noise_windows=None)
+    result = tune(_study(slo=None), settings=settings, executor="serial")
+    assert result.ranges and result.inputs["holdout"] == 0.0
+
+
+# -- 18: trace files against the plain csv-module reader ---------------------------------------------
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("header,name", [("id,t,t,p,o", "t"), ("id,T,T,p,o", "t"), ("id, t ,t,p,o", "t")],
+                         ids=["same name", "same name in capitals", "same name padded"])
+def test_a_csv_header_naming_the_arrival_column_twice_reads_the_first_where_csv_reads_the_last(tmp_path, header,
+                                                                                               name):
+    from specsim.traces import read_trace
+    from tests import reference as ref
+
+    path = tmp_path / "dup.csv"
+    path.write_text(header + "\na,1,9,10,3\nb,2,8,11,4\n")
+    rows, _ = ref.ref_read_csv(path, header.split(",")[2].strip(), "p", "o")
+    assert [(p, o) for _, p, o in rows] == [(11, 4), (10, 3)]  # the last of the two, by the csv module
+    with pytest.raises(SpecsimError, match=f"dup.csv:1: the header names column '{name}' 2 times \\(fields 2, 3\\)"):
+        read_trace(path, "csv", columns=f"arrival={name},prompt=p,output=o")
