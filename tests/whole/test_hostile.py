@@ -798,7 +798,7 @@ def test_a_model_config_with_latent_attention_is_priced_as_plain_attention(files
 def _cost_model_calls():
     import numpy as np
 
-    from specsim.costmodel import forward_breakdown, model_spec, model_table
+    from specsim.costmodel import Setup, forward_breakdown, model_spec, model_table, step_costs, step_parts
 
     def fb(**kw):
         args = dict(tokens=8, seqs=8, context=1024) | kw
@@ -808,6 +808,10 @@ def _cost_model_calls():
         args = dict(widths=[1, 2], max_k=2) | kw
         return lambda: model_table(args.pop("gpu", "h200"), args.pop("model", "llama-3.1-8b"),
                                    args.pop("drafter", "eagle-1l"), **args)
+
+    def sc(parts=False, **kw):
+        setup = Setup("h200", "llama-3.1-8b", "eagle-1l", engine="sglang")
+        return lambda: (step_parts if parts else step_costs)(setup, **(dict(widths=[1, 2], max_k=2) | kw))
 
     return {
         "forward_breakdown gpu=['h200']": (fb(gpu=["h200"]), "gpu = ['h200'] must be a gpu spec's name"),
@@ -823,6 +827,20 @@ def _cost_model_calls():
         "model_table widths=['1', '2']": (mt(widths=["1", "2"]), "are not a list of integers"),
         "model_table widths=[True, 2]": (mt(widths=[True, 2]), "are not a list of integers"),
         "model_table widths=complex": (mt(widths=np.array([1 + 1j])), "are not a list of integers"),
+        # step_costs and step_parts (their Setup value) took any widths and depth: NaN costs for -1,
+        # 1.5 and "1" read as widths, a TypeError or a NumPy size error for a depth of None or 10**400
+        "step_costs widths=[-1]": (sc(widths=[-1]), "every width must be >= 1"),
+        "step_costs widths=[0]": (sc(widths=[0]), "every width must be >= 1"),
+        "step_costs widths=[1.5]": (sc(widths=[1.5]), "widths [1.5] are not a list of integers"),
+        "step_costs widths=['1']": (sc(widths=["1"]), "are not a list of integers"),
+        "step_costs widths=None": (sc(widths=None), "widths None are not a list of integers"),
+        "step_costs widths=[10**400]": (sc(widths=[10**400]), "every width must be >= 1"),
+        "step_costs widths=[]": (sc(widths=[]), "widths is empty"),
+        "step_costs max_k=None": (sc(max_k=None), "max_k = None must be a whole number"),
+        "step_costs max_k=1.5": (sc(max_k=1.5), "max_k = 1.5 must be a whole number"),
+        "step_costs max_k=-1": (sc(max_k=-1), "max_k = -1 is outside 0.."),
+        "step_parts max_k=10**400": (sc(max_k=10**400, parts=True), "is outside 0.."),
+        "step_parts setup='x'": (lambda: step_parts("x"), "setup must be a Setup"),
     }
 
 
