@@ -20,6 +20,7 @@ from specsim.errors import SimulationError
 from specsim._io import csv_rows, decode_text, read_input
 from specsim.plan.planner import check_slack
 from specsim.table._types import VERIFY_J, VERIFY_MS
+from specsim.table.cost_table import CostTable
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
@@ -213,6 +214,9 @@ class ServerOptions:
     def resolve(self, table) -> "ResolvedOptions":
         """The options with every default filled in from ``table``, once: a frozen
         :class:`ResolvedOptions` (its :meth:`~ResolvedOptions.to_dict` is the JSON-ready form)."""
+        if not isinstance(table, CostTable):
+            raise SimulationError(f"resolve takes the server's CostTable (CostTable.load(path)), got "
+                                  f"{type(table).__name__}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["max_num_seqs"] = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
         values["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)

@@ -1001,3 +1001,14 @@ def test_a_csv_header_naming_the_arrival_column_twice_reads_the_first_where_csv_
     assert [(p, o) for _, p, o in rows] == [(11, 4), (10, 3)]  # the last of the two, by the csv module
     with pytest.raises(SpecsimError, match=f"dup.csv:1: the header names column '{name}' 2 times \\(fields 2, 3\\)"):
         read_trace(path, "csv", columns=f"arrival={name},prompt=p,output=o")
+
+
+@pytest.mark.parametrize("table", [None, "t.toml", 5, "calibration"])
+def test_server_options_resolve_of_no_table_attributeerror(table):
+    from specsim.errors import SimulationError
+    from specsim.sim.options import ServerOptions
+
+    table = demo_calibration() if table == "calibration" else table
+    with pytest.raises(SimulationError, match="resolve takes the server's CostTable"):
+        ServerOptions().resolve(table)
+    assert ServerOptions().resolve(demo_table()).max_num_seqs == int(demo_table().widths[-1])
