@@ -54,6 +54,9 @@ from specsim.traces._types import REQUEST_DT
 
 PLAIN = "fixed:0"
 DEFAULT_MAX_REPLICAS = 1024
+# The dearest GPU-hour priced (dollars): far past any GPU's, near enough that dollars per million
+# tokens stay finite for any run (a price of 1e308 made them infinite, which JSON cannot hold).
+MAX_GPU_HOUR_USD = 1e6
 DEFAULT_ROUTER = "least_outstanding"
 # Draft-outcome seeds each probe runs (its attainment interval pools requests over them).
 DEFAULT_SEEDS = 3
@@ -503,7 +506,7 @@ def _check_arguments(policies, max_replicas, gpu_hour_usd, progress, resampling)
     if not problem and not is_int(max_replicas):
         problem = f"max_replicas = {show(max_replicas)} must be a whole number of replicas"
     if not problem and gpu_hour_usd is not None:
-        problem = number_problem(gpu_hour_usd, "gpu_hour_usd", 0.0, unit="(a price per GPU-hour)")
+        problem = number_problem(gpu_hour_usd, "gpu_hour_usd", 0.0, MAX_GPU_HOUR_USD, unit="dollars per GPU-hour")
     if not problem and progress is not None and not callable(progress):
         problem = f"progress = {show(progress)} must be a function progress(done, searching), or None"
     if not problem and resampling is not None and not isinstance(resampling, Resampling):

@@ -905,6 +905,7 @@ def _capacity_calls():
         "max_replicas=True": (cap(max_replicas=True), "max_replicas = True must be a whole number"),
         "gpu_hour_usd='3'": (cap(gpu_hour_usd="3"), "gpu_hour_usd = '3' must be a number"),
         "gpu_hour_usd=10**400": (cap(gpu_hour_usd=10**400), "must be finite"),
+        "gpu_hour_usd=1e308": (cap(gpu_hour_usd=1e308), "gpu_hour_usd = 1e+308 must be >= 0 and <= 1e+06 dollars"),
         "gpu_hour_usd=True": (cap(gpu_hour_usd=True), "gpu_hour_usd = True must be a number"),
         "gpu_hour_usd=1j": (cap(gpu_hour_usd=1j), "must be a number"),
         "resampling=5": (cap(resampling=5), "give a Resampling(resamples, windows)"),
@@ -1012,3 +1013,25 @@ def test_server_options_resolve_of_no_table_attributeerror(table):
     with pytest.raises(SimulationError, match="resolve takes the server's CostTable"):
         ServerOptions().resolve(table)
     assert ServerOptions().resolve(demo_table()).max_num_seqs == int(demo_table().widths[-1])
+
+
+
+def test_capacity_json_with_a_gpu_hour_of_1e308_dollars_is_a_valueerror_traceback(files, capsys):
+    _refused(["capacity", "--trace", files / "tiny.csv", *_tc(files), "--slo-tpot-s", "1", "--attainment", "0.5",
+              "--serial", "--policy", "fixed:1", "--gpu-hour-usd", "1e308", "--json", files / "cap.json"], capsys,
+             "gpu_hour_usd = 1e+308 must be >= 0 and <= 1e+06")
+    assert not (files / "cap.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--seed", "{v}"], ["fleet", "--replicas", "2", "--seed", "{v}"],
+                                  ["simulate", "--acceptance-window", "{v}", "--acceptance-length-threshold", "1"],
+                                  ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                   "eagle-1l", "--max-k", "2", "--widths", "1,{v}", "-o", "{d}/m.toml"],
+                                  ["simulate", "--kv-block-size", "{v}"]],
+                         ids=["simulate --seed", "fleet --seed", "--acceptance-window", "--widths", "--kv-block-size"])
+@pytest.mark.parametrize("value", ["\u0663", "1_6"], ids=["arabic-indic 3", "underscore"])
+def test_whole_number_options_read_other_scripts_digits_and_underscores(files, argv, value, capsys):
+    head = [] if argv[0] == "table" else ["--trace", files / "tiny.csv", *_tc(files), "--policy", "fixed:1"]
+    argv = [a.replace("{v}", value).replace("{d}", str(files)) for a in argv]
+    _refused([*argv[:1], *head, *argv[1:]], capsys, repr(value if value.isascii() else value)[1:-1])
+    assert not (files / "m.toml").exists()
