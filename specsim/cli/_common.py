@@ -80,9 +80,10 @@ def context_list(text: str):
 
 
 def _ascii(text: str) -> str:
-    """``text`` when it is plain ASCII: ``int`` and ``float`` also read other scripts' digits
-    (``"٣"`` is 3), which no config or log a user copies from holds."""
-    if not text.isascii():
+    """``text`` when it is plain ASCII without ``_``: ``int`` and ``float`` also read other
+    scripts' digits (``"٣"`` is 3) and Python's digit groups (``"1_0"`` is 10), which no config
+    or log a user copies from holds."""
+    if not text.isascii() or "_" in text:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number written in ASCII digits")
     return text
 

@@ -1035,3 +1035,16 @@ def test_whole_number_options_read_other_scripts_digits_and_underscores(files, a
     argv = [a.replace("{v}", value).replace("{d}", str(files)) for a in argv]
     _refused([*argv[:1], *head, *argv[1:]], capsys, repr(value if value.isascii() else value)[1:-1])
     assert not (files / "m.toml").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--idle-w", "1_0"], ["simulate", "--rate-scale", "1_0"],
+                                  ["simulate", "--slack", "0.0_1"],
+                                  ["capacity", "--slo-tpot-s", "1_0", "--serial"],
+                                  ["tune", "--holdout", "0.2_5", "--serial", "-o", "{d}/s.toml"]],
+                         ids=["--idle-w", "--rate-scale", "--slack", "--slo-tpot-s", "--holdout"])
+def test_number_options_read_1_0_as_10(files, argv, capsys):
+    argv = [a.replace("{d}", str(files)) for a in argv]
+    _refused([argv[0], "--trace", files / "tiny.csv", *_tc(files), *(["--policy", "fixed:1"] if argv[0] != "tune"
+                                                                      else []), *argv[1:]],
+             capsys, f"'{argv[2]}' is not a number written in ASCII digits")
+    assert not (files / "s.toml").exists()
