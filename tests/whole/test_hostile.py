@@ -1048,3 +1048,12 @@ def test_number_options_read_1_0_as_10(files, argv, capsys):
                                                                       else []), *argv[1:]],
              capsys, f"'{argv[2]}' is not a number written in ASCII digits")
     assert not (files / "s.toml").exists()
+
+
+def test_an_executor_choice_of_10_400_workers_prints_all_536_characters():
+    from specsim import ExecutorChoice, tune
+    from specsim.studies.tune import TuneSettings
+
+    with pytest.raises(SpecsimError, match=r"--workers 10,000,000,.*characters\) is outside 1\.\.64") as e:
+        tune(_study(slo=None), settings=TuneSettings(max_rounds=0), executor=ExecutorChoice("threads", 10**400))
+    assert len(str(e.value)) < 300
