@@ -262,6 +262,15 @@ def name_problem(value, name: str) -> str | None:
     return None
 
 
+def flag_problem(value, name: str) -> str | None:
+    """``None`` if ``value`` is a boolean (Python or NumPy), else what is wrong with it: a text
+    such as ``"False"`` is true to ``if``."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, bool) or (dtype is not None and dtype.kind == "b" and getattr(value, "ndim", None) == 0):
+        return None
+    return f"{name} must be True or False, got {show(value)}"
+
+
 def policy_list_problem(values, name: str) -> str | None:
     """``None`` if ``values`` is a list or tuple (of policies, each read on its own), else what is
     wrong with it: a bare text is refused rather than read one character at a time."""

@@ -56,8 +56,8 @@ from specsim.errors import ScheduleError, SimulationError
 from specsim.sim.metrics import overload
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import (COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, is_int, is_number,
-                             policy_list_problem, show)
+from specsim._checks import (COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, flag_problem, int_problem, is_int,
+                             is_number, policy_list_problem, show)
 from specsim._executor import Executor, ExecutorChoice, ExecutorError
 from specsim.interop import read_policy
 from specsim.plan._trees import NO_TREE_TABLE
@@ -359,6 +359,10 @@ def tune(inputs, objective="energy", *, settings=None, compare=(), executor="aut
     """
     started = time.monotonic()
     settings = _check_values(inputs, settings)
+    for name, value in (("progress", progress), ("allow_overload", allow_overload), ("trees", trees)):
+        problem = flag_problem(value, name)
+        if problem:
+            raise ScheduleError(problem)
     slo = as_slo(inputs.slo)
     seeds = inputs.seeds_or(DEFAULT_SEEDS)
     target = _check(objective, seeds, settings.holdout, slo, executor)

@@ -1057,3 +1057,17 @@ def test_an_executor_choice_of_10_400_workers_prints_all_536_characters():
     with pytest.raises(SpecsimError, match=r"--workers 10,000,000,.*characters\) is outside 1\.\.64") as e:
         tune(_study(slo=None), settings=TuneSettings(max_rounds=0), executor=ExecutorChoice("threads", 10**400))
     assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("flag", ["trees", "allow_overload", "progress"])
+def test_tune_reads_the_text_false_as_true(flag):
+    import numpy as np
+
+    from specsim import tune
+    from specsim.errors import ScheduleError
+    from specsim.studies.tune import TuneSettings
+
+    quick = TuneSettings(max_rounds=0, holdout=0, noise_windows=None)
+    with pytest.raises(ScheduleError, match=f"{flag} must be True or False, got 'False'"):
+        tune(_study(slo=None), settings=quick, executor="serial", **{flag: "False"})
+    assert tune(_study(slo=None), settings=quick, executor="serial", **{flag: np.False_}).trees is None
