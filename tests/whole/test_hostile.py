@@ -1071,3 +1071,22 @@ def test_tune_reads_the_text_false_as_true(flag):
     with pytest.raises(ScheduleError, match=f"{flag} must be True or False, got 'False'"):
         tune(_study(slo=None), settings=quick, executor="serial", **{flag: "False"})
     assert tune(_study(slo=None), settings=quick, executor="serial", **{flag: np.False_}).trees is None
+
+
+@pytest.mark.parametrize("kw,said", [
+    ({"path": None}, "path must be a file name (str or Path), got NoneType None"),
+    ({"path": 5}, "path must be a file name (str or Path), got int 5"),
+    ({"path": b"tiny.csv"}, "path must be a file name (str or Path), got bytes b'tiny.csv'"),
+    ({"columns": 5}, "columns must be a dict"),
+    ({"columns": ["a"]}, "columns must be a dict"),
+    ({"skip_bad_rows": "no"}, "skip_bad_rows must be True or False, got 'no'"),
+], ids=["path None", "path 5", "path bytes", "columns 5", "columns ['a']", "skip_bad_rows 'no'"])
+def test_read_trace_arguments_typeerror_valueerror_or_no_read_as_yes(files, kw, said):
+    from specsim.errors import TraceError
+    from specsim.traces import read_trace
+
+    args = {"path": files / "tiny.csv", "format": "csv",
+            "columns": "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens"} | kw
+    with pytest.raises(TraceError) as e:
+        read_trace(args.pop("path"), **args)
+    assert said in str(e.value)
