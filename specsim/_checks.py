@@ -271,6 +271,14 @@ def flag_problem(value, name: str) -> str | None:
     return f"{name} must be True or False, got {show(value)}"
 
 
+def callback_problem(value, name: str, call: str) -> str | None:
+    """``None`` if ``value`` is None or can be called, else what is wrong with it (``call``: how
+    it is called, for the message)."""
+    if value is None or callable(value):
+        return None
+    return f"{name} = {show(value)} must be a function called as {call}, or None"
+
+
 def policy_list_problem(values, name: str) -> str | None:
     """``None`` if ``values`` is a list or tuple (of policies, each read on its own), else what is
     wrong with it: a bare text is refused rather than read one character at a time."""

@@ -38,8 +38,8 @@ from typing import NamedTuple
 from specsim.errors import SimulationError
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
-from specsim._checks import (MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, is_int, number_problem,
-                             policy_list_problem, show)
+from specsim._checks import (MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, callback_problem, is_int,
+                             number_problem, policy_list_problem, show)
 from specsim._executor import Executor, ExecutorChoice, ExecutorError
 from specsim._stats import wilson
 from specsim.frames import rows_frame
@@ -507,8 +507,7 @@ def _check_arguments(policies, max_replicas, gpu_hour_usd, progress, resampling)
         problem = f"max_replicas = {show(max_replicas)} must be a whole number of replicas"
     if not problem and gpu_hour_usd is not None:
         problem = number_problem(gpu_hour_usd, "gpu_hour_usd", 0.0, MAX_GPU_HOUR_USD, unit="dollars per GPU-hour")
-    if not problem and progress is not None and not callable(progress):
-        problem = f"progress = {show(progress)} must be a function progress(done, searching), or None"
+    problem = problem or callback_problem(progress, "progress", "progress(done_probes, searching)")
     if not problem and resampling is not None and not isinstance(resampling, Resampling):
         problem = f"resampling {show(resampling)}: give a Resampling(resamples, windows) or None (off)"
     if problem:

@@ -1090,3 +1090,18 @@ def test_read_trace_arguments_typeerror_valueerror_or_no_read_as_yes(files, kw, 
     with pytest.raises(TraceError) as e:
         read_trace(args.pop("path"), **args)
     assert said in str(e.value)
+
+
+@pytest.mark.parametrize("run", ["simulate", "simulate_fleet"])
+@pytest.mark.parametrize("progress", [5, "yes"])
+def test_a_progress_that_is_no_function_is_a_typeerror_after_the_first_chunk(run, progress):
+    from specsim import simulate, simulate_fleet
+    from specsim.sim.fleet import Fleet
+    from specsim.traces import synthetic_trace
+
+    requests = synthetic_trace(20, 5.0, seed=1).requests
+    with pytest.raises(SpecsimError, match=f"progress = {progress!r} must be a function called as progress"):
+        if run == "simulate":
+            simulate(requests, demo_table(), demo_calibration(), "fixed:1", progress=progress)
+        else:
+            simulate_fleet(requests, Fleet.uniform(demo_table(), demo_calibration(), 2), "fixed:1", progress=progress)
