@@ -1105,3 +1105,25 @@ def test_a_progress_that_is_no_function_is_a_typeerror_after_the_first_chunk(run
             simulate(requests, demo_table(), demo_calibration(), "fixed:1", progress=progress)
         else:
             simulate_fleet(requests, Fleet.uniform(demo_table(), demo_calibration(), 2), "fixed:1", progress=progress)
+
+
+def _acceptance_trace():
+    from specsim.sim.replay import parse_acceptance_file
+
+    return parse_acceptance_file('[[trace]]\nname = "a"\nk_logged = 1\nsteps = ["0110101101"]\n').trace("a")
+
+
+@pytest.mark.parametrize("trace,step_ms,said", [
+    (None, [1.0, 1.5], "replay takes an AcceptanceTrace"),
+    ("a", [1.0, 1.5], "replay takes an AcceptanceTrace"),
+    ("trace", "1.5", "step_ms must be a non-empty list of finite numbers > 0, got '1.5'"),
+    ("trace", 5, "step_ms must be a non-empty list"),
+    ("trace", ["1.0", "1.5"], "step_ms must be a non-empty list"),
+], ids=["trace None", "trace text", "step_ms text", "step_ms 5", "step_ms texts"])
+def test_replay_of_no_trace_asks_for_step_costs_and_step_ms_text_is_read(trace, step_ms, said):
+    from specsim.errors import TraceError
+    from specsim.sim import replay
+
+    with pytest.raises(TraceError) as e:
+        replay(_acceptance_trace() if trace == "trace" else trace, "fixed:1", 1, 10, step_ms=step_ms)
+    assert said in str(e.value)
