@@ -1127,3 +1127,10 @@ def test_replay_of_no_trace_asks_for_step_costs_and_step_ms_text_is_read(trace, 
     with pytest.raises(TraceError) as e:
         replay(_acceptance_trace() if trace == "trace" else trace, "fixed:1", 1, 10, step_ms=step_ms)
     assert said in str(e.value)
+
+
+@pytest.mark.parametrize("policy", ["sglang:{f}", "sglang[1,4]:{f}"])
+def test_an_sglang_config_nested_50000_deep_is_a_recursionerror(files, policy, capsys):
+    (files / "deep.json").write_text("[" * 50_000 + "]" * 50_000)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy",
+              policy.format(f=files / "deep.json"), "--quiet"], capsys, "deep.json")
