@@ -262,6 +262,32 @@ def name_problem(value, name: str) -> str | None:
     return None
 
 
+def flag_problem(value, name: str) -> str | None:
+    """``None`` if ``value`` is a boolean (Python or NumPy), else what is wrong with it: a text
+    such as ``"False"`` is true to ``if``."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, bool) or (dtype is not None and dtype.kind == "b" and getattr(value, "ndim", None) == 0):
+        return None
+    return f"{name} must be True or False, got {show(value)}"
+
+
+def callback_problem(value, name: str, call: str) -> str | None:
+    """``None`` if ``value`` is None or can be called, else what is wrong with it (``call``: how
+    it is called, for the message)."""
+    if value is None or callable(value):
+        return None
+    return f"{name} = {show(value)} must be a function called as {call}, or None"
+
+
+def policy_list_problem(values, name: str) -> str | None:
+    """``None`` if ``values`` is a list or tuple (of policies, each read on its own), else what is
+    wrong with it: a bare text is refused rather than read one character at a time."""
+    if isinstance(values, (list, tuple)):
+        return None
+    hint = f": write [{values!r:.40}]" if isinstance(values, str) else ""
+    return f"{name} must be a list of policies (text or Policy), got {type(values).__name__} {show(values)}{hint}"
+
+
 def slack_problem(value, name: str = "slack") -> str | None:
     """``None`` if ``value`` is a planner slack: a real number (not a string or a boolean) in
     ``[0, 1)``, else what is wrong with it."""

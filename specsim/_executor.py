@@ -42,10 +42,10 @@ def check_workers(n, what="--workers"):
     if n is None:
         return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
     if not is_int(n):
-        raise ExecutorError(f"{what} must be a whole number of workers, got {n!r}")
+        raise ExecutorError(f"{what} must be a whole number of workers, got {show(n)}")
     n = int(n)
     if not 1 <= n <= MAX_WORKERS:
-        raise ExecutorError(f"{what} {n:,} is outside 1..{MAX_WORKERS}: more workers than that do not fit the "
+        raise ExecutorError(f"{what} {show(n, render='{:,}'.format)} is outside 1..{MAX_WORKERS}: more workers than that do not fit the "
                             f"machine a run is sized for (docs/limits.md); leave it out for one per CPU")
     return n
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 
 from specsim._checks import (
@@ -27,13 +28,31 @@ def _items(text: str, what: str) -> list:
     return items
 
 
+# A whole number as a user types one: ASCII digits, a sign allowed, spaces around (``int`` also
+# reads ``1_000`` and other scripts' digits, and refuses 4,300 digits or more with its own words).
+_WHOLE = re.compile(r"\s*[+-]?[0-9]{1,30}\s*")
+
+
+def _whole(text: str):
+    """``int(text)`` when ``text`` is a whole number written as :data:`_WHOLE` allows, else None."""
+    return int(text) if _WHOLE.fullmatch(text) else None
+
+
+def whole(text: str) -> int:
+    """A whole number (any sign, at most 30 digits) for argparse ``type=``: seeds and the counts
+    whose range the command checks itself."""
+    value = _whole(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number written in ASCII digits")
+    return value
+
+
 def int_list(text: str):
     """``"1,2,4"`` -> ``[1, 2, 4]`` for argparse ``type=``."""
-    items = _items(text, "integers")
-    try:
-        return [int(v) for v in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of integers") from None
+    values = [_whole(v) for v in _items(text, "integers")]
+    if None in values:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a comma-separated list of integers")
+    return values
 
 
 def float_list(text: str):
@@ -61,9 +80,10 @@ def context_list(text: str):
 
 
 def _ascii(text: str) -> str:
-    """``text`` when it is plain ASCII: ``int`` and ``float`` also read other scripts' digits
-    (``"٣"`` is 3), which no config or log a user copies from holds."""
-    if not text.isascii():
+    """``text`` when it is plain ASCII without ``_``: ``int`` and ``float`` also read other
+    scripts' digits (``"٣"`` is 3) and Python's digit groups (``"1_0"`` is 10), which no config
+    or log a user copies from holds."""
+    if not text.isascii() or "_" in text:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a number written in ASCII digits")
     return text
 
@@ -136,12 +156,11 @@ def digest_map(items) -> dict:
 def count(text: str) -> int:
     """A whole number in ``0..2**62`` for argparse ``type=``: sizes, widths, budgets, depths."""
     digits = text.strip().lstrip("+-")
-    if len(digits) > 30:  # Python refuses to convert integers past 4,300 digits at all
+    if len(digits) > 30 and digits.isascii() and digits.isdigit():  # int() refuses 4,300 digits and more
         raise argparse.ArgumentTypeError(f"{show(text)} is outside 0..{COUNT_MAX:,}")
-    try:
-        value = int(_ascii(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number") from None
+    value = _whole(_ascii(text))
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number")
     if not 0 <= value <= COUNT_MAX:
         raise argparse.ArgumentTypeError(f"{value:,} is outside 0..{COUNT_MAX:,}")
     return value

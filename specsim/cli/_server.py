@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._common import count, nonneg_float, real
+from specsim.cli._common import count, nonneg_float, real, whole
 from specsim.sim.options import (
     DEFAULT_KV_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MIXED_STEP_PRICING, MIXED_STEP_PRICINGS,
     prefill_fixed_note,
@@ -57,7 +57,7 @@ def add_server_options(p, *, replica: bool = False) -> None:
                         "ms and J, interpolated)")
     p.add_argument("--idle-w", type=nonneg_float, metavar="W",
                    help=f"power{each} while nothing is active (default: the table's [meta], else 0)")
-    p.add_argument("--acceptance-window", type=int, metavar="N",
+    p.add_argument("--acceptance-window", type=whole, metavar="N",
                    help="TensorRT-LLM's speculation gate, on any policy: once N requests have finished, turn "
                         "speculation off for good when the last N's mean accepted drafts per step is below "
                         "--acceptance-threshold (give both; N <= 0 never turns it off; default: no gate, or what a "

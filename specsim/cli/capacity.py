@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, count, nonneg_float, require_matplotlib, slack, whole
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args
@@ -54,16 +54,16 @@ def register(sub, groups):
     p.add_argument("--max-replicas", type=count, default=DEFAULT_MAX_REPLICAS, metavar="R",
                    help=f"largest fleet to try (default {DEFAULT_MAX_REPLICAS})")
     p.add_argument("--gpu-hour-usd", type=nonneg_float, metavar="X",
-                   help="price of one GPU-hour, for $ per million tokens")
+                   help="price of one GPU-hour (0 to 1,000,000 dollars), for $ per million tokens")
     add_server_options(p, replica=True)
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--seed", type=whole, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--seeds", type=count, default=DEFAULT_SEEDS, metavar="N",
                    help=f"draft-outcome seeds per probe, from --seed on (default {DEFAULT_SEEDS}): a size meets the "
                         "target when its attainment's 95%% interval (Wilson over requests x seeds) does")
-    p.add_argument("--resample-windows", type=int, metavar="N",
+    p.add_argument("--resample-windows", type=whole, metavar="N",
                    help="also run every probe on N traces resampled from the trace's time windows (N >= 2) and "
                         "widen the interval by the spread of their attainments (off by default; see docs/fleets.md)")
-    p.add_argument("--window-count", type=int, metavar="W",
+    p.add_argument("--window-count", type=whole, metavar="W",
                    help=f"time windows the trace is cut into for --resample-windows (default {DEFAULT_WINDOWS}; "
                         f"2 .. requests / {MIN_WINDOW_REQUESTS})")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from specsim.cli._common import count, real
+from specsim.cli._common import count, real, whole
 from specsim.errors import ScheduleError, SpecsimError
 from specsim._checks import rate_scale_problem
 from specsim.demo import (
@@ -32,7 +32,7 @@ def register(sub, groups):
     p.add_argument("--out", default="specsim-demo", metavar="DIR",
                    help="folder for the table, calibration, trace, results and plot it used (default specsim-demo)")
     p.add_argument("--requests", type=count, default=DEMO_REQUESTS, help=f"requests to simulate (default {DEMO_REQUESTS})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the trace and of the draft outcomes (default 0)")
+    p.add_argument("--seed", type=whole, default=0, help="seed of the trace and of the draft outcomes (default 0)")
     p.add_argument("--rate-scale", type=real, default=DEMO_RATE_SCALE, metavar="X",
                    help=f"traffic relative to the public trace's rate (default {DEMO_RATE_SCALE:g}: twice it)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot even when matplotlib is installed")

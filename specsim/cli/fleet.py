@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specsim.cli._common import add_policy_inputs, count, slack
+from specsim.cli._common import add_policy_inputs, count, slack, whole
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options
 from specsim import __version__
@@ -43,7 +43,7 @@ def register(sub, groups):
                         "(repeat to compare)")
     p.add_argument("--slack", type=slack, default=0.0, metavar="S", help="planner slack for propose and sequence")
     add_server_options(p, replica=True)
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--seed", type=whole, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     add_slo_options(p)
     p.add_argument("--json", metavar="OUT", help="write every policy's fleet summary with its per-replica rows")
     p.add_argument("--requests-csv", metavar="OUT", help="write per-request times with each request's replica")

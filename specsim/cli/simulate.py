@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack
+from specsim.cli._common import add_policy_inputs, float_list, require_matplotlib, slack, whole
 from specsim.cli._server import add_server_options, server_options, warn_placeholder_prefill
 from specsim.cli._slo import add_slo_options, slo_from_args
 from specsim.cli.trace import add_trace_options, trace_from_args as read
@@ -53,7 +53,7 @@ def register(sub, groups):
     p.add_argument("--slack", type=slack, action="append", metavar="S",
                    help="planner slack in [0, 1) for propose and sequence (repeat to sweep; default 0)")
     add_server_options(p)
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
+    p.add_argument("--seed", type=whole, default=0, metavar="N", help="seed of the draft outcomes (default 0)")
     p.add_argument("--occupancy", type=float_list, metavar="W1,W2,...",
                    help="confidence-bucket weights of every draft (default: per position, the maximum-entropy mix "
                         "whose mean acceptance is the calibration's prior)")

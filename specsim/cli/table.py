@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import context, count, digest_map, key_name, print_json, width
+from specsim.cli._common import context, count, digest_map, key_name, print_json, whole, width
 from specsim._text import format_grid
 from specsim.errors import KeyMismatchError, TableError
 from specsim.table import CostTable, TableKey
@@ -18,7 +18,7 @@ def register(sub, groups):
     p = tsub.add_parser("check", help="validate a table; optionally check its key against a serve's")
     p.add_argument("file", help="cost table TOML")
     p.add_argument("--against", metavar="TABLE", help="a second table whose key is the serve's key")
-    p.add_argument("--schema", type=int, help="serve key: schema (default 1)")
+    p.add_argument("--schema", type=whole, help="serve key: schema (default 1)")
     p.add_argument("--box-class", type=key_name, help="serve key: box class")
     p.add_argument("--recipe", type=key_name, help="serve key: recipe id")
     p.add_argument("--digest", action="append", default=[], metavar="MODE=DIGEST",

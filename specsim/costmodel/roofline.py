@@ -162,6 +162,14 @@ def step_parts(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8) -> StepPa
     fuses them once per step over the verified rows (a replicated projection), and attends over
     [embedding; feature] in its layer.
     """
+    if not isinstance(setup, Setup):
+        raise CostModelError(f"setup must be a Setup (specsim.costmodel.Setup(gpu, model, drafter, ...)), got "
+                             f"{type(setup).__name__}")
+    widths, problems = _width_list(widths)
+    problems += [p for p in (_max_k_problem(max_k),) if p]
+    if problems:
+        raise CostModelError("the modelled steps' arguments are refused", problems)
+    max_k = int(max_k)
     gpu, ov, ach, eng = setup.gpu, setup.overheads, setup.achieved, setup.engine
     tp, context_tokens = setup.tp, setup.context_tokens
     n = np.asarray(widths, dtype=np.float64).reshape(-1, 1)
@@ -384,8 +392,9 @@ def serving_meta(g, m, d, tp: int, models=None) -> dict:
     return out
 
 
-def _check_args(widths, tp, context_tokens, max_k, m):
-    problems = []
+def _width_list(widths) -> tuple:
+    """``(widths as a list of int, problems)``: refused at once when not a list of integers, else
+    the problems of an empty list, too many widths, or one outside ``1..MAX_WIDTH``."""
     try:
         items = list(widths.tolist() if isinstance(widths, np.ndarray) else widths)
     except TypeError:
@@ -393,7 +402,7 @@ def _check_args(widths, tp, context_tokens, max_k, m):
     if items is None or isinstance(widths, (str, bytes)) or not all(is_int(w) for w in items):
         # int() would cut 1.5 to 1 and read "3" as 3
         raise CostModelError(f"widths {show(widths)} are not a list of integers") from None
-    widths = [int(w) for w in items]
+    widths, problems = [int(w) for w in items], []
     if not widths:
         problems.append("widths is empty: give at least one batch width, e.g. 1,2,4,8")
     if len(widths) > MAX_MODEL_WIDTHS:
@@ -401,6 +410,15 @@ def _check_args(widths, tp, context_tokens, max_k, m):
     bad = [w for w in widths if not 1 <= w <= MAX_WIDTH]
     if bad:
         problems.append(f"every width must be >= 1 and <= {MAX_WIDTH:,} (docs/limits.md), got {few(bad)}")
+    return widths, problems
+
+
+def _max_k_problem(max_k):
+    return int_problem(max_k, "max_k", 0, MAX_DEPTH, "the deepest draft depth")
+
+
+def _check_args(widths, tp, context_tokens, max_k, m):
+    widths, problems = _width_list(widths)
     if len(set(widths)) != len(widths):
         problems.append(f"widths repeat: {few(sorted({w for w in widths if widths.count(w) > 1}))}")
     p = int_problem(tp, "tp", 1)
@@ -408,8 +426,7 @@ def _check_args(widths, tp, context_tokens, max_k, m):
         problems.append(p)
     elif m.heads % tp:
         problems.append(f"tp = {tp} does not divide {m.name}'s {m.heads} attention heads")
-    problems += [p for p in (int_problem(context_tokens, "context_tokens"),
-                             int_problem(max_k, "max_k", 0, MAX_DEPTH, "the deepest draft depth")) if p]
+    problems += [p for p in (int_problem(context_tokens, "context_tokens"), _max_k_problem(max_k)) if p]
     if problems:
         raise CostModelError("the modelled table's arguments are refused", problems)
     return sorted(widths), int(tp), int(context_tokens), int(max_k)

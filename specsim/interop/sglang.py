@@ -310,7 +310,7 @@ def tree_settings(text, source):
     if text.lstrip().startswith(("{", "[")):
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep: a recursion per level
             return None  # the schedule reader says what is wrong with it
         for d in walk(doc):
             for name, _ in TREE_FLAGS:

@@ -43,7 +43,7 @@ from specsim.sim.outcomes import confidence_values, occupancy_cdf
 from specsim.plan.depth_table import cumulative_priors, depth_by_width, engine_table
 from specsim.policy.policy import Policy
 from specsim.interop import read_policy
-from specsim._checks import MAX_DEPTH, NO_CAP, arrival_problem, request_size_problem
+from specsim._checks import MAX_DEPTH, NO_CAP, arrival_problem, callback_problem, request_size_problem
 from specsim._executor import Executor, MAX_WORKERS
 from specsim.calibration.calibration import AcceptanceCalibration
 from specsim.interop.sglang import slot_by_width
@@ -442,6 +442,9 @@ def simulate(requests, table, calibration, policy, *, options=None, acceptance=N
         raise SimulationError(f"options must be a ServerOptions, got {type(options).__name__}")
     else:
         opts = options
+    problem = callback_problem(progress, "progress", "progress(finished_requests)")
+    if problem:
+        raise SimulationError(problem)
     p = prepare(requests, table, calibration, read_policy(policy), opts, acceptance)
     # Always in chunks, with or without a progress callback: the interpreter only acts on a
     # Ctrl-C between kernel calls, so one call for the whole run would hold it to the end.

@@ -15,11 +15,12 @@ from typing import Optional
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gate, show
+from specsim._checks import MAX_TOKENS_PER_REQUEST, MAX_WIDTH, NO_CAP, check_gate, flag_problem, show
 from specsim.errors import SimulationError
 from specsim._io import csv_rows, decode_text, read_input
 from specsim.plan.planner import check_slack
 from specsim.table._types import VERIFY_J, VERIFY_MS
+from specsim.table.cost_table import CostTable
 
 DEFAULT_PREFILL_MS_PER_TOKEN = 0.1
 DEFAULT_PREFILL_J_PER_TOKEN = 0.06
@@ -141,12 +142,11 @@ class ServerOptions:
         except Exception as e:
             raise SimulationError(str(e)) from None
         self._check_counts()
-        if not isinstance(self.chunked_prefill, (bool, np.bool_)):
-            raise SimulationError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}")
-        object.__setattr__(self, "chunked_prefill", bool(self.chunked_prefill))
-        if not isinstance(self.context_pricing, (bool, np.bool_)):
-            raise SimulationError(f"context_pricing must be True or False, got {self.context_pricing!r}")
-        object.__setattr__(self, "context_pricing", bool(self.context_pricing))
+        for name in ("chunked_prefill", "context_pricing"):
+            problem = flag_problem(getattr(self, name), name)
+            if problem:
+                raise SimulationError(problem)
+            object.__setattr__(self, name, bool(getattr(self, name)))
         if self.mixed_step_pricing not in MIXED_STEP_PRICINGS:
             raise SimulationError(f"mixed_step_pricing must be one of {', '.join(MIXED_STEP_PRICINGS)}, "
                                   f"got {show(self.mixed_step_pricing)}")
@@ -213,6 +213,9 @@ class ServerOptions:
     def resolve(self, table) -> "ResolvedOptions":
         """The options with every default filled in from ``table``, once: a frozen
         :class:`ResolvedOptions` (its :meth:`~ResolvedOptions.to_dict` is the JSON-ready form)."""
+        if not isinstance(table, CostTable):
+            raise SimulationError(f"resolve takes the server's CostTable (CostTable.load(path)), got "
+                                  f"{type(table).__name__}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["max_num_seqs"] = self.max_num_seqs if self.max_num_seqs is not None else int(table.widths[-1])
         values["k_max"] = min(self.k_max if self.k_max is not None else table.max_k, table.max_k)

@@ -376,6 +376,9 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
     -------
     ReplayResult
     """
+    if not isinstance(trace, AcceptanceTrace):
+        raise TraceError(f"replay takes an AcceptanceTrace (specsim.load_acceptance_file(...).trace(NAME)), got "
+                         f"{type(trace).__name__}")
     width = check_int(width, "width", TraceError, 1, MAX_WIDTH, "the widest batch")
     budget = check_int(budget, "token budget", TraceError, 1, MAX_BUDGET_TOKENS, "the largest replay budget")
     policy = read_policy(policy)
@@ -388,9 +391,10 @@ def replay(trace: AcceptanceTrace, policy, width: int, budget: int, *, table: Op
     if table is not None:
         costs = StepCosts.from_table(table, width)
     elif step_ms is not None:
-        costs = StepCosts(tuple(float(v) for v in step_ms), None)
-        if not costs.step_ms or any(number_problem(v, "step_ms", 0.0, low_open=True) for v in costs.step_ms):
-            raise TraceError("step_ms must be a non-empty list of finite numbers > 0")
+        values = list(step_ms) if isinstance(step_ms, (list, tuple, np.ndarray)) else []
+        if not values or any(number_problem(v, "step_ms", 0.0, low_open=True) for v in values):
+            raise TraceError(f"step_ms must be a non-empty list of finite numbers > 0, got {show(step_ms)}")
+        costs = StepCosts(tuple(float(v) for v in values), None)
     else:
         raise TraceError("replay needs step costs: a cost table (--table) or the file's step_ms list")
     if policy.needs_planner and calibration is None and not policy.per_sequence:

@@ -38,7 +38,8 @@ from typing import NamedTuple
 from specsim.errors import SimulationError
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import SLO, as_slo, slo_attainment
-from specsim._checks import MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, show
+from specsim._checks import (MAX_RESAMPLES, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, callback_problem, is_int,
+                             number_problem, policy_list_problem, show)
 from specsim._executor import Executor, ExecutorChoice, ExecutorError
 from specsim._stats import wilson
 from specsim.frames import rows_frame
@@ -47,12 +48,15 @@ from specsim.plan.planner import check_slack
 from specsim.sim.engine import request_columns, use_sequence_engine
 from specsim.sim.fleet import Fleet, check_router, simulate_fleet
 from specsim.sim.metrics import overload
-from specsim.studies.inputs import StudyInputs
+from specsim.studies.inputs import inputs_problem
 from specsim.studies.windows import resample_windows, widened
 from specsim.traces._types import REQUEST_DT
 
 PLAIN = "fixed:0"
 DEFAULT_MAX_REPLICAS = 1024
+# The dearest GPU-hour priced (dollars): far past any GPU's, near enough that dollars per million
+# tokens stay finite for any run (a price of 1e308 made them infinite, which JSON cannot hold).
+MAX_GPU_HOUR_USD = 1e6
 DEFAULT_ROUTER = "least_outstanding"
 # Draft-outcome seeds each probe runs (its attainment interval pools requests over them).
 DEFAULT_SEEDS = 3
@@ -364,9 +368,9 @@ def search_sizes(target, max_units):
 
 def _unit_fleet(inputs):
     """The unit the search adds: ``inputs.fleet``, or one replica of its table and calibration."""
-    if not isinstance(inputs, StudyInputs):
-        raise CapacityError(f"capacity takes a StudyInputs (requests, table, calibration or fleet, ...), got "
-                            f"{type(inputs).__name__}")
+    problem = inputs_problem(inputs, "capacity")
+    if problem:
+        raise CapacityError(problem)
     table, calibration, fleet = inputs.table, inputs.calibration, inputs.fleet
     if fleet is None:
         if table is None or calibration is None:
@@ -453,6 +457,7 @@ def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, 
         When no fleet up to the cap meets the target for some policy (with its best attainment).
     """
     requests, seeds, fleet = inputs.requests, inputs.seeds_or(DEFAULT_SEEDS), _unit_fleet(inputs)
+    _check_arguments(policies, max_replicas, gpu_hour_usd, progress, resampling)
     window_resamples, windows = (None, None) if resampling is None else resampling
     check_router(router)
 
@@ -460,19 +465,16 @@ def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, 
         raise CapacityError("the trace holds no requests: every fleet meets any target on it, so there is "
                             "nothing to size; give a trace with requests")
     slo, attainment = _slo_and_attainment(inputs.slo)
-    if gpu_hour_usd is not None and not (math.isfinite(gpu_hour_usd) and gpu_hour_usd >= 0):
-        raise CapacityError(f"gpu_hour_usd = {gpu_hour_usd!r} must be a finite price >= 0")
     max_units = int(max_replicas) // fleet.replicas
     if max_units < 1:
         raise CapacityError(f"max_replicas = {max_replicas} is below one unit of the fleet ({fleet.replicas} "
                             "replicas); raise the cap")
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
-        raise CapacityError(f"seeds = {seeds!r} must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}")
+    if not is_int(seeds) or not 1 <= seeds <= MAX_SEEDS:
+        raise CapacityError(f"seeds = {show(seeds)} must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}")
+    seeds = int(seeds)
     if not isinstance(executor, (Executor, ExecutorChoice, str)):
         raise CapacityError(f"executor {show(executor)}: use an Executor, an ExecutorChoice or one of serial, "
                             "threads, dask, auto")
-    if resampling is not None and not isinstance(resampling, Resampling):
-        raise CapacityError(f"resampling {show(resampling)}: give a Resampling(resamples, windows) or None (off)")
     n = request_columns(requests).arrival_s.shape[0]
     window_resamples, windows = check_resampling(window_resamples, windows, n,
                                                  ("resampling.resamples", "resampling.windows"))
@@ -496,6 +498,22 @@ def capacity(inputs, policies=("fixed:0", "propose", "sequence"), *, slack=0.0, 
                           window_resamples or 0, windows or 0)
 
 
+def _check_arguments(policies, max_replicas, gpu_hour_usd, progress, resampling) -> None:
+    """Refuse, before any work, a ``policies`` that is not a list, a ``max_replicas`` that is not a
+    whole number, a ``gpu_hour_usd`` that is not a finite price >= 0, a ``progress`` that cannot be
+    called and a ``resampling`` that is not a :class:`Resampling`."""
+    problem = policy_list_problem(policies, "policies")
+    if not problem and not is_int(max_replicas):
+        problem = f"max_replicas = {show(max_replicas)} must be a whole number of replicas"
+    if not problem and gpu_hour_usd is not None:
+        problem = number_problem(gpu_hour_usd, "gpu_hour_usd", 0.0, MAX_GPU_HOUR_USD, unit="dollars per GPU-hour")
+    problem = problem or callback_problem(progress, "progress", "progress(done_probes, searching)")
+    if not problem and resampling is not None and not isinstance(resampling, Resampling):
+        problem = f"resampling {show(resampling)}: give a Resampling(resamples, windows) or None (off)"
+    if problem:
+        raise CapacityError(problem)
+
+
 def check_resampling(resamples, windows, n: int, names=("window_resamples", "windows")) -> tuple:
     """``(resamples, windows)`` checked against a trace of ``n`` requests: ``(0, 0)`` when off,
     else whole numbers with ``2 <= resamples <= MAX_RESAMPLES`` and ``2 <= windows <=
@@ -507,8 +525,8 @@ def check_resampling(resamples, windows, n: int, names=("window_resamples", "win
             raise CapacityError(f"{wname} = {windows!r} cuts the trace for window resampling, which is off: give "
                                 f"{rname} N (2 or more) as well, or leave {wname} out")
         return 0, 0
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or not 2 <= resamples <= MAX_RESAMPLES:
-        raise CapacityError(f"{rname} = {resamples!r} must be a whole number of resampled traces in "
+    if not is_int(resamples) or not 2 <= resamples <= MAX_RESAMPLES:
+        raise CapacityError(f"{rname} = {show(resamples)} must be a whole number of resampled traces in "
                             f"2..{MAX_RESAMPLES} (two or more measure a spread); leave it out to turn window "
                             "resampling off")
     most = min(MAX_WINDOWS, n // MIN_WINDOW_REQUESTS)
@@ -518,8 +536,8 @@ def check_resampling(resamples, windows, n: int, names=("window_resamples", "win
                             f"or leave {rname} out")
     if windows is None:
         windows = min(DEFAULT_WINDOWS, most)
-    if isinstance(windows, bool) or not isinstance(windows, int) or not 2 <= windows <= most:
-        raise CapacityError(f"{wname} = {windows!r} must be a whole number in 2..{most}: the trace's {n} requests "
+    if not is_int(windows) or not 2 <= windows <= most:
+        raise CapacityError(f"{wname} = {show(windows)} must be a whole number in 2..{most}: the trace's {n} requests "
                             f"allow windows of at least {MIN_WINDOW_REQUESTS} requests each; give fewer windows or "
                             "a longer trace")
     return int(resamples), int(windows)

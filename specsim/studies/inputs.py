@@ -47,3 +47,28 @@ class StudyInputs:
     def seeds_or(self, default: int):
         """:attr:`seeds`, or the study's ``default`` when none was given."""
         return default if self.seeds is None else self.seeds
+
+
+def inputs_problem(inputs, study: str) -> str | None:
+    """What is wrong with ``inputs`` for ``study`` (``"tune"`` or ``"capacity"``), or None: not a
+    :class:`StudyInputs`, a ``table``, ``calibration`` or ``fleet`` of the wrong type, or ``names``
+    that are not a dict of file names (text or None). Which of them a study needs, and the trace's
+    own columns, each study checks itself."""
+    from specsim.calibration.calibration import AcceptanceCalibration
+    from specsim.sim.fleet import Fleet
+    from specsim.table.cost_table import CostTable
+
+    if not isinstance(inputs, StudyInputs):
+        return (f"{study} takes a StudyInputs (requests, table, calibration{' or fleet' if study == 'capacity' else ''}"
+                f", ...), got {type(inputs).__name__}")
+    for name, cls in (("table", CostTable), ("calibration", AcceptanceCalibration), ("fleet", Fleet)):
+        value = getattr(inputs, name)
+        if value is not None and not isinstance(value, cls):
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            return f"StudyInputs.{name} must be {article} {cls.__name__} (or None), got {type(value).__name__}"
+    names = inputs.names
+    if names is not None and (not isinstance(names, dict)
+                              or not all(isinstance(v, str) or v is None for v in names.values())):
+        return (f"StudyInputs.names must be a dict of file names (trace, table, calibration: text or None), got "
+                f"{type(names).__name__}" + (f" {names!r:.60}" if isinstance(names, dict) else ""))
+    return None

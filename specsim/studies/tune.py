@@ -52,18 +52,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specsim.errors import ScheduleError
+from specsim.errors import ScheduleError, SimulationError
 from specsim.sim.metrics import overload
 from specsim.sim.figures import percentile, run_rates
 from specsim.sim.slo import as_slo
-from specsim._checks import COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, int_problem, is_int, show
+from specsim._checks import (COUNT_MAX, MAX_SEEDS, MAX_WINDOWS, MIN_WINDOW_REQUESTS, flag_problem, int_problem, is_int,
+                             is_number, policy_list_problem, show)
 from specsim._executor import Executor, ExecutorChoice, ExecutorError
 from specsim.interop import read_policy
 from specsim.plan._trees import NO_TREE_TABLE
 from specsim.policy.policy import Policy
-from specsim.sim.engine import simulate, use_sequence_engine
+from specsim.sim.engine import request_columns, simulate, use_sequence_engine
 from specsim.sim.options import ServerOptions
-from specsim.studies.inputs import StudyInputs
+from specsim.studies.inputs import StudyInputs, inputs_problem
 from specsim.studies.tune_result import Score, TuneResult
 from specsim.studies.tune_search import _Search
 from specsim.studies.windows import window_bounds
@@ -233,7 +234,7 @@ def _check(objective, seeds, holdout, slo, executor):
     if not is_int(seeds) or not 1 <= seeds <= MAX_SEEDS:
         raise ScheduleError(f"seeds (--seeds) must be a whole number of draft-outcome seeds in 1..{MAX_SEEDS}, "
                             f"got {show(seeds)}")
-    if not (isinstance(holdout, (int, float)) and 0 <= holdout < 1):
+    if not (is_number(holdout) and 0 <= holdout < 1):  # NumPy scalars too; not a bool
         raise ScheduleError(f"holdout must be a share of the trace's span in [0, 1), got {holdout!r}")
     if not isinstance(executor, (Executor, ExecutorChoice)) and (not isinstance(executor, str)
                                                                   or executor not in EXECUTORS):
@@ -245,9 +246,9 @@ def _check(objective, seeds, holdout, slo, executor):
 def _check_values(inputs, settings) -> TuneSettings:
     """Refuse ``inputs`` that are not a :class:`StudyInputs` of one server, and ``settings`` that
     are not :class:`TuneSettings`; returns the settings (the defaults for None)."""
-    if not isinstance(inputs, StudyInputs):
-        raise ScheduleError(f"tune takes a StudyInputs (requests, table, calibration, ...), got "
-                            f"{type(inputs).__name__}")
+    problem = inputs_problem(inputs, "tune")
+    if problem:
+        raise ScheduleError(problem)
     if inputs.fleet is not None or inputs.table is None or inputs.calibration is None:
         raise ScheduleError("tune simulates one server: give the StudyInputs a table and a calibration (no fleet)")
     settings = TuneSettings() if settings is None else settings
@@ -272,7 +273,7 @@ def _executor(executor) -> tuple:
 def _check_search(settings) -> None:
     """Refuse a ``min_gain``, ``max_rounds`` or ``widths_max`` the search cannot take."""
     min_gain, max_rounds, widths_max = settings.min_gain, settings.max_rounds, settings.widths_max
-    if isinstance(min_gain, bool) or not (isinstance(min_gain, (int, float)) and 0 <= min_gain < 1):
+    if not (is_number(min_gain) and 0 <= min_gain < 1):
         raise ScheduleError(f"min_gain must be a share in [0, 1), got {min_gain!r}")
 
     problem = int_problem(max_rounds, "max_rounds", 0, COUNT_MAX)
@@ -287,7 +288,11 @@ def _requests_and_options(requests, options, seeds) -> tuple:
     """``(requests, options)``: the request array (of a trace read, or given) and the server
     options the search runs (a log sized for it), refused when empty, not options, or when the
     ``2 * seeds`` draft-outcome seeds from ``options.seed`` on leave 64 bits."""
-    requests = getattr(requests, "requests", requests)
+    try:
+        request_columns(requests)  # refuses what is not a trace's record array, by name
+    except SimulationError as e:
+        raise ScheduleError(str(e)) from None
+    requests = np.asarray(getattr(requests, "requests", requests)).reshape(-1)
     if requests.shape[0] == 0:
         raise ScheduleError("the trace has no requests")
     opts = options if options is not None else ServerOptions()
@@ -303,6 +308,9 @@ def _requests_and_options(requests, options, seeds) -> tuple:
 def _compare_policies(compare) -> list:
     """The policies to compare on the held-out part, ``(label, Policy)`` each: read once where the
     user gave them (text or a Policy), so a bad one is refused before any work."""
+    problem = policy_list_problem(compare, "compare")
+    if problem:
+        raise ScheduleError(problem)
     return [(str(p), read_policy(p)) for p in compare]
 
 
@@ -351,6 +359,10 @@ def tune(inputs, objective="energy", *, settings=None, compare=(), executor="aut
     """
     started = time.monotonic()
     settings = _check_values(inputs, settings)
+    for name, value in (("progress", progress), ("allow_overload", allow_overload), ("trees", trees)):
+        problem = flag_problem(value, name)
+        if problem:
+            raise ScheduleError(problem)
     slo = as_slo(inputs.slo)
     seeds = inputs.seeds_or(DEFAULT_SEEDS)
     target = _check(objective, seeds, settings.holdout, slo, executor)

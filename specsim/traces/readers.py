@@ -37,12 +37,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from specsim._checks import MAX_TOKENS_PER_REQUEST, arrival_problem, few, is_int, rate_scale_problem, show
+from specsim._checks import (MAX_TOKENS_PER_REQUEST, arrival_problem, few, flag_problem, is_int, rate_scale_problem,
+                             show)
 from specsim.errors import TraceError
 from specsim.traces._types import REQUEST_DT, ParsedRows, TraceCut, TraceRead
 from specsim._io import decode_text, open_input
@@ -168,8 +170,13 @@ def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale
     -------
     TraceRead
     """
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise TraceError(f"path must be a file name (str or Path), got {type(path).__name__} {show(path)}")
     path = Path(path)
     rate_scale, limit, window = _check_options(rate_scale, limit, window)
+    problem = flag_problem(skip_bad_rows, "skip_bad_rows")
+    if problem:
+        raise TraceError(problem)
     if format is not None:
         _text_head(path)  # detect_format checks it otherwise
     fmt = detect_format(path) if format is None else str(format)
@@ -180,7 +187,11 @@ def read_trace(path, format=None, *, columns=None, arrival_unit=None, rate_scale
             columns = dict(SPECSIM_COLUMNS)  # detected as specsim's own layout
         if columns is None:
             raise TraceError(f"{path}: format csv needs columns (arrival=COL,prompt=COL,output=COL)")
-        cols = parse_columns(columns) if isinstance(columns, str) else dict(columns)
+        try:
+            cols = parse_columns(columns) if isinstance(columns, str) else dict(columns)
+        except (TypeError, ValueError):
+            raise TraceError(f"columns must be a dict {{'arrival': COL, 'prompt': COL, 'output': COL}} or the text "
+                             f"'arrival=COL,prompt=COL,output=COL', got {show(columns)}") from None
         if sorted(cols) != sorted(COLUMN_ROLES):
             raise TraceError(f"columns must name exactly {', '.join(COLUMN_ROLES)}, got {', '.join(cols)}")
         names = tuple(str(cols[r]) for r in COLUMN_ROLES)
@@ -410,11 +421,15 @@ def _read_csv(path, names, datetime_kind, skip_bad, exact):
 
 def _column_index(path, header, name, exact):
     stripped = [h.strip() for h in header]
-    if name in stripped:
-        return stripped.index(name)
     lowered = [h.lower() for h in stripped]
-    if name.lower() in lowered:
-        return lowered.index(name.lower())
+    for names, wanted in ((stripped, name), (lowered, name.lower())):
+        found = [i for i, h in enumerate(names) if h == wanted]
+        if len(found) > 1:
+            # Which of them holds the data is a guess (the csv module's DictReader takes the last).
+            raise TraceError(f"{path}:1: the header names column {name!r} {len(found)} times (fields "
+                             f"{', '.join(str(i + 1) for i in found)}); rename all but one")
+        if found:
+            return found[0]
     hint = "" if exact else "; name columns as they appear in the header"
 
     # Names shown quoted and short: a binary file's "header" is control bytes and noise.

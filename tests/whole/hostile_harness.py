@@ -167,11 +167,31 @@ SLOTS = {
                                    "-o", "out.toml"],
     "table import --nvml-log": ["table", "import", "--from", "trtllm-iterations", "iters.jsonl", "--nvml-log", "{f}",
                                 "--box-class", "b", "--recipe", "r", "-o", "out.toml"],
+    # the studies' values and the shared trace line loop
+    "trace show": ["trace", "show", "{f}"],
+    "trace show --format csv": ["trace", "show", "{f}", "--format", "csv", "--columns",
+                                "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens"],
+    "tune --trace": ["tune", "--trace", "{f}", "--table", "t.toml", "--calibration", "c.toml", "--serial",
+                     "--max-rounds", "0", "-o", "out.toml"],
+    "tune --table": ["tune", "--trace", "tiny.csv", "--table", "{f}", "--calibration", "c.toml", "--serial",
+                     "--max-rounds", "0", "-o", "out.toml"],
+    "capacity --trace": ["capacity", "--trace", "{f}", "--table", "t.toml", "--calibration", "c.toml",
+                         "--slo-tpot-s", "1", "--serial", "--policy", "fixed:1", "--json", "out.toml"],
+    "capacity --calibration": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "{f}",
+                               "--slo-tpot-s", "1", "--serial", "--policy", "fixed:1", "--json", "out.toml"],
+    "capacity --fleet": ["capacity", "--trace", "tiny.csv", "--fleet", "{f}", "--slo-tpot-s", "1", "--threads", "2",
+                         "--policy", "fixed:1", "--json", "out.toml"],
+    "table model --engine sglang --model-config": ["table", "model", "--gpu", "h200", "--model-config", "{f}",
+                                                   "--drafter", "eagle3-1l", "--max-k", "2", "--widths", "1,2",
+                                                   "--engine", "sglang", "-o", "out.toml"],
+    "table model --engine trtllm --drafter-spec": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b",
+                                                   "--drafter", "eagle-1l", "--max-k", "2", "--widths", "1,2",
+                                                   "--engine", "trtllm", "--drafter-spec", "{f}", "-o", "out.toml"],
 }
 
 # -- numeric and text options ---------------------------------------------------------------------
 
-BAD_VALUES = ["-1", "1e308", "nan", "inf", "9" * 30, "x", "", "1.5e-308", "\x01", "0x10", "٣", "²",
+BAD_VALUES = ["-1", "1e308", "nan", "inf", "9" * 30, "x", "", "1.5e-308", "\x01", "0x10", "٣", "²", "1_0",
               str(2**63), "-0"]
 OPTIONS = {
     "table query --context": ["table", "query", "ctx.toml", "4", "2", "--context", "{v}"],
@@ -249,6 +269,30 @@ OPTIONS = {
     "schedule export --method": ["schedule", "export", "sched.toml", "--to", "vllm", "--method", "{v}"],
     "calib fit --drafter-sha256": ["calib", "fit", "--rates", "0.8,0.6", "--drafter-sha256", "{v}", "--vocab", "9",
                                    "--quantization", "bf16", "--context", "true", "-o", "out.toml"],
+    # the studies (tune, capacity) on each executor kind
+    "tune --holdout": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--serial",
+                       "--max-rounds", "0", "--holdout", "{v}", "-o", "out.toml"],
+    "tune --min-gain": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--threads",
+                        "--max-rounds", "0", "--min-gain", "{v}", "-o", "out.toml"],
+    "tune --widths-max": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--serial",
+                          "--max-rounds", "0", "--widths-max", "{v}", "-o", "out.toml"],
+    "tune --workers": ["tune", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml", "--threads",
+                       "--max-rounds", "0", "--workers", "{v}", "-o", "out.toml"],
+    "capacity --max-replicas": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                "--slo-tpot-s", "1", "--attainment", "0.5", "--serial", "--policy", "fixed:1",
+                                "--max-replicas", "{v}"],
+    "capacity --gpu-hour-usd": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                "--slo-tpot-s", "1", "--attainment", "0.5", "--serial", "--policy", "fixed:1",
+                                "--gpu-hour-usd", "{v}"],
+    "capacity --threads": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                           "--slo-tpot-s", "1", "--attainment", "0.5", "--threads", "{v}", "--policy", "fixed:1"],
+    "capacity --resample-windows": ["capacity", "--trace", "tiny.csv", "--table", "t.toml", "--calibration", "c.toml",
+                                    "--slo-tpot-s", "1", "--attainment", "0.5", "--serial", "--policy", "fixed:1",
+                                    "--resample-windows", "{v}"],
+    "table model --engine sglang --context-tokens": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b",
+                                                     "--drafter", "eagle3-1l", "--max-k", "2", "--widths", "1,2",
+                                                     "--engine", "sglang", "--context-tokens", "{v}", "-o",
+                                                     "out.toml"],
 }
 # Values a command may rightly accept: -0 is 0, and a tiny positive number is a valid cost,
 # power, slack or scale wherever 0 is.

@@ -798,7 +798,7 @@ def test_a_model_config_with_latent_attention_is_priced_as_plain_attention(files
 def _cost_model_calls():
     import numpy as np
 
-    from specsim.costmodel import forward_breakdown, model_spec, model_table
+    from specsim.costmodel import Setup, forward_breakdown, model_spec, model_table, step_costs, step_parts
 
     def fb(**kw):
         args = dict(tokens=8, seqs=8, context=1024) | kw
@@ -808,6 +808,10 @@ def _cost_model_calls():
         args = dict(widths=[1, 2], max_k=2) | kw
         return lambda: model_table(args.pop("gpu", "h200"), args.pop("model", "llama-3.1-8b"),
                                    args.pop("drafter", "eagle-1l"), **args)
+
+    def sc(parts=False, **kw):
+        setup = Setup("h200", "llama-3.1-8b", "eagle-1l", engine="sglang")
+        return lambda: (step_parts if parts else step_costs)(setup, **(dict(widths=[1, 2], max_k=2) | kw))
 
     return {
         "forward_breakdown gpu=['h200']": (fb(gpu=["h200"]), "gpu = ['h200'] must be a gpu spec's name"),
@@ -823,6 +827,20 @@ def _cost_model_calls():
         "model_table widths=['1', '2']": (mt(widths=["1", "2"]), "are not a list of integers"),
         "model_table widths=[True, 2]": (mt(widths=[True, 2]), "are not a list of integers"),
         "model_table widths=complex": (mt(widths=np.array([1 + 1j])), "are not a list of integers"),
+        # step_costs and step_parts (their Setup value) took any widths and depth: NaN costs for -1,
+        # 1.5 and "1" read as widths, a TypeError or a NumPy size error for a depth of None or 10**400
+        "step_costs widths=[-1]": (sc(widths=[-1]), "every width must be >= 1"),
+        "step_costs widths=[0]": (sc(widths=[0]), "every width must be >= 1"),
+        "step_costs widths=[1.5]": (sc(widths=[1.5]), "widths [1.5] are not a list of integers"),
+        "step_costs widths=['1']": (sc(widths=["1"]), "are not a list of integers"),
+        "step_costs widths=None": (sc(widths=None), "widths None are not a list of integers"),
+        "step_costs widths=[10**400]": (sc(widths=[10**400]), "every width must be >= 1"),
+        "step_costs widths=[]": (sc(widths=[]), "widths is empty"),
+        "step_costs max_k=None": (sc(max_k=None), "max_k = None must be a whole number"),
+        "step_costs max_k=1.5": (sc(max_k=1.5), "max_k = 1.5 must be a whole number"),
+        "step_costs max_k=-1": (sc(max_k=-1), "max_k = -1 is outside 0.."),
+        "step_parts max_k=10**400": (sc(max_k=10**400, parts=True), "is outside 0.."),
+        "step_parts setup='x'": (lambda: step_parts("x"), "setup must be a Setup"),
     }
 
 
@@ -857,3 +875,262 @@ def test_a_server_info_topk_that_is_no_count_is_fitted_as_a_chain(files, topk, c
     _refused(["calib", "import", files / "info.json", *_calib_key(), "--assume", "constant-rate", "-o",
               files / "o.toml"], capsys, "(sglang:?,3,6) but not all of its settings", "not a whole number >= 1")
     assert not (files / "o.toml").exists()
+
+
+# -- 17: the studies' values (tune, capacity): what escaped as TypeError, AttributeError, ValueError ---
+
+def _study(**kw):
+    from specsim.studies.inputs import StudyInputs
+    from specsim.traces import synthetic_trace
+
+    requests = kw.pop("requests", synthetic_trace(60, 5.0, seed=1).requests)
+    fields = {"table": demo_table(), "calibration": demo_calibration(), "slo": SLO(tpot_s=1.0, attainment=0.5),
+              "seeds": 1} | kw
+    return StudyInputs(requests, **fields)
+
+
+def _capacity_calls():
+    from specsim import capacity
+
+    def cap(inputs=None, **kw):
+        return lambda: capacity(inputs or _study(), kw.pop("policies", ["fixed:1"]),
+                                **{"max_replicas": 4, "executor": "serial"} | kw)
+
+    return {
+        "max_replicas=None": (cap(max_replicas=None), "max_replicas = None must be a whole number"),
+        "max_replicas=nan": (cap(max_replicas=math.nan), "max_replicas = nan must be a whole number"),
+        "max_replicas=inf": (cap(max_replicas=math.inf), "max_replicas = inf must be a whole number"),
+        "max_replicas='3'": (cap(max_replicas="3"), "max_replicas = '3' must be a whole number"),
+        "max_replicas=2.5": (cap(max_replicas=2.5), "max_replicas = 2.5 must be a whole number"),
+        "max_replicas=True": (cap(max_replicas=True), "max_replicas = True must be a whole number"),
+        "gpu_hour_usd='3'": (cap(gpu_hour_usd="3"), "gpu_hour_usd = '3' must be a number"),
+        "gpu_hour_usd=10**400": (cap(gpu_hour_usd=10**400), "must be finite"),
+        "gpu_hour_usd=1e308": (cap(gpu_hour_usd=1e308), "gpu_hour_usd = 1e+308 must be >= 0 and <= 1e+06 dollars"),
+        "gpu_hour_usd=True": (cap(gpu_hour_usd=True), "gpu_hour_usd = True must be a number"),
+        "gpu_hour_usd=1j": (cap(gpu_hour_usd=1j), "must be a number"),
+        "resampling=5": (cap(resampling=5), "give a Resampling(resamples, windows)"),
+        "resampling=(2,)": (cap(resampling=(2,)), "give a Resampling(resamples, windows)"),
+        "resampling=(2, 3, 4)": (cap(resampling=(2, 3, 4)), "give a Resampling(resamples, windows)"),
+        "policies=None": (cap(policies=None), "policies must be a list of policies"),
+        "policies='propose'": (cap(policies="propose"), "write ['propose']"),
+        "progress=5": (cap(progress=5), "progress = 5 must be a function"),
+        "fleet='t.toml'": (cap(_study(table=None, calibration=None, fleet="t.toml")),
+                           "StudyInputs.fleet must be a Fleet (or None), got str"),
+        "names=5": (cap(_study(names=5)), "StudyInputs.names must be a dict"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_capacity_calls()))
+def test_capacity_arguments_typeerror_valueerror_or_silently_cut_to_integers(call):
+    from specsim.studies.capacity import CapacityError
+
+    run, said = _capacity_calls()[call]
+    with pytest.raises(CapacityError) as e:
+        run()
+    assert said in str(e.value)
+
+
+def test_capacity_takes_numpy_integers_for_seeds_and_resampling():
+    import numpy as np
+
+    from specsim import capacity
+    from specsim.studies.capacity import Resampling
+
+    result = capacity(_study(seeds=np.int64(1)), ["fixed:1"], max_replicas=np.int64(2), gpu_hour_usd=np.float64(2.0),
+                      resampling=Resampling(np.int64(2), np.int64(2)))
+    assert result.seeds == 1 and isinstance(result.seeds, int) and result.window_resamples == 2
+
+
+def _tune_calls():
+    from specsim import tune
+    from specsim.studies.tune import TuneSettings
+
+    quick = TuneSettings(max_rounds=0, holdout=0, noise_windows=None)
+
+    def run(inputs=None, **kw):
+        return lambda: tune(inputs or _study(slo=None), settings=quick, executor="serial", **kw)
+
+    return {
+        "requests=None": (run(_study(requests=None, slo=None)), "requests must be a record array"),
+        "requests='x'": (run(_study(requests="x", slo=None)), "requests must be a record array"),
+        "requests=list": (run(_study(requests=[1.0, 2.0], slo=None)), "requests must be a record array"),
+        "table='t.toml'": (run(_study(table="t.toml", slo=None)), "StudyInputs.table must be a CostTable"),
+        "calibration=5": (run(_study(calibration=5, slo=None)),
+                          "StudyInputs.calibration must be an AcceptanceCalibration"),
+        "names=5": (run(_study(names=5, slo=None)), "StudyInputs.names must be a dict"),
+        "names={'trace': 5}": (run(_study(names={"trace": 5}, slo=None)), "StudyInputs.names must be a dict"),
+        "compare=None": (run(compare=None), "compare must be a list of policies"),
+        "compare=5": (run(compare=5), "compare must be a list of policies"),
+        "compare='fixed:1'": (run(compare="fixed:1"), "write ['fixed:1']"),
+    }
+
+
+@pytest.mark.parametrize("call", list(_tune_calls()))
+def test_tune_inputs_attributeerror_typeerror_or_a_text_compare_read_by_character(call):
+    from specsim.errors import ScheduleError
+
+    run, said = _tune_calls()[call]
+    with pytest.raises(ScheduleError) as e:
+        run()
+    assert said in str(e.value)
+
+
+def test_tune_takes_numpy_floats_for_holdout_and_min_gain():
+    import numpy as np
+
+    from specsim import tune
+    from specsim.studies.tune import TuneSettings
+
+    settings = TuneSettings(max_rounds=0, holdout=np.float32(0.0), min_gain=np.float64(0.01), noise_windows=None)
+    result = tune(_study(slo=None), settings=settings, executor="serial")
+    assert result.ranges and result.inputs["holdout"] == 0.0
+
+
+# -- 18: trace files against the plain csv-module reader ---------------------------------------------
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("header,name", [("id,t,t,p,o", "t"), ("id,T,T,p,o", "t"), ("id, t ,t,p,o", "t")],
+                         ids=["same name", "same name in capitals", "same name padded"])
+def test_a_csv_header_naming_the_arrival_column_twice_reads_the_first_where_csv_reads_the_last(tmp_path, header,
+                                                                                               name):
+    from specsim.traces import read_trace
+    from tests import reference as ref
+
+    path = tmp_path / "dup.csv"
+    path.write_text(header + "\na,1,9,10,3\nb,2,8,11,4\n")
+    rows, _ = ref.ref_read_csv(path, header.split(",")[2].strip(), "p", "o")
+    assert [(p, o) for _, p, o in rows] == [(11, 4), (10, 3)]  # the last of the two, by the csv module
+    with pytest.raises(SpecsimError, match=f"dup.csv:1: the header names column '{name}' 2 times \\(fields 2, 3\\)"):
+        read_trace(path, "csv", columns=f"arrival={name},prompt=p,output=o")
+
+
+@pytest.mark.parametrize("table", [None, "t.toml", 5, "calibration"])
+def test_server_options_resolve_of_no_table_attributeerror(table):
+    from specsim.errors import SimulationError
+    from specsim.sim.options import ServerOptions
+
+    table = demo_calibration() if table == "calibration" else table
+    with pytest.raises(SimulationError, match="resolve takes the server's CostTable"):
+        ServerOptions().resolve(table)
+    assert ServerOptions().resolve(demo_table()).max_num_seqs == int(demo_table().widths[-1])
+
+
+
+def test_capacity_json_with_a_gpu_hour_of_1e308_dollars_is_a_valueerror_traceback(files, capsys):
+    _refused(["capacity", "--trace", files / "tiny.csv", *_tc(files), "--slo-tpot-s", "1", "--attainment", "0.5",
+              "--serial", "--policy", "fixed:1", "--gpu-hour-usd", "1e308", "--json", files / "cap.json"], capsys,
+             "gpu_hour_usd = 1e+308 must be >= 0 and <= 1e+06")
+    assert not (files / "cap.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--seed", "{v}"], ["fleet", "--replicas", "2", "--seed", "{v}"],
+                                  ["simulate", "--acceptance-window", "{v}", "--acceptance-length-threshold", "1"],
+                                  ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                                   "eagle-1l", "--max-k", "2", "--widths", "1,{v}", "-o", "{d}/m.toml"],
+                                  ["simulate", "--kv-block-size", "{v}"]],
+                         ids=["simulate --seed", "fleet --seed", "--acceptance-window", "--widths", "--kv-block-size"])
+@pytest.mark.parametrize("value", ["\u0663", "1_6"], ids=["arabic-indic 3", "underscore"])
+def test_whole_number_options_read_other_scripts_digits_and_underscores(files, argv, value, capsys):
+    head = [] if argv[0] == "table" else ["--trace", files / "tiny.csv", *_tc(files), "--policy", "fixed:1"]
+    argv = [a.replace("{v}", value).replace("{d}", str(files)) for a in argv]
+    _refused([*argv[:1], *head, *argv[1:]], capsys, repr(value if value.isascii() else value)[1:-1])
+    assert not (files / "m.toml").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--idle-w", "1_0"], ["simulate", "--rate-scale", "1_0"],
+                                  ["simulate", "--slack", "0.0_1"],
+                                  ["capacity", "--slo-tpot-s", "1_0", "--serial"],
+                                  ["tune", "--holdout", "0.2_5", "--serial", "-o", "{d}/s.toml"]],
+                         ids=["--idle-w", "--rate-scale", "--slack", "--slo-tpot-s", "--holdout"])
+def test_number_options_read_1_0_as_10(files, argv, capsys):
+    argv = [a.replace("{d}", str(files)) for a in argv]
+    _refused([argv[0], "--trace", files / "tiny.csv", *_tc(files), *(["--policy", "fixed:1"] if argv[0] != "tune"
+                                                                      else []), *argv[1:]],
+             capsys, f"'{argv[2]}' is not a number written in ASCII digits")
+    assert not (files / "s.toml").exists()
+
+
+def test_an_executor_choice_of_10_400_workers_prints_all_536_characters():
+    from specsim import ExecutorChoice, tune
+    from specsim.studies.tune import TuneSettings
+
+    with pytest.raises(SpecsimError, match=r"--workers 10,000,000,.*characters\) is outside 1\.\.64") as e:
+        tune(_study(slo=None), settings=TuneSettings(max_rounds=0), executor=ExecutorChoice("threads", 10**400))
+    assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("flag", ["trees", "allow_overload", "progress"])
+def test_tune_reads_the_text_false_as_true(flag):
+    import numpy as np
+
+    from specsim import tune
+    from specsim.errors import ScheduleError
+    from specsim.studies.tune import TuneSettings
+
+    quick = TuneSettings(max_rounds=0, holdout=0, noise_windows=None)
+    with pytest.raises(ScheduleError, match=f"{flag} must be True or False, got 'False'"):
+        tune(_study(slo=None), settings=quick, executor="serial", **{flag: "False"})
+    assert tune(_study(slo=None), settings=quick, executor="serial", **{flag: np.False_}).trees is None
+
+
+@pytest.mark.parametrize("kw,said", [
+    ({"path": None}, "path must be a file name (str or Path), got NoneType None"),
+    ({"path": 5}, "path must be a file name (str or Path), got int 5"),
+    ({"path": b"tiny.csv"}, "path must be a file name (str or Path), got bytes b'tiny.csv'"),
+    ({"columns": 5}, "columns must be a dict"),
+    ({"columns": ["a"]}, "columns must be a dict"),
+    ({"skip_bad_rows": "no"}, "skip_bad_rows must be True or False, got 'no'"),
+], ids=["path None", "path 5", "path bytes", "columns 5", "columns ['a']", "skip_bad_rows 'no'"])
+def test_read_trace_arguments_typeerror_valueerror_or_no_read_as_yes(files, kw, said):
+    from specsim.errors import TraceError
+    from specsim.traces import read_trace
+
+    args = {"path": files / "tiny.csv", "format": "csv",
+            "columns": "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens"} | kw
+    with pytest.raises(TraceError) as e:
+        read_trace(args.pop("path"), **args)
+    assert said in str(e.value)
+
+
+@pytest.mark.parametrize("run", ["simulate", "simulate_fleet"])
+@pytest.mark.parametrize("progress", [5, "yes"])
+def test_a_progress_that_is_no_function_is_a_typeerror_after_the_first_chunk(run, progress):
+    from specsim import simulate, simulate_fleet
+    from specsim.sim.fleet import Fleet
+    from specsim.traces import synthetic_trace
+
+    requests = synthetic_trace(20, 5.0, seed=1).requests
+    with pytest.raises(SpecsimError, match=f"progress = {progress!r} must be a function called as progress"):
+        if run == "simulate":
+            simulate(requests, demo_table(), demo_calibration(), "fixed:1", progress=progress)
+        else:
+            simulate_fleet(requests, Fleet.uniform(demo_table(), demo_calibration(), 2), "fixed:1", progress=progress)
+
+
+def _acceptance_trace():
+    from specsim.sim.replay import parse_acceptance_file
+
+    return parse_acceptance_file('[[trace]]\nname = "a"\nk_logged = 1\nsteps = ["0110101101"]\n').trace("a")
+
+
+@pytest.mark.parametrize("trace,step_ms,said", [
+    (None, [1.0, 1.5], "replay takes an AcceptanceTrace"),
+    ("a", [1.0, 1.5], "replay takes an AcceptanceTrace"),
+    ("trace", "1.5", "step_ms must be a non-empty list of finite numbers > 0, got '1.5'"),
+    ("trace", 5, "step_ms must be a non-empty list"),
+    ("trace", ["1.0", "1.5"], "step_ms must be a non-empty list"),
+], ids=["trace None", "trace text", "step_ms text", "step_ms 5", "step_ms texts"])
+def test_replay_of_no_trace_asks_for_step_costs_and_step_ms_text_is_read(trace, step_ms, said):
+    from specsim.errors import TraceError
+    from specsim.sim import replay
+
+    with pytest.raises(TraceError) as e:
+        replay(_acceptance_trace() if trace == "trace" else trace, "fixed:1", 1, 10, step_ms=step_ms)
+    assert said in str(e.value)
+
+
+@pytest.mark.parametrize("policy", ["sglang:{f}", "sglang[1,4]:{f}"])
+def test_an_sglang_config_nested_50000_deep_is_a_recursionerror(files, policy, capsys):
+    (files / "deep.json").write_text("[" * 50_000 + "]" * 50_000)
+    _refused(["simulate", "--trace", files / "tiny.csv", *_tc(files), "--policy",
+              policy.format(f=files / "deep.json"), "--quiet"], capsys, "deep.json")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim._checks import NO_CAP, int_problem, name_problem
+from specsim._checks import NO_CAP, callback_problem, int_problem, name_problem
 from specsim.errors import PolicyError, SimulationError, SpecsimError
 from specsim.interop import read_policy
 from specsim.sim.fleet._kernels import ROUTER_CODES, Group
@@ -391,6 +391,9 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     if not isinstance(fleet, Fleet):
         raise FleetError(f"fleet must be a Fleet (Fleet.uniform(...) or load_fleet(...)), got {type(fleet).__name__}")
     router = check_router(router or fleet.router or DEFAULT_FLEET_ROUTER)
+    problem = callback_problem(progress, "progress", "progress(routed_requests)")
+    if problem:
+        raise FleetError(problem)
     policy = read_policy(policy)  # the one reading of a policy typed as text
     arrival, prompt, output = request_columns(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
