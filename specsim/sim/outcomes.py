@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.calibration.calibration import cell_buckets
 from specsim.errors import SimulationError
 
 
@@ -123,8 +124,6 @@ def confidence_values(cal) -> np.ndarray:
     same depths; ``bucket(edges[b]) == b`` because edges are strictly ascending (float32 compare),
     and a cell wholly in bucket ``b`` below its upper edge holds values of ``b`` alone.
     """
-    from specsim.calibration.calibration import cell_buckets
-
     edges = np.ascontiguousarray(cal.edges, dtype=np.float32)
     bucket, high = cell_buckets(edges)
     ok = np.flatnonzero((bucket >= 0) & (high <= edges[np.maximum(bucket, 0)]))[::-1]  # highest cell first
