@@ -152,11 +152,14 @@ class CalibrationArrays(NamedTuple):
     """A calibration's arrays as the simulated server's draws read them
     (:meth:`~specsim.calibration.AcceptanceCalibration.engine_arrays`): ``edges``, ``p_accept``
     and ``priors`` as the calibration holds them, ``cells`` the coarse bucket index over them
-    (``bucket_cells(edges)``), and ``centre float64[B]``, each bucket's rate's centre under the
+    (``bucket_cells(edges)``), ``cell_p`` each coarse cell's acceptance probability where the cell
+    lies in one bucket (``cell_probabilities(edges, p_accept)``: the planner's one-load lookup of
+    a confidence), and ``centre float64[B]``, each bucket's rate's centre under the
     calibration's request spread (empty without a spread or with a zero one)."""
 
     edges: np.ndarray
     cells: np.ndarray
+    cell_p: np.ndarray
     p_accept: np.ndarray
     priors: np.ndarray
     centre: np.ndarray

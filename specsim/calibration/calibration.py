@@ -169,13 +169,14 @@ class AcceptanceCalibration:
     # -- queries (docs/calibration.md#queries) --------------------------------------------------------------
     def engine_arrays(self) -> CalibrationArrays:
         """The calibration's arrays as the simulated server reads them (its own arrays, not
-        copies: the engine only reads them), with the bucket index and the request spread's
-        centres built once."""
+        copies: the engine only reads them), with the bucket index, the cells' probabilities (the
+        planner's lookup) and the request spread's centres built once."""
         sp = self.spread
         centre = np.zeros(0, np.float64)
         if sp is not None and sp.logit_sd != 0.0:
             centre = np.ascontiguousarray(centres(self.p_accept, sp.logit_sd))
-        return CalibrationArrays(self.edges, bucket_cells(self.edges), self.p_accept, self.priors, centre)
+        return CalibrationArrays(self.edges, bucket_cells(self.edges), cell_probabilities(self.edges, self.p_accept),
+                                 self.p_accept, self.priors, centre)
 
     def bucket(self, lp: float) -> int:
         """Bucket index of a confidence: the first edge with ``lp <= edge`` in float32, else the last.
@@ -353,10 +354,9 @@ def bucket_cells(edges):
     return np.minimum(first, len(edges) - 1).astype(np.int64)
 
 
-def cell_probabilities(edges, p_accept):
-    """Per cell of :func:`bucket_cells`' coarse index, the acceptance probability of its values
-    when all of them fall in one bucket, else -1 (a cell an edge cuts, or one holding NaN): one
-    load answers a confidence in such a cell, with no comparison against the edges.
+def cell_buckets(edges):
+    """Per cell of :func:`bucket_cells`' coarse index, the one bucket all of its values fall in,
+    else -1 (a cell an edge cuts, or one holding NaN), and the cell's highest value (float32).
 
     A cell's float32 values run from its lowest to its highest (their order is the cell's bit
     patterns' order), so the cell lies in one bucket when those two do; NaN patterns sit at the
@@ -365,11 +365,10 @@ def cell_probabilities(edges, p_accept):
     Parameters
     ----------
     edges : ndarray(float32, ndim=1), shape (B,)
-    p_accept : ndarray(float64, ndim=1), shape (B,)
 
     Returns
     -------
-    ndarray(float64, ndim=1), shape (BUCKET_CELLS,)
+    (ndarray(int64, ndim=1), ndarray(float32, ndim=1)), each of shape (BUCKET_CELLS,)
     """
     from specsim.calibration._kernels import BUCKET_CELLS  # lazy: Numba loads with the first kernel call
 
@@ -381,7 +380,26 @@ def cell_probabilities(edges, p_accept):
     edges = np.asarray(edges, dtype=np.float32)
     low, high = (np.minimum(np.searchsorted(edges, np.where(nan, 0.0, e).astype(np.float32), side="left"),
                             len(edges) - 1) for e in ends)
-    return np.where(nan | (low != high), -1.0, np.asarray(p_accept, dtype=np.float64)[low])
+    return np.where(nan | (low != high), -1, low), ends[1]
+
+
+def cell_probabilities(edges, p_accept):
+    """Per cell of :func:`bucket_cells`' coarse index, the acceptance probability of its values
+    when all of them fall in one bucket (:func:`cell_buckets`), else -1 (a cell an edge cuts, or
+    one holding NaN): one load answers a confidence in such a cell, with no comparison against
+    the edges.
+
+    Parameters
+    ----------
+    edges : ndarray(float32, ndim=1), shape (B,)
+    p_accept : ndarray(float64, ndim=1), shape (B,)
+
+    Returns
+    -------
+    ndarray(float64, ndim=1), shape (BUCKET_CELLS,)
+    """
+    bucket, _ = cell_buckets(edges)
+    return np.where(bucket < 0, -1.0, np.asarray(p_accept, dtype=np.float64)[np.maximum(bucket, 0)])
 
 
 def conditional_priors(rates, form: str = "marginal"):

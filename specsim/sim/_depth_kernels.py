@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.plan._kernels import DJ, DMS, VJ, VMS, _propose_nb, goodput_depth_nb, sequence_depths_nb
+from specsim.plan._kernels import DJ, DMS, VJ, VMS, _propose_nb, _sequence_depths_nb, goodput_depth_nb
 from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, spread_p_nb,
@@ -58,14 +58,15 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
         if d > kd:
             kd = d
     if kd > 0:
-        # The planner's kernel; with context pricing it reads the
+        # The planner's kernel, its confidences looked up through the calibration's cells
+        # (cal.cell_p) as the Planner's are; with context pricing it reads the
         # step costs at this width and the live context (ws.grid, built by plan_depths_nb).
         if tab.contexts.shape[0] > 0:
             arrays = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
         else:
             arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
-        sequence_depths_nb(arrays, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget, o.slack,
-                           ws.vdepth[:n], plan)
+        _sequence_depths_nb(arrays, cal.cell_p, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget,
+                            o.slack, ws.vdepth[:n], plan)
     else:
         for j in range(n):
             ws.vdepth[j] = 0

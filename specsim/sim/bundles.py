@@ -138,14 +138,17 @@ class TableArrays(NamedTuple):
 
 
 class CalArrays(NamedTuple):
-    """The draft-outcome model: calibration arrays (``edges``, ``cells``, ``p_accept``,
-    ``priors``), ``occ_cdf float64[J, B]``, ``conf_values float32[B]``, ``digits int64[L]``
+    """The draft-outcome model: calibration arrays (``edges``, ``cells``, ``cell_p``, ``p_accept``,
+    ``priors``; ``cell_p float64[BUCKET_CELLS]`` is ``calibration.cell_probabilities``, the
+    sequence planner's one-load lookup of the confidences it sees), ``occ_cdf float64[J, B]``,
+    ``conf_values float32[B]`` (the confidence shown for each bucket), ``digits int64[L]``
     (a replayed acceptance trace; empty to draw from the calibration), and the per-request
     spread: ``centre float64[B]`` (each bucket's rate's centre) and ``shift float64[N]`` (each
     request's log-odds shift), both empty without a spread (the draws then use ``p_accept``)."""
 
     edges: np.ndarray
     cells: np.ndarray
+    cell_p: np.ndarray
     p_accept: np.ndarray
     priors: np.ndarray
     occ_cdf: np.ndarray

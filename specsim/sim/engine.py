@@ -327,7 +327,7 @@ def outcome_arrays(calibration, opts: ResolvedOptions, digits, n_requests: int) 
     else:
         shift = np.empty(n_requests, np.float64)
         request_shifts_nb(np.uint64(opts.seed), float(calibration.spread.logit_sd), shift)
-    return CalArrays(arrays.edges, arrays.cells, arrays.p_accept, arrays.priors,
+    return CalArrays(arrays.edges, arrays.cells, arrays.cell_p, arrays.p_accept, arrays.priors,
                      occupancy_cdf(calibration, opts.k_max, opts.occupancy), confidence_values(calibration), digits,
                      centre, shift)
 

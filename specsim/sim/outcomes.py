@@ -3,7 +3,7 @@
 Draft ``j`` of a sequence that has emitted ``e`` tokens would produce output token ``e + j - 1``.
 Its confidence bucket is drawn from the position's bucket occupancy and it is accepted with that
 bucket's ``p_accept``; the chain stops at the first rejection. The planner sees a confidence
-inside the drawn bucket (the bucket's upper edge, which maps back to it). Both draws come from
+inside the drawn bucket (one that maps back to it: ``confidence_values``). Both draws come from
 one counter-based hash of (seed, request, token index, position) -- splitmix64's finaliser --
 whose high 32 bits draw the bucket and low 32 bits the verdict (the two streams), so every
 policy meets the same outcome for the same draft (common random numbers).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.calibration.calibration import cell_buckets
 from specsim.errors import SimulationError
 
 
@@ -115,8 +116,18 @@ def occupancy_cdf(cal, positions: int, occupancy=None) -> np.ndarray:
 
 
 def confidence_values(cal) -> np.ndarray:
-    """The confidence shown to the planner for a draft drawn in each bucket: its upper edge.
+    """The confidence shown to the planner for a draft drawn in each bucket: a value of that
+    bucket, the highest of the highest coarse cell lying wholly in it (``cell_buckets``) where it
+    has one, so that the planner answers it with one load of its cell table; else its upper edge.
 
-    ``bucket(edges[b]) == b`` because edges are strictly ascending (float32 compare).
+    The planner reads a confidence only through its bucket, so any value of the bucket gives the
+    same depths; ``bucket(edges[b]) == b`` because edges are strictly ascending (float32 compare),
+    and a cell wholly in bucket ``b`` below its upper edge holds values of ``b`` alone.
     """
-    return np.ascontiguousarray(cal.edges, dtype=np.float32)
+    edges = np.ascontiguousarray(cal.edges, dtype=np.float32)
+    bucket, high = cell_buckets(edges)
+    ok = np.flatnonzero((bucket >= 0) & (high <= edges[np.maximum(bucket, 0)]))[::-1]  # highest cell first
+    found, first = np.unique(bucket[ok], return_index=True)
+    out = edges.copy()
+    out[found] = high[ok[first]]
+    return out

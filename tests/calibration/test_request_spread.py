@@ -412,19 +412,22 @@ def test_a_drafts_log_chain_whose_rows_name_two_requests_is_accepted(tmp_path, c
 
 def test_the_calibration_hands_the_engine_its_own_arrays():
     """``AcceptanceCalibration.engine_arrays()``: the calibration's own arrays (not copies: one
-    Numba type whoever builds a run), the bucket index, and the request spread's centres (empty
-    without a spread); the engine's draft-outcome bundle holds them as they are."""
-    from specsim.calibration.calibration import bucket_cells
+    Numba type whoever builds a run), the bucket index, the cells' probabilities (the planner's
+    lookup) and the request spread's centres (empty without a spread); the engine's
+    draft-outcome bundle holds them as they are."""
+    from specsim.calibration.calibration import bucket_cells, cell_probabilities
 
     cal = small_calibration()
     arrays = cal.engine_arrays()
     assert arrays.edges is cal.edges and arrays.p_accept is cal.p_accept and arrays.priors is cal.priors
     assert np.array_equal(arrays.cells, bucket_cells(cal.edges)) and arrays.centre.shape == (0,)
+    assert np.array_equal(arrays.cell_p, cell_probabilities(cal.edges, cal.p_accept))
     spread = with_spread(cal, 0.9)
     assert np.array_equal(spread.engine_arrays().centre, centres(cal.p_accept, 0.9))
     p = prepare(random_requests(30, 2), small_table(), spread, parse_policy("fixed:1"), ServerOptions(seed=5))
     assert p.cal.edges is spread.edges and p.cal.priors is spread.priors
     assert np.array_equal(p.cal.centre, spread.engine_arrays().centre) and p.cal.shift.shape == (30,)
+    assert np.array_equal(p.cal.cell_p, arrays.cell_p) and p.cal.cell_p.dtype == np.float64
 
 
 def test_a_command_start_solves_no_gauss_hermite_rule():

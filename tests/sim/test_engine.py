@@ -377,6 +377,94 @@ def test_occupancy_rows_and_confidences_map_back():
         occupancy_cdf(cal, 2, [0.0, 0.0, 0.0, 0.0])
 
 
+def _cell(v):
+    """The coarse cell of float32 ``v`` (the planner's cell table's index)."""
+    from specsim.calibration._kernels import BUCKET_CELLS
+
+    b = int(np.float32(v).view(np.int32))
+    return ((b ^ ((b >> 31) & 0x7FFFFFFF)) >> 20) + BUCKET_CELLS // 2
+
+
+def _cell_ends(c):
+    """The lowest and highest float32 values of coarse cell ``c``."""
+    from specsim.calibration._kernels import BUCKET_CELLS
+
+    keys = [np.int32(((c - BUCKET_CELLS // 2) << 20) | r) for r in (0, 0xFFFFF)]
+    return [(k ^ ((k >> 31) & 0x7FFFFFFF)).view(np.float32) for k in keys]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-50.0, 2.0, width=32), min_size=1, max_size=40, unique=True))
+def test_shown_confidences_map_back_and_take_one_load_where_their_bucket_holds_a_whole_cell(edges):
+    # Each bucket's shown confidence lies in it; where a coarse cell lies wholly in the bucket at
+    # or below its upper edge, the shown one is in such a cell, so the planner's cell table answers
+    # it with one load (the upper edge itself, shown before, mostly sits in a cell an edge cuts).
+    from types import SimpleNamespace
+
+    from specsim.calibration.calibration import cell_probabilities
+    from tests.reference import ref_bucket
+
+    e = np.unique(np.array(edges, dtype=np.float32))
+    p = np.linspace(0.01, 0.99, e.shape[0])
+    shown = confidence_values(SimpleNamespace(edges=e))
+    assert shown.dtype == np.float32 and shown.flags.c_contiguous
+    assert [ref_bucket(e, v) for v in shown] == list(range(e.shape[0]))
+    table = cell_probabilities(e, p)
+
+    def whole(c, b):
+        ends = _cell_ends(c)
+        return not np.isnan(ends).any() and ends[1] <= e[b] and ref_bucket(e, ends[0]) == ref_bucket(e, ends[1]) == b
+
+    for b in range(e.shape[0]):
+        # Cells run in value order: the highest one wholly in bucket b at or below its edge is the
+        # edge's own cell (the edge its top) or the one below it, if any is.
+        c = _cell(e[b])
+        if whole(c, b) or whole(c - 1, b):
+            assert table[_cell(shown[b])] == p[b]
+        else:
+            assert shown[b] == e[b]
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("outcomes", ["calibration", "spread", "trace"])
+def test_the_engine_planner_answers_alike_with_and_without_the_cell_table(outcomes):
+    # The engine's per-sequence planner looks the drafts' confidences up through the
+    # calibration's cell table (the bundle's cell_p, built once); on a run with many confidences
+    # (40 buckets, some edges alone in their cells, some not) its depths, step by step, are
+    # those of the lookup without the table with the buckets' upper edges shown (the engine's
+    # lookups before), under the plain draws, a request spread and a replayed acceptance trace
+    # (whose drafts show the planner no confidence).
+    from specsim.calibration.calibration import cell_probabilities
+    from specsim.sim import parse_policy
+    from specsim.sim._engine_kernels import run_nb
+    from specsim.sim.engine import collect, prepare
+
+    edges = sorted({round(-6.0 + 0.15 * i, 2) for i in range(40)} | {0.0})
+    p = np.linspace(0.02, 0.99, len(edges))
+    cal = AcceptanceCalibration(KEY, edges, p.tolist(), [0.8, 0.7, 0.6])
+    cal = with_spread(cal, 0.8 if outcomes == "spread" else None)
+    trace = acceptance_trace([0, 1, 3, 2, 3, 1, 0, 2, 3], 3) if outcomes == "trace" else None
+    reqs = random_requests(200, 9, rate=8.0)
+    runs = []
+    for lookup in ("table", "edges"):
+        pr = prepare(reqs, small_table(), cal, parse_policy("sequence"), ServerOptions(max_num_seqs=4, seed=5),
+                     trace)
+        assert np.array_equal(pr.cal.cell_p, cell_probabilities(cal.edges, cal.p_accept))
+        if lookup == "edges":
+            pr = pr._replace(cal=pr.cal._replace(cell_p=pr.cal.cell_p[:0],
+                                                 conf_values=np.ascontiguousarray(cal.edges, dtype=np.float32)))
+        else:
+            hits = sum(pr.cal.cell_p[_cell(v)] >= 0 for v in pr.cal.conf_values)
+            assert 0 < hits and sum(pr.cal.cell_p[_cell(v)] >= 0 for v in cal.edges) < hits
+        while not run_nb(pr.req, pr.tab, pr.cal, pr.srv, pr.st, pr.log, pr.ws, pr.plan, pr.tree, 1 << 20):
+            pass
+        runs.append(collect(pr))
+    a, b = runs
+    assert a.counters == b.counters and a.counters["sequence_steps"] > 1000 and a.counters["verified_rows"] > 0
+    for name in ("finish_s", "first_token_s", "depth_histogram", "step_width", "step_mean_depth", "step_tokens"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
 def test_draw_frequencies_follow_the_occupancy():
     cal = small_calibration()
     occ = occupancy_cdf(cal, 1).tolist()
