@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specsim.calibration.calibration import AcceptanceCalibration
+from specsim.sim.fleet import Fleet
+from specsim.table.cost_table import CostTable
+
 
 @dataclass(frozen=True)
 class StudyInputs:
@@ -54,10 +58,6 @@ def inputs_problem(inputs, study: str) -> str | None:
     :class:`StudyInputs`, a ``table``, ``calibration`` or ``fleet`` of the wrong type, or ``names``
     that are not a dict of file names (text or None). Which of them a study needs, and the trace's
     own columns, each study checks itself."""
-    from specsim.calibration.calibration import AcceptanceCalibration
-    from specsim.sim.fleet import Fleet
-    from specsim.table.cost_table import CostTable
-
     if not isinstance(inputs, StudyInputs):
         return (f"{study} takes a StudyInputs (requests, table, calibration{' or fleet' if study == 'capacity' else ''}"
                 f", ...), got {type(inputs).__name__}")
