@@ -258,10 +258,11 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
         k = c if c < k else k  # depth_memo holds the server's caps
     if st.rec[0].gate_off != 0:
         k = 0  # the speculation gate switched speculation off for the rest of the run
-    if tree is not None:
-        # Dropped like ``plan`` where ``tree`` is None: a tree policy's step verifies the first k
-        # nodes of its order (a tree) where its width plans one; tree:auto on a table with a
-        # context axis plans the step at the batch's mean context.
+    if tree.kind_at.shape[0] > 0:
+        # A tree policy's run (a chain run's bundle is empty: read once a step, as a chain run's
+        # compile is the tree run's): its step verifies the first k nodes of its order (a tree)
+        # where its width plans one; tree:auto on a table with a context axis plans the step at
+        # the batch's mean context.
         kind = tree.kind_at[n]
         if n > 0 and tree.auto[0] != 0:
             k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
