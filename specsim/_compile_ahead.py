@@ -56,7 +56,7 @@ OFF = ("0", "false", "no", "off")
 # later verbs from about 5 s), then the table-wide planner kernels the demo's tune needs last.
 # Each entry: (module in the package, kernel, argument types by name (see _types), variants);
 # a kernel's callees are compiled with it (the engine's tree verbs with _price_nb and apply_nb;
-# auto_tree_nb the command reaches too early to take). The order was found by timing each kernel's compile
+# plan_depths_nb's, the command reaches too early to take). The order was found by timing each kernel's compile
 # in cold runs with the helper and without (a listener on Numba's compile events). Not here:
 # _gains_nb, which the Planner's own per-sequence kernel compiles in another signature than the
 # engine's (its calibration arrays writable), so a process that plans while the helper compiles

@@ -303,8 +303,15 @@ def apply_nb(req, cal, srv, st, ws, tree, t, key):
     the per-sequence passes are compiled twice below it: with the tree bundle, and with None for
     every step that verifies chains, whose passes then hold no tree branch."""
     if tree.step[0] != 0:
-        return _apply(req, cal, srv, st, ws, tree, t, key)
+        return _apply_tree_step(req, cal, srv, st, ws, tree, t, key)
     return _apply(req, cal, srv, st, ws, None, t, key)
+
+
+@inner
+def _apply_tree_step(req, cal, srv, st, ws, tree, t, key):
+    """:func:`apply_nb` for a step that verifies a tree: called, not inlined, so the chain
+    step's code around the inlined chain passes stays as it was without trees."""
+    return _apply(req, cal, srv, st, ws, tree, t, key)
 
 
 @step_part
