@@ -13,12 +13,14 @@ Rules that keep this safe:
 * The helper compiles only signatures the command itself compiles (a test runs a command after
   the helper and finds none of the helper's kernels compiled again), and none of the kernels
   that take another signature in the other engine variant (the four top kernels), so the two
-  processes never write different entries of one kernel's cache index at once. Chain and tree
-  runs share one engine signature (a chain run's ``tree`` is an empty tree bundle), so the
-  kernels that take a run's draft trees are on its list whatever the command serves.
-* Where the command serves trees the helper also compiles, after the engine's kernels, the
-  kernels only a tree run's setup reaches: the greedy order and the tree prices its arrays are
-  built with.
+  processes never write different entries of one kernel's cache index at once. The kernels that
+  take a run's draft trees (``tree``: None for a chain) it compiles only where the command's runs
+  are all chains or all trees; where the command serves both (the demo) or the command line
+  cannot tell (an ``ENGINE:FILE`` policy may state a tree) the command compiles them itself.
+* Where the command serves trees the helper also compiles, after the chain engine's kernels, the
+  kernels only a tree run reaches: the greedy order and the tree prices its arrays are built with,
+  and the engine's tree verbs (a tree run's engine is a second compile of the step, with the tree
+  bundle's types; the demo's first run waits for it after its chains ran).
 * It is a helper, not a dependency: it starts only where a second CPU is, in a session of its
   own (Ctrl-C in a terminal reaches the command alone), with no output, and ends when its list is
   done, when the command exits (the command ends it) or when the command is gone: a thread of
@@ -39,10 +41,10 @@ import time
 
 # The variants: "sequence" (the engine with the per-sequence planner) and "plain" (without it).
 VARIANTS = ("sequence", "plain")
-# What the command's runs draft: "none" (chains only), "only" (every run a tree policy), "mixed"
-# (chains and trees) or "unknown" (an ENGINE:FILE policy, a sweep's grid). The engine compiles
-# once for all four (chains and trees share its signature); the helper adds TREE_PLAN's kernels,
-# which build a tree policy's arrays, for "only" and "mixed".
+# What the command's runs draft: "none" (chains only), "only" (every run a tree policy: the
+# kernels that take ``tree`` compile with the tree bundle), "mixed" (chains and trees: those
+# kernels compile in both signatures, by the command alone) or "unknown" (an ENGINE:FILE policy,
+# a sweep's grid: the helper leaves out those kernels and the trees' own).
 TREES = ("none", "only", "mixed", "unknown")
 # Set to 0 (or false, no, off) to start no helper (benchmarks/cold_start.py times a first run both ways).
 ENV = "SPECSIM_COMPILE_AHEAD"
@@ -55,8 +57,8 @@ OFF = ("0", "false", "no", "off")
 # in the order the command reaches them (the per-sequence planner's from about 3 s on, the step's
 # later verbs from about 5 s), then the table-wide planner kernels the demo's tune needs last.
 # Each entry: (module in the package, kernel, argument types by name (see _types), variants);
-# a kernel's callees are compiled with it (the engine's tree verbs with _price_nb and apply_nb;
-# plan_depths_nb's, the command reaches too early to take). The order was found by timing each kernel's compile
+# a kernel's callees are compiled with it. "tree?" is the runs' trees argument (None, or the tree
+# bundle where every run serves trees; see TREES). The order was found by timing each kernel's compile
 # in cold runs with the helper and without (a listener on Numba's compile events). Not here:
 # _gains_nb, which the Planner's own per-sequence kernel compiles in another signature than the
 # engine's (its calibration arrays writable), so a process that plans while the helper compiles
@@ -73,8 +75,8 @@ PLAN = (
      _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
     ("sim._schedule_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "tree", "i8", "i8"), _ALL),
-    ("sim._outcome_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "tree", "f8", "u8"), _ALL),
+    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "tree?", "i8", "i8"), _ALL),
+    ("sim._outcome_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "tree?", "f8", "u8"), _ALL),
     ("sim._depth_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
     ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
     ("sim._engine_kernels", "_release_finished", ("req", "st", "i8", "i8"), _ALL),
@@ -84,10 +86,14 @@ PLAN = (
     ("plan._kernels", "propose_table_nb", ("i8[]", "f8[,,]", "f8[]", "f8", "i8", "i8[]", "f8[,]"), _ALL),
 )
 # Where the command serves trees ("only", "mixed"), after PLAN: the kernels a tree policy's arrays
-# are built with (its greedy order, its prices), in the order a run reaches them.
+# are built with (its greedy order, its prices), in the order a run reaches them, then the
+# engine's tree verbs, which take the tree bundle alone.
 TREE_PLAN = (
     ("tree._kernels", "greedy_order_nb", ("f8[,]r", "i8", "i8", "i8[]", "i8[]", "f8[]", "i8[]"), _ALL),
     ("tree._kernels", "tree_price_nb", ("i8[]", "f8[,,]", "i8", "i8", "i8", "i8[]", "b1", "f8", "f8[]"), _ALL),
+    ("sim._depth_kernels", "auto_tree_nb", ("tab", "srv", "st", "ws", "tree", "i8"), _ALL),
+    ("sim._outcome_kernels", "tree_cost_nb", ("tab", "st", "tree", "i8", "i8", "i8", "b1"), _ALL),
+    ("sim._outcome_kernels", "tree_accepted_nb", ("req", "cal", "tree", "i8", "i8", "u8"), _ALL),
 )
 
 # How often the helper looks for its command, in seconds (a kernel's compile takes seconds).
@@ -147,14 +153,14 @@ atexit.register(stop)
 
 
 def _types() -> dict:
-    """The argument types by name: the engine's bundles as a small chain run of it builds them
-    (the same Numba types whatever the table, the calibration and the policy, a chain or a tree:
-    a test pins that), and scalars."""
+    """The argument types by name: the engine's bundles as a small run of it builds them (the
+    same Numba types whatever the table and calibration: a test pins that), and scalars."""
     import numpy as np
     from numba import typeof, types
 
     from specsim.demo_inputs import demo_calibration, demo_table
     from specsim.policy.policy import parse_policy
+    from specsim.sim.bundles import TreeArrays
     from specsim.sim.engine import prepare
     from specsim.sim.options import ServerOptions
     from specsim.traces._types import REQUEST_DT
@@ -163,8 +169,15 @@ def _types() -> dict:
     requests["arrival_s"], requests["prompt_tokens"], requests["output_tokens"] = (0.0, 0.5), 8, 4
     table = demo_table()
     p = prepare(requests, table, demo_calibration(), parse_policy("fixed:1"), ServerOptions(max_num_seqs=4))
-    named = {name: typeof(getattr(p, name)) for name in ("req", "tab", "cal", "srv", "st", "log", "ws", "tree")}
-    named.update(i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
+    named = {name: typeof(getattr(p, name)) for name in ("req", "tab", "cal", "srv", "st", "log", "ws")}
+    # A tree policy's bundle (sim.trees builds it): its fields' dtypes, dimensions and the rank
+    # acceptance read-only, as the calibration holds it; built here without the greedy order's
+    # compile (a test pins it to a tree run's).
+    i1, f1, accept = np.zeros(1, np.int64), np.zeros(1), np.zeros((1, 1))
+    accept.flags.writeable = False
+    named["tree"] = typeof(TreeArrays(np.zeros((1, 1), np.int64), accept, np.zeros((1, 1)), i1, np.zeros((1, 1, 1, 1)),
+                                      f1, i1, i1, i1, f1, i1))
+    named.update(none=types.none, i8=types.int64, f8=types.float64, u8=types.uint64, b1=types.boolean,
                  **{"i8[]": types.int64[::1], "f8[]": types.float64[::1], "f8[A]": types.float64[:],
                     "f8[,]": types.float64[:, ::1], "f8[,]r": types.Array(types.float64, 2, "C", readonly=True),
                     "f8[,,]": types.float64[:, :, ::1]})
@@ -172,9 +185,16 @@ def _types() -> dict:
 
 
 def kernels(variant: str, trees: str = "none") -> list:
-    """The helper's entries for ``variant`` and ``trees``, in its order: PLAN's, then TREE_PLAN's
-    where runs serve trees."""
-    return [e for e in PLAN + (TREE_PLAN if trees in ("only", "mixed") else ()) if variant in e[3]]
+    """The helper's entries for ``variant`` and ``trees``, in its order, each with its runs' trees
+    argument ("tree?") named: PLAN's, less the kernels that take trees where the command compiles
+    them in two signatures or the helper cannot tell which, then TREE_PLAN's where runs serve trees."""
+    runs = {"none": "none", "only": "tree"}.get(trees)
+    out = []
+    for module, name, args, variants in PLAN + (TREE_PLAN if trees in ("only", "mixed") else ()):
+        if variant not in variants or ("tree?" in args and runs is None):
+            continue
+        out.append((module, name, tuple(runs if a == "tree?" else a for a in args), variants))
+    return out
 
 
 def main(argv) -> int:

@@ -9,7 +9,7 @@ from specsim.plan._types import PlanArrays
 from specsim.sim._draw_kernels import (
     STREAM_ACCEPT, STREAM_BUCKET, bucket_of_nb, draft_hash_nb, entry_nb, half_uniform_nb, request_key_nb, spread_p_nb,
 )
-from specsim.sim._schedule_kernels import _find_decoding, inner, step_part
+from specsim.sim._schedule_kernels import _find_decoding, step_part
 from specsim.table._kernels import context_bracket_nb
 
 
@@ -228,21 +228,6 @@ def auto_tree_nb(tab, srv, st, ws, tree, n):
     return best, (tree.kind_of[best] if is_tree else np.int64(0))
 
 
-@inner
-def _tree_step(tab, srv, st, ws, tree, n, k):
-    """:func:`plan_depths_nb`'s part for a tree policy's run, returning the step's depth from
-    the chain rule's ``k``: the step verifies the first k nodes of the policy's order (a tree)
-    where its width plans one (``tree.step``); tree:auto on a table with a context axis plans the
-    step at the batch's mean context. Called, not inlined: a chain run's step holds none of it."""
-    kind = tree.kind_at[n]
-    if n > 0 and tree.auto[0] != 0:
-        k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
-        if st.rec[0].gate_off != 0:
-            k = 0
-    tree.step[0] = kind if k > 0 else 0
-    return k
-
-
 @step_part
 def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
@@ -273,10 +258,16 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
         k = c if c < k else k  # depth_memo holds the server's caps
     if st.rec[0].gate_off != 0:
         k = 0  # the speculation gate switched speculation off for the rest of the run
-    if tree.kind_at.shape[0] > 0:
-        # A tree policy's run (a chain run's bundle is empty: read once a step, as a chain run's
-        # compile is the tree run's)
-        k = _tree_step(tab, srv, st, ws, tree, n, k)
+    if tree is not None:
+        # Dropped like ``plan`` where ``tree`` is None: a tree policy's step verifies the first k
+        # nodes of its order (a tree) where its width plans one; tree:auto on a table with a
+        # context axis plans the step at the batch's mean context.
+        kind = tree.kind_at[n]
+        if n > 0 and tree.auto[0] != 0:
+            k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
+            if st.rec[0].gate_off != 0:
+                k = 0
+        tree.step[0] = kind if k > 0 else 0
     if plan is not None:
         # Numba drops this branch while compiling an engine whose ``plan`` is None (no run of it
         # plans per sequence), so the per-sequence planner compiles only where it runs.

@@ -11,8 +11,7 @@ Every kernel takes bundles (:mod:`specsim.sim.bundles`): ``req`` (the requests),
 cost table), ``cal`` (the draft-outcome model), ``srv`` (the server), ``st`` (one replica's
 state), ``log`` (its step log), ``ws`` (per-step scratch), ``plan`` (the per-sequence
 planner's workspace, or None where no run plans per sequence) and ``tree`` (a tree policy's
-trees, or every other policy's empty bundle: chains and trees share one compiled engine,
-docs/simulation.md#draft-trees). All loop state lives in
+trees, or None for every other policy: docs/simulation.md#draft-trees). All loop state lives in
 them, so a run can stop after any step and resume with the same result. See docs/simulation.md for the
 scheduling rules and the price of a step.
 """
@@ -140,7 +139,7 @@ def _price_nb(tab, srv, st, ws, tree, n, k):
     ptok = tally.prefill_tokens
     prefill = tally.prefills > 0
     cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
-    if tree.step[0] == 1:
+    if tree is not None and tree.step[0] == 1:
         dms, dj = tree_cost_nb(tab, st, tree, n_sched, rows, k, cut)
     else:
         dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
@@ -191,9 +190,8 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
     plan : PlanWorkspace or None
         The per-sequence planner's workspace (shared likewise); None for an engine none of whose
         runs plans per sequence (the ``sequence`` policy), which then compiles without that planner.
-    tree : TreeArrays
-        A tree policy's trees; for every other policy :func:`~specsim.sim.bundles.no_trees`'s (the
-        same types: one compiled engine serves both; the step reads which it serves once).
+    tree : TreeArrays or None
+        A tree policy's trees; None for every other policy, whose engine then compiles without them.
 
     Returns
     -------

@@ -273,7 +273,7 @@ def _apply_decodes(req, cal, srv, st, ws, tree, t, key, n_all, k_all):
             req.decode_iters[r] += 1
         if k_all == 0:
             acc = 0
-        elif tree is not None:  # a tree step (apply_nb passes None for the others)
+        elif tree is not None and tree.step[0] != 0:
             acc = tree_accepted_nb(req, cal, tree, r, k_all, key)
         else:
             acc = accepted_nb(req, cal, srv, ws, i, r, k_all, key)
@@ -296,28 +296,7 @@ def apply_nb(req, cal, srv, st, ws, tree, t, key):
     """Apply the step that ends at ``t``: decoding sequences emit ``1 + accepted`` tokens,
     prefill chunks advance, a finished prefill emits a token (the first, or the next one after a
     recompute). Returns ``(decode tokens, accepted drafts, requests finished, the first running
-    slot that finished)`` (that slot -1 when none did).
-
-    Chain and tree runs share this kernel's one signature (``tree``: :func:`~specsim.sim.bundles.
-    no_trees` for a chain run); whether the step verifies a tree is read here, once a step, and
-    the per-sequence passes are compiled twice below it: with the tree bundle, and with None for
-    every step that verifies chains, whose passes then hold no tree branch."""
-    if tree.step[0] != 0:
-        return _apply_tree_step(req, cal, srv, st, ws, tree, t, key)
-    return _apply(req, cal, srv, st, ws, None, t, key)
-
-
-@inner
-def _apply_tree_step(req, cal, srv, st, ws, tree, t, key):
-    """:func:`apply_nb` for a step that verifies a tree: called, not inlined, so the chain
-    step's code around the inlined chain passes stays as it was without trees."""
-    return _apply(req, cal, srv, st, ws, tree, t, key)
-
-
-@step_part
-def _apply(req, cal, srv, st, ws, tree, t, key):
-    """:func:`apply_nb`'s work; ``tree`` the tree bundle where this step verifies a tree, else
-    None (Numba then drops the tree branches from the per-sequence passes)."""
+    slot that finished)`` (that slot -1 when none did)."""
     s = st.rec[0]
     tally = ws.tally[0]
     # Slots 0..n_all - 1 decode k_all drafts each (no per-slot scratch was written).
@@ -348,7 +327,7 @@ def _apply(req, cal, srv, st, ws, tree, t, key):
                 req.decode_iters[r] += 1
             if v == 0:
                 acc = 0
-            elif tree is not None:  # a tree step (apply_nb passes None for the others)
+            elif tree is not None and tree.step[0] != 0:
                 acc = tree_accepted_nb(req, cal, tree, r, v, key)
             else:
                 acc = accepted_nb(req, cal, srv, ws, j, r, v, key)

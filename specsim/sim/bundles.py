@@ -244,9 +244,8 @@ class Workspace(NamedTuple):
 
 
 class TreeArrays(NamedTuple):
-    """A tree policy's draft trees as the engine reads them; every other policy's run passes
-    :func:`no_trees` (every array empty, ``kind_at`` among them: the run serves no trees), so chain
-    and tree runs share one compiled engine (docs/simulation.md#draft-trees). Every tree a run verifies is a prefix of one greedy order
+    """A tree policy's draft trees as the engine reads them (None for every other policy, which
+    then compiles without them). Every tree a run verifies is a prefix of one greedy order
     (``specsim.tree.greedy_order``) of M nodes: the first ``v`` nodes of it, ``v`` the step's
     nodes per sequence (the policy's at the width, or fewer where the token budget cut it).
 
@@ -313,14 +312,3 @@ def new_workspace(max_num_seqs: int, max_k: int):
                      np.full((s, kw), np.nan, dtype=np.float32), np.zeros(s, np.int64), np.zeros(s, np.int64),
                      np.zeros(s, np.int64), np.zeros((s, kw), dtype=np.bool_), np.zeros(1, np.int64),
                      np.zeros((1, max_k + 1, 4)), np.zeros((max_k + 1, 4)), np.zeros(1, TALLY_DT))
-
-
-def no_trees():
-    """The :class:`~specsim.sim.bundles.TreeArrays` of a run that serves no trees: every array
-    empty but ``step`` (0: no step verifies a tree), each of a tree run's types (``accept``
-    read-only, as a calibration holds it), so chain runs take the tree runs' compiled engine."""
-    accept = np.zeros((0, 0))
-    accept.flags.writeable = False
-    i0, f0 = np.zeros(0, np.int64), np.zeros(0)
-    return TreeArrays(np.zeros((0, 0), np.int64), accept, np.zeros((0, 0)), i0, np.zeros((0, 0, 0, 0)), f0,
-                      np.zeros(1, np.int64), np.zeros(3, np.int64), i0, f0, i0)

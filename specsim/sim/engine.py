@@ -52,7 +52,6 @@ from specsim.sim._draw_kernels import request_shifts_nb
 from specsim.sim._engine_kernels import run_nb
 from specsim.sim.bundles import (
     CalArrays, MAX_ADAPTIVE_SLOTS, SERVER_DT, Server, TableArrays, new_log, new_requests, new_state, new_workspace,
-    no_trees,
 )
 from specsim.sim.result import SimResult
 from specsim.sim.replay import AcceptanceTrace
@@ -171,7 +170,7 @@ class Prepared(NamedTuple):
     plan: object  # PlanWorkspace or None
     policy: Policy
     options: ResolvedOptions
-    tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else no_trees()'s
+    tree: object = None  # TreeArrays of a tree policy (specsim.sim.trees), else None
 
 
 _sequence_engine = [False]  # this process runs the engine with the per-sequence planner
@@ -299,10 +298,9 @@ def _check_inputs(table, calibration) -> None:
 def _depth_memos(pol: Policy, table, calibration, opts: ResolvedOptions, contexts, replayed: bool):
     """``(depth_memo, idle_memo, tree)``: the policy's depth at every width, its depth there while
     no request waits (the same array but for ``load-aware``) and a tree policy's
-    :class:`~specsim.sim.bundles.TreeArrays` (else :func:`~specsim.sim.bundles.no_trees`'s: one
-    compiled engine serves chains and trees)."""
+    :class:`~specsim.sim.bundles.TreeArrays` (else None)."""
     seqs, k_cap = opts.max_num_seqs, opts.k_max
-    tree = no_trees()
+    tree = None
     if pol.kind == "tree":
         tree_refusal(pol, calibration, k_cap, opts.max_num_batched_tokens, replayed)
         depth_memo, tree = tree_policy_arrays(pol, table, calibration, opts, contexts)

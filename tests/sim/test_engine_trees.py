@@ -75,24 +75,6 @@ def test_trees_match_the_reference_engine(policy, opts):
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("chain", ["fixed:3", "sequence"])
-def test_chain_and_tree_runs_share_one_compiled_engine(chain):
-    """A chain run and a tree run of one engine variant (with or without the per-sequence
-    planner) take the same compiled signature of the engine: serving trees after chains compiles
-    nothing more."""
-    from specsim.sim._engine_kernels import run_nb
-
-    reqs = random_requests(20, 5, rate=6.0)
-    table, cal = tree_table(0.1, 0.02), tree_calibration(AUTO_RANKS)
-    opts = {"max_num_seqs": 6, "prefill_ms_per_token": 0.01}
-    chain_run = simulate(reqs, table, cal, chain, **opts)
-    compiled = set(run_nb.signatures)
-    tree_run = simulate(reqs, table, cal, "tree:auto", **opts)
-    assert set(run_nb.signatures) == compiled
-    assert chain_run.counters["verified_rows"] > 0 and tree_run.counters["verified_rows"] > 0
-
-
-@pytest.mark.kernels
 def test_trees_under_a_request_spread_match_the_reference_engine():
     reqs = random_requests(30, 12, rate=6.0)
     table, cal = tree_table(), tree_calibration(sd=1.2)

@@ -222,7 +222,7 @@ def test_the_helpers_list_names_real_kernels_with_their_arity():
     for module, name, args, variants in _compile_ahead.PLAN + _compile_ahead.TREE_PLAN:
         kernel = getattr(importlib.import_module(f"specsim.{module}"), name)
         assert len(inspect.signature(kernel.py_func).parameters) == len(args), name
-        assert all(a in named for a in args), (name, args)
+        assert all(a in named or a == "tree?" for a in args), (name, args)
         assert set(variants) <= set(_compile_ahead.VARIANTS) and variants, name
         assert name not in ("run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"), name
     for trees in _compile_ahead.TREES:
@@ -233,10 +233,12 @@ def test_the_helpers_list_names_real_kernels_with_their_arity():
         assert plain < {e[1] for e in _compile_ahead.kernels("sequence", trees)}
 
 
-def test_the_kernels_that_take_trees_are_compiled_ahead_in_their_one_signature_whatever_runs_draw():
-    """A kernel that takes a run's trees compiles in one signature, the tree bundle's, for chain
-    and tree runs alike: the helper compiles it with that type whatever the command serves. The
-    trees' own kernels (the tree arrays' builders) come only where the command serves trees."""
+def test_the_kernels_that_take_trees_are_compiled_ahead_only_in_the_one_signature_a_command_compiles():
+    """A kernel that takes a run's trees (None for a chain) compiles in one signature per kind of
+    run: the helper compiles it only where every run is a chain (with None) or every run a tree
+    (with the tree bundle); where the command serves both, or the helper cannot tell, it is left
+    to the command, so the two never write different entries of its cache index. The trees' own
+    kernels come only where the command serves trees."""
     import importlib
     import inspect
 
@@ -252,17 +254,20 @@ def test_the_kernels_that_take_trees_are_compiled_ahead_in_their_one_signature_w
         return out
 
     tree_only = {e[1] for e in _compile_ahead.TREE_PLAN}
-    for trees in _compile_ahead.TREES:
-        assert taking_trees(trees) == {"_price_nb": "tree", "apply_nb": "tree"}, trees
+    assert set(taking_trees("none").values()) == {"none"} and not set(taking_trees("none")) & tree_only
+    assert set(taking_trees("only").values()) == {"tree"} and tree_only < set(taking_trees("only")) | tree_only
+    assert {"_price_nb", "apply_nb"} <= set(taking_trees("none")) & set(taking_trees("only"))
+    assert set(taking_trees("mixed")) <= tree_only and set(taking_trees("mixed").values()) == {"tree"}
+    assert not taking_trees("unknown")
     for trees, served in (("none", False), ("only", True), ("mixed", True), ("unknown", False)):
         names = {e[1] for e in _compile_ahead.kernels("plain", trees)}
         assert (tree_only <= names) == served and (names & tree_only == set()) == (not served), trees
 
 
-def test_the_helpers_tree_type_is_every_runs():
-    """The helper builds the tree bundle's Numba type from a chain run (no greedy order to
-    compile first): the type of every policy's bundle, a tree's or a chain's (one engine
-    signature for both), with and without a context axis and a request spread."""
+def test_the_helpers_tree_type_is_a_tree_runs():
+    """The helper builds the tree bundle's Numba type without a tree (no greedy order to
+    compile first): the type of every tree policy's bundle, with and without a context axis and
+    a request spread."""
     import numpy as np
     from numba import typeof
 
@@ -282,7 +287,7 @@ def test_the_helpers_tree_type_is_every_runs():
     spread = cal.with_spread(RequestSpread(0.5, 0.1, 100, "test"))
     named = _compile_ahead._types()
     for t, c in ((table, cal), (axis, cal), (table, spread)):
-        for policy in ("tree:auto", "tree:4", "tree:3,2", "fixed:0", "propose", "sequence"):
+        for policy in ("tree:auto", "tree:4", "tree:3,2"):
             p = prepare(requests, t, c, parse_policy(policy), ServerOptions(max_num_seqs=4))
             assert typeof(p.tree) == named["tree"], (policy, typeof(p.tree))
 
@@ -423,7 +428,7 @@ def test_what_the_helper_compiled_a_run_loads_and_compiles_in_no_other_signature
     compiled = set(json.loads(run.stdout.strip().splitlines()[-1]))
     assert "run_nb" in compiled and "fleet_nb" in compiled  # the run did compile the rest
     ahead = {e[1] for e in _compile_ahead.kernels(variant, trees)}
-    assert "apply_nb" in ahead and ("greedy_order_nb" in ahead) == (trees != "none")
+    assert {"greedy_order_nb", "tree_accepted_nb"} <= ahead or trees == "none"
     assert not compiled & ahead, sorted(compiled & ahead)
 
 

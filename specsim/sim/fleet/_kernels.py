@@ -50,8 +50,8 @@ class Group(NamedTuple):
     :mod:`specsim.sim.bundles`), its step scratch ``ws`` and per-sequence planner workspace
     ``plan`` (None unless the fleet's policy plans per sequence), shared by the group's replicas,
     which step one at a time, its step-log capacity ``log_size`` and its draft trees ``tree``
-    (:class:`~specsim.sim.bundles.TreeArrays` of a tree policy, else the empty bundle of
-    :func:`~specsim.sim.bundles.no_trees`). Every field has the same type in every group, so a
+    (:class:`~specsim.sim.bundles.TreeArrays` of a tree policy, else None). Every field has the
+    same type in every group (a fleet runs one policy, so every group has trees or none), so a
     tuple of groups is indexable at run time. Built by ``specsim.sim.fleet.fleet._group``."""
 
     tab: tuple
