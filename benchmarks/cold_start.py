@@ -7,7 +7,8 @@ empty at the start, so "cold" is what a fresh install pays; "warm" is the same c
 "first line" is when the command's first stderr line came out (the first-use notice, when the
 command compiles for more than about 2 s). "alone s" is the cold run again, in the same run of
 this script, with the compile-ahead helper off (``SPECSIM_COMPILE_AHEAD=0``: one core compiles
-everything; ``--no-alone`` skips it). Targets hold for a 2-core machine with a load under 1.5:
+everything; ``--no-alone`` skips it). "cpu s" is the cold run's CPU time, the helper's included
+(on a loaded machine wall time grows with the load, CPU time much less). Targets hold for a 2-core machine with a load under 1.5:
 on a busier one the figures grow with the load.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,11 +40,18 @@ def commands(work: Path) -> list:
     ]
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's waited-for children (and theirs: the helper's too)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(argv, cache: Path, ahead: bool = True) -> tuple:
-    """(wall seconds, seconds to the first stderr line or None, exit code)."""
+    """(wall seconds, seconds to the first stderr line or None, exit code, CPU seconds)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["SPECSIM_COMPILE_AHEAD"] = "1" if ahead else "0"
+    cpu = _children_cpu()
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "specsim", *argv], cwd=cache.parent, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -58,7 +67,7 @@ def timed(argv, cache: Path, ahead: bool = True) -> tuple:
     code = proc.wait()
     wall = time.monotonic() - start
     reader.join(5)
-    return wall, (first[0] if first else None), code
+    return wall, (first[0] if first else None), code, _children_cpu() - cpu
 
 
 def main(argv=None) -> int:
@@ -74,7 +83,7 @@ def main(argv=None) -> int:
         (work / "t.toml").write_text(demo_table().to_text())
         (work / "c.toml").write_text(demo_calibration().render())
         print(f"{'command':<12} {'cold s':>7} {'target':>7} {'':4} {'warm s':>7} {'first line s':>12} {'load':>5}"
-              f" {'alone s':>7}")
+              f" {'alone s':>7} {'cpu s':>6} {'alone cpu s':>11}")
         failed = False
         for name, cmd, target in commands(work):
             if args.only and name not in args.only:
@@ -82,23 +91,24 @@ def main(argv=None) -> int:
             cache = work / f"cache-{name.replace(' ', '-')}"
             cache.mkdir()
             load = os.getloadavg()[0]
-            cold, first, code = timed(cmd, cache)
+            cold, first, code, cold_cpu = timed(cmd, cache)
             if name == "demo":
                 cmd = cmd[:2] + [str(work / "demo2")]
-            warm, _, code2 = timed(cmd, cache)
+            warm, _, code2, _ = timed(cmd, cache)
             failed |= bool(code or code2)
-            alone = "-"
+            alone = alone_cpu = "-"
             if not args.no_alone:
                 cache = work / f"alone-{name.replace(' ', '-')}"
                 cache.mkdir()
                 if name == "demo":
                     cmd = cmd[:2] + [str(work / "demo3")]
-                seconds, _, code3 = timed(cmd, cache, ahead=False)
+                seconds, _, code3, cpu = timed(cmd, cache, ahead=False)
                 failed |= bool(code3)
-                alone = f"{seconds:.1f}"
+                alone, alone_cpu = f"{seconds:.1f}", f"{cpu:.1f}"
             verdict = "ok" if cold <= target else "over"
             first_s = "-" if first is None else f"{first:.2f}"
             print(f"{name:<12} {cold:7.1f} {target:7.1f} {verdict:4} {warm:7.1f} {first_s:>12} {load:5.2f} {alone:>7}"
+                  f" {cold_cpu:6.1f} {alone_cpu:>11}"
                   + ("" if not (code or code2) else f"  exit {code}/{code2}"), flush=True)
     return 1 if failed else 0
 
