@@ -551,11 +551,17 @@ def test_a_ctrl_c_swallowed_in_a_callback_from_c_still_ends_the_command_as_inter
             time.sleep(0.01)
         return 0
 
-    for command in (compile_in_a_callback, compile_swallowing_the_signal, compile_going_on):
-        monkeypatch.setattr(cli, "_main", command)
-        assert cli.main(["simulate"]) == 130
-        assert capsys.readouterr().err == "specsim: interrupted\n"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, as a command at a terminal starts with: a shell's background
+    # job (a CI script's `&`) starts with SIGINT ignored, and Python then installs none.
+    started = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        for command in (compile_in_a_callback, compile_swallowing_the_signal, compile_going_on):
+            monkeypatch.setattr(cli, "_main", command)
+            assert cli.main(["simulate"]) == 130
+            assert capsys.readouterr().err == "specsim: interrupted\n"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, started)
 
     def a_bug(argv):
         raise RuntimeError("a bug, not an interrupt")
