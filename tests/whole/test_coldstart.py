@@ -138,10 +138,11 @@ def test_a_cold_process_compiles_each_kernel_once(tmp_path):
     assert run.returncode == 0, run.stderr
     light, counts = json.loads(run.stdout.strip().splitlines()[-1])
     assert light.get("run_nb") == 1
-    assert not {"sequence_depths_nb", "_plan_sequence", "sort_gains_desc_nb"} & set(light), sorted(light)
+    assert not {"_sequence_depths_nb", "_plan_sequence", "bucket_gains_desc_nb", "sort_buckets_nb"} & set(light), \
+        sorted(light)
     for kernel in ("run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"):
         assert counts.get(kernel) == 2, (kernel, counts.get(kernel))
-    for kernel in ("sequence_depths_nb", "admit_nb", "decode_cost_nb", "prefill_cost_nb",
+    for kernel in ("_sequence_depths_nb", "admit_nb", "decode_cost_nb", "prefill_cost_nb",
                    "propose_table_nb", "propose_depth_nb", "width_costs_nb", "row_cost_nb"):
         assert counts.get(kernel) == 1, (kernel, counts.get(kernel))
     twice = {name for name, c in counts.items() if c > 1} - {"run_nb", "step_nb", "_schedule_nb", "plan_depths_nb"}
@@ -229,7 +230,7 @@ def test_the_helpers_list_names_real_kernels_with_their_arity():
         for _, _, args, _ in _compile_ahead.kernels("sequence", trees):
             assert all(a in named for a in args), (trees, args)
         plain = {e[1] for e in _compile_ahead.kernels("plain", trees)}
-        assert not plain & {"_scan_nb", "sort_gains_desc_nb", "_assign_nb"}
+        assert not plain & {"_scan_nb", "bucket_gains_desc_nb", "sort_buckets_nb", "_assign_nb"}
         assert plain < {e[1] for e in _compile_ahead.kernels("sequence", trees)}
 
 
