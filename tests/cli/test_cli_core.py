@@ -140,7 +140,7 @@ def test_import_specsim_is_light():
     assert p.stdout.splitlines() == ["[]", "[]"]
 
 
-# -- answers a user can act on (issue 39, item 7) ----------------------------------------------------
+# -- answers a user can act on (docs/simulation.md, docs/schedules.md) ------------------------------
 
 def test_table_query_on_a_modelled_table_says_modelled(tmp_path, capsys):
     from specsim.demo_inputs import DEMO_DRAFTER, DEMO_GPU, DEMO_MODEL
