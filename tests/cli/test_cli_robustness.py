@@ -387,6 +387,18 @@ def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatc
     assert err == "specsim: interrupted\n"
 
 
+def test_the_command_freezes_the_collector_before_the_interpreter_shuts_down(monkeypatch):
+    # The shutdown's walk over every tracked object was 0.2-0.35 s of a 2 s simulate; the frozen
+    # objects are skipped, and the exit code and the exit handlers are the command's as before.
+    import specsim.cli as cli
+
+    frozen = []
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))
+    with pytest.raises(SystemExit) as ended:
+        cli._leave(3)
+    assert ended.value.code == 3 and frozen == [True]
+
+
 def test_positive_confidences_are_refused_as_not_log_probabilities(files, capsys):
     # Probabilities or logits given where log-probabilities belong all fell in the top bucket.
     (files / "conf.json").write_text("[[-0.1, 0.7], [-0.5]]")
