@@ -261,9 +261,9 @@ def r10_drafters(points, priced: Priced, figures, data=DATA) -> list:
         measured = np.array([points[i].measured for i in mine])
         step_ms = measured * np.array([points[i].acceptance_length for i in mine]) * plain_ms
         error = np.abs(predicted[mine] / measured - 1.0)
-        rows.append((drafter, len(mine), float(error.min()), float(error.max()), float(np.polyfit(depth, step_ms, 1)[0]),
-                     float(np.polyfit(depth, priced.spec_ms[mine], 1)[0]), int(depth.min()),
-                     float(step_ms[np.argmin(depth)])))
+        rows.append((drafter, len(mine), float(error.min()), float(error.max()),
+                     float(np.polyfit(depth, step_ms, 1)[0]), float(np.polyfit(depth, priced.spec_ms[mine], 1)[0]),
+                     int(depth.min()), float(step_ms[np.argmin(depth)])))
     return rows
 
 

@@ -191,8 +191,8 @@ def test_r10s_drafters_apart_are_as_documented():
     report = run()
     docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
     rendered = render(report).splitlines()
-    first = rendered.index("| R10 drafter | points | error, figures fitted on R02 | measured step, growth a draft pass | "
-                           "passes, growth a draft pass | measured step at the smallest K |")
+    first = rendered.index("| R10 drafter | points | error, figures fitted on R02 | measured step, growth a draft "
+                           "pass | passes, growth a draft pass | measured step at the smallest K |")
     assert all(line in docs for line in rendered[first:first + 4])
     (e1, n1, _, high1, measured1, passes1, k1, _), (e3, n3, low3, _, measured3, passes3, k3, _) = report.r10
     assert (e1, e3, n1, n3, k1, k3) == ("eagle-1l", "eagle3-1l", 6, 6, 2, 2)
