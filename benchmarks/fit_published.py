@@ -11,6 +11,8 @@ figures at 0) plus the engine's figures, and prints:
   set -- held out --, with the passes alone, and with the shipped figures;
 - where an R02 speedup falls below 1.0x, the batch step it crosses at, measured and predicted,
   and the planner's depth by batch;
+- R10's two drafters apart, with the figures fitted on R02: each one's errors, its measured steps'
+  growth a draft pass beside its passes', and its measured step at the smallest K;
 - SGLang's R03 curves priced with the sglang profile, whose host figures are vLLM's (a documented
   default: R03 cannot fit SGLang's own -- its per-step figures, fitted on it with the per-row
   figures held at vLLM's, come out at 0, since fixed host work per step is invisible beside
@@ -243,6 +245,28 @@ def plan_choices(points, group: str, figures) -> list:
     return [(p.width, goodput_depth(table, cal, p.width)) for p in curve]
 
 
+def r10_drafters(points, priced: Priced, figures, data=DATA) -> list:
+    """R10's two drafters apart, with vLLM ``figures`` (those fitted without R10): ``[(drafter,
+    points, smallest and largest |error|, the measured step's growth a draft pass, the passes'
+    growth a draft pass, the smallest K and the measured step there)]``, in ms. A measured step is the
+    TPOT times the acceptance length; a growth is the least-squares slope over K; the passes are
+    priced as vLLM runs them (its figures at 0)."""
+    with open(data / "R10_vllm_eagle1_eagle3_ksweep_bs1.csv", newline="") as f:
+        (plain_ms,) = {float(row["baseline_value"]) for row in csv.DictReader(f) if row["metric"] == "TPOT"}
+    predicted = predict(points, priced, figures)
+    rows = []
+    for drafter in sorted({p.drafter for p in points if p.set == "R10"}):
+        mine = [i for i, p in enumerate(points) if p.set == "R10" and p.drafter == drafter]
+        depth = np.array([points[i].depth for i in mine], dtype=np.float64)
+        measured = np.array([points[i].measured for i in mine])
+        step_ms = measured * np.array([points[i].acceptance_length for i in mine]) * plain_ms
+        error = np.abs(predicted[mine] / measured - 1.0)
+        rows.append((drafter, len(mine), float(error.min()), float(error.max()),
+                     float(np.polyfit(depth, step_ms, 1)[0]), float(np.polyfit(depth, priced.spec_ms[mine], 1)[0]),
+                     int(depth.min()), float(step_ms[np.argmin(depth)])))
+    return rows
+
+
 def sglang_checks(points, priced: Priced) -> tuple:
     """R03 priced with the shipped sglang profile (its host figures vLLM's: R03 cannot fit
     SGLang's own, see the module docstring), with the passes alone, and with the per-step figures
@@ -300,6 +324,7 @@ class Report(NamedTuple):
     held_out_figures: dict            # (engine, set or curve) -> figures fitted without it
     crossing: list                    # (group, measured (above, below), predicted held out (above, below))
     plans: dict                       # R02 curve -> [(batch, depth the planner picks)], figures held out
+    r10: list                         # r10_drafters(), figures held out
     sglang: tuple                     # sglang_checks()
     others: list                      # trtllm_checks()
 
@@ -334,7 +359,8 @@ def run(data=DATA) -> Report:
     predicted_cross = {g: (a, b) for g, a, b in crossovers(r02, predicted_all[vllm])}
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
     plans = {g: plan_choices(points, g, held_figures["vllm", "R02"]) for g in sorted({p.group for p in r02})}
-    return Report(figures, held, held_figures, crossing, plans, sglang_checks(points, priced), trtllm_checks(data))
+    r10 = r10_drafters(points, priced, held_figures["vllm", "R10"], data)
+    return Report(figures, held, held_figures, crossing, plans, r10, sglang_checks(points, priced), trtllm_checks(data))
 
 
 def render(report: Report) -> str:
@@ -354,6 +380,11 @@ def render(report: Report) -> str:
     lines += ["", "| curve | planner's depth by batch (figures held out) |", "|---|---|"]
     for g, choices in report.plans.items():
         lines.append(f"| {g} | " + ", ".join(f"{b}: {k}" for b, k in choices) + " |")
+    lines += ["", "| R10 drafter | points | error, figures fitted on R02 | measured step, growth a draft pass | "
+              "passes, growth a draft pass | measured step at the smallest K |", "|---|---|---|---|---|---|"]
+    for drafter, n, low, high, measured, passes, k, first in report.r10:
+        lines.append(f"| {drafter} | {n} | {100 * low:.1f}-{100 * high:.1f}% | {measured:.2f} ms | {passes:.2f} ms | "
+                     f"{first:.2f} ms (K = {k}) |")
     own, rows = report.sglang
     lines += ["", "per-step figures fitted on R03 (per-row figures vLLM's): "
               + ", ".join(f"{n} = {v:.3f}" for n, v in zip(NAMES, own)), "",

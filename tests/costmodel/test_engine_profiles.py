@@ -185,6 +185,28 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     assert len(others) == 3 and all(line in docs for line in others)
 
 
+def test_r10s_drafters_apart_are_as_documented():
+    from benchmarks.fit_published import render, run
+
+    report = run()
+    docs = (ROOT / "docs" / "tables.md").read_text(encoding="utf-8")
+    rendered = render(report).splitlines()
+    first = rendered.index("| R10 drafter | points | error, figures fitted on R02 | measured step, growth a draft "
+                           "pass | passes, growth a draft pass | measured step at the smallest K |")
+    assert all(line in docs for line in rendered[first:first + 4])
+    (e1, n1, _, high1, measured1, passes1, k1, _), (e3, n3, low3, _, measured3, passes3, k3, _) = report.r10
+    assert (e1, e3, n1, n3, k1, k3) == ("eagle-1l", "eagle3-1l", 6, 6, 2, 2)
+    # What the docs set out: EAGLE-3's passes are the cheaper, its measured steps grow the faster,
+    # and R10's median is the mean of EAGLE-1's worst error and EAGLE-3's best.
+    assert passes3 < passes1 and measured3 > measured1
+    assert report.held_out["vllm", "R10"][0] == pytest.approx((high1 + low3) / 2.0)
+    for shown in (f"EAGLE-1's steps grow {measured1 - passes1:.2f} ms a pass beyond its passes",
+                  f"EAGLE-3's grow {measured3 - passes3:.2f} ms beyond its passes",
+                  f"at most {measured1:.2f} ms of host time", f"would need {measured3:.2f} ms",
+                  f"of the {measured3 - measured1:.2f} ms"):
+        assert shown in " ".join(docs.split()), shown
+
+
 def test_each_engine_pads_as_its_graphs_count():
     sglang, trtllm = ENGINE_PROFILES["sglang"], ENGINE_PROFILES["trtllm"]
     # SGLang captures batch sizes: 9 sequences run the 10-sequence graph, each keeping its 4 rows.
