@@ -216,11 +216,12 @@ def _engine_nets(setup: Setup):
     """The target's and drafter's nets as an engine runs them (see :func:`step_parts`), and the
     number of target layers an EAGLE-3 drafter fuses (0 for others)."""
     m, d = setup.model, setup.drafter
-    target = _target_net(m)._replace(vocab_parallel=True)
+    ar = setup.engine.allreduce
+    target = _target_net(m)._replace(vocab_parallel=True, allreduce=ar)
     draft = _drafter_net(m, d, setup.models)
     if draft is None:
         return target, None, 0
-    draft = draft._replace(vocab_parallel=True, vocab_map=m.vocab if draft.head_rows != m.vocab else 0)
+    draft = draft._replace(vocab_parallel=True, vocab_map=m.vocab if draft.head_rows != m.vocab else 0, allreduce=ar)
     if d.kind == "head" and d.fuse_inputs > 2:  # EAGLE-3: the fusing projection leaves the pass
         return target, draft._replace(fuse_inputs=0, qkv_inputs=2), d.fuse_inputs
     return target, draft, 0
@@ -304,6 +305,8 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
     if eng is not None:  # only then: a table without an engine keeps its digests
         stack |= {"engine_profile": eng.name} | {f"engine_{name}": value for name, value in eng.constants().items()}
+        if eng.allreduce is not None:  # where its all-reduce runs depends on the GPUs' links
+            stack["engine_interconnect"] = g.interconnect
     key = TableKey(
         SCHEMA,
         g.name if tp == 1 else f"{g.name}-tp{tp}",
