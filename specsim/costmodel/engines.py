@@ -290,8 +290,9 @@ SGLANG_ALLREDUCE = dataclasses.replace(VLLM_ALLREDUCE, source="rule: SGLang's Cu
 # ``selectImplementation`` picks MIN_LATENCY at tp <= 2, and above tp 2 MIN_LATENCY up to 128 tokens
 # and NCCL beyond (``ALLREDUCE_AUTO_HEURISTIC_MIN_LATENCY_THRESHOLD_TOKEN_NUM``, default 128).
 # MIN_LATENCY runs the fused all-reduce kernels one-shot up to ``kOneShotMaxToken`` = 128 tokens
-# (allReduceFusionKernels.h), two-shot above. Its ranks: up to 16 a node (``MAX_RANKS_PER_NODE``).
-TRTLLM_ALLREDUCE = CustomAllReduce(**PEER_ALLREDUCE_FIGURES, world_sizes=tuple(range(2, 17)), oneshot_rows=128,
+# (allReduceFusionKernels.h), two-shot above; its kernels are built for 2, 4, 8 and 16 ranks
+# (``allreduce_fusion_op``'s dispatch on ``nranks``).
+TRTLLM_ALLREDUCE = CustomAllReduce(**PEER_ALLREDUCE_FIGURES, world_sizes=(2, 4, 8, 16), oneshot_rows=128,
                                    nccl_rows=((2, math.inf), (16, 128)), max_bytes=8e6,
                                    source="rule: TensorRT-LLM's AllreduceOp AUTO strategy (allreduceOp.cpp); "
                                           + _PEER_SOURCE)

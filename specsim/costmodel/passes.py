@@ -506,7 +506,8 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         A serving engine's profile (:data:`~specsim.costmodel.engines.ENGINE_PROFILES`): the pass
         runs as the engine runs a verify pass -- at its CUDA-graph size (the rows that adds priced
         in ``padding_ms``), its LM head over the rows given, and on ``tp > 1`` the embedding's
-        all-reduce and the logits' gather in ``comm_ms`` -- and a pass of more rows than
+        all-reduce and the logits' gather in ``comm_ms``, the all-reduces run by the engine's own
+        kernels on NVLink GPUs (``EngineProfile.allreduce``) -- and a pass of more rows than
         sequences pays the engine's per-step and per-verify-row parts (``engine_ms``).
 
     Returns

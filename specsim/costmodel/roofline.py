@@ -157,7 +157,8 @@ def step_parts(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8) -> StepPa
     and MTP proposers do: each pass at its CUDA-graph size, the LM heads over the rows they sample
     only; the first draft pass runs the drafter's layers over every verified row (to write their
     KV and features) and samples one row per sequence; the embedding's all-reduce and the logits'
-    gather on ``tp > 1``; a drafter with its own vocabulary maps its logits into the target's; and
+    gather on ``tp > 1``, and the all-reduces by the engine's own kernels where the GPUs' NVLink
+    allows (``EngineProfile.allreduce``); a drafter with its own vocabulary maps its logits into the target's; and
     an EAGLE-3 drafter (``fuse_inputs > 2``) has the target keep that many layers' hidden states,
     fuses them once per step over the verified rows (a replicated projection), and attends over
     [embedding; feature] in its layer.

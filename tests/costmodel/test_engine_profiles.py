@@ -298,6 +298,7 @@ def _ring_s(gpu, rows, hidden, tp):
     ("trtllm", "h200", 8, 128, ("one", 8)),     # up to 128 tokens: one-shot
     ("trtllm", "h200", 8, 129, "ring"),         # beyond, above tp 2: NCCL
     ("trtllm", "h200", 2, 129, ("two", 2)),     # at tp 2: two-shot
+    ("trtllm", "h200", 6, 4, "ring"),           # its kernels are built for 2, 4, 8 and 16 ranks
     ("vllm", "h100-nvl", 2, 4, ("one", 2)),     # an NVLink-bridged pair
     ("vllm", "h100-nvl", 4, 4, "ring"),         # bridges link pairs only
     ("vllm", "l40s", 2, 4, "ring"),             # PCIe
