@@ -87,18 +87,19 @@ class CustomAllReduce:
         e = self.link_efficiency
         if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 < e <= 1.0:
             problems.append(f"link_efficiency = {e!r} must be in (0, 1]")
-        if not self.world_sizes or any(isinstance(w, bool) or not isinstance(w, int) or w < 2
-                                       for w in self.world_sizes):
-            problems.append(f"world_sizes = {self.world_sizes!r} must be whole numbers >= 2")
+        sizes = self.world_sizes
+        if not isinstance(sizes, tuple) or not sizes or not all(_whole(w) and w >= 2 for w in sizes):
+            problems.append(f"world_sizes = {sizes!r} must be a tuple of whole numbers >= 2")
         for f in ("oneshot_bytes", "nccl_rows"):
             steps = getattr(self, f)
-            if any(not isinstance(st, tuple) or len(st) != 2 or not isinstance(st[0], int) or st[1] < 0
-                   for st in steps) or [st[0] for st in steps] != sorted({st[0] for st in steps}):
+            if not isinstance(steps, tuple) or not all(
+                    isinstance(st, tuple) and len(st) == 2 and _whole(st[0]) and _number(st[1]) and st[1] >= 0
+                    for st in steps) or [st[0] for st in steps] != sorted({st[0] for st in steps}):
                 problems.append(f"{f} = {steps!r} must be (tp, limit) pairs ascending by tp, limits >= 0")
-        if not (isinstance(self.oneshot_rows, int) and self.oneshot_rows >= 0):
+        if not (_whole(self.oneshot_rows) and self.oneshot_rows >= 0):
             problems.append(f"oneshot_rows = {self.oneshot_rows!r} must be a whole number >= 0")
-        if not self.max_bytes > 0:
-            problems.append(f"max_bytes = {self.max_bytes!r} must be > 0")
+        if not (_number(self.max_bytes) and self.max_bytes > 0):
+            problems.append(f"max_bytes = {self.max_bytes!r} must be a number > 0")
         if problems:
             raise CostModelError("the custom all-reduce is refused", problems)
 
@@ -136,6 +137,14 @@ class CustomAllReduce:
                 "world_sizes": ",".join(map(str, self.world_sizes)), "oneshot_bytes": steps(self.oneshot_bytes),
                 "oneshot_rows": int(self.oneshot_rows), "nccl_rows": steps(self.nccl_rows),
                 "max_bytes": "any" if math.isinf(self.max_bytes) else f"{self.max_bytes:g}"}
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
 
 def _step(steps, tp: int, default: float) -> float:

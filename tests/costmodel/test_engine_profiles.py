@@ -339,6 +339,10 @@ def test_a_custom_all_reduce_at_an_unsupported_size_falls_back_to_the_ring():
     (dict(oneshot_bytes=((8, 1.0), (4, 1.0))), "oneshot_bytes"),
     (dict(oneshot_rows=-1), "oneshot_rows = -1"),
     (dict(max_bytes=0.0), "max_bytes = 0.0"),
+    (dict(max_bytes="8M"), "max_bytes = '8M' must be a number > 0"),
+    (dict(world_sizes=8), "world_sizes = 8 must be a tuple"),
+    (dict(nccl_rows=((8, "all"),)), "nccl_rows = ((8, 'all'),)"),
+    (dict(oneshot_rows=True), "oneshot_rows = True"),
 ])
 def test_a_bad_custom_all_reduce_is_refused(kwargs, message):
     from specsim.costmodel.engines import CustomAllReduce, PEER_ALLREDUCE_FIGURES
