@@ -19,7 +19,11 @@ figures at 0) plus the engine's figures, and prints:
   DeepSeek-V3's 20-40 ms steps; freed, the per-row figures it asks for stand for what the roofline
   misses of MoE verify passes, not for host work), with the passes alone and with that fit;
 - TensorRT-LLM's one usable point (R09), priced with its profile (whose figures are vLLM's too:
-  no TensorRT-LLM set supports a fit) and with the passes alone.
+  no TensorRT-LLM set supports a fit) and with the passes alone;
+- the engines' own all-reduce (:class:`specsim.costmodel.engines.CustomAllReduce`): its one-shot
+  and two-shot latency figures fitted on the published latencies of TensorRT-LLM's custom
+  all-reduce kernels on H100s at tp 2, 4 and 8 (``allreduce_sglang_pr2904_h100.csv``), with each
+  point's error, and how far the model lies below vLLM's kernel measured with its input copy.
 
 A point's ratio is what its set measures against the same engine without speculation:
 
@@ -314,6 +318,60 @@ def trtllm_checks(data=DATA) -> list:
     return out
 
 
+ALLREDUCE_DATA = "allreduce_sglang_pr2904_h100.csv"
+ALLREDUCE_NAMES = ("oneshot_us", "oneshot_peer_us", "twoshot_us", "twoshot_peer_us", "link_efficiency")
+H100_LINK_GBS = 450.0  # the h100-sxm spec's per-direction NVLink rate
+
+
+def read_allreduce(data=DATA) -> dict:
+    """The published all-reduce latencies: ``{kernel: [(tp, message bytes, seconds)]}``."""
+    out = {}
+    with open(data / ALLREDUCE_DATA, newline="") as f:
+        for row in csv.DictReader(f):
+            out.setdefault(row["kernel"], []).append((int(row["tp"]), float(row["message_bytes"]),
+                                                      float(row["latency_ms"]) * 1e-3))
+    return out
+
+
+def measured_rule(**figures):
+    """The custom all-reduce the measurements ran: sgl-kernel's TensorRT-LLM kernels pick one-shot
+    at tp 2, below 1 MiB at tp <= 4 and below 512 KiB above (its ``SelectImplementation``)."""
+    from specsim.costmodel.engines import CustomAllReduce
+
+    return CustomAllReduce(**figures, world_sizes=(2, 4, 6, 8), oneshot_bytes=((2, np.inf), (4, 1 << 20), (8, 1 << 19)))
+
+
+def fit_allreduce(data=DATA):
+    """The latency figures (:data:`ALLREDUCE_NAMES`) minimising the squared relative error over the
+    TensorRT-LLM kernel's points: ``(figures, [(kernel, tp, bytes, measured s, model s)])``."""
+    sets = read_allreduce(data)
+    trt = next(v for k, v in sets.items() if k.startswith("TensorRT-LLM"))
+    tp, size, t = (np.array(c, dtype=np.float64) for c in zip(*trt))
+
+    low, high = np.array([0.0, 0.0, 0.0, 0.0, 1e-6]), np.array([np.inf] * 4 + [1.0])
+
+    def model(x, tp_, size_):  # the figures kept where a CustomAllReduce takes them while the fit steps
+        rule = measured_rule(**dict(zip(ALLREDUCE_NAMES, np.clip(x, low, high))))
+        return np.array([float(rule.seconds(int(a), 1.0, b, H100_LINK_GBS)[0]) for a, b in zip(tp_, size_)])
+
+    x = np.array([3.0, 0.3, 6.0, 0.5, 0.6])
+    for _ in range(100):
+        r = model(x, tp, size) / t - 1.0
+        jac = np.empty((r.size, x.size))
+        for j in range(x.size):
+            h = 1e-6 * max(abs(x[j]), 1.0)
+            e = np.zeros(x.size)
+            e[j] = h
+            jac[:, j] = ((model(x + e, tp, size) / t - 1.0) - r) / h
+        step = np.linalg.lstsq(jac, -r, rcond=None)[0]
+        x = x + step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    figures = dict(zip(ALLREDUCE_NAMES, map(float, x)))
+    points = [(k, int(a), b, c, float(model(x, [a], [b])[0])) for k, v in sets.items() for a, b, c in v]
+    return figures, points
+
+
 def _leading(text: str) -> int:
     return int(text.split()[0])
 
@@ -327,6 +385,7 @@ class Report(NamedTuple):
     r10: list                         # r10_drafters(), figures held out
     sglang: tuple                     # sglang_checks()
     others: list                      # trtllm_checks()
+    allreduce: tuple                  # fit_allreduce()
 
 
 def run(data=DATA) -> Report:
@@ -360,7 +419,8 @@ def run(data=DATA) -> Report:
     crossing = [(g, measured_cross[g], predicted_cross.get(g)) for g in sorted(measured_cross)]
     plans = {g: plan_choices(points, g, held_figures["vllm", "R02"]) for g in sorted({p.group for p in r02})}
     r10 = r10_drafters(points, priced, held_figures["vllm", "R10"], data)
-    return Report(figures, held, held_figures, crossing, plans, r10, sglang_checks(points, priced), trtllm_checks(data))
+    return Report(figures, held, held_figures, crossing, plans, r10, sglang_checks(points, priced), trtllm_checks(data),
+                  fit_allreduce(data))
 
 
 def render(report: Report) -> str:
@@ -395,7 +455,25 @@ def render(report: Report) -> str:
     lines += ["", "| TensorRT-LLM set | compared | published | trtllm profile | passes alone |", "|---|---|---|---|---|"]
     for row in report.others:
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", *render_allreduce(*report.allreduce)]
     return "\n".join(lines)
+
+
+def render_allreduce(figures, points) -> list:
+    """The all-reduce fit's figures, its median |error| and each point, measured / model (µs)."""
+    trt = [(m, f) for k, _, _, m, f in points if k.startswith("TensorRT-LLM")]
+    err = float(np.median([abs(f / m - 1.0) for m, f in trt]))
+    sizes = sorted({b for _, _, b, _, _ in points})
+    lines = [f"all-reduce figures fitted on TensorRT-LLM's kernel, median abs error {100 * err:.1f}% over "
+             f"{len(trt)} points:", ", ".join(f"{n} = {v:.3f}" for n, v in figures.items()), "",
+             "| kernel | tp | " + " | ".join(f"{b / 1024:g} KiB" for b in sizes) + " |",
+             "|---|---|" + "---|" * len(sizes)]
+    for kernel in dict.fromkeys(k for k, *_ in points):
+        for tp in sorted({t for k, t, *_ in points if k == kernel}):
+            cells = {b: (m, f) for k, t, b, m, f in points if k == kernel and t == tp}
+            lines.append(f"| {kernel.split(' (')[0]} | {tp} | " + " | ".join(
+                f"{1e6 * cells[b][0]:.1f} / {1e6 * cells[b][1]:.1f}" for b in sizes) + " |")
+    return lines
 
 
 def main(argv=None):

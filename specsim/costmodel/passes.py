@@ -235,6 +235,7 @@ class _Net(NamedTuple):
     qkv_inputs: int = 1       # widths of ``hidden`` the first layer's QKV reads (EAGLE-3: [embedding; feature])
     vocab_parallel: bool = False  # the embedding's all-reduce and the LM head's gather priced on tp > 1
     vocab_map: int = 0        # the target vocabulary a draft vocabulary's logits are mapped into (0 = none)
+    allreduce: object = None  # the engine's CustomAllReduce for the activations' all-reduces (None: NCCL's ring)
 
 
 def _mla(m: ModelSpec) -> tuple:
@@ -427,12 +428,18 @@ def _head(clock: _Clock, net: _Net, tp: int, rows, sampled):
 
 
 def _comm_s(gpu: GpuSpec, ach: Achieved, net: _Net, tp: int, rows, sampled):
-    """Two ring all-reduces of the activations per layer; for a vocabulary-parallel net, also the
-    embedding's all-reduce and the gather of the ``sampled`` rows' logits shards."""
+    """Two all-reduces of the activations per layer -- NCCL's ring, or the engine's own all-reduce
+    where it runs one (``net.allreduce``, :class:`~specsim.costmodel.engines.CustomAllReduce`) --;
+    for a vocabulary-parallel net, also the embedding's all-reduce and the gather of the
+    ``sampled`` rows' logits shards (NCCL)."""
     if tp <= 1:
         return np.zeros_like(rows)
     link = gpu.link_gbs * 1e9 * ach.link_efficiency
     per_reduce = 2 * (tp - 1) * ach.hop_us * 1e-6 + 2.0 * (tp - 1) / tp * rows * net.hidden * ACTIVATION_BYTES / link
+    if net.allreduce is not None:
+        own, nccl = net.allreduce.seconds(tp, rows, rows * net.hidden * ACTIVATION_BYTES, gpu.link_gbs,
+                                          gpu.interconnect)
+        per_reduce = np.where(nccl, per_reduce, own)
     layers = 2 * (net.dense_layers + net.moe_layers) * per_reduce
     if not net.vocab_parallel:
         return layers
@@ -499,7 +506,8 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
         A serving engine's profile (:data:`~specsim.costmodel.engines.ENGINE_PROFILES`): the pass
         runs as the engine runs a verify pass -- at its CUDA-graph size (the rows that adds priced
         in ``padding_ms``), its LM head over the rows given, and on ``tp > 1`` the embedding's
-        all-reduce and the logits' gather in ``comm_ms`` -- and a pass of more rows than
+        all-reduce and the logits' gather in ``comm_ms``, the all-reduces run by the engine's own
+        kernels on NVLink GPUs (``EngineProfile.allreduce``) -- and a pass of more rows than
         sequences pays the engine's per-step and per-verify-row parts (``engine_ms``).
 
     Returns
@@ -514,7 +522,7 @@ def forward_breakdown(gpu, model, *, tokens, seqs, context, tp: int = 1, overhea
     ov = _overheads(overheads)
     ach = _achieved(achieved, g)
     eng = engine_profile(engine)
-    net = _target_net(m) if eng is None else _target_net(m)._replace(vocab_parallel=True)
+    net = _target_net(m) if eng is None else _target_net(m)._replace(vocab_parallel=True, allreduce=eng.allreduce)
     p = _pass(net, g, ach, ov, int(tp), tokens, seqs, context)
     host = (ov.step_ms + ov.seq_ms * np.asarray(seqs, dtype=np.float64)) * np.ones_like(p.linear_s)
     padding, engine_ms = np.zeros_like(p.linear_s), np.zeros_like(p.linear_s)

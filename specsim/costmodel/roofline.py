@@ -157,7 +157,8 @@ def step_parts(setup: Setup, *, widths=DEFAULT_WIDTHS, max_k: int = 8) -> StepPa
     and MTP proposers do: each pass at its CUDA-graph size, the LM heads over the rows they sample
     only; the first draft pass runs the drafter's layers over every verified row (to write their
     KV and features) and samples one row per sequence; the embedding's all-reduce and the logits'
-    gather on ``tp > 1``; a drafter with its own vocabulary maps its logits into the target's; and
+    gather on ``tp > 1``, and the all-reduces by the engine's own kernels where the GPUs' NVLink
+    allows (``EngineProfile.allreduce``); a drafter with its own vocabulary maps its logits into the target's; and
     an EAGLE-3 drafter (``fuse_inputs > 2``) has the target keep that many layers' hidden states,
     fuses them once per step over the verified rows (a replicated projection), and attends over
     [embedding; feature] in its layer.
@@ -216,11 +217,12 @@ def _engine_nets(setup: Setup):
     """The target's and drafter's nets as an engine runs them (see :func:`step_parts`), and the
     number of target layers an EAGLE-3 drafter fuses (0 for others)."""
     m, d = setup.model, setup.drafter
-    target = _target_net(m)._replace(vocab_parallel=True)
+    ar = setup.engine.allreduce
+    target = _target_net(m)._replace(vocab_parallel=True, allreduce=ar)
     draft = _drafter_net(m, d, setup.models)
     if draft is None:
         return target, None, 0
-    draft = draft._replace(vocab_parallel=True, vocab_map=m.vocab if draft.head_rows != m.vocab else 0)
+    draft = draft._replace(vocab_parallel=True, vocab_map=m.vocab if draft.head_rows != m.vocab else 0, allreduce=ar)
     if d.kind == "head" and d.fuse_inputs > 2:  # EAGLE-3: the fusing projection leaves the pass
         return target, draft._replace(fuse_inputs=0, qkv_inputs=2), d.fuse_inputs
     return target, draft, 0
@@ -304,6 +306,8 @@ def model_table(gpu, model, drafter, *, tp: int = 1, context_tokens: int = DEFAU
     stack = dataclasses.asdict(ov) | {f"achieved_{name}": value for name, value in ach.constants().items()}
     if eng is not None:  # only then: a table without an engine keeps its digests
         stack |= {"engine_profile": eng.name} | {f"engine_{name}": value for name, value in eng.constants().items()}
+        if eng.allreduce is not None:  # where its all-reduce runs depends on the GPUs' links
+            stack["engine_interconnect"] = g.interconnect
     key = TableKey(
         SCHEMA,
         g.name if tp == 1 else f"{g.name}-tp{tp}",

@@ -58,7 +58,10 @@ class GpuSpec:
     bandwidth tensor-parallel collectives run over (NVLink, or PCIe where there is none);
     ``idle_w`` the board power with nothing running; ``arch`` the GPU class whose fitted achieved
     fractions apply (``ampere``, ``hopper``; any other takes the mean of the fitted classes, see
-    :func:`specsim.costmodel.roofline.achieved_for`).
+    :func:`specsim.costmodel.roofline.achieved_for`); ``interconnect`` how the GPUs of one server
+    reach each other (:data:`INTERCONNECTS`), which decides whether a serving engine's own
+    all-reduce runs over peer links (docs/tables.md#engine-profiles). It prices nothing without an
+    engine, so it stays out of the spec's digest (an engine's table keys it in its stack).
     """
 
     name: str
@@ -72,6 +75,7 @@ class GpuSpec:
     link_gbs: float = 32.0
     arch: str = ""
     source: str = ""
+    interconnect: str = dataclasses.field(default="pcie", metadata={"digest_omitted": True})
 
     def matrix_tflops(self, dtype: str) -> float:
         """Dense matrix rate for weights of ``dtype``, falling back to a wider format."""
@@ -222,24 +226,29 @@ class DrafterSpec:
 
 
 DRAFTER_KINDS = ("head", "model", "ngram")
+INTERCONNECTS = ("pcie", "nvlink-bridge", "nvswitch", "xgmi", "network")
+"""What ``GpuSpec.interconnect`` may say: ``pcie`` (no GPU-to-GPU link: PCIe only), ``nvlink-bridge``
+(NVLink between pairs of GPUs), ``nvswitch`` (every GPU of the server reaches every other over
+NVLink through NVSwitch), ``xgmi`` (AMD Infinity Fabric links, a full mesh on an 8-GPU MI300X
+platform), ``network`` (one GPU a node: tensor parallelism crosses a network adapter)."""
 
 
 # -- built-ins ------------------------------------------------------------------------------
 _GPUS = (
     GpuSpec("h100-sxm", memory_gb=80, bandwidth_gbs=3350, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=70, link_gbs=450, arch="hopper",
+            tdp_w=700, idle_w=70, link_gbs=450, arch="hopper", interconnect="nvswitch",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, BF16 1,979 / FP8 3,958 "
                    "TFLOPS with sparsity (halved: dense), 700 W, NVLink 900 GB/s; idle ~70 W as nvidia-smi reports"),
     GpuSpec("h100-nvl", memory_gb=94, bandwidth_gbs=3900, bf16_tflops=835.5, fp8_tflops=1670.5,
-            tdp_w=400, idle_w=60, link_gbs=300, arch="hopper",
+            tdp_w=400, idle_w=60, link_gbs=300, arch="hopper", interconnect="nvlink-bridge",
             source="NVIDIA H100 NVL datasheet: 94 GB HBM3, 3.9 TB/s, BF16 1,671 / FP8 3,341 TFLOPS with sparsity "
                    "(halved: dense), 350-400 W, NVLink bridge 600 GB/s; idle power estimated"),
     GpuSpec("h200", memory_gb=141, bandwidth_gbs=4800, bf16_tflops=989.4, fp8_tflops=1978.9,
-            tdp_w=700, idle_w=75, link_gbs=450, arch="hopper",
+            tdp_w=700, idle_w=75, link_gbs=450, arch="hopper", interconnect="nvswitch",
             source="NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 1,979 / FP8 3,958 TFLOPS "
                    "with sparsity (halved: dense), up to 700 W, NVLink 900 GB/s; idle power estimated as H100's"),
     GpuSpec("a100-80gb", memory_gb=80, bandwidth_gbs=2039, bf16_tflops=312,
-            tdp_w=400, idle_w=55, link_gbs=300, arch="ampere",
+            tdp_w=400, idle_w=55, link_gbs=300, arch="ampere", interconnect="nvswitch",
             source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, "
                    "no FP8, 400 W, NVLink 600 GB/s; idle ~55 W as nvidia-smi reports"),
     GpuSpec("rtx3090", memory_gb=24, bandwidth_gbs=936, bf16_tflops=71, tdp_w=350, idle_w=30, link_gbs=32,
@@ -253,16 +262,16 @@ _GPUS = (
             source="NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, BF16 362.05 / FP8 733 TFLOPS dense "
                    "(724 / 1,466 with sparsity), 350 W, PCIe Gen4 x16 (64 GB/s both ways), no NVLink"),
     GpuSpec("b200", memory_gb=180, bandwidth_gbs=8000, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000,
-            tdp_w=1000, idle_w=120, link_gbs=900, arch="blackwell",
+            tdp_w=1000, idle_w=120, link_gbs=900, arch="blackwell", interconnect="nvswitch",
             source="NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e, 8 TB/s, FP16/BF16 4.5 / FP8 9 / FP4 18 "
                    "PFLOPS with sparsity (halved: dense), 1,000 W, NVLink 5 1.8 TB/s; idle power estimated"),
     GpuSpec("mi300x", memory_gb=192, bandwidth_gbs=5300, bf16_tflops=1307.4, fp8_tflops=2614.9,
-            tdp_w=750, idle_w=90, link_gbs=448, arch="cdna3",
+            tdp_w=750, idle_w=90, link_gbs=448, arch="cdna3", interconnect="xgmi",
             source="AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s, BF16 1,307.4 / FP8 2,614.9 TFLOPS dense, "
                    "750 W, seven Infinity Fabric links of 64 GB/s per direction (448 GB/s); idle power estimated; "
                    "no profile of this class: the mean of the fitted classes"),
     GpuSpec("gb10", memory_gb=128, bandwidth_gbs=273, bf16_tflops=62.5, fp8_tflops=250, fp4_tflops=500,
-            tdp_w=140, idle_w=10, link_gbs=25, arch="blackwell",
+            tdp_w=140, idle_w=10, link_gbs=25, arch="blackwell", interconnect="network",
             source="NVIDIA DGX Spark (GB10 Grace Blackwell Superchip) spec sheet: 128 GB LPDDR5x unified, "
                    "273 GB/s, 1 PFLOP FP4 with sparsity (halved: 500 dense), 140 W SoC TDP; FP8 and BF16 rates "
                    "are not published and are estimated at 1/2 and 1/8 of FP4 (Blackwell ratios); ConnectX-7 200 Gb/s"),
@@ -367,6 +376,7 @@ def digest(*specs, **values) -> str:
     doc = []
     for s in specs:
         fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "source"
+                  and not f.metadata.get("digest_omitted")
                   and not (f.metadata.get("digest_default_omitted") and getattr(s, f.name) == f.default)}
         doc.append({"kind": type(s).__name__, **fields})
     doc.append(values)
@@ -726,6 +736,8 @@ def _value_problems(spec) -> list:
                 problems.append(f"{f} = {v!r} must be 0 (none) or in {GPU_RANGES[f][0]:g}..{high:g}")
         if spec.idle_w >= spec.tdp_w:
             problems.append(f"idle_w = {spec.idle_w!r} must be below tdp_w = {spec.tdp_w!r}")
+        if spec.interconnect not in INTERCONNECTS:
+            problems.append(f"interconnect = {spec.interconnect!r} must be one of {', '.join(INTERCONNECTS)}")
     elif isinstance(spec, ModelSpec):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab"):
             if not 1 <= getattr(spec, f) <= MAX_SPEC_INT:

@@ -181,8 +181,16 @@ def test_the_fit_reproduces_the_shipped_figures_and_the_documented_errors():
     sglang = rendered.index("| SGLang curve | points | sglang profile (vLLM's figures) | passes alone | "
                             "per-step figures fitted on R03 |")
     assert all(line in docs for line in rendered[sglang:sglang + 4])
-    others = rendered[rendered.index("| TensorRT-LLM set | compared | published | trtllm profile | passes alone |"):]
+    start = rendered.index("| TensorRT-LLM set | compared | published | trtllm profile | passes alone |")
+    others = rendered[start:rendered.index("", start)]
     assert len(others) == 3 and all(line in docs for line in others)
+    # The engines' all-reduce: the shipped latency figures are the fit's, and its table is in the docs.
+    from benchmarks.fit_published import ALLREDUCE_NAMES
+    from specsim.costmodel.engines import PEER_ALLREDUCE_FIGURES
+    np.testing.assert_allclose([report.allreduce[0][n] for n in ALLREDUCE_NAMES],
+                               [PEER_ALLREDUCE_FIGURES[n] for n in ALLREDUCE_NAMES], atol=5e-4)
+    fitted = rendered[rendered.index("", start) + 1:]
+    assert fitted[0].startswith("all-reduce figures fitted") and all(line in docs for line in fitted)
 
 
 def test_r10s_drafters_apart_are_as_documented():
@@ -224,9 +232,13 @@ def test_each_engine_pads_as_its_graphs_count():
         assert t.meta["stack_engine_profile"] == name and t.meta["engine_source"] == profile.source
         assert t.meta["step_parts_engine_verify_rows_ms"] == pytest.approx(profile.verify_row_us * 1e-3 * 36)
         assert t.meta["step_parts_draft_fuse_ms"] > 0 and t.meta["step_parts_draft_extend_ms"] > 0
-    # On tp > 1 the engine's passes also pay the embedding's all-reduce and the logits' gather.
+    # On tp > 1 the engine's passes also pay the embedding's all-reduce and the logits' gather: more
+    # than the passes alone where the engine's all-reduces are NCCL's ring (no custom all-reduce, or a
+    # GPU without NVLink), less on NVSwitch GPUs, where its own all-reduce replaces the ring.
     bare = forward_breakdown("h200", "llama-3.1-70b", tokens=36, seqs=9, context=1024, tp=8)
-    assert fb.comm_ms > bare.comm_ms
+    ring = forward_breakdown("h200", "llama-3.1-70b", tokens=36, seqs=9, context=1024, tp=8,
+                             engine=EngineProfile("ring"))
+    assert ring.comm_ms > bare.comm_ms > fb.comm_ms
     assert EngineProfile("x", graph_unit="sequences").graph_unit == "sequences"
     with pytest.raises(CostModelError, match="graph_unit = 'rows' must be one of tokens, sequences"):
         EngineProfile("x", graph_unit="rows")
@@ -253,6 +265,151 @@ def test_a_table_without_an_engine_is_unchanged_by_the_engines_mechanisms():
         fb = forward_breakdown(g, model, tokens=n * (k + 1), seqs=n, context=2048, tp=tp)
         np.testing.assert_allclose(costs[:, :, VERIFY_MS], fb.total_ms, rtol=1e-12)
         assert not np.any(fb.engine_ms) and not np.any(fb.padding_ms)
+
+
+# -- the engines' own all-reduce ----------------------------------------------------------------------
+def _one_reduce_us(rows, hidden, tp, shot, link_gbs=450.0):
+    """One all-reduce of ``rows`` bf16 rows as docs/tables.md writes the latency model, with the
+    figures fitted on TensorRT-LLM's kernels (oneshot 3.493 + 0.226 (tp-1) us, twoshot 7.707 +
+    0.223 (tp-1) us, bytes at 0.613 of the link)."""
+    size = rows * hidden * 2.0
+    link = link_gbs * 1e3 * 0.613  # bytes per microsecond
+    if shot == 1:
+        return 3.493 + 0.226 * (tp - 1) + (tp - 1) * size / link
+    return 7.707 + 0.223 * (tp - 1) + 2.0 * (tp - 1) / tp * size / link
+
+
+def test_a_tp8_h200_engine_prices_its_all_reduces_as_the_sourced_latency_model():
+    """Llama-3.1-70B on 8 H200s at 4 rows: 161 all-reduces (two a layer, the embedding's), each the
+    one-shot kernel's latency, plus NCCL's ring gather of the logits' shards -- not 161 ring
+    all-reduces of ``2 (tp - 1)`` hops (about 34 us each, the old price)."""
+    g, m = gpu_spec("h200"), model_spec("llama-3.1-70b")
+    ach = plain_achieved(g)
+    gather_ms = ((7 * ach.hop_us * 1e-6 + 7 / 8 * 4 * m.vocab * 2.0 / (g.link_gbs * 1e9 * ach.link_efficiency))
+                 * 1e3)
+    for engine in ("vllm", "sglang", "trtllm"):
+        fb = forward_breakdown(g, m, tokens=4, seqs=4, context=1024, tp=8, engine=engine)
+        expected = 161 * _one_reduce_us(4, 8192, 8, 1) * 1e-3 + gather_ms
+        assert fb.comm_ms == pytest.approx(expected, rel=1e-9)
+        ring = forward_breakdown(g, m, tokens=4, seqs=4, context=1024, tp=8, engine=EngineProfile("ring"))
+        assert ring.comm_ms > 4 * fb.comm_ms  # the ring's price is several times the kernels'
+    # At 16 rows (256 KiB) vLLM's kernel runs two-shot at tp 8 (one-shot below 256 KiB), TensorRT-LLM's
+    # one-shot (up to 128 tokens).
+    kw = dict(tokens=16, seqs=4, context=1024, tp=8)
+    gather16 = ((7 * ach.hop_us * 1e-6 + 7 / 8 * 16 * m.vocab * 2.0 / (g.link_gbs * 1e9 * ach.link_efficiency))
+                * 1e3)
+    assert forward_breakdown(g, m, engine="vllm", **kw).comm_ms == pytest.approx(
+        161 * _one_reduce_us(16, 8192, 8, 2) * 1e-3 + gather16, rel=1e-9)
+    assert forward_breakdown(g, m, engine="trtllm", **kw).comm_ms == pytest.approx(
+        161 * _one_reduce_us(16, 8192, 8, 1) * 1e-3 + gather16, rel=1e-9)
+
+
+def _ring_s(gpu, rows, hidden, tp):
+    ach = plain_achieved(gpu)
+    return 2 * (tp - 1) * ach.hop_us * 1e-6 + 2.0 * (tp - 1) / tp * rows * hidden * 2.0 / (
+        gpu.link_gbs * 1e9 * ach.link_efficiency)
+
+
+@pytest.mark.parametrize("engine,gpu,tp,rows,expected", [
+    ("vllm", "h200", 8, 15, ("one", 8)),        # 240 KiB < 256 KiB: one-shot
+    ("vllm", "h200", 8, 16, ("two", 8)),        # 256 KiB: two-shot
+    ("vllm", "h200", 4, 31, ("one", 4)),        # below 512 KiB at tp 4
+    ("vllm", "h200", 4, 32, ("two", 4)),
+    ("vllm", "h200", 2, 200, ("one", 2)),       # tp 2: always one-shot
+    ("vllm", "h200", 8, 512, "ring"),           # 8 MiB: NCCL
+    ("trtllm", "h200", 8, 128, ("one", 8)),     # up to 128 tokens: one-shot
+    ("trtllm", "h200", 8, 129, "ring"),         # beyond, above tp 2: NCCL
+    ("trtllm", "h200", 2, 129, ("two", 2)),     # at tp 2: two-shot
+    ("trtllm", "h200", 6, 4, "ring"),           # its kernels are built for 2, 4, 8 and 16 ranks
+    ("vllm", "h100-nvl", 2, 4, ("one", 2)),     # an NVLink-bridged pair
+    ("vllm", "h100-nvl", 4, 4, "ring"),         # bridges link pairs only
+    ("vllm", "l40s", 2, 4, "ring"),             # PCIe
+    ("sglang", "mi300x", 8, 4, "ring"),         # Infinity Fabric: no published latency, RCCL's ring
+])
+def test_each_engine_picks_its_all_reduce_by_its_own_rule(engine, gpu, tp, rows, expected):
+    g = gpu_spec(gpu)
+    ar = ENGINE_PROFILES[engine].allreduce
+    size = rows * 8192 * 2.0
+    seconds, nccl = ar.seconds(tp, rows, size, g.link_gbs, g.interconnect)
+    if expected == "ring":
+        assert bool(nccl) and np.isnan(seconds)
+        return
+    shot, _ = expected
+    assert not bool(nccl)
+    assert float(seconds) * 1e6 == pytest.approx(_one_reduce_us(rows, 8192, tp, 1 if shot == "one" else 2,
+                                                                g.link_gbs), rel=1e-9)
+
+
+def test_a_custom_all_reduce_at_an_unsupported_size_falls_back_to_the_ring():
+    from specsim.costmodel.engines import CustomAllReduce, PEER_ALLREDUCE_FIGURES
+    ar = CustomAllReduce(**PEER_ALLREDUCE_FIGURES, world_sizes=(2, 4))
+    g = gpu_spec("h100-sxm")
+    seconds, nccl = ar.seconds(8, np.array([1.0, 4.0]), np.array([16384.0, 65536.0]), g.link_gbs, g.interconnect)
+    assert nccl.tolist() == [True, True] and np.isnan(seconds).all()
+    # Priced in a pass: the ring's all-reduces, as without the engine's kernels.
+    m = model_spec("llama-3.1-8b")
+    with_ar = forward_breakdown(g, m, tokens=4, seqs=4, context=512, tp=8,
+                                engine=EngineProfile("x", allreduce=ar))
+    without = forward_breakdown(g, m, tokens=4, seqs=4, context=512, tp=8, engine=EngineProfile("x"))
+    assert with_ar.comm_ms == without.comm_ms
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(oneshot_us=-1.0), "oneshot_us = -1.0 must be a finite number >= 0"),
+    (dict(link_efficiency=1.5), "link_efficiency = 1.5 must be in (0, 1]"),
+    (dict(world_sizes=(1, 2)), "world_sizes = (1, 2)"),
+    (dict(oneshot_bytes=((8, 1.0), (4, 1.0))), "oneshot_bytes"),
+    (dict(oneshot_rows=-1), "oneshot_rows = -1"),
+    (dict(max_bytes=0.0), "max_bytes = 0.0"),
+    (dict(max_bytes="8M"), "max_bytes = '8M' must be a number > 0"),
+    (dict(world_sizes=8), "world_sizes = 8 must be a tuple"),
+    (dict(nccl_rows=((8, "all"),)), "nccl_rows = ((8, 'all'),)"),
+    (dict(oneshot_rows=True), "oneshot_rows = True"),
+])
+def test_a_bad_custom_all_reduce_is_refused(kwargs, message):
+    from specsim.costmodel.engines import CustomAllReduce, PEER_ALLREDUCE_FIGURES
+    with pytest.raises(CostModelError) as e:
+        CustomAllReduce(**(PEER_ALLREDUCE_FIGURES | kwargs))
+    assert message in str(e.value)
+    with pytest.raises(CostModelError, match="allreduce = 3 must be a CustomAllReduce or None"):
+        EngineProfile("x", allreduce=3)
+
+
+def test_the_interconnect_leaves_a_table_without_an_engine_as_it_was(tmp_path):
+    """The GPUs' interconnect prices nothing without an engine: the spec's digest is the one it had
+    (its fields before ``interconnect``, hashed as they were), and a table without an engine is the
+    same, costs and keys, whatever the interconnect says; an engine's table keys it."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from specsim.costmodel.specs import digest
+    g = gpu_spec("h200")
+    before = {"kind": "GpuSpec", "name": "h200", "memory_gb": 141, "bandwidth_gbs": 4800, "bf16_tflops": 989.4,
+              "tdp_w": 700, "idle_w": 75, "fp8_tflops": 1978.9, "fp4_tflops": 0.0, "link_gbs": 450, "arch": "hopper"}
+    text = json.dumps([before, {}], sort_keys=True, separators=(",", ":"))
+    assert g.interconnect == "nvswitch" and digest(g) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    pcie = dataclasses.replace(g, interconnect="pcie")
+    kw = dict(widths=[1, 4, 16], max_k=3, tp=8, context_tokens=1024)
+    a = model_table(g, "llama-3.1-70b", "eagle3-1l", **kw)
+    b = model_table(pcie, "llama-3.1-70b", "eagle3-1l", **kw)
+    np.testing.assert_array_equal(a.costs, b.costs)
+    assert dict(a.key.plan_digests) == dict(b.key.plan_digests) and "stack_engine_interconnect" not in a.meta
+    ea = model_table(g, "llama-3.1-70b", "eagle3-1l", engine="trtllm", **kw)
+    eb = model_table(pcie, "llama-3.1-70b", "eagle3-1l", engine="trtllm", **kw)
+    assert ea.meta["stack_engine_interconnect"] == "nvswitch" and eb.meta["stack_engine_interconnect"] == "pcie"
+    assert ea.meta["stack_engine_allreduce_oneshot_rows"] == 128
+    assert dict(ea.key.plan_digests) != dict(eb.key.plan_digests)
+    assert (ea.costs[:, :, VERIFY_MS] < eb.costs[:, :, VERIFY_MS]).all()  # PCIe: NCCL's ring
+    # A spec file names it; a wrong one is refused, naming the choices.
+    f = tmp_path / "g.toml"
+    f.write_text('[[gpu]]\nname = "x"\nmemory_gb = 80\nbandwidth_gbs = 3000\nbf16_tflops = 900\ntdp_w = 700\n'
+                 'idle_w = 70\ninterconnect = "nvlink"\n')
+    from specsim.costmodel import load_specs
+    with pytest.raises(CostModelError, match="interconnect = 'nvlink' must be one of pcie, nvlink-bridge, nvswitch"):
+        load_specs(f)
+    f.write_text(f.read_text().replace('"nvlink"', '"nvswitch"'))
+    assert load_specs(f)["gpu"]["x"].interconnect == "nvswitch"
 
 
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
