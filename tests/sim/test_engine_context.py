@@ -131,18 +131,27 @@ def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
     assert numba.typeof(prep.tab.costs) == numba.typeof(prep.ws.grid)
 
 
-def test_a_table_with_an_axis_and_one_without_run_one_compiled_engine():
-    """The engine's table bundle has one Numba type whether the table has a context axis (its
-    contexts a read-only array) or not (an empty one): else the whole engine, and the fleet's
-    kernel, would be compiled twice in a process that runs both."""
+def test_a_run_without_context_pricing_hands_the_engine_no_context_axis():
+    """Without context pricing (a table without an axis, or the pricing off) the engine's table
+    bundle holds None for the contexts and their costs, so the engine compiled for the run
+    carries none of the context pricing's code (docs/simulation.md, "What a run does not use");
+    with it, arrays. Each kind has one Numba type whatever the policy."""
     numba = pytest.importorskip("numba")
     from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    types = {numba.typeof(prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions()).tab)
-             for t in (small_table(), context_table()) for policy in ("fixed:2", "sequence")}
-    assert len(types) == 1, types
+
+    def tabs(t, **opts):
+        return [prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions(**opts)).tab
+                for policy in ("fixed:2", "sequence", "propose")]
+
+    for tab in tabs(small_table()) + tabs(context_table(), context_pricing=False):
+        assert tab.contexts is None and tab.cwcs is None
+    axis = tabs(context_table())
+    assert all(tab.contexts.shape == (3,) for tab in axis)
+    assert len({numba.typeof(tab) for tab in tabs(small_table())}) == 1
+    assert len({numba.typeof(tab) for tab in axis}) == 1
 
 
 def test_the_table_hands_the_engine_its_costs_at_every_width_and_context():
@@ -168,3 +177,6 @@ def test_the_table_hands_the_engine_its_costs_at_every_width_and_context():
                    ServerOptions(max_num_seqs=9))
     for got, want in zip(prep.tab, (widths, costs, wcs, contexts, cwcs)):
         assert np.array_equal(got, want)
+    prep = prepare(requests([(0.0, 8, 4)]), table, small_calibration(), parse_policy("fixed:2"),
+                   ServerOptions(max_num_seqs=9, context_pricing=False))
+    assert prep.tab.contexts is None and prep.tab.cwcs is None and np.array_equal(prep.tab.wcs, wcs)
