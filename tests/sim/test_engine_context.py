@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.sim import simulate
+from specsim.sim import ServerOptions, simulate
 from specsim.table import Cell, CostTable, TableKey
 from tests.fixtures import random_requests, requests, small_calibration, small_table
 from tests.sim.test_engine import POLICIES, assert_matches_reference, assert_serving_invariants, run_reference
@@ -114,6 +114,25 @@ def test_fleets_price_their_replicas_at_their_own_context():
     assert not np.array_equal(res.fleet.finish_s, flat.fleet.finish_s)
     for rep, alone in zip(res.replicas, flat.replicas):
         assert rep.kv["mean_decode_context"] > 0 == alone.kv["mean_decode_context"]
+
+
+@pytest.mark.parametrize("policy", ["fixed:2", "propose", "sequence"])
+def test_a_fleet_of_a_group_with_context_pricing_and_one_without_prices_each_as_alone(policy):
+    """A group without context pricing (its engine bundle's context axis None) beside one with
+    it: the fleet's groups share one type (the first holds an empty axis), and each replica is
+    the single server on its share, priced without contexts and with them."""
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+
+    reqs = random_requests(60, 4, rate=12.0)
+    cal = small_calibration()
+    opts = ServerOptions(max_num_seqs=4, seed=3)
+    fleet = Fleet([ReplicaGroup("flat", 1, small_table(), cal, opts), ReplicaGroup("axis", 1, context_table(), cal, opts)])
+    res = simulate_fleet(reqs, fleet, policy, router="round_robin")
+    for r, g in enumerate(fleet.groups):
+        alone = simulate(reqs[res.assignment == r], g.table, cal, policy, options=opts)
+        assert np.array_equal(res.replicas[r].finish_s, alone.finish_s)
+        assert res.replicas[r].energy == alone.energy and res.replicas[r].kv == alone.kv
+    assert res.replicas[0].kv["mean_decode_context"] == 0 < res.replicas[1].kv["mean_decode_context"]
 
 
 @pytest.mark.parametrize("table", [small_table(), context_table()], ids=["plain", "context axis"])
