@@ -95,7 +95,8 @@ def _profiled_run_nb(req, tab, cal, srv, st, log, ws, plan, tree, spent):
                 sk.admit_nb(req, srv, st, ws, budget, separate)
             spent[3] += _cycles() - c4
         c5 = _cycles()
-        ms, n_sched, rows, ptok = ek._price_nb(tab, srv, st, ws, tree, n, k)
+        dms, dj = ek._decode_part_nb(tab, srv, st, ws, tree, n, k)
+        ms, n_sched, rows, ptok = ek._price_nb(srv, st, ws, k, dms, dj)
         t = s.t_s + ms / 1000.0
         c6 = _cycles()
         spent[4] += c6 - c5

@@ -75,7 +75,7 @@ PLAN = (
      _SEQ),
     ("plan._kernels", "_assign_nb", ("f8[]", "i8", "i8[]", "f8[]", "i8", "i8[]"), _SEQ),
     ("sim._schedule_kernels", "schedule_running_nb", ("req", "srv", "st", "ws", "i8", "i8"), _ALL),
-    ("sim._engine_kernels", "_price_nb", ("tab", "srv", "st", "ws", "tree?", "i8", "i8"), _ALL),
+    ("sim._engine_kernels", "_price_nb", ("srv", "st", "ws", "i8", "f8", "f8"), _ALL),
     ("sim._outcome_kernels", "apply_nb", ("req", "cal", "srv", "st", "ws", "tree?", "f8", "u8"), _ALL),
     ("sim._depth_kernels", "adapt_nb", ("srv", "st", "f8"), _ALL),
     ("sim._engine_kernels", "log_step_nb", ("st", "log", "f8", "i8", "f8", "i8", "i8"), _ALL),
@@ -87,12 +87,13 @@ PLAN = (
 )
 # Where the command serves trees ("only", "mixed"), after PLAN: the kernels a tree policy's arrays
 # are built with (its greedy order, its prices), in the order a run reaches them, then the
-# engine's tree verbs, which take the tree bundle alone.
+# engine's tree verb that takes the tree bundle alone. Not here: the verbs that also take the
+# table's bundle (auto_tree_nb, tree_cost_nb), whose type says whether the run prices contexts
+# (its context axis None or an array), which the command line cannot tell; nor any other kernel
+# that takes the table's bundle, for that reason.
 TREE_PLAN = (
     ("tree._kernels", "greedy_order_nb", ("f8[,]r", "i8", "i8", "i8[]", "i8[]", "f8[]", "i8[]"), _ALL),
     ("tree._kernels", "tree_price_nb", ("i8[]", "f8[,,]", "i8", "i8", "i8", "i8[]", "b1", "f8", "f8[]"), _ALL),
-    ("sim._depth_kernels", "auto_tree_nb", ("tab", "srv", "st", "ws", "tree", "i8"), _ALL),
-    ("sim._outcome_kernels", "tree_cost_nb", ("tab", "st", "tree", "i8", "i8", "i8", "b1"), _ALL),
     ("sim._outcome_kernels", "tree_accepted_nb", ("req", "cal", "tree", "i8", "i8", "u8"), _ALL),
 )
 
@@ -154,7 +155,8 @@ atexit.register(stop)
 
 def _types() -> dict:
     """The argument types by name: the engine's bundles as a small run of it builds them (the
-    same Numba types whatever the table and calibration: a test pins that), and scalars."""
+    same Numba types whatever the calibration and, but for the table's bundle, which no kernel
+    of the lists takes, whatever the table: a test pins that), and scalars."""
     import numpy as np
     from numba import typeof, types
 

@@ -44,6 +44,18 @@ def _draw_sequence_drafts(req, cal, ws, j, r, d, key):
 
 
 @step_part
+def _plan_arrays(contexts, tab, cal, ws):
+    """The per-sequence planner's arrays: the step costs at this width and the live context
+    (``ws.grid``) with context pricing, else the table's (``contexts`` None: Numba compiles that
+    case alone; an empty array picks it at run time)."""
+    if contexts is None:
+        return PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+    if contexts.shape[0] > 0:
+        return PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
+    return PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+
+
+@step_part
 def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
     """The sequence policy's depths: draft ``min(k, left - 1)`` each, then the planner (``plan``:
     its workspace)."""
@@ -61,10 +73,7 @@ def _plan_sequence(req, tab, cal, srv, st, ws, plan, n, k, key):
         # The planner's kernel, its confidences looked up through the calibration's cells
         # (cal.cell_p) as the Planner's are; with context pricing it reads the
         # step costs at this width and the live context (ws.grid, built by plan_depths_nb).
-        if tab.contexts.shape[0] > 0:
-            arrays = PlanArrays(ws.grid_width, ws.grid, cal.edges, cal.cells, cal.p_accept, cal.priors)
-        else:
-            arrays = PlanArrays(tab.widths, tab.costs, cal.edges, cal.cells, cal.p_accept, cal.priors)
+        arrays = _plan_arrays(tab.contexts, tab, cal, ws)
         _sequence_depths_nb(arrays, cal.cell_p, ws.conf[:n], ws.n_conf[:n], ws.known[:n], kd, o.row_budget,
                             o.slack, ws.vdepth[:n], plan)
     else:
@@ -230,6 +239,37 @@ def auto_tree_nb(tab, srv, st, ws, tree, n):
 
 
 @step_part
+def _context_depth(contexts, tab, srv, st, ws, n, waiting, k):
+    """The depth ``k`` of the memo, or with context pricing (``contexts`` a non-empty array) the
+    step costs at width ``n`` > 0 and the batch's mean context put in ``ws.grid`` and, for the
+    planner's policies, their depth there. ``contexts`` None (no context pricing): Numba compiles
+    none of it (docs/simulation.md, "What a run does not use")."""
+    if contexts is None:
+        return k
+    if contexts.shape[0] == 0:
+        return k
+    _context_grid(tab, st, ws, n)
+    if srv.rec[0].live_depth != 0:
+        return _live_depth(srv, ws, n, waiting)
+    return k
+
+
+@step_part
+def _context_tree(contexts, tab, srv, st, ws, tree, n, k, kind):
+    """``(k, kind)``: a tree policy's nodes and ``kind_at`` code at width ``n`` > 0 as the memo
+    gives them, or ``tree:auto``'s at the batch's mean context (:func:`auto_tree_nb`, only with
+    context pricing: ``contexts`` None compiles none of it)."""
+    if contexts is None:
+        return k, kind
+    if tree.auto[0] == 0:
+        return k, kind
+    k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
+    if st.rec[0].gate_off != 0:
+        k = 0
+    return k, kind
+
+
+@step_part
 def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     """Draft and verify depths of the ``n`` decoding sequences (``ws.slot[:n]``).
 
@@ -250,10 +290,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
     """
     waiting = st.rec[0].q_len > 0
     k = srv.depth_memo[n] if waiting else srv.idle_memo[n]
-    if n > 0 and tab.contexts.shape[0] > 0:
-        _context_grid(tab, st, ws, n)
-        if srv.rec[0].live_depth != 0:
-            k = _live_depth(srv, ws, n, waiting)
+    if n > 0:
+        k = _context_depth(tab.contexts, tab, srv, st, ws, n, waiting, k)
     if srv.rec[0].adaptive != 0 and n > 0:
         c = adaptive_depth_nb(srv, st, n)
         k = c if c < k else k  # depth_memo holds the server's caps
@@ -264,10 +302,8 @@ def plan_depths_nb(req, tab, cal, srv, st, ws, plan, tree, n, key):
         # nodes of its order (a tree) where its width plans one; tree:auto on a table with a
         # context axis plans the step at the batch's mean context.
         kind = tree.kind_at[n]
-        if n > 0 and tree.auto[0] != 0:
-            k, kind = auto_tree_nb(tab, srv, st, ws, tree, n)
-            if st.rec[0].gate_off != 0:
-                k = 0
+        if n > 0:
+            k, kind = _context_tree(tab.contexts, tab, srv, st, ws, tree, n, k, kind)
         tree.step[0] = kind if k > 0 else 0
     if plan is not None:
         # Numba drops this branch while compiling an engine whose ``plan`` is None (no run of it

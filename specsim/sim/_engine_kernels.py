@@ -125,12 +125,29 @@ def _schedule_nb(req, tab, cal, srv, st, ws, plan, tree, key):
 
 
 @step_part
-def _price_nb(tab, srv, st, ws, tree, n, k):
-    """Price the scheduled step and count it. Returns ``(ms, decoding sequences, rows, prefill
+def _decode_part_nb(tab, srv, st, ws, tree, n, k):
+    """(ms, J) of the scheduled step's decode part: the chain's price (:func:`decode_cost_nb`)
+    or, for a step that verifies a branching tree, the tree's (:func:`tree_cost_nb`). A step is
+    cut when it scheduled fewer than the ``n`` decoding sequences planned or, under a uniform
+    policy, fewer rows than ``n * k``."""
+    tally = ws.tally[0]  # counted as the step was scheduled
+    n_sched = tally.decoding
+    rows = tally.rows
+    cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
+    if tree is not None and tree.step[0] == 1:
+        return tree_cost_nb(tab, st, tree, n_sched, rows, k, cut)
+    return decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
+
+
+@step_part
+def _price_nb(srv, st, ws, k, dms, dj):
+    """Price the scheduled step whose decode part costs ``dms`` ms and ``dj`` J
+    (:func:`_decode_part_nb`) and count it. Returns ``(ms, decoding sequences, rows, prefill
     tokens)``. A mixed step costs its decode part ``d`` plus its prefill part ``p``, less, when
     priced as one forward pass, the part the two share: ``min(d, p, p_fixed)`` with ``p_fixed``
     the prefill cost's per-step fixed part (time and energy alike). The saving is taken from the
-    prefill part, which then pays only its tokens' marginal cost."""
+    prefill part, which then pays only its tokens' marginal cost. Takes no table: its one
+    compiled signature serves tables with a context axis and without."""
     s = st.rec[0]
     tally = ws.tally[0]  # counted as the step was scheduled
     n_sched = tally.decoding
@@ -138,11 +155,6 @@ def _price_nb(tab, srv, st, ws, tree, n, k):
     drafted = tally.drafted
     ptok = tally.prefill_tokens
     prefill = tally.prefills > 0
-    cut = n_sched != n or (srv.rec[0].per_sequence == 0 and rows != n * k)
-    if tree is not None and tree.step[0] == 1:
-        dms, dj = tree_cost_nb(tab, st, tree, n_sched, rows, k, cut)
-    else:
-        dms, dj = decode_cost_nb(tab, srv, st, n_sched, rows, k, cut)
     pms = 0.0
     pj = 0.0
     if prefill:
@@ -204,7 +216,8 @@ def step_nb(req, tab, cal, srv, st, log, ws, plan, tree):
         return False
     key = seed_key_nb(srv.rec[0].seed)
     n, k = _schedule_nb(req, tab, cal, srv, st, ws, plan, tree, key)
-    ms, n_sched, rows, ptok = _price_nb(tab, srv, st, ws, tree, n, k)
+    dms, dj = _decode_part_nb(tab, srv, st, ws, tree, n, k)
+    ms, n_sched, rows, ptok = _price_nb(srv, st, ws, k, dms, dj)
     t = s.t_s + ms / 1000.0
     tokens, accepted, done, first_done = apply_nb(req, cal, srv, st, ws, tree, t, key)
     # The blocks the step held (settled by scheduling, or by apply: it frees none).

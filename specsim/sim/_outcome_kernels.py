@@ -64,12 +64,23 @@ def decode_cost_nb(tab, srv, st, n, rows, k, cut):
     """
     if n == 0:
         return 0.0, 0.0
-    if tab.contexts.shape[0] == 0:
+    return _context_decode_cost(tab.contexts, tab, srv, st, n, rows, k, cut)
+
+
+@step_part
+def _context_decode_cost(contexts, tab, srv, st, n, rows, k, cut):
+    """:func:`decode_cost_nb` for ``n`` > 0. ``contexts``: the table's, None without context
+    pricing, for which Numba compiles the reference grid's price alone (docs/simulation.md,
+    "What a run does not use"); an empty array (a fleet's group beside one that prices
+    contexts) prices so at run time."""
+    if contexts is None:
+        return _decode_cost_at(tab.wcs, srv, n, rows, k, cut)
+    if contexts.shape[0] == 0:
         return _decode_cost_at(tab.wcs, srv, n, rows, k, cut)
     s = st.rec[0]
     c = s.ctx_tokens / s.ctx_seqs
     s.ctx_priced += c
-    lo, hi, t = context_bracket_nb(tab.contexts, c)
+    lo, hi, t = context_bracket_nb(contexts, c)
     ms, joules = _decode_cost_at(tab.cwcs[lo], srv, n, rows, k, cut)
     if lo == hi:
         return ms, joules
@@ -192,12 +203,20 @@ def tree_cost_nb(tab, st, tree, n, rows, k, cut):
     prices."""
     if n == 0:
         return 0.0, 0.0
-    if tab.contexts.shape[0] == 0:
+    return _context_tree_cost(tab.contexts, tab, st, tree, n, rows, k, cut)
+
+
+@step_part
+def _context_tree_cost(contexts, tab, st, tree, n, rows, k, cut):
+    """:func:`tree_cost_nb` for ``n`` > 0; ``contexts`` as :func:`_context_decode_cost` reads it."""
+    if contexts is None:
+        return _tree_cost_at(tab.wcs, tree.prices[0], tree, n, rows, k, cut)
+    if contexts.shape[0] == 0:
         return _tree_cost_at(tab.wcs, tree.prices[0], tree, n, rows, k, cut)
     s = st.rec[0]
     c = s.ctx_tokens / s.ctx_seqs
     s.ctx_priced += c
-    lo, hi, t = context_bracket_nb(tab.contexts, c)
+    lo, hi, t = context_bracket_nb(contexts, c)
     ms, joules = _tree_cost_at(tab.cwcs[lo], tree.prices[lo], tree, n, rows, k, cut)
     if lo == hi:
         return ms, joules

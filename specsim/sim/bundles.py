@@ -128,7 +128,9 @@ class TableArrays(NamedTuple):
     (:func:`specsim.plan.depth_table.engine_table`): ``widths int64[W]``, ``costs float64[W, K+1,
     4]``, and ``wcs float64[S+1, K+1, 4]``, the costs interpolated at every width 0..S. With
     context pricing on a table with a context axis, ``contexts int64[C]`` and ``cwcs float64[C,
-    S+1, K+1, 4]`` (``wcs`` at each measured context); else both empty (C = 0)."""
+    S+1, K+1, 4]`` (``wcs`` at each measured context); else both None, and the engine compiled
+    for the run carries no context pricing (a fleet's group beside one that prices contexts
+    holds both empty instead, C = 0: its groups share one type)."""
 
     widths: np.ndarray
     costs: np.ndarray

@@ -355,8 +355,11 @@ def prepare(requests, table, calibration, policy: Policy, opts: ServerOptions, a
         raise SimulationError(f"draft depth up to {k_cap}: the engine draws at most {MAX_DEPTH} drafts per "
                               f"sequence per step; set k_max <= {MAX_DEPTH}")
     kv_blocks = _kv_blocks(resolved, prompt, output, k_cap)
-    tab = TableArrays(*engine_table(table, seqs, resolved.context_pricing))
-    depth_memo, idle_memo, tree = _depth_memos(pol, table, calibration, resolved, tab.contexts, digits.shape[0] > 0)
+    widths, costs, wcs, contexts, cwcs = engine_table(table, seqs, resolved.context_pricing)
+    # Without context pricing the engine is handed None for the context axis, and Numba compiles
+    # none of its code into the run's engine (docs/simulation.md, "What a run does not use").
+    tab = TableArrays(widths, costs, wcs, *((contexts, cwcs) if contexts.shape[0] else (None, None)))
+    depth_memo, idle_memo, tree = _depth_memos(pol, table, calibration, resolved, contexts, digits.shape[0] > 0)
     return Prepared(
         req=new_requests(arrival, prompt, output), tab=tab,
         cal=outcome_arrays(calibration, resolved, digits, arrival.shape[0]),

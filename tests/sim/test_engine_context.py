@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.sim import simulate
+from specsim.sim import ServerOptions, simulate
 from specsim.table import Cell, CostTable, TableKey
 from tests.fixtures import random_requests, requests, small_calibration, small_table
 from tests.sim.test_engine import POLICIES, assert_matches_reference, assert_serving_invariants, run_reference
@@ -116,6 +116,25 @@ def test_fleets_price_their_replicas_at_their_own_context():
         assert rep.kv["mean_decode_context"] > 0 == alone.kv["mean_decode_context"]
 
 
+@pytest.mark.parametrize("policy", ["fixed:2", "propose", "sequence"])
+def test_a_fleet_of_a_group_with_context_pricing_and_one_without_prices_each_as_alone(policy):
+    """A group without context pricing (its engine bundle's context axis None) beside one with
+    it: the fleet's groups share one type (the first holds an empty axis), and each replica is
+    the single server on its share, priced without contexts and with them."""
+    from specsim.sim.fleet import Fleet, ReplicaGroup, simulate_fleet
+
+    reqs = random_requests(60, 4, rate=12.0)
+    cal = small_calibration()
+    opts = ServerOptions(max_num_seqs=4, seed=3)
+    fleet = Fleet([ReplicaGroup("flat", 1, small_table(), cal, opts), ReplicaGroup("axis", 1, context_table(), cal, opts)])
+    res = simulate_fleet(reqs, fleet, policy, router="round_robin")
+    for r, g in enumerate(fleet.groups):
+        alone = simulate(reqs[res.assignment == r], g.table, cal, policy, options=opts)
+        assert np.array_equal(res.replicas[r].finish_s, alone.finish_s)
+        assert res.replicas[r].energy == alone.energy and res.replicas[r].kv == alone.kv
+    assert res.replicas[0].kv["mean_decode_context"] == 0 < res.replicas[1].kv["mean_decode_context"]
+
+
 @pytest.mark.parametrize("table", [small_table(), context_table()], ids=["plain", "context axis"])
 def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
     """The engine hands the per-sequence planner either the table's arrays or the context grid
@@ -131,18 +150,27 @@ def test_the_planner_reads_the_table_and_the_context_grid_as_one_type(table):
     assert numba.typeof(prep.tab.costs) == numba.typeof(prep.ws.grid)
 
 
-def test_a_table_with_an_axis_and_one_without_run_one_compiled_engine():
-    """The engine's table bundle has one Numba type whether the table has a context axis (its
-    contexts a read-only array) or not (an empty one): else the whole engine, and the fleet's
-    kernel, would be compiled twice in a process that runs both."""
+def test_a_run_without_context_pricing_hands_the_engine_no_context_axis():
+    """Without context pricing (a table without an axis, or the pricing off) the engine's table
+    bundle holds None for the contexts and their costs, so the engine compiled for the run
+    carries none of the context pricing's code (docs/simulation.md, "What a run does not use");
+    with it, arrays. Each kind has one Numba type whatever the policy."""
     numba = pytest.importorskip("numba")
     from specsim.sim import ServerOptions, parse_policy
     from specsim.sim.engine import prepare
 
     reqs = requests([(0.0, 8, 4), (0.1, 16, 6)])
-    types = {numba.typeof(prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions()).tab)
-             for t in (small_table(), context_table()) for policy in ("fixed:2", "sequence")}
-    assert len(types) == 1, types
+
+    def tabs(t, **opts):
+        return [prepare(reqs, t, small_calibration(), parse_policy(policy), ServerOptions(**opts)).tab
+                for policy in ("fixed:2", "sequence", "propose")]
+
+    for tab in tabs(small_table()) + tabs(context_table(), context_pricing=False):
+        assert tab.contexts is None and tab.cwcs is None
+    axis = tabs(context_table())
+    assert all(tab.contexts.shape == (3,) for tab in axis)
+    assert len({numba.typeof(tab) for tab in tabs(small_table())}) == 1
+    assert len({numba.typeof(tab) for tab in axis}) == 1
 
 
 def test_the_table_hands_the_engine_its_costs_at_every_width_and_context():
@@ -168,3 +196,6 @@ def test_the_table_hands_the_engine_its_costs_at_every_width_and_context():
                    ServerOptions(max_num_seqs=9))
     for got, want in zip(prep.tab, (widths, costs, wcs, contexts, cwcs)):
         assert np.array_equal(got, want)
+    prep = prepare(requests([(0.0, 8, 4)]), table, small_calibration(), parse_policy("fixed:2"),
+                   ServerOptions(max_num_seqs=9, context_pricing=False))
+    assert prep.tab.contexts is None and prep.tab.cwcs is None and np.array_equal(prep.tab.wcs, wcs)

@@ -51,7 +51,8 @@ class Group(NamedTuple):
     ``plan`` (None unless the fleet's policy plans per sequence), shared by the group's replicas,
     which step one at a time, its step-log capacity ``log_size`` and its draft trees ``tree``
     (:class:`~specsim.sim.bundles.TreeArrays` of a tree policy, else None). Every field has the
-    same type in every group (a fleet runs one policy, so every group has trees or none), so a
+    same type in every group (a fleet runs one policy, so every group has trees or none; a group
+    without context pricing beside one with it holds an empty context axis, not None), so a
     tuple of groups is indexable at run time. Built by ``specsim.sim.fleet.fleet._group``."""
 
     tab: tuple

@@ -310,6 +310,22 @@ def _group(group, requests, policy, replicas, named: bool):
                  p.tree), p
 
 
+def _one_table_type(groups: tuple) -> tuple:
+    """``groups`` with one type of table bundle, so their tuple is indexable in the fleet
+    kernel: where one group prices contexts and another does not (its context axis None, which
+    compiles none of that pricing), the other holds an empty axis instead (priced without
+    contexts at run time)."""
+    if all(g.tab.contexts is None for g in groups) or all(g.tab.contexts is not None for g in groups):
+        return groups
+    out = []
+    for g in groups:
+        if g.tab.contexts is None:
+            wcs = g.tab.wcs
+            g = g._replace(tab=g.tab._replace(contexts=np.zeros(0, np.int64), cwcs=np.zeros((0,) + wcs.shape)))
+        out.append(g)
+    return tuple(out)
+
+
 # Step-log entries all replicas of a fleet hold together (six 8-byte arrays: 192 MiB): a
 # replica's log is cut to its share, so the memory follows the fleet's size up to its limit
 # (65,536 replicas keep 64 entries each), rather than 4,096 entries times every replica.
@@ -398,7 +414,7 @@ def simulate_fleet(requests, fleet, policy, *, router=None, progress=None) -> "F
     arrival, prompt, output = request_columns(requests)
     n_req, n_rep = arrival.shape[0], fleet.replicas
     built = [_group(g, requests, policy, n_rep, len(fleet.groups) > 1) for g in fleet.groups]
-    groups = tuple(b[0] for b in built)
+    groups = _one_table_type(tuple(b[0] for b in built))
     group_of = np.repeat(np.arange(len(fleet.groups)), [g.count for g in fleet.groups]).astype(np.int64)
     kv_tokens = np.array([_kv_tokens(built[g][1].srv) for g in group_of], dtype=np.int64)
     block_size = np.array([int(built[g][1].srv.rec[0]["block_size"]) for g in group_of], dtype=np.int64)
