@@ -28,9 +28,9 @@ _PARSER = ("traces/_parse_kernels.py", "parse_csv_nb")
 ENGINE_COMMANDS = ("demo", "simulate", "fleet", "capacity", "tune", "sweep")
 KERNELS = {
     # The demo also serves draft trees: its engine compiles a second time, with the tree bundle
-    # (quiet 2-core machine, load 0.3-1.3, two runs: cold 33.9 and 32.9 s with the helper, 51.7 s
-    # without it, warm 4.5-5.0 s: about 47 s of compile on one core, 28 s at AHEAD_SHARE).
-    "demo": (_ENGINE, 47),
+    # (quiet 2-core machine, load 0.6-1.4, three runs: cold 26.6-28.8 s with the helper, 44.5 s
+    # without it, warm 3.6-4.4 s: about 41 s of compile on one core, 25 s at AHEAD_SHARE).
+    "demo": (_ENGINE, 41),
     "simulate": (_ENGINE, 10),
     "fleet": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 12),
     "capacity": (_ENGINE + (("sim/fleet/_kernels.py", "fleet_nb"),), 21),
