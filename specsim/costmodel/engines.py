@@ -204,11 +204,10 @@ class EngineProfile:
         problems = []
         for f in ENGINE_PARAMETERS:
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0.0):
+            if not (is_finite(v) and v >= 0.0):
                 problems.append(f"{f} = {v!r} must be a finite number >= 0")
         sizes = self.graph_sizes
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or \
-                list(sizes) != sorted(set(sizes)):
+        if any(not is_int(s) or s < 1 for s in sizes) or list(sizes) != sorted(set(sizes)):
             problems.append(f"graph_sizes = {sizes!r} must be ascending distinct whole numbers >= 1")
         if self.graph_unit not in GRAPH_UNITS:
             problems.append(f"graph_unit = {self.graph_unit!r} must be one of {', '.join(GRAPH_UNITS)}")

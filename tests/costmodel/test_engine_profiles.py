@@ -3,6 +3,7 @@ roofline's passes, the tables they give, and the fit on the published vLLM sets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -411,6 +412,18 @@ def test_a_custom_all_reduce_takes_numpy_numbers_as_python_ones():
                                                                                  "nvswitch")
         assert np.array_equal(a[0], b[0], equal_nan=True) and (a[1] == b[1]).all()
     assert plain.constants() == numpy.constants()
+
+
+def test_an_engine_profile_takes_numpy_numbers_as_python_ones():
+    # step_ms = np.float32(0.8) was refused as "must be a finite number >= 0", graph_sizes with a
+    # np.int64 as "must be ascending distinct whole numbers".
+    vllm = ENGINE_PROFILES["vllm"]
+    figures = {f: np.float32(getattr(vllm, f)) for f in ("step_ms", "draft_pass_ms")} | {"verify_row_us": np.int64(6)}
+    numpy = dataclasses.replace(vllm, **figures, graph_sizes=tuple(np.int64(s) for s in vllm.graph_sizes))
+    plain = dataclasses.replace(vllm, **{f: float(v) for f, v in figures.items()})
+    assert numpy.constants() == plain.constants()
+    rows = np.array([1.0, 3.0, 9.0, 600.0])
+    assert np.array_equal(numpy.padded(rows), plain.padded(rows))
 
 
 def test_the_interconnect_leaves_a_table_without_an_engine_as_it_was(tmp_path):
