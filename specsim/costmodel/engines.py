@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim._checks import int_problem, is_finite, is_int, is_number, number_float, number_problem
+from specsim.costmodel.specs import INTERCONNECTS
 from specsim.errors import CostModelError
 
 ENGINE_PARAMETERS = ("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us")
@@ -82,21 +84,21 @@ class CustomAllReduce:
         problems = []
         for f in ("oneshot_us", "oneshot_peer_us", "twoshot_us", "twoshot_peer_us"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0.0):
+            if not (is_finite(v) and v >= 0.0):
                 problems.append(f"{f} = {v!r} must be a finite number >= 0")
         e = self.link_efficiency
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 < e <= 1.0:
+        if not (is_number(e) and 0.0 < e <= 1.0):
             problems.append(f"link_efficiency = {e!r} must be in (0, 1]")
         sizes = self.world_sizes
-        if not isinstance(sizes, tuple) or not sizes or not all(_whole(w) and w >= 2 for w in sizes):
+        if not isinstance(sizes, tuple) or not sizes or not all(is_int(w) and w >= 2 for w in sizes):
             problems.append(f"world_sizes = {sizes!r} must be a tuple of whole numbers >= 2")
         for f in ("oneshot_bytes", "nccl_rows"):
             steps = getattr(self, f)
             if not isinstance(steps, tuple) or not all(
-                    isinstance(st, tuple) and len(st) == 2 and _whole(st[0]) and _number(st[1]) and st[1] >= 0
+                    isinstance(st, tuple) and len(st) == 2 and is_int(st[0]) and _number(st[1]) and st[1] >= 0
                     for st in steps) or [st[0] for st in steps] != sorted({st[0] for st in steps}):
                 problems.append(f"{f} = {steps!r} must be (tp, limit) pairs ascending by tp, limits >= 0")
-        if not (_whole(self.oneshot_rows) and self.oneshot_rows >= 0):
+        if not (is_int(self.oneshot_rows) and self.oneshot_rows >= 0):
             problems.append(f"oneshot_rows = {self.oneshot_rows!r} must be a whole number >= 0")
         if not (_number(self.max_bytes) and self.max_bytes > 0):
             problems.append(f"max_bytes = {self.max_bytes!r} must be a number > 0")
@@ -113,6 +115,13 @@ class CustomAllReduce:
         (vLLM and SGLang would take two GPUs with working P2P, at latencies these NVLink figures
         do not price), over a network, and on AMD's Infinity Fabric (``xgmi``: both run their
         ROCm build there, but no published latency prices it), NCCL (or RCCL) runs it."""
+        problems = [p for p in (int_problem(tp, "tp", 1), number_problem(link_gbs, "link_gbs", 0.0, low_open=True))
+                    if p]
+        if not (isinstance(interconnect, str) and interconnect in INTERCONNECTS):
+            problems.append(f"interconnect = {interconnect!r} must be one of {', '.join(INTERCONNECTS)}")
+        if problems:
+            raise CostModelError("the all-reduce's arguments are refused", problems)
+        tp, link_gbs = int(tp), number_float(link_gbs)
         rows = np.asarray(rows, dtype=np.float64)
         size = np.asarray(message_bytes, dtype=np.float64)
         link = link_gbs * 1e9 * self.link_efficiency
@@ -139,12 +148,8 @@ class CustomAllReduce:
                 "max_bytes": "any" if math.isinf(self.max_bytes) else f"{self.max_bytes:g}"}
 
 
-def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+    return is_number(v) and not math.isnan(number_float(v))
 
 
 def _step(steps, tp: int, default: float) -> float:
@@ -199,11 +204,10 @@ class EngineProfile:
         problems = []
         for f in ENGINE_PARAMETERS:
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0.0):
+            if not (is_finite(v) and v >= 0.0):
                 problems.append(f"{f} = {v!r} must be a finite number >= 0")
         sizes = self.graph_sizes
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or \
-                list(sizes) != sorted(set(sizes)):
+        if any(not is_int(s) or s < 1 for s in sizes) or list(sizes) != sorted(set(sizes)):
             problems.append(f"graph_sizes = {sizes!r} must be ascending distinct whole numbers >= 1")
         if self.graph_unit not in GRAPH_UNITS:
             problems.append(f"graph_unit = {self.graph_unit!r} must be one of {', '.join(GRAPH_UNITS)}")

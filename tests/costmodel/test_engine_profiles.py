@@ -3,6 +3,8 @@ roofline's passes, the tables they give, and the fit on the published vLLM sets.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 import numpy as np
@@ -373,6 +375,55 @@ def test_a_bad_custom_all_reduce_is_refused(kwargs, message):
     assert message in str(e.value)
     with pytest.raises(CostModelError, match="allreduce = 3 must be a CustomAllReduce or None"):
         EngineProfile("x", allreduce=3)
+
+
+@pytest.mark.parametrize("args,message", [
+    ((0, 450.0, "nvswitch"), "tp = 0 is outside 1.."),
+    ((None, 450.0, "nvswitch"), "tp = None must be a whole number"),
+    (("4", 450.0, "nvswitch"), "tp = '4' must be a whole number"),
+    ((4, 0.0, "nvswitch"), "link_gbs = 0.0"),
+    ((4, math.nan, "nvswitch"), "link_gbs = nan must be finite"),
+    ((4, None, "nvswitch"), "link_gbs = None must be a number"),
+    ((4, 450.0, "NVSwitch"), "interconnect = 'NVSwitch' must be one of pcie, nvlink-bridge, nvswitch"),
+    ((4, 450.0, None), "interconnect = None must be one of"),
+])
+def test_a_custom_all_reduce_priced_with_bad_arguments_is_refused(args, message):
+    # A ZeroDivisionError (tp 0), a TypeError (None, a string), a RuntimeWarning and infinite
+    # seconds (a link of 0 GB/s), or a misspelt interconnect priced silently as NCCL's.
+    from specsim.costmodel.engines import VLLM_ALLREDUCE
+    tp, link, interconnect = args
+    with pytest.raises(CostModelError) as e:
+        VLLM_ALLREDUCE.seconds(tp, [1.0, 8.0], [8192.0, 65536.0], link, interconnect)
+    assert message in str(e.value)
+
+
+def test_a_custom_all_reduce_takes_numpy_numbers_as_python_ones():
+    # world_sizes = (2, np.int64(4)) was refused as "must be a tuple of whole numbers", though
+    # NumPy floats passed and Setup(tp=np.int64(4)) is accepted.
+    from specsim.costmodel.engines import CustomAllReduce, PEER_ALLREDUCE_FIGURES
+    plain = CustomAllReduce(**PEER_ALLREDUCE_FIGURES, world_sizes=(2, 4), oneshot_rows=64,
+                            nccl_rows=((4, 128),), oneshot_bytes=((4, 65536),))
+    numpy = CustomAllReduce(**{k: np.float64(v) for k, v in PEER_ALLREDUCE_FIGURES.items()},
+                            world_sizes=(2, np.int64(4)), oneshot_rows=np.int64(64),
+                            nccl_rows=((np.int64(4), np.int64(128)),), oneshot_bytes=((np.int32(4), np.int64(65536)),))
+    rows, size = np.array([1.0, 64.0, 256.0]), np.array([8192.0, 1e6, 4e6])
+    for tp in (2, np.int64(4)):
+        a, b = plain.seconds(tp, rows, size, 450.0, "nvswitch"), numpy.seconds(tp, rows, size, np.float64(450.0),
+                                                                                 "nvswitch")
+        assert np.array_equal(a[0], b[0], equal_nan=True) and (a[1] == b[1]).all()
+    assert plain.constants() == numpy.constants()
+
+
+def test_an_engine_profile_takes_numpy_numbers_as_python_ones():
+    # step_ms = np.float32(0.8) was refused as "must be a finite number >= 0", graph_sizes with a
+    # np.int64 as "must be ascending distinct whole numbers".
+    vllm = ENGINE_PROFILES["vllm"]
+    figures = {f: np.float32(getattr(vllm, f)) for f in ("step_ms", "draft_pass_ms")} | {"verify_row_us": np.int64(6)}
+    numpy = dataclasses.replace(vllm, **figures, graph_sizes=tuple(np.int64(s) for s in vllm.graph_sizes))
+    plain = dataclasses.replace(vllm, **{f: float(v) for f, v in figures.items()})
+    assert numpy.constants() == plain.constants()
+    rows = np.array([1.0, 3.0, 9.0, 600.0])
+    assert np.array_equal(numpy.padded(rows), plain.padded(rows))
 
 
 def test_the_interconnect_leaves_a_table_without_an_engine_as_it_was(tmp_path):

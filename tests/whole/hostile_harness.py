@@ -198,6 +198,9 @@ OPTIONS = {
     "table query n": ["table", "query", "ctx.toml", "{v}", "2"],
     "table model --contexts": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
                                "eagle-1l", "--max-k", "2", "--widths", "1,2", "--contexts", "{v}", "-o", "out.toml"],
+    "table model --engine --tp": ["table", "model", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--drafter",
+                                  "eagle-1l", "--max-k", "2", "--widths", "1,2", "--engine", "trtllm", "--tp", "{v}",
+                                  "-o", "out.toml"],
     "table model --context-tokens": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
                                      "eagle-1l", "--max-k", "2", "--widths", "1,2", "--context-tokens", "{v}",
                                      "-o", "out.toml"],
@@ -396,7 +399,12 @@ FORMAT_SLOTS = {
                     "2", "--widths", "1,2", "-o", "out.toml"],
     "tree drafts log": ["calib", "fit", "--drafts-log", "{f}", *KEY_ARGS, "-o", "out.toml"],
     "[tree] table": ["tree", "t.toml", "{f}", "--n", "4"],
+    "[[gpu]] spec": ["table", "model", "--gpu", "x", "--gpu-spec", "{f}", "--model", "llama-3.1-8b", "--drafter",
+                     "eagle-1l", "--max-k", "2", "--widths", "1,2", "--tp", "2", "--engine", "vllm", "-o", "out.toml"],
 }
+# A GPU the engines' all-reduce runs on (NVSwitch): the cases change one field of it.
+GPU_SPEC = {"name": '"x"', "memory_gb": "80", "bandwidth_gbs": "3350", "bf16_tflops": "989", "tdp_w": "700",
+            "idle_w": "70", "link_gbs": "450", "arch": '"hopper"', "interconnect": '"nvswitch"'}
 
 
 def format_contents() -> list:
@@ -449,6 +457,12 @@ def format_contents() -> list:
                  'rank_acceptance = [[0.5]]\nreached = [0]\nmatched = [[0]]\nsource = "x"',
                  "rank_acceptance = [[0.5]]\nreached = [10]", "rank_acceptance = [[0.5]]\nrank_acceptance = [[0.4]]"]:
         out.append(("[tree] table", body.replace("\n", "; ")[:50], (base + body + "\n").encode()))
+    for field, values in (("interconnect", ['"NVSwitch"', '""', '"nvswitch "', "1", "true", '["nvswitch"]']),
+                          ("link_gbs", ["0", "1e-300", "1e308", "nan", "inf", "-5", '"450"'])):
+        for v in values:
+            doc = GPU_SPEC | {field: v}
+            out.append(("[[gpu]] spec", f"{field} = {v}",
+                        ("[[gpu]]\n" + "".join(f"{k} = {x}\n" for k, x in doc.items())).encode()))
     return out
 
 
