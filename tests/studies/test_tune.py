@@ -217,6 +217,15 @@ def test_tune_refuses_a_window_with_no_requests(small):
         tune_on(trace[:1], table, cal, holdout=0.5, executor="serial")
 
 
+def test_a_window_too_small_at_the_suggested_holdout_does_not_suggest_it_again(small):
+    trace, table, cal = small
+    with pytest.raises(ScheduleError) as refused:
+        tune_on(trace[:1], table, cal, holdout=0.25, executor="serial")
+    assert "holdout 0.25 leaves" in str(refused.value) and "nearer 0.25" not in str(refused.value)
+    with pytest.raises(ScheduleError, match="use a holdout nearer 0.25, a longer trace"):
+        tune_on(trace[:1], table, cal, holdout=0.5, executor="serial")
+
+
 def test_a_holdout_near_1_is_shown_as_given_with_one_request_singular(small):
     trace, table, cal = small
     with pytest.raises(ScheduleError, match=r"holdout 0\.9999999 leaves 1 request to train on and 159 held out"):
