@@ -166,6 +166,19 @@ def count(text: str) -> int:
     return value
 
 
+def positive(text: str) -> int:
+    """A whole number in ``1..2**62`` for argparse ``type=``: counts of GPUs, where 0 means none."""
+    try:
+        value = count(text)
+    except argparse.ArgumentTypeError:
+        if not (text.isascii() and re.fullmatch(r"\s*[+-]?[0-9]+\s*", text)):
+            raise  # not a whole number: count's refusal says so
+        value = 0  # a whole number out of range (negative, or too many digits)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{show(text)} is outside 1..{COUNT_MAX:,}")
+    return value
+
+
 def width(text: str) -> int:
     """A batch width in ``0..MAX_WIDTH`` for argparse ``type=`` (docs/limits.md): beyond it a
     table's costs are only its widest width's, stretched over a batch no server steps."""

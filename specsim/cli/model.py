@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.cli._common import context_list, count, int_list, key_name, require_matplotlib
+from specsim.cli._common import context_list, count, int_list, key_name, positive, require_matplotlib
 from specsim.errors import CostModelError, printable
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
@@ -31,7 +31,7 @@ def register(sub, groups):
     which.add_argument("--model-config", metavar="PATH",
                        help="a Hugging Face config.json of a dense decoder (instead of --model)")
     p.add_argument("--drafter", help="drafter spec name (built-in or from --drafter-spec); required unless --list")
-    p.add_argument("--tp", type=count, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--tp", type=positive, default=1, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--context-tokens", type=count, default=None,
                    help="KV-cache tokens per sequence the costs assume (default 2048); with --contexts, the "
                         "reference context (one of them; default 2048 when listed, else the smallest)")

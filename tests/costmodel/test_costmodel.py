@@ -281,6 +281,17 @@ def test_cli_refusals_exit_two_without_writing(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("tp", ["-1", "0", "-99999999999999999999999999999999999", "99999999999999999999999999999999999"])
+def test_cli_refuses_a_tp_below_1_or_too_large_with_the_range_it_takes(tmp_path, capsys, tp):
+    # -1 was refused as outside 0.., then 0 as outside 1..: one range, whichever the user tried.
+    out = tmp_path / "t.toml"
+    with pytest.raises(SystemExit) as ended:
+        main(["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter", "eagle-1l", "--max-k",
+              "2", f"--tp={tp}", "-o", str(out)])
+    assert ended.value.code == 2 and not out.exists()
+    assert f"argument --tp: '{tp}' is outside 1..4,611,686,018,427,387,904" in capsys.readouterr().err
+
+
 # -- validation against measurements ------------------------------------------------------------
 # Splitwise profiles: decode token time of llama2-70b (calibration set of the eager engine's host
 # overheads) and bloom-176b (held out) on A100-80GB and H100 at tensor parallel 2-8, batch 1-64,
