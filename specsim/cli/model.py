@@ -113,7 +113,9 @@ def spec_list(extra=None) -> str:
         lines.append(f"{kind}s (--{kind}):")
         for name in sorted(known):
             origin = "" if known[name] is builtins.get(name) else " [from a --{kind}-spec file]".format(kind=kind)
-            lines.append(printable(f"  {name}{origin}: {known[name].source or 'no source given'}"))
+            # A GPU's interconnect decides how an engine's table prices its tensor-parallel all-reduces.
+            linked = f" [interconnect {known[name].interconnect}]" if kind == "gpu" else ""
+            lines.append(printable(f"  {name}{origin}{linked}: {known[name].source or 'no source given'}"))
         lines.append("")
     lines.append("Hugging Face configs: --model-config PATH (docs/tables.md)")
     return "\n".join(lines)

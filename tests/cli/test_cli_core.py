@@ -162,9 +162,13 @@ def test_table_model_list_names_every_builtin_with_its_source(tmp_path, capsys):
     code, out, _ = run(capsys, "table", "model", "--list")
     assert code == 0
     lines = out.splitlines()
-    for builtins in (BUILTIN_GPUS, BUILTIN_MODELS, BUILTIN_DRAFTERS):
+    for builtins in (BUILTIN_MODELS, BUILTIN_DRAFTERS):
         for name, spec in builtins.items():
             assert f"  {name}: {spec.source}" in lines
+    # A GPU's line also says its interconnect, which an engine's table prices all-reduces by.
+    for name, spec in BUILTIN_GPUS.items():
+        assert f"  {name} [interconnect {spec.interconnect}]: {spec.source}" in lines
+    assert "  h200 [interconnect nvswitch]" in out and "  l40s [interconnect pcie]" in out
     assert not list(tmp_path.iterdir())  # nothing written
     code, _, err = run(capsys, "table", "model", "--gpu", "h200")
     assert code == 2 and "give --model or --model-config, --drafter, --max-k, -o" in err and "--list" in err
