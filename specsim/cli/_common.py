@@ -209,6 +209,15 @@ def share(text: str) -> float:
     return _fraction(text, "{value} is outside [0, 1)")
 
 
+def widths_text(widths) -> str:
+    """A table's widths for a one-line report: each of them up to twelve, else the first four, the
+    last two and how many (a table of every width to 256 would make a line of 1.5 KB)."""
+    w = [str(int(x)) for x in widths]
+    if len(w) <= 12:
+        return ", ".join(w)
+    return f"{', '.join(w[:4])}, ..., {', '.join(w[-2:])} ({len(w)} widths)"
+
+
 def print_json(obj, out=None, cause: str = "the inputs") -> None:
     """Print ``obj`` as JSON; infinities or NaN in it are refused, naming ``cause``."""
     check_finite_results(obj if isinstance(obj, dict) else {"value": obj}, cause, SpecsimError)

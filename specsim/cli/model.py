@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.cli._common import context_list, count, int_list, key_name, positive, require_matplotlib
+from specsim.cli._common import context_list, count, int_list, key_name, positive, require_matplotlib, widths_text
 from specsim.errors import CostModelError, printable
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
@@ -88,7 +88,7 @@ def cmd_model(args):
         out.declare(args.output, "-o")
         table = _model(args)
         out.text(args.output, table.to_text())
-    widths = ", ".join(map(str, table.widths.tolist()))
+    widths = widths_text(table.widths)
     contexts = f"; contexts {', '.join(map(str, table.contexts.tolist()))}" if table.contexts.size else ""
     print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
           f"depths 0..{table.max_k}{contexts} (energy_source = model: an estimate, not a measurement)")

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specsim.cli._common import add_policy_inputs, count, digest_map, key_name, real, slack
+from specsim.cli._common import add_policy_inputs, count, digest_map, key_name, real, slack, widths_text
 from specsim.errors import PolicyError, printable, SpecsimWarning, TableError, TraceError
 from specsim._checks import check_finite_results
 from specsim._io import Outputs
@@ -135,7 +135,7 @@ def cmd_import(args):
     table = run_table(cells, key, meta=meta, source=f"{args.file} run {args.run}")
     with out:
         out.text(args.output, CostTable.render(table.key, table.cells, table.meta))
-    print(f"wrote {args.output}: {len(cells)} cells, widths {', '.join(map(str, table.widths.tolist()))}, "
+    print(f"wrote {args.output}: {len(cells)} cells, widths {widths_text(table.widths)}, "
           f"depths 0..{table.max_k}")
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specsim.cli._common import context, count, digest_map, key_name, print_json, whole, width
+from specsim.cli._common import context, count, digest_map, key_name, print_json, whole, width, widths_text
 from specsim._text import format_grid
 from specsim.errors import KeyMismatchError, TableError
 from specsim.table import CostTable, TableKey
@@ -62,7 +62,7 @@ def _serve_key(args, table_key):
 def cmd_check(args):
     table = CostTable.load(args.file)
     serve = _serve_key(args, table.key)
-    widths = ", ".join(map(str, table.widths.tolist()))
+    widths = widths_text(table.widths)
     print(f"{args.file}: valid; widths {widths}; depths 0..{table.max_k}")
     if serve is not None:
         mismatches = table.key.check(serve)

@@ -156,6 +156,20 @@ def test_table_query_on_a_modelled_table_says_modelled(tmp_path, capsys):
     assert code == 2 and "deepest modelled depth 2" in err
 
 
+def test_a_table_of_many_widths_is_reported_in_one_short_line(tmp_path, capsys):
+    out = tmp_path / "t.toml"
+    many = ",".join(map(str, range(1, 257)))
+    code, printed, _ = run(capsys, "table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                           "eagle-1l", "--max-k", "1", "--widths", many, "-o", str(out))
+    assert code == 0 and "widths 1, 2, 3, 4, ..., 255, 256 (256 widths); depths 0..1" in printed
+    code, printed, _ = run(capsys, "table", "check", str(out))
+    assert code == 0 and "valid; widths 1, 2, 3, 4, ..., 255, 256 (256 widths); depths 0..1" in printed
+    code, printed, _ = run(capsys, "table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
+                           "eagle-1l", "--max-k", "1", "--widths", "1,2,4,8,16,24,32,48,64,96,128,256", "-o",
+                           str(out))
+    assert code == 0 and "widths 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256; depths" in printed  # twelve: all
+
+
 def test_table_model_list_names_every_builtin_with_its_source(tmp_path, capsys):
     from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS
 
