@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.published import compare, plot_comparison, read_published
-from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, load_hf_config, model_spec
+from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, gpu_spec, load_hf_config, model_spec
 from specsim.table import CostTable
 
 
@@ -86,13 +87,30 @@ def cmd_model(args):
         inputs.append(("--model-config", args.model_config))
     with Outputs(inputs) as out:
         out.declare(args.output, "-o")
-        table = _model(args)
+        specs = _extra_specs(args)
+        table = _model(args, specs)
         out.text(args.output, table.to_text())
+    _warn_unlinked(args, gpu_spec(args.gpu, specs.get("gpu")))
     widths = widths_text(table.widths)
     contexts = f"; contexts {', '.join(map(str, table.contexts.tolist()))}" if table.contexts.size else ""
     print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
           f"depths 0..{table.max_k}{contexts} (energy_source = model: an estimate, not a measurement)")
     return 0
+
+
+# The most a PCIe link carries a direction (Gen6 x16: 128 GB/s); a faster one is NVLink or Infinity Fabric.
+PCIE_MAX_GBS = 128.0
+
+
+def _warn_unlinked(args, gpu) -> None:
+    """An engine's table on tp > 1 GPUs that say ``interconnect = "pcie"`` (a ``[[gpu]]`` spec's
+    default) with links faster than PCIe carries: the all-reduces were priced as NCCL's ring,
+    which is likely not what the user's NVLink GPUs run."""
+    if args.engine is not None and args.tp >= 2 and gpu.interconnect == "pcie" and gpu.link_gbs > PCIE_MAX_GBS:
+        print(f"specsim table model: warning: gpu {gpu.name!r} says interconnect \"pcie\" (a [[gpu]] spec's "
+              f"default) with links of {gpu.link_gbs:g} GB/s, more than PCIe carries: its all-reduces are priced as "
+              "NCCL's ring; if its GPUs are NVLink-connected, set interconnect = \"nvswitch\" (or "
+              "\"nvlink-bridge\" for a pair) in its spec (docs/tables.md#engine-profiles)", file=sys.stderr)
 
 
 def _extra_specs(args) -> dict:
@@ -121,8 +139,7 @@ def spec_list(extra=None) -> str:
     return "\n".join(lines)
 
 
-def _model(args):
-    specs = _extra_specs(args)
+def _model(args, specs):
     model = (model_spec(args.model, specs.get("model"), dtype=args.dtype) if args.model_config is None
              else load_hf_config(args.model_config, dtype=args.dtype))
 

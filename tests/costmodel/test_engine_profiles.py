@@ -463,6 +463,25 @@ def test_the_interconnect_leaves_a_table_without_an_engine_as_it_was(tmp_path):
     assert load_specs(f)["gpu"]["x"].interconnect == "nvswitch"
 
 
+def test_table_model_warns_where_a_spec_says_pcie_of_links_faster_than_pcie(tmp_path, capsys):
+    # A [[gpu]] spec without an interconnect is "pcie": an NVLink GPU described that way has its
+    # all-reduces priced as NCCL's ring with an engine, far dearer at tp 8; the command says so.
+    spec = tmp_path / "g.toml"
+    base = ('[[gpu]]\nname = "mine"\nmemory_gb = 80\nbandwidth_gbs = 3350\nbf16_tflops = 989\ntdp_w = 700\n'
+            'idle_w = 70\narch = "hopper"\n')
+    argv = ["table", "model", "--gpu-spec", str(spec), "--gpu", "mine", "--model", "llama-3.1-8b", "--drafter",
+            "eagle-1l", "--max-k", "1", "--widths", "1,8", "-o", str(tmp_path / "t.toml")]
+    for links, extra, warned in ((450, "", True), (450, 'interconnect = "nvswitch"\n', False), (64, "", False),
+                                 (450, 'interconnect = "pcie"\n', True)):
+        spec.write_text(base + f"link_gbs = {links}\n" + extra)
+        for more, engine in ((["--tp", "8", "--engine", "vllm"], True), (["--tp", "8"], False),
+                             (["--tp", "1", "--engine", "vllm"], False)):
+            assert main(argv + more) == 0
+            err = capsys.readouterr().err
+            assert ("warning: gpu 'mine' says interconnect \"pcie\"" in err) == (warned and engine and "8" in more), \
+                (links, extra, more, err)
+
+
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
 def test_each_kind_of_drafter_is_priced_as_it_drafts():
     kw = dict(widths=[1, 8, 64], max_k=3, context_tokens=1024)
