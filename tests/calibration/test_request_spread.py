@@ -359,7 +359,7 @@ def test_spread_probability_edges(centre, shift, want):
     assert spread_p_nb(centre, shift) == want
 
 
-# -- hostile input round four, item 16: silent accepts in a calibration's spread -------------------
+# -- hostile input round four, case 16: silent accepts in a calibration's spread -------------------
 
 @pytest.mark.parametrize("where", ["meta", "acceptance", "drafter"])
 def test_a_bare_request_spread_key_is_ignored_without_a_word(where):

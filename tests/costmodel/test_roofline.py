@@ -220,7 +220,7 @@ def test_bad_configs_are_refused_naming_file_and_field(tmp_path, change, message
     assert str(path) in str(e.value) and message in str(e.value)
 
 
-# Hostile input round four, item 11: the plain-MLP families read under their own field names, KV
+# Hostile input round four, case 11: the plain-MLP families read under their own field names, KV
 # heads defaulting to the attention heads, and a mixture of experts refused wherever it is named.
 HF_FAMILIES = {
     "gpt2": ({"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12, "n_layer": 12,
@@ -331,7 +331,7 @@ def test_cli_model_config_and_overheads(tmp_path, capsys):
     assert not (tmp_path / "x.toml").exists()
 
 
-# -- hostile input round four, item 13: forward_breakdown checks its arguments --------------------
+# -- hostile input round four, case 13: forward_breakdown checks its arguments --------------------
 
 @pytest.mark.parametrize("kw,said", [
     ({"tokens": -1}, "tokens = -1 must be a finite number in 0.."),

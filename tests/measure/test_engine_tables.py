@@ -652,7 +652,7 @@ def test_cli_says_how_well_the_import_fits(tmp_path, capsys):
 
 @pytest.mark.parametrize("snake", [False, True], ids=["camelCase", "snake_case"])
 def test_a_telemetry_iteration_with_no_iterlatencyms_is_dropped_silently(tmp_path, snake):
-    """Hostile input round four, item 16: an iteration (it holds its batching stats) without a
+    """Hostile input round four, case 16: an iteration (it holds its batching stats) without a
     latency was left out of the fit without a word; it is refused naming its line and iter."""
     docs = grid_docs(snake=snake)
     latency = "iter_latency_ms" if snake else "iterLatencyMS"

@@ -164,7 +164,7 @@ def test_defaults_and_slots_read_as_sglang_reads_them():
     ({"²": [2]}, "batch-size slot '²' is not a plain decimal batch size"),
 ])
 def test_an_sglang_adaptive_slot_0_is_accepted_silently(slots, said):
-    """Hostile input round four, item 16: a slot no batch reaches was dropped without a word;
+    """Hostile input round four, case 16: a slot no batch reaches was dropped without a word;
     both SGLang readers (the controller's and the schedule's) refuse it."""
     from specsim.interop.sglang import parse_config
 

@@ -494,7 +494,7 @@ def test_a_row_whose_inputs_were_edited_is_refused(inputs, shared_data):
     ("trace", "other", "trace = 'other' where its point has 'conv'"),
 ])
 def test_a_row_whose_descriptive_columns_were_edited_is_refused(inputs, shared_data, column, value, said):
-    """Hostile input round four, item 9: a kept row whose policy, label or any axis column no
+    """Hostile input round four, case 9: a kept row whose policy, label or any axis column no
     longer describes the point its point_id names (the inputs' digest cannot see them, and the
     verdict reads them) is a damaged row: the file is refused, untouched, naming the point."""
     import csv

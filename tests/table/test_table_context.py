@@ -372,7 +372,7 @@ def test_axis_refusals_show_values_as_the_file_writes_them(old, new, shown):
     assert shown in str(e.value) and "True" not in str(e.value) and "False" not in str(e.value)
 
 
-# -- hostile input round four, item 14: one rule for a context ------------------------------------
+# -- hostile input round four, case 14: one rule for a context ------------------------------------
 
 @pytest.mark.parametrize("c", [[1000], np.array([1000.0]), (1000,), np.array(1000.0)[None]])
 def test_a_context_in_a_list_or_array_is_accepted_where_the_planner_refuses_it(c):

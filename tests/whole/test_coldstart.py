@@ -505,7 +505,7 @@ def _ended(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_a_sigterm_to_a_command_leaves_its_compile_ahead_helper_running(tmp_path):
-    """Hostile input round four, item 17: a command killed by SIGTERM runs no exit handler, so
+    """Hostile input round four, case 17: a command killed by SIGTERM runs no exit handler, so
     it cannot end its helper; the helper must notice it is gone during a kernel's compile (cold,
     one takes seconds), not only between kernels, and end with it. The helper here runs with
     every compile stalled (a stand-in for a long one), so only the helper's own watch can end it."""

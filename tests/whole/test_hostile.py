@@ -496,7 +496,7 @@ def test_extra_fields_in_trace_and_drafts_log_rows_are_accepted(files, capsys):
     assert not (files / "o.toml").exists()
 
 
-# == Hostile input, round four (issue items 8-17) ================================================
+# == Hostile input, round four (cases 8-17; docs/limits.md) =======================================
 
 # -- 8: an NVML log's GPUs summed per sampling instant, by their index ----------------------------
 
