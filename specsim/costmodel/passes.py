@@ -430,8 +430,8 @@ def _head(clock: _Clock, net: _Net, tp: int, rows, sampled):
 def _comm_s(gpu: GpuSpec, ach: Achieved, net: _Net, tp: int, rows, sampled):
     """Two all-reduces of the activations per layer -- NCCL's ring, or the engine's own all-reduce
     where it runs one (``net.allreduce``, :class:`~specsim.costmodel.engines.CustomAllReduce`) --;
-    for a vocabulary-parallel net, also the embedding's all-reduce and the gather of the
-    ``sampled`` rows' logits shards (NCCL)."""
+    for a vocabulary-parallel net, also the embedding's all-reduce (priced as the layers' are) and
+    the gather of the ``sampled`` rows' logits shards (NCCL's ring)."""
     if tp <= 1:
         return np.zeros_like(rows)
     link = gpu.link_gbs * 1e9 * ach.link_efficiency
