@@ -12,7 +12,7 @@ from specsim.errors import CostModelError, printable
 from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
-from specsim.costmodel.published import compare, plot_comparison, read_published
+from specsim.costmodel.published import compare, plot_comparison, read_published, setup_mismatches
 from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, gpu_spec, load_hf_config, model_spec
 from specsim.table import CostTable
 
@@ -178,6 +178,9 @@ def cmd_compare(args):
     if not compared:
         raise CostModelError(f"{args.published}: no row can be compared with {args.table}: "
                              + "; ".join(f"line {line}: {why}" for line, why in skipped[:3]))
+    for why in setup_mismatches(table, rows)[:5]:
+        print(f"specsim table compare: warning: {args.published}, {why}: its errors include that "
+              "difference (docs/tables.md#against-published-measurements)", file=sys.stderr)
     print(f"{args.table} ({table.key.box_class} / {table.key.recipe}) against {args.published}")
     print(f"{'method':<40} {'k':>3} {'batch':>6} {'published':>10} {'table':>8} {'error':>8}")
     curves = {}
@@ -188,7 +191,8 @@ def cmd_compare(args):
     for (method, depth), curve in curves.items():
         errs = [abs(c.predicted / c.published - 1) for c in curve if not c.fitted]
         if errs:
-            print(f"{method}, k={depth}: median |error| {100 * float(np.median(errs)):.1f}% over {len(errs)} points")
+            print(f"{method}, k={depth}: median |error| {100 * float(np.median(errs)):.1f}% over {len(errs)} "
+                  f"point{'s' if len(errs) > 1 else ''}")
     if skipped:
         print(f"skipped {len(skipped)} row{'s' if len(skipped) > 1 else ''}: "
               + "; ".join(f"line {line}: {why}" for line, why in skipped[:5]) + ("; ..." if len(skipped) > 5 else ""))

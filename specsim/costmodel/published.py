@@ -37,6 +37,7 @@ class Published(NamedTuple):
     batch: int
     speedup: float
     acceptance_length: float | None
+    setup: tuple = ("", "", "")  # the row's gpu, model and tp columns, as written ("" where absent)
 
 
 class Compared(NamedTuple):
@@ -85,6 +86,9 @@ def read_published(path) -> tuple:
         i = col.get(name)
         return row[i].strip() if i is not None and i < len(row) else ""
 
+    def setup(row):
+        return get(row, "gpu"), get(row, "model"), get(row, "tp")
+
     out, skipped = [], []
     for line, row in rows:
         if not "".join(row).strip():
@@ -105,13 +109,13 @@ def read_published(path) -> tuple:
             skipped.append((line, f"acceptance_length {stated[:30]!r} is not a number in 1..{depth + 1} (a step "
                                   f"of {depth} drafts emits 1 to {depth + 1} tokens)"))
         elif "speedup" in metric and "slowdown" not in metric:
-            out.append(Published(line, get(row, "method"), depth, batch, value, length))
+            out.append(Published(line, get(row, "method"), depth, batch, value, length, setup(row)))
         elif metric == "tpot":
             base = _number(get(row, "baseline_value"))
             if base is None:
                 skipped.append((line, "a TPOT without a baseline_value"))
             else:
-                out.append(Published(line, get(row, "method"), depth, batch, base / value, length))
+                out.append(Published(line, get(row, "method"), depth, batch, base / value, length, setup(row)))
         else:
             skipped.append((line, f"metric {get(row, 'metric')!r} is not a speedup or a TPOT"))
     if not out:
@@ -153,6 +157,45 @@ def compare(table, rows) -> tuple:
                 tokens = first.speedup / ratio[0]
                 out.append(Compared(method, depth, r.batch, r.speedup, tokens * x, r is first))
     return out, skipped
+
+
+def _squeezed(text: str) -> str:
+    """``text`` lower-cased, all but its letters and digits left out: so that "RTX 3090" holds
+    ``rtx3090`` and "Llama-3.1-8B-Instruct" holds ``llama-3.1-8b``."""
+    return re.sub(r"[^0-9a-z]", "", text.lower())
+
+
+def _lines(lines) -> str:
+    lines = sorted(set(lines))
+    return f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}, {lines[1]}" + (
+        f" and {len(lines) - 2} more" if len(lines) > 2 else "")
+
+
+def setup_mismatches(table, rows) -> list:
+    """What ``rows`` were measured on that ``table`` does not model, a line each: another GPU
+    (the first part of the table's GPU name, ``h100`` of ``h100-sxm``, is not in the row's
+    ``gpu``), another model (the table's model name is not in the row's ``model``) or another
+    tensor-parallel degree (the row's ``tp`` starts with another whole number). Only what the
+    table's ``[meta]`` names is checked (a modelled table names all three). The sets write these
+    columns as free text, so a mismatch is a warning for the user to read, never a refusal: a
+    table's error against such rows includes the hardware's or the model's difference."""
+    meta = getattr(table, "meta", None) or {}
+    gpu, model, tp = meta.get("gpu"), meta.get("model"), meta.get("tp")
+    wanted = [
+        ("gpu", gpu, _squeezed(gpu.split("-")[0]) if isinstance(gpu, str) else ""),
+        ("model", model, _squeezed(model) if isinstance(model, str) else ""),
+    ]
+    found = {}
+    for r in rows:
+        for i, (kind, name, key) in enumerate(wanted):
+            text = r.setup[i]
+            if key and text and key not in _squeezed(text):
+                found.setdefault((kind, text, name), []).append(r.line)
+        n = _leading_int(r.setup[2])
+        if isinstance(tp, int) and not isinstance(tp, bool) and n is not None and n != tp:
+            found.setdefault(("tp", r.setup[2], tp), []).append(r.line)
+    return [f"{_lines(lines)}: measured with {kind} {text[:60]!r}, the table models {kind} {name!r}"
+            for (kind, text, name), lines in found.items()]
 
 
 def plot_comparison(compared, path, title: str) -> None:

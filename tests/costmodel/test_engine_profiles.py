@@ -624,6 +624,43 @@ def test_cli_compare_prints_errors_and_plots(tmp_path, capsys):
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_rows_of_another_gpu_model_or_tp_are_named():
+    from specsim.costmodel.published import read_published, setup_mismatches
+    from specsim.table import CostTable
+
+    rows, _ = read_published(R02)  # RTX 3090 (count not stated), Llama-3.1-8B-Instruct, tp 1
+    same = model_table("rtx3090", "llama-3.1-8b", "eagle-1l", widths=[2, 4], max_k=2)
+    assert setup_mismatches(same, rows) == []
+    other = model_table("h100-sxm", "qwen3-32b", "eagle-1l", tp=2, widths=[2, 4], max_k=2)
+    lines = [r.line for r in rows]
+    assert setup_mismatches(other, rows) == [  # R02's tp column says "not stated": not checked
+        f"lines {lines[0]}, {lines[1]} and {len(lines) - 2} more: measured with gpu 'RTX3090 (count not stated)', "
+        "the table models gpu 'h100-sxm'",
+        f"lines {lines[0]}, {lines[1]} and {len(lines) - 2} more: measured with model 'Llama-3.1-8B-Instruct', "
+        "the table models model 'qwen3-32b'"]
+    one = [r for r in read_published(R10)[0] if r.depth == 2]  # "H100 x1 (inferred ...)", tp 1
+    assert [r.setup[2] for r in one] == ["1", "1"]
+    assert setup_mismatches(other, one) == [
+        f"lines {one[0].line}, {one[1].line}: measured with model 'Llama-3.1-8B-Instruct', the table models model "
+        "'qwen3-32b'", f"lines {one[0].line}, {one[1].line}: measured with tp '1', the table models tp 2"]
+    # A table whose [meta] names nothing (a measured one) is not checked; neither is a row without
+    # the columns.
+    bare = CostTable(same.key, same.widths, same.costs)
+    assert setup_mismatches(bare, rows) == []
+    assert setup_mismatches(other, [r._replace(setup=("", "", "")) for r in rows]) == []
+
+
+def test_cli_compare_warns_of_another_gpu_and_still_compares(tmp_path, capsys):
+    table = tmp_path / "t.toml"
+    table.write_text(model_table("h100-sxm", "llama-3.1-8b", "eagle3-1l", widths=[2, 4, 8], max_k=2,
+                                 context_tokens=512).to_text())
+    assert main(["table", "compare", str(table), "--published", str(R02), "--method", "EAGLE-3"]) == 0
+    captured = capsys.readouterr()
+    assert "EAGLE-3, k=2: median |error|" in captured.out and "over 2 points" in captured.out
+    assert captured.err.count("\n") == 1 and "warning:" in captured.err
+    assert "measured with gpu 'RTX3090 (count not stated)', the table models gpu 'h100-sxm'" in captured.err
+
+
 @pytest.mark.parametrize("text,message", [
     ("a,b\n1,2\n", "has no method, spec_tokens, batch_or_concurrency, metric, value column"),
     ("method,spec_tokens,batch_or_concurrency,metric,value\nX,2,QPS=1,speedup,1.5\n", "no row of the published set"),
