@@ -13,7 +13,8 @@ from specsim._io import Outputs
 from specsim.costmodel import DEFAULT_CONTEXT_TOKENS, DEFAULT_WIDTHS, load_specs, model_table
 from specsim.costmodel.engines import ENGINE_PROFILES
 from specsim.costmodel.published import compare, plot_comparison, read_published, setup_mismatches
-from specsim.costmodel.specs import BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, gpu_spec, load_hf_config, model_spec
+from specsim.costmodel.specs import (BUILTIN_DRAFTERS, BUILTIN_GPUS, BUILTIN_MODELS, LINK_DOMAIN_GPUS, gpu_spec,
+                                     load_hf_config, model_spec)
 from specsim.table import CostTable
 
 
@@ -90,7 +91,9 @@ def cmd_model(args):
         specs = _extra_specs(args)
         table = _model(args, specs)
         out.text(args.output, table.to_text())
-    _warn_unlinked(args, gpu_spec(args.gpu, specs.get("gpu")))
+    gpu = gpu_spec(args.gpu, specs.get("gpu"))
+    _warn_unlinked(args, gpu)
+    _warn_beyond_links(args, gpu)
     widths = widths_text(table.widths)
     contexts = f"; contexts {', '.join(map(str, table.contexts.tolist()))}" if table.contexts.size else ""
     print(f"{args.output}: modelled table {table.key.box_class} / {table.key.recipe}; widths {widths}; "
@@ -100,6 +103,18 @@ def cmd_model(args):
 
 # The most a PCIe link carries a direction (Gen6 x16: 128 GB/s); a faster one is NVLink or Infinity Fabric.
 PCIE_MAX_GBS = 128.0
+
+
+def _warn_beyond_links(args, gpu) -> None:
+    """tp past the GPUs one domain of the spec's links joins
+    (:data:`~specsim.costmodel.specs.LINK_DOMAIN_GPUS`): the all-reduces are priced at the links'
+    rate, not over the slower links between domains."""
+    most = LINK_DOMAIN_GPUS.get(gpu.interconnect)
+    if most is not None and args.tp > most:
+        print(f"specsim table model: warning: --tp {args.tp} on gpu {gpu.name!r}: its interconnect "
+              f"\"{gpu.interconnect}\" joins at most {most} GPUs; past them the all-reduces cross slower links "
+              f"(PCIe between bridged pairs, the network between servers), which are not priced: they stay at "
+              f"{gpu.link_gbs:g} GB/s, so the table is optimistic (docs/tables.md#engine-profiles)", file=sys.stderr)
 
 
 def _warn_unlinked(args, gpu) -> None:

@@ -231,6 +231,12 @@ INTERCONNECTS = ("pcie", "nvlink-bridge", "nvswitch", "xgmi", "network")
 (NVLink between pairs of GPUs), ``nvswitch`` (every GPU of the server reaches every other over
 NVLink through NVSwitch), ``xgmi`` (AMD Infinity Fabric links, a full mesh on an 8-GPU MI300X
 platform), ``network`` (one GPU a node: tensor parallelism crosses a network adapter)."""
+LINK_DOMAIN_GPUS = {"nvlink-bridge": 2, "nvswitch": 8, "xgmi": 8}
+"""The most GPUs one domain of each kind of link joins, as the built-in GPUs ship: an NVLink bridge
+a pair, an HGX or DGX board's NVSwitch and an MI300X platform's Infinity Fabric eight. Tensor
+parallelism past it crosses slower links (PCIe between bridged pairs, the network between
+servers), which the cost model does not price: its all-reduces stay at the spec's ``link_gbs``
+(``specsim table model`` warns)."""
 
 
 # -- built-ins ------------------------------------------------------------------------------

@@ -482,6 +482,22 @@ def test_table_model_warns_where_a_spec_says_pcie_of_links_faster_than_pcie(tmp_
                 (links, extra, more, err)
 
 
+def test_table_model_warns_where_tp_outgrows_the_gpus_links(tmp_path, capsys):
+    # Eight NVSwitch GPUs a board, a bridged pair of H100 NVLs: past them the all-reduces would
+    # cross PCIe or the servers' network, which the model does not price.
+    for gpu, tp, engine, warned in (("h100-sxm", 8, "vllm", False), ("h100-sxm", 16, "vllm", True),
+                                    ("h100-sxm", 16, None, True), ("h100-nvl", 2, "vllm", False),
+                                    ("h100-nvl", 4, None, True), ("mi300x", 16, None, True),
+                                    ("l40s", 16, None, False), ("gb10", 4, None, False)):
+        argv = ["table", "model", "--gpu", gpu, "--model", "llama-3.1-70b", "--drafter", "eagle-1l", "--max-k", "1",
+                "--widths", "1,8", "--tp", str(tp), "-o", str(tmp_path / "t.toml")]
+        assert main(argv + (["--engine", engine] if engine else [])) == 0
+        err = capsys.readouterr().err
+        most = {"h100-sxm": 8, "h100-nvl": 2, "mi300x": 8}.get(gpu)
+        assert (f"warning: --tp {tp} on gpu '{gpu}': its interconnect" in err) == warned, (gpu, tp, err)
+        assert (f"joins at most {most} GPUs" in err) == warned
+
+
 # -- drafters: a head, a separate draft model, n-gram ---------------------------------------------
 def test_each_kind_of_drafter_is_priced_as_it_drafts():
     kw = dict(widths=[1, 8, 64], max_k=3, context_tokens=1024)
