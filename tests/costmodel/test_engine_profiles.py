@@ -666,6 +666,22 @@ def test_rows_of_another_gpu_model_or_tp_are_named():
     assert setup_mismatches(other, [r._replace(setup=("", "", "")) for r in rows]) == []
 
 
+@pytest.mark.parametrize("meta,kinds", [
+    ({"gpu": 5, "model": ["x"], "tp": True}, []),                 # not names, not a whole tp
+    ({"gpu": "-", "model": "!!", "tp": 2 ** 70}, ["tp"]),          # names of no letter or digit
+    ({"gpu": "\x1b[31mred", "model": "\u00fc", "tp": -1}, ["gpu", "tp"]),
+    ({"tp": "8"}, []),
+])
+def test_a_tables_odd_meta_is_checked_for_what_it_can_say(meta, kinds):
+    from specsim.costmodel.published import read_published, setup_mismatches
+    from specsim.table import CostTable
+
+    rows, _ = read_published(R10)  # H100, Llama-3.1-8B-Instruct, tp 1
+    t = model_table("h100-sxm", "llama-3.1-8b", "eagle-1l", widths=[1, 2], max_k=2)
+    found = setup_mismatches(CostTable(t.key, t.widths, t.costs, meta), rows)
+    assert [w.split(": measured with ")[1].split(" ")[0] for w in found] == kinds
+
+
 def test_cli_compare_warns_of_another_gpu_and_still_compares(tmp_path, capsys):
     table = tmp_path / "t.toml"
     table.write_text(model_table("h100-sxm", "llama-3.1-8b", "eagle3-1l", widths=[2, 4, 8], max_k=2,
