@@ -15,6 +15,7 @@ clears the noise of the draft outcomes (docs/simulation.md, "Verdicts").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -210,17 +211,19 @@ class Reruns:
         self._progress = progress
 
     def _run(self, index, seed, progress=None):
+        """One rerun. The caller holds :func:`_trace_warnings_said` (the warnings' filters are the
+        process's: set in the calling thread, never in the rerun threads, as
+        ``warnings.catch_warnings`` is not thread-safe)."""
         requests, table, calibration, runs, options, slo, acceptance = self._args
         policy, slack = runs[index]
         opts = replace(options, slack=slack, seed=seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TraceWarning)  # said once, by the first run
-            return simulate(requests, table, calibration, policy, options=opts, acceptance=acceptance,
-                            progress=progress).summary(slo)
+        return simulate(requests, table, calibration, policy, options=opts, acceptance=acceptance,
+                        progress=progress).summary(slo)
 
     def __call__(self, index, seed):
         if (index, seed) not in self._cache:
-            self._cache[(index, seed)] = self._run(index, seed)
+            with _trace_warnings_said():
+                self._cache[(index, seed)] = self._run(index, seed)
         return self._cache[(index, seed)]
 
     def stream(self, wanted, done) -> None:
@@ -284,11 +287,19 @@ class Reruns:
                     bar.set_total(bar.done + sum(n_req - seen.get(p, 0) for p in now))
 
         try:
-            with ex:
+            with _trace_warnings_said(), ex:  # the filters outlast the threads
                 ex.feed(one, pick, finished)
         finally:
             if bar is not None:
                 bar.close()
+
+
+@contextlib.contextmanager
+def _trace_warnings_said():
+    """A rerun's :class:`~specsim.errors.TraceWarning` is the first run's, said once by it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        yield
 
 
 class _Abandoned(Exception):

@@ -178,6 +178,32 @@ def test_parallel_reruns_equal_reruns_made_one_at_a_time():
     assert got == want and any(v is not None for v in got)
 
 
+@pytest.mark.kernels
+def test_reruns_in_threads_leave_the_warnings_filters_to_the_calling_thread(monkeypatch):
+    # ``warnings.catch_warnings`` saves and restores the process's filters: entered in two threads
+    # at once, the one to leave last puts back the other's, and an "ignore" outlives the reruns.
+    # So the reruns' own filter is set once, in the thread that starts them.
+    import threading
+    import warnings
+
+    from specsim.sim.options import ServerOptions
+
+    callers = []
+    simplefilter = warnings.simplefilter
+    monkeypatch.setattr(warnings, "simplefilter",
+                        lambda *a, **k: (callers.append(threading.current_thread()), simplefilter(*a, **k))[1])
+    reqs = random_requests(40, 3, rate=4.0)
+    table, cal = small_table(), small_calibration()
+    results = [simulate(reqs, table, cal, p, max_num_seqs=4) for p in ("fixed:0", "fixed:2", "propose")]
+    rerun = reruns(reqs, table, cal, results, ServerOptions(max_num_seqs=4))
+    before = list(warnings.filters)
+    wanted = [(i, s) for i in range(3) for s in (1, 2)]
+    made = []
+    rerun.stream(lambda: [p for p in wanted if p not in made], lambda pair, _: made.append(pair))
+    assert sorted(made) == wanted and callers and set(callers) == {threading.main_thread()}
+    assert warnings.filters == before
+
+
 @pytest.fixture
 def files(tmp_path):
     return write_small_inputs(tmp_path)
