@@ -193,9 +193,13 @@ def cmd_compare(args):
     if not compared:
         raise CostModelError(f"{args.published}: no row can be compared with {args.table}: "
                              + "; ".join(f"line {line}: {why}" for line, why in skipped[:3]))
-    for why in setup_mismatches(table, rows)[:5]:
+    mismatches = setup_mismatches(table, rows)
+    for why in mismatches[:5]:
         print(f"specsim table compare: warning: {args.published}, {why}: its errors include that "
               "difference (docs/tables.md#against-published-measurements)", file=sys.stderr)
+    if len(mismatches) > 5:
+        print(f"specsim table compare: warning: {args.published}: {len(mismatches) - 5} more GPUs, models or tp "
+              "the table does not model", file=sys.stderr)
     print(f"{args.table} ({table.key.box_class} / {table.key.recipe}) against {args.published}")
     print(f"{'method':<40} {'k':>3} {'batch':>6} {'published':>10} {'table':>8} {'error':>8}")
     curves = {}

@@ -691,6 +691,17 @@ def test_cli_compare_warns_of_another_gpu_and_still_compares(tmp_path, capsys):
     assert "EAGLE-3, k=2: median |error|" in captured.out and "over 2 points" in captured.out
     assert captured.err.count("\n") == 1 and "warning:" in captured.err
     assert "measured with gpu 'RTX3090 (count not stated)', the table models gpu 'h100-sxm'" in captured.err
+    many = tmp_path / "many.csv"
+    many.write_text("method,spec_tokens,batch_or_concurrency,metric,value,acceptance_length,gpu,model,tp\n"
+                    + "".join(f"M,2,{b},speedup,1.2,1.5,gpu{b},llama-3.1-8b,1\n" for b in (2, 4, 8)) * 3)
+    assert main(["table", "compare", str(table), "--published", str(many)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(f"{many}, ")[1].split(": measured")[0] for line in err] == [
+        "lines 2, 5 and 1 more", "lines 3, 6 and 1 more", "lines 4, 7 and 1 more"]
+    many.write_text(many.read_text() + "".join(f"M,2,2,speedup,1.2,1.5,gpu{i},llama-3.1-8b,1\n" for i in range(9)))
+    assert main(["table", "compare", str(table), "--published", str(many)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 6 and err[-1].endswith(": 4 more GPUs, models or tp the table does not model")  # gpu0..8: 9 texts
 
 
 @pytest.mark.parametrize("text,message", [
