@@ -316,7 +316,8 @@ TRTLLM_ALLREDUCE = CustomAllReduce(**PEER_ALLREDUCE_FIGURES, world_sizes=(2, 4, 
 _VLLM = EngineProfile("vllm", step_ms=0.867, draft_pass_ms=0.286, verify_row_us=5.711, sampled_token_us=3.759,
                       graph_sizes=VLLM_GRAPH_SIZES, allreduce=VLLM_ALLREDUCE,
                       source="fitted on published vLLM measurements (R02: EAGLE-3 paper Table 5, RTX 3090; "
-                             "R10: vLLM issue #20780, H100) by benchmarks/fit_published.py")
+                             "R10: EAGLE-1 and EAGLE-3, H100; sources in docs/tables.md#engine-profiles) by "
+                             "benchmarks/fit_published.py")
 # No SGLang or TensorRT-LLM set supports a fit of the host figures (docs/tables.md#engine-profiles):
 # SGLang's R03 (DeepSeek-V3 MTP on MI300X) fits its per-step figures to 0 and asks per-row figures
 # for what the roofline misses of MoE verify passes; TensorRT-LLM's R09 is one point, R07's n-gram

@@ -514,8 +514,8 @@ PER_BATCH_COST = 0.14
 """What a per-batch list costs vLLM, as a share of throughput: on the V1 model runner any
 ``num_speculative_tokens_per_batch_size`` list turns FULL CUDA graphs into PIECEWISE
 (``VllmConfig._maybe_override_dynamic_sd_cudagraph_mode`` in ``vllm/config/vllm.py``), about -14%
-single-stream in vLLM issue #49548. vLLM's main branch keeps full graphs on the V2 model runner
-(PR #45953); docs/schedules.md says what was and was not confirmed. A tuned per-batch schedule is
+single-stream as vLLM's developers measured it. vLLM's main branch keeps full graphs on the V2
+model runner; docs/schedules.md gives the sources and what was and was not confirmed. A tuned per-batch schedule is
 exported only when its gain clears this and the noise (``schedule export --per-batch-cost``
 overrides it)."""
 
@@ -529,7 +529,7 @@ def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
     notes = list(COMMON_LIMITS)
     if constant_depth(c) is not None:
         notes.append(CONSTANT_NOTE + " (vLLM: any num_speculative_tokens_per_batch_size list turns FULL CUDA graphs "
-                                     "into PIECEWISE, about -14% single-stream in vLLM issue #49548)")
+                                     "into PIECEWISE, about -14% single-stream: docs/schedules.md)")
     else:
         entries = []
         for lo, hi, k in c:
@@ -545,8 +545,8 @@ def export_config(c, method, max_num_seqs, draft_model) -> EngineConfig:
             + ("" if method in PER_BATCH_METHODS else f" (method {method!r} is not among them)"),
             "vLLM's batch size counts every scheduled request, prefill chunks included, where specsim's width counts "
             "decoding sequences: under chunked prefill the engine picks the depth of a wider batch",
-            "any per-batch list turns vLLM's FULL CUDA graphs into PIECEWISE (about -14% single-stream in vLLM issue "
-            "#49548): the schedule must win more than that to pay",
+            "any per-batch list turns vLLM's FULL CUDA graphs into PIECEWISE (about -14% single-stream: "
+            "docs/schedules.md): the schedule must win more than that to pay",
         ]
     line = json.dumps(cfg, separators=(", ", ": "))
     if not draft_model:

@@ -198,7 +198,7 @@ OPTIONS = {
     "table query n": ["table", "query", "ctx.toml", "{v}", "2"],
     "table model --contexts": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
                                "eagle-1l", "--max-k", "2", "--widths", "1,2", "--contexts", "{v}", "-o", "out.toml"],
-    "table model --engine --tp": ["table", "model", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--drafter",
+    "table model --engine trtllm --tp": ["table", "model", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--drafter",
                                   "eagle-1l", "--max-k", "2", "--widths", "1,2", "--engine", "trtllm", "--tp", "{v}",
                                   "-o", "out.toml"],
     "table model --context-tokens": ["table", "model", "--gpu", "h200", "--model", "llama-3.1-8b", "--drafter",
@@ -403,7 +403,7 @@ FORMAT_SLOTS = {
                      "eagle-1l", "--max-k", "2", "--widths", "1,2", "--tp", "2", "--engine", "vllm", "-o", "out.toml"],
 }
 # A GPU the engines' all-reduce runs on (NVSwitch): the cases change one field of it.
-GPU_SPEC = {"name": '"x"', "memory_gb": "80", "bandwidth_gbs": "3350", "bf16_tflops": "989", "tdp_w": "700",
+GPU_FIELDS = {"name": '"x"', "memory_gb": "80", "bandwidth_gbs": "3350", "bf16_tflops": "989", "tdp_w": "700",
             "idle_w": "70", "link_gbs": "450", "arch": '"hopper"', "interconnect": '"nvswitch"'}
 
 
@@ -460,7 +460,7 @@ def format_contents() -> list:
     for field, values in (("interconnect", ['"NVSwitch"', '""', '"nvswitch "', "1", "true", '["nvswitch"]']),
                           ("link_gbs", ["0", "1e-300", "1e308", "nan", "inf", "-5", '"450"'])):
         for v in values:
-            doc = GPU_SPEC | {field: v}
+            doc = GPU_FIELDS | {field: v}
             out.append(("[[gpu]] spec", f"{field} = {v}",
                         ("[[gpu]]\n" + "".join(f"{k} = {x}\n" for k, x in doc.items())).encode()))
     return out
