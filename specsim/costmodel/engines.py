@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim._checks import int_problem, is_finite, is_int, is_number, number_float, number_problem
-from specsim.costmodel.specs import INTERCONNECTS
+from specsim.costmodel.specs import LINK_DOMAIN_GPUS, interconnect_problem
 from specsim.errors import CostModelError
 
 ENGINE_PARAMETERS = ("step_ms", "draft_pass_ms", "verify_row_us", "sampled_token_us")
@@ -115,10 +115,8 @@ class CustomAllReduce:
         (vLLM and SGLang would take two GPUs with working P2P, at latencies these NVLink figures
         do not price), over a network, and on AMD's Infinity Fabric (``xgmi``: both run their
         ROCm build there, but no published latency prices it), NCCL (or RCCL) runs it."""
-        problems = [p for p in (int_problem(tp, "tp", 1), number_problem(link_gbs, "link_gbs", 0.0, low_open=True))
-                    if p]
-        if not (isinstance(interconnect, str) and interconnect in INTERCONNECTS):
-            problems.append(f"interconnect = {interconnect!r} must be one of {', '.join(INTERCONNECTS)}")
+        problems = [p for p in (int_problem(tp, "tp", 1), number_problem(link_gbs, "link_gbs", 0.0, low_open=True),
+                                interconnect_problem(interconnect)) if p]
         if problems:
             raise CostModelError("the all-reduce's arguments are refused", problems)
         tp, link_gbs = int(tp), number_float(link_gbs)
@@ -130,7 +128,8 @@ class CustomAllReduce:
         one = size < _step(self.oneshot_bytes, tp, math.inf)
         if self.oneshot_rows:
             one = one & (rows <= self.oneshot_rows)
-        linked = interconnect == "nvswitch" or (interconnect == "nvlink-bridge" and tp == 2)
+        linked = interconnect == "nvswitch" or (interconnect == "nvlink-bridge"
+                                                and tp <= LINK_DOMAIN_GPUS["nvlink-bridge"])
         nccl = (not linked or tp not in self.world_sizes) | (size >= self.max_bytes) \
             | (rows > _step(self.nccl_rows, tp, math.inf))
         nccl = np.broadcast_to(nccl, np.broadcast_shapes(rows.shape, size.shape))

@@ -231,6 +231,15 @@ INTERCONNECTS = ("pcie", "nvlink-bridge", "nvswitch", "xgmi", "network")
 (NVLink between pairs of GPUs), ``nvswitch`` (every GPU of the server reaches every other over
 NVLink through NVSwitch), ``xgmi`` (AMD Infinity Fabric links, a full mesh on an 8-GPU MI300X
 platform), ``network`` (one GPU a node: tensor parallelism crosses a network adapter)."""
+
+
+def interconnect_problem(value) -> str | None:
+    """``None`` if ``value`` is one of :data:`INTERCONNECTS`, else what is wrong with it."""
+    if isinstance(value, str) and value in INTERCONNECTS:
+        return None
+    return f"interconnect = {value!r} must be one of {', '.join(INTERCONNECTS)}"
+
+
 LINK_DOMAIN_GPUS = {"nvlink-bridge": 2, "nvswitch": 8, "xgmi": 8}
 """The most GPUs one domain of each kind of link joins, as the built-in GPUs ship: an NVLink bridge
 a pair, an HGX or DGX board's NVSwitch and an MI300X platform's Infinity Fabric eight. Tensor
@@ -742,8 +751,7 @@ def _value_problems(spec) -> list:
                 problems.append(f"{f} = {v!r} must be 0 (none) or in {GPU_RANGES[f][0]:g}..{high:g}")
         if spec.idle_w >= spec.tdp_w:
             problems.append(f"idle_w = {spec.idle_w!r} must be below tdp_w = {spec.tdp_w!r}")
-        if spec.interconnect not in INTERCONNECTS:
-            problems.append(f"interconnect = {spec.interconnect!r} must be one of {', '.join(INTERCONNECTS)}")
+        problems += [p for p in (interconnect_problem(spec.interconnect),) if p]
     elif isinstance(spec, ModelSpec):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab"):
             if not 1 <= getattr(spec, f) <= MAX_SPEC_INT:
