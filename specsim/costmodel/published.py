@@ -19,7 +19,7 @@ import io
 import re
 from typing import NamedTuple
 
-from specsim._checks import plain_decimal
+from specsim._checks import few, plain_decimal
 from specsim._io import atomic_write_bytes, csv_rows, decode_text, read_input
 from specsim.errors import TableError
 
@@ -165,12 +165,6 @@ def _squeezed(text: str) -> str:
     return re.sub(r"[^0-9a-z]", "", text.lower())
 
 
-def _lines(lines) -> str:
-    lines = sorted(set(lines))
-    return f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}, {lines[1]}" + (
-        f" and {len(lines) - 2} more" if len(lines) > 2 else "")
-
-
 def setup_mismatches(table, rows) -> list:
     """What ``rows`` were measured on that ``table`` does not model, a line each: another GPU
     (the first part of the table's GPU name, ``h100`` of ``h100-sxm``, is not in the row's
@@ -194,8 +188,8 @@ def setup_mismatches(table, rows) -> list:
         n = _leading_int(r.setup[2])
         if isinstance(tp, int) and not isinstance(tp, bool) and n is not None and n != tp:
             found.setdefault(("tp", r.setup[2], tp), []).append(r.line)
-    return [f"{_lines(lines)}: measured with {kind} {text[:60]!r}, the table models {kind} {name!r}"
-            for (kind, text, name), lines in found.items()]
+    return [f"line{'s' if len(lines) > 1 else ''} {few(sorted(lines), 2)}: measured with {kind} {text[:60]!r}, "
+            f"the table models {kind} {name!r}" for (kind, text, name), lines in found.items()]
 
 
 def plot_comparison(compared, path, title: str) -> None:

@@ -650,9 +650,9 @@ def test_rows_of_another_gpu_model_or_tp_are_named():
     other = model_table("h100-sxm", "qwen3-32b", "eagle-1l", tp=2, widths=[2, 4], max_k=2)
     lines = [r.line for r in rows]
     assert setup_mismatches(other, rows) == [  # R02's tp column says "not stated": not checked
-        f"lines {lines[0]}, {lines[1]} and {len(lines) - 2} more: measured with gpu 'RTX3090 (count not stated)', "
+        f"lines {lines[0]}, {lines[1]}, … and {len(lines) - 2} more: measured with gpu 'RTX3090 (count not stated)', "
         "the table models gpu 'h100-sxm'",
-        f"lines {lines[0]}, {lines[1]} and {len(lines) - 2} more: measured with model 'Llama-3.1-8B-Instruct', "
+        f"lines {lines[0]}, {lines[1]}, … and {len(lines) - 2} more: measured with model 'Llama-3.1-8B-Instruct', "
         "the table models model 'qwen3-32b'"]
     one = [r for r in read_published(R10)[0] if r.depth == 2]  # "H100 x1 (inferred ...)", tp 1
     assert [r.setup[2] for r in one] == ["1", "1"]
@@ -697,7 +697,7 @@ def test_cli_compare_warns_of_another_gpu_and_still_compares(tmp_path, capsys):
     assert main(["table", "compare", str(table), "--published", str(many)]) == 0
     err = capsys.readouterr().err.splitlines()
     assert [line.split(f"{many}, ")[1].split(": measured")[0] for line in err] == [
-        "lines 2, 5 and 1 more", "lines 3, 6 and 1 more", "lines 4, 7 and 1 more"]
+        "lines 2, 5, … and 1 more", "lines 3, 6, … and 1 more", "lines 4, 7, … and 1 more"]
     many.write_text(many.read_text() + "".join(f"M,2,2,speedup,1.2,1.5,gpu{i},llama-3.1-8b,1\n" for i in range(9)))
     assert main(["table", "compare", str(table), "--published", str(many)]) == 0
     err = capsys.readouterr().err.splitlines()
